@@ -1,0 +1,107 @@
+//! The `kfdq` command line: the user's front door.
+#![forbid(unsafe_code)]
+
+mod ps;
+mod table;
+mod topology;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+use crate::kfd::Root;
+
+/// kfdq — GPU queue priorities and preemption for AMD Instinct nodes.
+///
+/// Reads and controls amdkfd user-mode queues through the upstream /dev/kfd interface. Every
+/// device and sysfs path is resolved under --root (default /), so the same commands work on a
+/// kfd-emu mount.
+#[derive(Debug, Parser)]
+#[command(name = "kfdq", version, propagate_version = true, max_term_width = 100)]
+pub struct Cli {
+    /// Root prefix for /dev/kfd, /dev/dri and /sys/class/kfd (a kfd-emu mount point in tests).
+    #[arg(long, global = true, env = "KFDQ_ROOT", value_name = "DIR", default_value = "/")]
+    pub root: PathBuf,
+
+    /// Print JSON instead of tables (stable field names, for scripts).
+    #[arg(long, global = true)]
+    pub json: bool,
+
+    /// The command.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// kfdq subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// GPUs and partitions: gfx target, CUs, XCCs, hardware queue slots, CWSR size per queue.
+    ///
+    /// A partition keeps `resident` active queues on the hardware (num_cp_queues; each queue
+    /// of an N-XCC partition takes one HQD per XCC). Beyond that the scheduler time-slices the
+    /// runlist and queue priority stops mattering.
+    Topology,
+    /// Processes with KFD queues: per queue its GPU, type and ring size.
+    ///
+    /// Read from /sys/class/kfd/kfd/proc, which is world-readable; no privileges needed.
+    Ps,
+}
+
+/// Runs the CLI; returns the process exit code.
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logging();
+    let root = Root::new(&cli.root);
+    let result = match cli.command {
+        Command::Topology => topology::run(&root, cli.json),
+        Command::Ps => ps::run(&root, cli.json),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("kfdq: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("KFDQ_LOG").unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
+}
+
+/// Errors of CLI commands: what failed, with a hint a person can act on.
+#[derive(Debug, thiserror::Error)]
+pub enum CliError {
+    /// A KFD layer error, with what the command was doing.
+    #[error("{doing}: {source}{hint}")]
+    Kfd {
+        /// What the command was doing.
+        doing: String,
+        /// The error.
+        source: crate::kfd::Error,
+        /// A hint (leading newline included) or empty.
+        hint: String,
+    },
+    /// Output could not be written or serialised.
+    #[error("writing output: {0}")]
+    Output(String),
+}
+
+pub(crate) fn kfd_error(doing: impl Into<String>, root: &Root, source: crate::kfd::Error) -> CliError {
+    let hint = match &source {
+        crate::kfd::Error::Io { source: io, .. } if io.kind() == std::io::ErrorKind::NotFound => format!(
+            "\n  hint: no amdkfd under {} — is the amdgpu driver loaded? On a machine without an AMD GPU, mount the emulator (`kfd-emu --mount DIR`) and pass --root DIR",
+            root.path().display()
+        ),
+        _ => String::new(),
+    };
+    CliError::Kfd { doing: doing.into(), source, hint }
+}
+
+pub(crate) fn print_json<T: serde::Serialize>(value: &T) -> Result<(), CliError> {
+    let text = serde_json::to_string_pretty(value).map_err(|e| CliError::Output(e.to_string()))?;
+    println!("{text}");
+    Ok(())
+}

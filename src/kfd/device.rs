@@ -1,0 +1,168 @@
+//! `/dev/kfd`: opening it, the interface version, and the per-GPU VM (render node + ACQUIRE_VM).
+
+use std::collections::HashMap;
+use std::fs::{File, OpenOptions};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
+use std::os::unix::fs::OpenOptionsExt;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use super::doorbell::DoorbellPage;
+use super::error::{Error, Result};
+use super::ioctl;
+use super::paths::Root;
+use super::topology::{Node, Topology};
+use super::types::GpuId;
+
+/// The amdkfd interface version.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct Version {
+    /// Major (always 1).
+    pub major: u32,
+    /// Minor.
+    pub minor: u32,
+}
+
+/// What this driver can do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct Capabilities {
+    /// RUNTIME_ENABLE / DBG_TRAP exist (KFD >= 1.13).
+    pub debugger_api: bool,
+    /// The kernel validates queue buffers (Linux 6.12+; detected by `cwsr_size` in sysfs).
+    pub buffer_rules: bool,
+}
+
+/// Minor version that introduced the debugger API.
+pub const DEBUGGER_API_MINOR: u32 = 13;
+
+/// A GPU whose VM this process has acquired.
+#[derive(Debug)]
+pub(crate) struct GpuVm {
+    pub(crate) render: File,
+    pub(crate) doorbells: Option<Arc<DoorbellPage>>,
+}
+
+/// An open `/dev/kfd` with its topology.
+///
+/// One per process: KFD binds the fd to the opening process (a forked child gets `EBADF`).
+#[derive(Debug)]
+pub struct Kfd {
+    fd: OwnedFd,
+    root: Root,
+    version: Version,
+    caps: Capabilities,
+    topology: Topology,
+    vms: Mutex<HashMap<GpuId, GpuVm>>,
+}
+
+impl Kfd {
+    /// Opens `ROOT/dev/kfd`, checks the version (major must be 1) and reads the topology.
+    pub fn open(root: &Root) -> Result<Kfd> {
+        let path = root.kfd_device();
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .custom_flags(libc::O_CLOEXEC)
+            .open(&path)
+            .map_err(|e| Error::io(&path, e))?;
+        let fd: OwnedFd = file.into();
+        let (major, minor) = ioctl::get_version(fd.as_fd())?;
+        if major != 1 {
+            return Err(Error::UnsupportedVersion { major, minor });
+        }
+        let topology = Topology::read(root)?;
+        let caps = Capabilities {
+            debugger_api: minor >= DEBUGGER_API_MINOR,
+            buffer_rules: topology.gpus().any(|n| n.has_buffer_rules()),
+        };
+        tracing::debug!(root = %root.path().display(), major, minor, ?caps, "opened kfd");
+        Ok(Kfd {
+            fd,
+            root: root.clone(),
+            version: Version { major, minor },
+            caps,
+            topology,
+            vms: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// The interface version.
+    pub fn version(&self) -> Version {
+        self.version
+    }
+
+    /// What the driver supports.
+    pub fn capabilities(&self) -> Capabilities {
+        self.caps
+    }
+
+    /// The topology read at open.
+    pub fn topology(&self) -> &Topology {
+        &self.topology
+    }
+
+    /// The root prefix.
+    pub fn root(&self) -> &Root {
+        &self.root
+    }
+
+    /// The GPU node `gpu`.
+    pub fn gpu(&self, gpu: GpuId) -> Result<&Node> {
+        self.topology.gpu(gpu)
+    }
+
+    pub(crate) fn require_debugger_api(&self, what: &'static str) -> Result<()> {
+        if self.caps.debugger_api {
+            Ok(())
+        } else {
+            Err(Error::NeedsNewerKfd { what, needs_minor: DEBUGGER_API_MINOR, have_minor: self.version.minor })
+        }
+    }
+
+    pub(crate) fn vms(&self) -> MutexGuard<'_, HashMap<GpuId, GpuVm>> {
+        // A poisoned lock only means another thread panicked mid-update of this map; the map
+        // itself stays consistent (entries are inserted whole), so keep going.
+        self.vms.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Opens the node's render node and issues ACQUIRE_VM. Idempotent per GPU.
+    ///
+    /// Required before any allocation or queue on that GPU.
+    pub fn acquire_vm(&self, gpu: GpuId) -> Result<()> {
+        let node = self.gpu(gpu)?;
+        let mut vms = self.vms();
+        if vms.contains_key(&gpu) {
+            return Ok(());
+        }
+        let minor = node.render_minor().ok_or_else(|| Error::Sysfs {
+            path: self.root.topology_dir().join(format!("nodes/{}/properties", node.index)),
+            what: "no drm_render_minor".into(),
+        })?;
+        let path = self.root.render_node(minor);
+        let render = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .custom_flags(libc::O_CLOEXEC)
+            .open(&path)
+            .map_err(|e| Error::io(&path, e))?;
+        ioctl::acquire_vm(self.fd.as_fd(), render.as_fd(), gpu)?;
+        vms.insert(gpu, GpuVm { render, doorbells: None });
+        Ok(())
+    }
+
+    /// True once [`Kfd::acquire_vm`] succeeded for `gpu`.
+    pub fn has_vm(&self, gpu: GpuId) -> bool {
+        self.vms().contains_key(&gpu)
+    }
+}
+
+impl AsFd for Kfd {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+}
+
+impl AsRawFd for Kfd {
+    fn as_raw_fd(&self) -> RawFd {
+        self.fd.as_raw_fd()
+    }
+}

@@ -1,0 +1,50 @@
+//! The safe, typed layer over `/dev/kfd` and its sysfs topology.
+//!
+//! | concern | file |
+//! |---|---|
+//! | request numbers, one wrapper per ioctl | `ioctl.rs` |
+//! | open, version, ACQUIRE_VM | `device.rs` |
+//! | topology (`nodes/*/properties`) | `topology.rs` |
+//! | CWSR / control-stack / debug sizes | `cwsr.rs` |
+//! | processes and their queues (sysfs `proc/`) | `procfs.rs` |
+//! | GPU memory (ALLOC/MAP/UNMAP/FREE) | `memory.rs` |
+//! | queues (CREATE/UPDATE/CU mask/wave state/DESTROY, submit) | `queue.rs` |
+//! | doorbell page | `doorbell.rs` |
+//! | AQL packets, completion signals | `aql.rs` |
+//! | debugger API (RUNTIME_ENABLE, DBG_TRAP) | `debug.rs` |
+//! | typed values, errors, paths | `types.rs`, `error.rs`, `paths.rs` |
+//!
+//! ```no_run
+//! use kfdq::kfd::{Kfd, Priority, QueueSpec, Root};
+//! let kfd = Kfd::open(&Root::from_env())?;
+//! let gpu = kfd.topology().gpus().next().and_then(|n| n.gpu_id).expect("a GPU");
+//! let mut q = kfd.create_queue(QueueSpec::aql(gpu).priority(Priority::HIGH))?;
+//! q.deactivate()?; // unmapped, waves saved
+//! q.activate()?;
+//! # Ok::<(), kfdq::kfd::Error>(())
+//! ```
+
+pub mod aql;
+pub mod cwsr;
+pub mod debug;
+pub mod device;
+pub mod doorbell;
+pub mod error;
+pub mod ioctl;
+pub mod memory;
+pub mod paths;
+pub mod procfs;
+pub mod queue;
+pub mod topology;
+pub mod types;
+
+pub use aql::{DispatchPacket, Signal};
+pub use cwsr::CwsrSizes;
+pub use debug::{DebugAttachment, EXCEPTION_QUEUE_NEW, QueueSnapshot, QueueStatus, RuntimeInfo};
+pub use device::{Capabilities, Kfd, Version};
+pub use error::{Error, IoctlError, KfdIoctl, Result};
+pub use memory::{AllocFlags, Allocation};
+pub use paths::Root;
+pub use queue::{Queue, QueueSpec, WaveState};
+pub use topology::{Node, Topology};
+pub use types::{CuMask, GpuId, Percentage, Priority, QueueId, QueueKind};

@@ -1,0 +1,384 @@
+//! User-mode compute queues: create with buffers that satisfy the Linux 6.12 exact-size rules,
+//! reprioritize, deactivate/activate, CU masks, wave state, submit, destroy.
+//!
+//! Buffers (each its own allocation, CPU VA == GPU VA):
+//! * ring: `ring_size` bytes, USERPTR;
+//! * pointer page: one 4 KiB USERPTR page holding the 64-bit write index at 0 and the read
+//!   index at 64 (the kernel wants each pointer's page to be the first page of a 4 KiB mapping);
+//! * EOP: none for AQL on gfx94x (libhsakmt's rule); 4 KiB of VRAM otherwise;
+//! * CWSR: `ALIGN((cwsr + debug) x num_xcc, 4096)` bytes with one header per XCC.
+#![allow(unsafe_code)]
+
+use std::os::fd::AsFd;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use kfd_sys as sys;
+use serde::Serialize;
+
+use super::aql::{DispatchPacket, PACKET_SIZE};
+use super::device::Kfd;
+use super::doorbell::DoorbellPage;
+use super::error::{Error, Result};
+use super::ioctl;
+use super::memory::{AllocFlags, Allocation, PAGE_SIZE};
+use super::types::{CuMask, GpuId, Percentage, Priority, QueueId, QueueKind};
+
+/// Offset of the 64-bit write index in the pointer page.
+pub const WRITE_INDEX_OFFSET: u64 = 0;
+/// Offset of the 64-bit read index in the pointer page.
+pub const READ_INDEX_OFFSET: u64 = 64;
+/// Default ring: 64 KiB = 1024 AQL packets.
+pub const DEFAULT_RING_SIZE: u32 = 64 * 1024;
+
+/// What queue to create.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QueueSpec {
+    /// Target GPU node.
+    pub gpu: GpuId,
+    /// AQL or PM4.
+    pub kind: QueueKind,
+    /// KFD priority.
+    pub priority: Priority,
+    /// Start active (percentage 100) or inactive (0).
+    pub active: bool,
+    /// Ring bytes (power of two, >= 4096 so the ring is its own GPU page).
+    pub ring_size: u32,
+}
+
+impl QueueSpec {
+    /// An active AQL queue at NORMAL priority with a 64 KiB ring.
+    pub fn aql(gpu: GpuId) -> Self {
+        QueueSpec { gpu, kind: QueueKind::ComputeAql, priority: Priority::NORMAL, active: true, ring_size: DEFAULT_RING_SIZE }
+    }
+
+    /// Same, with priority `p`.
+    pub fn priority(mut self, p: Priority) -> Self {
+        self.priority = p;
+        self
+    }
+
+    /// Same, with queue kind `k`.
+    pub fn kind(mut self, k: QueueKind) -> Self {
+        self.kind = k;
+        self
+    }
+
+    /// Same, created inactive.
+    pub fn inactive(mut self) -> Self {
+        self.active = false;
+        self
+    }
+
+    /// Same, with a ring of `bytes`.
+    pub fn ring_size(mut self, bytes: u32) -> Self {
+        self.ring_size = bytes;
+        self
+    }
+
+    fn validate(&self) -> Result<()> {
+        if !self.ring_size.is_power_of_two() || u64::from(self.ring_size) < PAGE_SIZE {
+            return Err(Error::InvalidArgument(format!(
+                "ring size {} must be a power of two of at least 4096 bytes",
+                self.ring_size
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// Wave state of an inactive queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct WaveState {
+    /// Control-stack bytes in use (XCC 0).
+    pub ctl_stack_used_size: u32,
+    /// Save-area bytes in use (XCC 0).
+    pub save_area_used_size: u32,
+}
+
+/// A KFD user-mode queue of this process, destroyed on drop.
+#[derive(Debug)]
+pub struct Queue<'k> {
+    kfd: &'k Kfd,
+    id: QueueId,
+    gpu: GpuId,
+    kind: QueueKind,
+    priority: Priority,
+    percentage: Percentage,
+    cu_mask: Option<CuMask>,
+    doorbell: Arc<DoorbellPage>,
+    doorbell_in_page: u64,
+    doorbell_offset: u64,
+    destroyed: bool,
+    // Buffers drop after the queue is destroyed (Drop::drop runs first).
+    ring: Allocation<'k>,
+    pointers: Allocation<'k>,
+    cwsr: Allocation<'k>,
+    eop: Option<Allocation<'k>>,
+}
+
+impl Kfd {
+    /// Creates a compute queue on `spec.gpu` (ACQUIRE_VM is done if it was not).
+    pub fn create_queue(&self, spec: QueueSpec) -> Result<Queue<'_>> {
+        spec.validate()?;
+        let node = self.gpu(spec.gpu)?;
+        self.acquire_vm(spec.gpu)?;
+        let sizes = node.cwsr_sizes()?;
+        let rw = AllocFlags::WRITABLE;
+        let ring = self.alloc_userptr(spec.gpu, u64::from(spec.ring_size), rw | AllocFlags::EXECUTABLE)?;
+        let pointers = self.alloc_userptr(spec.gpu, PAGE_SIZE, rw | AllocFlags::UNCACHED)?;
+        let cwsr = self.alloc_userptr(spec.gpu, sizes.total(), rw)?;
+        for xcc in 0..sizes.num_xcc {
+            let h = sizes.header(xcc);
+            cwsr.write_bytes(u64::from(xcc) * sizes.cwsr_size, &header_bytes(&h))?;
+        }
+        let eop = if spec.kind == QueueKind::ComputeAql && node.is_gfx94x() {
+            None
+        } else {
+            Some(self.alloc(spec.gpu, sizes.eop_buffer_size, AllocFlags::VRAM | rw)?)
+        };
+        let percentage = if spec.active { Percentage::FULL } else { Percentage::OFF };
+        let mut args = sys::kfd_ioctl_create_queue_args {
+            ring_base_address: ring.va(),
+            write_pointer_address: pointers.va() + WRITE_INDEX_OFFSET,
+            read_pointer_address: pointers.va() + READ_INDEX_OFFSET,
+            ring_size: spec.ring_size,
+            gpu_id: spec.gpu.0,
+            queue_type: spec.kind.raw(),
+            queue_percentage: percentage.get(),
+            queue_priority: spec.priority.get(),
+            eop_buffer_address: eop.as_ref().map_or(0, |e| e.va()),
+            eop_buffer_size: eop.as_ref().map_or(0, |e| e.size()),
+            ctx_save_restore_address: cwsr.va(),
+            ctx_save_restore_size: sizes.cwsr_size as u32,
+            ctl_stack_size: sizes.ctl_stack_size as u32,
+            ..Default::default()
+        };
+        // SAFETY: every buffer named in `args` is owned by the Queue we return, and the Queue
+        // destroys the KFD queue before its buffers are released.
+        unsafe { ioctl::create_queue(self.as_fd(), &mut args)? };
+        let id = QueueId(args.queue_id);
+        let (doorbell, doorbell_in_page) = match self.doorbell_page(spec.gpu, args.doorbell_offset) {
+            Ok(d) => d,
+            Err(e) => {
+                // Do not leak the kernel queue when the doorbell cannot be mapped.
+                let _ = ioctl::destroy_queue(self.as_fd(), id);
+                return Err(e);
+            }
+        };
+        tracing::debug!(queue = id.0, gpu = %spec.gpu, priority = spec.priority.get(), "created queue");
+        Ok(Queue {
+            kfd: self,
+            id,
+            gpu: spec.gpu,
+            kind: spec.kind,
+            priority: spec.priority,
+            percentage,
+            cu_mask: None,
+            doorbell,
+            doorbell_in_page,
+            doorbell_offset: args.doorbell_offset,
+            destroyed: false,
+            ring,
+            pointers,
+            cwsr,
+            eop,
+        })
+    }
+}
+
+fn header_bytes(h: &sys::kfd_context_save_area_header) -> Vec<u8> {
+    let w = &h.wave_state;
+    let mut v = Vec::with_capacity(40);
+    for x in [w.control_stack_offset, w.control_stack_size, w.wave_state_offset, w.wave_state_size, h.debug_offset, h.debug_size] {
+        v.extend_from_slice(&x.to_le_bytes());
+    }
+    v.extend_from_slice(&h.err_payload_addr.to_le_bytes());
+    v.extend_from_slice(&h.err_event_id.to_le_bytes());
+    v.extend_from_slice(&h.reserved1.to_le_bytes());
+    v
+}
+
+impl<'k> Queue<'k> {
+    /// KFD queue id.
+    pub fn id(&self) -> QueueId {
+        self.id
+    }
+
+    /// GPU node.
+    pub fn gpu(&self) -> GpuId {
+        self.gpu
+    }
+
+    /// AQL or PM4.
+    pub fn kind(&self) -> QueueKind {
+        self.kind
+    }
+
+    /// Current KFD priority.
+    pub fn priority(&self) -> Priority {
+        self.priority
+    }
+
+    /// True unless deactivated with [`Queue::deactivate`].
+    pub fn is_active(&self) -> bool {
+        self.percentage.get() > 0
+    }
+
+    /// The CU mask last set, if any.
+    pub fn cu_mask(&self) -> Option<&CuMask> {
+        self.cu_mask.as_ref()
+    }
+
+    /// The `doorbell_offset` CREATE_QUEUE returned.
+    pub fn doorbell_offset(&self) -> u64 {
+        self.doorbell_offset
+    }
+
+    /// Ring GPU address.
+    pub fn ring_address(&self) -> u64 {
+        self.ring.va()
+    }
+
+    /// Ring bytes.
+    pub fn ring_size(&self) -> u32 {
+        self.ring.size() as u32
+    }
+
+    /// Address of the 64-bit write index.
+    pub fn write_pointer_address(&self) -> u64 {
+        self.pointers.va() + WRITE_INDEX_OFFSET
+    }
+
+    /// Address of the 64-bit read index.
+    pub fn read_pointer_address(&self) -> u64 {
+        self.pointers.va() + READ_INDEX_OFFSET
+    }
+
+    /// CWSR area address.
+    pub fn cwsr_address(&self) -> u64 {
+        self.cwsr.va()
+    }
+
+    /// Whether an EOP buffer was allocated (none for AQL on gfx94x).
+    pub fn has_eop(&self) -> bool {
+        self.eop.is_some()
+    }
+
+    fn update(&mut self, percentage: Percentage, priority: Priority) -> Result<()> {
+        let args = sys::kfd_ioctl_update_queue_args {
+            ring_base_address: self.ring.va(),
+            queue_id: self.id.0,
+            ring_size: self.ring_size(),
+            queue_percentage: percentage.get(),
+            queue_priority: priority.get(),
+        };
+        ioctl::update_queue(self.kfd.as_fd(), &args)?;
+        self.percentage = percentage;
+        self.priority = priority;
+        Ok(())
+    }
+
+    /// Sets the KFD priority (UPDATE_QUEUE with the same ring and percentage). A device-wide
+    /// preempt of the partition.
+    pub fn set_priority(&mut self, priority: Priority) -> Result<()> {
+        self.update(self.percentage, priority)
+    }
+
+    /// Deactivates the queue (percentage 0): it is unmapped and its waves are CWSR-saved.
+    pub fn deactivate(&mut self) -> Result<()> {
+        self.update(Percentage::OFF, self.priority)
+    }
+
+    /// Reactivates the queue (percentage 100).
+    pub fn activate(&mut self) -> Result<()> {
+        self.update(Percentage::FULL, self.priority)
+    }
+
+    /// Restricts the queue to the CUs in `mask`.
+    pub fn set_cu_mask(&mut self, mask: CuMask) -> Result<()> {
+        ioctl::set_cu_mask(self.kfd.as_fd(), self.id, mask.words())?;
+        self.cu_mask = Some(mask);
+        Ok(())
+    }
+
+    /// Control-stack and save-area usage of an inactive queue (the kernel copies the control
+    /// stack into the queue's CWSR area).
+    pub fn wave_state(&self) -> Result<WaveState> {
+        // SAFETY: the CWSR area is owned by this queue and sized for every XCC's control stack.
+        let (ctl, save) = unsafe { ioctl::get_queue_wave_state(self.kfd.as_fd(), self.id, self.cwsr.va())? };
+        Ok(WaveState { ctl_stack_used_size: ctl, save_area_used_size: save })
+    }
+
+    /// Packets the ring holds.
+    pub fn capacity(&self) -> u64 {
+        u64::from(self.ring_size()) / PACKET_SIZE
+    }
+
+    /// The write index (next packet slot to fill).
+    pub fn write_index(&self) -> Result<u64> {
+        Ok(self.pointers.atomic_u64(WRITE_INDEX_OFFSET)?.load(Ordering::Acquire))
+    }
+
+    /// The read index (packets the GPU has consumed).
+    pub fn read_index(&self) -> Result<u64> {
+        Ok(self.pointers.atomic_u64(READ_INDEX_OFFSET)?.load(Ordering::Acquire))
+    }
+
+    /// Writes `packet` to the next slot, publishes its header last, advances the write index
+    /// and rings the doorbell. Returns the packet's index.
+    pub fn submit(&self, packet: &DispatchPacket) -> Result<u64> {
+        if self.kind != QueueKind::ComputeAql {
+            return Err(Error::InvalidArgument(format!("{} is a PM4 queue; AQL packets need an AQL queue", self.id)));
+        }
+        let write = self.write_index()?;
+        let read = self.read_index()?;
+        if write.wrapping_sub(read) >= self.capacity() {
+            return Err(Error::RingFull { queue: self.id, capacity: self.capacity() });
+        }
+        let off = (write % self.capacity()) * PACKET_SIZE;
+        let bytes = packet.to_bytes();
+        self.ring.write_bytes(off + 4, &bytes[4..])?;
+        self.ring.atomic_u32(off)?.store(packet.header_word(), Ordering::Release);
+        self.pointers.atomic_u64(WRITE_INDEX_OFFSET)?.store(write + 1, Ordering::Release);
+        self.doorbell.ring(self.doorbell_in_page, write)?;
+        Ok(write)
+    }
+
+    /// Waits until the GPU has consumed every submitted packet.
+    pub fn wait_idle(&self, timeout: Duration) -> Result<()> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if self.read_index()? >= self.write_index()? {
+                return Ok(());
+            }
+            if Instant::now() >= deadline {
+                return Err(Error::Timeout(timeout, format!("{} to drain", self.id)));
+            }
+            std::thread::sleep(Duration::from_micros(200));
+        }
+    }
+
+    /// Destroys the queue now, returning the kernel's answer. Blocks while a debugger holds
+    /// it suspended.
+    pub fn destroy(mut self) -> Result<()> {
+        self.destroy_inner()
+    }
+
+    fn destroy_inner(&mut self) -> Result<()> {
+        if !self.destroyed {
+            ioctl::destroy_queue(self.kfd.as_fd(), self.id)?;
+            self.destroyed = true;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Queue<'_> {
+    fn drop(&mut self) {
+        if let Err(e) = self.destroy_inner() {
+            tracing::warn!(queue = self.id.0, error = %e, "destroying queue failed");
+        }
+    }
+}

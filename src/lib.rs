@@ -1,0 +1,10 @@
+//! kfdq: real GPU queue priorities and preemption for AMD Instinct (gfx942) nodes, driven by
+//! the upstream amdkfd ioctls.
+//!
+//! * [`kfd`] — the safe, typed layer over `/dev/kfd` and its sysfs topology.
+//! * [`cli`] — the `kfdq` command line.
+#![deny(missing_docs)]
+#![deny(unsafe_code)]
+
+pub mod cli;
+pub mod kfd;
