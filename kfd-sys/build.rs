@@ -28,7 +28,8 @@ fn declared_minor(header: &Path) -> Option<u32> {
 }
 
 fn main() {
-    let manifest = PathBuf::from(env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"));
+    let manifest =
+        PathBuf::from(env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"));
     let own = manifest.join("include/kfdq/kfd_abi.h");
     let stub = manifest.join("include/stub");
     println!("cargo:rerun-if-env-changed=KFD_IOCTL_H");
@@ -39,9 +40,10 @@ fn main() {
     let (header, why) = match env::var_os("KFD_IOCTL_H") {
         Some(p) => (PathBuf::from(p), "KFD_IOCTL_H override".to_string()),
         None => match declared_minor(Path::new(SYSTEM_HEADER)) {
-            Some(m) if m >= MIN_SYSTEM_MINOR => {
-                (PathBuf::from(SYSTEM_HEADER), format!("system header is KFD 1.{m}"))
-            }
+            Some(m) if m >= MIN_SYSTEM_MINOR => (
+                PathBuf::from(SYSTEM_HEADER),
+                format!("system header is KFD 1.{m}"),
+            ),
             Some(m) => (
                 own.clone(),
                 format!("system header is KFD 1.{m}, older than 1.{MIN_SYSTEM_MINOR}"),
@@ -50,7 +52,10 @@ fn main() {
         },
     };
     let minor = declared_minor(&header).unwrap_or_else(|| {
-        panic!("{} does not declare KFD_IOCTL_MINOR_VERSION; is it a kfd_ioctl.h?", header.display())
+        panic!(
+            "{} does not declare KFD_IOCTL_MINOR_VERSION; is it a kfd_ioctl.h?",
+            header.display()
+        )
     });
     println!(
         "cargo:warning=kfd-sys binds {} (KFD 1.{minor}; {why})",

@@ -2,9 +2,13 @@
 //! the upstream amdkfd ioctls.
 //!
 //! * [`kfd`] — the safe, typed layer over `/dev/kfd` and its sysfs topology.
+//! * [`policy`] — pure decision logic (priority classes).
+//! * [`proto`] — the shim <-> agent control protocol.
 //! * [`cli`] — the `kfdq` command line.
 #![deny(missing_docs)]
 #![deny(unsafe_code)]
 
 pub mod cli;
 pub mod kfd;
+pub mod policy;
+pub mod proto;

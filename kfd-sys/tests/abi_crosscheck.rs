@@ -38,7 +38,9 @@ fn shared_fields() -> Vec<Field> {
     v.extend(fields!(13, kfd_ioctl_runtime_enable_args: r_debug, mode_mask, capabilities_mask));
     v.extend(fields!(13, kfd_runtime_info: r_debug, runtime_state, ttmp_setup));
     v.extend(fields!(13, kfd_ioctl_dbg_trap_args: pid, op));
-    v.extend(fields!(13, kfd_ioctl_dbg_trap_enable_args: exception_mask, rinfo_ptr, rinfo_size, dbg_fd));
+    v.extend(
+        fields!(13, kfd_ioctl_dbg_trap_enable_args: exception_mask, rinfo_ptr, rinfo_size, dbg_fd),
+    );
     v.extend(fields!(13, kfd_ioctl_dbg_trap_suspend_queues_args: exception_mask, queue_array_ptr, num_queues, grace_period));
     v.extend(fields!(13, kfd_ioctl_dbg_trap_resume_queues_args: queue_array_ptr, num_queues, pad));
     v.extend(fields!(13, kfd_ioctl_dbg_trap_queue_snapshot_args: exception_mask, snapshot_buf_ptr, num_queues, entry_size));
@@ -49,7 +51,11 @@ fn shared_fields() -> Vec<Field> {
 }
 
 fn struct_sizes() -> Vec<(&'static str, usize, u32)> {
-    macro_rules! s { ($min:expr, $t:ident) => { (stringify!($t), size_of::<sys::$t>(), $min) }; }
+    macro_rules! s {
+        ($min:expr, $t:ident) => {
+            (stringify!($t), size_of::<sys::$t>(), $min)
+        };
+    }
     vec![
         s!(0, kfd_ioctl_get_version_args),
         s!(0, kfd_ioctl_create_queue_args),
@@ -71,7 +77,11 @@ fn struct_sizes() -> Vec<(&'static str, usize, u32)> {
 }
 
 fn ioctls() -> Vec<(&'static str, u64, u32)> {
-    macro_rules! i { ($min:expr, $n:ident) => { (stringify!($n), sys::$n as u64, $min) }; }
+    macro_rules! i {
+        ($min:expr, $n:ident) => {
+            (stringify!($n), sys::$n as u64, $min)
+        };
+    }
     vec![
         i!(0, AMDKFD_IOC_GET_VERSION),
         i!(0, AMDKFD_IOC_CREATE_QUEUE),
@@ -101,15 +111,32 @@ fn c_program(header: &str) -> String {
     let mut c = format!(
         "#include <stdio.h>\n#include <stddef.h>\n#include \"{header}\"\nint main(void) {{\n  printf(\"V %d\\n\", KFD_IOCTL_MINOR_VERSION);\n"
     );
-    let guard = |min: u32, body: String| if min > 0 { format!("#if KFD_IOCTL_MINOR_VERSION >= {min}\n{body}#endif\n") } else { body };
+    let guard = |min: u32, body: String| {
+        if min > 0 {
+            format!("#if KFD_IOCTL_MINOR_VERSION >= {min}\n{body}#endif\n")
+        } else {
+            body
+        }
+    };
     for (s, _, min) in struct_sizes() {
-        c += &guard(min, format!("  printf(\"S {s} %zu\\n\", sizeof(struct {s}));\n"));
+        c += &guard(
+            min,
+            format!("  printf(\"S {s} %zu\\n\", sizeof(struct {s}));\n"),
+        );
     }
     for (s, f, _, _, min) in shared_fields() {
-        c += &guard(min, format!("  printf(\"F {s} {f} %zu %zu\\n\", offsetof(struct {s}, {f}), sizeof(((struct {s}*)0)->{f}));\n"));
+        c += &guard(
+            min,
+            format!(
+                "  printf(\"F {s} {f} %zu %zu\\n\", offsetof(struct {s}, {f}), sizeof(((struct {s}*)0)->{f}));\n"
+            ),
+        );
     }
     for (n, _, min) in ioctls() {
-        c += &guard(min, format!("  printf(\"I {n} %lu\\n\", (unsigned long){n});\n"));
+        c += &guard(
+            min,
+            format!("  printf(\"I {n} %lu\\n\", (unsigned long){n});\n"),
+        );
     }
     c + "  return 0;\n}\n"
 }
@@ -117,7 +144,9 @@ fn c_program(header: &str) -> String {
 #[test]
 fn c_layout_matches_rust_bindings() {
     let Some(header) = system_header() else {
-        panic!("no system linux/kfd_ioctl.h to cross-check against: install linux-libc-dev (scripts/setup.sh does) or set KFD_IOCTL_H");
+        panic!(
+            "no system linux/kfd_ioctl.h to cross-check against: install linux-libc-dev (scripts/setup.sh does) or set KFD_IOCTL_H"
+        );
     };
     let dir = std::env::temp_dir().join(format!("kfd-sys-abi-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
@@ -126,8 +155,18 @@ fn c_layout_matches_rust_bindings() {
     std::fs::write(&src, c_program(&header.display().to_string())).unwrap();
     let stub = concat!(env!("CARGO_MANIFEST_DIR"), "/include/stub");
     let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
-    let out = Command::new(&cc).arg(format!("-I{stub}")).arg(&src).arg("-o").arg(&exe).output().expect("run the C compiler");
-    assert!(out.status.success(), "compiling the ABI probe failed:\n{}", String::from_utf8_lossy(&out.stderr));
+    let out = Command::new(&cc)
+        .arg(format!("-I{stub}"))
+        .arg(&src)
+        .arg("-o")
+        .arg(&exe)
+        .output()
+        .expect("run the C compiler");
+    assert!(
+        out.status.success(),
+        "compiling the ABI probe failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let run = Command::new(&exe).output().expect("run the ABI probe");
     assert!(run.status.success());
     let text = String::from_utf8(run.stdout).unwrap();
@@ -141,11 +180,17 @@ fn c_layout_matches_rust_bindings() {
             ["V", m] => c_minor = m.parse().unwrap(),
             ["S", name, size] => {
                 let size: usize = size.parse().unwrap();
-                let (_, rust, _) = struct_sizes().into_iter().find(|(n, _, _)| n == name).unwrap();
+                let (_, rust, _) = struct_sizes()
+                    .into_iter()
+                    .find(|(n, _, _)| n == name)
+                    .unwrap();
                 if *name == "kfd_ioctl_create_queue_args" {
                     // 1.11..1.16 headers end after ctl_stack_size (88 bytes); 1.17+ adds
                     // sdma_engine_id + pad (96). The kernel accepts both (size tolerance).
-                    assert!(size == 88 || size == 96, "system create_queue args are {size} bytes");
+                    assert!(
+                        size == 88 || size == 96,
+                        "system create_queue args are {size} bytes"
+                    );
                     assert_eq!(rust, 96);
                 } else {
                     assert_eq!(size, rust, "sizeof(struct {name}): C {size}, Rust {rust}");
@@ -153,8 +198,18 @@ fn c_layout_matches_rust_bindings() {
                 structs += 1;
             }
             ["F", s, f, off, size] => {
-                let (_, _, ro, rs, _) = shared_fields().into_iter().find(|(a, b, ..)| a == s && b == f).unwrap();
-                assert_eq!((off.parse::<usize>().unwrap(), size.parse::<usize>().unwrap()), (ro, rs), "{s}.{f}: C (offset, size) vs Rust");
+                let (_, _, ro, rs, _) = shared_fields()
+                    .into_iter()
+                    .find(|(a, b, ..)| a == s && b == f)
+                    .unwrap();
+                assert_eq!(
+                    (
+                        off.parse::<usize>().unwrap(),
+                        size.parse::<usize>().unwrap()
+                    ),
+                    (ro, rs),
+                    "{s}.{f}: C (offset, size) vs Rust"
+                );
                 fields += 1;
             }
             ["I", name, num] => {
@@ -162,7 +217,11 @@ fn c_layout_matches_rust_bindings() {
                 let (_, rust, _) = ioctls().into_iter().find(|(n, _, _)| n == name).unwrap();
                 if *name == "AMDKFD_IOC_CREATE_QUEUE" && c != rust {
                     // Same direction, type and nr; only the encoded size (88 vs 96) differs.
-                    assert_eq!(c & !0x3fff_0000, rust & !0x3fff_0000, "{name}: C {c:#x} vs Rust {rust:#x}");
+                    assert_eq!(
+                        c & !0x3fff_0000,
+                        rust & !0x3fff_0000,
+                        "{name}: C {c:#x} vs Rust {rust:#x}"
+                    );
                     assert_eq!((c >> 16) & 0x3fff, 88);
                 } else {
                     assert_eq!(c, rust, "{name}: C {c:#x} vs Rust {rust:#x}");
@@ -172,8 +231,14 @@ fn c_layout_matches_rust_bindings() {
             _ => panic!("unexpected probe line {line:?}"),
         }
     }
-    println!("cross-checked {structs} structs, {fields} fields, {numbers} request numbers against {} (KFD 1.{c_minor})", header.display());
-    assert!(structs >= 11 && fields >= 49 && numbers >= 11, "probe printed too little: {text}");
+    println!(
+        "cross-checked {structs} structs, {fields} fields, {numbers} request numbers against {} (KFD 1.{c_minor})",
+        header.display()
+    );
+    assert!(
+        structs >= 11 && fields >= 49 && numbers >= 11,
+        "probe printed too little: {text}"
+    );
     if c_minor >= 13 {
         assert!(structs >= 16 && numbers >= 13);
     }

@@ -2,6 +2,7 @@
 #![forbid(unsafe_code)]
 
 mod ps;
+mod run;
 mod table;
 mod topology;
 
@@ -21,7 +22,13 @@ use crate::kfd::Root;
 #[command(name = "kfdq", version, propagate_version = true, max_term_width = 100)]
 pub struct Cli {
     /// Root prefix for /dev/kfd, /dev/dri and /sys/class/kfd (a kfd-emu mount point in tests).
-    #[arg(long, global = true, env = "KFDQ_ROOT", value_name = "DIR", default_value = "/")]
+    #[arg(
+        long,
+        global = true,
+        env = "KFDQ_ROOT",
+        value_name = "DIR",
+        default_value = "/"
+    )]
     pub root: PathBuf,
 
     /// Print JSON instead of tables (stable field names, for scripts).
@@ -46,6 +53,29 @@ pub enum Command {
     ///
     /// Read from /sys/class/kfd/kfd/proc, which is world-readable; no privileges needed.
     Ps,
+    /// Run a command under the launch shim (LD_PRELOAD libkfdq_shim.so) with a class or priority.
+    ///
+    /// The shim maps every HIP stream, the null stream included, to a managed KFD queue and
+    /// writes the class's priority into each queue it creates. Classes: latency (KFD 11..=15),
+    /// normal (7..=10), batch (0..=6); HIP stream priorities map inside the class band.
+    /// Example: `kfdq run --class latency -- ./inference-server`.
+    Run {
+        /// Priority class of the process (latency, normal, batch).
+        #[arg(long, value_name = "CLASS")]
+        class: Option<String>,
+        /// Force this KFD priority (0..=15) on every queue instead of a class band.
+        #[arg(long, value_name = "0..=15")]
+        priority: Option<u32>,
+        /// Agent socket the shim connects to (default: none; static priorities only).
+        #[arg(long, value_name = "PATH")]
+        socket: Option<PathBuf>,
+        /// Shim library (default: $KFDQ_SHIM, next to kfdq, /usr/local/lib/kfdq, /usr/lib/kfdq).
+        #[arg(long, value_name = "PATH")]
+        shim: Option<PathBuf>,
+        /// The command and its arguments.
+        #[arg(last = true, required = true, value_name = "COMMAND")]
+        command: Vec<String>,
+    },
 }
 
 /// Runs the CLI; returns the process exit code.
@@ -56,6 +86,22 @@ pub fn main() -> ExitCode {
     let result = match cli.command {
         Command::Topology => topology::run(&root, cli.json),
         Command::Ps => ps::run(&root, cli.json),
+        Command::Run {
+            class,
+            priority,
+            socket,
+            shim,
+            command,
+        } => run::run(
+            &root,
+            run::RunOptions {
+                class: class.as_deref(),
+                priority,
+                socket: socket.as_deref(),
+                shim: shim.as_deref(),
+                command: &command,
+            },
+        ),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -67,8 +113,12 @@ pub fn main() -> ExitCode {
 }
 
 fn init_logging() {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("KFDQ_LOG").unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
+    let filter = tracing_subscriber::EnvFilter::try_from_env("KFDQ_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
 }
 
 /// Errors of CLI commands: what failed, with a hint a person can act on.
@@ -84,20 +134,33 @@ pub enum CliError {
         /// A hint (leading newline included) or empty.
         hint: String,
     },
+    /// The command line asked for something impossible; the text says what to do instead.
+    #[error("{0}")]
+    Usage(String),
     /// Output could not be written or serialised.
     #[error("writing output: {0}")]
     Output(String),
 }
 
-pub(crate) fn kfd_error(doing: impl Into<String>, root: &Root, source: crate::kfd::Error) -> CliError {
+pub(crate) fn kfd_error(
+    doing: impl Into<String>,
+    root: &Root,
+    source: crate::kfd::Error,
+) -> CliError {
     let hint = match &source {
-        crate::kfd::Error::Io { source: io, .. } if io.kind() == std::io::ErrorKind::NotFound => format!(
-            "\n  hint: no amdkfd under {} — is the amdgpu driver loaded? On a machine without an AMD GPU, mount the emulator (`kfd-emu --mount DIR`) and pass --root DIR",
-            root.path().display()
-        ),
+        crate::kfd::Error::Io { source: io, .. } if io.kind() == std::io::ErrorKind::NotFound => {
+            format!(
+                "\n  hint: no amdkfd under {} — is the amdgpu driver loaded? On a machine without an AMD GPU, mount the emulator (`kfd-emu --mount DIR`) and pass --root DIR",
+                root.path().display()
+            )
+        }
         _ => String::new(),
     };
-    CliError::Kfd { doing: doing.into(), source, hint }
+    CliError::Kfd {
+        doing: doing.into(),
+        source,
+        hint,
+    }
 }
 
 pub(crate) fn print_json<T: serde::Serialize>(value: &T) -> Result<(), CliError> {

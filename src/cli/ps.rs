@@ -6,56 +6,176 @@ use super::table::Table;
 use super::{CliError, kfd_error, print_json};
 use crate::kfd::Root;
 use crate::kfd::procfs::{self, ProcQueue};
+use crate::proto::state::read_registry;
+use crate::proto::{QueueInfo, Registry, StreamInfo, StreamKind};
 
 #[derive(Serialize)]
 struct QueueView<'a> {
     #[serde(flatten)]
     queue: &'a ProcQueue,
     type_name: &'static str,
+    /// From the shim's registry, when the process runs under it.
+    managed: Option<&'a QueueInfo>,
+    /// Streams on this queue (shim registry).
+    streams: Vec<&'a StreamInfo>,
 }
 
 #[derive(Serialize)]
 struct ProcessView<'a> {
     pid: u32,
     command: Option<String>,
+    /// Class from the shim's registry.
+    class: Option<&'a str>,
+    /// True when the process runs under libkfdq_shim.so.
+    shim: bool,
     queues: Vec<QueueView<'a>>,
+    warnings: &'a [String],
+}
+
+fn stream_label(s: &StreamInfo) -> String {
+    match s.kind {
+        StreamKind::Null => "null".into(),
+        StreamKind::PerThread => format!("per-thread#{}", s.stream_id),
+        StreamKind::Created => match &s.creator {
+            Some(lib) => format!("#{}({lib})", s.stream_id),
+            None => format!("#{}", s.stream_id),
+        },
+    }
 }
 
 fn command_of(pid: u32) -> Option<String> {
-    std::fs::read_to_string(format!("/proc/{pid}/comm")).ok().map(|s| s.trim().to_string())
+    std::fs::read_to_string(format!("/proc/{pid}/comm"))
+        .ok()
+        .map(|s| s.trim().to_string())
 }
 
 pub(super) fn run(root: &Root, json: bool) -> Result<(), CliError> {
     let procs = procfs::processes(root).map_err(|e| kfd_error("listing KFD processes", root, e))?;
+    let registries: Vec<Option<Registry>> = procs.iter().map(|p| read_registry(p.pid)).collect();
     let views: Vec<ProcessView<'_>> = procs
         .iter()
-        .map(|p| ProcessView {
+        .zip(&registries)
+        .map(|(p, reg)| ProcessView {
             pid: p.pid,
             command: command_of(p.pid),
-            queues: p.queues.iter().map(|q| QueueView { queue: q, type_name: q.type_name() }).collect(),
+            class: reg.as_ref().and_then(|r| r.class.as_deref()),
+            shim: reg.is_some(),
+            queues: p
+                .queues
+                .iter()
+                .map(|q| {
+                    let managed = reg.as_ref().and_then(|r| {
+                        r.queues
+                            .iter()
+                            .find(|m| m.queue_id == q.queue_id.0 && m.gpu_id == q.gpu_id.0)
+                    });
+                    let streams = reg
+                        .as_ref()
+                        .map(|r| {
+                            r.streams
+                                .iter()
+                                .filter(|s| s.queue_id == Some(q.queue_id.0))
+                                .collect()
+                        })
+                        .unwrap_or_default();
+                    QueueView {
+                        queue: q,
+                        type_name: q.type_name(),
+                        managed,
+                        streams,
+                    }
+                })
+                .collect(),
+            warnings: reg.as_ref().map(|r| r.warnings.as_slice()).unwrap_or(&[]),
         })
         .collect();
     if json {
         return print_json(&views);
     }
-    let mut t = Table::new(&[">PID", "COMMAND", ">QUEUE", "GPU_ID", "TYPE", ">RING_BYTES"]);
+    let mut t = Table::new(&[
+        ">PID",
+        "COMMAND",
+        "CLASS",
+        ">QUEUE",
+        "GPU_ID",
+        "TYPE",
+        ">RING_BYTES",
+        ">PRIO",
+        "STREAMS",
+        "STATE",
+    ]);
     for p in &views {
         let cmd = p.command.clone().unwrap_or_else(|| "?".into());
+        let class = if p.shim {
+            p.class.unwrap_or("-").to_string()
+        } else {
+            "(no shim)".into()
+        };
         if p.queues.is_empty() {
-            t.row(vec![p.pid.to_string(), cmd.clone(), "-".into(), "-".into(), "-".into(), "-".into()]);
-        }
-        for q in &p.queues {
             t.row(vec![
                 p.pid.to_string(),
                 cmd.clone(),
+                class.clone(),
+                "-".into(),
+                "-".into(),
+                "-".into(),
+                "-".into(),
+                "-".into(),
+                "-".into(),
+                "-".into(),
+            ]);
+        }
+        for q in &p.queues {
+            let (prio, state) = match q.managed {
+                Some(m) => (
+                    if m.effective_priority == m.requested_priority {
+                        m.effective_priority.to_string()
+                    } else {
+                        format!("{} (asked {})", m.effective_priority, m.requested_priority)
+                    },
+                    if m.suspended {
+                        "suspended"
+                    } else if m.deactivated {
+                        "deactivated"
+                    } else if q.streams.iter().any(|s| s.held) {
+                        "held"
+                    } else if m.busy {
+                        "busy"
+                    } else {
+                        "idle"
+                    },
+                ),
+                None => ("?".into(), "?"),
+            };
+            let streams = if q.streams.is_empty() {
+                "-".to_string()
+            } else {
+                q.streams
+                    .iter()
+                    .map(|s| stream_label(s))
+                    .collect::<Vec<_>>()
+                    .join(",")
+            };
+            t.row(vec![
+                p.pid.to_string(),
+                cmd.clone(),
+                class.clone(),
                 q.queue.queue_id.0.to_string(),
                 format!("{:#06x}", q.queue.gpu_id.0),
                 q.type_name.into(),
                 q.queue.ring_size.to_string(),
+                prio,
+                streams,
+                state.into(),
             ]);
         }
     }
     print!("{}", t.render());
+    for p in &views {
+        for w in p.warnings {
+            println!("warning: pid {}: {w}", p.pid);
+        }
+    }
     let nq: usize = views.iter().map(|p| p.queues.len()).sum();
     println!("{} process(es) with KFD state, {nq} queue(s).", views.len());
     Ok(())

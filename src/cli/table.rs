@@ -12,7 +12,10 @@ impl Table {
     /// A table with these column names; names starting with `>` are right-aligned.
     pub fn new(columns: &[&str]) -> Self {
         Table {
-            header: columns.iter().map(|c| c.trim_start_matches('>').to_string()).collect(),
+            header: columns
+                .iter()
+                .map(|c| c.trim_start_matches('>').to_string())
+                .collect(),
             right: columns.iter().map(|c| c.starts_with('>')).collect(),
             rows: Vec::new(),
         }

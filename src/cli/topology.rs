@@ -68,7 +68,14 @@ pub(super) fn run(root: &Root, json: bool) -> Result<(), CliError> {
             hw_queue_slots: n.hw_queue_slots(),
             resident_queue_limit: n.resident_queue_limit(),
             render_minor: n.render_minor().filter(|_| n.is_gpu()),
-            cwsr: n.is_gpu().then(|| n.cwsr_sizes().ok()).flatten().map(|s| CwsrView { bytes_per_queue: s.total(), sizes: s }),
+            cwsr: n
+                .is_gpu()
+                .then(|| n.cwsr_sizes().ok())
+                .flatten()
+                .map(|s| CwsrView {
+                    bytes_per_queue: s.total(),
+                    sizes: s,
+                }),
             properties: &n.properties,
         })
         .collect();
@@ -83,29 +90,58 @@ pub(super) fn run(root: &Root, json: bool) -> Result<(), CliError> {
         return print_json(&view);
     }
     match (version, version_err) {
-        (Some(v), _) => println!("amdkfd {}.{} at {}", v.major, v.minor, root.kfd_device().display()),
+        (Some(v), _) => println!(
+            "amdkfd {}.{} at {}",
+            v.major,
+            v.minor,
+            root.kfd_device().display()
+        ),
         (None, Some(e)) => println!("amdkfd: not usable ({e})"),
         _ => {}
     }
-    let mut t = Table::new(&["NODE", "GPU_ID", "GFX", "DEVICE", ">CUS", ">XCCS", ">HQDS", ">RESIDENT", ">CWSR_MIB/QUEUE", "SIZES", "RENDER"]);
+    let mut t = Table::new(&[
+        "NODE",
+        "GPU_ID",
+        "GFX",
+        "DEVICE",
+        ">CUS",
+        ">XCCS",
+        ">HQDS",
+        ">RESIDENT",
+        ">CWSR_MIB/QUEUE",
+        "SIZES",
+        "RENDER",
+    ]);
     for n in view.nodes.iter().filter(|n| n.kind == "gpu") {
         t.row(vec![
             n.node.to_string(),
             n.gpu_id.map(|g| format!("{g:#06x}")).unwrap_or_default(),
             n.gfx_target.clone().unwrap_or_else(|| "?".into()),
-            n.device_id.map(|d| format!("{d:#06x}")).unwrap_or_else(|| "?".into()),
+            n.device_id
+                .map(|d| format!("{d:#06x}"))
+                .unwrap_or_else(|| "?".into()),
             n.compute_units.to_string(),
             n.num_xcc.to_string(),
             n.hw_queue_slots.to_string(),
             n.resident_queue_limit.to_string(),
-            n.cwsr.as_ref().map(|c| mib(c.bytes_per_queue)).unwrap_or_else(|| "?".into()),
-            n.cwsr.as_ref().map(|c| format!("{:?}", c.sizes.source).to_lowercase()).unwrap_or_default(),
-            n.render_minor.map(|m| format!("renderD{m}")).unwrap_or_default(),
+            n.cwsr
+                .as_ref()
+                .map(|c| mib(c.bytes_per_queue))
+                .unwrap_or_else(|| "?".into()),
+            n.cwsr
+                .as_ref()
+                .map(|c| format!("{:?}", c.sizes.source).to_lowercase())
+                .unwrap_or_default(),
+            n.render_minor
+                .map(|m| format!("renderD{m}"))
+                .unwrap_or_default(),
         ]);
     }
     print!("{}", t.render());
     let cpus = view.nodes.iter().filter(|n| n.kind == "cpu").count();
     let gpus = view.nodes.len() - cpus;
-    println!("{gpus} GPU partition(s), {cpus} CPU node(s). HQDS = num_cp_queues x XCCs; RESIDENT = active queues before the runlist is time-sliced.");
+    println!(
+        "{gpus} GPU partition(s), {cpus} CPU node(s). HQDS = num_cp_queues x XCCs; RESIDENT = active queues before the runlist is time-sliced."
+    );
     Ok(())
 }

@@ -137,7 +137,8 @@ impl<'k> Signal<'k> {
     /// A user signal on `gpu` with `initial` value.
     pub fn new(kfd: &'k Kfd, gpu: GpuId, initial: i64) -> Result<Self> {
         let mem = kfd.alloc_userptr(gpu, 4096, AllocFlags::WRITABLE | AllocFlags::UNCACHED)?;
-        mem.atomic_u64(SIGNAL_KIND)?.store(SIGNAL_KIND_USER, std::sync::atomic::Ordering::Release);
+        mem.atomic_u64(SIGNAL_KIND)?
+            .store(SIGNAL_KIND_USER, std::sync::atomic::Ordering::Release);
         let s = Signal { mem };
         s.set(initial)?;
         Ok(s)
@@ -150,12 +151,17 @@ impl<'k> Signal<'k> {
 
     /// Current value.
     pub fn value(&self) -> Result<i64> {
-        Ok(self.mem.atomic_u64(SIGNAL_VALUE)?.load(std::sync::atomic::Ordering::Acquire) as i64)
+        Ok(self
+            .mem
+            .atomic_u64(SIGNAL_VALUE)?
+            .load(std::sync::atomic::Ordering::Acquire) as i64)
     }
 
     /// Sets the value.
     pub fn set(&self, v: i64) -> Result<()> {
-        self.mem.atomic_u64(SIGNAL_VALUE)?.store(v as u64, std::sync::atomic::Ordering::Release);
+        self.mem
+            .atomic_u64(SIGNAL_VALUE)?
+            .store(v as u64, std::sync::atomic::Ordering::Release);
         Ok(())
     }
 }
@@ -169,9 +175,15 @@ mod tests {
         let p = DispatchPacket::new(0x1122_3344_5566_7788, 256, 64).with_duration_ns(5000);
         let b = p.to_bytes();
         assert_eq!(b[0] & 0xff, PacketType::KernelDispatch as u8);
-        assert_eq!(u16::from_le_bytes([b[0], b[1]]) & HEADER_BARRIER, HEADER_BARRIER);
+        assert_eq!(
+            u16::from_le_bytes([b[0], b[1]]) & HEADER_BARRIER,
+            HEADER_BARRIER
+        );
         assert_eq!(u32::from_le_bytes(b[12..16].try_into().unwrap()), 256);
-        assert_eq!(u64::from_le_bytes(b[32..40].try_into().unwrap()), 0x1122_3344_5566_7788);
+        assert_eq!(
+            u64::from_le_bytes(b[32..40].try_into().unwrap()),
+            0x1122_3344_5566_7788
+        );
         assert_eq!(u64::from_le_bytes(b[48..56].try_into().unwrap()), 5000);
         assert_eq!(p.header_word() & 0xffff, u32::from(p.header));
     }

@@ -69,7 +69,11 @@ impl CwsrSizes {
         };
         let wave_size = if gfx10_plus { 12 } else { 8 };
         let ctl_formula = align(CTL_STACK_HEADER + wave_num * wave_size + 8, PAGE);
-        let vgpr = if gfx.major == 9 && (gfx.minor == 4 || gfx.minor == 5 || (gfx.minor == 0 && (gfx.stepping == 8 || gfx.stepping == 0xa))) {
+        let vgpr = if gfx.major == 9
+            && (gfx.minor == 4
+                || gfx.minor == 5
+                || (gfx.minor == 0 && (gfx.stepping == 8 || gfx.stepping == 0xa)))
+        {
             0x80000
         } else {
             0x40000
@@ -81,10 +85,11 @@ impl CwsrSizes {
         };
         let wg_data = align(cu_num * (vgpr + 0x4000 + lds + 0x1000), PAGE);
         let debug_memory_size = align(wave_num * 32, 64);
-        let (cwsr_size, ctl_stack_size, source) = match (node.prop("cwsr_size"), node.prop("ctl_stack_size")) {
-            (Some(c), Some(s)) => (c, s, SizeSource::Sysfs),
-            _ => (ctl_formula + wg_data, ctl_formula, SizeSource::Formula),
-        };
+        let (cwsr_size, ctl_stack_size, source) =
+            match (node.prop("cwsr_size"), node.prop("ctl_stack_size")) {
+                (Some(c), Some(s)) => (c, s, SizeSource::Sysfs),
+                _ => (ctl_formula + wg_data, ctl_formula, SizeSource::Formula),
+            };
         Ok(CwsrSizes {
             cwsr_size,
             ctl_stack_size,
@@ -97,7 +102,10 @@ impl CwsrSizes {
 
     /// Bytes of the whole CWSR allocation: `ALIGN((cwsr + debug) x num_xcc, 4096)`.
     pub fn total(&self) -> u64 {
-        align((self.cwsr_size + self.debug_memory_size) * u64::from(self.num_xcc), PAGE)
+        align(
+            (self.cwsr_size + self.debug_memory_size) * u64::from(self.num_xcc),
+            PAGE,
+        )
     }
 
     /// The context-save-area header of XCC `xcc` (libhsakmt's layout rule).
@@ -121,7 +129,10 @@ mod tests {
             index: 1,
             gpu_id: Some(crate::kfd::GpuId(1)),
             name: "ip discovery".into(),
-            properties: props.iter().map(|(k, v)| (k.to_string(), *v)).collect::<BTreeMap<_, _>>(),
+            properties: props
+                .iter()
+                .map(|(k, v)| (k.to_string(), *v))
+                .collect::<BTreeMap<_, _>>(),
         }
     }
 

@@ -97,7 +97,11 @@ impl DebugAttachment {
 }
 
 fn trap_args(pid: u32, op: u32) -> sys::kfd_ioctl_dbg_trap_args {
-    sys::kfd_ioctl_dbg_trap_args { pid, op, __bindgen_anon_1: Default::default() }
+    sys::kfd_ioctl_dbg_trap_args {
+        pid,
+        op,
+        __bindgen_anon_1: Default::default(),
+    }
 }
 
 fn statuses(ids: &[u32]) -> Vec<QueueStatus> {
@@ -126,7 +130,13 @@ pub fn runtime_enable(fd: BorrowedFd<'_>, r_debug: u64, ttmp_save: bool) -> Resu
 
 /// DBG_TRAP SUSPEND_QUEUES on `pid`'s `queues` with `grace_period` (1K-clock units), clearing
 /// `clear_exceptions` on the suspended ones. Returns (newly suspended count, status per queue).
-pub fn suspend_queues(fd: BorrowedFd<'_>, pid: u32, queues: &[QueueId], grace_period: u32, clear_exceptions: u64) -> Result<(u32, Vec<QueueStatus>)> {
+pub fn suspend_queues(
+    fd: BorrowedFd<'_>,
+    pid: u32,
+    queues: &[QueueId],
+    grace_period: u32,
+    clear_exceptions: u64,
+) -> Result<(u32, Vec<QueueStatus>)> {
     let mut ids: Vec<u32> = queues.iter().map(|q| q.0).collect();
     let mut args = trap_args(pid, sys::KFD_IOC_DBG_TRAP_SUSPEND_QUEUES as u32);
     args.__bindgen_anon_1.suspend_queues = sys::kfd_ioctl_dbg_trap_suspend_queues_args {
@@ -141,7 +151,11 @@ pub fn suspend_queues(fd: BorrowedFd<'_>, pid: u32, queues: &[QueueId], grace_pe
 }
 
 /// DBG_TRAP RESUME_QUEUES on `pid`'s `queues`. Returns (resumed count, status per queue).
-pub fn resume_queues(fd: BorrowedFd<'_>, pid: u32, queues: &[QueueId]) -> Result<(u32, Vec<QueueStatus>)> {
+pub fn resume_queues(
+    fd: BorrowedFd<'_>,
+    pid: u32,
+    queues: &[QueueId],
+) -> Result<(u32, Vec<QueueStatus>)> {
     let mut ids: Vec<u32> = queues.iter().map(|q| q.0).collect();
     let mut args = trap_args(pid, sys::KFD_IOC_DBG_TRAP_RESUME_QUEUES as u32);
     args.__bindgen_anon_1.resume_queues = sys::kfd_ioctl_dbg_trap_resume_queues_args {
@@ -154,7 +168,12 @@ pub fn resume_queues(fd: BorrowedFd<'_>, pid: u32, queues: &[QueueId]) -> Result
     Ok((n.max(0) as u32, statuses(&ids)))
 }
 
-fn snapshot_call(fd: BorrowedFd<'_>, pid: u32, clear: u64, buf: &mut [sys::kfd_queue_snapshot_entry]) -> Result<usize> {
+fn snapshot_call(
+    fd: BorrowedFd<'_>,
+    pid: u32,
+    clear: u64,
+    buf: &mut [sys::kfd_queue_snapshot_entry],
+) -> Result<usize> {
     let mut args = trap_args(pid, sys::KFD_IOC_DBG_TRAP_GET_QUEUE_SNAPSHOT as u32);
     args.__bindgen_anon_1.queue_snapshot = sys::kfd_ioctl_dbg_trap_queue_snapshot_args {
         exception_mask: clear,
@@ -169,7 +188,11 @@ fn snapshot_call(fd: BorrowedFd<'_>, pid: u32, clear: u64, buf: &mut [sys::kfd_q
 }
 
 /// DBG_TRAP GET_QUEUE_SNAPSHOT on `pid`, clearing `clear_exceptions` on every queue.
-pub fn queue_snapshot(fd: BorrowedFd<'_>, pid: u32, clear_exceptions: u64) -> Result<Vec<QueueSnapshot>> {
+pub fn queue_snapshot(
+    fd: BorrowedFd<'_>,
+    pid: u32,
+    clear_exceptions: u64,
+) -> Result<Vec<QueueSnapshot>> {
     // Two-call sizing: learn the count, then fetch; retry if queues appeared meanwhile.
     let mut total = snapshot_call(fd, pid, 0, &mut [])?;
     loop {
@@ -212,8 +235,9 @@ impl Kfd {
     /// DBG_TRAP ENABLE on `pid` (this process, or one we trace), subscribing to `exceptions`.
     pub fn dbg_enable(&self, pid: u32, exceptions: u64) -> Result<DebugAttachment> {
         self.require_debugger_api("DBG_TRAP")?;
-        let (read, write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC | nix::fcntl::OFlag::O_NONBLOCK)
-            .map_err(|e| Error::io("pipe2", e.into()))?;
+        let (read, write) =
+            nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC | nix::fcntl::OFlag::O_NONBLOCK)
+                .map_err(|e| Error::io("pipe2", e.into()))?;
         let mut info = sys::kfd_runtime_info::default();
         let mut args = trap_args(pid, sys::KFD_IOC_DBG_TRAP_ENABLE as u32);
         args.__bindgen_anon_1.enable = sys::kfd_ioctl_dbg_trap_enable_args {
@@ -226,7 +250,11 @@ impl Kfd {
         unsafe { ioctl::dbg_trap(self.as_fd(), &mut args)? };
         Ok(DebugAttachment {
             pid,
-            runtime: RuntimeInfo { r_debug: info.r_debug, runtime_state: info.runtime_state, ttmp_setup: info.ttmp_setup },
+            runtime: RuntimeInfo {
+                r_debug: info.r_debug,
+                runtime_state: info.runtime_state,
+                ttmp_setup: info.ttmp_setup,
+            },
             events: read,
             _write_end: write,
         })
@@ -248,7 +276,12 @@ impl Kfd {
     }
 
     /// DBG_TRAP SUSPEND_QUEUES; see [`suspend_queues`].
-    pub fn suspend_queues(&self, pid: u32, queues: &[QueueId], grace_period: u32) -> Result<(u32, Vec<QueueStatus>)> {
+    pub fn suspend_queues(
+        &self,
+        pid: u32,
+        queues: &[QueueId],
+        grace_period: u32,
+    ) -> Result<(u32, Vec<QueueStatus>)> {
         self.require_debugger_api("DBG_TRAP")?;
         suspend_queues(self.as_fd(), pid, queues, grace_period, 0)
     }
@@ -267,12 +300,18 @@ mod tests {
     #[test]
     fn queue_new_mask_is_bit_30() {
         assert_eq!(EXCEPTION_QUEUE_NEW, 0x4000_0000);
-        assert_eq!(sys::KFD_DBG_QUEUE_ERROR_MASK as u32 | sys::KFD_DBG_QUEUE_INVALID_MASK as u32, 0xC000_0000);
+        assert_eq!(
+            sys::KFD_DBG_QUEUE_ERROR_MASK as u32 | sys::KFD_DBG_QUEUE_INVALID_MASK as u32,
+            0xC000_0000
+        );
     }
 
     #[test]
     fn status_bits_decode() {
         let raw = [3, 4 | (1 << 31), 5 | (1 << 30)];
-        assert_eq!(statuses(&raw), vec![QueueStatus::Ok, QueueStatus::Invalid, QueueStatus::Error]);
+        assert_eq!(
+            statuses(&raw),
+            vec![QueueStatus::Ok, QueueStatus::Invalid, QueueStatus::Error]
+        );
     }
 }

@@ -114,7 +114,11 @@ impl Kfd {
         if self.caps.debugger_api {
             Ok(())
         } else {
-            Err(Error::NeedsNewerKfd { what, needs_minor: DEBUGGER_API_MINOR, have_minor: self.version.minor })
+            Err(Error::NeedsNewerKfd {
+                what,
+                needs_minor: DEBUGGER_API_MINOR,
+                have_minor: self.version.minor,
+            })
         }
     }
 
@@ -134,7 +138,10 @@ impl Kfd {
             return Ok(());
         }
         let minor = node.render_minor().ok_or_else(|| Error::Sysfs {
-            path: self.root.topology_dir().join(format!("nodes/{}/properties", node.index)),
+            path: self
+                .root
+                .topology_dir()
+                .join(format!("nodes/{}/properties", node.index)),
             what: "no drm_render_minor".into(),
         })?;
         let path = self.root.render_node(minor);
@@ -145,7 +152,13 @@ impl Kfd {
             .open(&path)
             .map_err(|e| Error::io(&path, e))?;
         ioctl::acquire_vm(self.fd.as_fd(), render.as_fd(), gpu)?;
-        vms.insert(gpu, GpuVm { render, doorbells: None });
+        vms.insert(
+            gpu,
+            GpuVm {
+                render,
+                doorbells: None,
+            },
+        );
         Ok(())
     }
 

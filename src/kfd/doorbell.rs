@@ -28,10 +28,13 @@ impl DoorbellPage {
     /// Rings the 64-bit doorbell at `offset_in_page` with `value` (the new AQL write index).
     pub fn ring(&self, offset_in_page: u64, value: u64) -> Result<()> {
         if offset_in_page % 8 != 0 || offset_in_page + 8 > DOORBELL_PAGE_SIZE {
-            return Err(Error::InvalidArgument(format!("doorbell offset {offset_in_page:#x} is not an 8-byte slot of the page")));
+            return Err(Error::InvalidArgument(format!(
+                "doorbell offset {offset_in_page:#x} is not an 8-byte slot of the page"
+            )));
         }
         // SAFETY: in bounds and 8-byte aligned (checked above); the mapping lives as long as self.
-        let cell = unsafe { &*(self.map.as_mut_ptr().add(offset_in_page as usize) as *const AtomicU64) };
+        let cell =
+            unsafe { &*(self.map.as_mut_ptr().add(offset_in_page as usize) as *const AtomicU64) };
         cell.store(value, Ordering::Release);
         Ok(())
     }
@@ -40,7 +43,11 @@ impl DoorbellPage {
 impl Kfd {
     /// The doorbell page of `gpu` for a queue whose CREATE_QUEUE returned `doorbell_offset`;
     /// mapped on first use, then shared. Returns the page and the queue's offset in it.
-    pub(crate) fn doorbell_page(&self, gpu: GpuId, doorbell_offset: u64) -> Result<(Arc<DoorbellPage>, u64)> {
+    pub(crate) fn doorbell_page(
+        &self,
+        gpu: GpuId,
+        doorbell_offset: u64,
+    ) -> Result<(Arc<DoorbellPage>, u64)> {
         let in_page = doorbell_offset & (DOORBELL_PAGE_SIZE - 1);
         let base = doorbell_offset & !(DOORBELL_PAGE_SIZE - 1);
         let mut vms = self.vms();
@@ -54,8 +61,14 @@ impl Kfd {
             .offset(base)
             .len(DOORBELL_PAGE_SIZE as usize)
             .map_raw(self.as_raw_fd())
-            .map_err(|source| Error::Mmap { what: "doorbell page", source })?;
-        let page = Arc::new(DoorbellPage { map, mmap_offset: base });
+            .map_err(|source| Error::Mmap {
+                what: "doorbell page",
+                source,
+            })?;
+        let page = Arc::new(DoorbellPage {
+            map,
+            mmap_offset: base,
+        });
         vm.doorbells = Some(Arc::clone(&page));
         Ok((page, in_page))
     }

@@ -85,9 +85,21 @@ impl IoctlError {
     pub fn rule(&self) -> String {
         use Errno::*;
         use KfdIoctl::*;
-        let gpu = self.context.gpu.map(|g| format!(" on gpu {g}")).unwrap_or_default();
-        let queue = self.context.queue.map(|q| format!(" {q}")).unwrap_or_default();
-        let pid = self.context.pid.map(|p| format!(" on pid {p}")).unwrap_or_default();
+        let gpu = self
+            .context
+            .gpu
+            .map(|g| format!(" on gpu {g}"))
+            .unwrap_or_default();
+        let queue = self
+            .context
+            .queue
+            .map(|q| format!(" {q}"))
+            .unwrap_or_default();
+        let pid = self
+            .context
+            .pid
+            .map(|p| format!(" on pid {p}"))
+            .unwrap_or_default();
         match (self.ioctl, self.errno) {
             (_, ENOTTY) => format!(
                 "{} is not supported by this amdkfd (unknown ioctl number or an fd that is not /dev/kfd)",
@@ -102,12 +114,15 @@ impl IoctlError {
             (CreateQueue, EFAULT) => "CREATE_QUEUE: a ring, pointer, EOP or CWSR address is not a user-space address".into(),
             (CreateQueue, EPERM) => "CREATE_QUEUE refused by the scheduler policy (device queue limit, or HWS without oversubscription is full)".into(),
             (GetQueueWaveState, EINVAL) => format!(
-                "GET_QUEUE_WAVE_STATE{queue}: the queue must exist, be a compute queue with CWSR, and be inactive (deactivate or suspend it first)"
+                "GET_QUEUE_WAVE_STATE{queue}: the queue must be a compute queue with CWSR and inactive (deactivate or suspend it first)"
             ),
-            (UpdateQueue, EINVAL) => format!("UPDATE_QUEUE{queue}: unknown queue, priority > 15, percentage > 100 or ring size not a power of two"),
-            (UpdateQueue, EFAULT) => format!("UPDATE_QUEUE{queue}: the ring must be the exactly-sized mapping the queue was created with"),
+            (UpdateQueue, EINVAL) => format!("UPDATE_QUEUE{queue}: priority > 15, percentage > 100 or ring size not a power of two"),
+            (UpdateQueue, EFAULT) => format!(
+                "UPDATE_QUEUE{queue}: no such queue in this process, or the ring is not the exactly-sized mapping the queue was created with"
+            ),
+            (SetCuMask | GetQueueWaveState, EFAULT) => format!("{}{queue}: no such queue in this process, or the mask pointer is bad", self.ioctl),
             (DestroyQueue, EINVAL) => format!("DESTROY_QUEUE{queue}: no such queue in this process"),
-            (SetCuMask, EINVAL) => format!("SET_CU_MASK{queue}: unknown queue, or the mask's bit count is 0 or not a multiple of 32"),
+            (SetCuMask, EINVAL) => format!("SET_CU_MASK{queue}: the mask's bit count is 0 or not a multiple of 32"),
             (SetCuMask, EBUSY) => "SET_CU_MASK: a debugger CU-mask workaround is active on this GPU".into(),
             (AcquireVm, EBUSY) => format!("ACQUIRE_VM{gpu}: this process already acquired the VM with another render-node fd"),
             (AcquireVm, EINVAL) => format!("ACQUIRE_VM{gpu}: unknown gpu_id, or the fd is not that GPU's render node"),
@@ -159,7 +174,9 @@ pub enum Error {
         what: String,
     },
     /// The driver speaks an interface version kfdq does not.
-    #[error("amdkfd interface version {major}.{minor} is not supported: kfdq needs major version 1")]
+    #[error(
+        "amdkfd interface version {major}.{minor} is not supported: kfdq needs major version 1"
+    )]
     UnsupportedVersion {
         /// Major version reported by GET_VERSION.
         major: u32,
@@ -167,7 +184,9 @@ pub enum Error {
         minor: u32,
     },
     /// A feature needs a newer amdkfd.
-    #[error("{what} needs amdkfd interface 1.{needs_minor} or newer; this driver is 1.{have_minor}")]
+    #[error(
+        "{what} needs amdkfd interface 1.{needs_minor} or newer; this driver is 1.{have_minor}"
+    )]
     NeedsNewerKfd {
         /// The feature.
         what: &'static str,
@@ -191,7 +210,9 @@ pub enum Error {
         source: io::Error,
     },
     /// The AQL ring has no free slot.
-    #[error("{queue} ring is full ({capacity} packets in flight); wait for the GPU to consume some")]
+    #[error(
+        "{queue} ring is full ({capacity} packets in flight); wait for the GPU to consume some"
+    )]
     RingFull {
         /// The queue.
         queue: QueueId,
@@ -213,6 +234,9 @@ impl Error {
     }
 
     pub(crate) fn io(path: impl Into<PathBuf>, source: io::Error) -> Self {
-        Error::Io { path: path.into(), source }
+        Error::Io {
+            path: path.into(),
+            source,
+        }
     }
 }

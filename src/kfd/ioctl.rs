@@ -21,31 +21,96 @@ use super::types::{GpuId, QueueId};
 mod raw {
     use kfd_sys as sys;
 
-    nix::ioctl_read_bad!(get_version, sys::AMDKFD_IOC_GET_VERSION, sys::kfd_ioctl_get_version_args);
-    nix::ioctl_readwrite_bad!(create_queue, sys::AMDKFD_IOC_CREATE_QUEUE, sys::kfd_ioctl_create_queue_args);
-    nix::ioctl_readwrite_bad!(destroy_queue, sys::AMDKFD_IOC_DESTROY_QUEUE, sys::kfd_ioctl_destroy_queue_args);
-    nix::ioctl_write_ptr_bad!(update_queue, sys::AMDKFD_IOC_UPDATE_QUEUE, sys::kfd_ioctl_update_queue_args);
-    nix::ioctl_write_ptr_bad!(acquire_vm, sys::AMDKFD_IOC_ACQUIRE_VM, sys::kfd_ioctl_acquire_vm_args);
-    nix::ioctl_readwrite_bad!(alloc_memory_of_gpu, sys::AMDKFD_IOC_ALLOC_MEMORY_OF_GPU, sys::kfd_ioctl_alloc_memory_of_gpu_args);
-    nix::ioctl_write_ptr_bad!(free_memory_of_gpu, sys::AMDKFD_IOC_FREE_MEMORY_OF_GPU, sys::kfd_ioctl_free_memory_of_gpu_args);
-    nix::ioctl_readwrite_bad!(map_memory_to_gpu, sys::AMDKFD_IOC_MAP_MEMORY_TO_GPU, sys::kfd_ioctl_map_memory_to_gpu_args);
-    nix::ioctl_readwrite_bad!(unmap_memory_from_gpu, sys::AMDKFD_IOC_UNMAP_MEMORY_FROM_GPU, sys::kfd_ioctl_unmap_memory_from_gpu_args);
-    nix::ioctl_write_ptr_bad!(set_cu_mask, sys::AMDKFD_IOC_SET_CU_MASK, sys::kfd_ioctl_set_cu_mask_args);
-    nix::ioctl_readwrite_bad!(get_queue_wave_state, sys::AMDKFD_IOC_GET_QUEUE_WAVE_STATE, sys::kfd_ioctl_get_queue_wave_state_args);
-    nix::ioctl_readwrite_bad!(runtime_enable, sys::AMDKFD_IOC_RUNTIME_ENABLE, sys::kfd_ioctl_runtime_enable_args);
-    nix::ioctl_readwrite_bad!(dbg_trap, sys::AMDKFD_IOC_DBG_TRAP, sys::kfd_ioctl_dbg_trap_args);
+    nix::ioctl_read_bad!(
+        get_version,
+        sys::AMDKFD_IOC_GET_VERSION,
+        sys::kfd_ioctl_get_version_args
+    );
+    nix::ioctl_readwrite_bad!(
+        create_queue,
+        sys::AMDKFD_IOC_CREATE_QUEUE,
+        sys::kfd_ioctl_create_queue_args
+    );
+    nix::ioctl_readwrite_bad!(
+        destroy_queue,
+        sys::AMDKFD_IOC_DESTROY_QUEUE,
+        sys::kfd_ioctl_destroy_queue_args
+    );
+    nix::ioctl_write_ptr_bad!(
+        update_queue,
+        sys::AMDKFD_IOC_UPDATE_QUEUE,
+        sys::kfd_ioctl_update_queue_args
+    );
+    nix::ioctl_write_ptr_bad!(
+        acquire_vm,
+        sys::AMDKFD_IOC_ACQUIRE_VM,
+        sys::kfd_ioctl_acquire_vm_args
+    );
+    nix::ioctl_readwrite_bad!(
+        alloc_memory_of_gpu,
+        sys::AMDKFD_IOC_ALLOC_MEMORY_OF_GPU,
+        sys::kfd_ioctl_alloc_memory_of_gpu_args
+    );
+    nix::ioctl_write_ptr_bad!(
+        free_memory_of_gpu,
+        sys::AMDKFD_IOC_FREE_MEMORY_OF_GPU,
+        sys::kfd_ioctl_free_memory_of_gpu_args
+    );
+    nix::ioctl_readwrite_bad!(
+        map_memory_to_gpu,
+        sys::AMDKFD_IOC_MAP_MEMORY_TO_GPU,
+        sys::kfd_ioctl_map_memory_to_gpu_args
+    );
+    nix::ioctl_readwrite_bad!(
+        unmap_memory_from_gpu,
+        sys::AMDKFD_IOC_UNMAP_MEMORY_FROM_GPU,
+        sys::kfd_ioctl_unmap_memory_from_gpu_args
+    );
+    nix::ioctl_write_ptr_bad!(
+        set_cu_mask,
+        sys::AMDKFD_IOC_SET_CU_MASK,
+        sys::kfd_ioctl_set_cu_mask_args
+    );
+    nix::ioctl_readwrite_bad!(
+        get_queue_wave_state,
+        sys::AMDKFD_IOC_GET_QUEUE_WAVE_STATE,
+        sys::kfd_ioctl_get_queue_wave_state_args
+    );
+    nix::ioctl_readwrite_bad!(
+        runtime_enable,
+        sys::AMDKFD_IOC_RUNTIME_ENABLE,
+        sys::kfd_ioctl_runtime_enable_args
+    );
+    nix::ioctl_readwrite_bad!(
+        dbg_trap,
+        sys::AMDKFD_IOC_DBG_TRAP,
+        sys::kfd_ioctl_dbg_trap_args
+    );
 }
 
 fn check(ioctl: KfdIoctl, context: IoctlContext, r: nix::Result<i32>) -> Result<i32> {
-    r.map_err(|errno: Errno| IoctlError { ioctl, errno, context }.into())
+    r.map_err(|errno: Errno| {
+        IoctlError {
+            ioctl,
+            errno,
+            context,
+        }
+        .into()
+    })
 }
 
 fn gpu(g: u32) -> IoctlContext {
-    IoctlContext { gpu: Some(GpuId(g)), ..Default::default() }
+    IoctlContext {
+        gpu: Some(GpuId(g)),
+        ..Default::default()
+    }
 }
 
 fn queue(q: u32) -> IoctlContext {
-    IoctlContext { queue: Some(QueueId(q)), ..Default::default() }
+    IoctlContext {
+        queue: Some(QueueId(q)),
+        ..Default::default()
+    }
 }
 
 /// `ioctl(kfd, AMDKFD_IOC_GET_VERSION)` — the interface version (major, minor).
@@ -66,7 +131,10 @@ pub fn get_version(fd: BorrowedFd<'_>) -> Result<(u32, u32)> {
 /// the GPU, and unused by anything else until the queue is destroyed: the GPU reads and
 /// writes them for the queue's lifetime.
 #[doc(alias = "AMDKFD_IOC_CREATE_QUEUE")]
-pub unsafe fn create_queue(fd: BorrowedFd<'_>, args: &mut sys::kfd_ioctl_create_queue_args) -> Result<()> {
+pub unsafe fn create_queue(
+    fd: BorrowedFd<'_>,
+    args: &mut sys::kfd_ioctl_create_queue_args,
+) -> Result<()> {
     let ctx = gpu(args.gpu_id);
     // SAFETY: the struct is the kernel's layout; the caller upholds the buffer contract.
     let r = unsafe { raw::create_queue(fd.as_raw_fd(), args) };
@@ -78,7 +146,10 @@ pub unsafe fn create_queue(fd: BorrowedFd<'_>, args: &mut sys::kfd_ioctl_create_
 /// Blocks while a debugger holds the queue suspended.
 #[doc(alias = "AMDKFD_IOC_DESTROY_QUEUE")]
 pub fn destroy_queue(fd: BorrowedFd<'_>, queue_id: QueueId) -> Result<()> {
-    let mut args = sys::kfd_ioctl_destroy_queue_args { queue_id: queue_id.0, ..Default::default() };
+    let mut args = sys::kfd_ioctl_destroy_queue_args {
+        queue_id: queue_id.0,
+        ..Default::default()
+    };
     // SAFETY: plain-value argument struct owned by this frame.
     let r = unsafe { raw::destroy_queue(fd.as_raw_fd(), &mut args) };
     check(KfdIoctl::DestroyQueue, queue(queue_id.0), r).map(drop)
@@ -98,7 +169,10 @@ pub fn update_queue(fd: BorrowedFd<'_>, args: &sys::kfd_ioctl_update_queue_args)
 /// `ioctl(kfd, AMDKFD_IOC_ACQUIRE_VM)` — binds the process's GPU VM of `gpu_id` to a render node fd.
 #[doc(alias = "AMDKFD_IOC_ACQUIRE_VM")]
 pub fn acquire_vm(fd: BorrowedFd<'_>, drm_fd: BorrowedFd<'_>, gpu_id: GpuId) -> Result<()> {
-    let args = sys::kfd_ioctl_acquire_vm_args { drm_fd: drm_fd.as_raw_fd() as u32, gpu_id: gpu_id.0 };
+    let args = sys::kfd_ioctl_acquire_vm_args {
+        drm_fd: drm_fd.as_raw_fd() as u32,
+        gpu_id: gpu_id.0,
+    };
     // SAFETY: write-only request with plain values.
     let r = unsafe { raw::acquire_vm(fd.as_raw_fd(), &args) };
     check(KfdIoctl::AcquireVm, gpu(gpu_id.0), r).map(drop)
@@ -111,7 +185,10 @@ pub fn acquire_vm(fd: BorrowedFd<'_>, drm_fd: BorrowedFd<'_>, gpu_id: GpuId) -> 
 /// For USERPTR allocations `mmap_offset` is a CPU address the GPU will access until the
 /// buffer is freed; that memory must stay mapped and owned by the caller until then.
 #[doc(alias = "AMDKFD_IOC_ALLOC_MEMORY_OF_GPU")]
-pub unsafe fn alloc_memory_of_gpu(fd: BorrowedFd<'_>, args: &mut sys::kfd_ioctl_alloc_memory_of_gpu_args) -> Result<()> {
+pub unsafe fn alloc_memory_of_gpu(
+    fd: BorrowedFd<'_>,
+    args: &mut sys::kfd_ioctl_alloc_memory_of_gpu_args,
+) -> Result<()> {
     let ctx = gpu(args.gpu_id);
     // SAFETY: kernel layout; the caller upholds the userptr contract.
     let r = unsafe { raw::alloc_memory_of_gpu(fd.as_raw_fd(), args) };
@@ -187,7 +264,11 @@ pub fn set_cu_mask(fd: BorrowedFd<'_>, queue_id: QueueId, words: &[u32]) -> Resu
 /// `ctl_stack_address` must point at writable memory of at least the queue's per-XCC
 /// control-stack size times its XCC count (the queue's CWSR area qualifies).
 #[doc(alias = "AMDKFD_IOC_GET_QUEUE_WAVE_STATE")]
-pub unsafe fn get_queue_wave_state(fd: BorrowedFd<'_>, queue_id: QueueId, ctl_stack_address: u64) -> Result<(u32, u32)> {
+pub unsafe fn get_queue_wave_state(
+    fd: BorrowedFd<'_>,
+    queue_id: QueueId,
+    ctl_stack_address: u64,
+) -> Result<(u32, u32)> {
     let mut args = sys::kfd_ioctl_get_queue_wave_state_args {
         ctl_stack_address,
         queue_id: queue_id.0,
@@ -205,7 +286,11 @@ pub unsafe fn get_queue_wave_state(fd: BorrowedFd<'_>, queue_id: QueueId, ctl_st
 /// Must precede the process's first queue (`EEXIST` otherwise).
 #[doc(alias = "AMDKFD_IOC_RUNTIME_ENABLE")]
 pub fn runtime_enable(fd: BorrowedFd<'_>, r_debug: u64, mode_mask: u32) -> Result<u32> {
-    let mut args = sys::kfd_ioctl_runtime_enable_args { r_debug, mode_mask, capabilities_mask: 0 };
+    let mut args = sys::kfd_ioctl_runtime_enable_args {
+        r_debug,
+        mode_mask,
+        capabilities_mask: 0,
+    };
     // SAFETY: r_debug is only recorded by the kernel and handed to a debugger, never dereferenced
     // on our behalf; the struct is ours.
     let r = unsafe { raw::runtime_enable(fd.as_raw_fd(), &mut args) };
@@ -222,7 +307,11 @@ pub fn runtime_enable(fd: BorrowedFd<'_>, r_debug: u64, mode_mask: u32) -> Resul
 /// kernel writes back, for the duration of the call.
 #[doc(alias = "AMDKFD_IOC_DBG_TRAP")]
 pub unsafe fn dbg_trap(fd: BorrowedFd<'_>, args: &mut sys::kfd_ioctl_dbg_trap_args) -> Result<i32> {
-    let ctx = IoctlContext { pid: Some(args.pid), dbg_op: Some(args.op), ..Default::default() };
+    let ctx = IoctlContext {
+        pid: Some(args.pid),
+        dbg_op: Some(args.op),
+        ..Default::default()
+    };
     // SAFETY: the caller upholds the pointer contract of the op.
     let r = unsafe { raw::dbg_trap(fd.as_raw_fd(), args) };
     check(KfdIoctl::DbgTrap, ctx, r)

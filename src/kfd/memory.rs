@@ -64,7 +64,11 @@ enum CpuView {
     /// Anonymous memory owned by us (USERPTR).
     Anon(memmap2::MmapMut),
     /// A mapping we made with mmap (render-node view, or a PROT_NONE reservation).
-    Raw { ptr: NonNull<c_void>, len: usize, accessible: bool },
+    Raw {
+        ptr: NonNull<c_void>,
+        len: usize,
+        accessible: bool,
+    },
 }
 
 /// A GPU buffer object, mapped to one GPU, at the same address for CPU and GPU.
@@ -94,7 +98,8 @@ fn page_len(size: u64) -> Result<NonZeroUsize> {
             "allocation size {size} must be a non-zero multiple of the 4 KiB GPU page"
         )));
     }
-    NonZeroUsize::new(size as usize).ok_or_else(|| Error::InvalidArgument("zero-sized allocation".into()))
+    NonZeroUsize::new(size as usize)
+        .ok_or_else(|| Error::InvalidArgument("zero-sized allocation".into()))
 }
 
 impl Kfd {
@@ -110,10 +115,18 @@ impl Kfd {
 
     /// Allocates `size` bytes of zeroed anonymous memory, registers it as a USERPTR buffer at
     /// the same GPU address and maps it to `gpu`.
-    pub fn alloc_userptr(&self, gpu: GpuId, size: u64, extra: AllocFlags) -> Result<Allocation<'_>> {
+    pub fn alloc_userptr(
+        &self,
+        gpu: GpuId,
+        size: u64,
+        extra: AllocFlags,
+    ) -> Result<Allocation<'_>> {
         self.require_vm(gpu)?;
         let len = page_len(size)?;
-        let mut anon = memmap2::MmapMut::map_anon(len.get()).map_err(|source| Error::Mmap { what: "userptr buffer", source })?;
+        let mut anon = memmap2::MmapMut::map_anon(len.get()).map_err(|source| Error::Mmap {
+            what: "userptr buffer",
+            source,
+        })?;
         let va = anon.as_mut_ptr() as u64;
         let flags = AllocFlags::USERPTR | extra;
         let mut args = sys::kfd_ioctl_alloc_memory_of_gpu_args {
@@ -127,7 +140,16 @@ impl Kfd {
         // SAFETY: `anon` is moved into the Allocation below, which frees the BO before the
         // mapping is released (field drop order runs after Drop::drop).
         unsafe { ioctl::alloc_memory_of_gpu(self.as_fd(), &mut args)? };
-        let mut a = Allocation { kfd: self, gpu, handle: args.handle, va, size, flags, mapped: false, cpu: CpuView::Anon(anon) };
+        let mut a = Allocation {
+            kfd: self,
+            gpu,
+            handle: args.handle,
+            va,
+            size,
+            flags,
+            mapped: false,
+            cpu: CpuView::Anon(anon),
+        };
         a.map_to_gpu()?;
         Ok(a)
     }
@@ -137,7 +159,9 @@ impl Kfd {
     /// render node); other VRAM stays a PROT_NONE reservation on the CPU side.
     pub fn alloc(&self, gpu: GpuId, size: u64, flags: AllocFlags) -> Result<Allocation<'_>> {
         self.require_vm(gpu)?;
-        if !(flags.contains(AllocFlags::VRAM) ^ flags.contains(AllocFlags::GTT)) || flags.contains(AllocFlags::USERPTR) {
+        if !(flags.contains(AllocFlags::VRAM) ^ flags.contains(AllocFlags::GTT))
+            || flags.contains(AllocFlags::USERPTR)
+        {
             return Err(Error::InvalidArgument(
                 "Kfd::alloc takes exactly one of VRAM or GTT; use alloc_userptr for USERPTR".into(),
             ));
@@ -145,9 +169,17 @@ impl Kfd {
         let len = page_len(size)?;
         // SAFETY: a fresh private PROT_NONE reservation; nothing else refers to it.
         let reserve = unsafe {
-            nix::sys::mman::mmap_anonymous(None, len, ProtFlags::PROT_NONE, MapFlags::MAP_PRIVATE | MapFlags::MAP_NORESERVE)
+            nix::sys::mman::mmap_anonymous(
+                None,
+                len,
+                ProtFlags::PROT_NONE,
+                MapFlags::MAP_PRIVATE | MapFlags::MAP_NORESERVE,
+            )
         }
-        .map_err(|e| Error::Mmap { what: "VA reservation", source: e.into() })?;
+        .map_err(|e| Error::Mmap {
+            what: "VA reservation",
+            source: e.into(),
+        })?;
         let va = reserve.as_ptr() as u64;
         let mut a = Allocation {
             kfd: self,
@@ -157,9 +189,19 @@ impl Kfd {
             size,
             flags,
             mapped: false,
-            cpu: CpuView::Raw { ptr: reserve, len: len.get(), accessible: false },
+            cpu: CpuView::Raw {
+                ptr: reserve,
+                len: len.get(),
+                accessible: false,
+            },
         };
-        let mut args = sys::kfd_ioctl_alloc_memory_of_gpu_args { va_addr: va, size, gpu_id: gpu.0, flags: flags.bits(), ..Default::default() };
+        let mut args = sys::kfd_ioctl_alloc_memory_of_gpu_args {
+            va_addr: va,
+            size,
+            gpu_id: gpu.0,
+            flags: flags.bits(),
+            ..Default::default()
+        };
         // SAFETY: not a USERPTR allocation; the kernel keeps no CPU pointer of ours.
         unsafe { ioctl::alloc_memory_of_gpu(self.as_fd(), &mut args)? };
         a.handle = args.handle;
@@ -179,8 +221,15 @@ impl Kfd {
                     args.mmap_offset as libc::off_t,
                 )
             }
-            .map_err(|e| Error::Mmap { what: "render-node view of a buffer", source: e.into() })?;
-            a.cpu = CpuView::Raw { ptr: reserve, len: len.get(), accessible: true };
+            .map_err(|e| Error::Mmap {
+                what: "render-node view of a buffer",
+                source: e.into(),
+            })?;
+            a.cpu = CpuView::Raw {
+                ptr: reserve,
+                len: len.get(),
+                accessible: true,
+            };
         }
         a.map_to_gpu()?;
         Ok(a)
@@ -260,20 +309,33 @@ impl<'k> Allocation<'k> {
     }
 
     fn take_cpu(&mut self) -> CpuGuard {
-        let cpu = std::mem::replace(&mut self.cpu, CpuView::Raw { ptr: NonNull::dangling(), len: 0, accessible: false });
+        let cpu = std::mem::replace(
+            &mut self.cpu,
+            CpuView::Raw {
+                ptr: NonNull::dangling(),
+                len: 0,
+                accessible: false,
+            },
+        );
         CpuGuard(Some(cpu))
     }
 
     fn base(&self) -> Option<*mut u8> {
         match &self.cpu {
             CpuView::Anon(m) => Some(m.as_ptr() as *mut u8),
-            CpuView::Raw { ptr, accessible: true, .. } => Some(ptr.as_ptr() as *mut u8),
+            CpuView::Raw {
+                ptr,
+                accessible: true,
+                ..
+            } => Some(ptr.as_ptr() as *mut u8),
             CpuView::Raw { .. } => None,
         }
     }
 
     fn checked(&self, offset: u64, len: u64, align: u64) -> Result<*mut u8> {
-        let base = self.base().ok_or_else(|| Error::InvalidArgument("buffer is not CPU-visible".into()))?;
+        let base = self
+            .base()
+            .ok_or_else(|| Error::InvalidArgument("buffer is not CPU-visible".into()))?;
         if offset.checked_add(len).is_none_or(|end| end > self.size) || offset % align != 0 {
             return Err(Error::InvalidArgument(format!(
                 "access of {len} bytes at offset {offset} (alignment {align}) is outside the {}-byte buffer",

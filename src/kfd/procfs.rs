@@ -49,7 +49,10 @@ pub struct KfdProcess {
 
 fn read_num(path: &Path) -> Result<u64> {
     let text = fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
-    text.trim().parse().map_err(|_| Error::Sysfs { path: path.into(), what: format!("not a number: {text:?}") })
+    text.trim().parse().map_err(|_| Error::Sysfs {
+        path: path.into(),
+        what: format!("not a number: {text:?}"),
+    })
 }
 
 fn numeric_entries(dir: &Path) -> Result<Vec<u32>> {
@@ -69,16 +72,32 @@ pub fn process(root: &Root, pid: u32) -> Result<KfdProcess> {
     let dir = root.proc_dir().join(pid.to_string());
     let qdir = dir.join("queues");
     let mut queues = Vec::new();
-    let ids = if qdir.exists() { numeric_entries(&qdir)? } else if dir.exists() { Vec::new() } else {
-        return Err(Error::io(&dir, std::io::Error::from(std::io::ErrorKind::NotFound)));
+    let ids = if qdir.exists() {
+        numeric_entries(&qdir)?
+    } else if dir.exists() {
+        Vec::new()
+    } else {
+        return Err(Error::io(
+            &dir,
+            std::io::Error::from(std::io::ErrorKind::NotFound),
+        ));
     };
     for qid in ids {
         let q = qdir.join(qid.to_string());
         // A queue may vanish between listing and reading; skip it then.
-        let (Ok(size), Ok(ty), Ok(gpu)) = (read_num(&q.join("size")), read_num(&q.join("type")), read_num(&q.join("gpuid"))) else {
+        let (Ok(size), Ok(ty), Ok(gpu)) = (
+            read_num(&q.join("size")),
+            read_num(&q.join("type")),
+            read_num(&q.join("gpuid")),
+        ) else {
             continue;
         };
-        queues.push(ProcQueue { queue_id: QueueId(qid), gpu_id: GpuId(gpu as u32), queue_type: ty as u32, ring_size: size });
+        queues.push(ProcQueue {
+            queue_id: QueueId(qid),
+            gpu_id: GpuId(gpu as u32),
+            queue_type: ty as u32,
+            ring_size: size,
+        });
     }
     Ok(KfdProcess { pid, queues })
 }

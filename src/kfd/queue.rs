@@ -50,7 +50,13 @@ pub struct QueueSpec {
 impl QueueSpec {
     /// An active AQL queue at NORMAL priority with a 64 KiB ring.
     pub fn aql(gpu: GpuId) -> Self {
-        QueueSpec { gpu, kind: QueueKind::ComputeAql, priority: Priority::NORMAL, active: true, ring_size: DEFAULT_RING_SIZE }
+        QueueSpec {
+            gpu,
+            kind: QueueKind::ComputeAql,
+            priority: Priority::NORMAL,
+            active: true,
+            ring_size: DEFAULT_RING_SIZE,
+        }
     }
 
     /// Same, with priority `p`.
@@ -126,7 +132,11 @@ impl Kfd {
         self.acquire_vm(spec.gpu)?;
         let sizes = node.cwsr_sizes()?;
         let rw = AllocFlags::WRITABLE;
-        let ring = self.alloc_userptr(spec.gpu, u64::from(spec.ring_size), rw | AllocFlags::EXECUTABLE)?;
+        let ring = self.alloc_userptr(
+            spec.gpu,
+            u64::from(spec.ring_size),
+            rw | AllocFlags::EXECUTABLE,
+        )?;
         let pointers = self.alloc_userptr(spec.gpu, PAGE_SIZE, rw | AllocFlags::UNCACHED)?;
         let cwsr = self.alloc_userptr(spec.gpu, sizes.total(), rw)?;
         for xcc in 0..sizes.num_xcc {
@@ -138,7 +148,11 @@ impl Kfd {
         } else {
             Some(self.alloc(spec.gpu, sizes.eop_buffer_size, AllocFlags::VRAM | rw)?)
         };
-        let percentage = if spec.active { Percentage::FULL } else { Percentage::OFF };
+        let percentage = if spec.active {
+            Percentage::FULL
+        } else {
+            Percentage::OFF
+        };
         let mut args = sys::kfd_ioctl_create_queue_args {
             ring_base_address: ring.va(),
             write_pointer_address: pointers.va() + WRITE_INDEX_OFFSET,
@@ -159,7 +173,8 @@ impl Kfd {
         // destroys the KFD queue before its buffers are released.
         unsafe { ioctl::create_queue(self.as_fd(), &mut args)? };
         let id = QueueId(args.queue_id);
-        let (doorbell, doorbell_in_page) = match self.doorbell_page(spec.gpu, args.doorbell_offset) {
+        let (doorbell, doorbell_in_page) = match self.doorbell_page(spec.gpu, args.doorbell_offset)
+        {
             Ok(d) => d,
             Err(e) => {
                 // Do not leak the kernel queue when the doorbell cannot be mapped.
@@ -191,7 +206,14 @@ impl Kfd {
 fn header_bytes(h: &sys::kfd_context_save_area_header) -> Vec<u8> {
     let w = &h.wave_state;
     let mut v = Vec::with_capacity(40);
-    for x in [w.control_stack_offset, w.control_stack_size, w.wave_state_offset, w.wave_state_size, h.debug_offset, h.debug_size] {
+    for x in [
+        w.control_stack_offset,
+        w.control_stack_size,
+        w.wave_state_offset,
+        w.wave_state_size,
+        h.debug_offset,
+        h.debug_size,
+    ] {
         v.extend_from_slice(&x.to_le_bytes());
     }
     v.extend_from_slice(&h.err_payload_addr.to_le_bytes());
@@ -307,8 +329,12 @@ impl<'k> Queue<'k> {
     /// stack into the queue's CWSR area).
     pub fn wave_state(&self) -> Result<WaveState> {
         // SAFETY: the CWSR area is owned by this queue and sized for every XCC's control stack.
-        let (ctl, save) = unsafe { ioctl::get_queue_wave_state(self.kfd.as_fd(), self.id, self.cwsr.va())? };
-        Ok(WaveState { ctl_stack_used_size: ctl, save_area_used_size: save })
+        let (ctl, save) =
+            unsafe { ioctl::get_queue_wave_state(self.kfd.as_fd(), self.id, self.cwsr.va())? };
+        Ok(WaveState {
+            ctl_stack_used_size: ctl,
+            save_area_used_size: save,
+        })
     }
 
     /// Packets the ring holds.
@@ -318,30 +344,46 @@ impl<'k> Queue<'k> {
 
     /// The write index (next packet slot to fill).
     pub fn write_index(&self) -> Result<u64> {
-        Ok(self.pointers.atomic_u64(WRITE_INDEX_OFFSET)?.load(Ordering::Acquire))
+        Ok(self
+            .pointers
+            .atomic_u64(WRITE_INDEX_OFFSET)?
+            .load(Ordering::Acquire))
     }
 
     /// The read index (packets the GPU has consumed).
     pub fn read_index(&self) -> Result<u64> {
-        Ok(self.pointers.atomic_u64(READ_INDEX_OFFSET)?.load(Ordering::Acquire))
+        Ok(self
+            .pointers
+            .atomic_u64(READ_INDEX_OFFSET)?
+            .load(Ordering::Acquire))
     }
 
     /// Writes `packet` to the next slot, publishes its header last, advances the write index
     /// and rings the doorbell. Returns the packet's index.
     pub fn submit(&self, packet: &DispatchPacket) -> Result<u64> {
         if self.kind != QueueKind::ComputeAql {
-            return Err(Error::InvalidArgument(format!("{} is a PM4 queue; AQL packets need an AQL queue", self.id)));
+            return Err(Error::InvalidArgument(format!(
+                "{} is a PM4 queue; AQL packets need an AQL queue",
+                self.id
+            )));
         }
         let write = self.write_index()?;
         let read = self.read_index()?;
         if write.wrapping_sub(read) >= self.capacity() {
-            return Err(Error::RingFull { queue: self.id, capacity: self.capacity() });
+            return Err(Error::RingFull {
+                queue: self.id,
+                capacity: self.capacity(),
+            });
         }
         let off = (write % self.capacity()) * PACKET_SIZE;
         let bytes = packet.to_bytes();
         self.ring.write_bytes(off + 4, &bytes[4..])?;
-        self.ring.atomic_u32(off)?.store(packet.header_word(), Ordering::Release);
-        self.pointers.atomic_u64(WRITE_INDEX_OFFSET)?.store(write + 1, Ordering::Release);
+        self.ring
+            .atomic_u32(off)?
+            .store(packet.header_word(), Ordering::Release);
+        self.pointers
+            .atomic_u64(WRITE_INDEX_OFFSET)?
+            .store(write + 1, Ordering::Release);
         self.doorbell.ring(self.doorbell_in_page, write)?;
         Ok(write)
     }

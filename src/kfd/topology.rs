@@ -62,12 +62,17 @@ impl Node {
     /// `gfx_target_version`, decoded.
     pub fn gfx_version(&self) -> Option<GfxVersion> {
         let v = self.prop_u32("gfx_target_version").filter(|v| *v != 0)?;
-        Some(GfxVersion { major: v / 10000, minor: (v / 100) % 100, stepping: v % 100 })
+        Some(GfxVersion {
+            major: v / 10000,
+            minor: (v / 100) % 100,
+            stepping: v % 100,
+        })
     }
 
     /// True for GC 9.4.x (gfx942 family: MI300A/X, MI308X, MI325X).
     pub fn is_gfx94x(&self) -> bool {
-        self.gfx_version().is_some_and(|g| g.major == 9 && g.minor == 4)
+        self.gfx_version()
+            .is_some_and(|g| g.major == 9 && g.minor == 4)
     }
 
     /// XCCs in this partition (`num_xcc`, 1 when absent).
@@ -132,7 +137,9 @@ pub struct Topology {
 }
 
 fn read_trimmed(path: &Path) -> Result<String> {
-    fs::read_to_string(path).map(|s| s.trim().to_string()).map_err(|e| Error::io(path, e))
+    fs::read_to_string(path)
+        .map(|s| s.trim().to_string())
+        .map_err(|e| Error::io(path, e))
 }
 
 /// Parses a `properties` file: one `name value` pair per line.
@@ -151,7 +158,10 @@ pub fn parse_properties(path: &Path, text: &str) -> Result<BTreeMap<String, u64>
         };
         let val = val.parse::<u64>().map_err(|_| Error::Sysfs {
             path: path.into(),
-            what: format!("line {}: value of {key} is not an unsigned integer: {val:?}", n + 1),
+            what: format!(
+                "line {}: value of {key} is not an unsigned integer: {val:?}",
+                n + 1
+            ),
         })?;
         map.insert(key.to_string(), val);
     }
@@ -171,7 +181,11 @@ impl Topology {
         let mut nodes = Vec::new();
         for entry in entries {
             let entry = entry.map_err(|e| Error::io(&nodes_dir, e))?;
-            let Some(index) = entry.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+            let Some(index) = entry
+                .file_name()
+                .to_str()
+                .and_then(|s| s.parse::<u32>().ok())
+            else {
                 continue;
             };
             let p = entry.path();
@@ -192,7 +206,10 @@ impl Topology {
             });
         }
         nodes.sort_by_key(|n| n.index);
-        Ok(Topology { generation_id, nodes })
+        Ok(Topology {
+            generation_id,
+            nodes,
+        })
     }
 
     /// GPU nodes (partitions) in index order.
@@ -202,6 +219,8 @@ impl Topology {
 
     /// The GPU node with this id.
     pub fn gpu(&self, id: GpuId) -> Result<&Node> {
-        self.gpus().find(|n| n.gpu_id == Some(id)).ok_or(Error::UnknownGpu(id))
+        self.gpus()
+            .find(|n| n.gpu_id == Some(id))
+            .ok_or(Error::UnknownGpu(id))
     }
 }

@@ -5,7 +5,9 @@ use std::fmt;
 use super::error::{Error, Result};
 
 /// Topology `gpu_id` of a GPU node (a partition on multi-partition parts).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
 #[serde(transparent)]
 pub struct GpuId(pub u32);
 
@@ -16,7 +18,9 @@ impl fmt::Display for GpuId {
 }
 
 /// Per-process KFD queue id (0..1024).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
 #[serde(transparent)]
 pub struct QueueId(pub u32);
 
@@ -30,7 +34,9 @@ impl fmt::Display for QueueId {
 ///
 /// 0–6 map to pipe priority CS_LOW, 7–10 to CS_MEDIUM, 11–15 to CS_HIGH. Priority only
 /// arbitrates among queues already resident on the hardware; it never preempts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
 #[serde(try_from = "u32", into = "u32")]
 pub struct Priority(u8);
 
@@ -129,7 +135,8 @@ impl CuMask {
     pub fn from_words(words: Vec<u32>) -> Result<Self> {
         if words.is_empty() {
             return Err(Error::InvalidArgument(
-                "a CU mask needs at least 32 bits (one word); the kernel rejects an empty mask".into(),
+                "a CU mask needs at least 32 bits (one word); the kernel rejects an empty mask"
+                    .into(),
             ));
         }
         if words.len() * 32 > Self::MAX_BITS {

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Installs what a fresh Debian 12 machine lacks to build and test kfdq. Idempotent: installs
+# only missing packages, runs apt-get update only when something is missing.
+set -euo pipefail
+
+need=()
+for pkg in libclang1-14 libclang-common-14-dev fuse3 gcc libc6-dev linux-libc-dev libamdhip64-5 binutils; do
+    dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need+=("$pkg")
+done
+if ((${#need[@]})); then
+    if [[ $(id -u) -ne 0 ]]; then
+        echo "setup: missing Debian packages: ${need[*]} — run this script as root (or install them)" >&2
+        exit 1
+    fi
+    echo "setup: installing ${need[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
+
+if ! command -v cargo >/dev/null 2>&1; then
+    echo "setup: cargo not found. kfdq needs a stable Rust toolchain (rustup) on PATH." >&2
+    exit 1
+fi
+if [[ ! -e /dev/fuse ]]; then
+    echo "setup: /dev/fuse is missing; the emulator (kfd-emu) needs FUSE (modprobe fuse, or run the container with --device /dev/fuse)" >&2
+    exit 1
+fi
+# Crates are fetched by cargo from the registry on first build.
+cargo fetch --locked >/dev/null 2>&1 || cargo fetch
+echo "setup: ok"

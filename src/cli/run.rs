@@ -1,0 +1,87 @@
+//! `kfdq run`: start a command under the launch shim with a class or priority.
+
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use super::CliError;
+use crate::kfd::{Priority, Root};
+
+/// Environment variable naming the shim library.
+pub const SHIM_ENV: &str = "KFDQ_SHIM";
+const SHIM_NAME: &str = "libkfdq_shim.so";
+
+/// Where the shim is looked for: `--shim`, `$KFDQ_SHIM`, next to the kfdq binary, then the
+/// install locations.
+pub fn find_shim(explicit: Option<&Path>) -> Result<PathBuf, CliError> {
+    let mut tried = Vec::new();
+    let mut candidates: Vec<PathBuf> = Vec::new();
+    if let Some(p) = explicit {
+        candidates.push(p.to_path_buf());
+    } else {
+        if let Some(p) = std::env::var_os(SHIM_ENV).filter(|p| !p.is_empty()) {
+            candidates.push(PathBuf::from(p));
+        }
+        if let Some(dir) = std::env::current_exe()
+            .ok()
+            .and_then(|e| e.parent().map(Path::to_path_buf))
+        {
+            candidates.push(dir.join(SHIM_NAME));
+        }
+        candidates.push(PathBuf::from("/usr/local/lib/kfdq").join(SHIM_NAME));
+        candidates.push(PathBuf::from("/usr/lib/kfdq").join(SHIM_NAME));
+    }
+    for c in candidates {
+        if c.is_file() {
+            return Ok(c);
+        }
+        tried.push(c.display().to_string());
+    }
+    Err(CliError::Usage(format!(
+        "{SHIM_NAME} not found (tried {}); build it with `cargo build -p kfdq-shim` or pass --shim PATH",
+        tried.join(", ")
+    )))
+}
+
+/// Options of `kfdq run`.
+pub struct RunOptions<'a> {
+    pub class: Option<&'a str>,
+    pub priority: Option<u32>,
+    pub socket: Option<&'a Path>,
+    pub shim: Option<&'a Path>,
+    pub command: &'a [String],
+}
+
+pub(super) fn run(root: &Root, o: RunOptions<'_>) -> Result<(), CliError> {
+    let Some((prog, args)) = o.command.split_first() else {
+        return Err(CliError::Usage(
+            "kfdq run needs a command after `--`, e.g. `kfdq run --class latency -- ./server`"
+                .into(),
+        ));
+    };
+    if let Some(p) = o.priority {
+        Priority::new(p).map_err(|e| CliError::Usage(format!("--priority: {e}")))?;
+    }
+    let shim = find_shim(o.shim)?;
+    let mut cmd = Command::new(prog);
+    cmd.args(args);
+    let preload = match std::env::var("LD_PRELOAD") {
+        Ok(existing) if !existing.is_empty() => format!("{}:{existing}", shim.display()),
+        _ => shim.display().to_string(),
+    };
+    cmd.env("LD_PRELOAD", preload);
+    if root.path() != Path::new("/") {
+        cmd.env(crate::kfd::paths::ROOT_ENV, root.path());
+    }
+    if let Some(c) = o.class {
+        cmd.env("KFDQ_CLASS", c);
+    }
+    if let Some(p) = o.priority {
+        cmd.env("KFDQ_PRIORITY", p.to_string());
+    }
+    if let Some(s) = o.socket {
+        cmd.env("KFDQ_SOCKET", s);
+    }
+    let err = cmd.exec();
+    Err(CliError::Usage(format!("cannot run {prog}: {err}")))
+}

@@ -1,0 +1,186 @@
+//! Message types of the control protocol.
+
+use serde::{Deserialize, Serialize};
+
+/// Preemption level of a control action (the product's vocabulary).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Level {
+    /// Level 1: the shim holds the stream's launches on the host; submitted work drains.
+    Hold,
+    /// Level 2: UPDATE_QUEUE percentage 0/100 on the process's own queues.
+    Deactivate,
+    /// Level 3: DBG_TRAP SUSPEND/RESUME_QUEUES on the process itself, with a grace period.
+    Suspend,
+}
+
+/// Which streams or queues a command addresses.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "kind", content = "ids")]
+pub enum Target {
+    /// Every managed stream / queue of the process.
+    All,
+    /// Streams by the shim's stream id (see [`StreamInfo::stream_id`]).
+    Streams(Vec<u64>),
+    /// KFD queues by queue id.
+    Queues(Vec<u32>),
+}
+
+/// A stream as the shim manages it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StreamInfo {
+    /// Shim-assigned id, stable for the process's life. 0 is the null stream.
+    pub stream_id: u64,
+    /// What kind of stream.
+    pub kind: StreamKind,
+    /// The `hipStream_t` value (an address; 0 for the null stream).
+    pub handle: u64,
+    /// HIP priority the application asked for (-1 greatest .. 1 least), if any.
+    pub hip_priority: Option<i32>,
+    /// KFD queue backing it, once known.
+    pub queue_id: Option<u32>,
+    /// Library that created it (file name), when not the main program.
+    pub creator: Option<String>,
+    /// Held at level 1 right now.
+    pub held: bool,
+}
+
+/// Stream kinds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StreamKind {
+    /// The null (legacy default) stream.
+    Null,
+    /// A per-thread default stream (`hipStreamPerThread`, `_spt` entry points).
+    PerThread,
+    /// A stream the application or a library created.
+    Created,
+}
+
+/// A KFD queue as the shim observed it through CREATE_QUEUE.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QueueInfo {
+    /// KFD queue id.
+    pub queue_id: u32,
+    /// GPU node.
+    pub gpu_id: u32,
+    /// Priority the runtime asked for.
+    pub requested_priority: u32,
+    /// Priority in effect (after the class mapping).
+    pub effective_priority: u32,
+    /// Ring address.
+    pub ring_base: u64,
+    /// Ring bytes.
+    pub ring_size: u32,
+    /// Streams mapped onto it (more than one = shared queue, reported).
+    pub streams: Vec<u64>,
+    /// Deactivated by the shim (level 2).
+    pub deactivated: bool,
+    /// Suspended by the shim (level 3).
+    pub suspended: bool,
+    /// Busy (write index ahead of read index) at the last sample.
+    pub busy: bool,
+}
+
+/// The shim's whole view of its process.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct Registry {
+    /// Process id.
+    pub pid: u32,
+    /// Class name (`KFDQ_CLASS`), if any.
+    pub class: Option<String>,
+    /// Streams.
+    pub streams: Vec<StreamInfo>,
+    /// Queues.
+    pub queues: Vec<QueueInfo>,
+    /// Warnings the shim raised (clamped priorities, shared queues, errors that stopped control).
+    pub warnings: Vec<String>,
+}
+
+/// Messages from the shim to the agent.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "type")]
+pub enum ShimMsg {
+    /// First message.
+    Hello {
+        /// Protocol version ([`super::VERSION`]).
+        version: u32,
+        /// Process id.
+        pid: u32,
+        /// Executable path.
+        exe: String,
+        /// `KFDQ_CLASS`.
+        class: Option<String>,
+        /// `KFDQ_PRIORITY`.
+        priority: Option<u32>,
+    },
+    /// The registry changed (stream created, queue created or destroyed, mapping learned).
+    Registry(Registry),
+    /// A queue became busy or idle.
+    Activity {
+        /// Queue id.
+        queue_id: u32,
+        /// Busy now.
+        busy: bool,
+    },
+    /// Answer to a command.
+    Ack {
+        /// The command's `seq`.
+        seq: u64,
+        /// Did it take effect.
+        ok: bool,
+        /// What happened, or why not (names the rule and the fix).
+        detail: String,
+    },
+}
+
+/// Messages from the agent to the shim.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "type")]
+pub enum AgentMsg {
+    /// Answer to hello.
+    Welcome {
+        /// Protocol version.
+        version: u32,
+    },
+    /// The agent will not talk to this shim (version mismatch, not authorised).
+    Refused {
+        /// Why.
+        reason: String,
+    },
+    /// Apply `level` to `target`.
+    Preempt {
+        /// Sequence number echoed in the ack.
+        seq: u64,
+        /// Level 1, 2 or 3.
+        level: Level,
+        /// What to preempt.
+        target: Target,
+        /// Level 3 grace period in units of 1K GPU clocks (0 = at once).
+        #[serde(default)]
+        grace_period: u32,
+    },
+    /// Undo `level` on `target`.
+    Release {
+        /// Sequence number echoed in the ack.
+        seq: u64,
+        /// Level 1, 2 or 3.
+        level: Level,
+        /// What to release.
+        target: Target,
+    },
+    /// Set the KFD priority of queues (level 0).
+    SetPriority {
+        /// Sequence number echoed in the ack.
+        seq: u64,
+        /// Queues.
+        target: Target,
+        /// 0..=15.
+        priority: u32,
+    },
+    /// Ask for a [`ShimMsg::Registry`].
+    Query {
+        /// Sequence number echoed in the ack.
+        seq: u64,
+    },
+}

@@ -1,0 +1,33 @@
+//! Where shims publish their registries for `kfdq ps`: `shim-<pid>.json` in a state directory.
+
+use std::path::PathBuf;
+
+/// Environment variable overriding the state directory.
+pub const STATE_DIR_ENV: &str = "KFDQ_STATE_DIR";
+
+/// File name of `pid`'s registry.
+pub fn registry_file_name(pid: u32) -> String {
+    format!("shim-{pid}.json")
+}
+
+/// Directories a reader searches, in order: `$KFDQ_STATE_DIR`, `/run/kfdq`, `/tmp/kfdq-<uid>`.
+pub fn state_dirs() -> Vec<PathBuf> {
+    let mut v = Vec::new();
+    if let Some(d) = std::env::var_os(STATE_DIR_ENV).filter(|d| !d.is_empty()) {
+        v.push(PathBuf::from(d));
+    }
+    v.push(PathBuf::from("/run/kfdq"));
+    v.push(PathBuf::from(format!(
+        "/tmp/kfdq-{}",
+        nix::unistd::getuid()
+    )));
+    v
+}
+
+/// Reads the registry `pid` published, if any (the first one found in [`state_dirs`]).
+pub fn read_registry(pid: u32) -> Option<super::Registry> {
+    state_dirs().into_iter().find_map(|d| {
+        let text = std::fs::read_to_string(d.join(registry_file_name(pid))).ok()?;
+        serde_json::from_str(&text).ok()
+    })
+}

@@ -1,0 +1,150 @@
+//! Through the emulator's HWS model: a deactivated queue stops consuming packets while an
+//! active one continues, and the device-wide preempt counter moves as §3.1 says.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use kfdq::kfd::{DispatchPacket, Kfd, QueueSpec, Signal};
+
+#[test]
+fn deactivated_queue_stops_while_active_one_continues() {
+    let Some(emu) = mount(
+        "deactivated_queue_stops_while_active_one_continues",
+        Preset::Mi308x,
+    ) else {
+        return;
+    };
+    let kfd = Kfd::open(&emu.root()).unwrap();
+    let gpu = kfd.topology().gpus().next().and_then(|n| n.gpu_id).unwrap();
+    let a = kfd.create_queue(QueueSpec::aql(gpu)).unwrap();
+    let mut b = kfd.create_queue(QueueSpec::aql(gpu)).unwrap();
+    let sig_a = Signal::new(&kfd, gpu, 40).unwrap();
+    let sig_b = Signal::new(&kfd, gpu, 40).unwrap();
+    b.deactivate().unwrap();
+    for _ in 0..40 {
+        a.submit(
+            &DispatchPacket::new(1, 64, 64)
+                .with_duration_ns(200_000)
+                .with_signal(&sig_a),
+        )
+        .unwrap();
+        b.submit(
+            &DispatchPacket::new(1, 64, 64)
+                .with_duration_ns(200_000)
+                .with_signal(&sig_b),
+        )
+        .unwrap();
+    }
+    // A runs to completion (its completion signal counts down to 0) ...
+    a.wait_idle(Duration::from_secs(20)).unwrap();
+    assert_eq!(a.read_index().unwrap(), 40);
+    assert_eq!(sig_a.value().unwrap(), 0);
+    // ... while B, inactive the whole time, consumed nothing.
+    assert_eq!(b.read_index().unwrap(), 0);
+    assert_eq!(sig_b.value().unwrap(), 40);
+    assert_eq!(emu.queue(std::process::id(), b.id().0).packets_done, 0);
+    // Reactivated, B drains.
+    b.activate().unwrap();
+    b.wait_idle(Duration::from_secs(20)).unwrap();
+    assert_eq!(sig_b.value().unwrap(), 0);
+    assert_eq!(emu.queue(std::process::id(), b.id().0).packets_done, 40);
+}
+
+#[test]
+fn deactivation_mid_stream_freezes_progress() {
+    let Some(emu) = mount("deactivation_mid_stream_freezes_progress", Preset::Mi308x) else {
+        return;
+    };
+    let kfd = Kfd::open(&emu.root()).unwrap();
+    let gpu = kfd.topology().gpus().next().and_then(|n| n.gpu_id).unwrap();
+    let mut q = kfd.create_queue(QueueSpec::aql(gpu)).unwrap();
+    for _ in 0..200 {
+        q.submit(&DispatchPacket::new(1, 64, 64).with_duration_ns(1_000_000))
+            .unwrap();
+    }
+    wait_for("some progress", || q.read_index().unwrap() >= 3);
+    q.deactivate().unwrap();
+    let frozen = q.read_index().unwrap();
+    std::thread::sleep(Duration::from_millis(50));
+    // At most the packet in flight at the preempt may have been recorded meanwhile.
+    let later = q.read_index().unwrap();
+    assert!(
+        later <= frozen + 1,
+        "inactive queue advanced from {frozen} to {later}"
+    );
+    std::thread::sleep(Duration::from_millis(50));
+    assert_eq!(q.read_index().unwrap(), later, "no progress while inactive");
+    assert!(later < 200);
+}
+
+#[test]
+fn preempt_counter_follows_the_runlist_rule() {
+    let Some(emu) = mount("preempt_counter_follows_the_runlist_rule", Preset::Mi308x) else {
+        return;
+    };
+    let kfd = Kfd::open(&emu.root()).unwrap();
+    let gpu = kfd.topology().gpus().next().and_then(|n| n.gpu_id).unwrap();
+    let p = |e: &Emu| e.partition(gpu.0).preempts;
+    // Inactive queues only: no runlist is mapped, so updates are not preempts.
+    let mut a = kfd.create_queue(QueueSpec::aql(gpu).inactive()).unwrap();
+    let mut b = kfd.create_queue(QueueSpec::aql(gpu).inactive()).unwrap();
+    assert_eq!(p(&emu), 0);
+    a.set_priority(kfdq::kfd::Priority::HIGH).unwrap();
+    assert_eq!(p(&emu), 0, "update with no runlist mapped");
+    // The first activation maps a runlist (no preempt); from then on every update preempts.
+    a.activate().unwrap();
+    assert_eq!(p(&emu), 0);
+    assert_eq!(emu.partition(gpu.0).active_queues, 1);
+    b.set_priority(kfdq::kfd::Priority::LOW).unwrap(); // b inactive, but a's runlist is unmapped
+    assert_eq!(p(&emu), 1);
+    b.activate().unwrap();
+    assert_eq!(p(&emu), 2);
+    a.deactivate().unwrap();
+    assert_eq!(p(&emu), 3);
+    a.set_cu_mask(kfdq::kfd::CuMask::first(8).unwrap()).unwrap();
+    assert_eq!(p(&emu), 4, "CU-mask change preempts");
+    let c = kfd.create_queue(QueueSpec::aql(gpu)).unwrap(); // active create: runlist rebuilt
+    assert_eq!(p(&emu), 5);
+    c.destroy().unwrap();
+    assert_eq!(p(&emu), 6, "destroying an active queue preempts");
+    let part = emu.partition(gpu.0);
+    assert_eq!(part.active_queues, 1);
+    assert!(part.runlist_updates >= part.preempts);
+}
+
+#[test]
+fn oversubscription_is_reported() {
+    let Some(emu) = mount("oversubscription_is_reported", Preset::Mi308x) else {
+        return;
+    };
+    let kfd = Kfd::open(&emu.root()).unwrap();
+    let node = kfd.topology().gpus().next().unwrap();
+    let gpu = node.gpu_id.unwrap();
+    let limit = node.resident_queue_limit();
+    let mut qs = Vec::new();
+    for _ in 0..limit {
+        qs.push(
+            kfd.create_queue(QueueSpec::aql(gpu).ring_size(4096))
+                .unwrap(),
+        );
+    }
+    let part = emu.partition(gpu.0);
+    assert_eq!(
+        (
+            part.active_queues,
+            part.resident_queues,
+            part.oversubscribed
+        ),
+        (limit, limit, false)
+    );
+    qs.push(
+        kfd.create_queue(QueueSpec::aql(gpu).ring_size(4096))
+            .unwrap(),
+    );
+    let part = emu.partition(gpu.0);
+    assert_eq!(part.active_queues, limit + 1);
+    assert_eq!(part.resident_queues, limit);
+    assert!(part.oversubscribed);
+}

@@ -1,0 +1,142 @@
+//! ACQUIRE_VM, ALLOC/MAP/UNMAP/FREE through the emulator.
+
+mod common;
+
+use std::fs::File;
+use std::os::fd::AsFd;
+
+use common::*;
+use kfdq::kfd::{AllocFlags, Kfd, ioctl};
+use nix::errno::Errno;
+
+fn first_gpu(kfd: &Kfd) -> kfdq::kfd::GpuId {
+    kfd.topology().gpus().next().and_then(|n| n.gpu_id).unwrap()
+}
+
+#[test]
+fn acquire_vm_once_per_gpu() {
+    let Some(emu) = mount("acquire_vm_once_per_gpu", Preset::Mi308x) else {
+        return;
+    };
+    let kfd = Kfd::open(&emu.root()).unwrap();
+    let gpu = first_gpu(&kfd);
+    assert!(!kfd.has_vm(gpu));
+    kfd.acquire_vm(gpu).unwrap();
+    kfd.acquire_vm(gpu).unwrap(); // idempotent in the library
+    assert!(kfd.has_vm(gpu));
+    // The kernel refuses a second ACQUIRE_VM with a different render-node fd.
+    let minor = kfd.gpu(gpu).unwrap().render_minor().unwrap();
+    let other = File::options()
+        .read(true)
+        .write(true)
+        .open(emu.root().render_node(minor))
+        .unwrap();
+    let e = ioctl::acquire_vm(kfd.as_fd(), other.as_fd(), gpu).unwrap_err();
+    assert_eq!(e.errno(), Some(Errno::EBUSY), "{e}");
+    assert!(e.to_string().contains("already acquired"), "{e}");
+}
+
+#[test]
+fn acquire_vm_rejects_a_fd_that_is_not_the_render_node() {
+    let Some(emu) = mount(
+        "acquire_vm_rejects_a_fd_that_is_not_the_render_node",
+        Preset::Mi308x,
+    ) else {
+        return;
+    };
+    let kfd = Kfd::open(&emu.root()).unwrap();
+    let gpu = first_gpu(&kfd);
+    let not_render = File::open("/dev/null").unwrap();
+    let e = ioctl::acquire_vm(kfd.as_fd(), not_render.as_fd(), gpu).unwrap_err();
+    assert_eq!(e.errno(), Some(Errno::EINVAL), "{e}");
+}
+
+#[test]
+fn userptr_alloc_map_unmap_free() {
+    let Some(emu) = mount("userptr_alloc_map_unmap_free", Preset::Mi308x) else {
+        return;
+    };
+    let kfd = Kfd::open(&emu.root()).unwrap();
+    let gpu = first_gpu(&kfd);
+    // The library refuses before the syscall when ACQUIRE_VM is missing.
+    let e = kfd
+        .alloc_userptr(gpu, 4096, AllocFlags::WRITABLE)
+        .unwrap_err();
+    assert!(e.to_string().contains("ACQUIRE_VM first"), "{e}");
+    kfd.acquire_vm(gpu).unwrap();
+    let mut a = kfd
+        .alloc_userptr(gpu, 3 * 4096, AllocFlags::WRITABLE)
+        .unwrap();
+    assert!(a.is_mapped());
+    assert_eq!(a.size(), 3 * 4096);
+    assert_eq!(
+        a.handle() >> 32,
+        u64::from(gpu.0),
+        "handle carries the gpu_id"
+    );
+    a.write_bytes(100, b"kfdq").unwrap();
+    let mut back = [0u8; 4];
+    a.read_bytes(100, &mut back).unwrap();
+    assert_eq!(&back, b"kfdq");
+    a.unmap_from_gpu().unwrap();
+    assert!(!a.is_mapped());
+    a.map_to_gpu().unwrap();
+    let handle = a.handle();
+    a.free().unwrap();
+    // The handle is gone in the kernel.
+    let e = ioctl::free_memory_of_gpu(kfd.as_fd(), handle).unwrap_err();
+    assert_eq!(e.errno(), Some(Errno::EINVAL), "{e}");
+}
+
+#[test]
+fn gtt_buffer_is_cpu_visible_at_its_gpu_address() {
+    let Some(emu) = mount(
+        "gtt_buffer_is_cpu_visible_at_its_gpu_address",
+        Preset::Mi308x,
+    ) else {
+        return;
+    };
+    let kfd = Kfd::open(&emu.root()).unwrap();
+    let gpu = first_gpu(&kfd);
+    kfd.acquire_vm(gpu).unwrap();
+    let a = kfd
+        .alloc(gpu, 8192, AllocFlags::GTT | AllocFlags::WRITABLE)
+        .unwrap();
+    assert!(a.cpu_accessible());
+    a.atomic_u64(4096)
+        .unwrap()
+        .store(0x1234_5678, std::sync::atomic::Ordering::SeqCst);
+    assert_eq!(
+        a.atomic_u64(4096)
+            .unwrap()
+            .load(std::sync::atomic::Ordering::SeqCst),
+        0x1234_5678
+    );
+    let vram = kfd
+        .alloc(gpu, 4096, AllocFlags::VRAM | AllocFlags::WRITABLE)
+        .unwrap();
+    assert!(!vram.cpu_accessible());
+    assert!(
+        vram.atomic_u64(0).is_err(),
+        "private VRAM is not CPU-visible"
+    );
+    assert_ne!(a.va(), vram.va());
+}
+
+#[test]
+fn bad_sizes_are_refused_before_the_call() {
+    let Some(emu) = mount("bad_sizes_are_refused_before_the_call", Preset::Mi308x) else {
+        return;
+    };
+    let kfd = Kfd::open(&emu.root()).unwrap();
+    let gpu = first_gpu(&kfd);
+    kfd.acquire_vm(gpu).unwrap();
+    let e = kfd
+        .alloc_userptr(gpu, 100, AllocFlags::WRITABLE)
+        .unwrap_err();
+    assert!(e.to_string().contains("multiple of the 4 KiB"), "{e}");
+    let e = kfd
+        .alloc(gpu, 4096, AllocFlags::GTT | AllocFlags::VRAM)
+        .unwrap_err();
+    assert!(e.to_string().contains("exactly one of VRAM or GTT"), "{e}");
+}

@@ -1,0 +1,81 @@
+//! Compiles fakehip's C library into `$OUT_DIR/libamdhip64.so.6` (+ a `libamdhip64.so`
+//! symlink for `-lamdhip64`), with the real library's soname and symbol-version nodes.
+//!
+//! The C compiler is `$CC`, else `cc`. The kfd ABI header comes from the sibling
+//! `kfd-sys` crate (`kfd-sys/include/kfdq/kfd_abi.h`).
+
+use std::env;
+use std::fs;
+use std::path::PathBuf;
+use std::process::Command;
+
+const SONAME: &str = "libamdhip64.so.6";
+
+fn main() {
+    let manifest =
+        PathBuf::from(env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"));
+    let out_dir = PathBuf::from(env::var("OUT_DIR").expect("cargo sets OUT_DIR"));
+    let src = manifest.join("src/fakehip.c");
+    let map = manifest.join("fakehip.map");
+    let include = manifest.join("include");
+    let header = include.join("hip/hip_runtime_api.h");
+    let abi_include = manifest.join("../../kfd-sys/include");
+    let abi_header = abi_include.join("kfdq/kfd_abi.h");
+
+    for p in [&src, &map, &header, &abi_header] {
+        println!("cargo:rerun-if-changed={}", p.display());
+    }
+    println!("cargo:rerun-if-changed=build.rs");
+    println!("cargo:rerun-if-env-changed=CC");
+
+    assert!(
+        abi_header.exists(),
+        "kfd ABI header not found at {}",
+        abi_header.display()
+    );
+
+    let cc = env::var("CC")
+        .ok()
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "cc".to_string());
+    let lib = out_dir.join(SONAME);
+    let output = Command::new(&cc)
+        .args([
+            "-std=gnu11",
+            "-fPIC",
+            "-shared",
+            "-O2",
+            "-g",
+            "-Wall",
+            "-Werror",
+            "-fvisibility=hidden",
+        ])
+        .arg(format!("-I{}", include.display()))
+        .arg(format!("-I{}", abi_include.display()))
+        .arg(format!("-Wl,--version-script={}", map.display()))
+        .arg(format!("-Wl,-soname,{SONAME}"))
+        .arg("-o")
+        .arg(&lib)
+        .arg(&src)
+        .args(["-ldl", "-lpthread"])
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run the C compiler `{cc}`: {e}"));
+    if !output.status.success() {
+        panic!(
+            "`{cc}` failed to build {SONAME} ({}):\n{}{}",
+            output.status,
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+
+    let link = out_dir.join("libamdhip64.so");
+    match fs::symlink_metadata(&link) {
+        Ok(_) => fs::remove_file(&link).expect("remove stale libamdhip64.so"),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => panic!("cannot inspect {}: {e}", link.display()),
+    }
+    std::os::unix::fs::symlink(SONAME, &link).expect("create the libamdhip64.so symlink");
+
+    println!("cargo:rustc-env=FAKEHIP_LIB_DIR={}", out_dir.display());
+}

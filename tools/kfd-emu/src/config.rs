@@ -1,0 +1,492 @@
+//! Emulator configuration: the presets, the optional TOML topology file, and the
+//! topology (CPU node + GPU nodes) they produce.
+//!
+//! Every GPU node is one KFD partition (one `kfd_node`): it has its own `gpu_id`,
+//! render node, HQDs and HWS model. `--gpus N` repeats the preset's (or the file's)
+//! nodes once per physical GPU.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::EmuError;
+use crate::topology::{self, CwsrSizes};
+
+/// First `gpu_id` handed out; node `k` (0-based over all GPU nodes) gets `GPU_ID_BASE + k`.
+pub const GPU_ID_BASE: u32 = 0xb1a0;
+/// First DRM render minor; node `k` gets `/dev/dri/renderD<128 + k>`.
+pub const RENDER_MINOR_BASE: u32 = 128;
+/// `eop_buffer_size` of every gfx9 node.
+pub const EOP_BUFFER_SIZE: u32 = 4096;
+/// The same XGMI hive id for every emulated GPU.
+const HIVE_ID: u64 = 0x5a7e_1d2c_3b4a_6f01;
+/// CPU model name reported by node 0.
+const CPU_NAME: &str = "AMD EPYC 9654 96-Core Processor";
+
+/// A machine layout the emulator knows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Preset {
+    /// MI300X in SPX mode: one node with 8 XCCs, 304 CUs.
+    #[serde(rename = "mi300x-spx")]
+    Mi300xSpx,
+    /// MI300X in CPX mode: 8 nodes of 1 XCC, 38 CUs each.
+    #[serde(rename = "mi300x-cpx")]
+    Mi300xCpx,
+    /// MI308X: one node with 4 XCCs, 80 CUs (layout ASSUMED: 4 XCDs x 20 CUs, unverified).
+    #[serde(rename = "mi308x")]
+    Mi308x,
+}
+
+impl Preset {
+    /// Every preset, in `--help` order.
+    pub const ALL: [Preset; 3] = [Preset::Mi300xSpx, Preset::Mi300xCpx, Preset::Mi308x];
+
+    /// The name used on the command line and in `config.json`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Preset::Mi300xSpx => "mi300x-spx",
+            Preset::Mi300xCpx => "mi300x-cpx",
+            Preset::Mi308x => "mi308x",
+        }
+    }
+
+    /// Topology nodes (partitions) per physical GPU.
+    pub fn nodes_per_gpu(self) -> u32 {
+        match self {
+            Preset::Mi300xSpx | Preset::Mi308x => 1,
+            Preset::Mi300xCpx => 8,
+        }
+    }
+
+    /// Properties of one node of this preset, without the per-node identifiers.
+    fn template(self) -> BTreeMap<String, u64> {
+        // (simd_count, array_count, cu_per_simd_array, device_id, num_xcc)
+        let (simd_count, array_count, cu_per_simd_array, device_id, num_xcc) = match self {
+            Preset::Mi300xSpx => (1216, 32, 10, 0x74a1, 8),
+            Preset::Mi300xCpx => (152, 4, 10, 0x74a1, 1),
+            Preset::Mi308x => (320, 16, 5, 0x74a2, 4),
+        };
+        let pairs: [(&str, u64); 36] = [
+            ("cpu_cores_count", 0),
+            ("simd_count", simd_count),
+            ("mem_banks_count", 1),
+            ("caches_count", 0),
+            ("io_links_count", 0),
+            ("p2p_links_count", 0),
+            ("cpu_core_id_base", 0),
+            ("simd_id_base", 0x8000_1000),
+            ("max_waves_per_simd", 8),
+            ("lds_size_in_kb", 64),
+            ("gds_size_in_kb", 0),
+            ("num_gws", 64),
+            ("wave_front_size", 64),
+            ("array_count", array_count),
+            ("simd_arrays_per_engine", 1),
+            ("cu_per_simd_array", cu_per_simd_array),
+            ("simd_per_cu", 4),
+            ("max_slots_scratch_cu", 32),
+            ("gfx_target_version", 90402),
+            ("vendor_id", 4098),
+            ("device_id", device_id),
+            ("location_id", 0),
+            ("domain", 0),
+            ("drm_render_minor", u64::from(RENDER_MINOR_BASE)),
+            ("hive_id", HIVE_ID),
+            ("num_sdma_engines", 2),
+            ("num_sdma_xgmi_engines", 14),
+            ("num_sdma_queues_per_engine", 8),
+            ("num_cp_queues", 24),
+            ("max_engine_clk_fcompute", 2100),
+            ("local_mem_size", 0),
+            ("fw_version", 177),
+            // QUEUE_SIZE_POW2 | WATCH_POINTS_SUPPORTED | 4 watch bits | doorbell type 2.0
+            // | MEM_EDC | RAS event notify | SRAM_EDC | SVM API (synthetic but plausible).
+            ("capability", 0x0c30_2488),
+            ("debug_prop", 0x5c7),
+            ("sdma_fw_version", 19),
+            ("num_xcc", num_xcc),
+        ];
+        let mut map: BTreeMap<String, u64> =
+            pairs.iter().map(|(k, v)| ((*k).to_string(), *v)).collect();
+        map.insert("unique_id".into(), 0);
+        map.insert("max_engine_clk_ccompute".into(), 3700);
+        map
+    }
+}
+
+impl fmt::Display for Preset {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Preset {
+    type Err = EmuError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Preset::ALL
+            .into_iter()
+            .find(|p| p.name() == s)
+            .ok_or_else(|| {
+                let names: Vec<&str> = Preset::ALL.iter().map(|p| p.name()).collect();
+                EmuError::Config(format!(
+                    "unknown preset {s:?}; expected one of {}",
+                    names.join(", ")
+                ))
+            })
+    }
+}
+
+/// What the emulator is started with. `Default` is one MI300X in SPX mode on a
+/// Linux 6.12+ kernel with KFD 1.17.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EmuConfig {
+    /// Machine layout (ignored for node properties when `topology_file` is set, except
+    /// as the template the file's nodes start from).
+    pub preset: Preset,
+    /// Number of physical GPUs; each repeats the preset's (or the file's) nodes.
+    pub gpus: u32,
+    /// TOML topology that overrides the preset when set.
+    pub topology_file: Option<PathBuf>,
+    /// Minor version GET_VERSION reports; RUNTIME_ENABLE/DBG_TRAP are ENOTTY below 13.
+    pub kfd_minor: u32,
+    /// `true` = Linux 6.12+: sysfs has `cwsr_size`/`ctl_stack_size` and CREATE_QUEUE
+    /// validates the queue buffers; `false` = older kernel.
+    pub buffer_checks: bool,
+    /// Stall of every queue of a partition per device-wide preempt, in microseconds.
+    pub preempt_cost_us: u64,
+    /// Duration of an AQL dispatch packet whose `reserved2` is 0, in nanoseconds.
+    pub default_packet_ns: u64,
+    /// Time slice of an oversubscribed partition, in microseconds.
+    pub quantum_us: u64,
+}
+
+impl Default for EmuConfig {
+    fn default() -> Self {
+        EmuConfig {
+            preset: Preset::Mi300xSpx,
+            gpus: 1,
+            topology_file: None,
+            kfd_minor: 17,
+            buffer_checks: true,
+            preempt_cost_us: 50,
+            default_packet_ns: 10_000,
+            quantum_us: 10_000,
+        }
+    }
+}
+
+/// One GPU topology node (a partition) with everything derived from its properties.
+#[derive(Debug, Clone)]
+pub(crate) struct GpuNode {
+    /// Topology node number (`nodes/<node>`), 1-based (node 0 is the CPU).
+    pub node: u32,
+    pub gpu_id: u32,
+    pub name: String,
+    /// Property values by key (rendered in the kernel's order by `topology`).
+    pub props: BTreeMap<String, u64>,
+    pub num_xcc: u32,
+    pub num_cp_queues: u32,
+    pub render_minor: u32,
+    pub sizes: CwsrSizes,
+    pub eop_buffer_size: u32,
+    /// Compute units of XCC 0 (used by the wave-state model).
+    pub cu_per_xcc: u32,
+}
+
+impl GpuNode {
+    /// `ALIGN((ctx_save_restore_size + debug_memory_size) * num_xcc, 4096)`: the exact
+    /// CWSR mapping size CREATE_QUEUE wants for a given per-XCC save area size.
+    pub fn cwsr_total(&self, ctx_save_restore_size: u32) -> u64 {
+        let raw = (u64::from(ctx_save_restore_size) + u64::from(self.sizes.debug_memory_size))
+            * u64::from(self.num_xcc);
+        raw.div_ceil(4096) * 4096
+    }
+}
+
+/// The whole emulated topology.
+#[derive(Debug, Clone)]
+pub(crate) struct Topology {
+    pub cpu_name: String,
+    pub cpu_props: BTreeMap<String, u64>,
+    pub gpus: Vec<GpuNode>,
+}
+
+impl Topology {
+    /// Index into `gpus` of the node with this `gpu_id`.
+    pub fn gpu_index(&self, gpu_id: u32) -> Option<usize> {
+        self.gpus.iter().position(|g| g.gpu_id == gpu_id)
+    }
+
+    /// Builds the topology for a configuration (reads the TOML file if set).
+    pub fn build(config: &EmuConfig) -> Result<Topology, EmuError> {
+        if config.gpus == 0 {
+            return Err(EmuError::Config("--gpus must be at least 1".into()));
+        }
+        let (preset, specs) = match &config.topology_file {
+            Some(path) => load_topology_file(path, config.preset)?,
+            None => (
+                config.preset,
+                (0..config.preset.nodes_per_gpu())
+                    .map(|_| NodeSpec::default())
+                    .collect(),
+            ),
+        };
+        let mut gpus = Vec::new();
+        for gpu in 0..config.gpus {
+            for (part, spec) in specs.iter().enumerate() {
+                let k = u32::try_from(gpus.len())
+                    .map_err(|_| EmuError::Config("too many GPU nodes".into()))?;
+                gpus.push(build_node(preset, gpu, part as u32, k, spec)?);
+            }
+        }
+        check_unique(&gpus)?;
+        Ok(Topology {
+            cpu_name: CPU_NAME.to_string(),
+            cpu_props: cpu_props(),
+            gpus,
+        })
+    }
+}
+
+/// A node entry of the TOML file (or an empty one for a preset node).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NodeSpec {
+    gpu_id: Option<u32>,
+    name: Option<String>,
+    #[serde(default)]
+    properties: BTreeMap<String, u64>,
+}
+
+/// The TOML topology file.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TopologyFile {
+    preset: Option<String>,
+    #[serde(default)]
+    node: Vec<NodeSpec>,
+}
+
+fn load_topology_file(path: &Path, fallback: Preset) -> Result<(Preset, Vec<NodeSpec>), EmuError> {
+    let text = std::fs::read_to_string(path).map_err(|source| EmuError::Io {
+        context: format!("read topology file {}", path.display()),
+        source,
+    })?;
+    parse_topology(&text, fallback)
+        .map_err(|e| EmuError::Config(format!("topology file {}: {e}", path.display())))
+}
+
+/// Parses the TOML topology text; errors are plain messages.
+fn parse_topology(text: &str, fallback: Preset) -> Result<(Preset, Vec<NodeSpec>), String> {
+    let file: TopologyFile = toml::from_str(text).map_err(|e| e.to_string())?;
+    let preset = match &file.preset {
+        Some(p) => p.parse::<Preset>().map_err(|e| e.to_string())?,
+        None => fallback,
+    };
+    if file.node.is_empty() {
+        return Err("no [[node]] entries".into());
+    }
+    for (i, node) in file.node.iter().enumerate() {
+        for key in node.properties.keys() {
+            if !topology::is_known_key(key) {
+                return Err(format!(
+                    "node {i}: unknown property {key:?} (known: {})",
+                    topology::known_keys().join(", ")
+                ));
+            }
+        }
+    }
+    Ok((preset, file.node))
+}
+
+fn build_node(
+    preset: Preset,
+    gpu: u32,
+    part: u32,
+    k: u32,
+    spec: &NodeSpec,
+) -> Result<GpuNode, EmuError> {
+    let mut props = preset.template();
+    let ids: [(&str, u64); 5] = [
+        ("drm_render_minor", u64::from(RENDER_MINOR_BASE + k)),
+        ("location_id", u64::from((0x0c + 0x10 * (gpu & 0xf)) << 8)),
+        (
+            "unique_id",
+            0x4a3c_5e21_7d90_0000 | u64::from(gpu) << 8 | u64::from(part),
+        ),
+        ("simd_id_base", 0x8000_1000 + u64::from(k) * 0x1000),
+        ("hive_id", HIVE_ID),
+    ];
+    for (key, v) in ids {
+        props.insert(key.to_string(), v);
+    }
+    for (key, v) in &spec.properties {
+        props.insert(key.clone(), *v);
+    }
+    let get = |key: &str| props.get(key).copied().unwrap_or(0);
+    let node = k + 1;
+    let to_u32 = |key: &str| -> Result<u32, EmuError> {
+        u32::try_from(get(key))
+            .map_err(|_| EmuError::Config(format!("node {node}: {key} does not fit in 32 bits")))
+    };
+    for key in [
+        "simd_per_cu",
+        "num_xcc",
+        "simd_arrays_per_engine",
+        "num_cp_queues",
+        "simd_count",
+    ] {
+        if get(key) == 0 {
+            return Err(EmuError::Config(format!(
+                "node {node}: {key} must not be 0"
+            )));
+        }
+    }
+    let computed = topology::cwsr_sizes(
+        to_u32("simd_count")?,
+        to_u32("simd_per_cu")?,
+        to_u32("num_xcc")?,
+        to_u32("array_count")?,
+        to_u32("simd_arrays_per_engine")?,
+        to_u32("gfx_target_version")?,
+        to_u32("lds_size_in_kb")?,
+    );
+    let mut sizes = computed;
+    if spec.properties.contains_key("cwsr_size") {
+        sizes.cwsr_size = to_u32("cwsr_size")?;
+    }
+    if spec.properties.contains_key("ctl_stack_size") {
+        sizes.ctl_stack_size = to_u32("ctl_stack_size")?;
+    }
+    let num_xcc = to_u32("num_xcc")?;
+    let cu_per_xcc = to_u32("simd_count")? / to_u32("simd_per_cu")? / num_xcc;
+    let num_cp_queues = to_u32("num_cp_queues")?;
+    let render_minor = to_u32("drm_render_minor")?;
+    props.insert("cwsr_size".into(), u64::from(sizes.cwsr_size));
+    props.insert("ctl_stack_size".into(), u64::from(sizes.ctl_stack_size));
+    let gpu_id = spec.gpu_id.unwrap_or(GPU_ID_BASE + k);
+    if gpu_id == 0 || gpu_id > 0xffff {
+        return Err(EmuError::Config(format!(
+            "node {node}: gpu_id {gpu_id:#x} must be in 1..=0xffff (it is encoded in 16 bits of the doorbell offset)"
+        )));
+    }
+    Ok(GpuNode {
+        node,
+        gpu_id,
+        name: spec
+            .name
+            .clone()
+            .unwrap_or_else(|| "ip discovery".to_string()),
+        num_xcc,
+        num_cp_queues,
+        render_minor,
+        sizes,
+        eop_buffer_size: EOP_BUFFER_SIZE,
+        cu_per_xcc,
+        props,
+    })
+}
+
+fn check_unique(gpus: &[GpuNode]) -> Result<(), EmuError> {
+    let mut ids = BTreeSet::new();
+    let mut minors = BTreeSet::new();
+    for g in gpus {
+        if !ids.insert(g.gpu_id) {
+            return Err(EmuError::Config(format!(
+                "gpu_id {:#x} is used by more than one node",
+                g.gpu_id
+            )));
+        }
+        if !minors.insert(g.render_minor) {
+            return Err(EmuError::Config(format!(
+                "drm_render_minor {} is used by more than one node",
+                g.render_minor
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Properties of the CPU node 0.
+fn cpu_props() -> BTreeMap<String, u64> {
+    let mut map = BTreeMap::new();
+    for key in topology::known_keys() {
+        map.insert(key.to_string(), 0);
+    }
+    map.insert("cpu_cores_count".into(), 96);
+    map.insert("mem_banks_count".into(), 1);
+    map.insert("max_engine_clk_ccompute".into(), 3700);
+    map
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn preset_names_round_trip() {
+        for p in Preset::ALL {
+            assert_eq!(p.name().parse::<Preset>().unwrap(), p);
+        }
+        assert!("mi250".parse::<Preset>().is_err());
+    }
+
+    #[test]
+    fn presets_build_expected_nodes() {
+        let mut cfg = EmuConfig::default();
+        let t = Topology::build(&cfg).unwrap();
+        assert_eq!(t.gpus.len(), 1);
+        assert_eq!(t.gpus[0].num_xcc, 8);
+        assert_eq!(t.gpus[0].sizes.cwsr_size, 23_203_840);
+        assert_eq!(t.gpus[0].cwsr_total(23_203_840), 186_019_840);
+        cfg.preset = Preset::Mi300xCpx;
+        cfg.gpus = 2;
+        let t = Topology::build(&cfg).unwrap();
+        assert_eq!(t.gpus.len(), 16);
+        assert_eq!(t.gpus[15].gpu_id, GPU_ID_BASE + 15);
+        assert_eq!(t.gpus[15].render_minor, 143);
+        assert_eq!(t.gpus[3].cu_per_xcc, 38);
+        cfg.preset = Preset::Mi308x;
+        cfg.gpus = 1;
+        let t = Topology::build(&cfg).unwrap();
+        assert_eq!(t.gpus[0].sizes.cwsr_size, 12_214_272);
+        assert_eq!(t.gpus[0].props["device_id"], 0x74a2);
+    }
+
+    #[test]
+    fn toml_overrides_and_rejects_unknown_keys() {
+        let text = r#"
+            preset = "mi308x"
+            [[node]]
+            gpu_id = 0x1234
+            [node.properties]
+            num_cp_queues = 4
+            [[node]]
+            [node.properties]
+            simd_count = 160
+            num_xcc = 2
+            array_count = 8
+        "#;
+        let (preset, nodes) = parse_topology(text, Preset::Mi300xSpx).unwrap();
+        assert_eq!(preset, Preset::Mi308x);
+        let a = build_node(preset, 0, 0, 0, &nodes[0]).unwrap();
+        assert_eq!(a.gpu_id, 0x1234);
+        assert_eq!(a.num_cp_queues, 4);
+        let b = build_node(preset, 0, 1, 1, &nodes[1]).unwrap();
+        assert_eq!(b.num_xcc, 2);
+        assert_eq!(b.cu_per_xcc, 20);
+        assert_eq!(b.sizes.cwsr_size, 12_214_272);
+        assert!(
+            parse_topology(
+                "[[node]]\n[node.properties]\nsimd_cnt = 1\n",
+                Preset::Mi308x
+            )
+            .is_err()
+        );
+        assert!(parse_topology("preset = \"mi308x\"\n", Preset::Mi308x).is_err());
+    }
+}

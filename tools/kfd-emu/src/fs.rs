@@ -1,0 +1,754 @@
+//! The FUSE tree: a static inode table built at mount time (devices, topology,
+//! emulator files) plus the live `sys/class/kfd/kfd/proc/<pid>/...` subtree whose
+//! inode numbers encode (pid, queue id, file).
+
+use std::collections::HashMap;
+use std::ffi::OsStr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use fuser::{
+    Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, IoctlFlags,
+    LockOwner, OpenFlags, ReplyAttr, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyIoctl,
+    ReplyOpen, ReplyWrite, Request, WriteFlags,
+};
+use serde::Serialize;
+
+use crate::config::EmuConfig;
+use crate::state::Emu;
+use crate::{ioctl, process, stats, topology};
+
+/// Attribute/entry cache time of the static tree.
+const STATIC_TTL: Duration = Duration::from_secs(60);
+/// The `proc` subtree changes at any time: never cached.
+const DYN_TTL: Duration = Duration::ZERO;
+/// First inode number of the `proc` subtree.
+const PROC_BASE: u64 = 1 << 40;
+/// Size reported for device files, so mmap at large offsets does not SIGBUS.
+const DEVICE_SIZE: u64 = i64::MAX as u64;
+/// Size reported for generated text files (served with direct I/O; size is a hint).
+const TEXT_SIZE: u64 = 4096;
+
+#[derive(Clone)]
+enum Kind {
+    Dir,
+    /// `sys/class/kfd/kfd/proc`: children are the live processes.
+    ProcDir,
+    Kfd,
+    Render,
+    Text(Arc<[u8]>),
+    Stats,
+    Config,
+}
+
+struct Node {
+    kind: Kind,
+    parent: u64,
+    children: Vec<(String, u64)>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum QField {
+    Size,
+    Type,
+    GpuId,
+}
+
+/// A node of the live `proc` subtree.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Dyn {
+    Pid(u32),
+    Pasid(u32),
+    Queues(u32),
+    Queue(u32, u32),
+    QFile(u32, u32, QField),
+}
+
+impl Dyn {
+    fn ino(self) -> u64 {
+        let (pid, code) = match self {
+            Dyn::Pid(p) => (p, 0),
+            Dyn::Pasid(p) => (p, 1),
+            Dyn::Queues(p) => (p, 2),
+            Dyn::Queue(p, q) => (p, 0x100 + q * 4),
+            Dyn::QFile(p, q, f) => (
+                p,
+                0x100
+                    + q * 4
+                    + match f {
+                        QField::Size => 1,
+                        QField::Type => 2,
+                        QField::GpuId => 3,
+                    },
+            ),
+        };
+        PROC_BASE | (u64::from(pid) << 16) | u64::from(code)
+    }
+
+    fn from_ino(ino: u64) -> Option<Dyn> {
+        if ino < PROC_BASE {
+            return None;
+        }
+        let pid = u32::try_from((ino - PROC_BASE) >> 16).ok()?;
+        let code = (ino & 0xffff) as u32;
+        Some(match code {
+            0 => Dyn::Pid(pid),
+            1 => Dyn::Pasid(pid),
+            2 => Dyn::Queues(pid),
+            c if c >= 0x100 => {
+                let q = (c - 0x100) / 4;
+                match (c - 0x100) % 4 {
+                    0 => Dyn::Queue(pid, q),
+                    1 => Dyn::QFile(pid, q, QField::Size),
+                    2 => Dyn::QFile(pid, q, QField::Type),
+                    _ => Dyn::QFile(pid, q, QField::GpuId),
+                }
+            }
+            _ => return None,
+        })
+    }
+
+    fn is_dir(self) -> bool {
+        matches!(self, Dyn::Pid(_) | Dyn::Queues(_) | Dyn::Queue(..))
+    }
+}
+
+/// An open file.
+enum Handle {
+    Kfd { tgid: u32 },
+    Render,
+    Text(Vec<u8>),
+}
+
+/// The filesystem served over FUSE.
+pub(crate) struct KfdFs {
+    emu: Arc<Emu>,
+    nodes: Vec<Node>,
+    handles: Mutex<HashMap<u64, Handle>>,
+    next_fh: AtomicU64,
+    mounted_at: SystemTime,
+}
+
+/// What `kfd-emu/config.json` contains.
+#[derive(Serialize)]
+struct ConfigDoc<'a> {
+    config: &'a EmuConfig,
+    nodes: Vec<NodeDoc>,
+}
+
+/// Per-node facts a client may want without parsing sysfs (e.g. `debug_memory_size`,
+/// which the kernel does not export).
+#[derive(Serialize)]
+struct NodeDoc {
+    node: u32,
+    gpu_id: u32,
+    drm_render_minor: u32,
+    num_xcc: u32,
+    num_cp_queues: u32,
+    cwsr_size: u32,
+    ctl_stack_size: u32,
+    debug_memory_size: u32,
+    eop_buffer_size: u32,
+    cwsr_total_per_queue: u64,
+}
+
+struct Builder {
+    nodes: Vec<Node>,
+}
+
+impl Builder {
+    fn add(&mut self, parent: u64, name: &str, kind: Kind) -> u64 {
+        let ino = self.nodes.len() as u64 + 1;
+        self.nodes.push(Node {
+            kind,
+            parent,
+            children: Vec::new(),
+        });
+        self.nodes[(parent - 1) as usize]
+            .children
+            .push((name.to_string(), ino));
+        ino
+    }
+
+    /// The directory `name` under `parent`, created if missing.
+    fn dir(&mut self, parent: u64, name: &str) -> u64 {
+        let existing = self.nodes[(parent - 1) as usize]
+            .children
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, i)| *i);
+        existing.unwrap_or_else(|| self.add(parent, name, Kind::Dir))
+    }
+}
+
+fn text(s: String) -> Kind {
+    Kind::Text(Arc::from(s.into_bytes().into_boxed_slice()))
+}
+
+impl KfdFs {
+    pub(crate) fn new(emu: Arc<Emu>) -> KfdFs {
+        let mut b = Builder {
+            nodes: vec![Node {
+                kind: Kind::Dir,
+                parent: 1,
+                children: Vec::new(),
+            }],
+        };
+        let root = 1;
+        let dev = b.dir(root, "dev");
+        b.add(dev, "kfd", Kind::Kfd);
+        let dri = b.dir(dev, "dri");
+        for g in &emu.topo.gpus {
+            b.add(dri, &format!("renderD{}", g.render_minor), Kind::Render);
+        }
+        let sys = b.dir(root, "sys");
+        let class = b.dir(sys, "class");
+        let kfd_class = b.dir(class, "kfd");
+        let kfd = b.dir(kfd_class, "kfd");
+        let topo = b.dir(kfd, "topology");
+        for f in topology::topology_files(&emu.topo, emu.config.buffer_checks) {
+            let mut parent = topo;
+            let (last, dirs) = f.path.split_last().expect("topology paths are never empty");
+            for d in dirs {
+                parent = b.dir(parent, d);
+            }
+            b.add(parent, last, text(f.text));
+        }
+        b.add(kfd, "proc", Kind::ProcDir);
+        let own = b.dir(root, "kfd-emu");
+        b.add(own, "stats.json", Kind::Stats);
+        b.add(own, "config.json", Kind::Config);
+        KfdFs {
+            emu,
+            nodes: b.nodes,
+            handles: Mutex::new(HashMap::new()),
+            next_fh: AtomicU64::new(1),
+            mounted_at: SystemTime::now(),
+        }
+    }
+
+    fn node(&self, ino: u64) -> Option<&Node> {
+        self.nodes.get(usize::try_from(ino.checked_sub(1)?).ok()?)
+    }
+
+    fn attr(&self, ino: u64, kind: FileType, perm: u16, size: u64) -> FileAttr {
+        FileAttr {
+            ino: INodeNo(ino),
+            size,
+            blocks: 0,
+            atime: self.mounted_at,
+            mtime: self.mounted_at,
+            ctime: self.mounted_at,
+            crtime: self.mounted_at,
+            kind,
+            perm,
+            nlink: if kind == FileType::Directory { 2 } else { 1 },
+            uid: 0,
+            gid: 0,
+            rdev: 0,
+            blksize: 4096,
+            flags: 0,
+        }
+    }
+
+    /// Whether a `proc` subtree node currently exists.
+    fn dyn_exists(&self, d: Dyn) -> bool {
+        let st = self.emu.lock();
+        match d {
+            Dyn::Pid(p) | Dyn::Pasid(p) | Dyn::Queues(p) => st.processes.contains_key(&p),
+            Dyn::Queue(p, q) | Dyn::QFile(p, q, _) => st.queue((p, q)).is_some(),
+        }
+    }
+
+    /// Attributes and cache time of any inode, `None` if it does not exist (now).
+    fn lookup_attr(&self, ino: u64) -> Option<(FileAttr, Duration)> {
+        if let Some(d) = Dyn::from_ino(ino) {
+            if !self.dyn_exists(d) {
+                return None;
+            }
+            let a = if d.is_dir() {
+                self.attr(ino, FileType::Directory, 0o555, 0)
+            } else {
+                self.attr(ino, FileType::RegularFile, 0o444, TEXT_SIZE)
+            };
+            return Some((a, DYN_TTL));
+        }
+        let node = self.node(ino)?;
+        let a = match node.kind {
+            Kind::Dir | Kind::ProcDir => self.attr(ino, FileType::Directory, 0o555, 0),
+            Kind::Kfd | Kind::Render => self.attr(ino, FileType::RegularFile, 0o666, DEVICE_SIZE),
+            Kind::Text(_) | Kind::Stats | Kind::Config => {
+                self.attr(ino, FileType::RegularFile, 0o444, TEXT_SIZE)
+            }
+        };
+        let ttl = match node.kind {
+            Kind::ProcDir | Kind::Stats => DYN_TTL,
+            _ => STATIC_TTL,
+        };
+        Some((a, ttl))
+    }
+
+    /// Resolves `name` in directory `parent`.
+    fn child(&self, parent: u64, name: &str) -> Option<u64> {
+        if let Some(d) = Dyn::from_ino(parent) {
+            let found = match d {
+                Dyn::Pid(p) => match name {
+                    "pasid" => Dyn::Pasid(p),
+                    "queues" => Dyn::Queues(p),
+                    _ => return None,
+                },
+                Dyn::Queues(p) => Dyn::Queue(p, name.parse().ok().filter(|q| *q < 1024)?),
+                Dyn::Queue(p, q) => match name {
+                    "size" => Dyn::QFile(p, q, QField::Size),
+                    "type" => Dyn::QFile(p, q, QField::Type),
+                    "gpuid" => Dyn::QFile(p, q, QField::GpuId),
+                    _ => return None,
+                },
+                _ => return None,
+            };
+            return Some(found.ino());
+        }
+        let node = self.node(parent)?;
+        match node.kind {
+            Kind::ProcDir => {
+                let pid: u32 = name.parse().ok().filter(|p| *p < (1 << 24))?;
+                Some(Dyn::Pid(pid).ino())
+            }
+            Kind::Dir => node
+                .children
+                .iter()
+                .find(|(n, _)| n == name)
+                .map(|(_, i)| *i),
+            _ => None,
+        }
+    }
+
+    /// Entries of a directory (without `.`/`..`), `None` if not a directory.
+    fn entries(&self, ino: u64) -> Option<Vec<(u64, FileType, String)>> {
+        if let Some(d) = Dyn::from_ino(ino) {
+            let st = self.emu.lock();
+            return match d {
+                Dyn::Pid(p) => st.processes.contains_key(&p).then(|| {
+                    vec![
+                        (Dyn::Pasid(p).ino(), FileType::RegularFile, "pasid".into()),
+                        (Dyn::Queues(p).ino(), FileType::Directory, "queues".into()),
+                    ]
+                }),
+                Dyn::Queues(p) => st.processes.get(&p).map(|proc_| {
+                    proc_
+                        .queues
+                        .keys()
+                        .map(|q| (Dyn::Queue(p, *q).ino(), FileType::Directory, q.to_string()))
+                        .collect()
+                }),
+                Dyn::Queue(p, q) => st.queue((p, q)).map(|_| {
+                    [
+                        ("size", QField::Size),
+                        ("type", QField::Type),
+                        ("gpuid", QField::GpuId),
+                    ]
+                    .into_iter()
+                    .map(|(n, f)| (Dyn::QFile(p, q, f).ino(), FileType::RegularFile, n.into()))
+                    .collect()
+                }),
+                _ => None,
+            };
+        }
+        let node = self.node(ino)?;
+        match node.kind {
+            Kind::ProcDir => {
+                let st = self.emu.lock();
+                Some(
+                    st.processes
+                        .keys()
+                        .map(|p| (Dyn::Pid(*p).ino(), FileType::Directory, p.to_string()))
+                        .collect(),
+                )
+            }
+            Kind::Dir => Some(
+                node.children
+                    .iter()
+                    .map(|(n, i)| {
+                        let kind = match self.node(*i).map(|c| &c.kind) {
+                            Some(Kind::Dir | Kind::ProcDir) => FileType::Directory,
+                            _ => FileType::RegularFile,
+                        };
+                        (*i, kind, n.clone())
+                    })
+                    .collect(),
+            ),
+            _ => None,
+        }
+    }
+
+    /// Content of a `proc` subtree file, `None` if gone.
+    fn dyn_content(&self, d: Dyn) -> Option<Vec<u8>> {
+        let st = self.emu.lock();
+        let s = match d {
+            Dyn::Pasid(p) => st.processes.get(&p)?.pasid.to_string(),
+            Dyn::QFile(p, q, f) => {
+                let q = st.queue((p, q))?;
+                match f {
+                    QField::Size => q.ring_size.to_string(),
+                    QField::Type => q.kind.sysfs_type().to_string(),
+                    QField::GpuId => self.emu.topo.gpus[q.gpu].gpu_id.to_string(),
+                }
+            }
+            _ => return None,
+        };
+        Some(s.into_bytes())
+    }
+
+    fn config_json(&self) -> Vec<u8> {
+        let emu = &self.emu;
+        let doc = ConfigDoc {
+            config: &emu.config,
+            nodes: emu
+                .topo
+                .gpus
+                .iter()
+                .map(|g| NodeDoc {
+                    node: g.node,
+                    gpu_id: g.gpu_id,
+                    drm_render_minor: g.render_minor,
+                    num_xcc: g.num_xcc,
+                    num_cp_queues: g.num_cp_queues,
+                    cwsr_size: g.sizes.cwsr_size,
+                    ctl_stack_size: g.sizes.ctl_stack_size,
+                    debug_memory_size: g.sizes.debug_memory_size,
+                    eop_buffer_size: g.eop_buffer_size,
+                    cwsr_total_per_queue: g.cwsr_total(g.sizes.cwsr_size),
+                })
+                .collect(),
+        };
+        let mut out = serde_json::to_vec_pretty(&doc).unwrap_or_default();
+        out.push(b'\n');
+        out
+    }
+
+    fn new_handle(&self, h: Handle) -> FileHandle {
+        let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
+        self.handles
+            .lock()
+            .expect("kfd-emu handle table poisoned")
+            .insert(fh, h);
+        FileHandle(fh)
+    }
+}
+
+impl Filesystem for KfdFs {
+    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        let found = name
+            .to_str()
+            .and_then(|n| self.child(parent.0, n))
+            .and_then(|ino| self.lookup_attr(ino));
+        match found {
+            Some((attr, ttl)) => reply.entry(&ttl, &attr, Generation(0)),
+            None => reply.error(Errno::ENOENT),
+        }
+    }
+
+    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        match self.lookup_attr(ino.0) {
+            Some((attr, ttl)) => reply.attr(&ttl, &attr),
+            None => reply.error(Errno::ENOENT),
+        }
+    }
+
+    fn setattr(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _mode: Option<u32>,
+        _uid: Option<u32>,
+        _gid: Option<u32>,
+        _size: Option<u64>,
+        _atime: Option<fuser::TimeOrNow>,
+        _mtime: Option<fuser::TimeOrNow>,
+        _ctime: Option<SystemTime>,
+        _fh: Option<FileHandle>,
+        _crtime: Option<SystemTime>,
+        _chgtime: Option<SystemTime>,
+        _bkuptime: Option<SystemTime>,
+        _flags: Option<fuser::BsdFileFlags>,
+        reply: ReplyAttr,
+    ) {
+        // Nothing is settable; report the unchanged attributes (O_TRUNC opens work).
+        self.getattr(_req, ino, None, reply);
+    }
+
+    fn open(&self, req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        let ino = ino.0;
+        if let Some(d) = Dyn::from_ino(ino) {
+            return match self.dyn_content(d) {
+                Some(c) => reply.opened(
+                    self.new_handle(Handle::Text(c)),
+                    FopenFlags::FOPEN_DIRECT_IO,
+                ),
+                None if d.is_dir() => reply.error(Errno::EISDIR),
+                None => reply.error(Errno::ENOENT),
+            };
+        }
+        let Some(node) = self.node(ino) else {
+            return reply.error(Errno::ENOENT);
+        };
+        match &node.kind {
+            Kind::Dir | Kind::ProcDir => reply.error(Errno::EISDIR),
+            Kind::Kfd => match process::tgid_of(&self.emu, req.pid()) {
+                Some(tgid) => {
+                    process::open_kfd(&self.emu, tgid);
+                    reply.opened(
+                        self.new_handle(Handle::Kfd { tgid }),
+                        FopenFlags::FOPEN_KEEP_CACHE,
+                    );
+                }
+                None => reply.error(Errno::ESRCH),
+            },
+            Kind::Render => reply.opened(
+                self.new_handle(Handle::Render),
+                FopenFlags::FOPEN_KEEP_CACHE,
+            ),
+            Kind::Text(t) => reply.opened(
+                self.new_handle(Handle::Text(t.to_vec())),
+                FopenFlags::FOPEN_DIRECT_IO,
+            ),
+            Kind::Stats => {
+                let mut out =
+                    serde_json::to_vec_pretty(&stats::snapshot(&self.emu)).unwrap_or_default();
+                out.push(b'\n');
+                reply.opened(
+                    self.new_handle(Handle::Text(out)),
+                    FopenFlags::FOPEN_DIRECT_IO,
+                )
+            }
+            Kind::Config => reply.opened(
+                self.new_handle(Handle::Text(self.config_json())),
+                FopenFlags::FOPEN_DIRECT_IO,
+            ),
+        }
+    }
+
+    fn read(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        size: u32,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyData,
+    ) {
+        let handles = self.handles.lock().expect("kfd-emu handle table poisoned");
+        match handles.get(&fh.0) {
+            Some(Handle::Kfd { .. }) => {
+                drop(handles);
+                reply.data(&vec![0u8; size as usize]);
+            }
+            Some(Handle::Render) => {
+                drop(handles);
+                reply.data(&self.emu.bos.read(offset, size as usize));
+            }
+            Some(Handle::Text(t)) => {
+                let start = usize::try_from(offset).unwrap_or(usize::MAX).min(t.len());
+                let end = start.saturating_add(size as usize).min(t.len());
+                reply.data(&t[start..end]);
+            }
+            None => reply.error(Errno::EBADF),
+        }
+    }
+
+    fn write(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        data: &[u8],
+        _write_flags: WriteFlags,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyWrite,
+    ) {
+        let is_render = {
+            let handles = self.handles.lock().expect("kfd-emu handle table poisoned");
+            match handles.get(&fh.0) {
+                Some(Handle::Kfd { .. }) => Some(false),
+                Some(Handle::Render) => Some(true),
+                Some(Handle::Text(_)) => None,
+                None => return reply.error(Errno::EBADF),
+            }
+        };
+        match is_render {
+            // Doorbell page writeback: accepted and ignored (the CP polls write pointers).
+            Some(false) => reply.written(data.len() as u32),
+            Some(true) => {
+                self.emu.bos.write(offset, data);
+                reply.written(data.len() as u32);
+            }
+            None => reply.error(Errno::EACCES),
+        }
+    }
+
+    fn release(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        _flush: bool,
+        reply: ReplyEmpty,
+    ) {
+        let h = self
+            .handles
+            .lock()
+            .expect("kfd-emu handle table poisoned")
+            .remove(&fh.0);
+        if let Some(Handle::Kfd { tgid }) = h {
+            process::release_kfd(&self.emu, tgid);
+        }
+        reply.ok();
+    }
+
+    fn readdir(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectory,
+    ) {
+        let Some(entries) = self.entries(ino.0) else {
+            return reply.error(Errno::ENOTDIR);
+        };
+        let parent = match Dyn::from_ino(ino.0) {
+            Some(Dyn::Pid(_)) => self.child_parent_proc(),
+            Some(Dyn::Queues(p)) => Dyn::Pid(p).ino(),
+            Some(Dyn::Queue(p, _)) => Dyn::Queues(p).ino(),
+            Some(_) => ino.0,
+            None => self.node(ino.0).map_or(1, |n| n.parent),
+        };
+        let all = [
+            (ino.0, FileType::Directory, ".".to_string()),
+            (parent, FileType::Directory, "..".to_string()),
+        ]
+        .into_iter()
+        .chain(entries);
+        for (i, (child, kind, name)) in all.enumerate().skip(offset as usize) {
+            if reply.add(INodeNo(child), i as u64 + 1, kind, &name) {
+                break;
+            }
+        }
+        reply.ok();
+    }
+
+    fn flush(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _lock_owner: LockOwner,
+        reply: ReplyEmpty,
+    ) {
+        reply.ok();
+    }
+
+    fn fsync(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        reply.ok();
+    }
+
+    fn access(&self, _req: &Request, _ino: INodeNo, _mask: fuser::AccessFlags, reply: ReplyEmpty) {
+        reply.ok();
+    }
+
+    fn getxattr(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _name: &OsStr,
+        _size: u32,
+        reply: fuser::ReplyXattr,
+    ) {
+        // No extended attributes; ENOSYS makes the kernel stop asking.
+        reply.error(Errno::ENOSYS);
+    }
+
+    fn listxattr(&self, _req: &Request, _ino: INodeNo, _size: u32, reply: fuser::ReplyXattr) {
+        reply.error(Errno::ENOSYS);
+    }
+
+    fn ioctl(
+        &self,
+        req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _flags: IoctlFlags,
+        cmd: u32,
+        in_data: &[u8],
+        out_size: u32,
+        reply: ReplyIoctl,
+    ) {
+        let opener = match self
+            .handles
+            .lock()
+            .expect("kfd-emu handle table poisoned")
+            .get(&fh.0)
+        {
+            Some(Handle::Kfd { tgid }) => Some(*tgid),
+            _ => None,
+        };
+        match opener {
+            Some(tgid) => {
+                // A bug must not take the FUSE loop down: an unsent reply answers EIO
+                // when it is dropped during unwinding.
+                let run = std::panic::AssertUnwindSafe(|| {
+                    ioctl::dispatch(&self.emu, req.pid(), tgid, cmd, in_data, out_size, reply)
+                });
+                if std::panic::catch_unwind(run).is_err() {
+                    tracing::error!(cmd, "ioctl handler panicked");
+                }
+            }
+            None => ioctl::send_reply(reply, &[], Err(libc::ENOTTY)),
+        }
+    }
+}
+
+impl KfdFs {
+    /// Inode of `sys/class/kfd/kfd/proc`.
+    fn child_parent_proc(&self) -> u64 {
+        self.nodes
+            .iter()
+            .position(|n| matches!(n.kind, Kind::ProcDir))
+            .map_or(1, |i| i as u64 + 1)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dyn_inodes_round_trip() {
+        for d in [
+            Dyn::Pid(4_194_303),
+            Dyn::Pasid(1),
+            Dyn::Queues(77),
+            Dyn::Queue(77, 1023),
+            Dyn::QFile(77, 1023, QField::GpuId),
+            Dyn::QFile(5, 0, QField::Size),
+            Dyn::QFile(5, 3, QField::Type),
+        ] {
+            assert_eq!(Dyn::from_ino(d.ino()), Some(d));
+        }
+        assert_eq!(Dyn::from_ino(5), None);
+    }
+}

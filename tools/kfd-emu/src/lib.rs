@@ -1,0 +1,38 @@
+//! kfd-emu: amdkfd (`/dev/kfd`, render nodes, KFD sysfs) emulated over FUSE, with a
+//! model of the gfx942 hardware scheduler, so every syscall path of kfdq can be tested
+//! on machines without an AMD GPU.
+//!
+//! ```no_run
+//! use kfd_emu::{EmuConfig, MountedEmu, Preset};
+//! let emu = MountedEmu::mount(
+//!     std::path::Path::new("/run/kfdq-emu"),
+//!     EmuConfig { preset: Preset::Mi308x, ..EmuConfig::default() },
+//! )?;
+//! // open(emu.root()/dev/kfd), ioctl, mmap, read sysfs under emu.root() ...
+//! println!("{:?}", emu.stats().partitions);
+//! emu.unmount()?;
+//! # Ok::<(), kfd_emu::EmuError>(())
+//! ```
+//!
+//! See `docs/kfd-emulator.md` for the tree, the conventions that differ from the
+//! kernel, and what is and is not modelled.
+#![deny(missing_docs)]
+#![deny(clippy::undocumented_unsafe_blocks)]
+
+mod client_mem;
+mod config;
+mod error;
+mod fs;
+mod hws;
+mod ioctl;
+mod mount;
+mod process;
+mod state;
+mod stats;
+mod topology;
+
+pub use config::{EmuConfig, Preset};
+pub use error::EmuError;
+pub use mount::{MountedEmu, unmount_path};
+pub use stats::{PartitionStats, ProcessStats, QueueStats, Stats};
+pub use topology::{CwsrSizes, cwsr_sizes};

@@ -1,0 +1,163 @@
+//! `kfd-emu`: mount the amdkfd emulator and serve it until SIGINT/SIGTERM.
+
+use std::io::Write as _;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand};
+use kfd_emu::{EmuConfig, EmuError, MountedEmu, Preset};
+use nix::sys::signal::{SigSet, Signal};
+
+const ABOUT: &str = "amdkfd emulated over FUSE: /dev/kfd, render nodes and KFD sysfs for AMD Instinct gfx942, \
+with a model of the hardware scheduler (runlists, residency, device-wide preempts) and a CP that \
+executes AQL packets from client memory";
+
+const LONG_ABOUT: &str = "\
+amdkfd emulated over FUSE: /dev/kfd, render nodes and KFD sysfs for AMD
+Instinct gfx942, with a model of the hardware scheduler (runlists, residency,
+device-wide preempts) and a CP that executes AQL packets from client memory.
+
+The mount contains:
+  dev/kfd, dev/dri/renderD<minor>    ioctl + mmap (regular files, mode 0666)
+  sys/class/kfd/kfd/topology/        generation_id, system_properties,
+                                     nodes/N/{gpu_id,name,properties}
+  sys/class/kfd/kfd/proc/<pid>/      pasid, queues/<qid>/{size,type,gpuid}
+  kfd-emu/stats.json                 HWS model state (kfd_emu::Stats)
+  kfd-emu/config.json                configuration and per-node CWSR sizes
+
+Point kfdq at it with --root DIR or KFDQ_ROOT=DIR.
+
+Presets (gfx942, gfx_target_version 90402, 24 HQDs per XCC):
+  mi300x-spx  1 node per GPU: 8 XCCs, 304 CUs (simd_count 1216), 0x74a1
+  mi300x-cpx  8 nodes per GPU: 1 XCC, 38 CUs each (simd_count 152), 0x74a1
+  mi308x      1 node per GPU: 4 XCCs, 80 CUs (simd_count 320), 0x74a2
+              The MI308X layout (4 XCDs x 20 CUs) is ASSUMED from
+              third-party data and unverified.
+
+AQL dispatch packets run for the number of nanoseconds in their reserved2
+field (u64 at byte 48 of the packet), or --packet-us when it is 0.
+Must run as root to mount with allow_other.
+
+Environment: KFD_EMU_LOG sets the log filter (e.g. debug, kfd_emu=trace);
+logs go to stderr.";
+
+#[derive(Parser)]
+#[command(
+    name = "kfd-emu",
+    version,
+    about = ABOUT,
+    long_about = LONG_ABOUT,
+    args_conflicts_with_subcommands = true
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Cmd>,
+    #[command(flatten)]
+    serve: ServeArgs,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Unmount a kfd-emu mount, also a stale one whose server died (ENOTCONN)
+    Unmount {
+        /// The mount point
+        dir: PathBuf,
+    },
+}
+
+#[derive(Args)]
+struct ServeArgs {
+    /// Directory to mount at (created if missing; a stale FUSE mount there is detached)
+    #[arg(long, value_name = "DIR")]
+    mount: Option<PathBuf>,
+    /// Machine layout: mi300x-spx, mi300x-cpx or mi308x (mi308x layout assumed)
+    #[arg(long, default_value = "mi300x-spx", value_parser = parse_preset)]
+    preset: Preset,
+    /// Number of physical GPUs; each repeats the preset's (or topology file's) nodes
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    gpus: u32,
+    /// TOML topology file ([[node]] entries with a [node.properties] table) overriding the preset
+    #[arg(long, value_name = "FILE")]
+    topology: Option<PathBuf>,
+    /// KFD minor version reported by GET_VERSION (RUNTIME_ENABLE/DBG_TRAP are ENOTTY below 13)
+    #[arg(long, default_value_t = 17, value_name = "N")]
+    kfd_minor: u32,
+    /// Behave like a kernel older than 6.12: no cwsr_size/ctl_stack_size in sysfs, no
+    /// queue-buffer validation in CREATE_QUEUE
+    #[arg(long)]
+    legacy_kernel: bool,
+    /// Stall of every queue of a partition per device-wide preempt, in microseconds
+    #[arg(long, default_value_t = 50, value_name = "N")]
+    preempt_cost_us: u64,
+    /// Duration of an AQL dispatch packet whose reserved2 field is 0, in microseconds
+    #[arg(long, default_value_t = 10, value_name = "N")]
+    packet_us: u64,
+    /// Time slice of an oversubscribed partition, in microseconds
+    #[arg(long, default_value_t = 10_000, value_name = "N")]
+    quantum_us: u64,
+}
+
+fn parse_preset(s: &str) -> Result<Preset, String> {
+    s.parse::<Preset>().map_err(|e| e.to_string())
+}
+
+fn serve(args: ServeArgs) -> Result<(), EmuError> {
+    let Some(dir) = args.mount else {
+        return Err(EmuError::Config(
+            "--mount DIR is required (or use `kfd-emu unmount DIR`); see --help".into(),
+        ));
+    };
+    let config = EmuConfig {
+        preset: args.preset,
+        gpus: args.gpus,
+        topology_file: args.topology,
+        kfd_minor: args.kfd_minor,
+        buffer_checks: !args.legacy_kernel,
+        preempt_cost_us: args.preempt_cost_us,
+        default_packet_ns: args.packet_us.saturating_mul(1000),
+        quantum_us: args.quantum_us,
+    };
+    // Block the signals before any thread exists so that only sigwait sees them.
+    let mut signals = SigSet::empty();
+    signals.add(Signal::SIGINT);
+    signals.add(Signal::SIGTERM);
+    signals.thread_block().map_err(|e| EmuError::Io {
+        context: "block SIGINT/SIGTERM".into(),
+        source: e.into(),
+    })?;
+    let emu = MountedEmu::mount(&dir, config)?;
+    println!(
+        "kfd-emu: serving {} at {} (pid {})",
+        emu.config().preset,
+        emu.root().display(),
+        std::process::id()
+    );
+    let _ = std::io::stdout().flush();
+    let sig = signals.wait().map_err(|e| EmuError::Io {
+        context: "wait for SIGINT/SIGTERM".into(),
+        source: e.into(),
+    })?;
+    tracing::info!(?sig, "unmounting");
+    emu.unmount()
+}
+
+fn main() -> ExitCode {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("KFD_EMU_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,fuser=error"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Some(Cmd::Unmount { dir }) => kfd_emu::unmount_path(&dir),
+        None => serve(cli.serve),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("{e}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,528 @@
+//! The emulator's data model: the shared `Emu` core, per-process KFD state (devices,
+//! buffer objects, queues, debugger links), per-partition HWS counters, and the
+//! side effects a handler queues while holding the state lock.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock};
+use std::time::Instant;
+
+use fuser::ReplyIoctl;
+
+use crate::config::{EmuConfig, Topology};
+
+/// A queue is identified by its owner's tgid and its per-process queue id.
+pub(crate) type QueueKey = (u32, u32);
+
+/// Page size of the emulated GPU VM and of the render-node backing store.
+pub(crate) const PAGE: u64 = 4096;
+
+/// The shared core of one mounted emulator.
+pub(crate) struct Emu {
+    pub config: EmuConfig,
+    pub topo: Topology,
+    /// Canonical path of the mount point (for `readlink /proc/<pid>/fd/<n>` checks).
+    pub root: PathBuf,
+    pub state: Mutex<State>,
+    /// Wakes the CP thread when queues may have become runnable.
+    pub cp_wake: Condvar,
+    pub shutdown: AtomicBool,
+    /// Backing bytes of GTT/VRAM BOs by render-node mmap offset. Kept outside `state`
+    /// so render-node page faults never wait for the state lock.
+    pub bos: BoStore,
+    /// Cache of thread id -> thread-group id.
+    pub tgids: Mutex<HashMap<u32, u32>>,
+}
+
+impl Emu {
+    pub fn new(config: EmuConfig, topo: Topology, root: PathBuf) -> Emu {
+        let now = Instant::now();
+        let partitions = topo
+            .gpus
+            .iter()
+            .map(|_| PartitionState {
+                preempts: 0,
+                runlist_updates: 0,
+                stall_until: now,
+                rotation: 0,
+                last_rotation: now,
+            })
+            .collect();
+        Emu {
+            config,
+            topo,
+            root,
+            state: Mutex::new(State {
+                processes: BTreeMap::new(),
+                partitions,
+                next_seq: 0,
+                next_mmap_offset: 1 << 32,
+                next_pasid: 0x8001,
+                pending_destroys: Vec::new(),
+            }),
+            cp_wake: Condvar::new(),
+            shutdown: AtomicBool::new(false),
+            bos: BoStore::default(),
+            tgids: Mutex::new(HashMap::new()),
+        }
+    }
+
+    pub fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().expect("kfd-emu state mutex poisoned")
+    }
+
+    pub fn is_shutdown(&self) -> bool {
+        self.shutdown.load(Ordering::Acquire)
+    }
+}
+
+/// Everything behind the state lock.
+pub(crate) struct State {
+    pub processes: BTreeMap<u32, Process>,
+    /// One per topology GPU node, same index as `Topology::gpus`.
+    pub partitions: Vec<PartitionState>,
+    /// Creation order of queues (the runlist order).
+    pub next_seq: u64,
+    pub next_mmap_offset: u64,
+    pub next_pasid: u32,
+    /// DESTROY_QUEUE calls blocked on a debugger-suspended queue.
+    pub pending_destroys: Vec<PendingDestroy>,
+}
+
+impl State {
+    pub fn queue(&self, key: QueueKey) -> Option<&Queue> {
+        self.processes.get(&key.0)?.queues.get(&key.1)
+    }
+
+    pub fn queue_mut(&mut self, key: QueueKey) -> Option<&mut Queue> {
+        self.processes.get_mut(&key.0)?.queues.get_mut(&key.1)
+    }
+
+    /// All queues of all processes on partition `part`.
+    pub fn queues_on(&self, part: usize) -> impl Iterator<Item = (QueueKey, &Queue)> {
+        self.processes.iter().flat_map(move |(tgid, p)| {
+            p.queues
+                .iter()
+                .filter(move |(_, q)| q.gpu == part)
+                .map(move |(qid, q)| ((*tgid, *qid), q))
+        })
+    }
+
+    /// Keys of all queues on partition `part`.
+    pub fn keys_on(&self, part: usize) -> Vec<QueueKey> {
+        self.queues_on(part).map(|(k, _)| k).collect()
+    }
+}
+
+/// HWS counters and residency bookkeeping of one partition.
+pub(crate) struct PartitionState {
+    pub preempts: u64,
+    pub runlist_updates: u64,
+    /// Queues of the partition make no progress before this instant (preempt cost).
+    pub stall_until: Instant,
+    /// Start of the resident window in the runlist (oversubscription rotation).
+    pub rotation: usize,
+    pub last_rotation: Instant,
+}
+
+/// A blocked DESTROY_QUEUE: answered when the queue is resumed or the debugger goes.
+pub(crate) struct PendingDestroy {
+    pub key: QueueKey,
+    pub reply: ReplyIoctl,
+    pub buf: Vec<u8>,
+    pub out_len: usize,
+}
+
+/// Per-process KFD state (a `kfd_process`).
+pub(crate) struct Process {
+    pub tgid: u32,
+    /// `/proc/<pid>/stat` start time, to notice pid reuse.
+    pub start_time: Option<u64>,
+    pub pasid: u32,
+    /// Open `dev/kfd` handles of this process.
+    pub kfd_opens: u32,
+    /// One per topology GPU node.
+    pub devices: Vec<ProcessDevice>,
+    pub queues: BTreeMap<u32, Queue>,
+    pub runtime_enabled: bool,
+    pub r_debug: u64,
+    pub ttmp_setup: bool,
+    /// Set while debug trap is enabled on this process.
+    pub debug: Option<DebugLink>,
+}
+
+impl Process {
+    pub fn new(tgid: u32, start_time: Option<u64>, pasid: u32, n_gpus: usize) -> Process {
+        Process {
+            tgid,
+            start_time,
+            pasid,
+            kfd_opens: 0,
+            devices: (0..n_gpus).map(|_| ProcessDevice::default()).collect(),
+            queues: BTreeMap::new(),
+            runtime_enabled: false,
+            r_debug: 0,
+            ttmp_setup: false,
+            debug: None,
+        }
+    }
+
+    /// Queues on GPU node `gpu`.
+    pub fn queue_count_on(&self, gpu: usize) -> usize {
+        self.queues.values().filter(|q| q.gpu == gpu).count()
+    }
+
+    /// The BO (of any device of this process) that is GPU-mapped on `gpu` and whose
+    /// range contains `addr`.
+    pub fn mapping_at(&self, gpu: usize, addr: u64) -> Option<(BoKey, &Bo)> {
+        self.devices.iter().enumerate().find_map(|(owner, d)| {
+            d.bos.values().find_map(|bo| {
+                let hit = bo.mapped_on.contains(&gpu) && addr >= bo.va && addr - bo.va < bo.size;
+                hit.then_some((
+                    BoKey {
+                        gpu: owner,
+                        id: bo.id,
+                    },
+                    bo,
+                ))
+            })
+        })
+    }
+
+    pub fn bo_mut(&mut self, key: BoKey) -> Option<&mut Bo> {
+        self.devices.get_mut(key.gpu)?.bos.get_mut(&key.id)
+    }
+}
+
+/// Debugger attachment of a process (`debug_trap_enabled`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct DebugLink {
+    /// tgid of the debugger; `None` when the process debugs itself.
+    pub debugger: Option<u32>,
+    /// Process whose fd table holds `dbg_fd`.
+    pub fd_owner: u32,
+    pub dbg_fd: u32,
+    /// Exceptions the debugger subscribed to.
+    pub exception_enable: u64,
+}
+
+/// Per-process, per-GPU data (a `kfd_process_device`).
+#[derive(Default)]
+pub(crate) struct ProcessDevice {
+    /// Render-node fd passed to ACQUIRE_VM.
+    pub drm_fd: Option<u32>,
+    pub bos: BTreeMap<u32, Bo>,
+    pub next_bo_id: u32,
+    /// Doorbell indices in use (0..1024).
+    pub doorbells: BTreeSet<u32>,
+}
+
+/// Identifies a BO: owning device index and per-device id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct BoKey {
+    pub gpu: usize,
+    pub id: u32,
+}
+
+/// A buffer object (ALLOC_MEMORY_OF_GPU).
+pub(crate) struct Bo {
+    pub id: u32,
+    pub va: u64,
+    pub size: u64,
+    /// Render-node mmap offset (GTT/VRAM), CPU address (USERPTR), or doorbell offset.
+    pub mmap_offset: u64,
+    /// Whether `mmap_offset` names bytes in `Emu::bos`.
+    pub backed: bool,
+    /// GPU nodes whose VM maps this BO.
+    pub mapped_on: BTreeSet<usize>,
+    /// References held by live queues (Linux 6.12 `queue_refcount`).
+    pub queue_refs: u32,
+}
+
+/// Kind of a user queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum QueueKind {
+    ComputePm4,
+    ComputeAql,
+    Sdma,
+    SdmaXgmi,
+    SdmaByEngId,
+}
+
+impl QueueKind {
+    /// From `KFD_IOC_QUEUE_TYPE_*`.
+    pub fn from_user(t: u32) -> Option<QueueKind> {
+        Some(match t {
+            kfd_sys::KFD_IOC_QUEUE_TYPE_COMPUTE => QueueKind::ComputePm4,
+            kfd_sys::KFD_IOC_QUEUE_TYPE_SDMA => QueueKind::Sdma,
+            kfd_sys::KFD_IOC_QUEUE_TYPE_COMPUTE_AQL => QueueKind::ComputeAql,
+            kfd_sys::KFD_IOC_QUEUE_TYPE_SDMA_XGMI => QueueKind::SdmaXgmi,
+            kfd_sys::KFD_IOC_QUEUE_TYPE_SDMA_BY_ENG_ID => QueueKind::SdmaByEngId,
+            _ => return None,
+        })
+    }
+
+    /// Back to `KFD_IOC_QUEUE_TYPE_*` (queue snapshots).
+    pub fn user_type(self) -> u32 {
+        match self {
+            QueueKind::ComputePm4 => kfd_sys::KFD_IOC_QUEUE_TYPE_COMPUTE,
+            QueueKind::ComputeAql => kfd_sys::KFD_IOC_QUEUE_TYPE_COMPUTE_AQL,
+            QueueKind::Sdma => kfd_sys::KFD_IOC_QUEUE_TYPE_SDMA,
+            QueueKind::SdmaXgmi => kfd_sys::KFD_IOC_QUEUE_TYPE_SDMA_XGMI,
+            QueueKind::SdmaByEngId => kfd_sys::KFD_IOC_QUEUE_TYPE_SDMA_BY_ENG_ID,
+        }
+    }
+
+    /// The kernel queue type printed in `proc/<pid>/queues/<qid>/type`.
+    pub fn sysfs_type(self) -> u32 {
+        match self {
+            QueueKind::ComputePm4 | QueueKind::ComputeAql => 0,
+            QueueKind::Sdma => 1,
+            QueueKind::SdmaXgmi => 3,
+            QueueKind::SdmaByEngId => 4,
+        }
+    }
+
+    pub fn stats_name(self) -> &'static str {
+        match self {
+            QueueKind::ComputeAql => "compute_aql",
+            QueueKind::ComputePm4 => "compute_pm4",
+            QueueKind::Sdma | QueueKind::SdmaXgmi | QueueKind::SdmaByEngId => "sdma",
+        }
+    }
+
+    pub fn is_compute(self) -> bool {
+        matches!(self, QueueKind::ComputePm4 | QueueKind::ComputeAql)
+    }
+}
+
+/// The packet the CP is executing on a queue.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Inflight {
+    pub index: u64,
+    pub remaining_ns: u64,
+    /// A kernel dispatch (has waves to save) rather than a barrier.
+    pub dispatch: bool,
+    pub signal: u64,
+}
+
+/// Queue buffers referenced under Linux 6.12 rules.
+#[derive(Debug, Default, Clone)]
+pub(crate) struct QueueRefs {
+    pub ring: Option<BoKey>,
+    pub others: Vec<BoKey>,
+}
+
+impl QueueRefs {
+    pub fn all(&self) -> impl Iterator<Item = BoKey> + '_ {
+        self.ring.iter().copied().chain(self.others.iter().copied())
+    }
+}
+
+/// A user queue and its HWS/CP model state.
+pub(crate) struct Queue {
+    pub qid: u32,
+    /// Topology GPU node (partition) index.
+    pub gpu: usize,
+    pub kind: QueueKind,
+    /// Creation order (runlist order).
+    pub seq: u64,
+    pub ring_base: u64,
+    pub ring_size: u32,
+    pub wptr_addr: u64,
+    pub rptr_addr: u64,
+    pub ctx_addr: u64,
+    pub ctx_size: u32,
+    /// Low byte: percentage; bits 8-15: pm4_target_xcc.
+    pub percentage: u32,
+    pub priority: u32,
+    pub doorbell_index: u32,
+    pub suspended: bool,
+    pub exception_status: u64,
+    pub cu_mask: Option<Vec<u32>>,
+    pub refs: QueueRefs,
+    // --- HWS / CP model ---
+    pub resident: bool,
+    pub read_index: u64,
+    pub write_index: u64,
+    pub packets_done: u64,
+    pub inflight: Option<Inflight>,
+    /// Progress has been accounted up to here.
+    pub accounted_until: Instant,
+    /// Run time earned before a preempt and not yet consumed, in ns.
+    pub banked_ns: u64,
+    /// The queue had a dispatch in flight when it last went inactive (CWSR saved).
+    pub saved_waves: bool,
+    /// Client memory could not be read; the CP stopped this queue.
+    pub cp_failed: bool,
+}
+
+impl Queue {
+    /// The kernel's `QUEUE_IS_ACTIVE`.
+    pub fn is_active(&self) -> bool {
+        self.ring_size > 0 && self.ring_base != 0 && (self.percentage & 0xff) > 0 && !self.suspended
+    }
+
+    /// Whether the CP model executes this queue's packets now.
+    pub fn runnable(&self) -> bool {
+        self.is_active() && self.resident && !self.cp_failed && self.kind == QueueKind::ComputeAql
+    }
+}
+
+/// Backing bytes of a GTT/VRAM BO, allocated page by page on first write.
+pub(crate) struct Backing {
+    pub size: u64,
+    pages: Mutex<BTreeMap<u64, Box<[u8]>>>,
+}
+
+impl Backing {
+    pub fn new(size: u64) -> Backing {
+        Backing {
+            size,
+            pages: Mutex::new(BTreeMap::new()),
+        }
+    }
+
+    fn pages(&self) -> MutexGuard<'_, BTreeMap<u64, Box<[u8]>>> {
+        self.pages
+            .lock()
+            .expect("kfd-emu BO backing mutex poisoned")
+    }
+
+    /// Copies bytes at `offset` (within the BO) into `out`; unwritten bytes read 0.
+    fn read(&self, offset: u64, out: &mut [u8]) {
+        let pages = self.pages();
+        let mut done = 0usize;
+        while done < out.len() {
+            let pos = offset + done as u64;
+            let (page, inpage) = (pos / PAGE, (pos % PAGE) as usize);
+            let n = (PAGE as usize - inpage).min(out.len() - done);
+            match pages.get(&page) {
+                Some(p) => out[done..done + n].copy_from_slice(&p[inpage..inpage + n]),
+                None => out[done..done + n].fill(0),
+            }
+            done += n;
+        }
+    }
+
+    /// Stores `data` at `offset` (within the BO).
+    fn write(&self, offset: u64, data: &[u8]) {
+        let mut pages = self.pages();
+        let mut done = 0usize;
+        while done < data.len() {
+            let pos = offset + done as u64;
+            let (page, inpage) = (pos / PAGE, (pos % PAGE) as usize);
+            let n = (PAGE as usize - inpage).min(data.len() - done);
+            let p = pages
+                .entry(page)
+                .or_insert_with(|| vec![0u8; PAGE as usize].into_boxed_slice());
+            p[inpage..inpage + n].copy_from_slice(&data[done..done + n]);
+            done += n;
+        }
+    }
+}
+
+/// Render-node offset -> backing store.
+#[derive(Default)]
+pub(crate) struct BoStore {
+    map: RwLock<BTreeMap<u64, Arc<Backing>>>,
+}
+
+impl BoStore {
+    pub fn insert(&self, offset: u64, backing: Arc<Backing>) {
+        self.map
+            .write()
+            .expect("kfd-emu BO store poisoned")
+            .insert(offset, backing);
+    }
+
+    pub fn remove(&self, offset: u64) {
+        self.map
+            .write()
+            .expect("kfd-emu BO store poisoned")
+            .remove(&offset);
+    }
+
+    /// Visits every (BO, offset in BO, range in the request) overlapping
+    /// `[offset, offset + len)`.
+    fn overlapping(
+        &self,
+        offset: u64,
+        len: usize,
+        mut f: impl FnMut(&Backing, u64, std::ops::Range<usize>),
+    ) {
+        if len == 0 {
+            return;
+        }
+        let map = self.map.read().expect("kfd-emu BO store poisoned");
+        let end = offset.saturating_add(len as u64);
+        // The BO starting at or before `offset`, plus all starting inside the range.
+        let first = map.range(..=offset).next_back();
+        let rest = map.range(offset.saturating_add(1)..end.max(offset.saturating_add(1)));
+        for (start, b) in first.into_iter().chain(rest) {
+            let bo_end = start.saturating_add(b.size);
+            let lo = offset.max(*start);
+            let hi = end.min(bo_end);
+            if lo < hi {
+                let r = (lo - offset) as usize..(hi - offset) as usize;
+                f(b, lo - start, r);
+            }
+        }
+    }
+
+    /// Render-node read: BO bytes where a BO lives, zeros elsewhere.
+    pub fn read(&self, offset: u64, len: usize) -> Vec<u8> {
+        let mut out = vec![0u8; len];
+        self.overlapping(offset, len, |b, at, r| b.read(at, &mut out[r]));
+        out
+    }
+
+    /// Render-node write (page-cache writeback of a BO mapping).
+    pub fn write(&self, offset: u64, data: &[u8]) {
+        self.overlapping(offset, data.len(), |b, at, r| b.write(at, &data[r]));
+    }
+}
+
+/// Work queued under the state lock and done after it is released.
+#[derive(Default)]
+pub(crate) struct Effects {
+    /// Deferred ioctl replies: (reply, argument bytes to copy out, result).
+    pub replies: Vec<(ReplyIoctl, Vec<u8>, Result<i32, i32>)>,
+    /// Debugger notifications: (process owning the fd, fd).
+    pub notify: Vec<(u32, u32)>,
+    pub wake_cp: bool,
+}
+
+impl Effects {
+    pub fn run(self, emu: &Emu) {
+        if self.wake_cp {
+            emu.cp_wake.notify_all();
+        }
+        for (reply, data, res) in self.replies {
+            crate::ioctl::send_reply(reply, &data, res);
+        }
+        for (owner, fd) in self.notify {
+            crate::process::notify_fd(owner, fd);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bo_store_reads_across_bos_and_holes() {
+        let s = BoStore::default();
+        s.insert(8192, Arc::new(Backing::new(4096)));
+        s.insert(16384, Arc::new(Backing::new(8192)));
+        s.write(8192 + 4090, &[1, 2, 3, 4, 5, 6, 7, 8, 9, 10]);
+        s.write(16384 + 4095, &[42, 43]);
+        let r = s.read(8192 + 4088, 12);
+        assert_eq!(r, vec![0, 0, 1, 2, 3, 4, 5, 6, 0, 0, 0, 0]);
+        let r = s.read(16384 + 4094, 4);
+        assert_eq!(r, vec![0, 42, 43, 0]);
+        assert_eq!(s.read(0, 3), vec![0, 0, 0]);
+    }
+}

@@ -1,0 +1,156 @@
+//! The HWS model's observable state (`kfd-emu/stats.json` and `MountedEmu::stats`).
+
+use serde::{Deserialize, Serialize};
+
+use crate::state::Emu;
+
+/// Snapshot of the whole emulator.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct Stats {
+    /// One per topology GPU node, in node order.
+    pub partitions: Vec<PartitionStats>,
+    /// Every queue of every process, ordered by (pid, queue_id).
+    pub queues: Vec<QueueStats>,
+    /// Every process with KFD state, ordered by pid.
+    pub processes: Vec<ProcessStats>,
+}
+
+/// HWS model of one partition (topology GPU node).
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct PartitionStats {
+    /// Topology node number.
+    pub node: u32,
+    /// `gpu_id` of the node.
+    pub gpu_id: u32,
+    /// XCCs in the partition.
+    pub num_xcc: u32,
+    /// HQDs per XCC = queues that can be resident at once.
+    pub num_cp_queues: u32,
+    /// Queues that pass `QUEUE_IS_ACTIVE` (the runlist length).
+    pub active_queues: u32,
+    /// Active queues currently mapped to HQDs.
+    pub resident_queues: u32,
+    /// More active queues than `num_cp_queues`: residency is time-sliced.
+    pub oversubscribed: bool,
+    /// Device-wide preempts (runlist changes while a runlist was mapped).
+    pub preempts: u64,
+    /// Runlist submissions.
+    pub runlist_updates: u64,
+}
+
+/// One user queue.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct QueueStats {
+    /// Owning process (tgid).
+    pub pid: u32,
+    /// Per-process queue id.
+    pub queue_id: u32,
+    /// `gpu_id` of the queue's node.
+    pub gpu_id: u32,
+    /// `"compute_aql"`, `"compute_pm4"` or `"sdma"`.
+    pub queue_type: String,
+    /// Queue priority 0..=15.
+    pub priority: u32,
+    /// Low byte of the queue percentage.
+    pub percentage: u32,
+    /// The kernel's `QUEUE_IS_ACTIVE`.
+    pub active: bool,
+    /// Suspended by the debugger.
+    pub suspended: bool,
+    /// Currently mapped to an HQD by the HWS model.
+    pub resident: bool,
+    /// Last SET_CU_MASK words, `None` if never set.
+    pub cu_mask: Option<Vec<u32>>,
+    /// AQL packets completed by the CP model.
+    pub packets_done: u64,
+    /// Read index the CP model published.
+    pub read_index: u64,
+    /// Last write index the CP model read.
+    pub write_index: u64,
+    /// Pending exception bits (`KFD_EC_MASK`), e.g. EC_QUEUE_NEW after creation.
+    pub exception_status: u64,
+    /// Current ring base (0 after UPDATE_QUEUE with a null ring).
+    pub ring_base_address: u64,
+    /// Current ring size in bytes (after the 1024-byte minimum).
+    pub ring_size: u32,
+}
+
+/// One process with KFD state.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct ProcessStats {
+    /// Process id (tgid).
+    pub pid: u32,
+    /// RUNTIME_ENABLE was called.
+    pub runtime_enabled: bool,
+    /// DBG_TRAP ENABLE is in effect.
+    pub debug_enabled: bool,
+    /// Debugger process when debugged by another process.
+    pub debugger_pid: Option<u32>,
+    /// Number of queues of the process.
+    pub queues: u32,
+}
+
+/// Takes a consistent snapshot under the state lock.
+pub(crate) fn snapshot(emu: &Emu) -> Stats {
+    let st = emu.lock();
+    let partitions = emu
+        .topo
+        .gpus
+        .iter()
+        .enumerate()
+        .map(|(i, g)| {
+            let active = st.queues_on(i).filter(|(_, q)| q.is_active()).count() as u32;
+            let resident = st
+                .queues_on(i)
+                .filter(|(_, q)| q.is_active() && q.resident)
+                .count() as u32;
+            PartitionStats {
+                node: g.node,
+                gpu_id: g.gpu_id,
+                num_xcc: g.num_xcc,
+                num_cp_queues: g.num_cp_queues,
+                active_queues: active,
+                resident_queues: resident,
+                oversubscribed: active > g.num_cp_queues,
+                preempts: st.partitions[i].preempts,
+                runlist_updates: st.partitions[i].runlist_updates,
+            }
+        })
+        .collect();
+    let mut queues = Vec::new();
+    let mut processes = Vec::new();
+    for (pid, p) in &st.processes {
+        for q in p.queues.values() {
+            queues.push(QueueStats {
+                pid: *pid,
+                queue_id: q.qid,
+                gpu_id: emu.topo.gpus[q.gpu].gpu_id,
+                queue_type: q.kind.stats_name().to_string(),
+                priority: q.priority,
+                percentage: q.percentage & 0xff,
+                active: q.is_active(),
+                suspended: q.suspended,
+                resident: q.is_active() && q.resident,
+                cu_mask: q.cu_mask.clone(),
+                packets_done: q.packets_done,
+                read_index: q.read_index,
+                write_index: q.write_index,
+                exception_status: q.exception_status,
+                ring_base_address: q.ring_base,
+                ring_size: q.ring_size,
+            });
+        }
+        processes.push(ProcessStats {
+            pid: *pid,
+            runtime_enabled: p.runtime_enabled,
+            debug_enabled: p.debug.is_some(),
+            debugger_pid: p.debug.and_then(|d| d.debugger),
+            queues: p.queues.len() as u32,
+        });
+    }
+    Stats {
+        partitions,
+        queues,
+        processes,
+    }
+}
