@@ -104,7 +104,9 @@ fn ps_json_lists_another_process_queues() {
 #[test]
 fn missing_root_gives_a_hint() {
     let dir = tempfile::tempdir().unwrap();
-    let (ok, _, err) = kfdq(dir.path(), &["topology"]);
-    assert!(!ok);
-    assert!(err.contains("kfd-emu --mount"), "{err}");
+    for cmd in ["topology", "ps"] {
+        let (ok, _, err) = kfdq(dir.path(), &[cmd]);
+        assert!(!ok, "{cmd} succeeded without amdkfd");
+        assert!(err.contains("kfd-emu --mount"), "{cmd}: {err}");
+    }
 }

@@ -160,7 +160,11 @@ fn update_of_unknown_queue_names_the_rule() {
     let e = ioctl::update_queue(kfd.as_fd(), &args).unwrap_err();
     // The kernel answers EFAULT for an unknown queue (pqm_update_queue_properties).
     assert_eq!(e.errno(), Some(Errno::EFAULT));
-    assert!(e.to_string().contains("UPDATE_QUEUE queue 77: no such queue"), "{e}");
+    assert!(
+        e.to_string()
+            .contains("UPDATE_QUEUE queue 77: no such queue"),
+        "{e}"
+    );
     let e = ioctl::destroy_queue(kfd.as_fd(), kfdq::kfd::QueueId(77)).unwrap_err();
     assert!(e.to_string().contains("no such queue"), "{e}");
     // Priority 16 reaches the kernel only through the raw path; the kernel refuses it too.

@@ -1,5 +1,7 @@
 //! Every `AMDKFD_IOC_*` kfdq uses equals the number nix computes from 'K', the nr and the
 //! argument struct's size (an encoding independent of bindgen's macro expansion).
+// Casts are deliberate: constant types depend on which header kfd-sys bound.
+#![allow(clippy::unnecessary_cast)]
 
 use kfd_sys as sys;
 use std::mem::size_of;

@@ -174,7 +174,7 @@ mod tests {
     fn dispatch_packet_layout() {
         let p = DispatchPacket::new(0x1122_3344_5566_7788, 256, 64).with_duration_ns(5000);
         let b = p.to_bytes();
-        assert_eq!(b[0] & 0xff, PacketType::KernelDispatch as u8);
+        assert_eq!(b[0], PacketType::KernelDispatch as u8);
         assert_eq!(
             u16::from_le_bytes([b[0], b[1]]) & HEADER_BARRIER,
             HEADER_BARRIER

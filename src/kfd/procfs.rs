@@ -102,10 +102,17 @@ pub fn process(root: &Root, pid: u32) -> Result<KfdProcess> {
     Ok(KfdProcess { pid, queues })
 }
 
-/// Every process with KFD state, by pid.
+/// Every process with KFD state, by pid. An error when there is no amdkfd under `root` at all.
 pub fn processes(root: &Root) -> Result<Vec<KfdProcess>> {
     let dir = root.proc_dir();
     if !dir.exists() {
+        let topo = root.topology_dir();
+        if !topo.exists() {
+            return Err(Error::io(
+                topo,
+                std::io::Error::from(std::io::ErrorKind::NotFound),
+            ));
+        }
         return Ok(Vec::new());
     }
     let mut out = Vec::new();

@@ -162,7 +162,10 @@ pub fn hip_priority_name(p: i32) -> &'static str {
 
 /// Clamps a HIP stream priority to [-1, 1] the way HIP does.
 pub fn clamp_hip_priority(requested: i32) -> HipPriority {
-    HipPriority { requested, effective: requested.clamp(HIP_PRIORITY_GREATEST, HIP_PRIORITY_LEAST) }
+    HipPriority {
+        requested,
+        effective: requested.clamp(HIP_PRIORITY_GREATEST, HIP_PRIORITY_LEAST),
+    }
 }
 
 /// Why a class name was refused.
@@ -175,7 +178,10 @@ pub enum ClassError {
 impl fmt::Display for ClassError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            ClassError::Unknown(s) => write!(f, "KFDQ_CLASS={s:?} is not a priority class (known: latency, normal, batch); ignored"),
+            ClassError::Unknown(s) => write!(
+                f,
+                "KFDQ_CLASS={s:?} is not a priority class (known: latency, normal, batch); ignored"
+            ),
         }
     }
 }
@@ -199,9 +205,15 @@ pub enum PriorityError {
 impl fmt::Display for PriorityError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            PriorityError::NotANumber(s) => write!(f, "KFDQ_PRIORITY={s:?} is not a KFD queue priority (an integer 0..=15); ignored"),
+            PriorityError::NotANumber(s) => write!(
+                f,
+                "KFDQ_PRIORITY={s:?} is not a KFD queue priority (an integer 0..=15); ignored"
+            ),
             PriorityError::OutOfRange { given, used } => {
-                write!(f, "KFDQ_PRIORITY={given} is out of range 0..={KFD_PRIORITY_MAX}; using {used}")
+                write!(
+                    f,
+                    "KFDQ_PRIORITY={given} is out of range 0..={KFD_PRIORITY_MAX}; using {used}"
+                )
             }
         }
     }
@@ -214,7 +226,10 @@ pub fn parse_forced_priority(s: &str) -> Result<u32, PriorityError> {
     let t = s.trim();
     match t.parse::<u64>() {
         Ok(v) if v <= u64::from(KFD_PRIORITY_MAX) => Ok(v as u32),
-        Ok(v) => Err(PriorityError::OutOfRange { given: v, used: KFD_PRIORITY_MAX }),
+        Ok(v) => Err(PriorityError::OutOfRange {
+            given: v,
+            used: KFD_PRIORITY_MAX,
+        }),
         Err(_) => Err(PriorityError::NotANumber(s.to_string())),
     }
 }
@@ -231,7 +246,10 @@ pub struct PriorityPolicy {
 impl PriorityPolicy {
     /// Builds the policy from the raw `KFDQ_CLASS` / `KFDQ_PRIORITY` values (unset or empty =
     /// `None`). Invalid values are ignored (or clamped) and described in the returned warnings.
-    pub fn from_values(class: Option<&str>, priority: Option<&str>) -> (PriorityPolicy, Vec<String>) {
+    pub fn from_values(
+        class: Option<&str>,
+        priority: Option<&str>,
+    ) -> (PriorityPolicy, Vec<String>) {
         let mut warnings = Vec::new();
         let class = match class.filter(|s| !s.trim().is_empty()).map(Class::parse) {
             Some(Ok(c)) => Some(c),
@@ -241,7 +259,10 @@ impl PriorityPolicy {
             }
             None => None,
         };
-        let forced = match priority.filter(|s| !s.trim().is_empty()).map(parse_forced_priority) {
+        let forced = match priority
+            .filter(|s| !s.trim().is_empty())
+            .map(parse_forced_priority)
+        {
             Some(Ok(p)) => Some(p),
             Some(Err(e @ PriorityError::OutOfRange { used, .. })) => {
                 warnings.push(e.to_string());
@@ -282,7 +303,10 @@ mod tests {
                 seen[p as usize] += 1;
             }
         }
-        assert!(seen.iter().all(|&n| n == 1), "every priority 0..=15 in exactly one band: {seen:?}");
+        assert!(
+            seen.iter().all(|&n| n == 1),
+            "every priority 0..=15 in exactly one band: {seen:?}"
+        );
         assert!(Class::Latency.band().lo > Class::Normal.band().hi);
         assert!(Class::Normal.band().lo > Class::Batch.band().hi);
     }
@@ -297,10 +321,19 @@ mod tests {
 
     #[test]
     fn rocr_requests_map_to_band_positions() {
-        let p = |c| PriorityPolicy { class: Some(c), forced: None };
+        let p = |c| PriorityPolicy {
+            class: Some(c),
+            forced: None,
+        };
         // ROCr: HIP 1 / 0 / -1 -> KFD 0 / 7 / 11.
-        assert_eq!([0, 7, 11].map(|r| p(Class::Latency).effective(r)), [11, 13, 15]);
-        assert_eq!([0, 7, 11].map(|r| p(Class::Normal).effective(r)), [7, 8, 10]);
+        assert_eq!(
+            [0, 7, 11].map(|r| p(Class::Latency).effective(r)),
+            [11, 13, 15]
+        );
+        assert_eq!(
+            [0, 7, 11].map(|r| p(Class::Normal).effective(r)),
+            [7, 8, 10]
+        );
         assert_eq!([0, 7, 11].map(|r| p(Class::Batch).effective(r)), [0, 3, 6]);
         // libhsakmt's other values land in the same positions.
         assert_eq!(p(Class::Latency).effective(15), 15);
@@ -335,15 +368,39 @@ mod tests {
     #[test]
     fn invalid_values_are_reported_and_ignored_or_clamped() {
         let (pol, w) = PriorityPolicy::from_values(Some("gold"), Some("16"));
-        assert_eq!(pol, PriorityPolicy { class: None, forced: Some(15) });
+        assert_eq!(
+            pol,
+            PriorityPolicy {
+                class: None,
+                forced: Some(15)
+            }
+        );
         assert_eq!(w.len(), 2);
-        assert!(w[0].contains("\"gold\"") && w[0].contains("latency, normal, batch"), "{}", w[0]);
-        assert!(w[1].contains("16") && w[1].contains("0..=15") && w[1].contains("using 15"), "{}", w[1]);
+        assert!(
+            w[0].contains("\"gold\"") && w[0].contains("latency, normal, batch"),
+            "{}",
+            w[0]
+        );
+        assert!(
+            w[1].contains("16") && w[1].contains("0..=15") && w[1].contains("using 15"),
+            "{}",
+            w[1]
+        );
 
         let (pol, w) = PriorityPolicy::from_values(Some(" Latency "), Some("abc"));
-        assert_eq!(pol, PriorityPolicy { class: Some(Class::Latency), forced: None });
+        assert_eq!(
+            pol,
+            PriorityPolicy {
+                class: Some(Class::Latency),
+                forced: None
+            }
+        );
         assert_eq!(w.len(), 1);
-        assert!(w[0].contains("\"abc\"") && w[0].contains("ignored"), "{}", w[0]);
+        assert!(
+            w[0].contains("\"abc\"") && w[0].contains("ignored"),
+            "{}",
+            w[0]
+        );
 
         let (pol, w) = PriorityPolicy::from_values(Some(""), Some(" "));
         assert_eq!(pol, PriorityPolicy::default());
@@ -357,10 +414,17 @@ mod tests {
         let hi = clamp_hip_priority(3);
         assert_eq!(hi.effective, 1);
         let w = hi.warning().expect("warning");
-        assert!(w.contains("priority 3") && w.contains("[-1, 1]") && w.contains("clamps it to 1 (low)"), "{w}");
+        assert!(
+            w.contains("priority 3") && w.contains("[-1, 1]") && w.contains("clamps it to 1 (low)"),
+            "{w}"
+        );
         let lo = clamp_hip_priority(-12);
         assert_eq!(lo.effective, -1);
-        assert!(lo.warning().expect("warning").contains("clamps it to -1 (high)"));
+        assert!(
+            lo.warning()
+                .expect("warning")
+                .contains("clamps it to -1 (high)")
+        );
     }
 
     #[test]
@@ -369,6 +433,9 @@ mod tests {
             assert_eq!(Class::parse(c.name()), Ok(c));
             assert_eq!(Class::parse(&c.name().to_uppercase()), Ok(c));
         }
-        assert!(matches!(Class::parse("realtime"), Err(ClassError::Unknown(_))));
+        assert!(matches!(
+            Class::parse("realtime"),
+            Err(ClassError::Unknown(_))
+        ));
     }
 }
