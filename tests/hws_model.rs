@@ -148,3 +148,29 @@ fn oversubscription_is_reported() {
     assert_eq!(part.resident_queues, limit);
     assert!(part.oversubscribed);
 }
+
+/// A packet submitted to a queue that sat idle is not credited with the idle time: its
+/// modelled duration is a lower bound on submit-to-completion (an ordering property, so it
+/// cannot flake on a slow machine).
+#[test]
+fn idle_time_is_not_credited_to_later_packets() {
+    let Some(emu) = mount("idle_time_is_not_credited_to_later_packets", Preset::Mi308x) else {
+        return;
+    };
+    let kfd = Kfd::open(&emu.root()).unwrap();
+    let gpu = kfd.topology().gpus().next().and_then(|n| n.gpu_id).unwrap();
+    let q = kfd.create_queue(QueueSpec::aql(gpu)).unwrap();
+    q.submit(&DispatchPacket::new(1, 64, 64).with_duration_ns(1_000))
+        .unwrap();
+    q.wait_idle(Duration::from_secs(10)).unwrap();
+    std::thread::sleep(Duration::from_millis(60)); // idle, runnable
+    let t0 = std::time::Instant::now();
+    q.submit(&DispatchPacket::new(1, 64, 64).with_duration_ns(40_000_000))
+        .unwrap();
+    q.wait_idle(Duration::from_secs(10)).unwrap();
+    let took = t0.elapsed();
+    assert!(
+        took >= Duration::from_millis(40),
+        "a 40 ms packet completed {took:?} after submission"
+    );
+}

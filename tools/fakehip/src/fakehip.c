@@ -3060,6 +3060,9 @@ static hipError_t queue_info(hipStream_t h, fakehipQueueInfo *info)
 		info->doorbell_offset = q->doorbell_offset;
 		info->write_index = __atomic_load_n(&q->wshadow, __ATOMIC_ACQUIRE);
 		info->read_index = q_read_index(q);
+		info->ctx_save_restore_size = G.dev[q->dev].cwsr_size;
+		info->ctl_stack_size = G.dev[q->dev].ctl_stack_size;
+		info->cwsr_bytes = q->cwsr.size;
 	}
 	pthread_mutex_unlock(&g_lock);
 	return e;

@@ -1,142 +1,27 @@
-//! Tests of fakehip that need no emulator.
+//! Tests of fakehip.
 //!
-//! * The built library: soname, symlink, symbol-version nodes and placement.
-//! * Programs compiled with [`fakehip::compile_program`], run with `KFDQ_ROOT` pointing at
-//!   an empty directory (no `/dev/kfd`: every device call fails with hipErrorNoDevice).
-//! * The same programs run against `tests/support/kfdstub.c`, an in-process amdkfd test
-//!   double loaded with `LD_PRELOAD` that enforces the KFD rules fakehip must follow
-//!   (RUNTIME_ENABLE before queues, ACQUIRE_VM, 6.12 exact-size buffers, CWSR headers,
-//!   doorbell mmap) and consumes AQL packets. It is not kfd-emu; emulator-backed tests
-//!   live elsewhere.
+//! * The built library: soname, symlink, symbol-version nodes and placement (no emulator).
+//! * Programs compiled with [`fakehip::compile_program`] run with `KFDQ_ROOT` pointing at an
+//!   empty directory: no `/dev/kfd`, every device call fails with hipErrorNoDevice (no
+//!   emulator).
+//! * The same programs (`tests/programs/*.c`) run against a private kfd-emu mount per test
+//!   (`KFDQ_ROOT=<mount>`), through real open/ioctl/mmap syscalls on the FUSE tree. Each test
+//!   checks both sides: what the program prints, and the emulator's stats read while the
+//!   program is parked at its checkpoints (queues and their KFD priorities, packets consumed,
+//!   queues destroyed, CU masks, GPUs, processes). The emulator enforces the kernel's rules
+//!   (ACQUIRE_VM before queues, RUNTIME_ENABLE before the first queue, the 6.12 exact-size
+//!   queue buffers, EBADF on a KFD fd used after fork), so a fakehip that broke them would
+//!   fail there. These tests mount FUSE and need root (see [`common::privileged`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
-use std::io::Read;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
-use std::sync::OnceLock;
-use std::time::{Duration, Instant};
+use std::path::Path;
+use std::process::Command;
 
-const MANIFEST: &str = env!("CARGO_MANIFEST_DIR");
+#[macro_use]
+mod common;
 
-/// gpu_ids of the stub topology's two GPU nodes (MI308X-like: 4 XCC x 20 CU).
-const GPU0: u32 = 40001;
-const GPU1: u32 = 40002;
-const NODE_CWSR: u64 = 12_214_272;
-const NODE_CTL: u64 = 8192;
-/// ALIGN((cwsr + debug 25,600) * 4 XCC, 4096), kfd-interface.md §6.2.
-const CWSR_BO: u64 = 48_959_488;
-
-struct Built {
-    dir: PathBuf,
-}
-
-impl Built {
-    fn program(&self, name: &str) -> PathBuf {
-        self.dir.join(name)
-    }
-    fn stub(&self) -> PathBuf {
-        self.dir.join("kfdstub.so")
-    }
-}
-
-/// Compiles the test programs and the KFD stub once per test binary.
-fn built() -> &'static Built {
-    static BUILT: OnceLock<Built> = OnceLock::new();
-    BUILT.get_or_init(|| {
-        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("fakehip-tests");
-        fs::create_dir_all(&dir).expect("create the test build dir");
-        let programs = Path::new(MANIFEST).join("tests/programs");
-        for name in ["basic", "nodevice", "scenarios"] {
-            fakehip::compile_program(
-                &programs.join(format!("{name}.c")),
-                &dir.join(name),
-                &["-Wextra", "-Werror"],
-            )
-            .unwrap_or_else(|e| panic!("{e}"));
-        }
-        let cc = std::env::var("CC")
-            .ok()
-            .filter(|s| !s.is_empty())
-            .unwrap_or_else(|| "cc".into());
-        let out = Command::new(&cc)
-            .args([
-                "-std=gnu11",
-                "-shared",
-                "-fPIC",
-                "-O2",
-                "-g",
-                "-Wall",
-                "-Wextra",
-                "-Werror",
-            ])
-            .arg(format!("-I{MANIFEST}/../../kfd-sys/include"))
-            .arg(Path::new(MANIFEST).join("tests/support/kfdstub.c"))
-            .arg("-o")
-            .arg(dir.join("kfdstub.so"))
-            .args(["-ldl", "-lpthread"])
-            .output()
-            .expect("run the C compiler");
-        assert!(
-            out.status.success(),
-            "kfdstub build failed:\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        Built { dir }
-    })
-}
-
-/// Runs a program with the given environment; kills it after `limit`.
-fn run(program: &Path, args: &[&str], envs: &[(&str, String)], limit: Duration) -> Output {
-    let mut cmd = Command::new(program);
-    cmd.args(args).stdout(Stdio::piped()).stderr(Stdio::piped());
-    for var in ["KFDQ_ROOT", "GPU_MAX_HW_QUEUES", "LD_PRELOAD"] {
-        cmd.env_remove(var);
-    }
-    for (k, v) in envs {
-        cmd.env(k, v);
-    }
-    let mut child = cmd
-        .spawn()
-        .unwrap_or_else(|e| panic!("spawn {}: {e}", program.display()));
-    let mut stdout = child.stdout.take().expect("piped stdout");
-    let mut stderr = child.stderr.take().expect("piped stderr");
-    let out_reader = std::thread::spawn(move || {
-        let mut v = Vec::new();
-        stdout.read_to_end(&mut v).map(|_| v)
-    });
-    let err_reader = std::thread::spawn(move || {
-        let mut v = Vec::new();
-        stderr.read_to_end(&mut v).map(|_| v)
-    });
-    let deadline = Instant::now() + limit;
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("wait for the program") {
-            break status;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!(
-                "{} {:?} did not finish within {limit:?}",
-                program.display(),
-                args
-            );
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    };
-    Output {
-        status,
-        stdout: out_reader
-            .join()
-            .expect("stdout reader")
-            .expect("read stdout"),
-        stderr: err_reader
-            .join()
-            .expect("stderr reader")
-            .expect("read stderr"),
-    }
-}
+use common::{EmuConfig, Preset, QueueStats, field, mi308x, programs, queues_of};
 
 fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
@@ -153,145 +38,6 @@ fn tool(name: &str, args: &[&str]) -> String {
         text(&out.stderr)
     );
     text(&out.stdout)
-}
-
-/// A KFDQ_ROOT tree: node 0 a CPU, then one GPU node per gpu_id.
-fn make_root(dir: &Path, gpus: &[u32], properties: &str) {
-    let topo = dir.join("sys/class/kfd/kfd/topology");
-    fs::create_dir_all(dir.join("dev/dri")).expect("mkdir dev/dri");
-    fs::write(dir.join("dev/kfd"), b"").expect("create dev/kfd");
-    fs::create_dir_all(topo.join("nodes/0")).expect("mkdir node 0");
-    fs::write(topo.join("generation_id"), "1\n").expect("write generation_id");
-    fs::write(topo.join("nodes/0/gpu_id"), "0\n").expect("write gpu_id");
-    fs::write(
-        topo.join("nodes/0/properties"),
-        "cpu_cores_count 16\nsimd_count 0\n",
-    )
-    .expect("write properties");
-    for (i, id) in gpus.iter().enumerate() {
-        let node = topo.join(format!("nodes/{}", i + 1));
-        let minor = 128 + i;
-        fs::create_dir_all(&node).expect("mkdir node");
-        fs::write(node.join("gpu_id"), format!("{id}\n")).expect("write gpu_id");
-        fs::write(
-            node.join("properties"),
-            format!("{properties}drm_render_minor {minor}\n"),
-        )
-        .expect("write properties");
-        fs::write(dir.join(format!("dev/dri/renderD{minor}")), b"").expect("create render node");
-    }
-}
-
-const MI308X_PROPS: &str = "cpu_cores_count 0\nsimd_count 320\nmem_banks_count 1\narray_count 16\n\
-simd_arrays_per_engine 1\nsimd_per_cu 4\ngfx_target_version 90402\nnum_cp_queues 24\n\
-cwsr_size 12214272\nctl_stack_size 8192\nnum_xcc 4\n";
-
-/// A stub run: temp root + log, the program's output, and the parsed log.
-struct StubRun {
-    out: Output,
-    log: Vec<LogLine>,
-    _dir: tempfile::TempDir,
-}
-
-#[derive(Debug, Clone)]
-struct LogLine {
-    pid: u32,
-    op: String,
-    kv: BTreeMap<String, String>,
-}
-
-impl LogLine {
-    fn get(&self, k: &str) -> u64 {
-        self.kv
-            .get(k)
-            .and_then(|v| v.parse().ok())
-            .unwrap_or_else(|| panic!("log line {self:?} lacks numeric {k}"))
-    }
-}
-
-impl StubRun {
-    fn stdout(&self) -> String {
-        text(&self.out.stdout)
-    }
-    fn ops(&self, op: &str) -> Vec<&LogLine> {
-        self.log.iter().filter(|l| l.op == op).collect()
-    }
-    fn position(&self, op: &str) -> Option<usize> {
-        self.log.iter().position(|l| l.op == op)
-    }
-    fn assert_ok(&self) {
-        assert!(
-            self.out.status.success(),
-            "program failed ({}):\nstdout:\n{}\nstderr:\n{}\nlog:\n{:#?}",
-            self.out.status,
-            self.stdout(),
-            text(&self.out.stderr),
-            self.log
-        );
-        assert!(
-            self.position("REJECT").is_none(),
-            "the KFD stub rejected a call: {:#?}",
-            self.log
-        );
-    }
-}
-
-fn parse_log(s: &str) -> Vec<LogLine> {
-    s.lines()
-        .filter_map(|line| {
-            let mut words = line.split_whitespace();
-            let pid = words.next()?.parse().ok()?;
-            let op = words.next()?.to_string();
-            let kv = words
-                .filter_map(|w| {
-                    w.split_once('=')
-                        .map(|(k, v)| (k.to_string(), v.to_string()))
-                })
-                .collect();
-            Some(LogLine { pid, op, kv })
-        })
-        .collect()
-}
-
-fn stub_run_with(
-    program: &str,
-    args: &[&str],
-    gpus: &[u32],
-    props: &str,
-    envs: &[(&str, &str)],
-) -> StubRun {
-    let b = built();
-    let dir = tempfile::tempdir().expect("temp dir");
-    make_root(dir.path(), gpus, props);
-    let log = dir.path().join("kfdstub.log");
-    let mut all: Vec<(&str, String)> = vec![
-        ("KFDQ_ROOT", dir.path().display().to_string()),
-        ("KFDSTUB_LOG", log.display().to_string()),
-        ("LD_PRELOAD", b.stub().display().to_string()),
-    ];
-    all.extend(envs.iter().map(|(k, v)| (*k, v.to_string())));
-    let out = run(&b.program(program), args, &all, Duration::from_secs(120));
-    let log = parse_log(&fs::read_to_string(&log).unwrap_or_default());
-    StubRun {
-        out,
-        log,
-        _dir: dir,
-    }
-}
-
-fn scenario(name: &str, envs: &[(&str, &str)]) -> StubRun {
-    stub_run_with("scenarios", &[name], &[GPU0, GPU1], MI308X_PROPS, envs)
-}
-
-/// "key value" lines of the program's stdout, by first word(s).
-fn field(stdout: &str, prefix: &str) -> Vec<String> {
-    stdout
-        .lines()
-        .find_map(|l| {
-            l.strip_prefix(prefix)
-                .map(|rest| rest.split_whitespace().map(String::from).collect())
-        })
-        .unwrap_or_else(|| panic!("no line starting with {prefix:?} in:\n{stdout}"))
 }
 
 // ---------------------------------------------------------------------------------------
@@ -504,13 +250,9 @@ fn cxx_callers_bind_to_the_mangled_hip_ext_module_launch_kernel() {
     );
     let empty = dir.path().join("root");
     fs::create_dir_all(&empty).expect("mkdir");
-    let out = run(
-        &exe,
-        &[],
-        &[("KFDQ_ROOT", empty.display().to_string())],
-        Duration::from_secs(30),
-    );
-    assert!(out.status.success(), "{}", text(&out.stderr));
+    let root = empty.display().to_string();
+    let out = common::run(&exe, &[], &[("KFDQ_ROOT", &root)]);
+    assert!(out.status.success(), "{}", out.stderr);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -520,17 +262,13 @@ fn cxx_callers_bind_to_the_mangled_hip_ext_module_launch_kernel() {
 #[test]
 fn without_dev_kfd_every_device_call_returns_no_device() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let out = run(
-        &built().program("nodevice"),
-        &[],
-        &[("KFDQ_ROOT", dir.path().display().to_string())],
-        Duration::from_secs(30),
-    );
-    let stdout = text(&out.stdout);
+    let root = dir.path().display().to_string();
+    let out = common::run(&programs().get("nodevice"), &[], &[("KFDQ_ROOT", &root)]);
     assert!(
         out.status.success(),
-        "stdout:\n{stdout}\nstderr:\n{}",
-        text(&out.stderr)
+        "stdout:\n{}\nstderr:\n{}",
+        out.stdout,
+        out.stderr
     );
     for call in [
         "hipGetDeviceCount",
@@ -539,8 +277,9 @@ fn without_dev_kfd_every_device_call_returns_no_device() {
         "hipDeviceSynchronize",
     ] {
         assert!(
-            stdout.lines().any(|l| l == format!("{call} 100")),
-            "{call}: {stdout}"
+            out.stdout.lines().any(|l| l == format!("{call} 100")),
+            "{call}: {}",
+            out.stdout
         );
     }
 }
@@ -548,41 +287,106 @@ fn without_dev_kfd_every_device_call_returns_no_device() {
 #[test]
 fn basic_program_fails_cleanly_without_a_device() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let out = run(
-        &built().program("basic"),
-        &[],
-        &[("KFDQ_ROOT", dir.path().display().to_string())],
-        Duration::from_secs(30),
-    );
-    assert_eq!(out.status.code(), Some(1));
+    let root = dir.path().display().to_string();
+    let out = common::run(&programs().get("basic"), &[], &[("KFDQ_ROOT", &root)]);
+    assert_eq!(out.status.code(), Some(1), "{}", out.stderr);
     assert!(
-        text(&out.stderr).contains("hipErrorNoDevice (100)"),
+        out.stderr.contains("hipErrorNoDevice (100)"),
         "{}",
-        text(&out.stderr)
+        out.stderr
     );
+}
+
+// ---------------------------------------------------------------------------------------
+// against kfd-emu
+// ---------------------------------------------------------------------------------------
+
+/// The queue with id `qid` among `qs`.
+fn queue(qs: &[QueueStats], qid: u32) -> &QueueStats {
+    qs.iter()
+        .find(|q| q.queue_id == qid)
+        .unwrap_or_else(|| panic!("the emulator has no queue {qid}: {qs:#?}"))
+}
+
+fn qids(qs: &[QueueStats]) -> BTreeSet<u32> {
+    qs.iter().map(|q| q.queue_id).collect()
+}
+
+fn sorted_priorities(qs: &[QueueStats]) -> Vec<u32> {
+    let mut p: Vec<u32> = qs.iter().map(|q| q.priority).collect();
+    p.sort_unstable();
+    p
+}
+
+fn packets_done(qs: &[QueueStats]) -> u64 {
+    qs.iter().map(|q| q.packets_done).sum()
+}
+
+fn num<T: std::str::FromStr>(s: &str) -> T {
+    s.parse()
+        .unwrap_or_else(|_| panic!("{s:?} is not a number of the expected kind"))
 }
 
 #[test]
 fn a_topology_without_gpus_is_no_device() {
-    let out = stub_run_with("nodevice", &[], &[], MI308X_PROPS, &[]);
-    out.assert_ok();
-    assert!(out.ops("CREATE_QUEUE").is_empty());
+    let emu = mount_or_skip!(mi308x());
+    // A root whose dev/kfd is the emulator's (GET_VERSION etc. work) but whose topology
+    // lists only the emulator's CPU node.
+    let dir = tempfile::tempdir().expect("temp dir");
+    let root = dir.path();
+    fs::create_dir_all(root.join("dev")).expect("mkdir dev");
+    std::os::unix::fs::symlink(emu.root().join("dev/kfd"), root.join("dev/kfd"))
+        .expect("symlink dev/kfd");
+    let topo = "sys/class/kfd/kfd/topology";
+    fs::create_dir_all(root.join(topo).join("nodes/0")).expect("mkdir node 0");
+    for f in [
+        "generation_id",
+        "system_properties",
+        "nodes/0/gpu_id",
+        "nodes/0/name",
+        "nodes/0/properties",
+    ] {
+        let from = emu.root().join(topo).join(f);
+        let bytes = fs::read(&from).unwrap_or_else(|e| panic!("read {}: {e}", from.display()));
+        fs::write(root.join(topo).join(f), bytes).expect("copy a topology file");
+    }
+    let root_s = root.display().to_string();
+    let r = emu.run_with(
+        "nodevice",
+        &[],
+        &[("KFDQ_ROOT", &root_s), ("FAKEHIP_DEBUG", "1")],
+        |cp| {
+            cp.emu
+                .wait_for("fakehip released /dev/kfd after failing", |s| {
+                    !s.processes.iter().any(|p| p.pid == cp.pid)
+                });
+        },
+    );
+    r.assert_ok();
+    for call in ["hipGetDeviceCount", "hipStreamCreate", "hipLaunchKernel"] {
+        assert!(
+            r.stdout().lines().any(|l| l == format!("{call} 100")),
+            "{call}: {}",
+            r.stdout()
+        );
+    }
+    // it got past GET_VERSION on the emulator's /dev/kfd and gave up on the topology
+    assert!(
+        r.stderr().contains("fakehip: no GPU nodes under"),
+        "{}",
+        r.stderr()
+    );
+    assert!(r.queues_at("done").is_empty());
 }
-
-// ---------------------------------------------------------------------------------------
-// against the in-process KFD stub
-// ---------------------------------------------------------------------------------------
 
 #[test]
 fn basic_program_creates_one_queue_per_stream_with_rocr_priorities() {
-    let r = stub_run_with(
-        "basic",
-        &[],
-        &[GPU0],
-        MI308X_PROPS,
-        &[("FAKEHIP_DEBUG", "1")],
-    );
+    let emu = mount_or_skip!(mi308x());
+    let gpu = emu.gpu_ids()[0];
+    let r = emu.run("basic", &[], &[("FAKEHIP_DEBUG", "1")]);
     r.assert_ok();
+
+    // the program's view: stream -> (queue id, KFD priority)
     let mut seen = BTreeMap::new();
     for line in r.stdout().lines() {
         let w: Vec<&str> = line.split_whitespace().collect();
@@ -591,13 +395,7 @@ fn basic_program_creates_one_queue_per_stream_with_rocr_priorities() {
             (6, "stream", "queue", "prio"),
             "{line}"
         );
-        seen.insert(
-            w[1].to_string(),
-            (
-                w[3].parse::<u32>().expect("qid"),
-                w[5].parse::<u32>().expect("prio"),
-            ),
-        );
+        seen.insert(w[1].to_string(), (num::<u32>(w[3]), num::<u32>(w[5])));
     }
     let prios: BTreeMap<&str, u32> = seen.iter().map(|(k, v)| (k.as_str(), v.1)).collect();
     assert_eq!(
@@ -610,309 +408,515 @@ fn basic_program_creates_one_queue_per_stream_with_rocr_priorities() {
             ("per-thread", 7)
         ])
     );
-    let qids: BTreeSet<u32> = seen.values().map(|v| v.0).collect();
-    assert_eq!(qids.len(), 5, "five distinct queues: {seen:?}");
+    let program_queues: BTreeMap<u32, u32> = seen.values().copied().collect();
+    assert_eq!(program_queues.len(), 5, "five distinct queues: {seen:?}");
 
-    // one debug line per queue creation
-    let stderr = text(&r.out.stderr);
-    let debug: Vec<&str> = stderr
+    // one debug line per queue creation, naming the emulator's GPU
+    let debug: Vec<&str> = r
+        .stderr()
         .lines()
         .filter(|l| l.starts_with("fakehip: stream 0x"))
         .collect();
-    assert_eq!(debug.len(), 5, "{stderr}");
+    assert_eq!(debug.len(), 5, "{}", r.stderr());
     for l in &debug {
         let w: Vec<&str> = l.split_whitespace().collect();
         assert_eq!(
             (w[3], w[4], w[6], w[7], w[8]),
-            ("->", "queue", "gpu", "40001", "prio"),
+            ("->", "queue", "gpu", gpu.to_string().as_str(), "prio"),
             "{l}"
         );
     }
 
-    // ROCr's order: RUNTIME_ENABLE, ACQUIRE_VM, then queues
-    let first_queue = r.position("CREATE_QUEUE").expect("queues were created");
-    assert!(r.position("RUNTIME_ENABLE").expect("RUNTIME_ENABLE") < first_queue);
-    assert!(r.position("ACQUIRE_VM").expect("ACQUIRE_VM") < first_queue);
-    assert_eq!(
-        r.ops("DOORBELL_MMAP").len(),
-        1,
-        "one doorbell mapping per GPU"
-    );
-    for q in r.ops("CREATE_QUEUE") {
-        assert_eq!(q.get("gpu"), u64::from(GPU0));
-        assert_eq!(q.get("ring_size"), 65536);
-        assert_eq!(q.get("pct"), 100);
-        assert_eq!(q.get("ctx_size"), NODE_CWSR);
-        assert_eq!(q.get("ctl"), NODE_CTL);
-        assert_eq!(q.get("cwsr_bo"), CWSR_BO);
-        assert_eq!(q.get("eop"), 0);
+    // the emulator's view: exactly those queues, with those priorities, each having run
+    // its one launch
+    let qs = r.queues_at("queues");
+    let emu_queues: BTreeMap<u32, u32> = qs.iter().map(|q| (q.queue_id, q.priority)).collect();
+    assert_eq!(emu_queues, program_queues);
+    for q in &qs {
+        assert_eq!(q.gpu_id, gpu, "{q:?}");
+        assert_eq!(q.queue_type, "compute_aql", "{q:?}");
+        assert_eq!(q.percentage, 100, "{q:?}");
+        assert!(q.active && !q.suspended, "{q:?}");
+        assert_eq!(q.ring_size, 65536, "{q:?}");
+        assert_eq!(
+            (q.packets_done, q.read_index, q.write_index),
+            (1, 1, 1),
+            "{q:?}"
+        );
     }
-    let kfd_prios: Vec<u64> = r
-        .ops("CREATE_QUEUE")
+    // RUNTIME_ENABLE came before the first queue (the emulator refuses it afterwards)
+    let proc = r
+        .at("queues")
+        .processes
         .iter()
-        .map(|q| q.get("prio"))
-        .collect();
-    assert_eq!(kfd_prios, [11, 7, 0, 7, 7]);
-    // the three user streams are destroyed; every packet was rung in and consumed
-    let destroyed = r.ops("DESTROY_QUEUE");
-    assert_eq!(destroyed.len(), 3);
-    for d in destroyed {
-        assert_eq!(d.get("consumed"), 1);
-        assert_eq!(d.get("wptr"), 1);
-        assert_eq!(d.get("doorbell"), 1, "doorbell carries the new write index");
-    }
+        .find(|p| p.pid == r.pid)
+        .expect("the program's KFD process");
+    assert!(proc.runtime_enabled, "{proc:?}");
+    assert_eq!(proc.queues, 5);
+
+    // hipStreamDestroy of the three user streams destroyed their queues
+    assert_eq!(
+        qids(&r.queues_at("destroyed")),
+        BTreeSet::from([seen["null"].0, seen["per-thread"].0])
+    );
+}
+
+#[test]
+fn cwsr_sizes_come_from_sysfs_and_pass_the_6_12_checks() {
+    let emu = mount_or_skip!(mi308x());
+    let r = emu.run("scenarios", &["cwsr"], &[]);
+    r.assert_ok();
+    // MI308X node: cwsr_size / ctl_stack_size from sysfs; CWSR area =
+    // ALIGN((cwsr + debug 25,600) * 4 XCC, 4096) (kfd-interface.md §6.2)
+    assert_eq!(
+        field(r.stdout(), "cwsr "),
+        [
+            "ctx_save_restore_size",
+            "12214272",
+            "ctl_stack_size",
+            "8192",
+            "bytes",
+            "48959488"
+        ]
+    );
+    // the emulator validates exactly these sizes at CREATE_QUEUE (6.12 rules)
+    let qs = r.queues_at("done");
+    assert_eq!(qs.len(), 1, "{qs:#?}");
+    assert_eq!(qs[0].packets_done, 1);
 }
 
 #[test]
 fn cwsr_sizes_follow_the_formula_when_sysfs_lacks_them() {
-    // MI300X SPX, the worked example of kfd-interface.md §6.2 (no cwsr_size/ctl_stack_size keys)
-    let props = "simd_count 1216\narray_count 32\nsimd_arrays_per_engine 1\nsimd_per_cu 4\n\
-                 gfx_target_version 90402\nnum_xcc 8\n";
-    let r = stub_run_with("scenarios", &["clamp"], &[7], props, &[]);
+    // A pre-6.12 kernel: sysfs has no cwsr_size/ctl_stack_size. MI300X SPX is the worked
+    // example of kfd-interface.md §6.2.
+    let emu = mount_or_skip!(EmuConfig {
+        preset: Preset::Mi300xSpx,
+        buffer_checks: false,
+        ..EmuConfig::default()
+    });
+    let props_text = fs::read_to_string(
+        emu.root()
+            .join("sys/class/kfd/kfd/topology/nodes/1/properties"),
+    )
+    .expect("read node 1 properties");
+    let props: BTreeMap<&str, u32> = props_text
+        .lines()
+        .filter_map(|l| l.split_once(' '))
+        .filter_map(|(k, v)| Some((k, v.parse().ok()?)))
+        .collect();
+    assert!(
+        !props.contains_key("cwsr_size") && !props.contains_key("ctl_stack_size"),
+        "{props_text}"
+    );
+    let r = emu.run("scenarios", &["cwsr"], &[]);
     r.assert_ok();
-    let q = r.ops("CREATE_QUEUE");
-    assert_eq!(q.len(), 2);
-    assert_eq!(q[0].get("ctx_size"), 23_203_840);
-    assert_eq!(q[0].get("ctl"), 12_288);
-    assert_eq!(q[0].get("cwsr_bo"), 186_019_840);
+    assert_eq!(
+        field(r.stdout(), "cwsr "),
+        [
+            "ctx_save_restore_size",
+            "23203840",
+            "ctl_stack_size",
+            "12288",
+            "bytes",
+            "186019840"
+        ]
+    );
+    // the same numbers as the emulator's own implementation of the formula
+    let s = kfd_emu::cwsr_sizes(
+        props["simd_count"],
+        props["simd_per_cu"],
+        props["num_xcc"],
+        props["array_count"],
+        props["simd_arrays_per_engine"],
+        props["gfx_target_version"],
+        props["lds_size_in_kb"],
+    );
+    let total =
+        (u64::from(s.cwsr_size) + u64::from(s.debug_memory_size)) * u64::from(props["num_xcc"]);
+    assert_eq!(
+        (s.cwsr_size, s.ctl_stack_size, total.div_ceil(4096) * 4096),
+        (23_203_840, 12_288, 186_019_840)
+    );
+    let qs = r.queues_at("done");
+    assert_eq!(qs.len(), 1, "{qs:#?}");
+    assert_eq!(qs[0].packets_done, 1);
 }
 
 #[test]
 fn pools_cap_queues_and_share_the_least_used() {
-    let r = scenario("pools", &[("GPU_MAX_HW_QUEUES", "2")]);
-    r.assert_ok();
-    assert_eq!(r.ops("CREATE_QUEUE").len(), 2, "{:#?}", r.log);
-    let mut users = BTreeMap::new();
-    for l in r.stdout().lines() {
-        let w: Vec<&str> = l.split_whitespace().collect();
-        users.insert(w[3].to_string(), w[5].to_string());
-    }
-    let mut counts: Vec<String> = users.values().cloned().collect();
-    counts.sort();
-    assert_eq!(
-        counts,
-        ["2", "3"],
-        "5 streams over 2 queues: {}",
-        r.stdout()
+    let emu = mount_or_skip!(mi308x());
+    let r = emu.run_with(
+        "scenarios",
+        &["pools"],
+        &[("GPU_MAX_HW_QUEUES", "2")],
+        |cp| {
+            if cp.name == "launched" {
+                cp.emu.wait_for("the five launches consumed", |s| {
+                    packets_done(&queues_of(s, cp.pid)) == 5
+                });
+            }
+        },
     );
-    // destroyed only when the last stream on each queue went
-    assert_eq!(r.ops("DESTROY_QUEUE").len(), 2);
-    let consumed: u64 = r
-        .ops("DESTROY_QUEUE")
-        .iter()
-        .map(|d| d.get("consumed"))
-        .sum();
-    assert_eq!(consumed, 5);
-}
-
-#[test]
-fn priorities_are_clamped_like_hip() {
-    let r = scenario("clamp", &[]);
     r.assert_ok();
-    let s = r.stdout();
-    assert_eq!(field(&s, "range "), ["1", "-1"]);
-    assert_eq!(field(&s, "low hip "), ["1", "kfd", "0"]);
-    assert_eq!(field(&s, "high hip "), ["-1", "kfd", "11"]);
-    assert_eq!(field(&s, "high flags "), ["1"]);
-}
+    // "stream <i> queue <qid> users <n>"
+    let streams: Vec<(u32, u32)> = r
+        .stdout()
+        .lines()
+        .map(|l| {
+            let w: Vec<&str> = l.split_whitespace().collect();
+            assert_eq!((w[0], w[2], w[4]), ("stream", "queue", "users"), "{l}");
+            (num(w[3]), num(w[5]))
+        })
+        .collect();
+    assert_eq!(streams.len(), 5, "{}", r.stdout());
+    let users: BTreeMap<u32, u32> = streams.iter().copied().collect();
+    let mut counts: Vec<u32> = users.values().copied().collect();
+    counts.sort_unstable();
+    assert_eq!(counts, [2, 3], "5 streams over 2 queues: {}", r.stdout());
 
-#[test]
-fn events_measure_the_emulated_kernel_time() {
-    let r = scenario("elapsed", &[]);
-    r.assert_ok();
-    let s = r.stdout();
-    for key in ["elapsed ", "ext_elapsed "] {
-        let ms: f64 = field(&s, key)[0].parse().expect("a number");
-        assert!(
-            (15.0..200.0).contains(&ms),
-            "{key}{ms} ms for a 20 ms kernel"
+    // the emulator: two normal-priority queues, each ran one launch per stream on it
+    let qs = r.queues_at("launched");
+    assert_eq!(qids(&qs), users.keys().copied().collect());
+    for q in &qs {
+        assert_eq!(q.priority, 7, "{q:?}");
+        assert_eq!(q.packets_done, u64::from(users[&q.queue_id]), "{q:?}");
+    }
+    // a queue goes only when the last stream on it is destroyed
+    for i in 0..5 {
+        let remaining: BTreeSet<u32> = streams[i + 1..].iter().map(|s| s.0).collect();
+        assert_eq!(
+            qids(&r.queues_at(&format!("destroyed{i}"))),
+            remaining,
+            "after destroying stream {i}"
         );
     }
 }
 
 #[test]
-fn strict_completion_mode_works() {
-    let r = scenario("elapsed", &[("FAKEHIP_SYNC", "signal")]);
+fn priorities_are_clamped_like_hip() {
+    let emu = mount_or_skip!(mi308x());
+    let r = emu.run("scenarios", &["clamp"], &[]);
     r.assert_ok();
+    let s = r.stdout();
+    assert_eq!(field(s, "range "), ["1", "-1"]);
+    assert_eq!(field(s, "low hip "), ["1", "kfd", "0"]);
+    assert_eq!(field(s, "high hip "), ["-1", "kfd", "11"]);
+    assert_eq!(field(s, "high flags "), ["1"]);
+    assert_eq!(sorted_priorities(&r.queues_at("streams")), [0, 11]);
+}
+
+/// elapsed <= the host time bracketing the records and the synchronisation, and > 0.
+fn assert_event_times(stdout: &str) {
+    for (elapsed, wall) in [("elapsed ", "wall "), ("ext_elapsed ", "ext_wall ")] {
+        let ms: f64 = num(&field(stdout, elapsed)[0]);
+        let wall_ms: f64 = num(&field(stdout, wall)[0]);
+        assert!(
+            ms > 0.0 && ms <= wall_ms + 0.01,
+            "{elapsed}{ms} ms, host {wall}{wall_ms} ms:\n{stdout}"
+        );
+    }
+}
+
+#[test]
+fn events_measure_the_emulated_kernel_time() {
+    let emu = mount_or_skip!(mi308x());
+    let r = emu.run("scenarios", &["elapsed"], &[]);
+    r.assert_ok();
+    assert_event_times(r.stdout());
+    // two launches (event records add no packet)
+    let qs = r.queues_at("done");
+    assert_eq!(qs.len(), 1, "{qs:#?}");
+    assert_eq!((qs[0].packets_done, qs[0].write_index), (2, 2));
+}
+
+#[test]
+fn strict_completion_mode_works() {
+    let emu = mount_or_skip!(mi308x());
+    let r = emu.run("scenarios", &["elapsed"], &[("FAKEHIP_SYNC", "signal")]);
+    r.assert_ok();
+    assert_event_times(r.stdout());
+    let qs = r.queues_at("done");
+    assert_eq!(qs.len(), 1, "{qs:#?}");
+    assert_eq!(qs[0].packets_done, 2);
 }
 
 #[test]
 fn waits_are_bounded() {
-    let r = scenario(
-        "timeout",
-        &[
-            ("KFDSTUB_STALL", "1"),
-            ("FAKEHIP_TIMEOUT_MS", "300"),
-            ("FAKEHIP_RING_SIZE", "4096"),
-        ],
+    let emu = mount_or_skip!(mi308x());
+    let r = emu.run_with(
+        "scenarios",
+        &["timeout"],
+        &[("FAKEHIP_TIMEOUT_MS", "300"), ("FAKEHIP_RING_SIZE", "4096")],
+        |cp| {
+            cp.emu.wait_for("the CP saw the 64 published packets", |s| {
+                queues_of(s, cp.pid).iter().any(|q| q.write_index == 64)
+            });
+        },
     );
     r.assert_ok();
     let s = r.stdout();
-    let sync_ms: f64 = field(&s, "sync_ms ")[0].parse().expect("a number");
-    assert!((250.0..5000.0).contains(&sync_ms), "{s}");
-    // 64 packets fit a 4 KiB ring; the 65th waits for the timeout, then fails with 719
-    assert_eq!(field(&s, "ring_full_after ")[..3], ["65", "code", "719"]);
+    // the wait gave up, and not before FAKEHIP_TIMEOUT_MS
+    let sync_ms: f64 = num(&field(s, "sync_ms ")[0]);
+    assert!(sync_ms >= 300.0, "{s}");
+    // a 4 KiB ring holds 64 packets; the 65th waits for the timeout, then fails with 719
+    let full = field(s, "ring_full_after ");
+    assert_eq!(full[..3], ["65", "code", "719"], "{s}");
+    assert!(num::<f64>(&full[4]) >= 300.0, "{s}");
+    // the emulator: the hour-long first kernel holds the queue; nothing completed
+    let qs = r.queues_at("stalled");
+    assert_eq!(qs.len(), 1, "{qs:#?}");
+    let q = &qs[0];
+    assert_eq!(q.ring_size, 4096, "{q:?}");
+    assert!(q.active, "{q:?}");
+    assert_eq!(
+        (q.packets_done, q.read_index, q.write_index),
+        (0, 0, 64),
+        "{q:?}"
+    );
 }
 
 #[test]
 fn forked_child_reopens_kfd() {
-    let r = scenario("fork", &[]);
+    let emu = mount_or_skip!(mi308x());
+    let r = emu.run_with("scenarios", &["fork"], &[], |cp| {
+        // (a child that failed printed no pid: the exit status below tells)
+        let child = cp.stdout.lines().find_map(|l| l.strip_prefix("child pid "));
+        if let (Some(line), "parent") = (child, cp.name) {
+            let child: u32 = num(line.split_whitespace().next().unwrap_or_default());
+            cp.emu
+                .wait_for("the exited child's KFD process is gone", |s| {
+                    !s.processes.iter().any(|p| p.pid == child)
+                });
+        }
+    });
     r.assert_ok();
-    let opens = r.ops("OPEN_KFD");
-    assert_eq!(opens.len(), 2, "{:#?}", r.log);
-    assert_ne!(opens[0].pid, opens[1].pid);
-    let creates = r.ops("CREATE_QUEUE");
-    assert_eq!(creates.len(), 2);
-    assert_ne!(creates[0].pid, creates[1].pid);
-    assert!(
-        r.position("EBADF").is_none(),
-        "the child used the parent's kfd fd: {:#?}",
-        r.log
+    let s = r.stdout();
+    assert_eq!(field(s, "child exit "), ["0"]);
+    let parent_q: u32 = num(&field(s, "parent queue ")[0]);
+    let child_line = field(s, "child pid ");
+    assert_eq!(child_line[1], "queue", "{s}");
+    let (child, child_q): (u32, u32) = (num(&child_line[0]), num(&child_line[2]));
+    assert_ne!(child, r.pid);
+
+    // The child is a KFD process of its own (an ioctl on the inherited fd would have been
+    // EBADF): runtime-enabled, with its queue that ran its launch; the parent's queue is
+    // untouched.
+    let at_child = r.at("child");
+    let child_proc = at_child
+        .processes
+        .iter()
+        .find(|p| p.pid == child)
+        .unwrap_or_else(|| panic!("no KFD process for the child {child}: {at_child:#?}"));
+    assert!(child_proc.runtime_enabled, "{child_proc:?}");
+    let cq = queues_of(at_child, child);
+    assert_eq!(qids(&cq), BTreeSet::from([child_q]));
+    assert_eq!(cq[0].packets_done, 1);
+    let pq = queues_of(at_child, r.pid);
+    assert_eq!(qids(&pq), BTreeSet::from([parent_q]));
+    assert_eq!(pq[0].packets_done, 1);
+
+    // after the child exited the parent still works with its own queue
+    let at_parent = r.at("parent");
+    assert!(!at_parent.processes.iter().any(|p| p.pid == child));
+    assert_eq!(
+        queue(&queues_of(at_parent, r.pid), parent_q).packets_done,
+        2
     );
-    // the child ran RUNTIME_ENABLE before its own queue too
-    let child = opens[1].pid;
-    let re = r
-        .log
-        .iter()
-        .position(|l| l.pid == child && l.op == "RUNTIME_ENABLE")
-        .expect("child RUNTIME_ENABLE");
-    let cq = r
-        .log
-        .iter()
-        .position(|l| l.pid == child && l.op == "CREATE_QUEUE")
-        .expect("child queue");
-    assert!(re < cq);
 }
 
 #[test]
 fn cu_masked_streams_get_their_own_queue() {
-    let r = scenario("cumask", &[]);
+    let emu = mount_or_skip!(mi308x());
+    let r = emu.run("scenarios", &["cumask"], &[]);
     r.assert_ok();
-    let masks = r.ops("SET_CU_MASK");
-    assert_eq!(masks.len(), 1);
-    assert_eq!(masks[0].get("bits"), 64);
-    let w = field(&r.stdout(), "cumask queue ");
-    assert_ne!(
-        w[0],
-        w[3],
-        "CU-masked stream shares a pool queue: {}",
-        r.stdout()
-    );
-    assert_eq!(masks[0].get("qid").to_string(), w[0]);
+    let w = field(r.stdout(), "cumask queue ");
+    assert_eq!(w[1..3], ["plain", "queue"], "{}", r.stdout());
+    let (masked, plain): (u32, u32) = (num(&w[0]), num(&w[3]));
+    assert_ne!(masked, plain, "CU-masked stream shares a pool queue");
+    let qs = r.queues_at("masked");
+    assert_eq!(qids(&qs), BTreeSet::from([masked, plain]));
+    // SET_CU_MASK with 64 bits: words {0x0000ffff, 0}
+    let m = queue(&qs, masked);
+    assert_eq!(m.cu_mask.as_deref(), Some(&[0x0000_ffff, 0][..]), "{m:?}");
+    assert_eq!((m.priority, m.packets_done), (7, 1), "{m:?}");
+    let p = queue(&qs, plain);
+    assert_eq!(p.cu_mask, None, "{p:?}");
+    assert_eq!(p.priority, 7, "{p:?}");
 }
 
 #[test]
 fn devices_map_to_gpu_nodes_in_order() {
-    let r = scenario("multigpu", &[]);
+    let emu = mount_or_skip!(EmuConfig {
+        gpus: 2,
+        ..mi308x()
+    });
+    let gpus = emu.gpu_ids();
+    assert_eq!(gpus.len(), 2);
+    let r = emu.run("scenarios", &["multigpu"], &[]);
     r.assert_ok();
     let s = r.stdout();
-    assert_eq!(field(&s, "devices "), ["2"]);
+    assert_eq!(field(s, "devices "), ["2"]);
     assert_eq!(
-        field(&s, "device "),
+        field(s, "device "),
         [
-            "1",
-            "stream_device",
-            "1",
-            "gpu0",
-            &GPU0.to_string(),
-            "gpu1",
-            &GPU1.to_string()
+            "1".to_string(),
+            "stream_device".into(),
+            "1".into(),
+            "gpu0".into(),
+            gpus[0].to_string(),
+            "gpu1".into(),
+            gpus[1].to_string()
         ]
     );
-    assert_eq!(r.ops("ACQUIRE_VM").len(), 2);
-    assert_eq!(r.ops("DOORBELL_MMAP").len(), 2);
+    // one queue on each GPU, each ran its launch
+    let at = r.at("synced");
+    let qs = queues_of(at, r.pid);
+    let per_gpu: BTreeMap<u32, u64> = qs.iter().map(|q| (q.gpu_id, q.packets_done)).collect();
+    assert_eq!(qs.len(), 2, "{qs:#?}");
+    assert_eq!(per_gpu, BTreeMap::from([(gpus[0], 1), (gpus[1], 1)]));
+    for p in &at.partitions {
+        assert_eq!(p.active_queues, 1, "{p:?}");
+    }
 }
 
 #[test]
 fn graphs_and_capture_replay_kernels() {
-    let r = scenario("graph", &[]);
+    let emu = mount_or_skip!(mi308x());
+    let r = emu.run("scenarios", &["graph"], &[]);
     r.assert_ok();
     let s = r.stdout();
-    assert_eq!(field(&s, "after_graph write_index "), ["3"]);
-    assert_eq!(field(&s, "capturing "), ["1"]);
+    assert_eq!(field(s, "after_graph write_index "), ["3"]);
+    assert_eq!(field(s, "capturing "), ["1"]);
     assert_eq!(
-        field(&s, "after_capture write_index "),
+        field(s, "after_capture write_index "),
         ["3"],
         "capture must not submit"
     );
     assert_eq!(
-        field(&s, "after_replay write_index "),
+        field(s, "after_replay write_index "),
         ["7", "read_index", "7"]
+    );
+    // three graph kernels + two replays of the two captured ones
+    let qs = r.queues_at("done");
+    assert_eq!(qs.len(), 1, "{qs:#?}");
+    assert_eq!(
+        (qs[0].packets_done, qs[0].read_index, qs[0].write_index),
+        (7, 7, 7)
     );
 }
 
 #[test]
 fn memory_operations_enqueue_barriers_and_create_the_null_queue_lazily() {
-    let r = scenario("memops", &[]);
+    let emu = mount_or_skip!(mi308x());
+    let r = emu.run_with("scenarios", &["memops"], &[], |cp| {
+        cp.emu.wait_for("the four barrier packets consumed", |s| {
+            packets_done(&queues_of(s, cp.pid)) == 4
+        });
+    });
     r.assert_ok();
     let s = r.stdout();
-    assert_eq!(field(&s, "b0 "), ["7", "a0", "1", "a40", "7"]);
-    assert_eq!(field(&s, "stream write_index "), ["2"]);
-    assert_eq!(
-        r.ops("CREATE_QUEUE").len(),
-        3,
-        "null, user and per-thread queues"
-    );
+    assert_eq!(field(s, "b0 "), ["7", "a0", "1", "a40", "7"]);
+    assert_eq!(field(s, "stream write_index "), ["2"]);
+    let null_q: u32 = num(&field(s, "null queue after memset ")[0]);
+    let pts_q: u32 = num(&field(s, "per-thread queue ")[0]);
+    // null (hipMemset), user stream (memcpy + memset async), per-thread (hipMemcpy_spt)
+    let qs = r.queues_at("done");
+    assert_eq!(qs.len(), 3, "{qs:#?}");
+    assert_eq!(queue(&qs, null_q).packets_done, 1);
+    assert_eq!(queue(&qs, pts_q).packets_done, 1);
+    let user: Vec<&QueueStats> = qs
+        .iter()
+        .filter(|q| q.queue_id != null_q && q.queue_id != pts_q)
+        .collect();
+    assert_eq!(user.len(), 1, "{qs:#?}");
+    assert_eq!(user[0].packets_done, 2);
 }
 
 #[test]
 fn per_thread_streams_are_per_thread_and_released_at_exit() {
-    let r = scenario("perthread", &[("GPU_MAX_HW_QUEUES", "8")]);
+    let emu = mount_or_skip!(mi308x());
+    let r = emu.run("scenarios", &["perthread"], &[("GPU_MAX_HW_QUEUES", "8")]);
     r.assert_ok();
     let s = r.stdout();
-    let t0 = field(&s, "thread 0 pts ");
-    let t1 = field(&s, "thread 1 pts ");
+    let t0 = field(s, "thread 0 pts ");
+    let t1 = field(s, "thread 1 pts ");
     assert_ne!(t0[0], t1[0], "each thread has its own default stream: {s}");
     assert_eq!(t0[2], t1[2], "the legacy null stream is shared: {s}");
     assert_eq!(
         t0[2], t0[4],
         "NULL means the legacy stream outside _spt: {s}"
     );
-    assert_eq!(field(&s, "main legacy "), [t0[2].clone()]);
-    assert_eq!(r.ops("CREATE_QUEUE").len(), 3);
-    let destroyed: BTreeSet<String> = r
-        .ops("DESTROY_QUEUE")
-        .iter()
-        .map(|d| d.get("qid").to_string())
-        .collect();
-    assert_eq!(destroyed, BTreeSet::from([t0[0].clone(), t1[0].clone()]));
+    assert_eq!(field(s, "main legacy "), [t0[2].clone()]);
+    let (pts0, pts1, legacy): (u32, u32, u32) = (num(&t0[0]), num(&t1[0]), num(&t0[2]));
+    // while the threads live: their two per-thread queues (two launches each) and the
+    // legacy queue (one launch per thread)
+    let qs = r.queues_at("running");
+    assert_eq!(qids(&qs), BTreeSet::from([pts0, pts1, legacy]));
+    for q in &qs {
+        assert_eq!((q.priority, q.packets_done), (7, 2), "{q:?}");
+    }
+    // thread exit destroyed the per-thread queues
+    assert_eq!(qids(&r.queues_at("joined")), BTreeSet::from([legacy]));
 }
 
 #[test]
 fn device_reset_destroys_every_queue() {
-    let r = scenario("reset", &[]);
+    let emu = mount_or_skip!(mi308x());
+    let r = emu.run("scenarios", &["reset"], &[]);
     r.assert_ok();
-    assert_eq!(r.ops("CREATE_QUEUE").len(), 5);
-    assert_eq!(r.ops("DESTROY_QUEUE").len(), 4);
-    let last_destroy = r
-        .log
-        .iter()
-        .rposition(|l| l.op == "DESTROY_QUEUE")
-        .expect("destroys");
-    let last_create = r
-        .log
-        .iter()
-        .rposition(|l| l.op == "CREATE_QUEUE")
-        .expect("creates");
-    assert!(last_destroy < last_create);
+    // three streams at HIP priorities -1/0/1 and the null stream
+    assert_eq!(
+        sorted_priorities(&r.queues_at("before_reset")),
+        [0, 7, 7, 11]
+    );
+    assert!(r.queues_at("after_reset").is_empty());
+    // the KFD process (fd, VM) survives the reset
+    assert!(r.at("after_reset").processes.iter().any(|p| p.pid == r.pid));
+    let again: u32 = num(&field(r.stdout(), "after reset queue ")[0]);
+    let qs = r.queues_at("recreated");
+    assert_eq!(qids(&qs), BTreeSet::from([again]));
+    assert_eq!(qs[0].packets_done, 1);
 }
 
 #[test]
 fn misc_api_behaviour() {
-    let r = scenario("misc", &[]);
+    let emu = mount_or_skip!(mi308x());
+    let r = emu.run("scenarios", &["misc"], &[]);
     r.assert_ok();
     let s = r.stdout();
-    assert_eq!(field(&s, "counter "), ["11"]);
-    assert_eq!(field(&s, "popped "), ["1", "64", "16", "1"]);
+    assert_eq!(field(s, "counter "), ["11"]);
+    assert_eq!(field(s, "popped "), ["1", "64", "16", "1"]);
+    // eight successful launches (four invalid ones submit nothing); waiting on an event
+    // from the null stream creates no queue
+    let qs = r.queues_at("done");
+    assert_eq!(qs.len(), 1, "{qs:#?}");
+    assert_eq!((qs[0].packets_done, qs[0].write_index), (8, 8));
+}
+
+fn full_ring(emu: &common::Emu, ring: Option<&str>, ring_size: u32) {
+    let envs: Vec<(&str, &str)> = ring.map(|r| ("FAKEHIP_RING_SIZE", r)).into_iter().collect();
+    let r = emu.run("scenarios", &["many"], &envs);
+    r.assert_ok();
+    assert_eq!(
+        field(r.stdout(), "write_index "),
+        ["3000", "read_index", "3000"]
+    );
+    let qs = r.queues_at("done");
+    assert_eq!(qs.len(), 1, "{qs:#?}");
+    assert_eq!(qs[0].ring_size, ring_size);
+    assert_eq!((qs[0].packets_done, qs[0].read_index), (3000, 3000));
 }
 
 #[test]
 fn a_full_ring_waits_for_the_gpu() {
-    let r = scenario("many", &[]);
-    r.assert_ok();
-    assert_eq!(
-        field(&r.stdout(), "write_index "),
-        ["3000", "read_index", "3000"]
-    );
-    assert_eq!(r.ops("DESTROY_QUEUE")[0].get("doorbell"), 3000);
+    // 3000 launches through the default 1024-packet ring
+    let emu = mount_or_skip!(mi308x());
+    full_ring(&emu, None, 65536);
+}
+
+#[test]
+fn a_small_ring_applies_back_pressure() {
+    // FAKEHIP_RING_SIZE=4096: 64 packets, wrapped about 47 times
+    let emu = mount_or_skip!(mi308x());
+    full_ring(&emu, Some("4096"), 4096);
 }

@@ -53,10 +53,14 @@ fn settle(state: &mut State, part: usize, now: Instant) {
         if let Some(q) = state.queue_mut(key)
             && q.runnable()
         {
-            let start = q.accounted_until.max(stall);
-            q.banked_ns = q
-                .banked_ns
-                .saturating_add(nanos(now.saturating_duration_since(start)));
+            // Only a queue with known pending work earns time; an idle queue earns none, so a
+            // packet submitted later is never credited with time from before it arrived.
+            if q.has_known_work() {
+                let start = q.accounted_until.max(stall);
+                q.banked_ns = q
+                    .banked_ns
+                    .saturating_add(nanos(now.saturating_duration_since(start)));
+            }
             q.accounted_until = now;
         }
     }
@@ -294,8 +298,14 @@ fn apply(emu: &Emu, state: &mut State, fetched: Vec<Fetched>, now: Instant) -> b
                 continue;
             }
         };
+        // Work that appeared on an idle queue starts when the CP sees it, not at the last poll:
+        // the modelled duration is then a lower bound on submit-to-completion time.
+        let start = if q.has_known_work() {
+            q.accounted_until.max(stall)
+        } else {
+            now.max(stall)
+        };
         q.write_index = wptr;
-        let start = q.accounted_until.max(stall);
         let mut budget = q
             .banked_ns
             .saturating_add(nanos(now.saturating_duration_since(start)));

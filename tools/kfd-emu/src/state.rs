@@ -364,6 +364,12 @@ impl Queue {
         self.ring_size > 0 && self.ring_base != 0 && (self.percentage & 0xff) > 0 && !self.suspended
     }
 
+    /// The CP knows of work on this queue: a packet in flight, banked time, or a write index
+    /// ahead of the read index at the last poll.
+    pub fn has_known_work(&self) -> bool {
+        self.inflight.is_some() || self.banked_ns > 0 || self.read_index < self.write_index
+    }
+
     /// Whether the CP model executes this queue's packets now.
     pub fn runnable(&self) -> bool {
         self.is_active() && self.resident && !self.cp_failed && self.kind == QueueKind::ComputeAql

@@ -285,6 +285,9 @@ typedef struct fakehipQueueInfo {
 	uint64_t doorbell_offset;
 	uint64_t write_index;   /* packets submitted so far */
 	uint64_t read_index;    /* current read_dispatch_id */
+	uint32_t ctx_save_restore_size; /* CREATE_QUEUE ctx_save_restore_size (per-XCC cwsr_size) */
+	uint32_t ctl_stack_size;        /* CREATE_QUEUE ctl_stack_size */
+	uint64_t cwsr_bytes;            /* size of the CWSR allocation at ctx_save_restore_address */
 } fakehipQueueInfo;
 
 /* Same lookup with details; hipErrorNotReady if the stream has no queue yet. */

@@ -7,10 +7,16 @@
  *
  * Expected KFD priorities (ROCr mapping): high 11, normal 7, low 0, null 7,
  * per-thread 7. Exits 0 on success, 1 on any HIP error (printed to stderr).
+ *
+ * Checkpoints (checkpoint.h): "queues" after the table (five queues, every
+ * launch complete), "destroyed" after the three user streams are destroyed
+ * (the null and per-thread queues remain).
  */
 #include <hip/hip_runtime_api.h>
 #include <stdio.h>
 #include <stdlib.h>
+
+#include "checkpoint.h"
 
 static struct fakehip_kernel kern = FAKEHIP_KERNEL(1000000); /* 1 ms */
 
@@ -53,8 +59,10 @@ int main(void)
 		printf("stream %s queue %u prio %u\n", st[i].name, qid, info.kfd_priority);
 	}
 	fflush(stdout);
+	checkpoint("queues");
 
 	for (int i = 0; i < 3; i++)
 		CHECK(hipStreamDestroy(st[i].s));
+	checkpoint("destroyed");
 	return 0;
 }

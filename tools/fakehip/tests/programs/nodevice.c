@@ -1,12 +1,16 @@
 /*
- * nodevice.c: run with KFDQ_ROOT pointing at a directory without dev/kfd.
+ * nodevice.c: run with KFDQ_ROOT pointing at a directory without dev/kfd, or
+ * at a tree whose dev/kfd works but whose topology has no GPU node.
  * Prints "<call> <code>" for calls that must fail with hipErrorNoDevice, and
  * checks the calls that work without a device (error strings, versions,
  * hipGetProcAddress). Exits 0 when everything behaved, 1 otherwise.
+ * Checkpoint (checkpoint.h): "done" after every call.
  */
 #include <hip/hip_runtime_api.h>
 #include <stdio.h>
 #include <string.h>
+
+#include "checkpoint.h"
 
 static struct fakehip_kernel kern = FAKEHIP_KERNEL(1000);
 static int failures;
@@ -84,5 +88,7 @@ int main(void)
 		fprintf(stderr, "nodevice: malloc must not be found\n");
 		failures++;
 	}
+	fflush(stdout);
+	checkpoint("done");
 	return failures ? 1 : 0;
 }

@@ -1,11 +1,13 @@
 /*
- * scenarios.c: fakehip behaviours exercised by tests/library.rs (against the
- * in-process KFD test double) and usable against kfd-emu as well.
+ * scenarios.c: fakehip behaviours exercised by tests/library.rs against a
+ * kfd-emu mount (KFDQ_ROOT).
  *
  *   scenarios <name>
  *
  * Each scenario prints "key value" lines on stdout and exits 0 when every
- * HIP call returned what the scenario expects, 1 otherwise.
+ * HIP call returned what the scenario expects, 1 otherwise. With
+ * FAKEHIP_TEST_CHECKPOINTS=1 it parks at named checkpoints (checkpoint.h) so
+ * the harness can read the emulator's stats there.
  */
 #include <hip/hip_runtime_api.h>
 #include <pthread.h>
@@ -16,8 +18,11 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "checkpoint.h"
+
 static struct fakehip_kernel k_short = FAKEHIP_KERNEL(100000); /* 0.1 ms */
 static struct fakehip_kernel k_20ms = FAKEHIP_KERNEL(20000000);
+static struct fakehip_kernel k_hour = FAKEHIP_KERNEL(3600000000000ull); /* never completes in a test */
 static const dim3 G1 = {1, 1, 1}, B64 = {64, 1, 1};
 static int failures;
 
@@ -57,7 +62,11 @@ static double now_ms(void)
 	return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
 }
 
-/* GPU_MAX_HW_QUEUES=2: five normal streams share two queues. */
+/*
+ * GPU_MAX_HW_QUEUES=2: five normal streams share two queues.
+ * Checkpoints: "launched" (one launch per stream submitted), then
+ * "destroyed<i>" after hipStreamDestroy of stream i.
+ */
 static void pools(void)
 {
 	hipStream_t s[5];
@@ -68,8 +77,14 @@ static void pools(void)
 		OK(hipLaunchKernel(&k_short, G1, B64, NULL, 0, s[i]));
 		printf("stream %d queue %u users %u\n", i, qid_of(s[i]), info_of(s[i]).stream_users);
 	}
-	for (int i = 0; i < 5; i++)
+	checkpoint("launched");
+	for (int i = 0; i < 5; i++) {
+		char name[32];
+
 		OK(hipStreamDestroy(s[i]));
+		snprintf(name, sizeof(name), "destroyed%d", i);
+		checkpoint(name);
+	}
 	EXPECT(hipStreamDestroy(s[0]), hipErrorInvalidHandle);
 	EXPECT(hipStreamSynchronize(s[0]), hipErrorInvalidHandle);
 }
@@ -95,8 +110,14 @@ static void clamp(void)
 		printf("high flags %u\n", f);
 	}
 	EXPECT(hipStreamCreateWithPriority(&lo, 0x10, 0), hipErrorInvalidValue);
+	checkpoint("streams");
 }
 
+/*
+ * Events around a 20 ms kernel. "wall" / "ext_wall" bracket the records and
+ * the synchronisation on the host, so elapsed <= wall must hold.
+ * Checkpoint "done" before the stream is destroyed.
+ */
 static void elapsed(void)
 {
 	hipStream_t s;
@@ -107,8 +128,8 @@ static void elapsed(void)
 	OK(hipStreamCreate(&s));
 	OK(hipEventCreate(&a));
 	OK(hipEventCreate(&b));
-	OK(hipEventRecord(a, s));
 	t0 = now_ms();
+	OK(hipEventRecord(a, s));
 	OK(hipLaunchKernel(&k_20ms, G1, B64, NULL, 0, s));
 	OK(hipEventRecord(b, s));
 	EXPECT(hipEventQuery(b), hipErrorNotReady);
@@ -121,16 +142,23 @@ static void elapsed(void)
 	OK(hipEventElapsedTime(&ms, a, b));
 	printf("elapsed %.3f\n", ms);
 	/* the extension launch records both events itself */
+	t0 = now_ms();
 	OK(hipExtLaunchKernel(&k_20ms, G1, B64, NULL, 0, s, a, b, 0));
 	OK(hipStreamSynchronize(s));
+	printf("ext_wall %.3f\n", now_ms() - t0);
 	OK(hipEventElapsedTime(&ms, a, b));
 	printf("ext_elapsed %.3f\n", ms);
+	checkpoint("done");
 	OK(hipEventDestroy(a));
 	OK(hipEventDestroy(b));
 	OK(hipStreamDestroy(s));
 }
 
-/* With KFDSTUB_STALL=1 (nothing completes), FAKEHIP_TIMEOUT_MS=300, FAKEHIP_RING_SIZE=4096. */
+/*
+ * With FAKEHIP_TIMEOUT_MS=300 and FAKEHIP_RING_SIZE=4096 (64 packets): the
+ * first kernel runs for an hour, so nothing after it completes either.
+ * Checkpoint "stalled" after the ring filled up.
+ */
 static void timeout(void)
 {
 	hipStream_t s;
@@ -139,7 +167,7 @@ static void timeout(void)
 	int n = 0;
 
 	OK(hipStreamCreate(&s));
-	OK(hipLaunchKernel(&k_short, G1, B64, NULL, 0, s));
+	OK(hipLaunchKernel(&k_hour, G1, B64, NULL, 0, s));
 	EXPECT(hipStreamQuery(s), hipErrorNotReady);
 	t0 = now_ms();
 	EXPECT(hipStreamSynchronize(s), hipErrorLaunchTimeOut);
@@ -153,9 +181,14 @@ static void timeout(void)
 	}
 	printf("ring_full_after %d code %d ms %.0f\n", n + 1, (int)e, now_ms() - t0);
 	EXPECT(e, hipErrorLaunchFailure);
+	checkpoint("stalled");
 }
 
-/* The child of fork() re-initialises: it opens /dev/kfd again. */
+/*
+ * The child of fork() re-initialises: it opens /dev/kfd again.
+ * Checkpoints: "child" in the child once its queue ran a kernel, "parent"
+ * in the parent after the child exited and the parent launched again.
+ */
 static void forked(void)
 {
 	hipStream_t s, c;
@@ -180,8 +213,10 @@ static void forked(void)
 		/* the parent's stream handle means nothing here */
 		else if (hipStreamSynchronize(s) != hipErrorInvalidHandle)
 			bad = 4;
-		else
-			printf("child queue %u\n", qid_of(c));
+		else {
+			printf("child pid %d queue %u\n", (int)getpid(), qid_of(c));
+			checkpoint("child");
+		}
 		fflush(stdout);
 		_exit(bad);
 	}
@@ -191,9 +226,11 @@ static void forked(void)
 		failures++;
 	OK(hipLaunchKernel(&k_short, G1, B64, NULL, 0, s));
 	OK(hipStreamSynchronize(s));
+	checkpoint("parent");
 	OK(hipStreamDestroy(s));
 }
 
+/* Checkpoint "masked" before the streams are destroyed. */
 static void cumask(void)
 {
 	hipStream_t s, plain;
@@ -205,10 +242,12 @@ static void cumask(void)
 	OK(hipLaunchKernel(&k_short, G1, B64, NULL, 0, s));
 	OK(hipStreamSynchronize(s));
 	printf("cumask queue %u plain queue %u\n", qid_of(s), qid_of(plain));
+	checkpoint("masked");
 	OK(hipStreamDestroy(s));
 	OK(hipStreamDestroy(plain));
 }
 
+/* Two GPUs; checkpoint "synced" after both devices were synchronised. */
 static void multigpu(void)
 {
 	hipStream_t s0, s1;
@@ -231,8 +270,10 @@ static void multigpu(void)
 	EXPECT(hipSetDevice(n), hipErrorInvalidDevice);
 	OK(hipSetDevice(0));
 	OK(hipDeviceSynchronize());
+	checkpoint("synced");
 }
 
+/* Checkpoint "done" before the stream is destroyed. */
 static void graph(void)
 {
 	hipStream_t s;
@@ -270,6 +311,7 @@ static void graph(void)
 	OK(hipStreamSynchronize(s));
 	printf("after_replay write_index %llu read_index %llu\n", (unsigned long long)info_of(s).write_index,
 	       (unsigned long long)info_of(s).read_index);
+	checkpoint("done");
 	OK(hipGraphExecDestroy(x));
 	OK(hipGraphExecDestroy(cx));
 	OK(hipGraphDestroy(g));
@@ -277,6 +319,7 @@ static void graph(void)
 	OK(hipStreamDestroy(s));
 }
 
+/* Checkpoint "done" before the buffers and the stream are released. */
 static void memops(void)
 {
 	hipStream_t s;
@@ -299,6 +342,7 @@ static void memops(void)
 	EXPECT(hipMemcpy(b, a, 64, (hipMemcpyKind)9), hipErrorInvalidMemcpyDirection);
 	OK(hipMemcpy_spt(b, a, 64, hipMemcpyDefault));
 	printf("per-thread queue %u\n", qid_of(hipStreamPerThread));
+	checkpoint("done");
 	OK(hipFree(a));
 	OK(hipFree(b));
 	OK(hipStreamDestroy(s));
@@ -307,6 +351,9 @@ static void memops(void)
 struct thread_out {
 	uint32_t pts, spt_null, legacy;
 };
+
+/* threads + main: "work done" and "may exit" */
+static pthread_barrier_t work_done, may_exit;
 
 static void *spt_thread(void *arg)
 {
@@ -326,19 +373,31 @@ static void *spt_thread(void *arg)
 		OK(fakehipStreamQueueId(NULL, &q, NULL));
 		o->spt_null = q;
 	}
+	pthread_barrier_wait(&work_done);
+	pthread_barrier_wait(&may_exit);
 	return NULL;
 }
 
-/* GPU_MAX_HW_QUEUES=8: two threads get their own per-thread queues. */
+/*
+ * GPU_MAX_HW_QUEUES=8: two threads get their own per-thread queues.
+ * Checkpoints: "running" while both threads are alive with their work done,
+ * "joined" after they exited.
+ */
 static void perthread(void)
 {
 	pthread_t t[2];
 	struct thread_out o[2];
 
+	pthread_barrier_init(&work_done, NULL, 3);
+	pthread_barrier_init(&may_exit, NULL, 3);
 	for (int i = 0; i < 2; i++)
 		pthread_create(&t[i], NULL, spt_thread, &o[i]);
+	pthread_barrier_wait(&work_done);
+	checkpoint("running");
+	pthread_barrier_wait(&may_exit);
 	for (int i = 0; i < 2; i++)
 		pthread_join(t[i], NULL);
+	checkpoint("joined");
 	for (int i = 0; i < 2; i++)
 		printf("thread %d pts %u legacy %u null %u\n", i, o[i].pts, o[i].legacy, o[i].spt_null);
 	/* thread exit released the per-thread streams; the null stream stays */
@@ -346,6 +405,7 @@ static void perthread(void)
 	EXPECT(fakehipStreamQueueId(hipStreamPerThread, NULL, NULL), hipErrorNotReady);
 }
 
+/* Checkpoints: "before_reset", "after_reset", "recreated". */
 static void reset(void)
 {
 	hipStream_t s[3];
@@ -355,13 +415,16 @@ static void reset(void)
 		OK(hipLaunchKernel(&k_short, G1, B64, NULL, 0, s[i]));
 	}
 	OK(hipLaunchKernel(&k_short, G1, B64, NULL, 0, NULL));
+	checkpoint("before_reset");
 	OK(hipDeviceReset());
+	checkpoint("after_reset");
 	EXPECT(hipStreamSynchronize(s[0]), hipErrorInvalidHandle);
 	EXPECT(fakehipStreamQueueId(NULL, NULL, NULL), hipErrorNotReady);
 	OK(hipStreamCreate(&s[0]));
 	OK(hipLaunchKernel(&k_short, G1, B64, NULL, 0, s[0]));
 	OK(hipStreamSynchronize(s[0]));
 	printf("after reset queue %u\n", qid_of(s[0]));
+	checkpoint("recreated");
 }
 
 static void host_cb(void *p)
@@ -376,6 +439,7 @@ static void stream_cb(hipStream_t s, hipError_t e, void *p)
 		*(int *)p += 10;
 }
 
+/* Checkpoint "done" before the stream is destroyed. */
 static void misc(void)
 {
 	hipStream_t s;
@@ -417,6 +481,7 @@ static void misc(void)
 	/* a wild pointer must not crash the library */
 	OK(hipLaunchKernel((const void *)0x10, G1, B64, NULL, 0, s));
 	OK(hipStreamSynchronize(s));
+	checkpoint("done");
 	OK(hipStreamDestroy(s));
 }
 
@@ -424,13 +489,30 @@ static void many(void)
 {
 	hipStream_t s;
 
-	/* more packets than ring slots: the submitter waits for the CP */
+	/* more packets than ring slots: the submitter waits for the CP; checkpoint "done" */
 	OK(hipStreamCreate(&s));
 	for (int i = 0; i < 3000; i++)
 		OK(hipLaunchKernel(&k_short, G1, B64, NULL, 0, s));
 	OK(hipStreamSynchronize(s));
 	printf("write_index %llu read_index %llu\n", (unsigned long long)info_of(s).write_index,
 	       (unsigned long long)info_of(s).read_index);
+	checkpoint("done");
+	OK(hipStreamDestroy(s));
+}
+
+/* The CWSR sizes fakehip passed to CREATE_QUEUE; checkpoint "done". */
+static void cwsr(void)
+{
+	hipStream_t s;
+	fakehipQueueInfo i;
+
+	OK(hipStreamCreate(&s));
+	OK(hipLaunchKernel(&k_short, G1, B64, NULL, 0, s));
+	OK(hipStreamSynchronize(s));
+	i = info_of(s);
+	printf("cwsr ctx_save_restore_size %u ctl_stack_size %u bytes %llu\n", i.ctx_save_restore_size,
+	       i.ctl_stack_size, (unsigned long long)i.cwsr_bytes);
+	checkpoint("done");
 	OK(hipStreamDestroy(s));
 }
 
@@ -443,7 +525,7 @@ int main(int argc, char **argv)
 		{"pools", pools},   {"clamp", clamp},   {"elapsed", elapsed}, {"timeout", timeout},
 		{"fork", forked},   {"cumask", cumask}, {"multigpu", multigpu}, {"graph", graph},
 		{"memops", memops}, {"perthread", perthread}, {"reset", reset}, {"misc", misc},
-		{"many", many},
+		{"many", many},     {"cwsr", cwsr},
 	};
 
 	if (argc != 2) {
