@@ -41,9 +41,34 @@ echo "== kfdq ps (while the demo holds its queues)"
 wait "$demo_pid"
 
 echo
+echo "== two HIP programs under the launch shim: class latency and class batch"
+fakehip_lib=$(ls -t target/debug/build/fakehip-*/out/libamdhip64.so.6 | head -n 1)
+fakehip_dir=$(dirname "$fakehip_lib")
+workload=target/debug/kfdq-workload
+cc -O2 -Wall -o "$workload" shim/examples/workload.c -I tools/fakehip/include \
+    -L "$fakehip_dir" -lamdhip64 -Wl,-rpath,"$fakehip_dir"
+state=$(mktemp -d /tmp/kfdq-state.XXXXXX)
+export KFDQ_STATE_DIR=$state
+"$bin/kfdq" --root "$mnt" run --class latency -- "$workload" 3 &
+lat_pid=$!
+"$bin/kfdq" --root "$mnt" run --class batch -- "$workload" 3 &
+batch_pid=$!
+# Wait until both shims have mapped their three streams (null stream included) to queues.
+for _ in $(seq 1 200); do
+    n=$("$bin/kfdq" --root "$mnt" ps --json | grep -c '"stream_id"' || true)
+    [[ $n -ge 6 ]] && break
+    sleep 0.05
+done
+echo "== kfdq ps: which stream runs on which queue at what priority"
+"$bin/kfdq" --root "$mnt" ps
+wait "$lat_pid" "$batch_pid"
+rm -rf "$state"
+unset KFDQ_STATE_DIR
+
+echo
 echo "== emulator: device-wide preempts counted by the HWS model"
-python3 -c 'import json,sys
-for p in json.load(open(sys.argv[1]))["partitions"]:
-    print("gpu %#06x: %d device-wide preempts, %d runlist updates" % (p["gpu_id"], p["preempts"], p["runlist_updates"]))' "$mnt/kfd-emu/stats.json"
+awk -F'[:,]' '/"gpu_id"/ {g = $2 + 0} /"preempts"/ {p = $2 + 0}
+    /"runlist_updates"/ {printf "gpu %#x: %d device-wide preempts, %d runlist updates\n", g, p, $2 + 0}' \
+    "$mnt/kfd-emu/stats.json"
 echo
 echo "run: ok"

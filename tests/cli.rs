@@ -110,3 +110,138 @@ fn missing_root_gives_a_hint() {
         assert!(err.contains("kfd-emu --mount"), "{cmd}: {err}");
     }
 }
+
+/// The shim cargo built in this workspace run (`cargo test --workspace` builds it before any
+/// test runs).
+fn shim_library() -> std::path::PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let deps = exe.parent().unwrap();
+    for p in [
+        deps.parent().unwrap().join("libkfdq_shim.so"),
+        deps.join("libkfdq_shim.so"),
+    ] {
+        if p.is_file() {
+            return p;
+        }
+    }
+    panic!(
+        "libkfdq_shim.so is not built next to {}: run `cargo build -p kfdq-shim` (cargo test --workspace builds it)",
+        deps.display()
+    );
+}
+
+#[test]
+fn run_puts_a_program_under_the_shim_and_ps_shows_its_streams() {
+    let Some(emu) = mount(
+        "run_puts_a_program_under_the_shim_and_ps_shows_its_streams",
+        Preset::Mi308x,
+    ) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let workload = dir.path().join("workload");
+    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("shim/examples/workload.c");
+    fakehip::compile_program(&src, &workload, &[]).unwrap();
+    let state = dir.path().join("state");
+    std::fs::create_dir(&state).unwrap();
+    let child = Command::new(env!("CARGO_BIN_EXE_kfdq"))
+        .arg("--root")
+        .arg(emu.path())
+        .args(["run", "--class", "latency", "--shim"])
+        .arg(shim_library())
+        .arg("--")
+        .arg(&workload)
+        .arg("2")
+        .env("KFDQ_STATE_DIR", &state)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let mut seen = serde_json::Value::Null;
+    wait_for("three streams mapped in kfdq ps", || {
+        let out = Command::new(env!("CARGO_BIN_EXE_kfdq"))
+            .arg("--root")
+            .arg(emu.path())
+            .args(["ps", "--json"])
+            .env("KFDQ_STATE_DIR", &state)
+            .output()
+            .unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let Some(p) = v.as_array().unwrap().iter().find(|p| p["pid"] == pid) else {
+            return false;
+        };
+        let mapped = p["queues"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|q| !q["streams"].as_array().unwrap().is_empty())
+            .count();
+        seen = p.clone();
+        mapped == 3
+    });
+    assert_eq!(seen["shim"], true);
+    assert_eq!(seen["class"], "latency");
+    let stats = emu.stats();
+    let mut by_stream = std::collections::BTreeMap::new();
+    for q in seen["queues"].as_array().unwrap() {
+        let s = &q["streams"][0];
+        let label = match s["kind"].as_str().unwrap() {
+            "null" => "null".to_string(),
+            _ => format!("hip {}", s["hip_priority"]),
+        };
+        let effective = q["managed"]["effective_priority"].as_u64().unwrap() as u32;
+        // The emulator (the "kernel") holds the same priority the shim reports.
+        let qid = q["queue_id"].as_u64().unwrap() as u32;
+        let kernel = stats
+            .queues
+            .iter()
+            .find(|k| k.pid == pid && k.queue_id == qid)
+            .unwrap()
+            .priority;
+        assert_eq!(kernel, effective, "queue {qid}");
+        by_stream.insert(label, effective);
+    }
+    // Class latency is the KFD band 11..=15: HIP greatest (-1) -> 15, default -> 13, least (1) -> 11.
+    let want: std::collections::BTreeMap<String, u32> = [
+        ("hip -1".to_string(), 15),
+        ("null".to_string(), 13),
+        ("hip 1".to_string(), 11),
+    ]
+    .into();
+    assert_eq!(by_stream, want);
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stdout).contains("launches per stream"));
+}
+
+#[test]
+fn run_refuses_bad_class_and_priority() {
+    for (args, want) in [
+        (
+            vec!["run", "--class", "realtime", "--", "true"],
+            "not a priority class; known: latency, normal, batch",
+        ),
+        (
+            vec!["run", "--priority", "16", "--", "true"],
+            "queue priority 16 is out of range 0..=15",
+        ),
+        (
+            vec![
+                "run",
+                "--shim",
+                "/nonexistent/libkfdq_shim.so",
+                "--",
+                "true",
+            ],
+            "libkfdq_shim.so not found",
+        ),
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_kfdq"))
+            .args(&args)
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(want), "{args:?}: {err}");
+    }
+}

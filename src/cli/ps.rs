@@ -36,10 +36,16 @@ fn stream_label(s: &StreamInfo) -> String {
     match s.kind {
         StreamKind::Null => "null".into(),
         StreamKind::PerThread => format!("per-thread#{}", s.stream_id),
-        StreamKind::Created => match &s.creator {
-            Some(lib) => format!("#{}({lib})", s.stream_id),
-            None => format!("#{}", s.stream_id),
-        },
+        StreamKind::Created => {
+            let prio = s
+                .hip_priority
+                .map(|p| format!(" hip {p:+}"))
+                .unwrap_or_default();
+            match &s.creator {
+                Some(lib) => format!("#{}{prio} ({lib})", s.stream_id),
+                None => format!("#{}{prio}", s.stream_id),
+            }
+        }
     }
 }
 
@@ -139,10 +145,8 @@ pub(super) fn run(root: &Root, json: bool) -> Result<(), CliError> {
                         "deactivated"
                     } else if q.streams.iter().any(|s| s.held) {
                         "held"
-                    } else if m.busy {
-                        "busy"
                     } else {
-                        "idle"
+                        "active"
                     },
                 ),
                 None => ("?".into(), "?"),

@@ -59,6 +59,16 @@ pub(super) fn run(root: &Root, o: RunOptions<'_>) -> Result<(), CliError> {
                 .into(),
         ));
     };
+    if let Some(c) = o.class {
+        use crate::policy::class::Class;
+        Class::parse(c).map_err(|_| {
+            let known: Vec<&str> = Class::ALL.iter().map(|k| k.name()).collect();
+            CliError::Usage(format!(
+                "--class {c:?} is not a priority class; known: {}",
+                known.join(", ")
+            ))
+        })?;
+    }
     if let Some(p) = o.priority {
         Priority::new(p).map_err(|e| CliError::Usage(format!("--priority: {e}")))?;
     }

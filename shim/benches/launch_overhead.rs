@@ -1,0 +1,125 @@
+//! Added cost of the shim per un-held `hipLaunchKernel` and per non-KFD `ioctl`.
+//!
+//! `cargo bench -p kfdq-shim` (as root: it mounts kfd-emu so that fakehip can create the
+//! stream's queue). Compiles `launch_overhead.c` against fakehip, runs it twice in this one
+//! run — without and with `LD_PRELOAD=libkfdq_shim.so` — with `FAKEHIP_NOOP_LAUNCH=1` (fakehip's
+//! launch only validates its arguments), and prints ns/call and the ratio. Repeats the pair
+//! `KFDQ_BENCH_ROUNDS` times (default 3) and reports each. The ioctl is measured twice: as is,
+//! and with an idle helper thread started by the program in both runs (a real HIP runtime always
+//! has threads; the shim's control thread alone makes a single-threaded program pay the kernel's
+//! multi-threaded syscall cost). Numbers go to docs/performance.md;
+//! nothing here asserts a wall-clock threshold.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use kfd_emu::{EmuConfig, MountedEmu, Preset};
+
+fn shim() -> PathBuf {
+    let exe = std::env::current_exe().expect("current_exe");
+    // Built next to this binary (target/<profile>/deps) before the benchmark runs.
+    let p = exe
+        .parent()
+        .expect("target/<profile>/deps")
+        .join("libkfdq_shim.so");
+    assert!(p.is_file(), "{} not built", p.display());
+    p
+}
+
+fn run(
+    program: &Path,
+    root: &Path,
+    preload: Option<&Path>,
+    calls: &str,
+    helper_thread: bool,
+) -> (f64, f64) {
+    let mut cmd = Command::new(program);
+    cmd.env("BENCH_HELPER_THREAD", if helper_thread { "1" } else { "0" });
+    cmd.arg(calls)
+        .env("KFDQ_ROOT", root)
+        .env("FAKEHIP_NOOP_LAUNCH", "1")
+        .env_remove("LD_PRELOAD")
+        .env_remove("KFDQ_SOCKET")
+        .env_remove("KFDQ_LOG");
+    let state = tempfile::tempdir().expect("tempdir");
+    cmd.env("KFDQ_STATE_DIR", state.path());
+    if let Some(p) = preload {
+        cmd.env("LD_PRELOAD", p);
+    }
+    let out = cmd.output().expect("run the bench program");
+    assert!(
+        out.status.success(),
+        "bench program failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    let get = |k: &str| -> f64 {
+        text.lines()
+            .find_map(|l| l.strip_prefix(k))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no {k} in {text}"))
+    };
+    (get("launch_ns "), get("ioctl_ns "))
+}
+
+fn main() {
+    // `cargo bench` passes `--bench`; `cargo test --benches` runs it in test mode: do nothing.
+    if !std::env::args().any(|a| a == "--bench") {
+        return;
+    }
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("launch_overhead needs root (FUSE mount of kfd-emu); skipped");
+        std::process::exit(1);
+    }
+    let work = tempfile::tempdir().expect("tempdir");
+    let program = work.path().join("launch_overhead");
+    fakehip::compile_program(
+        Path::new(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/benches/launch_overhead.c"
+        )),
+        &program,
+        &["-O2"],
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let mnt = work.path().join("emu");
+    std::fs::create_dir_all(&mnt).unwrap();
+    let emu = MountedEmu::mount(
+        &mnt,
+        EmuConfig {
+            preset: Preset::Mi308x,
+            ..EmuConfig::default()
+        },
+    )
+    .expect("mount kfd-emu");
+    let shim = shim();
+    let calls = std::env::var("KFDQ_BENCH_CALLS").unwrap_or_else(|_| "2000000".into());
+    let rounds: usize = std::env::var("KFDQ_BENCH_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(3);
+    println!("shim: {}", shim.display());
+    println!(
+        "{:<6} {:<28} {:>12} {:>12} {:>10} {:>8}",
+        "round", "call", "direct ns", "shim ns", "added ns", "ratio"
+    );
+    for round in 1..=rounds {
+        let (l0, i0) = run(&program, emu.root(), None, &calls, false);
+        let (l1, i1) = run(&program, emu.root(), Some(&shim), &calls, false);
+        let (_, t0) = run(&program, emu.root(), None, &calls, true);
+        let (_, t1) = run(&program, emu.root(), Some(&shim), &calls, true);
+        for (name, a, b) in [
+            ("hipLaunchKernel (un-held)", l0, l1),
+            ("ioctl (non-KFD, TCGETS)", i0, i1),
+            ("ioctl, app has 2nd thread", t0, t1),
+        ] {
+            println!(
+                "{round:<6} {name:<28} {a:>12.2} {b:>12.2} {:>10.2} {:>8.3}",
+                b - a,
+                b / a
+            );
+        }
+    }
+    drop(emu);
+}

@@ -1,0 +1,156 @@
+//! The shim's environment, read once at the first intercepted call.
+
+use std::path::PathBuf;
+
+use kfdq::policy::class::PriorityPolicy;
+
+/// Libraries whose own calls are never held (field lesson 3: scheduling hipBLAS / MIOpen's
+/// internal calls broke their initialisation). Prefix match on the file name of the object the
+/// call comes from.
+pub const DEFAULT_PASSTHROUGH: &[&str] = &[
+    "libhipblas",
+    "librocblas",
+    "libhipblaslt",
+    "libMIOpen",
+    "libmigraphx",
+    "librccl",
+    "librocfft",
+    "libhipfft",
+    "librocsparse",
+    "libhipsparse",
+    "librocsolver",
+    "libhipsolver",
+    "librocrand",
+    "libhiprand",
+];
+
+/// Queues the shim asks the runtime for per priority pool unless the user chose
+/// (`GPU_MAX_HW_QUEUES`): enough that streams rarely share a hardware queue.
+pub const DEFAULT_MAX_HW_QUEUES: &str = "64";
+
+/// `DEBUG_HIP_DYNAMIC_QUEUES` unless the user chose: 2 gives the null stream a queue of its own.
+pub const DEFAULT_DYNAMIC_QUEUES: &str = "2";
+
+/// Everything the shim reads from its environment.
+#[derive(Debug, Clone, Default)]
+pub struct Config {
+    /// Static priority policy (`KFDQ_CLASS`, `KFDQ_PRIORITY`).
+    pub policy: PriorityPolicy,
+    /// `KFDQ_SOCKET`: the agent's socket.
+    pub socket: Option<PathBuf>,
+    /// Passthrough library prefixes (`KFDQ_PASSTHROUGH`).
+    pub passthrough: Vec<String>,
+    /// `KFDQ_LOG` set: log decisions to stderr.
+    pub log: bool,
+    /// Problems with the values above, already worded for the user.
+    pub warnings: Vec<String>,
+}
+
+impl Config {
+    /// Reads the process environment.
+    pub fn from_env() -> Config {
+        let var = |k: &str| std::env::var(k).ok();
+        Config::from_lookup(var)
+    }
+
+    /// Builds the configuration from a variable lookup (tests pass a map).
+    pub fn from_lookup(var: impl Fn(&str) -> Option<String>) -> Config {
+        let class = var("KFDQ_CLASS");
+        let priority = var("KFDQ_PRIORITY");
+        let (policy, warnings) = PriorityPolicy::from_values(class.as_deref(), priority.as_deref());
+        Config {
+            policy,
+            socket: var("KFDQ_SOCKET")
+                .filter(|s| !s.is_empty())
+                .map(PathBuf::from),
+            passthrough: passthrough_list(var("KFDQ_PASSTHROUGH").as_deref()),
+            log: var("KFDQ_LOG").is_some_and(|v| !v.is_empty() && v != "0"),
+            warnings,
+        }
+    }
+}
+
+/// The passthrough list for a `KFDQ_PASSTHROUGH` value: unset = the default list; `a,b` =
+/// exactly those; `+a,+b` (first entry starting with `+`) = the default list plus those;
+/// empty = no passthrough at all.
+pub fn passthrough_list(value: Option<&str>) -> Vec<String> {
+    let defaults = || {
+        DEFAULT_PASSTHROUGH
+            .iter()
+            .map(|s| s.to_string())
+            .collect::<Vec<_>>()
+    };
+    let Some(v) = value else { return defaults() };
+    let entries: Vec<&str> = v
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .collect();
+    let extend = entries.first().is_some_and(|e| e.starts_with('+'));
+    let mut list = if extend { defaults() } else { Vec::new() };
+    for e in entries {
+        let e = e.trim_start_matches('+');
+        if !e.is_empty() && !list.iter().any(|x| x == e) {
+            list.push(e.to_string());
+        }
+    }
+    list
+}
+
+/// True when a caller in object `file` (file name only) is a passthrough library.
+pub fn is_passthrough(list: &[String], file: &str) -> bool {
+    list.iter().any(|p| file.starts_with(p.as_str()))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use super::*;
+
+    #[test]
+    fn passthrough_default_override_extend() {
+        assert_eq!(passthrough_list(None).len(), DEFAULT_PASSTHROUGH.len());
+        assert_eq!(
+            passthrough_list(Some("libfoo, libbar")),
+            vec!["libfoo", "libbar"]
+        );
+        let ext = passthrough_list(Some("+libfoo,+libhipblas"));
+        assert_eq!(ext.len(), DEFAULT_PASSTHROUGH.len() + 1);
+        assert!(ext.iter().any(|e| e == "libfoo"));
+        assert!(passthrough_list(Some("")).is_empty());
+    }
+
+    #[test]
+    fn passthrough_matches_file_name_prefixes() {
+        let l = passthrough_list(None);
+        assert!(is_passthrough(&l, "libhipblaslt.so.0"));
+        assert!(is_passthrough(&l, "librocblas.so.4.2"));
+        assert!(is_passthrough(&l, "libMIOpen.so.1"));
+        assert!(!is_passthrough(&l, "libamdhip64.so.6"));
+        assert!(!is_passthrough(&l, "app"));
+        assert!(
+            !is_passthrough(&l, "libmiopen.so.1"),
+            "prefixes are case-sensitive, as file names are"
+        );
+    }
+
+    #[test]
+    fn config_from_lookup() {
+        let env: HashMap<&str, &str> = [
+            ("KFDQ_CLASS", "batch"),
+            ("KFDQ_PRIORITY", "abc"),
+            ("KFDQ_SOCKET", "/run/kfdq.sock"),
+            ("KFDQ_LOG", "1"),
+        ]
+        .into();
+        let c = Config::from_lookup(|k| env.get(k).map(|v| v.to_string()));
+        assert_eq!(c.policy.class, Some(kfdq::policy::class::Class::Batch));
+        assert_eq!(c.policy.forced, None);
+        assert_eq!(c.warnings.len(), 1);
+        assert_eq!(c.socket, Some(PathBuf::from("/run/kfdq.sock")));
+        assert!(c.log);
+        let c = Config::from_lookup(|_| None);
+        assert!(c.socket.is_none() && !c.log && c.warnings.is_empty());
+    }
+}

@@ -1,0 +1,193 @@
+//! The exported entry points: HIP functions under HIP's own version nodes, and `ioctl`.
+//!
+//! Each HIP wrapper is an `extern "C" fn shim_<name>`; the exported symbol `<name>@@<node>` is a
+//! one-jump assembly stub bound with a `.symver` directive; `build.rs` declares the node chain. The real
+//! function is found with `dlvsym(RTLD_NEXT, name, node)` (then `dlsym`), never inside the shim,
+//! and cached. When the real library lacks the symbol the wrapper returns
+//! `hipErrorNotSupported` (801) and warns once.
+
+use std::ffi::{c_char, c_int, c_ulong, c_void};
+
+use crate::launch::{StreamRef, create, destroy, launch};
+use crate::real::Real;
+
+/// `hipError_t`.
+type HipError = c_int;
+/// `hipStream_t`, `hipEvent_t`, `hipFunction_t`, `hipGraphExec_t`: opaque pointers.
+type Handle = *mut c_void;
+
+/// `dim3`, passed by value (12 bytes: two integer registers in the SysV ABI, as in C).
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct Dim3 {
+    x: u32,
+    y: u32,
+    z: u32,
+}
+
+/// The address of an exported wrapper.
+pub struct Wrapper(*const ());
+// SAFETY: a function address, immutable and valid for the process's life.
+unsafe impl Sync for Wrapper {}
+
+const fn cstr(s: &'static str) -> &'static std::ffi::CStr {
+    match std::ffi::CStr::from_bytes_with_nul(s.as_bytes()) {
+        Ok(c) => c,
+        Err(_) => panic!("symbol names are NUL-terminated literals"),
+    }
+}
+
+macro_rules! exports {
+    ($( $real:ident $shim:ident $sym:literal $node:literal [$($how:tt)*] ($($a:ident : $t:ty),*); )*) => {
+        $(
+            static $real: Real = Real::new(cstr(concat!($sym, "\0")), cstr(concat!($node, "\0")));
+
+            #[doc = concat!("`", $sym, "@@", $node, "` (through the stub below)")]
+            #[allow(non_snake_case)]
+            unsafe extern "C" fn $shim($($a: $t),*) -> HipError {
+                type RealFn = unsafe extern "C" fn($($t),*) -> HipError;
+                let Some(p) = $real.get() else { return $real.missing() };
+                // SAFETY: `p` is the real library's definition of this very symbol and
+                // version, whose C prototype is `RealFn`.
+                let real = unsafe { std::mem::transmute::<usize, RealFn>(p) };
+                exports!(@how [$($how)*] real ($($a),*))
+            }
+
+            // The exported, versioned symbol is a one-instruction stub defined in the same
+            // assembly block as its `.symver` (the assembler needs the definition of a `@@`
+            // default version in the same unit; rustc may place the Rust function in another
+            // codegen unit). It tail-jumps to the wrapper, so the caller's frame is untouched.
+            core::arch::global_asm!(
+                ".pushsection .text.kfdq_shim_stubs,\"ax\",@progbits",
+                concat!(".globl kfdq_stub_", stringify!($shim)),
+                concat!(".type kfdq_stub_", stringify!($shim), ",@function"),
+                concat!(".p2align 4"),
+                concat!("kfdq_stub_", stringify!($shim), ":"),
+                "jmp {wrapper}",
+                concat!(".size kfdq_stub_", stringify!($shim), ", . - kfdq_stub_", stringify!($shim)),
+                concat!(".symver kfdq_stub_", stringify!($shim), ", ", $sym, "@@", $node),
+                ".popsection",
+                wrapper = sym $shim,
+            );
+        )*
+
+        /// Every wrapper with its real function (hipGetProcAddress hands out the wrappers).
+        pub static WRAPPERS: &[(&Real, Wrapper)] = &[$( (&$real, Wrapper($shim as *const ())) ),*];
+    };
+    (@how [launch $s:ident $spt:literal] $real:ident ($($a:ident),*)) => {
+        launch(StreamRef::new($s as usize, $spt), move || {
+            // SAFETY: the caller's arguments, forwarded unchanged to the real function.
+            unsafe { $real($($a),*) }
+        })
+    };
+    (@how [create $out:ident $prio:expr] $real:ident ($($a:ident),*)) => {
+        create($out as *mut usize, $prio, || {
+            // SAFETY: the caller's arguments, forwarded unchanged to the real function.
+            unsafe { $real($($a),*) }
+        })
+    };
+    (@how [destroy $s:ident] $real:ident ($($a:ident),*)) => {
+        destroy($s as usize, || {
+            // SAFETY: the caller's arguments, forwarded unchanged to the real function.
+            unsafe { $real($($a),*) }
+        })
+    };
+    (@how [procaddr $pfn:ident] $real:ident ($($a:ident),*)) => {{
+        // SAFETY: the caller's arguments, forwarded unchanged to the real function.
+        let r = unsafe { $real($($a),*) };
+        // SAFETY: on success the real function stored a function address at `pfn`, a pointer
+        // the caller passed for exactly that.
+        unsafe { substitute_wrapper(r, $pfn) };
+        r
+    }};
+}
+
+exports! {
+    R_LAUNCH_KERNEL shim_hipLaunchKernel "hipLaunchKernel" "hip_4.2" [launch stream false]
+        (f: *const c_void, grid: Dim3, block: Dim3, args: *mut *mut c_void, shared: usize, stream: Handle);
+    R_LAUNCH_KERNEL_SPT shim_hipLaunchKernel_spt "hipLaunchKernel_spt" "hip_5.2" [launch stream true]
+        (f: *const c_void, grid: Dim3, block: Dim3, args: *mut *mut c_void, shared: usize, stream: Handle);
+    R_EXT_LAUNCH_KERNEL shim_hipExtLaunchKernel "hipExtLaunchKernel" "hip_4.2" [launch stream false]
+        (f: *const c_void, grid: Dim3, block: Dim3, args: *mut *mut c_void, shared: usize, stream: Handle,
+         start: Handle, stop: Handle, flags: c_int);
+    R_COOP shim_hipLaunchCooperativeKernel "hipLaunchCooperativeKernel" "hip_4.2" [launch stream false]
+        (f: *const c_void, grid: Dim3, block: Dim3, args: *mut *mut c_void, shared: u32, stream: Handle);
+    R_COOP_SPT shim_hipLaunchCooperativeKernel_spt "hipLaunchCooperativeKernel_spt" "hip_5.2" [launch stream true]
+        (f: *const c_void, grid: Dim3, block: Dim3, args: *mut *mut c_void, shared: u32, stream: Handle);
+    R_MODULE_LAUNCH shim_hipModuleLaunchKernel "hipModuleLaunchKernel" "hip_4.2" [launch stream false]
+        (f: Handle, gx: u32, gy: u32, gz: u32, bx: u32, by: u32, bz: u32, shared: u32, stream: Handle,
+         params: *mut *mut c_void, extra: *mut *mut c_void);
+    R_MODULE_COOP shim_hipModuleLaunchCooperativeKernel "hipModuleLaunchCooperativeKernel" "hip_5.5" [launch stream false]
+        (f: Handle, gx: u32, gy: u32, gz: u32, bx: u32, by: u32, bz: u32, shared: u32, stream: Handle,
+         params: *mut *mut c_void);
+    R_EXT_MODULE_LAUNCH shim_hipExtModuleLaunchKernel
+        "_Z24hipExtModuleLaunchKernelP18ihipModuleSymbol_tjjjjjjmP12ihipStream_tPPvS4_P11ihipEvent_tS6_j" "hip_4.2"
+        [launch stream false]
+        (f: Handle, gx: u32, gy: u32, gz: u32, lx: u32, ly: u32, lz: u32, shared: usize, stream: Handle,
+         params: *mut *mut c_void, extra: *mut *mut c_void, start: Handle, stop: Handle, flags: u32);
+    R_GRAPH_LAUNCH shim_hipGraphLaunch "hipGraphLaunch" "hip_4.3" [launch stream false]
+        (exec: Handle, stream: Handle);
+    R_GRAPH_LAUNCH_SPT shim_hipGraphLaunch_spt "hipGraphLaunch_spt" "hip_5.3" [launch stream true]
+        (exec: Handle, stream: Handle);
+    R_STREAM_CREATE shim_hipStreamCreate "hipStreamCreate" "hip_4.2" [create out None]
+        (out: *mut Handle);
+    R_STREAM_CREATE_FLAGS shim_hipStreamCreateWithFlags "hipStreamCreateWithFlags" "hip_4.2" [create out None]
+        (out: *mut Handle, flags: u32);
+    R_STREAM_CREATE_PRIO shim_hipStreamCreateWithPriority "hipStreamCreateWithPriority" "hip_4.2" [create out Some(priority)]
+        (out: *mut Handle, flags: u32, priority: c_int);
+    R_STREAM_CREATE_CU shim_hipExtStreamCreateWithCUMask "hipExtStreamCreateWithCUMask" "hip_4.2" [create out None]
+        (out: *mut Handle, cu_mask_size: u32, cu_mask: *const u32);
+    R_STREAM_DESTROY shim_hipStreamDestroy "hipStreamDestroy" "hip_4.2" [destroy stream]
+        (stream: Handle);
+    R_GET_PROC_ADDRESS shim_hipGetProcAddress "hipGetProcAddress" "hip_6.1" [procaddr pfn]
+        (symbol: *const c_char, pfn: *mut *mut c_void, version: c_int, flags: u64, status: *mut c_int);
+}
+
+/// After a successful `hipGetProcAddress`: if the runtime handed out one of the functions the
+/// shim wraps, hand out the wrapper instead (the runtime looks symbols up in itself, which
+/// would bypass the preload).
+///
+/// # Safety
+/// `pfn` is null or points at the function pointer the real call wrote.
+unsafe fn substitute_wrapper(r: HipError, pfn: *mut *mut c_void) {
+    if r != 0 || pfn.is_null() {
+        return;
+    }
+    // SAFETY: caller contract.
+    let got = unsafe { pfn.read() } as usize;
+    if got == 0 {
+        return;
+    }
+    let found = crate::launch::guarded(|| {
+        WRAPPERS
+            .iter()
+            .find(|(real, _)| real.get() == Some(got))
+            .map(|(real, w)| (real.name(), w.0))
+    })
+    .flatten();
+    if let Some((name, w)) = found {
+        crate::log::debug(|| format!("hipGetProcAddress: {name} -> shim wrapper"));
+        // SAFETY: caller contract; we store a function of the same prototype.
+        unsafe { pfn.write(w as *mut c_void) };
+    }
+}
+
+/// `ioctl(2)`, interposed on libc's.
+///
+/// In C `ioctl` is variadic (`int ioctl(int, unsigned long, ...)`); defining C-variadic
+/// functions is unstable in Rust, so it is declared with one pointer-sized third argument.
+/// On x86-64 SysV that is ABI-identical for every real ioctl (the single optional argument
+/// travels in `rdx` either way, and the callee ignores `al`), which is what every ioctl
+/// interposer relies on. Non-amdkfd requests cost one compare before libc's `ioctl`.
+///
+/// # Safety
+/// As for `ioctl(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ioctl(fd: c_int, request: c_ulong, arg: *mut c_void) -> c_int {
+    if !crate::hook::is_kfd(request) {
+        // SAFETY: forwarded unchanged.
+        return unsafe { crate::hook::forward(fd, request, arg) };
+    }
+    // SAFETY: the caller's amdkfd request.
+    unsafe { crate::hook::kfd_ioctl(fd, request, arg) }
+}

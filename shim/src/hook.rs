@@ -1,0 +1,354 @@
+//! The `ioctl` observer: every amdkfd queue ioctl of the process passes through here.
+//!
+//! * CREATE_QUEUE: the priority is rewritten by the class mapping (the runtime's request is
+//!   recorded), then the queue is registered (id, gpu, ring, read/write index addresses) and
+//!   attributed to the stream whose call is in flight on this thread.
+//! * UPDATE_QUEUE from the runtime: rewritten so that it cannot undo the shim's state (a queue
+//!   the shim holds deactivated stays at percentage 0; the priority stays the managed one).
+//! * DESTROY_QUEUE: forwarded, then the queue is dropped from the registry.
+//!
+//! The shim's own ioctls (through `kfdq::kfd`, which calls libc's `ioctl` and so lands in this
+//! same export) set [`BYPASS`] and go straight to libc.
+
+use std::cell::Cell;
+use std::ffi::{c_int, c_ulong, c_void};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use kfd_sys as sys;
+
+use crate::launch::{CTX, NO_STREAM, guarded};
+use crate::state::{F_DISABLED, FLAGS, Queue, STATE};
+
+thread_local! {
+    /// Set while the shim itself issues KFD ioctls.
+    pub static BYPASS: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Runs `f` with [`BYPASS`] set on this thread.
+pub fn with_bypass<R>(f: impl FnOnce() -> R) -> R {
+    struct Restore(bool);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            BYPASS.with(|b| b.set(self.0));
+        }
+    }
+    let _restore = Restore(BYPASS.with(|b| b.replace(true)));
+    f()
+}
+
+/// libc's `ioctl` (variadic in C; calling a C-variadic function pointer is stable Rust).
+type LibcIoctl = unsafe extern "C" fn(c_int, c_ulong, ...) -> c_int;
+
+static REAL_IOCTL: AtomicUsize = AtomicUsize::new(0);
+/// Marker: libc's `ioctl` could not be resolved; use the raw system call.
+const USE_SYSCALL: usize = 1;
+
+/// Forwards to libc's `ioctl`.
+///
+/// # Safety
+/// `arg` must be what the request expects (the caller's contract with the kernel).
+#[inline(always)]
+pub unsafe fn forward(fd: c_int, request: c_ulong, arg: *mut c_void) -> c_int {
+    let p = REAL_IOCTL.load(Ordering::Relaxed);
+    if p > USE_SYSCALL {
+        // SAFETY: `p` is libc's `ioctl` (resolved below); arguments are the caller's.
+        return unsafe { std::mem::transmute::<usize, LibcIoctl>(p)(fd, request, arg) };
+    }
+    // SAFETY: as above.
+    unsafe { forward_cold(fd, request, arg) }
+}
+
+#[cold]
+#[inline(never)]
+unsafe fn forward_cold(fd: c_int, request: c_ulong, arg: *mut c_void) -> c_int {
+    let mut p = REAL_IOCTL.load(Ordering::Relaxed);
+    if p == 0 {
+        p = crate::sys::resolve_next(c"ioctl", Some(c"GLIBC_2.2.5")).unwrap_or(USE_SYSCALL);
+        REAL_IOCTL.store(p, Ordering::Relaxed);
+    }
+    if p > USE_SYSCALL {
+        // SAFETY: `p` is libc's `ioctl`.
+        return unsafe { std::mem::transmute::<usize, LibcIoctl>(p)(fd, request, arg) };
+    }
+    // SAFETY: the raw system call with the caller's arguments; errno is set by `syscall`.
+    unsafe { libc::syscall(libc::SYS_ioctl, fd, request, arg) as c_int }
+}
+
+const IOC_WRITE: c_ulong = 1;
+const IOC_READ_WRITE: c_ulong = 3;
+const KFD_TYPE: c_ulong = b'K' as c_ulong;
+const NR_CREATE_QUEUE: c_ulong = 0x02;
+const NR_DESTROY_QUEUE: c_ulong = 0x03;
+const NR_UPDATE_QUEUE: c_ulong = 0x07;
+/// `kfd_ioctl_create_queue_args` up to `ctl_stack_size` (the KFD 1.11 layout); newer headers
+/// add `sdma_engine_id` and a pad/`metadata_ring_size` (96 bytes). Both are accepted.
+const CREATE_QUEUE_MIN: usize = 88;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Op {
+    Create,
+    Update,
+    Destroy,
+}
+
+/// True when `request` is one of amdkfd's ('K').
+#[inline(always)]
+pub fn is_kfd(request: c_ulong) -> bool {
+    (request >> 8) & 0xff == KFD_TYPE
+}
+
+fn classify(request: c_ulong) -> Option<(Op, usize)> {
+    let nr = request & 0xff;
+    let dir = (request >> 30) & 3;
+    let size = ((request >> 16) & 0x3fff) as usize;
+    match (nr, dir) {
+        (NR_CREATE_QUEUE, IOC_READ_WRITE)
+            if (CREATE_QUEUE_MIN..=size_of::<sys::kfd_ioctl_create_queue_args>())
+                .contains(&size) =>
+        {
+            Some((Op::Create, size))
+        }
+        (NR_UPDATE_QUEUE, IOC_WRITE) if size == size_of::<sys::kfd_ioctl_update_queue_args>() => {
+            Some((Op::Update, size))
+        }
+        (NR_DESTROY_QUEUE, IOC_READ_WRITE)
+            if size == size_of::<sys::kfd_ioctl_destroy_queue_args>() =>
+        {
+            Some((Op::Destroy, size))
+        }
+        _ => None,
+    }
+}
+
+/// Copies the caller's `size` bytes of argument into a zeroed `T`.
+///
+/// # Safety
+/// `arg` must be readable for `size` bytes, `size <= size_of::<T>()`, and `T` plain data.
+unsafe fn read_arg<T: Default>(arg: *const c_void, size: usize) -> T {
+    let mut v = T::default();
+    // SAFETY: caller guarantees `arg` readable for `size` bytes and `size` fits in `T`.
+    unsafe {
+        std::ptr::copy_nonoverlapping(
+            arg as *const u8,
+            &mut v as *mut T as *mut u8,
+            size.min(size_of::<T>()),
+        )
+    };
+    v
+}
+
+/// An amdkfd ioctl ('K' type) — the slow side of the exported `ioctl`.
+///
+/// # Safety
+/// As for `ioctl(2)`: `arg` is what the request expects.
+#[cold]
+#[inline(never)]
+pub unsafe fn kfd_ioctl(fd: c_int, request: c_ulong, arg: *mut c_void) -> c_int {
+    let op = classify(request);
+    let Some((op, size)) = op else {
+        // SAFETY: forwarded unchanged.
+        return unsafe { forward(fd, request, arg) };
+    };
+    if arg.is_null() || BYPASS.with(Cell::get) || FLAGS.load(Ordering::Relaxed) & F_DISABLED != 0 {
+        // SAFETY: forwarded unchanged.
+        return unsafe { forward(fd, request, arg) };
+    }
+    // SAFETY: `arg` is the caller's argument of this request, `size` bytes long (classify).
+    unsafe {
+        match op {
+            Op::Create => create_queue(fd, request, arg, size),
+            Op::Update => update_queue(fd, request, arg),
+            Op::Destroy => destroy_queue(fd, request, arg),
+        }
+    }
+}
+
+/// Byte offset of `queue_priority` in `kfd_ioctl_create_queue_args`.
+const PRIORITY_OFFSET: usize =
+    std::mem::offset_of!(sys::kfd_ioctl_create_queue_args, queue_priority);
+
+unsafe fn create_queue(fd: c_int, request: c_ulong, arg: *mut c_void, size: usize) -> c_int {
+    crate::init::ensure_init();
+    // SAFETY: the caller's CREATE_QUEUE argument, `size` bytes.
+    let a: sys::kfd_ioctl_create_queue_args = unsafe { read_arg(arg, size) };
+    let requested = a.queue_priority;
+    let effective = guarded(|| STATE.lock().policy.effective(requested)).unwrap_or(requested);
+    let prio_ptr = (arg as *mut u8).wrapping_add(PRIORITY_OFFSET) as *mut u32;
+    // SAFETY: `queue_priority` lies inside the caller's struct (offset 48 < 88 <= size).
+    unsafe { prio_ptr.write_unaligned(effective) };
+    // SAFETY: the caller's struct, with only the priority changed (still in 0..=15).
+    let r = unsafe { forward(fd, request, arg) };
+    // SAFETY: as above; the runtime gets its own value back (transparency).
+    unsafe { prio_ptr.write_unaligned(requested) };
+    if r == 0 {
+        // SAFETY: the kernel filled `queue_id` / `doorbell_offset` in the caller's struct.
+        let out: sys::kfd_ioctl_create_queue_args = unsafe { read_arg(arg, size) };
+        guarded(|| record_queue(fd, &out, requested, effective));
+    }
+    r
+}
+
+fn record_queue(fd: c_int, a: &sys::kfd_ioctl_create_queue_args, requested: u32, effective: u32) {
+    let mut st = STATE.lock();
+    st.kfd_fd = fd;
+    st.queues.retain(|q| q.id != a.queue_id);
+    st.queues.push(Queue {
+        id: a.queue_id,
+        gpu_id: a.gpu_id,
+        requested,
+        effective,
+        override_priority: None,
+        ring_base: a.ring_base_address,
+        ring_size: a.ring_size,
+        wptr: a.write_pointer_address,
+        rptr: a.read_pointer_address,
+        runtime_percentage: a.queue_percentage,
+        deactivated: false,
+        suspended: false,
+        busy: false,
+        dying: false,
+        streams: Vec::new(),
+    });
+    let sid = CTX.with(Cell::get);
+    if sid != NO_STREAM {
+        st.attribute(sid, a.queue_id);
+    }
+    st.changed();
+    st.refresh_flags();
+    crate::log::debug(|| {
+        format!(
+            "CREATE_QUEUE gpu {} -> queue {} priority {requested} -> {effective}, stream {}",
+            a.gpu_id,
+            a.queue_id,
+            if sid == NO_STREAM {
+                "?".to_string()
+            } else {
+                sid.to_string()
+            }
+        )
+    });
+}
+
+unsafe fn update_queue(fd: c_int, request: c_ulong, arg: *mut c_void) -> c_int {
+    // SAFETY: the caller's UPDATE_QUEUE argument (size checked by classify).
+    let mut a: sys::kfd_ioctl_update_queue_args =
+        unsafe { read_arg(arg, size_of::<sys::kfd_ioctl_update_queue_args>()) };
+    let st = guarded(|| STATE.lock());
+    let Some(mut st) = st else {
+        // SAFETY: forwarded unchanged.
+        return unsafe { forward(fd, request, arg) };
+    };
+    let policy = st.policy;
+    let rewritten = guarded(|| {
+        let q = st.queue_mut(a.queue_id)?;
+        q.runtime_percentage = a.queue_percentage;
+        if a.queue_priority != q.requested {
+            q.requested = a.queue_priority;
+            q.effective = q
+                .override_priority
+                .unwrap_or_else(|| policy.effective(a.queue_priority));
+        }
+        if a.ring_base_address != 0 && a.ring_size != 0 {
+            q.ring_base = a.ring_base_address;
+            q.ring_size = a.ring_size;
+        }
+        let wanted = (a.queue_percentage, a.queue_priority);
+        if q.deactivated {
+            a.queue_percentage &= !0xff;
+        }
+        a.queue_priority = q.effective;
+        Some(wanted)
+    })
+    .flatten();
+    let r = match rewritten {
+        Some((pct, prio)) => {
+            crate::log::debug(|| {
+                format!(
+                    "runtime UPDATE_QUEUE {} ({pct}%, priority {prio}) sent as ({}%, {})",
+                    a.queue_id, a.queue_percentage, a.queue_priority
+                )
+            });
+            // SAFETY: our copy of the caller's struct, same request size (write-only request).
+            unsafe {
+                forward(
+                    fd,
+                    request,
+                    &mut a as *mut sys::kfd_ioctl_update_queue_args as *mut c_void,
+                )
+            }
+        }
+        // SAFETY: forwarded unchanged.
+        None => unsafe { forward(fd, request, arg) },
+    };
+    if r == 0 {
+        st.changed();
+    }
+    drop(st);
+    r
+}
+
+unsafe fn destroy_queue(fd: c_int, request: c_ulong, arg: *mut c_void) -> c_int {
+    // SAFETY: the caller's DESTROY_QUEUE argument (size checked by classify).
+    let a: sys::kfd_ioctl_destroy_queue_args =
+        unsafe { read_arg(arg, size_of::<sys::kfd_ioctl_destroy_queue_args>()) };
+    let id = a.queue_id;
+    guarded(|| {
+        let mut st = STATE.lock();
+        let suspended = st.queue(id).is_some_and(|q| q.suspended);
+        if suspended {
+            // KFD blocks DESTROY_QUEUE while a debugger holds the queue suspended: resume it.
+            if let Err(e) = crate::control::resume(&mut st, &[id]) {
+                crate::log::warn_always(&format!(
+                    "resuming queue {id} before its destruction: {e}"
+                ));
+            }
+        }
+        if let Some(q) = st.queue_mut(id) {
+            q.dying = true;
+        }
+    });
+    // SAFETY: forwarded unchanged.
+    let r = unsafe { forward(fd, request, arg) };
+    guarded(|| {
+        let mut st = STATE.lock();
+        if r == 0 {
+            st.remove_queue(id);
+            crate::log::debug(|| format!("DESTROY_QUEUE {id}"));
+        } else if let Some(q) = st.queue_mut(id) {
+            q.dying = false;
+        }
+    });
+    r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn classifies_kfd_requests() {
+        assert!(is_kfd(sys::AMDKFD_IOC_CREATE_QUEUE as c_ulong));
+        assert!(!is_kfd(libc::TCGETS as c_ulong));
+        assert!(!is_kfd(libc::FIONREAD as c_ulong));
+        assert_eq!(
+            classify(sys::AMDKFD_IOC_CREATE_QUEUE as c_ulong),
+            Some((Op::Create, 96))
+        );
+        // The 88-byte (KFD 1.11) CREATE_QUEUE of older runtimes.
+        let old = (sys::AMDKFD_IOC_CREATE_QUEUE as c_ulong & !(0x3fff << 16)) | (88 << 16);
+        assert_eq!(classify(old), Some((Op::Create, 88)));
+        assert_eq!(
+            classify(sys::AMDKFD_IOC_UPDATE_QUEUE as c_ulong),
+            Some((Op::Update, 24))
+        );
+        assert_eq!(
+            classify(sys::AMDKFD_IOC_DESTROY_QUEUE as c_ulong),
+            Some((Op::Destroy, 8))
+        );
+        assert_eq!(classify(sys::AMDKFD_IOC_GET_VERSION as c_ulong), None);
+        assert_eq!(classify(sys::AMDKFD_IOC_DBG_TRAP as c_ulong), None);
+        // Keyboard ioctls share type 'K' (KDGKBTYPE = 0x4B33) but are not queue requests.
+        assert_eq!(classify(0x4B33), None);
+        assert_eq!(PRIORITY_OFFSET, 48);
+    }
+}

@@ -1,0 +1,121 @@
+//! Lazy initialisation (never in a constructor: field lesson 4), fork and exit handling.
+
+use std::cell::Cell;
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+
+use crate::config::{Config, DEFAULT_DYNAMIC_QUEUES, DEFAULT_MAX_HW_QUEUES};
+use crate::launch::guarded;
+use crate::state::{F_READY, FLAGS, FORK_GEN, STATE, State};
+
+static INIT: AtomicU8 = AtomicU8::new(0);
+const INIT_NONE: u8 = 0;
+const INIT_RUNNING: u8 = 1;
+const INIT_DONE: u8 = 2;
+
+static HANDLERS: AtomicBool = AtomicBool::new(false);
+static CONFIG: OnceLock<Config> = OnceLock::new();
+
+thread_local! {
+    static IN_INIT: Cell<bool> = const { Cell::new(false) };
+}
+
+/// The configuration (read from the environment on first use).
+pub fn config() -> &'static Config {
+    CONFIG.get_or_init(Config::from_env)
+}
+
+/// Initialises the shim on first use. Re-entrant: a call from inside initialisation on the
+/// same thread returns at once; other threads wait for it to finish.
+#[inline(always)]
+pub fn ensure_init() {
+    if FLAGS.load(Ordering::Acquire) & F_READY == 0 {
+        init_slow();
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn init_slow() {
+    loop {
+        match INIT.compare_exchange(INIT_NONE, INIT_RUNNING, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => {
+                IN_INIT.with(|c| c.set(true));
+                guarded(do_init);
+                IN_INIT.with(|c| c.set(false));
+                FLAGS.fetch_or(F_READY, Ordering::AcqRel);
+                INIT.store(INIT_DONE, Ordering::Release);
+                return;
+            }
+            Err(INIT_DONE) => return,
+            Err(_) => {
+                if IN_INIT.with(Cell::get) {
+                    return;
+                }
+                std::thread::yield_now();
+            }
+        }
+    }
+}
+
+fn set_default_env(key: &str, value: &str) {
+    if std::env::var_os(key).is_none() {
+        // SAFETY: setenv races with concurrent getenv in other threads. This runs once, at the
+        // first intercepted call, before the runtime is initialised (the call that triggered it
+        // has not been forwarded yet), which is the earliest point that is not a constructor.
+        unsafe { std::env::set_var(key, value) };
+    }
+}
+
+fn do_init() {
+    let cfg = config();
+    crate::log::VERBOSE.store(cfg.log, Ordering::Relaxed);
+    // Give every stream its own hardware queue where the runtime allows it, and the null stream
+    // a dedicated one (ROCclr); the user's own settings win.
+    set_default_env("GPU_MAX_HW_QUEUES", DEFAULT_MAX_HW_QUEUES);
+    set_default_env("DEBUG_HIP_DYNAMIC_QUEUES", DEFAULT_DYNAMIC_QUEUES);
+    {
+        let mut st = STATE.lock();
+        st.policy = cfg.policy;
+        st.class = cfg.policy.class.map(|c| c.name().to_string());
+        for w in &cfg.warnings {
+            if st.warn(w.clone()) {
+                crate::log::warn_always(w);
+            }
+        }
+        st.refresh_flags();
+    }
+    if !HANDLERS.swap(true, Ordering::AcqRel) {
+        // SAFETY: registering plain `extern "C"` handlers that live as long as the process (a
+        // preloaded library is never unloaded).
+        unsafe {
+            libc::pthread_atfork(None, None, Some(after_fork_child));
+            libc::atexit(at_exit);
+        }
+    }
+    crate::log::debug(|| {
+        format!(
+            "initialised: policy {:?}, agent socket {:?}",
+            cfg.policy, cfg.socket
+        )
+    });
+    crate::control::start();
+}
+
+/// `pthread_atfork` child handler: the child inherits none of the parent's KFD state (its
+/// `/dev/kfd` fd is unusable), so it starts with an empty registry, no holds and no control
+/// thread, and initialises again on its next HIP call.
+extern "C" fn after_fork_child() {
+    // SAFETY: pthread_atfork child handler: the calling thread is the only one.
+    unsafe { STATE.reset_after_fork(State::new()) };
+    FORK_GEN.fetch_add(1, Ordering::Relaxed);
+    FLAGS.store(0, Ordering::Release);
+    INIT.store(INIT_NONE, Ordering::Release);
+    crate::control::STARTED.store(false, Ordering::Release);
+    crate::control::WROTE_PID.store(0, Ordering::Relaxed);
+    crate::launch::reset_thread_after_fork();
+}
+
+extern "C" fn at_exit() {
+    let _ = std::panic::catch_unwind(crate::control::remove_registry_file);
+}

@@ -1,0 +1,385 @@
+//! What the exported wrappers do around the real call: the fast path (one relaxed load, then
+//! the call), and the slow path: stream registration, stream -> queue attribution, the level-1
+//! gate, and the library passthrough.
+
+use std::cell::Cell;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use kfdq::policy::class::clamp_hip_priority;
+use kfdq::proto::StreamKind;
+
+use crate::state::{
+    F_CREATED_PENDING, F_DISABLED, F_HOLDS, F_NULL_PENDING, F_READY, FLAGS, FORK_GEN, MAX_ATTEMPTS,
+    NULL_STREAM_ID, STATE, State,
+};
+
+/// "No stream" in the thread-local context.
+pub const NO_STREAM: u64 = u64::MAX;
+
+/// `hipStreamLegacy`.
+const HIP_STREAM_LEGACY: usize = 1;
+/// `hipStreamPerThread`.
+const HIP_STREAM_PER_THREAD: usize = 2;
+
+thread_local! {
+    /// Stream whose call this thread is forwarding right now: a CREATE_QUEUE seen meanwhile on
+    /// this thread belongs to it.
+    pub static CTX: Cell<u64> = const { Cell::new(NO_STREAM) };
+    /// This thread's per-thread default stream: (fork generation, stream id, queue known).
+    static SPT: Cell<(u64, u64, bool)> = const { Cell::new((u64::MAX, NO_STREAM, false)) };
+}
+
+/// The stream argument of a call, and whether the entry point is a `_spt` variant (where the
+/// null handle means the per-thread stream).
+#[derive(Debug, Clone, Copy)]
+pub struct StreamRef {
+    handle: usize,
+    spt: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Which {
+    Null,
+    PerThread,
+    Created(usize),
+}
+
+impl StreamRef {
+    /// Wraps a `hipStream_t`.
+    #[inline(always)]
+    pub fn new(handle: usize, spt: bool) -> StreamRef {
+        StreamRef { handle, spt }
+    }
+
+    #[inline(always)]
+    fn which(self) -> Which {
+        match self.handle {
+            0 if self.spt => Which::PerThread,
+            0 | HIP_STREAM_LEGACY => Which::Null,
+            HIP_STREAM_PER_THREAD => Which::PerThread,
+            h => Which::Created(h),
+        }
+    }
+}
+
+/// Runs `f`, turning a panic into "stop controlling" (never unwinds into C).
+pub fn guarded<R>(f: impl FnOnce() -> R) -> Option<R> {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(r) => Some(r),
+        Err(_) => {
+            disable("internal error (panic) in the shim");
+            None
+        }
+    }
+}
+
+/// Stops controlling: releases everything (fail open) and forwards every call untouched from
+/// now on.
+pub fn disable(why: &str) {
+    let was = FLAGS.fetch_or(F_DISABLED, Ordering::AcqRel);
+    if was & F_DISABLED != 0 {
+        return;
+    }
+    crate::log::warn_always(&format!(
+        "{why}; kfdq control stopped for this process, calls are forwarded unchanged"
+    ));
+    let _ = catch_unwind(|| {
+        let mut st = STATE.lock();
+        crate::control::fail_open(&mut st);
+        st.warn(format!("control stopped: {why}"));
+    });
+    STATE.notify_all();
+}
+
+/// A launch-like call on stream `s`.
+#[inline(always)]
+pub fn launch(s: StreamRef, call: impl FnOnce() -> i32) -> i32 {
+    let f = FLAGS.load(Ordering::Relaxed);
+    let fast = match s.which() {
+        Which::Null => f & (F_READY | F_HOLDS | F_NULL_PENDING) == F_READY,
+        Which::Created(_) => f & (F_READY | F_HOLDS | F_CREATED_PENDING) == F_READY,
+        Which::PerThread => f & (F_READY | F_HOLDS) == F_READY && spt_known(),
+    };
+    if fast || f & F_DISABLED != 0 {
+        return call();
+    }
+    launch_slow(s, call)
+}
+
+#[inline(always)]
+fn spt_known() -> bool {
+    SPT.with(|c| {
+        let (g, _, known) = c.get();
+        known && g == FORK_GEN.load(Ordering::Relaxed)
+    })
+}
+
+#[cold]
+#[inline(never)]
+fn launch_slow(s: StreamRef, call: impl FnOnce() -> i32) -> i32 {
+    crate::init::ensure_init();
+    if FLAGS.load(Ordering::Relaxed) & F_DISABLED != 0 {
+        return call();
+    }
+    let prep = guarded(|| prepare(s));
+    let prev = CTX.with(|c| c.replace(prep.as_ref().map_or(NO_STREAM, |p| p.sid)));
+    let r = call();
+    CTX.with(|c| c.set(prev));
+    if let Some(p) = prep {
+        guarded(|| finish(p, r));
+    }
+    r
+}
+
+struct Prep {
+    sid: u64,
+    kind: Which,
+    /// The stream was first seen by this call (a handle no wrapped creation call returned).
+    new_handle: bool,
+    /// Write indices of the known queues before the call, when the stream's queue is unknown.
+    before: Vec<(u32, u64)>,
+}
+
+fn stream_id_for(st: &mut State, s: StreamRef) -> (u64, bool) {
+    match s.which() {
+        Which::Null => {
+            st.register_stream(NULL_STREAM_ID, StreamKind::Null, 0, None, None);
+            (NULL_STREAM_ID, false)
+        }
+        Which::PerThread => {
+            let gen_now = FORK_GEN.load(Ordering::Relaxed);
+            let (g, sid, _) = SPT.with(Cell::get);
+            if g == gen_now && sid != NO_STREAM && st.stream(sid).is_some() {
+                return (sid, false);
+            }
+            let sid = st.reserve_stream_id();
+            st.register_stream(sid, StreamKind::PerThread, 0, None, None);
+            SPT.with(|c| c.set((gen_now, sid, false)));
+            (sid, false)
+        }
+        Which::Created(h) => match st.stream_by_handle(h) {
+            Some(id) => (id, false),
+            None => {
+                // Created through a path the shim does not wrap (or an invalid handle: then
+                // `finish` forgets it again when the call fails).
+                let id = st.reserve_stream_id();
+                st.register_stream(id, StreamKind::Created, h, None, None);
+                (id, true)
+            }
+        },
+    }
+}
+
+fn prepare(s: StreamRef) -> Prep {
+    let mut st = STATE.lock();
+    let (sid, new_handle) = stream_id_for(&mut st, s);
+    if st.stream(sid).is_some_and(|x| x.held) {
+        drop(st);
+        if !caller_is_passthrough() {
+            wait_released(sid);
+        }
+        st = STATE.lock();
+    }
+    let before = if st.stream(sid).is_some_and(|x| x.queue.is_none()) {
+        st.queues
+            .iter()
+            .filter(|q| !q.dying)
+            .map(|q| (q.id, q.indices().0))
+            .collect()
+    } else {
+        Vec::new()
+    };
+    Prep {
+        sid,
+        kind: s.which(),
+        new_handle,
+        before,
+    }
+}
+
+/// Blocks while stream `sid` is held (level 1). Woken by release, fail-open and fork.
+fn wait_released(sid: u64) {
+    crate::log::debug(|| format!("launch on held stream {sid} waits"));
+    let mut st = STATE.lock();
+    while st.stream(sid).is_some_and(|s| s.held) && FLAGS.load(Ordering::Relaxed) & F_DISABLED == 0
+    {
+        st.wait_timeout(Duration::from_millis(50));
+    }
+    crate::log::debug(|| format!("stream {sid} released"));
+}
+
+fn finish(p: Prep, result: i32) {
+    let mut st = STATE.lock();
+    let Some(s) = st.stream(p.sid) else { return };
+    if s.queue.is_none() && p.new_handle && result != 0 {
+        st.remove_stream(p.sid);
+        return;
+    }
+    if s.queue.is_none() && !p.before.is_empty() {
+        // No CREATE_QUEUE during the call: the stream went onto an existing queue (the
+        // runtime's pool cap). The queue whose write index moved is the one.
+        let advanced: Vec<u32> = p
+            .before
+            .iter()
+            .filter_map(|(qid, w0)| {
+                st.queue(*qid)
+                    .filter(|q| !q.dying && q.indices().0 > *w0)
+                    .map(|q| q.id)
+            })
+            .collect();
+        if let [qid] = advanced[..] {
+            crate::log::debug(|| format!("stream {} -> queue {qid} (write index moved)", p.sid));
+            st.attribute(p.sid, qid);
+        }
+    }
+    if let Some(s) = st.streams.iter_mut().find(|s| s.id == p.sid)
+        && s.queue.is_none()
+        && !s.gave_up
+    {
+        s.attempts += 1;
+        if s.attempts >= MAX_ATTEMPTS {
+            s.gave_up = true;
+            st.warn(format!(
+                "could not tell which KFD queue stream {} runs on after {MAX_ATTEMPTS} launches; it stays \
+                 unmapped (levels 2/3 can still target its queue by id)",
+                p.sid
+            ));
+            st.refresh_flags();
+        }
+    }
+    if p.kind == Which::PerThread && st.stream(p.sid).is_some_and(|s| s.queue.is_some()) {
+        SPT.with(|c| {
+            let (g, sid, _) = c.get();
+            c.set((g, sid, true));
+        });
+    }
+}
+
+/// A stream-creation call writing the new handle to `out`; `hip_priority` when the call
+/// carries one.
+pub fn create(out: *mut usize, hip_priority: Option<i32>, call: impl FnOnce() -> i32) -> i32 {
+    crate::init::ensure_init();
+    if FLAGS.load(Ordering::Relaxed) & F_DISABLED != 0 {
+        return call();
+    }
+    let prep = guarded(|| {
+        let hp = hip_priority.map(clamp_hip_priority);
+        let creator = creator();
+        let mut st = STATE.lock();
+        if let Some(w) = hp.and_then(|h| h.warning())
+            && st.warn(w.clone())
+        {
+            crate::log::warn_always(&w);
+        }
+        (st.reserve_stream_id(), hp.map(|h| h.effective), creator)
+    });
+    let prev = CTX.with(|c| c.replace(prep.as_ref().map_or(NO_STREAM, |p| p.0)));
+    let r = call();
+    CTX.with(|c| c.set(prev));
+    if let Some((sid, prio, creator)) = prep {
+        guarded(|| {
+            let mut st = STATE.lock();
+            if r == 0 && !out.is_null() {
+                // SAFETY: the real call succeeded and wrote the new handle to `out`, a pointer
+                // the application passed for exactly that.
+                let handle = unsafe { out.read() };
+                st.register_stream(sid, StreamKind::Created, handle, prio, creator);
+                let q = st.stream(sid).and_then(|s| s.queue);
+                crate::log::debug(|| {
+                    format!(
+                        "stream {sid} (handle {handle:#x}, hip priority {prio:?}) -> queue {q:?}"
+                    )
+                });
+            } else {
+                st.inflight.retain(|(s, _)| *s != sid);
+            }
+        });
+    }
+    r
+}
+
+/// `hipStreamDestroy(handle)`.
+pub fn destroy(handle: usize, call: impl FnOnce() -> i32) -> i32 {
+    let r = call();
+    if r == 0 && FLAGS.load(Ordering::Relaxed) & F_DISABLED == 0 {
+        guarded(|| {
+            let mut st = STATE.lock();
+            if let Some(sid) = st.stream_by_handle(handle) {
+                st.remove_stream(sid);
+            }
+        });
+        STATE.notify_all();
+    }
+    r
+}
+
+/// File name of the library the current exported call comes from; `None` for the main
+/// program (or when unknown).
+fn creator() -> Option<String> {
+    let ra = crate::sys::external_caller()?;
+    let o = crate::sys::object_of(ra.saturating_sub(1))?;
+    (!o.main_program).then_some(o.file)
+}
+
+/// Caller classification cache: return address -> passthrough or not. Fixed size, lock-free,
+/// open addressing; a full neighbourhood just means "classify again".
+const CACHE_SLOTS: usize = 256;
+static CACHE_KEYS: [AtomicUsize; CACHE_SLOTS] = [const { AtomicUsize::new(0) }; CACHE_SLOTS];
+static CACHE_VALS: [AtomicU8; CACHE_SLOTS] = [const { AtomicU8::new(0) }; CACHE_SLOTS];
+const CLASS_APP: u8 = 1;
+const CLASS_PASSTHROUGH: u8 = 2;
+
+/// True when the exported call in progress comes from a passthrough library (never held).
+fn caller_is_passthrough() -> bool {
+    let Some(ra) = crate::sys::external_caller() else {
+        return false;
+    };
+    let start = (ra >> 2).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 56;
+    for i in 0..8 {
+        let slot = (start + i) % CACHE_SLOTS;
+        let k = CACHE_KEYS[slot].load(Ordering::Acquire);
+        if k == ra {
+            match CACHE_VALS[slot].load(Ordering::Acquire) {
+                CLASS_PASSTHROUGH => return true,
+                CLASS_APP => return false,
+                _ => break, // being filled in
+            }
+        }
+        if k == 0 {
+            break;
+        }
+    }
+    let obj = crate::sys::object_of(ra.saturating_sub(1));
+    let pass = obj.as_ref().is_some_and(|o| {
+        !o.main_program
+            && crate::config::is_passthrough(&crate::init::config().passthrough, &o.file)
+    });
+    crate::log::debug(|| {
+        format!(
+            "caller {ra:#x} in {:?}: passthrough={pass}",
+            obj.as_ref().map(|o| o.file.as_str())
+        )
+    });
+    for i in 0..8 {
+        let slot = (start + i) % CACHE_SLOTS;
+        if CACHE_KEYS[slot]
+            .compare_exchange(0, ra, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+        {
+            CACHE_VALS[slot].store(
+                if pass { CLASS_PASSTHROUGH } else { CLASS_APP },
+                Ordering::Release,
+            );
+            break;
+        }
+    }
+    pass
+}
+
+/// Fork child: this thread's per-thread stream and context belong to the parent's registry.
+pub fn reset_thread_after_fork() {
+    CTX.with(|c| c.set(NO_STREAM));
+    SPT.with(|c| c.set((u64::MAX, NO_STREAM, false)));
+}

@@ -1,0 +1,485 @@
+//! The registry: streams, the KFD queues the runtime created, and which stream runs on which
+//! queue; plus the fast-path flags derived from it.
+//!
+//! Everything here is plain data behind one [`PMutex`]; the exported wrappers and the ioctl hook
+//! take it only on slow paths.
+
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+
+use kfdq::policy::class::PriorityPolicy;
+use kfdq::proto::{self, StreamKind};
+
+use crate::sys::PMutex;
+
+/// `FLAGS` bit: initialisation finished.
+pub const F_READY: u32 = 1;
+/// `FLAGS` bit: some stream is held (level 1), or new streams are to be held.
+pub const F_HOLDS: u32 = 2;
+/// `FLAGS` bit: the null stream's queue is not known yet.
+pub const F_NULL_PENDING: u32 = 4;
+/// `FLAGS` bit: some created stream's queue is not known yet.
+pub const F_CREATED_PENDING: u32 = 8;
+/// `FLAGS` bit: control stopped after an internal error; everything is forwarded untouched.
+pub const F_DISABLED: u32 = 16;
+
+/// Fast-path flags: one relaxed load decides whether a launch needs the slow path.
+pub static FLAGS: AtomicU32 = AtomicU32::new(0);
+
+/// Bumped by the fork child handler; thread-local caches compare against it.
+pub static FORK_GEN: AtomicU64 = AtomicU64::new(0);
+
+/// The registry.
+pub static STATE: PMutex<State> = PMutex::new(State::new());
+
+/// Stream id of the null stream.
+pub const NULL_STREAM_ID: u64 = 0;
+
+/// A stream the shim manages.
+#[derive(Debug, Clone)]
+pub struct Stream {
+    /// Shim id (0 = null stream).
+    pub id: u64,
+    /// Kind.
+    pub kind: StreamKind,
+    /// `hipStream_t` value (0 for the null and per-thread streams).
+    pub handle: usize,
+    /// HIP priority in effect (clamped), when the creator chose one.
+    pub hip_priority: Option<i32>,
+    /// Backing KFD queue, once known.
+    pub queue: Option<u32>,
+    /// Library that created it, when not the main program.
+    pub creator: Option<String>,
+    /// Held at level 1.
+    pub held: bool,
+    /// Launches that ended without revealing the stream's queue.
+    pub attempts: u32,
+    /// Attribution gave up (see [`MAX_ATTEMPTS`]): the stream no longer keeps the slow path.
+    pub gave_up: bool,
+}
+
+/// Launches after which attribution of a stream gives up (the write-index comparison stayed
+/// ambiguous, e.g. many threads launching at once, or the runtime never submits to a queue the
+/// shim saw created). The stream then leaves the slow path and is reported.
+pub const MAX_ATTEMPTS: u32 = 64;
+
+/// A KFD queue observed through CREATE_QUEUE.
+#[derive(Debug, Clone)]
+pub struct Queue {
+    /// KFD queue id.
+    pub id: u32,
+    /// GPU node.
+    pub gpu_id: u32,
+    /// Priority the runtime asked for (CREATE_QUEUE or its last UPDATE_QUEUE).
+    pub requested: u32,
+    /// Priority in effect.
+    pub effective: u32,
+    /// Priority set by the agent (level 0), overriding the class mapping.
+    pub override_priority: Option<u32>,
+    /// Ring address.
+    pub ring_base: u64,
+    /// Ring bytes.
+    pub ring_size: u32,
+    /// Address of the 64-bit write index.
+    pub wptr: u64,
+    /// Address of the 64-bit read index.
+    pub rptr: u64,
+    /// Percentage word the runtime wants (restored on release of level 2).
+    pub runtime_percentage: u32,
+    /// Deactivated by the shim (level 2).
+    pub deactivated: bool,
+    /// Suspended by the shim (level 3).
+    pub suspended: bool,
+    /// Busy at the last sample.
+    pub busy: bool,
+    /// DESTROY_QUEUE in flight: its memory may go away, do not read it.
+    pub dying: bool,
+    /// Streams mapped onto it.
+    pub streams: Vec<u64>,
+}
+
+impl Queue {
+    /// Current (write index, read index), read from the runtime's memory.
+    ///
+    /// Only valid while the queue is registered and not `dying`: the runtime frees the memory
+    /// only after DESTROY_QUEUE, whose hook marks the queue dying under the registry lock first.
+    pub fn indices(&self) -> (u64, u64) {
+        if self.dying
+            || self.wptr == 0
+            || self.rptr == 0
+            || self.wptr % 8 != 0
+            || self.rptr % 8 != 0
+        {
+            return (0, 0);
+        }
+        // SAFETY: the addresses were handed to KFD by the runtime as the queue's 64-bit
+        // write/read indices, aligned (checked) and mapped for the queue's lifetime, which the
+        // registry lock (held by our caller) brackets; volatile because the GPU/CP writes them.
+        unsafe {
+            (
+                std::ptr::read_volatile(self.wptr as *const u64),
+                std::ptr::read_volatile(self.rptr as *const u64),
+            )
+        }
+    }
+}
+
+/// State of the self-debugging attachment (level 3).
+#[derive(Debug, Default)]
+pub struct Debug {
+    /// DBG_TRAP ENABLE on this process succeeded.
+    pub enabled: bool,
+    /// The event pipe KFD writes to (read end, write end), kept open while enabled.
+    pub pipe: Option<(i32, i32)>,
+}
+
+/// The whole registry.
+#[derive(Debug)]
+pub struct State {
+    /// Streams.
+    pub streams: Vec<Stream>,
+    /// Queues.
+    pub queues: Vec<Queue>,
+    /// Queues created during a stream-creation call whose stream is not registered yet.
+    pub inflight: Vec<(u64, u32)>,
+    /// Warnings.
+    pub warnings: Vec<String>,
+    /// Next stream id.
+    pub next_stream_id: u64,
+    /// Bumped on every change the agent or `kfdq ps` should see.
+    pub generation: u64,
+    /// The runtime's `/dev/kfd` fd (-1 until its first CREATE_QUEUE).
+    pub kfd_fd: i32,
+    /// Level-3 attachment.
+    pub debug: Debug,
+    /// Streams registered from now on start held (level 1 on `All`).
+    pub hold_new: bool,
+    /// Static priority policy.
+    pub policy: PriorityPolicy,
+    /// Class name in effect.
+    pub class: Option<String>,
+}
+
+impl State {
+    /// Empty registry.
+    pub const fn new() -> State {
+        State {
+            streams: Vec::new(),
+            queues: Vec::new(),
+            inflight: Vec::new(),
+            warnings: Vec::new(),
+            next_stream_id: 1,
+            generation: 1,
+            kfd_fd: -1,
+            debug: Debug {
+                enabled: false,
+                pipe: None,
+            },
+            hold_new: false,
+            policy: PriorityPolicy {
+                class: None,
+                forced: None,
+            },
+            class: None,
+        }
+    }
+
+    /// Marks a change.
+    pub fn changed(&mut self) {
+        self.generation += 1;
+    }
+
+    /// Adds a warning once; returns true when it is new.
+    pub fn warn(&mut self, w: String) -> bool {
+        if self.warnings.contains(&w) {
+            return false;
+        }
+        self.warnings.push(w);
+        self.changed();
+        true
+    }
+
+    /// A fresh stream id.
+    pub fn reserve_stream_id(&mut self) -> u64 {
+        let id = self.next_stream_id;
+        self.next_stream_id += 1;
+        id
+    }
+
+    /// The stream with `id`.
+    pub fn stream(&self, id: u64) -> Option<&Stream> {
+        self.streams.iter().find(|s| s.id == id)
+    }
+
+    /// The created stream with handle `h`.
+    pub fn stream_by_handle(&self, h: usize) -> Option<u64> {
+        self.streams
+            .iter()
+            .find(|s| s.kind == StreamKind::Created && s.handle == h)
+            .map(|s| s.id)
+    }
+
+    /// The queue with `id`.
+    pub fn queue(&self, id: u32) -> Option<&Queue> {
+        self.queues.iter().find(|q| q.id == id)
+    }
+
+    /// The queue with `id`, mutably.
+    pub fn queue_mut(&mut self, id: u32) -> Option<&mut Queue> {
+        self.queues.iter_mut().find(|q| q.id == id)
+    }
+
+    /// Registers a stream (or returns the existing one with that id). New streams start held
+    /// when `hold_new` is set. Consumes attributions recorded while it was being created.
+    pub fn register_stream(
+        &mut self,
+        id: u64,
+        kind: StreamKind,
+        handle: usize,
+        hip_priority: Option<i32>,
+        creator: Option<String>,
+    ) {
+        if self.stream(id).is_some() {
+            return;
+        }
+        let held = self.hold_new;
+        self.streams.push(Stream {
+            attempts: 0,
+            gave_up: false,
+            id,
+            kind,
+            handle,
+            hip_priority,
+            queue: None,
+            creator,
+            held,
+        });
+        let pending: Vec<u32> = self
+            .inflight
+            .iter()
+            .filter(|(s, _)| *s == id)
+            .map(|(_, q)| *q)
+            .collect();
+        self.inflight.retain(|(s, _)| *s != id);
+        for q in pending {
+            self.attribute(id, q);
+        }
+        self.changed();
+        self.refresh_flags();
+    }
+
+    /// Records that stream `sid` runs on queue `qid`. A queue already used by another stream
+    /// is reported as shared (those streams serialize on one ring).
+    pub fn attribute(&mut self, sid: u64, qid: u32) {
+        let Some(s) = self.streams.iter_mut().find(|s| s.id == sid) else {
+            if !self.inflight.contains(&(sid, qid)) {
+                self.inflight.push((sid, qid));
+            }
+            return;
+        };
+        if s.queue == Some(qid) {
+            return;
+        }
+        let old = s.queue.replace(qid);
+        if let Some(old) = old.and_then(|o| self.queues.iter_mut().find(|q| q.id == o)) {
+            old.streams.retain(|x| *x != sid);
+        }
+        let mut shared_with = Vec::new();
+        if let Some(q) = self.queues.iter_mut().find(|q| q.id == qid) {
+            shared_with = q.streams.clone();
+            if !q.streams.contains(&sid) {
+                q.streams.push(sid);
+            }
+        }
+        if !shared_with.is_empty() {
+            self.warn(format!(
+                "stream {sid} shares KFD queue {qid} with stream(s) {shared_with:?}: the runtime ran out of hardware queues \
+                 (GPU_MAX_HW_QUEUES); streams sharing a queue serialize and are preempted together"
+            ));
+        }
+        self.changed();
+        self.refresh_flags();
+    }
+
+    /// Removes a stream (destroyed by the application).
+    pub fn remove_stream(&mut self, sid: u64) {
+        self.streams.retain(|s| s.id != sid);
+        for q in &mut self.queues {
+            q.streams.retain(|x| *x != sid);
+        }
+        self.changed();
+        self.refresh_flags();
+    }
+
+    /// Removes a destroyed queue and forgets it on its streams.
+    pub fn remove_queue(&mut self, qid: u32) {
+        self.queues.retain(|q| q.id != qid);
+        // A per-thread stream's queue goes away with its thread (or a device reset); a thread
+        // that launches again registers a fresh per-thread stream.
+        self.streams
+            .retain(|s| !(s.kind == StreamKind::PerThread && s.queue == Some(qid)));
+        for s in &mut self.streams {
+            if s.queue == Some(qid) {
+                s.queue = None;
+            }
+        }
+        self.changed();
+        self.refresh_flags();
+    }
+
+    /// Number of held streams.
+    pub fn held_count(&self) -> usize {
+        self.streams.iter().filter(|s| s.held).count()
+    }
+
+    /// Recomputes the fast-path flags from the registry (caller holds the lock).
+    pub fn refresh_flags(&self) {
+        let mut set = 0;
+        if self.held_count() > 0 || self.hold_new {
+            set |= F_HOLDS;
+        }
+        let null_known = self
+            .stream(NULL_STREAM_ID)
+            .is_some_and(|s| s.queue.is_some() || s.gave_up);
+        if !null_known {
+            set |= F_NULL_PENDING;
+        }
+        if self
+            .streams
+            .iter()
+            .any(|s| s.kind == StreamKind::Created && s.queue.is_none() && !s.gave_up)
+        {
+            set |= F_CREATED_PENDING;
+        }
+        let mask = F_HOLDS | F_NULL_PENDING | F_CREATED_PENDING;
+        let cur = FLAGS.load(Ordering::Relaxed);
+        if cur & F_DISABLED != 0 {
+            return;
+        }
+        FLAGS.store((cur & !mask) | set, Ordering::Release);
+    }
+
+    /// The registry in protocol form.
+    pub fn to_proto(&self, pid: u32) -> proto::Registry {
+        proto::Registry {
+            pid,
+            class: self.class.clone(),
+            streams: self
+                .streams
+                .iter()
+                .map(|s| proto::StreamInfo {
+                    stream_id: s.id,
+                    kind: s.kind,
+                    handle: s.handle as u64,
+                    hip_priority: s.hip_priority,
+                    queue_id: s.queue,
+                    creator: s.creator.clone(),
+                    held: s.held,
+                })
+                .collect(),
+            queues: self
+                .queues
+                .iter()
+                .map(|q| proto::QueueInfo {
+                    queue_id: q.id,
+                    gpu_id: q.gpu_id,
+                    requested_priority: q.requested,
+                    effective_priority: q.effective,
+                    ring_base: q.ring_base,
+                    ring_size: q.ring_size,
+                    streams: q.streams.clone(),
+                    deactivated: q.deactivated,
+                    suspended: q.suspended,
+                    busy: q.busy,
+                })
+                .collect(),
+            warnings: self.warnings.clone(),
+        }
+    }
+}
+
+impl Default for State {
+    fn default() -> Self {
+        State::new()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn queue(id: u32) -> Queue {
+        Queue {
+            id,
+            gpu_id: 1,
+            requested: 7,
+            effective: 7,
+            override_priority: None,
+            ring_base: 0,
+            ring_size: 4096,
+            wptr: 0,
+            rptr: 0,
+            runtime_percentage: 100,
+            deactivated: false,
+            suspended: false,
+            busy: false,
+            dying: false,
+            streams: vec![],
+        }
+    }
+
+    #[test]
+    fn inflight_attribution_lands_on_registration() {
+        let mut st = State::new();
+        st.queues.push(queue(3));
+        let sid = st.reserve_stream_id();
+        st.attribute(sid, 3);
+        assert_eq!(st.inflight, vec![(sid, 3)]);
+        st.register_stream(sid, StreamKind::Created, 0x1000, Some(-1), None);
+        assert!(st.inflight.is_empty());
+        assert_eq!(st.stream(sid).unwrap().queue, Some(3));
+        assert_eq!(st.queue(3).unwrap().streams, vec![sid]);
+        assert!(st.warnings.is_empty());
+    }
+
+    #[test]
+    fn sharing_is_reported() {
+        let mut st = State::new();
+        st.queues.push(queue(5));
+        st.register_stream(1, StreamKind::Created, 0x10, None, None);
+        st.register_stream(2, StreamKind::Created, 0x20, None, None);
+        st.attribute(1, 5);
+        st.attribute(2, 5);
+        assert_eq!(st.queue(5).unwrap().streams, vec![1, 2]);
+        assert_eq!(st.warnings.len(), 1);
+        assert!(
+            st.warnings[0].contains("shares KFD queue 5"),
+            "{}",
+            st.warnings[0]
+        );
+        let r = st.to_proto(42);
+        assert_eq!(r.pid, 42);
+        assert_eq!(r.streams.len(), 2);
+        assert_eq!(r.queues[0].streams, vec![1, 2]);
+    }
+
+    #[test]
+    fn removal_forgets_mappings() {
+        let mut st = State::new();
+        st.queues.push(queue(1));
+        st.register_stream(NULL_STREAM_ID, StreamKind::Null, 0, None, None);
+        st.attribute(NULL_STREAM_ID, 1);
+        st.remove_queue(1);
+        assert_eq!(st.stream(NULL_STREAM_ID).unwrap().queue, None);
+        st.remove_stream(NULL_STREAM_ID);
+        assert!(st.streams.is_empty());
+    }
+
+    #[test]
+    fn new_streams_start_held_when_asked() {
+        let mut st = State::new();
+        st.hold_new = true;
+        st.register_stream(4, StreamKind::Created, 0x40, None, None);
+        assert!(st.stream(4).unwrap().held);
+        assert_eq!(st.held_count(), 1);
+    }
+}

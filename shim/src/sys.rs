@@ -1,0 +1,232 @@
+//! Low-level helpers: a pthread mutex + condition variable that survive `fork` (the child
+//! re-initialises them), symbol resolution behind the preload, and caller lookup.
+
+use std::cell::UnsafeCell;
+use std::ffi::{CStr, c_void};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+/// A value guarded by a pthread mutex with an attached condition variable.
+///
+/// Not `std::sync::Mutex` because the `fork` child handler must reset the lock without knowing
+/// whether another (now vanished) thread held it: [`PMutex::reset_after_fork`] overwrites both
+/// the mutex and the condition variable with their static initialisers.
+pub struct PMutex<T> {
+    mutex: UnsafeCell<libc::pthread_mutex_t>,
+    cond: UnsafeCell<libc::pthread_cond_t>,
+    value: UnsafeCell<T>,
+}
+
+// SAFETY: every access to `value` goes through `lock`, which holds the pthread mutex for the
+// guard's lifetime; the pthread objects themselves are designed for concurrent use.
+unsafe impl<T: Send> Sync for PMutex<T> {}
+// SAFETY: as above; moving the container moves a `T: Send`.
+unsafe impl<T: Send> Send for PMutex<T> {}
+
+impl<T> PMutex<T> {
+    /// A new unlocked mutex.
+    pub const fn new(value: T) -> Self {
+        PMutex {
+            mutex: UnsafeCell::new(libc::PTHREAD_MUTEX_INITIALIZER),
+            cond: UnsafeCell::new(libc::PTHREAD_COND_INITIALIZER),
+            value: UnsafeCell::new(value),
+        }
+    }
+
+    /// Locks the mutex.
+    pub fn lock(&self) -> PGuard<'_, T> {
+        // SAFETY: the mutex is initialised (static initialiser) and lives as long as `self`.
+        unsafe { libc::pthread_mutex_lock(self.mutex.get()) };
+        PGuard { m: self }
+    }
+
+    /// Wakes every thread waiting on the condition variable.
+    pub fn notify_all(&self) {
+        // SAFETY: initialised condition variable owned by `self`.
+        unsafe { libc::pthread_cond_broadcast(self.cond.get()) };
+    }
+
+    /// In a `fork` child: forgets whatever state the parent's threads left (without dropping
+    /// it: it may be half-updated) and installs `value` with a fresh, unlocked mutex.
+    ///
+    /// # Safety
+    /// Only in the child handler of `pthread_atfork`, where the calling thread is the only one.
+    pub unsafe fn reset_after_fork(&self, value: T) {
+        // SAFETY: single-threaded child; nobody else can observe the objects while they are
+        // overwritten. The old value is leaked on purpose (see above).
+        unsafe {
+            std::ptr::write(self.mutex.get(), libc::PTHREAD_MUTEX_INITIALIZER);
+            std::ptr::write(self.cond.get(), libc::PTHREAD_COND_INITIALIZER);
+            std::ptr::write(self.value.get(), value);
+        }
+    }
+}
+
+/// The locked value.
+pub struct PGuard<'a, T> {
+    m: &'a PMutex<T>,
+}
+
+impl<T> PGuard<'_, T> {
+    /// Waits on the condition variable (releases and re-takes the lock), at most `timeout`.
+    pub fn wait_timeout(&mut self, timeout: std::time::Duration) {
+        let mut now = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: valid out pointer.
+        unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &mut now) };
+        let total = now.tv_nsec as u64 + timeout.subsec_nanos() as u64;
+        let deadline = libc::timespec {
+            tv_sec: now.tv_sec
+                + timeout.as_secs() as libc::time_t
+                + (total / 1_000_000_000) as libc::time_t,
+            tv_nsec: (total % 1_000_000_000) as _,
+        };
+        // SAFETY: we hold the mutex (this guard exists), both objects are initialised.
+        unsafe { libc::pthread_cond_timedwait(self.m.cond.get(), self.m.mutex.get(), &deadline) };
+    }
+}
+
+impl<T> std::ops::Deref for PGuard<'_, T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        // SAFETY: the mutex is held for the guard's lifetime.
+        unsafe { &*self.m.value.get() }
+    }
+}
+
+impl<T> std::ops::DerefMut for PGuard<'_, T> {
+    fn deref_mut(&mut self) -> &mut T {
+        // SAFETY: the mutex is held for the guard's lifetime and the guard is borrowed mutably.
+        unsafe { &mut *self.m.value.get() }
+    }
+}
+
+impl<T> Drop for PGuard<'_, T> {
+    fn drop(&mut self) {
+        // SAFETY: this guard's thread locked the mutex in `lock`.
+        unsafe { libc::pthread_mutex_unlock(self.m.mutex.get()) };
+    }
+}
+
+/// Base address of the shim's own image (for "is this address inside the shim?").
+pub fn self_base() -> usize {
+    static BASE: AtomicUsize = AtomicUsize::new(0);
+    let b = BASE.load(Ordering::Relaxed);
+    if b != 0 {
+        return b;
+    }
+    let b = object_of(self_base as *const () as usize)
+        .map(|o| o.base)
+        .unwrap_or(usize::MAX);
+    BASE.store(b, Ordering::Relaxed);
+    b
+}
+
+/// The loaded object an address belongs to.
+pub struct Object {
+    /// Load base.
+    pub base: usize,
+    /// File name (last path component), lossy.
+    pub file: String,
+    /// True for the main program.
+    pub main_program: bool,
+}
+
+/// `dladdr` on `addr`.
+pub fn object_of(addr: usize) -> Option<Object> {
+    let mut info = libc::Dl_info {
+        dli_fname: std::ptr::null(),
+        dli_fbase: std::ptr::null_mut(),
+        dli_sname: std::ptr::null(),
+        dli_saddr: std::ptr::null_mut(),
+    };
+    // SAFETY: dladdr only reads the address value and fills the out struct.
+    if unsafe { libc::dladdr(addr as *const c_void, &mut info) } == 0 {
+        return None;
+    }
+    let path = if info.dli_fname.is_null() {
+        String::new()
+    } else {
+        // SAFETY: dladdr returns a NUL-terminated string owned by the loader, valid while the
+        // object stays loaded; we copy it at once.
+        unsafe { CStr::from_ptr(info.dli_fname) }
+            .to_string_lossy()
+            .into_owned()
+    };
+    let main_program = main_base() == Some(info.dli_fbase as usize);
+    let file = path.rsplit('/').next().unwrap_or("").to_string();
+    Some(Object {
+        base: info.dli_fbase as usize,
+        file,
+        main_program,
+    })
+}
+
+/// Load base of the main program (the object `dlopen(NULL)` names).
+fn main_base() -> Option<usize> {
+    static BASE: AtomicUsize = AtomicUsize::new(0);
+    let b = BASE.load(Ordering::Relaxed);
+    if b != 0 {
+        return Some(b);
+    }
+    // SAFETY: `getauxval(AT_PHDR)` reads the auxiliary vector; no pointer is dereferenced.
+    let phdr = unsafe { libc::getauxval(libc::AT_PHDR) } as usize;
+    if phdr == 0 {
+        return None;
+    }
+    let mut info = libc::Dl_info {
+        dli_fname: std::ptr::null(),
+        dli_fbase: std::ptr::null_mut(),
+        dli_sname: std::ptr::null(),
+        dli_saddr: std::ptr::null_mut(),
+    };
+    // SAFETY: as in `object_of`.
+    if unsafe { libc::dladdr(phdr as *const c_void, &mut info) } == 0 {
+        return None;
+    }
+    let b = info.dli_fbase as usize;
+    BASE.store(b, Ordering::Relaxed);
+    Some(b)
+}
+
+/// Resolves `name` (preferably at version `node`) in the objects loaded after the shim
+/// (`RTLD_NEXT`), refusing any definition that lies inside the shim itself.
+pub fn resolve_next(name: &CStr, node: Option<&CStr>) -> Option<usize> {
+    let mut p: *mut c_void = std::ptr::null_mut();
+    if let Some(node) = node {
+        // SAFETY: both strings are NUL-terminated and outlive the call.
+        p = unsafe { libc::dlvsym(libc::RTLD_NEXT, name.as_ptr(), node.as_ptr()) };
+    }
+    if p.is_null() {
+        // SAFETY: as above.
+        p = unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr()) };
+    }
+    if p.is_null() {
+        return None;
+    }
+    let addr = p as usize;
+    // Field lesson 1: never hand back a pointer into ourselves (that recurses forever).
+    match object_of(addr) {
+        Some(o) if o.base == self_base() => None,
+        _ => Some(addr),
+    }
+}
+
+/// Return address of the first frame outside the shim: the code that called the exported
+/// wrapper. Uses glibc's `backtrace` (the unwinder, through `.eh_frame`), so it needs no frame
+/// pointers and does not depend on how the wrapper was inlined. Microseconds: slow path only.
+pub fn external_caller() -> Option<usize> {
+    let mut frames = [std::ptr::null_mut::<c_void>(); 32];
+    // SAFETY: the buffer holds 32 entries and we pass 32.
+    let n = unsafe { libc::backtrace(frames.as_mut_ptr(), frames.len() as libc::c_int) };
+    let me = self_base();
+    frames[..n.max(0) as usize]
+        .iter()
+        .map(|f| *f as usize)
+        .find(|&ra| {
+            object_of(ra.saturating_sub(1))
+                .map(|o| o.base != me)
+                .unwrap_or(true)
+        })
+}

@@ -1,0 +1,440 @@
+//! Harness of the shim's tests: the built `libkfdq_shim.so`, the C test programs (compiled once
+//! per test binary against fakehip), a private kfd-emu mount, and a running program under the
+//! shim whose stdout lines, registry file and emulator queues the tests inspect.
+#![allow(dead_code)]
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader, Read};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
+use std::sync::mpsc::{Receiver, RecvTimeoutError, channel};
+use std::time::{Duration, Instant};
+
+pub use kfd_emu::{EmuConfig, MountedEmu, Preset, QueueStats, Stats};
+#[allow(unused_imports)]
+pub use kfdq::proto::{Registry, StreamInfo, StreamKind};
+
+/// True when privileged tests can run. Without root they fail with the reason, unless
+/// KFDQ_SKIP_PRIVILEGED=1 asks to skip them (then they say they were skipped).
+pub fn privileged(test: &str) -> bool {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        return true;
+    }
+    if std::env::var("KFDQ_SKIP_PRIVILEGED").as_deref() == Ok("1") {
+        eprintln!(
+            "SKIPPED {test}: needs root for a FUSE mount of kfd-emu (KFDQ_SKIP_PRIVILEGED=1)"
+        );
+        return false;
+    }
+    panic!(
+        "{test} needs root: it mounts kfd-emu over FUSE. Run as root, or set KFDQ_SKIP_PRIVILEGED=1 to skip privileged tests."
+    );
+}
+
+/// The `libkfdq_shim.so` cargo built for this test run: `target/<profile>/deps/` (where the
+/// library is rebuilt before the integration tests; `cargo build` also copies it one level up).
+pub fn shim_path() -> PathBuf {
+    let exe = std::env::current_exe().expect("current_exe");
+    let deps = exe.parent().expect("target/<profile>/deps");
+    let p = deps.join("libkfdq_shim.so");
+    assert!(
+        p.is_file(),
+        "{} not found: build it with `cargo build -p kfdq-shim`",
+        p.display()
+    );
+    p
+}
+
+const PROGRAMS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/programs");
+
+/// The compiled test programs.
+pub struct Programs {
+    dir: PathBuf,
+}
+
+impl Programs {
+    /// Path of program `name`.
+    pub fn get(&self, name: &str) -> PathBuf {
+        self.dir.join(name)
+    }
+
+    /// The library standing in for a math library.
+    pub fn lib(&self) -> PathBuf {
+        self.dir.join("libkfdqtest_streams.so")
+    }
+}
+
+/// Compiles every C test program once per test binary.
+pub fn programs() -> &'static Programs {
+    static P: OnceLock<Programs> = OnceLock::new();
+    P.get_or_init(|| {
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
+            .join(format!("kfdq-shim-programs-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("create program dir");
+        let src = Path::new(PROGRAMS);
+        for name in ["streams", "uselib", "forkexec", "worker"] {
+            fakehip::compile_program(
+                &src.join(format!("{name}.c")),
+                &dir.join(name),
+                &["-Wextra", "-Werror", "-pthread"],
+            )
+            .unwrap_or_else(|e| panic!("{e}"));
+        }
+        let kfd_include = format!("-I{}/../kfd-sys/include", env!("CARGO_MANIFEST_DIR"));
+        fakehip::compile_program(
+            &src.join("rocr_update.c"),
+            &dir.join("rocr_update"),
+            &["-Wextra", "-Werror", &kfd_include],
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        fakehip::compile_program(
+            &src.join("libstreams.c"),
+            &dir.join("libkfdqtest_streams.so"),
+            &["-shared", "-fPIC", "-Wextra", "-Werror"],
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        Programs { dir }
+    })
+}
+
+/// A kfd-emu mount in a temporary directory.
+pub struct Emu {
+    pub emu: MountedEmu,
+    _dir: tempfile::TempDir,
+}
+
+impl Emu {
+    pub fn root(&self) -> &Path {
+        self.emu.root()
+    }
+
+    pub fn stats(&self) -> Stats {
+        self.emu.stats()
+    }
+
+    /// The emulator's view of queue `qid` of `pid`.
+    pub fn queue(&self, pid: u32, qid: u32) -> QueueStats {
+        self.stats()
+            .queues
+            .into_iter()
+            .find(|q| q.pid == pid && q.queue_id == qid)
+            .unwrap_or_else(|| panic!("emulator has no queue {qid} of pid {pid}"))
+    }
+
+    /// Every queue of `pid`.
+    pub fn queues_of(&self, pid: u32) -> Vec<QueueStats> {
+        self.stats()
+            .queues
+            .into_iter()
+            .filter(|q| q.pid == pid)
+            .collect()
+    }
+}
+
+/// Mounts kfd-emu (MI308X preset); `None` when privileged tests are skipped.
+pub fn mount(test: &str) -> Option<Emu> {
+    if !privileged(test) {
+        return None;
+    }
+    let dir = tempfile::Builder::new()
+        .prefix("kfdq-shim-test-")
+        .tempdir()
+        .expect("tempdir");
+    let emu = MountedEmu::mount(
+        dir.path(),
+        EmuConfig {
+            preset: Preset::Mi308x,
+            ..EmuConfig::default()
+        },
+    )
+    .unwrap_or_else(|e| panic!("mounting kfd-emu for {test}: {e}"));
+    Some(Emu { emu, _dir: dir })
+}
+
+/// `queue <name> <qid> <gpu> <handle>` as printed by a program.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProgQueue {
+    pub queue_id: u32,
+    pub gpu_id: u32,
+    pub handle: u64,
+}
+
+/// A test program running under the shim.
+pub struct App {
+    pub child: Child,
+    pub pid: u32,
+    lines: Receiver<String>,
+    pub seen: Vec<String>,
+    pub state_dir: tempfile::TempDir,
+    go: PathBuf,
+    pub stop: PathBuf,
+    stderr: Option<std::thread::JoinHandle<String>>,
+}
+
+/// How to start a program.
+pub struct Launch<'a> {
+    pub program: PathBuf,
+    pub args: Vec<String>,
+    pub env: Vec<(&'a str, String)>,
+    pub preload: bool,
+}
+
+impl<'a> Launch<'a> {
+    pub fn new(program: PathBuf) -> Self {
+        Launch {
+            program,
+            args: Vec::new(),
+            env: Vec::new(),
+            preload: true,
+        }
+    }
+
+    pub fn arg(mut self, a: impl Into<String>) -> Self {
+        self.args.push(a.into());
+        self
+    }
+
+    pub fn env(mut self, k: &'a str, v: impl Into<String>) -> Self {
+        self.env.push((k, v.into()));
+        self
+    }
+
+    /// Starts it against `emu`.
+    pub fn start(self, emu: &Emu) -> App {
+        let state_dir = tempfile::Builder::new()
+            .prefix("kfdq-shim-state-")
+            .tempdir()
+            .expect("tempdir");
+        let go = state_dir.path().join("go");
+        let stop = state_dir.path().join("stop");
+        let mut cmd = Command::new(&self.program);
+        cmd.args(&self.args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        for k in [
+            "LD_PRELOAD",
+            "KFDQ_CLASS",
+            "KFDQ_PRIORITY",
+            "KFDQ_SOCKET",
+            "KFDQ_PASSTHROUGH",
+            "GPU_MAX_HW_QUEUES",
+            "FAKEHIP_NOOP_LAUNCH",
+        ] {
+            cmd.env_remove(k);
+        }
+        if self.preload {
+            cmd.env("LD_PRELOAD", shim_path());
+        }
+        cmd.env("KFDQ_ROOT", emu.root())
+            .env("KFDQ_STATE_DIR", state_dir.path())
+            .env("KFDQ_TEST_GO", &go)
+            .env("KFDQ_TEST_STOP", &stop)
+            .env("FAKEHIP_TIMEOUT_MS", "60000")
+            .env("KFDQ_LOG", "1");
+        for (k, v) in &self.env {
+            cmd.env(k, v);
+        }
+        let mut child = cmd
+            .spawn()
+            .unwrap_or_else(|e| panic!("spawn {}: {e}", self.program.display()));
+        let pid = child.id();
+        let out = child.stdout.take().expect("stdout");
+        let (tx, rx) = channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(out).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut err = child.stderr.take().expect("stderr");
+        let stderr = std::thread::spawn(move || {
+            let mut s = String::new();
+            let _ = err.read_to_string(&mut s);
+            s
+        });
+        App {
+            child,
+            pid,
+            lines: rx,
+            seen: Vec::new(),
+            state_dir,
+            go,
+            stop,
+            stderr: Some(stderr),
+        }
+    }
+}
+
+impl App {
+    /// Waits (up to 30 s) for a stdout line starting with `prefix`; returns it. Every line read
+    /// is kept in `seen`.
+    pub fn wait_line(&mut self, prefix: &str) -> String {
+        if let Some(l) = self.seen.iter().find(|l| l.starts_with(prefix)) {
+            return l.clone();
+        }
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(l) => {
+                    self.seen.push(l.clone());
+                    if l.starts_with(prefix) {
+                        return l;
+                    }
+                }
+                Err(RecvTimeoutError::Timeout) => self.fail(&format!(
+                    "timed out waiting for a line starting with {prefix:?}"
+                )),
+                Err(RecvTimeoutError::Disconnected) => {
+                    self.fail(&format!("program ended before printing {prefix:?}"))
+                }
+            }
+        }
+    }
+
+    fn fail(&mut self, why: &str) -> ! {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        panic!("{why}\nstdout so far:\n{}", self.seen.join("\n"));
+    }
+
+    /// `queue` lines printed so far, by name.
+    pub fn queues(&self) -> HashMap<String, ProgQueue> {
+        self.seen
+            .iter()
+            .filter_map(|l| {
+                let f: Vec<&str> = l.split_whitespace().collect();
+                if f.len() != 5 || f[0] != "queue" {
+                    return None;
+                }
+                Some((
+                    f[1].to_string(),
+                    ProgQueue {
+                        queue_id: f[2].parse().ok()?,
+                        gpu_id: f[3].parse().ok()?,
+                        handle: f[4].parse().ok()?,
+                    },
+                ))
+            })
+            .collect()
+    }
+
+    /// The registry the shim published for `pid`, if any.
+    pub fn registry_of(&self, pid: u32) -> Option<Registry> {
+        let text =
+            std::fs::read_to_string(self.state_dir.path().join(format!("shim-{pid}.json"))).ok()?;
+        serde_json::from_str(&text).ok()
+    }
+
+    /// Waits (10 s) until the registry of `pid` satisfies `cond`; returns it.
+    pub fn wait_registry(
+        &mut self,
+        pid: u32,
+        what: &str,
+        cond: impl Fn(&Registry) -> bool,
+    ) -> Registry {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Some(r) = self.registry_of(pid)
+                && cond(&r)
+            {
+                return r;
+            }
+            if Instant::now() > deadline {
+                let last = self.registry_of(pid);
+                self.fail(&format!(
+                    "registry of {pid}: timed out waiting for {what}; last registry: {last:#?}"
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// Lets the program continue past its checkpoint(s).
+    pub fn go(&self) {
+        std::fs::write(&self.go, b"go").expect("create go file");
+    }
+
+    /// Lets the program continue past its checkpoint `tag` only.
+    pub fn release(&self, tag: &str) {
+        let mut name = self.go.clone().into_os_string();
+        name.push(format!("-{tag}"));
+        std::fs::write(name, b"go").expect("create go file");
+    }
+
+    /// Asks a worker to stop.
+    pub fn stop(&self) {
+        std::fs::write(&self.stop, b"stop").expect("create stop file");
+    }
+
+    /// Waits (60 s) for the program to exit successfully; returns (stdout lines, stderr).
+    pub fn finish(mut self) -> (Vec<String>, String) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let status = loop {
+            if let Some(s) = self.child.try_wait().expect("wait") {
+                break s;
+            }
+            if Instant::now() > deadline {
+                self.fail("program did not exit within 60 s");
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        };
+        while let Ok(l) = self.lines.recv_timeout(Duration::from_secs(5)) {
+            self.seen.push(l);
+        }
+        let stderr = self
+            .stderr
+            .take()
+            .and_then(|h| h.join().ok())
+            .unwrap_or_default();
+        assert!(
+            status.success(),
+            "program failed ({status})\nstdout:\n{}\nstderr:\n{stderr}",
+            self.seen.join("\n")
+        );
+        (std::mem::take(&mut self.seen), stderr)
+    }
+}
+
+impl Drop for App {
+    fn drop(&mut self) {
+        let _ = std::fs::write(&self.go, b"go");
+        let _ = std::fs::write(&self.stop, b"stop");
+        if let Ok(None) = self.child.try_wait() {
+            std::thread::sleep(Duration::from_millis(200));
+            let _ = self.child.kill();
+        }
+        let _ = self.child.wait();
+    }
+}
+
+/// The stream of `reg` with handle `h`.
+pub fn stream_by_handle(reg: &Registry, h: u64) -> &StreamInfo {
+    reg.streams
+        .iter()
+        .find(|s| s.handle == h)
+        .unwrap_or_else(|| panic!("registry has no stream with handle {h:#x}: {reg:#?}"))
+}
+
+/// Effective KFD priority of queue `qid` in `reg`.
+pub fn effective(reg: &Registry, qid: u32) -> u32 {
+    reg.queues
+        .iter()
+        .find(|q| q.queue_id == qid)
+        .unwrap_or_else(|| panic!("registry has no queue {qid}: {reg:#?}"))
+        .effective_priority
+}
+
+/// Polls `cond` every 2 ms for up to 10 s.
+pub fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !cond() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}

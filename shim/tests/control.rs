@@ -1,0 +1,709 @@
+//! Levels 1/2/3 commanded by a test-side agent (a `UnixListener` speaking `kfdq::proto`):
+//! exactly the targeted streams' queues stop making progress in the emulator while the others
+//! keep going, and come back on release; closing the socket or killing the agent releases
+//! everything; passthrough libraries are never held.
+
+mod common;
+
+use std::io::{BufReader, Write};
+use std::os::fd::OwnedFd;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::*;
+use kfdq::proto::{self, AgentMsg, Level, LineReader, ShimMsg, Target};
+
+/// The test's agent end of one shim connection.
+struct Conn {
+    w: UnixStream,
+    r: LineReader<BufReader<UnixStream>>,
+    registry: Option<Registry>,
+    pid: u32,
+    seq: u64,
+}
+
+fn listen(dir: &std::path::Path) -> (UnixListener, std::path::PathBuf) {
+    let path = dir.join("agent.sock");
+    let l = UnixListener::bind(&path).expect("bind agent socket");
+    l.set_nonblocking(true).expect("nonblocking listener");
+    (l, path)
+}
+
+fn accept_raw(l: &UnixListener) -> UnixStream {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let s = loop {
+        match l.accept() {
+            Ok((s, _)) => break s,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                assert!(Instant::now() < deadline, "the shim never connected");
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            Err(e) => panic!("accept: {e}"),
+        }
+    };
+    s.set_nonblocking(false).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    s
+}
+
+fn accept(l: &UnixListener) -> Conn {
+    let s = accept_raw(l);
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let w = s.try_clone().unwrap();
+    let mut c = Conn {
+        w,
+        r: LineReader::new(BufReader::new(s)),
+        registry: None,
+        pid: 0,
+        seq: 0,
+    };
+    match c.r.next::<ShimMsg>().expect("hello") {
+        ShimMsg::Hello { version, pid, .. } => {
+            assert_eq!(version, proto::VERSION);
+            c.pid = pid;
+        }
+        other => panic!("expected hello, got {other:?}"),
+    }
+    c.send(&AgentMsg::Welcome {
+        version: proto::VERSION,
+    });
+    c
+}
+
+impl Conn {
+    fn send(&mut self, m: &AgentMsg) {
+        self.w.write_all(&proto::encode(m)).expect("send to shim");
+    }
+
+    fn read(&mut self) -> ShimMsg {
+        let m = self.r.next::<ShimMsg>().expect("message from the shim");
+        if let ShimMsg::Registry(r) = &m {
+            self.registry = Some(r.clone());
+        }
+        m
+    }
+
+    /// Sends a command and returns its ack (ok, detail).
+    fn command(&mut self, make: impl FnOnce(u64) -> AgentMsg) -> (bool, String) {
+        self.seq += 1;
+        let seq = self.seq;
+        self.send(&make(seq));
+        loop {
+            if let ShimMsg::Ack { seq: s, ok, detail } = self.read()
+                && s == seq
+            {
+                return (ok, detail);
+            }
+        }
+    }
+
+    fn ok(&mut self, make: impl FnOnce(u64) -> AgentMsg) -> String {
+        let (ok, detail) = self.command(make);
+        assert!(ok, "command failed: {detail}");
+        detail
+    }
+
+    /// Reads until an `Activity` message for `qid` with `busy` arrives.
+    fn wait_activity(&mut self, qid: u32, busy: bool) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            assert!(
+                Instant::now() < deadline,
+                "no activity message queue {qid} busy={busy}"
+            );
+            if let ShimMsg::Activity { queue_id, busy: b } = self.read()
+                && queue_id == qid
+                && b == busy
+            {
+                return;
+            }
+        }
+    }
+
+    /// Reads until a registry satisfying `cond` arrives.
+    fn wait_registry(&mut self, what: &str, cond: impl Fn(&Registry) -> bool) -> Registry {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Some(r) = &self.registry
+                && cond(r)
+            {
+                return r.clone();
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no registry with {what}; last: {:#?}",
+                self.registry
+            );
+            self.read();
+        }
+    }
+}
+
+/// A worker under the shim, connected to the test's agent, with its streams mapped.
+struct Setup {
+    emu: Emu,
+    app: App,
+    conn: Conn,
+    listener: UnixListener,
+    _sock_dir: tempfile::TempDir,
+    /// name -> (stream id, queue id)
+    streams: std::collections::HashMap<String, (u64, u32)>,
+}
+
+fn setup(test: &str, lib: bool, extra_env: &[(&'static str, &str)]) -> Option<Setup> {
+    let emu = mount(test)?;
+    let sock_dir = tempfile::tempdir().unwrap();
+    let (listener, path) = listen(sock_dir.path());
+    let mut l = Launch::new(programs().get("worker"))
+        .arg("2000")
+        .env("KFDQ_SOCKET", path.display().to_string());
+    if lib {
+        l = l.arg(programs().lib().display().to_string());
+    }
+    for (k, v) in extra_env {
+        l = l.env(k, *v);
+    }
+    let mut app = l.start(&emu);
+    let mut conn = accept(&listener);
+    assert_eq!(conn.pid, app.pid);
+    app.wait_line("READY");
+    let q = app.queues();
+    let want = if lib { 5 } else { 3 };
+    let reg = conn.wait_registry("all streams mapped", |r| {
+        r.streams.iter().filter(|s| s.queue_id.is_some()).count() >= want
+    });
+    let mut streams = std::collections::HashMap::new();
+    for name in ["hi", "lo"] {
+        let s = stream_by_handle(&reg, q[name].handle);
+        assert_eq!(s.queue_id, Some(q[name].queue_id));
+        streams.insert(name.to_string(), (s.stream_id, q[name].queue_id));
+    }
+    let null = reg
+        .streams
+        .iter()
+        .find(|s| s.kind == StreamKind::Null)
+        .expect("null stream");
+    assert_eq!(null.queue_id, Some(q["null"].queue_id));
+    streams.insert("null".into(), (null.stream_id, q["null"].queue_id));
+    if lib {
+        let s = stream_by_handle(&reg, q["lib-low"].handle);
+        streams.insert("lib".into(), (s.stream_id, q["lib-low"].queue_id));
+    }
+    Some(Setup {
+        emu,
+        app,
+        conn,
+        listener,
+        _sock_dir: sock_dir,
+        streams,
+    })
+}
+
+impl Setup {
+    fn qid(&self, name: &str) -> u32 {
+        self.streams[name].1
+    }
+
+    fn sid(&self, name: &str) -> u64 {
+        self.streams[name].0
+    }
+
+    fn done(&self, name: &str) -> u64 {
+        self.emu.queue(self.app.pid, self.qid(name)).packets_done
+    }
+
+    /// Lets in-flight work drain, then asserts over 300 ms that the `frozen` streams' queues
+    /// complete nothing while the `running` ones progress.
+    fn assert_progress(&self, frozen: &[&str], running: &[&str]) {
+        std::thread::sleep(Duration::from_millis(150));
+        let before: Vec<u64> = frozen.iter().chain(running).map(|n| self.done(n)).collect();
+        std::thread::sleep(Duration::from_millis(300));
+        let after: Vec<u64> = frozen.iter().chain(running).map(|n| self.done(n)).collect();
+        for (i, n) in frozen.iter().chain(running).enumerate() {
+            if i < frozen.len() {
+                assert_eq!(
+                    after[i],
+                    before[i],
+                    "stream {n} (queue {}) must make no progress",
+                    self.qid(n)
+                );
+            } else {
+                assert!(
+                    after[i] > before[i],
+                    "stream {n} (queue {}) must keep making progress ({} -> {})",
+                    self.qid(n),
+                    before[i],
+                    after[i]
+                );
+            }
+        }
+    }
+
+    fn finish(self) {
+        self.app.stop();
+        let (lines, _) = self.app.finish();
+        assert!(
+            lines.iter().any(|l| l.starts_with("count hi ")),
+            "worker reported its counts"
+        );
+    }
+}
+
+#[test]
+fn level1_hold_and_release_one_stream() {
+    let Some(mut s) = setup("level1_hold_and_release_one_stream", false, &[]) else {
+        return;
+    };
+    let lo = s.sid("lo");
+    let d = s.conn.ok(|seq| AgentMsg::Preempt {
+        seq,
+        level: Level::Hold,
+        target: Target::Streams(vec![lo]),
+        grace_period: 0,
+    });
+    assert!(d.contains("level 1"), "{d}");
+    let reg = s.conn.wait_registry("lo held", |r| {
+        r.streams.iter().any(|x| x.stream_id == lo && x.held)
+    });
+    assert_eq!(
+        reg.streams.iter().filter(|x| x.held).count(),
+        1,
+        "only the targeted stream is held"
+    );
+    s.assert_progress(&["lo"], &["hi", "null"]);
+    let q = s.emu.queue(s.app.pid, s.qid("lo"));
+    assert!(
+        q.active && !q.suspended,
+        "level 1 leaves the queue itself alone: {q:?}"
+    );
+    // The drained queue is reported idle (write index == read index).
+    let lo_q = s.qid("lo");
+    s.conn.wait_activity(lo_q, false);
+    s.conn.ok(|seq| AgentMsg::Release {
+        seq,
+        level: Level::Hold,
+        target: Target::Streams(vec![lo]),
+    });
+    s.conn.wait_activity(lo_q, true);
+    s.assert_progress(&[], &["lo", "hi", "null"]);
+    s.finish();
+}
+
+#[test]
+fn level2_deactivate_and_reactivate_one_queue() {
+    let Some(mut s) = setup("level2_deactivate_and_reactivate_one_queue", false, &[]) else {
+        return;
+    };
+    let (lo, pid) = (s.qid("lo"), s.app.pid);
+    let preempts_before = s
+        .emu
+        .stats()
+        .partitions
+        .iter()
+        .map(|p| p.preempts)
+        .sum::<u64>();
+    s.conn.ok(|seq| AgentMsg::Preempt {
+        seq,
+        level: Level::Deactivate,
+        target: Target::Queues(vec![lo]),
+        grace_period: 0,
+    });
+    let q = s.emu.queue(pid, lo);
+    assert!(
+        !q.active && q.percentage == 0,
+        "the emulator shows the queue inactive: {q:?}"
+    );
+    for other in ["hi", "null"] {
+        assert!(
+            s.emu.queue(pid, s.qid(other)).active,
+            "{other} stays active"
+        );
+    }
+    s.conn.wait_registry("lo deactivated", |r| {
+        r.queues.iter().any(|x| x.queue_id == lo && x.deactivated)
+    });
+    s.assert_progress(&["lo"], &["hi", "null"]);
+    s.conn.ok(|seq| AgentMsg::Release {
+        seq,
+        level: Level::Deactivate,
+        target: Target::Queues(vec![lo]),
+    });
+    let q = s.emu.queue(pid, lo);
+    assert!(
+        q.active && q.percentage == 100,
+        "reactivated with the runtime's percentage: {q:?}"
+    );
+    s.assert_progress(&[], &["lo", "hi", "null"]);
+    let preempts_after = s
+        .emu
+        .stats()
+        .partitions
+        .iter()
+        .map(|p| p.preempts)
+        .sum::<u64>();
+    assert!(
+        preempts_after > preempts_before,
+        "UPDATE_QUEUE is a device-wide preempt in the model"
+    );
+    s.finish();
+}
+
+#[test]
+fn level3_suspend_and_resume_by_stream() {
+    let Some(mut s) = setup("level3_suspend_and_resume_by_stream", false, &[]) else {
+        return;
+    };
+    let (lo_sid, lo, pid) = (s.sid("lo"), s.qid("lo"), s.app.pid);
+    let d = s.conn.ok(|seq| AgentMsg::Preempt {
+        seq,
+        level: Level::Suspend,
+        target: Target::Streams(vec![lo_sid]),
+        grace_period: 0,
+    });
+    assert!(d.contains("suspended"), "{d}");
+    let q = s.emu.queue(pid, lo);
+    assert!(
+        q.suspended && !q.active,
+        "the emulator shows the queue debugger-suspended: {q:?}"
+    );
+    assert!(!s.emu.queue(pid, s.qid("hi")).suspended);
+    let procs = s.emu.stats().processes;
+    assert!(
+        procs
+            .iter()
+            .any(|p| p.pid == pid && p.debug_enabled && p.debugger_pid.is_none()),
+        "self-debugging, no other debugger: {procs:?}"
+    );
+    s.assert_progress(&["lo"], &["hi", "null"]);
+    s.conn.ok(|seq| AgentMsg::Release {
+        seq,
+        level: Level::Suspend,
+        target: Target::Streams(vec![lo_sid]),
+    });
+    let q = s.emu.queue(pid, lo);
+    assert!(!q.suspended && q.active, "resumed: {q:?}");
+    s.assert_progress(&[], &["lo", "hi", "null"]);
+    s.finish();
+}
+
+#[test]
+fn level0_priority_and_command_errors_name_the_rule() {
+    let Some(mut s) = setup(
+        "level0_priority_and_command_errors_name_the_rule",
+        false,
+        &[],
+    ) else {
+        return;
+    };
+    let (hi, pid) = (s.qid("hi"), s.app.pid);
+    s.conn.ok(|seq| AgentMsg::SetPriority {
+        seq,
+        target: Target::Queues(vec![hi]),
+        priority: 14,
+    });
+    assert_eq!(s.emu.queue(pid, hi).priority, 14);
+    s.conn.wait_registry("priority 14", |r| {
+        r.queues
+            .iter()
+            .any(|q| q.queue_id == hi && q.effective_priority == 14)
+    });
+    let (ok, d) = s.conn.command(|seq| AgentMsg::SetPriority {
+        seq,
+        target: Target::Queues(vec![hi]),
+        priority: 16,
+    });
+    assert!(!ok && d.contains("out of range 0..=15"), "{d}");
+    let (ok, d) = s.conn.command(|seq| AgentMsg::Preempt {
+        seq,
+        level: Level::Deactivate,
+        target: Target::Queues(vec![999]),
+        grace_period: 0,
+    });
+    assert!(!ok && d.contains("no KFD queue [999]"), "{d}");
+    let (ok, d) = s.conn.command(|seq| AgentMsg::Preempt {
+        seq,
+        level: Level::Hold,
+        target: Target::Streams(vec![4242]),
+        grace_period: 0,
+    });
+    assert!(!ok && d.contains("no stream [4242]"), "{d}");
+    // A malformed line is skipped; the session goes on.
+    s.conn.w.write_all(b"{not json}\n").unwrap();
+    s.conn.send(&AgentMsg::Query { seq: 77 });
+    let mut got_registry = false;
+    loop {
+        match s.conn.read() {
+            ShimMsg::Registry(_) => got_registry = true,
+            ShimMsg::Ack { seq: 77, ok, .. } => {
+                assert!(ok);
+                break;
+            }
+            _ => {}
+        }
+    }
+    assert!(got_registry, "a query is answered with the registry");
+    s.finish();
+}
+
+#[test]
+fn closing_the_socket_releases_every_level() {
+    let Some(mut s) = setup("closing_the_socket_releases_every_level", false, &[]) else {
+        return;
+    };
+    let pid = s.app.pid;
+    let (lo_sid, hi, null) = (s.sid("lo"), s.qid("hi"), s.qid("null"));
+    s.conn.ok(|seq| AgentMsg::Preempt {
+        seq,
+        level: Level::Hold,
+        target: Target::Streams(vec![lo_sid]),
+        grace_period: 0,
+    });
+    s.conn.ok(|seq| AgentMsg::Preempt {
+        seq,
+        level: Level::Deactivate,
+        target: Target::Queues(vec![null]),
+        grace_period: 0,
+    });
+    s.conn.ok(|seq| AgentMsg::Preempt {
+        seq,
+        level: Level::Suspend,
+        target: Target::Queues(vec![hi]),
+        grace_period: 0,
+    });
+    s.assert_progress(&["lo", "null", "hi"], &[]);
+    let Setup {
+        emu,
+        app,
+        conn,
+        listener,
+        _sock_dir,
+        streams,
+    } = s;
+    drop(conn);
+    wait_for("every queue active again", || {
+        emu.queues_of(pid).iter().all(|q| q.active && !q.suspended)
+    });
+    let s = Setup {
+        emu,
+        app,
+        conn: accept(&listener),
+        listener,
+        _sock_dir,
+        streams,
+    };
+    s.assert_progress(&[], &["lo", "null", "hi"]);
+    let reg = s.app.registry_of(pid).expect("registry file");
+    assert!(
+        reg.streams.iter().all(|x| !x.held)
+            && reg.queues.iter().all(|q| !q.deactivated && !q.suspended),
+        "released in the registry: {reg:#?}"
+    );
+    s.finish();
+}
+
+#[test]
+fn a_killed_agent_never_leaves_the_app_held() {
+    let Some(mut s) = setup("a_killed_agent_never_leaves_the_app_held", false, &[]) else {
+        return;
+    };
+    let pid = s.app.pid;
+    s.conn.ok(|seq| AgentMsg::Preempt {
+        seq,
+        level: Level::Hold,
+        target: Target::All,
+        grace_period: 0,
+    });
+    let lo = s.qid("lo");
+    s.conn.ok(|seq| AgentMsg::Preempt {
+        seq,
+        level: Level::Suspend,
+        target: Target::Queues(vec![lo]),
+        grace_period: 0,
+    });
+    s.assert_progress(&["lo", "hi", "null"], &[]);
+    // Hand the only remaining reference to the agent's end of the connection to another
+    // process, then SIGKILL that process.
+    let Setup {
+        emu,
+        app,
+        conn,
+        listener,
+        _sock_dir,
+        streams,
+    } = s;
+    let fd: OwnedFd = conn.w.try_clone().unwrap().into();
+    let mut peer = Command::new("sleep")
+        .arg("600")
+        .stdin(Stdio::from(fd))
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("spawn peer");
+    drop(conn);
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(
+        emu.queue(pid, lo).suspended,
+        "still suspended while the peer holds the socket"
+    );
+    peer.kill().expect("SIGKILL the peer");
+    peer.wait().unwrap();
+    wait_for("every queue running again", || {
+        emu.queues_of(pid).iter().all(|q| q.active && !q.suspended)
+    });
+    let s = Setup {
+        emu,
+        app,
+        conn: accept(&listener),
+        listener,
+        _sock_dir,
+        streams,
+    };
+    s.assert_progress(&[], &["lo", "hi", "null"]);
+    s.finish();
+}
+
+#[test]
+fn passthrough_library_launches_are_never_held() {
+    let Some(mut s) = setup(
+        "passthrough_library_launches_are_never_held",
+        true,
+        &[("KFDQ_PASSTHROUGH", "+libkfdqtest")],
+    ) else {
+        return;
+    };
+    s.conn.ok(|seq| AgentMsg::Preempt {
+        seq,
+        level: Level::Hold,
+        target: Target::All,
+        grace_period: 0,
+    });
+    s.assert_progress(&["hi", "lo", "null"], &["lib"]);
+    s.conn.ok(|seq| AgentMsg::Release {
+        seq,
+        level: Level::Hold,
+        target: Target::All,
+    });
+    s.assert_progress(&[], &["hi", "lo", "null", "lib"]);
+    s.finish();
+}
+
+#[test]
+fn without_passthrough_the_library_is_held_too() {
+    let Some(mut s) = setup("without_passthrough_the_library_is_held_too", true, &[]) else {
+        return;
+    };
+    s.conn.ok(|seq| AgentMsg::Preempt {
+        seq,
+        level: Level::Hold,
+        target: Target::All,
+        grace_period: 0,
+    });
+    s.assert_progress(&["hi", "lo", "null", "lib"], &[]);
+    s.conn.ok(|seq| AgentMsg::Release {
+        seq,
+        level: Level::Hold,
+        target: Target::All,
+    });
+    s.assert_progress(&[], &["hi", "lo", "null", "lib"]);
+    s.finish();
+}
+
+#[test]
+fn runtime_update_queue_cannot_undo_the_shims_state() {
+    let Some(emu) = mount("runtime_update_queue_cannot_undo_the_shims_state") else {
+        return;
+    };
+    let sock_dir = tempfile::tempdir().unwrap();
+    let (listener, path) = listen(sock_dir.path());
+    let mut app = Launch::new(programs().get("rocr_update"))
+        .env("KFDQ_SOCKET", path.display().to_string())
+        .env("KFDQ_CLASS", "batch")
+        .start(&emu);
+    let mut conn = accept(&listener);
+    app.wait_line("CHECKPOINT deactivated");
+    let lo = app.queues()["lo"].queue_id;
+    let pid = app.pid;
+    conn.wait_registry("the queue", |r| r.queues.iter().any(|q| q.queue_id == lo));
+    assert_eq!(emu.queue(pid, lo).priority, 0, "batch class, low stream");
+    conn.ok(|seq| AgentMsg::Preempt {
+        seq,
+        level: Level::Deactivate,
+        target: Target::Queues(vec![lo]),
+        grace_period: 0,
+    });
+    app.release("deactivated");
+    assert_eq!(app.wait_line("update "), "update 0");
+    app.wait_line("CHECKPOINT updated");
+    // The runtime asked for percentage 100 and priority 11: the queue stays deactivated, and
+    // the priority is the class mapping of 11 (batch band top, 6), not 11.
+    let q = emu.queue(pid, lo);
+    assert!(!q.active && q.percentage == 0, "still deactivated: {q:?}");
+    assert_eq!(q.priority, 6);
+    let reg = conn.wait_registry("new request recorded", |r| {
+        r.queues
+            .iter()
+            .any(|q| q.queue_id == lo && q.requested_priority == 11)
+    });
+    assert_eq!(effective(&reg, lo), 6);
+    conn.ok(|seq| AgentMsg::Release {
+        seq,
+        level: Level::Deactivate,
+        target: Target::Queues(vec![lo]),
+    });
+    let q = emu.queue(pid, lo);
+    assert!(
+        q.active && q.percentage == 100 && q.priority == 6,
+        "released to the runtime's percentage: {q:?}"
+    );
+    app.go();
+    app.finish();
+}
+
+#[test]
+fn a_refusing_agent_stops_control_but_not_the_app() {
+    let Some(emu) = mount("a_refusing_agent_stops_control_but_not_the_app") else {
+        return;
+    };
+    let sock_dir = tempfile::tempdir().unwrap();
+    let (listener, path) = listen(sock_dir.path());
+    let mut app = Launch::new(programs().get("streams"))
+        .arg("priorities")
+        .env("KFDQ_SOCKET", path.display().to_string())
+        .env("KFDQ_CLASS", "latency")
+        .start(&emu);
+    let s = accept_raw(&listener);
+    let mut w = s.try_clone().unwrap();
+    let mut r = LineReader::new(BufReader::new(s));
+    assert!(matches!(r.next::<ShimMsg>(), Ok(ShimMsg::Hello { .. })));
+    w.write_all(&proto::encode(&AgentMsg::Refused {
+        reason: "test says no".into(),
+    }))
+    .unwrap();
+    // The shim hangs up and does not come back.
+    assert!(matches!(
+        r.next::<ShimMsg>(),
+        Err(proto::DecodeError::Closed)
+    ));
+    app.wait_line("CHECKPOINT");
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(
+        listener.accept().is_err(),
+        "a refused shim must not reconnect"
+    );
+    let q = app.queues();
+    let pid = app.pid;
+    let reg = app.wait_registry(pid, "streams mapped", |r| {
+        r.streams.iter().filter(|s| s.queue_id.is_some()).count() >= 6
+    });
+    assert_eq!(
+        effective(&reg, q["high"].queue_id),
+        15,
+        "static priorities still apply"
+    );
+    app.go();
+    let (_, stderr) = app.finish();
+    assert!(
+        stderr.contains("test says no"),
+        "the refusal is reported: {stderr}"
+    );
+}

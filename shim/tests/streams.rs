@@ -1,0 +1,489 @@
+//! Every kind of stream under the shim, against fakehip + kfd-emu: the registry maps each
+//! stream (null, per-thread, created by the program, created by a dlopen'ed library, created
+//! through hipGetProcAddress pointers) to the KFD queue fakehip put it on, with the intended
+//! priority, and the emulator agrees.
+
+mod common;
+
+use common::*;
+
+/// Asserts registry and emulator agree on every queue of `pid`: same ids, and the emulator's
+/// priority is the registry's effective priority.
+fn assert_emulator_agrees(emu: &Emu, pid: u32, reg: &Registry) {
+    let emu_q = emu.queues_of(pid);
+    for q in &reg.queues {
+        let e = emu_q
+            .iter()
+            .find(|e| e.queue_id == q.queue_id)
+            .unwrap_or_else(|| panic!("emulator lacks queue {} of {pid}: {emu_q:#?}", q.queue_id));
+        assert_eq!(
+            e.priority, q.effective_priority,
+            "queue {}: emulator priority vs registry effective priority",
+            q.queue_id
+        );
+        assert_eq!(e.gpu_id, q.gpu_id);
+    }
+    assert_eq!(
+        emu_q.len(),
+        reg.queues.len(),
+        "registry and emulator list the same queues of {pid}: {emu_q:#?} vs {reg:#?}"
+    );
+}
+
+#[test]
+fn null_stream_pytorch_style() {
+    let Some(emu) = mount("null_stream_pytorch_style") else {
+        return;
+    };
+    let mut app = Launch::new(programs().get("streams"))
+        .arg("null")
+        .start(&emu);
+    app.wait_line("CHECKPOINT");
+    let null = app.queues()["null"];
+    let pid = app.pid;
+    let reg = app.wait_registry(pid, "the null stream mapped", |r| {
+        r.streams
+            .iter()
+            .any(|s| s.kind == StreamKind::Null && s.queue_id.is_some())
+    });
+    let s = reg
+        .streams
+        .iter()
+        .find(|s| s.kind == StreamKind::Null)
+        .unwrap();
+    assert_eq!(s.stream_id, 0);
+    assert_eq!(
+        s.queue_id,
+        Some(null.queue_id),
+        "registry maps the null stream to fakehip's null-stream queue"
+    );
+    assert_eq!(
+        reg.streams.len(),
+        1,
+        "hipStreamLegacy and the <<<>>> path are the same null stream: {reg:#?}"
+    );
+    // No class: the runtime's own priority (ROCr normal = 7) stays.
+    assert_eq!(effective(&reg, null.queue_id), 7);
+    assert_emulator_agrees(&emu, pid, &reg);
+    let done = emu.queue(pid, null.queue_id).packets_done;
+    assert!(
+        done >= 13,
+        "every null-stream launch ran on that queue ({done} packets)"
+    );
+    app.go();
+    // Keep the state directory alive past `finish` (which drops the app).
+    let state_dir = std::mem::replace(&mut app.state_dir, tempfile::tempdir().unwrap());
+    assert!(state_dir.path().join(format!("shim-{pid}.json")).exists());
+    app.finish();
+    assert!(
+        !state_dir.path().join(format!("shim-{pid}.json")).exists(),
+        "the registry file is removed at exit"
+    );
+}
+
+fn run_priorities(
+    emu: &Emu,
+    class: Option<&str>,
+    forced: Option<&str>,
+) -> (
+    Registry,
+    std::collections::HashMap<String, ProgQueue>,
+    String,
+) {
+    let mut l = Launch::new(programs().get("streams")).arg("priorities");
+    if let Some(c) = class {
+        l = l.env("KFDQ_CLASS", c);
+    }
+    if let Some(p) = forced {
+        l = l.env("KFDQ_PRIORITY", p);
+    }
+    let mut app = l.start(emu);
+    app.wait_line("CHECKPOINT");
+    let q = app.queues();
+    let pid = app.pid;
+    let reg = app.wait_registry(pid, "six streams mapped", |r| {
+        r.streams.iter().filter(|s| s.queue_id.is_some()).count() >= 6
+    });
+    for (name, pq) in &q {
+        let s = stream_by_handle(&reg, pq.handle);
+        assert_eq!(s.kind, StreamKind::Created);
+        assert_eq!(
+            s.queue_id,
+            Some(pq.queue_id),
+            "stream {name}: registry vs fakehip"
+        );
+        assert_eq!(s.creator, None, "created by the main program");
+    }
+    assert_emulator_agrees(emu, pid, &reg);
+    app.go();
+    let (_, stderr) = app.finish();
+    (reg, q, stderr)
+}
+
+#[test]
+fn stream_priorities_default_class_and_clamping() {
+    let Some(emu) = mount("stream_priorities_default_class_and_clamping") else {
+        return;
+    };
+    let (reg, q, stderr) = run_priorities(&emu, None, None);
+    // ROCr mapping, unchanged without a class: high 11, normal 7, low 0; 3 and -12 are clamped
+    // by HIP to low and high.
+    let want = [
+        ("high", 11, -1),
+        ("normal", 7, 0),
+        ("low", 0, 1),
+        ("three", 0, 1),
+        ("minus12", 11, -1),
+        ("plain", 7, i32::MIN),
+    ];
+    for (name, prio, hip) in want {
+        let s = stream_by_handle(&reg, q[name].handle);
+        assert_eq!(effective(&reg, q[name].queue_id), prio, "stream {name}");
+        if hip != i32::MIN {
+            assert_eq!(
+                s.hip_priority,
+                Some(hip),
+                "stream {name}: effective (clamped) HIP priority"
+            );
+        }
+    }
+    // Lesson 8: out-of-range priorities are reported, in the registry and on stderr.
+    for bad in ["priority 3)", "priority -12)"] {
+        assert!(
+            reg.warnings
+                .iter()
+                .any(|w| w.contains(bad) && w.contains("[-1, 1]")),
+            "warning for {bad} in {:#?}",
+            reg.warnings
+        );
+        assert!(stderr.contains(bad), "stderr reports {bad}: {stderr}");
+    }
+}
+
+#[test]
+fn stream_priorities_latency_and_batch_classes() {
+    let Some(emu) = mount("stream_priorities_latency_and_batch_classes") else {
+        return;
+    };
+    let (reg, q, _) = run_priorities(&emu, Some("latency"), None);
+    assert_eq!(reg.class.as_deref(), Some("latency"));
+    for (name, prio) in [("high", 15), ("normal", 13), ("low", 11), ("plain", 13)] {
+        assert_eq!(
+            effective(&reg, q[name].queue_id),
+            prio,
+            "latency class, stream {name}"
+        );
+    }
+    for qi in &reg.queues {
+        assert!(
+            [0, 7, 11].contains(&qi.requested_priority),
+            "the runtime's request is recorded: {qi:?}"
+        );
+    }
+    let (reg, q, _) = run_priorities(&emu, Some("batch"), None);
+    for (name, prio) in [("high", 6), ("normal", 3), ("low", 0)] {
+        assert_eq!(
+            effective(&reg, q[name].queue_id),
+            prio,
+            "batch class, stream {name}"
+        );
+    }
+}
+
+#[test]
+fn forced_priority_and_invalid_values_are_reported() {
+    let Some(emu) = mount("forced_priority_and_invalid_values_are_reported") else {
+        return;
+    };
+    let (reg, q, _) = run_priorities(&emu, Some("batch"), Some("12"));
+    for name in ["high", "normal", "low", "plain"] {
+        assert_eq!(
+            effective(&reg, q[name].queue_id),
+            12,
+            "KFDQ_PRIORITY=12 forces every queue"
+        );
+    }
+    let (reg, q, stderr) = run_priorities(&emu, Some("gold"), Some("16"));
+    for name in ["high", "low"] {
+        assert_eq!(
+            effective(&reg, q[name].queue_id),
+            15,
+            "KFDQ_PRIORITY=16 is clamped to 15"
+        );
+    }
+    assert_eq!(reg.class, None, "an unknown class is ignored");
+    for w in ["KFDQ_CLASS=\"gold\"", "KFDQ_PRIORITY=16"] {
+        assert!(
+            reg.warnings.iter().any(|x| x.contains(w)),
+            "registry warns about {w}: {:#?}",
+            reg.warnings
+        );
+        assert!(stderr.contains(w), "stderr warns about {w}: {stderr}");
+    }
+}
+
+#[test]
+fn per_thread_default_streams() {
+    let Some(emu) = mount("per_thread_default_streams") else {
+        return;
+    };
+    let mut app = Launch::new(programs().get("streams"))
+        .arg("spt")
+        .start(&emu);
+    app.wait_line("CHECKPOINT");
+    let q = app.queues();
+    let pid = app.pid;
+    let reg = app.wait_registry(pid, "three per-thread streams mapped", |r| {
+        r.streams
+            .iter()
+            .filter(|s| s.kind == StreamKind::PerThread && s.queue_id.is_some())
+            .count()
+            == 3
+    });
+    let mut mapped: Vec<u32> = reg
+        .streams
+        .iter()
+        .filter(|s| s.kind == StreamKind::PerThread)
+        .filter_map(|s| s.queue_id)
+        .collect();
+    let mut want: Vec<u32> = ["spt0", "spt1", "spt2"]
+        .iter()
+        .map(|n| q[*n].queue_id)
+        .collect();
+    mapped.sort();
+    want.sort();
+    assert_eq!(
+        mapped, want,
+        "each thread's per-thread stream maps to its own queue (both _spt and hipStreamPerThread launches)"
+    );
+    assert!(
+        !reg.streams.iter().any(|s| s.kind == StreamKind::Null),
+        "no null-stream use here: {reg:#?}"
+    );
+    assert_emulator_agrees(&emu, pid, &reg);
+    app.go();
+    app.finish();
+}
+
+#[test]
+fn hip_get_proc_address_returns_the_wrappers() {
+    let Some(emu) = mount("hip_get_proc_address_returns_the_wrappers") else {
+        return;
+    };
+    let mut app = Launch::new(programs().get("streams"))
+        .arg("procaddr")
+        .env("KFDQ_CLASS", "latency")
+        .start(&emu);
+    app.wait_line("CHECKPOINT");
+    for sym in [
+        "hipLaunchKernel",
+        "hipLaunchKernel+spt",
+        "hipStreamCreateWithPriority",
+    ] {
+        let line = app.wait_line(&format!("procaddr {sym} "));
+        assert!(
+            line.ends_with("libkfdq_shim.so"),
+            "hipGetProcAddress({sym}) must hand out the shim's wrapper: {line}"
+        );
+    }
+    let line = app.wait_line("procaddr hipMalloc ");
+    assert!(
+        line.ends_with("libamdhip64.so.6"),
+        "functions the shim does not wrap stay the runtime's: {line}"
+    );
+    let q = app.queues();
+    let pid = app.pid;
+    let reg = app.wait_registry(pid, "three streams mapped", |r| {
+        r.streams.iter().filter(|s| s.queue_id.is_some()).count() == 3
+    });
+    let created = stream_by_handle(&reg, q["procaddr-high"].handle);
+    assert_eq!(created.queue_id, Some(q["procaddr-high"].queue_id));
+    assert_eq!(created.hip_priority, Some(-1));
+    assert_eq!(
+        effective(&reg, q["procaddr-high"].queue_id),
+        15,
+        "latency class, high stream"
+    );
+    let null = reg
+        .streams
+        .iter()
+        .find(|s| s.kind == StreamKind::Null)
+        .expect("null stream");
+    assert_eq!(null.queue_id, Some(q["null"].queue_id));
+    let spt = reg
+        .streams
+        .iter()
+        .find(|s| s.kind == StreamKind::PerThread)
+        .expect("per-thread stream");
+    assert_eq!(spt.queue_id, Some(q["spt"].queue_id));
+    assert_emulator_agrees(&emu, pid, &reg);
+    app.go();
+    app.finish();
+}
+
+#[test]
+fn library_streams_are_attributed_to_the_library() {
+    let Some(emu) = mount("library_streams_are_attributed_to_the_library") else {
+        return;
+    };
+    let lib = programs().lib();
+    let mut app = Launch::new(programs().get("uselib"))
+        .arg(lib.display().to_string())
+        .env("KFDQ_CLASS", "normal")
+        .start(&emu);
+    app.wait_line("CHECKPOINT");
+    let q = app.queues();
+    let pid = app.pid;
+    let reg = app.wait_registry(pid, "four streams mapped", |r| {
+        r.streams.iter().filter(|s| s.queue_id.is_some()).count() == 4
+    });
+    for (name, hip, prio) in [("lib-high", -1, 10), ("lib-low", 1, 7)] {
+        let s = stream_by_handle(&reg, q[name].handle);
+        assert_eq!(s.queue_id, Some(q[name].queue_id), "{name}");
+        assert_eq!(
+            s.creator.as_deref(),
+            Some("libkfdqtest_streams.so"),
+            "{name} was created by the library"
+        );
+        assert_eq!(s.hip_priority, Some(hip));
+        assert_eq!(
+            effective(&reg, q[name].queue_id),
+            prio,
+            "normal class, {name}"
+        );
+    }
+    let app_stream = stream_by_handle(&reg, q["app"].handle);
+    assert_eq!(app_stream.creator, None);
+    assert_eq!(app_stream.queue_id, Some(q["app"].queue_id));
+    let null = reg
+        .streams
+        .iter()
+        .find(|s| s.kind == StreamKind::Null)
+        .expect("null stream used by the library");
+    assert_eq!(null.queue_id, Some(q["null"].queue_id));
+    assert_emulator_agrees(&emu, pid, &reg);
+    // The library's launches (hipLaunchKernel, hipModuleLaunchKernel, the mangled
+    // hipExtModuleLaunchKernel) ran on its queues.
+    assert!(emu.queue(pid, q["lib-low"].queue_id).packets_done >= 2);
+    app.go();
+    app.finish();
+}
+
+#[test]
+fn streams_sharing_a_queue_are_found_and_reported() {
+    let Some(emu) = mount("streams_sharing_a_queue_are_found_and_reported") else {
+        return;
+    };
+    let mut app = Launch::new(programs().get("streams"))
+        .arg("shared")
+        .env("GPU_MAX_HW_QUEUES", "1")
+        .start(&emu);
+    app.wait_line("CHECKPOINT");
+    let q = app.queues();
+    let pid = app.pid;
+    let shared = q["shared0"].queue_id;
+    assert!(
+        ["shared1", "shared2"]
+            .iter()
+            .all(|n| q[*n].queue_id == shared),
+        "GPU_MAX_HW_QUEUES=1 (the user's) makes fakehip share: {q:?}"
+    );
+    let reg = app.wait_registry(pid, "three streams mapped", |r| {
+        r.streams.iter().filter(|s| s.queue_id.is_some()).count() == 3
+    });
+    for n in ["shared0", "shared1", "shared2"] {
+        assert_eq!(
+            stream_by_handle(&reg, q[n].handle).queue_id,
+            Some(shared),
+            "{n} found through the write index of the shared queue"
+        );
+    }
+    let qi = reg.queues.iter().find(|x| x.queue_id == shared).unwrap();
+    assert_eq!(qi.streams.len(), 3);
+    assert!(
+        reg.warnings
+            .iter()
+            .any(|w| w.contains(&format!("shares KFD queue {shared}"))),
+        "sharing is reported: {:#?}",
+        reg.warnings
+    );
+    app.go();
+    app.finish();
+}
+
+#[test]
+fn fork_child_starts_empty_and_registers_its_own_queues() {
+    let Some(emu) = mount("fork_child_starts_empty_and_registers_its_own_queues") else {
+        return;
+    };
+    let mut app = Launch::new(programs().get("forkexec"))
+        .arg("fork")
+        .start(&emu);
+    let parent_pid = app.pid;
+    let pid_of = |l: String| -> u32 { l.split_whitespace().nth(2).unwrap().parse().unwrap() };
+    let child_pid = pid_of(app.wait_line("CHECKPOINT child "));
+    assert_eq!(pid_of(app.wait_line("CHECKPOINT parent ")), parent_pid);
+    assert_ne!(child_pid, parent_pid);
+    let q = app.queues();
+    let parent = app.wait_registry(parent_pid, "parent null stream", |r| {
+        r.streams
+            .iter()
+            .any(|s| s.kind == StreamKind::Null && s.queue_id.is_some())
+    });
+    assert_eq!(parent.streams.len(), 1);
+    let child = app.wait_registry(child_pid, "child streams", |r| {
+        r.streams.iter().filter(|s| s.queue_id.is_some()).count() == 2
+    });
+    assert_eq!(child.pid, child_pid);
+    assert_eq!(
+        stream_by_handle(&child, q["child-high"].handle).queue_id,
+        Some(q["child-high"].queue_id)
+    );
+    let cnull = child
+        .streams
+        .iter()
+        .find(|s| s.kind == StreamKind::Null)
+        .expect("child null stream");
+    assert_eq!(cnull.queue_id, Some(q["child-null"].queue_id));
+    // The child's registry holds only its own queues, which the emulator lists under its pid.
+    assert_emulator_agrees(&emu, child_pid, &child);
+    assert_emulator_agrees(&emu, parent_pid, &parent);
+    app.go();
+    app.finish();
+}
+
+#[test]
+fn exec_registers_the_new_image_once() {
+    let Some(emu) = mount("exec_registers_the_new_image_once") else {
+        return;
+    };
+    let streams = programs().get("streams");
+    let mut app = Launch::new(programs().get("forkexec"))
+        .arg("exec")
+        .arg(streams.display().to_string())
+        .start(&emu);
+    app.wait_line("CHECKPOINT pre-exec");
+    let pid = app.pid;
+    let before = app.wait_registry(pid, "pre-exec null stream", |r| {
+        r.streams.iter().any(|s| s.queue_id.is_some())
+    });
+    assert_eq!(before.streams.len(), 1);
+    app.release("pre-exec");
+    app.wait_line("CHECKPOINT null");
+    let q = app.queues();
+    let after = app.wait_registry(pid, "the new image's null stream", |r| {
+        r.streams
+            .iter()
+            .any(|s| s.queue_id == Some(q["null"].queue_id))
+            && r.queues.len() == 1
+    });
+    assert_eq!(after.pid, pid, "same pid after exec");
+    assert_eq!(
+        after.streams.len(),
+        1,
+        "the new image registers once, with its own state: {after:#?}"
+    );
+    assert_emulator_agrees(&emu, pid, &after);
+    app.go();
+    app.finish();
+}
