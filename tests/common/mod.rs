@@ -8,21 +8,10 @@ use std::process::{Child, ChildStdin, Command, Stdio};
 pub use kfd_emu::{EmuConfig, MountedEmu, Preset, Stats};
 use kfdq::kfd::Root;
 
-/// Returns true when privileged tests can run. Without root they fail with the reason, unless
-/// KFDQ_SKIP_PRIVILEGED=1 asks to skip them (then they print that they were skipped).
+/// Whether a privileged test may run (root, or fail with the reason; `KFDQ_SKIP_PRIVILEGED=1`
+/// skips and says so).
 pub fn privileged(test: &str) -> bool {
-    if nix::unistd::geteuid().is_root() {
-        return true;
-    }
-    if std::env::var("KFDQ_SKIP_PRIVILEGED").as_deref() == Ok("1") {
-        eprintln!(
-            "SKIPPED {test}: needs root for a FUSE mount of kfd-emu (KFDQ_SKIP_PRIVILEGED=1)"
-        );
-        return false;
-    }
-    panic!(
-        "{test} needs root: it mounts kfd-emu over FUSE (and may ptrace). Run as root, or set KFDQ_SKIP_PRIVILEGED=1 to skip privileged tests."
-    );
+    kfd_emu::privileged_test(test)
 }
 
 /// A mounted emulator in its own temporary directory.

@@ -23,23 +23,10 @@ pub const PROGRAM_LIMIT: Duration = Duration::from_secs(120);
 /// How long [`Emu::wait_for`] waits for the emulator to reach a state.
 pub const WAIT_LIMIT: Duration = Duration::from_secs(30);
 
-/// Whether a privileged test may run. As root: yes. Otherwise the test fails with the
-/// reason, unless `KFDQ_SKIP_PRIVILEGED=1`, which prints `SKIPPED <test>: ...` and skips it.
+/// Whether a privileged test may run (root, or fail with the reason; `KFDQ_SKIP_PRIVILEGED=1`
+/// skips and says so).
 pub fn privileged(test: &str) -> bool {
-    if nix::unistd::geteuid().is_root() {
-        return true;
-    }
-    if std::env::var("KFDQ_SKIP_PRIVILEGED").as_deref() == Ok("1") {
-        eprintln!(
-            "SKIPPED {test}: it mounts kfd-emu over FUSE, which needs root (KFDQ_SKIP_PRIVILEGED=1)"
-        );
-        return false;
-    }
-    panic!(
-        "{test} must run as root: it mounts kfd-emu over FUSE (allow_other) and the emulator \
-         reads and writes the test program's memory with process_vm_readv/writev. Run the tests \
-         as root, or set KFDQ_SKIP_PRIVILEGED=1 to skip the privileged tests."
-    );
+    kfd_emu::privileged_test(test)
 }
 
 /// The name of the enclosing function (the test), for messages.

@@ -18,19 +18,7 @@ use kfd_sys::*;
 pub fn privileged(module: &str) -> bool {
     // libtest names each test's thread after the test.
     let current = std::thread::current();
-    let test = current.name().unwrap_or(module);
-    if nix::unistd::geteuid().is_root() {
-        return true;
-    }
-    if std::env::var("KFDQ_SKIP_PRIVILEGED").as_deref() == Ok("1") {
-        eprintln!("skipped {test}: kfd-emu tests need root (KFDQ_SKIP_PRIVILEGED=1)");
-        return false;
-    }
-    panic!(
-        "{test}: kfd-emu tests must run as root: they mount FUSE with allow_other and the \
-         emulator reads client memory with process_vm_readv. Run as root, or set \
-         KFDQ_SKIP_PRIVILEGED=1 to skip them."
-    );
+    kfd_emu::privileged_test(current.name().unwrap_or(module))
 }
 
 /// Returns early from a test that cannot run without root.
