@@ -102,11 +102,28 @@ pub fn is_passthrough(list: &[String], file: &str) -> bool {
     list.iter().any(|p| file.starts_with(p.as_str()))
 }
 
+/// The HIP runtime itself: never held, whatever `KFDQ_PASSTHROUGH` says (a rule of its own,
+/// applied next to the list in `launch::caller_is_passthrough`). libamdhip64 calls some of its
+/// own exported functions through its PLT (5.2 does so for `hipMemcpy` and `hipMemcpyAsync`),
+/// which lands in the shim's wrappers, possibly while it holds internal locks. The outer call
+/// was the application's (gated there if the shim wraps it); the inner one is never held.
+pub fn is_hip_runtime(file: &str) -> bool {
+    file.starts_with("libamdhip64.")
+}
+
 #[cfg(test)]
 mod tests {
     use std::collections::HashMap;
 
     use super::*;
+
+    #[test]
+    fn the_hip_runtime_is_recognised() {
+        assert!(is_hip_runtime("libamdhip64.so.6"));
+        assert!(is_hip_runtime("libamdhip64.so.5.2.21153"));
+        assert!(!is_hip_runtime("libamdhip64_wrapper.so"));
+        assert!(!is_hip_runtime("libtorch_hip.so"));
+    }
 
     #[test]
     fn passthrough_default_override_extend() {

@@ -1,7 +1,8 @@
 //! The control thread and the preemption levels the shim executes on its own process.
 //!
 //! * Level 0: UPDATE_QUEUE with a new priority (agent's `SetPriority`).
-//! * Level 1: hold / release streams (launches wait in the wrappers).
+//! * Level 1: hold / release streams (launches and other stream-ordered calls wait in the
+//!   wrappers).
 //! * Level 2: UPDATE_QUEUE percentage 0 / restore, same ring, size and priority; one call per
 //!   queue, issued back to back per GPU.
 //! * Level 3: DBG_TRAP on this process itself: ENABLE once (with a pipe), GET_QUEUE_SNAPSHOT to
@@ -403,7 +404,7 @@ fn hold(st: &mut State, sids: &[u64], all: bool) -> String {
     st.changed();
     st.refresh_flags();
     format!(
-        "level 1: holding launches of stream(s) {sids:?}{}",
+        "level 1: holding launches and stream-ordered work of stream(s) {sids:?}{}",
         if all {
             " and of streams created from now on"
         } else {

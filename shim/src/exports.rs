@@ -8,7 +8,7 @@
 
 use std::ffi::{c_char, c_int, c_ulong, c_void};
 
-use crate::launch::{StreamRef, create, destroy, launch};
+use crate::launch::{StreamRef, create, destroy, launch, sync, work};
 use crate::real::Real;
 
 /// `hipError_t`.
@@ -24,6 +24,28 @@ pub struct Dim3 {
     y: u32,
     z: u32,
 }
+
+/// `hipPitchedPtr`, passed by value (32 bytes: in memory in the SysV ABI, as in C).
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct PitchedPtr {
+    ptr: *mut c_void,
+    pitch: usize,
+    xsize: usize,
+    ysize: usize,
+}
+
+/// `hipExtent`, passed by value (24 bytes: in memory in the SysV ABI, as in C).
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct Extent {
+    width: usize,
+    height: usize,
+    depth: usize,
+}
+
+/// `hipMemcpyKind` (a C enum: `int`).
+type Kind = c_int;
 
 /// The address of an exported wrapper.
 pub struct Wrapper(*const ());
@@ -79,6 +101,36 @@ macro_rules! exports {
             // SAFETY: the caller's arguments, forwarded unchanged to the real function.
             unsafe { $real($($a),*) }
         })
+    };
+    (@how [work $s:ident $spt:literal] $real:ident ($($a:ident),*)) => {
+        work(StreamRef::new($s as usize, $spt), move || {
+            // SAFETY: the caller's arguments, forwarded unchanged to the real function.
+            unsafe { $real($($a),*) }
+        })
+    };
+    (@how [work_null $spt:literal] $real:ident ($($a:ident),*)) => {
+        work(StreamRef::new(0, $spt), move || {
+            // SAFETY: the caller's arguments, forwarded unchanged to the real function.
+            unsafe { $real($($a),*) }
+        })
+    };
+    (@how [sync $s:ident $spt:literal] $real:ident ($($a:ident),*)) => {
+        sync(StreamRef::new($s as usize, $spt), move || {
+            // SAFETY: the caller's arguments, forwarded unchanged to the real function.
+            unsafe { $real($($a),*) }
+        })
+    };
+    (@how [device_sync] $real:ident ()) => {
+        // Synchronises every stream of the device; the only stream the runtime may create a
+        // queue for meanwhile is the null stream.
+        sync(StreamRef::new(0, false), move || {
+            // SAFETY: no arguments; the real function.
+            unsafe { $real() }
+        })
+    };
+    (@how [forward] $real:ident ($($a:ident),*)) => {
+        // SAFETY: the caller's arguments, forwarded unchanged to the real function.
+        unsafe { $real($($a),*) }
     };
     (@how [create $out:ident $prio:expr] $real:ident ($($a:ident),*)) => {
         create($out as *mut usize, $prio, || {
@@ -141,6 +193,127 @@ exports! {
         (stream: Handle);
     R_GET_PROC_ADDRESS shim_hipGetProcAddress "hipGetProcAddress" "hip_6.1" [procaddr pfn]
         (symbol: *const c_char, pfn: *mut *mut c_void, version: c_int, flags: u64, status: *mut c_int);
+
+    // ---- stream-ordered work: held on a held stream, attributed like a launch ----
+    R_MEMCPY_ASYNC shim_hipMemcpyAsync "hipMemcpyAsync" "hip_4.2" [work stream false]
+        (dst: *mut c_void, src: *const c_void, n: usize, kind: Kind, stream: Handle);
+    R_MEMCPY_ASYNC_SPT shim_hipMemcpyAsync_spt "hipMemcpyAsync_spt" "hip_5.2" [work stream true]
+        (dst: *mut c_void, src: *const c_void, n: usize, kind: Kind, stream: Handle);
+    R_MEMSET_ASYNC shim_hipMemsetAsync "hipMemsetAsync" "hip_4.2" [work stream false]
+        (dst: *mut c_void, value: c_int, n: usize, stream: Handle);
+    R_MEMSET_ASYNC_SPT shim_hipMemsetAsync_spt "hipMemsetAsync_spt" "hip_5.3" [work stream true]
+        (dst: *mut c_void, value: c_int, n: usize, stream: Handle);
+    // Synchronous copies/fills on the null stream (per-thread stream for `_spt`): the usual
+    // first operation of a plain HIP program.
+    R_MEMCPY shim_hipMemcpy "hipMemcpy" "hip_4.2" [work_null false]
+        (dst: *mut c_void, src: *const c_void, n: usize, kind: Kind);
+    R_MEMCPY_SPT shim_hipMemcpy_spt "hipMemcpy_spt" "hip_5.2" [work_null true]
+        (dst: *mut c_void, src: *const c_void, n: usize, kind: Kind);
+    R_MEMSET shim_hipMemset "hipMemset" "hip_4.2" [work_null false]
+        (dst: *mut c_void, value: c_int, n: usize);
+    R_MEMSET_SPT shim_hipMemset_spt "hipMemset_spt" "hip_5.2" [work_null true]
+        (dst: *mut c_void, value: c_int, n: usize);
+    R_MEMCPY_WITH_STREAM shim_hipMemcpyWithStream "hipMemcpyWithStream" "hip_4.2" [work stream false]
+        (dst: *mut c_void, src: *const c_void, n: usize, kind: Kind, stream: Handle);
+    R_MEMCPY_HTOD_ASYNC shim_hipMemcpyHtoDAsync "hipMemcpyHtoDAsync" "hip_4.2" [work stream false]
+        (dst: *mut c_void, src: *const c_void, n: usize, stream: Handle);
+    R_MEMCPY_DTOH_ASYNC shim_hipMemcpyDtoHAsync "hipMemcpyDtoHAsync" "hip_4.2" [work stream false]
+        (dst: *mut c_void, src: *mut c_void, n: usize, stream: Handle);
+    R_MEMCPY_DTOD_ASYNC shim_hipMemcpyDtoDAsync "hipMemcpyDtoDAsync" "hip_4.2" [work stream false]
+        (dst: *mut c_void, src: *mut c_void, n: usize, stream: Handle);
+    R_MEMCPY_PEER_ASYNC shim_hipMemcpyPeerAsync "hipMemcpyPeerAsync" "hip_4.2" [work stream false]
+        (dst: *mut c_void, dst_device: c_int, src: *const c_void, src_device: c_int, n: usize,
+         stream: Handle);
+    R_MEMCPY_2D_ASYNC shim_hipMemcpy2DAsync "hipMemcpy2DAsync" "hip_4.2" [work stream false]
+        (dst: *mut c_void, dpitch: usize, src: *const c_void, spitch: usize, width: usize,
+         height: usize, kind: Kind, stream: Handle);
+    R_MEMCPY_2D_ASYNC_SPT shim_hipMemcpy2DAsync_spt "hipMemcpy2DAsync_spt" "hip_5.3" [work stream true]
+        (dst: *mut c_void, dpitch: usize, src: *const c_void, spitch: usize, width: usize,
+         height: usize, kind: Kind, stream: Handle);
+    R_MEMCPY_2D_TO_ARRAY_ASYNC shim_hipMemcpy2DToArrayAsync "hipMemcpy2DToArrayAsync" "hip_4.3"
+        [work stream false]
+        (dst: Handle, w_offset: usize, h_offset: usize, src: *const c_void, spitch: usize,
+         width: usize, height: usize, kind: Kind, stream: Handle);
+    R_MEMCPY_2D_TO_ARRAY_ASYNC_SPT shim_hipMemcpy2DToArrayAsync_spt "hipMemcpy2DToArrayAsync_spt" "hip_5.3"
+        [work stream true]
+        (dst: Handle, w_offset: usize, h_offset: usize, src: *const c_void, spitch: usize,
+         width: usize, height: usize, kind: Kind, stream: Handle);
+    R_MEMCPY_2D_FROM_ARRAY_ASYNC shim_hipMemcpy2DFromArrayAsync "hipMemcpy2DFromArrayAsync" "hip_4.2"
+        [work stream false]
+        (dst: *mut c_void, dpitch: usize, src: Handle, w_offset: usize, h_offset: usize,
+         width: usize, height: usize, kind: Kind, stream: Handle);
+    R_MEMCPY_2D_FROM_ARRAY_ASYNC_SPT shim_hipMemcpy2DFromArrayAsync_spt "hipMemcpy2DFromArrayAsync_spt"
+        "hip_5.3" [work stream true]
+        (dst: *mut c_void, dpitch: usize, src: Handle, w_offset: usize, h_offset: usize,
+         width: usize, height: usize, kind: Kind, stream: Handle);
+    R_MEMCPY_PARAM_2D_ASYNC shim_hipMemcpyParam2DAsync "hipMemcpyParam2DAsync" "hip_4.2" [work stream false]
+        (copy: *const c_void, stream: Handle);
+    R_MEMCPY_3D_ASYNC shim_hipMemcpy3DAsync "hipMemcpy3DAsync" "hip_4.2" [work stream false]
+        (params: *const c_void, stream: Handle);
+    R_MEMCPY_3D_ASYNC_SPT shim_hipMemcpy3DAsync_spt "hipMemcpy3DAsync_spt" "hip_5.3" [work stream true]
+        (params: *const c_void, stream: Handle);
+    R_DRV_MEMCPY_3D_ASYNC shim_hipDrvMemcpy3DAsync "hipDrvMemcpy3DAsync" "hip_4.2" [work stream false]
+        (copy: *const c_void, stream: Handle);
+    R_MEMCPY_TO_SYMBOL_ASYNC shim_hipMemcpyToSymbolAsync "hipMemcpyToSymbolAsync" "hip_4.2" [work stream false]
+        (symbol: *const c_void, src: *const c_void, n: usize, offset: usize, kind: Kind, stream: Handle);
+    R_MEMCPY_TO_SYMBOL_ASYNC_SPT shim_hipMemcpyToSymbolAsync_spt "hipMemcpyToSymbolAsync_spt" "hip_5.3"
+        [work stream true]
+        (symbol: *const c_void, src: *const c_void, n: usize, offset: usize, kind: Kind, stream: Handle);
+    R_MEMCPY_FROM_SYMBOL_ASYNC shim_hipMemcpyFromSymbolAsync "hipMemcpyFromSymbolAsync" "hip_4.2"
+        [work stream false]
+        (dst: *mut c_void, symbol: *const c_void, n: usize, offset: usize, kind: Kind, stream: Handle);
+    R_MEMCPY_FROM_SYMBOL_ASYNC_SPT shim_hipMemcpyFromSymbolAsync_spt "hipMemcpyFromSymbolAsync_spt" "hip_5.3"
+        [work stream true]
+        (dst: *mut c_void, symbol: *const c_void, n: usize, offset: usize, kind: Kind, stream: Handle);
+    R_MEMCPY_ATOH_ASYNC shim_hipMemcpyAtoHAsync "hipMemcpyAtoHAsync" "hip_6.2" [work stream false]
+        (dst: *mut c_void, src: Handle, src_offset: usize, n: usize, stream: Handle);
+    R_MEMCPY_HTOA_ASYNC shim_hipMemcpyHtoAAsync "hipMemcpyHtoAAsync" "hip_6.2" [work stream false]
+        (dst: Handle, dst_offset: usize, src: *const c_void, n: usize, stream: Handle);
+    R_MEMSET_D8_ASYNC shim_hipMemsetD8Async "hipMemsetD8Async" "hip_4.2" [work stream false]
+        (dst: *mut c_void, value: u8, count: usize, stream: Handle);
+    R_MEMSET_D16_ASYNC shim_hipMemsetD16Async "hipMemsetD16Async" "hip_4.2" [work stream false]
+        (dst: *mut c_void, value: u16, count: usize, stream: Handle);
+    R_MEMSET_D32_ASYNC shim_hipMemsetD32Async "hipMemsetD32Async" "hip_4.2" [work stream false]
+        (dst: *mut c_void, value: c_int, count: usize, stream: Handle);
+    R_MEMSET_2D_ASYNC shim_hipMemset2DAsync "hipMemset2DAsync" "hip_4.2" [work stream false]
+        (dst: *mut c_void, pitch: usize, value: c_int, width: usize, height: usize, stream: Handle);
+    R_MEMSET_2D_ASYNC_SPT shim_hipMemset2DAsync_spt "hipMemset2DAsync_spt" "hip_5.3" [work stream true]
+        (dst: *mut c_void, pitch: usize, value: c_int, width: usize, height: usize, stream: Handle);
+    R_MEMSET_3D_ASYNC shim_hipMemset3DAsync "hipMemset3DAsync" "hip_4.2" [work stream false]
+        (ptr: PitchedPtr, value: c_int, extent: Extent, stream: Handle);
+    R_MEMSET_3D_ASYNC_SPT shim_hipMemset3DAsync_spt "hipMemset3DAsync_spt" "hip_5.3" [work stream true]
+        (ptr: PitchedPtr, value: c_int, extent: Extent, stream: Handle);
+    R_LAUNCH_HOST_FUNC shim_hipLaunchHostFunc "hipLaunchHostFunc" "hip_5.3" [work stream false]
+        (stream: Handle, f: *const c_void, data: *mut c_void);
+    R_LAUNCH_HOST_FUNC_SPT shim_hipLaunchHostFunc_spt "hipLaunchHostFunc_spt" "hip_5.3" [work stream true]
+        (stream: Handle, f: *const c_void, data: *mut c_void);
+    R_STREAM_ADD_CALLBACK shim_hipStreamAddCallback "hipStreamAddCallback" "hip_4.2" [work stream false]
+        (stream: Handle, callback: *const c_void, data: *mut c_void, flags: u32);
+    R_STREAM_ADD_CALLBACK_SPT shim_hipStreamAddCallback_spt "hipStreamAddCallback_spt" "hip_5.3"
+        [work stream true]
+        (stream: Handle, callback: *const c_void, data: *mut c_void, flags: u32);
+    R_EVENT_RECORD shim_hipEventRecord "hipEventRecord" "hip_4.2" [work stream false]
+        (event: Handle, stream: Handle);
+    R_EVENT_RECORD_SPT shim_hipEventRecord_spt "hipEventRecord_spt" "hip_5.2" [work stream true]
+        (event: Handle, stream: Handle);
+    R_STREAM_WAIT_EVENT shim_hipStreamWaitEvent "hipStreamWaitEvent" "hip_4.2" [work stream false]
+        (stream: Handle, event: Handle, flags: u32);
+    R_STREAM_WAIT_EVENT_SPT shim_hipStreamWaitEvent_spt "hipStreamWaitEvent_spt" "hip_5.2" [work stream true]
+        (stream: Handle, event: Handle, flags: u32);
+
+    // ---- synchronisation and queries: never held ----
+    R_STREAM_SYNC shim_hipStreamSynchronize "hipStreamSynchronize" "hip_4.2" [sync stream false]
+        (stream: Handle);
+    R_STREAM_SYNC_SPT shim_hipStreamSynchronize_spt "hipStreamSynchronize_spt" "hip_5.2" [sync stream true]
+        (stream: Handle);
+    R_STREAM_QUERY shim_hipStreamQuery "hipStreamQuery" "hip_4.2" [sync stream false]
+        (stream: Handle);
+    R_STREAM_QUERY_SPT shim_hipStreamQuery_spt "hipStreamQuery_spt" "hip_5.2" [sync stream true]
+        (stream: Handle);
+    R_EVENT_SYNC shim_hipEventSynchronize "hipEventSynchronize" "hip_4.2" [forward]
+        (event: Handle);
+    R_DEVICE_SYNC shim_hipDeviceSynchronize "hipDeviceSynchronize" "hip_4.2" [device_sync] ();
+    R_CTX_SYNC shim_hipCtxSynchronize "hipCtxSynchronize" "hip_4.2" [device_sync] ();
 }
 
 /// After a successful `hipGetProcAddress`: if the runtime handed out one of the functions the

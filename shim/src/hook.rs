@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use kfd_sys as sys;
 
 use crate::launch::{CTX, NO_STREAM, guarded};
-use crate::state::{F_DISABLED, FLAGS, Queue, STATE};
+use crate::state::{F_DISABLED, FLAGS, QUEUES_CREATED, Queue, STATE};
 
 thread_local! {
     /// Set while the shim itself issues KFD ioctls.
@@ -163,6 +163,13 @@ pub unsafe fn kfd_ioctl(fd: c_int, request: c_ulong, arg: *mut c_void) -> c_int 
     }
 }
 
+/// A compute queue type (PM4 or AQL): the kind a stream runs on. SDMA queues (the runtime's
+/// copy engines, created lazily at a first copy) belong to no stream.
+fn is_compute(queue_type: u32) -> bool {
+    queue_type == sys::KFD_IOC_QUEUE_TYPE_COMPUTE
+        || queue_type == sys::KFD_IOC_QUEUE_TYPE_COMPUTE_AQL
+}
+
 /// Byte offset of `queue_priority` in `kfd_ioctl_create_queue_args`.
 const PRIORITY_OFFSET: usize =
     std::mem::offset_of!(sys::kfd_ioctl_create_queue_args, queue_priority);
@@ -207,23 +214,29 @@ fn record_queue(fd: c_int, a: &sys::kfd_ioctl_create_queue_args, requested: u32,
         suspended: false,
         busy: false,
         dying: false,
+        compute: is_compute(a.queue_type),
         streams: Vec::new(),
     });
+    QUEUES_CREATED.fetch_add(1, Ordering::Relaxed);
     let sid = CTX.with(Cell::get);
-    if sid != NO_STREAM {
-        st.attribute(sid, a.queue_id);
-    }
+    let attributed =
+        sid != NO_STREAM && is_compute(a.queue_type) && st.attribute_created(sid, a.queue_id);
     st.changed();
     st.refresh_flags();
     crate::log::debug(|| {
         format!(
-            "CREATE_QUEUE gpu {} -> queue {} priority {requested} -> {effective}, stream {}",
+            "CREATE_QUEUE gpu {} -> queue {} (type {}) priority {requested} -> {effective}, stream {}",
             a.gpu_id,
             a.queue_id,
-            if sid == NO_STREAM {
+            a.queue_type,
+            if attributed {
+                sid.to_string()
+            } else if sid == NO_STREAM {
                 "?".to_string()
             } else {
-                sid.to_string()
+                format!(
+                    "? (not taken by stream {sid}: it has a queue, or this is not a compute queue)"
+                )
             }
         )
     });
@@ -350,5 +363,18 @@ mod tests {
         // Keyboard ioctls share type 'K' (KDGKBTYPE = 0x4B33) but are not queue requests.
         assert_eq!(classify(0x4B33), None);
         assert_eq!(PRIORITY_OFFSET, 48);
+    }
+
+    #[test]
+    fn only_compute_queues_belong_to_streams() {
+        assert!(is_compute(sys::KFD_IOC_QUEUE_TYPE_COMPUTE_AQL));
+        assert!(is_compute(sys::KFD_IOC_QUEUE_TYPE_COMPUTE));
+        for t in [
+            sys::KFD_IOC_QUEUE_TYPE_SDMA,
+            sys::KFD_IOC_QUEUE_TYPE_SDMA_XGMI,
+            sys::KFD_IOC_QUEUE_TYPE_SDMA_BY_ENG_ID,
+        ] {
+            assert!(!is_compute(t), "type {t}");
+        }
     }
 }

@@ -1,6 +1,18 @@
 //! What the exported wrappers do around the real call: the fast path (one relaxed load, then
 //! the call), and the slow path: stream registration, stream -> queue attribution, the level-1
 //! gate, and the library passthrough.
+//!
+//! Three kinds of stream calls:
+//!
+//! * [`launch`]: kernel and graph launches. Gate, attribution context, and (while the stream's
+//!   queue is unknown) the write-index comparison, counted towards [`MAX_ATTEMPTS`].
+//! * [`work`]: other stream-ordered work (async copies and fills, host functions, event
+//!   records, stream waits). The same gate and attribution context, no write-index comparison
+//!   (such a call may enqueue nothing, or enqueue on a copy engine, or run host code that
+//!   launches elsewhere, so "exactly one queue moved" would not name the stream's queue).
+//! * [`sync`]: synchronisation and queries. Never held (holding them could deadlock the
+//!   application); attribution context while the stream's queue is unknown, and a stream the
+//!   runtime created a queue for during the call is registered afterwards.
 
 use std::cell::Cell;
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -12,7 +24,7 @@ use kfdq::proto::StreamKind;
 
 use crate::state::{
     F_CREATED_PENDING, F_DISABLED, F_HOLDS, F_NULL_PENDING, F_READY, FLAGS, FORK_GEN, MAX_ATTEMPTS,
-    NULL_STREAM_ID, STATE, State,
+    NULL_STREAM_ID, QUEUES_CREATED, STATE, State,
 };
 
 /// "No stream" in the thread-local context.
@@ -93,9 +105,22 @@ pub fn disable(why: &str) {
     STATE.notify_all();
 }
 
-/// A launch-like call on stream `s`.
+/// A kernel or graph launch on stream `s`.
 #[inline(always)]
 pub fn launch(s: StreamRef, call: impl FnOnce() -> i32) -> i32 {
+    ordered::<true>(s, call)
+}
+
+/// Other stream-ordered work on stream `s` (async copy/fill, host function, event record,
+/// stream wait): held like a launch, attributed like a launch, no write-index comparison.
+#[inline(always)]
+pub fn work(s: StreamRef, call: impl FnOnce() -> i32) -> i32 {
+    ordered::<false>(s, call)
+}
+
+/// A stream-ordered call; `PROBE`: compare write indices while the stream's queue is unknown.
+#[inline(always)]
+fn ordered<const PROBE: bool>(s: StreamRef, call: impl FnOnce() -> i32) -> i32 {
     let f = FLAGS.load(Ordering::Relaxed);
     let fast = match s.which() {
         Which::Null => f & (F_READY | F_HOLDS | F_NULL_PENDING) == F_READY,
@@ -105,7 +130,24 @@ pub fn launch(s: StreamRef, call: impl FnOnce() -> i32) -> i32 {
     if fast || f & F_DISABLED != 0 {
         return call();
     }
-    launch_slow(s, call)
+    ordered_slow::<PROBE>(s, call)
+}
+
+/// A synchronising or query call on stream `s` (`hipStreamSynchronize`, `hipStreamQuery`,
+/// and, with the null stream, `hipDeviceSynchronize` / `hipCtxSynchronize`). Never held; the
+/// fast path ignores holds.
+#[inline(always)]
+pub fn sync(s: StreamRef, call: impl FnOnce() -> i32) -> i32 {
+    let f = FLAGS.load(Ordering::Relaxed);
+    let fast = match s.which() {
+        Which::Null => f & (F_READY | F_NULL_PENDING) == F_READY,
+        Which::Created(_) => f & (F_READY | F_CREATED_PENDING) == F_READY,
+        Which::PerThread => f & F_READY != 0 && spt_known(),
+    };
+    if fast || f & F_DISABLED != 0 {
+        return call();
+    }
+    sync_slow(s, call)
 }
 
 #[inline(always)]
@@ -118,19 +160,91 @@ fn spt_known() -> bool {
 
 #[cold]
 #[inline(never)]
-fn launch_slow(s: StreamRef, call: impl FnOnce() -> i32) -> i32 {
+fn ordered_slow<const PROBE: bool>(s: StreamRef, call: impl FnOnce() -> i32) -> i32 {
     crate::init::ensure_init();
     if FLAGS.load(Ordering::Relaxed) & F_DISABLED != 0 {
         return call();
     }
-    let prep = guarded(|| prepare(s));
+    let prep = guarded(|| prepare(s, PROBE));
     let prev = CTX.with(|c| c.replace(prep.as_ref().map_or(NO_STREAM, |p| p.sid)));
     let r = call();
     CTX.with(|c| c.set(prev));
     if let Some(p) = prep {
-        guarded(|| finish(p, r));
+        guarded(|| finish(p, r, PROBE));
     }
     r
+}
+
+#[cold]
+#[inline(never)]
+fn sync_slow(s: StreamRef, call: impl FnOnce() -> i32) -> i32 {
+    crate::init::ensure_init();
+    if FLAGS.load(Ordering::Relaxed) & F_DISABLED != 0 {
+        return call();
+    }
+    let sid = guarded(|| sync_stream_id(s)).flatten();
+    let created = QUEUES_CREATED.load(Ordering::Relaxed);
+    let prev = CTX.with(|c| c.replace(sid.unwrap_or(NO_STREAM)));
+    let r = call();
+    CTX.with(|c| c.set(prev));
+    // The hook runs on this thread during the call, so its increment is visible here.
+    if let Some(sid) = sid
+        && QUEUES_CREATED.load(Ordering::Relaxed) != created
+    {
+        guarded(|| adopt(s, sid));
+    }
+    r
+}
+
+/// The stream id a synchronising call runs under, without registering anything: the null
+/// stream's fixed id, this thread's per-thread stream id (reserved now if it has none), or a
+/// registered created stream whose queue is still unknown. `None`: no attribution context.
+fn sync_stream_id(s: StreamRef) -> Option<u64> {
+    match s.which() {
+        Which::Null => Some(NULL_STREAM_ID),
+        Which::PerThread => {
+            let gen_now = FORK_GEN.load(Ordering::Relaxed);
+            let (g, sid, _) = SPT.with(Cell::get);
+            if g == gen_now && sid != NO_STREAM {
+                return Some(sid);
+            }
+            let sid = STATE.lock().reserve_stream_id();
+            SPT.with(|c| c.set((gen_now, sid, false)));
+            Some(sid)
+        }
+        Which::Created(h) => {
+            let st = STATE.lock();
+            st.stream_by_handle(h)
+                .filter(|id| st.stream(*id).is_some_and(|x| x.queue.is_none()))
+        }
+    }
+}
+
+/// After a synchronising call under stream id `sid`: if the runtime created a queue for the
+/// stream meanwhile (recorded as in flight while the stream was unregistered), register the
+/// stream now, which takes that queue.
+fn adopt(s: StreamRef, sid: u64) {
+    let mut st = STATE.lock();
+    let kind = match s.which() {
+        Which::Null => StreamKind::Null,
+        Which::PerThread => StreamKind::PerThread,
+        Which::Created(_) => StreamKind::Created,
+    };
+    if st.adopt_inflight(sid, kind) {
+        crate::log::debug(|| {
+            format!(
+                "stream {sid} registered: the runtime gave it a queue during a synchronising call"
+            )
+        });
+    }
+    if kind == StreamKind::PerThread && st.stream(sid).is_some_and(|x| x.queue.is_some()) {
+        SPT.with(|c| {
+            let (g, id, _) = c.get();
+            if id == sid {
+                c.set((g, id, true));
+            }
+        });
+    }
 }
 
 struct Prep {
@@ -172,7 +286,7 @@ fn stream_id_for(st: &mut State, s: StreamRef) -> (u64, bool) {
     }
 }
 
-fn prepare(s: StreamRef) -> Prep {
+fn prepare(s: StreamRef, probe: bool) -> Prep {
     let mut st = STATE.lock();
     let (sid, new_handle) = stream_id_for(&mut st, s);
     if st.stream(sid).is_some_and(|x| x.held) {
@@ -182,10 +296,10 @@ fn prepare(s: StreamRef) -> Prep {
         }
         st = STATE.lock();
     }
-    let before = if st.stream(sid).is_some_and(|x| x.queue.is_none()) {
+    let before = if probe && st.stream(sid).is_some_and(|x| x.queue.is_none()) {
         st.queues
             .iter()
-            .filter(|q| !q.dying)
+            .filter(|q| !q.dying && q.compute)
             .map(|q| (q.id, q.indices().0))
             .collect()
     } else {
@@ -201,7 +315,7 @@ fn prepare(s: StreamRef) -> Prep {
 
 /// Blocks while stream `sid` is held (level 1). Woken by release, fail-open and fork.
 fn wait_released(sid: u64) {
-    crate::log::debug(|| format!("launch on held stream {sid} waits"));
+    crate::log::debug(|| format!("call on held stream {sid} waits"));
     let mut st = STATE.lock();
     while st.stream(sid).is_some_and(|s| s.held) && FLAGS.load(Ordering::Relaxed) & F_DISABLED == 0
     {
@@ -210,7 +324,7 @@ fn wait_released(sid: u64) {
     crate::log::debug(|| format!("stream {sid} released"));
 }
 
-fn finish(p: Prep, result: i32) {
+fn finish(p: Prep, result: i32, probe: bool) {
     let mut st = STATE.lock();
     let Some(s) = st.stream(p.sid) else { return };
     if s.queue.is_none() && p.new_handle && result != 0 {
@@ -235,6 +349,7 @@ fn finish(p: Prep, result: i32) {
         }
     }
     if let Some(s) = st.streams.iter_mut().find(|s| s.id == p.sid)
+        && probe
         && s.queue.is_none()
         && !s.gave_up
     {
@@ -354,7 +469,8 @@ fn caller_is_passthrough() -> bool {
     let obj = crate::sys::object_of(ra.saturating_sub(1));
     let pass = obj.as_ref().is_some_and(|o| {
         !o.main_program
-            && crate::config::is_passthrough(&crate::init::config().passthrough, &o.file)
+            && (crate::config::is_hip_runtime(&o.file)
+                || crate::config::is_passthrough(&crate::init::config().passthrough, &o.file))
     });
     crate::log::debug(|| {
         format!(

@@ -2,7 +2,8 @@
 //!
 //! Loaded into a GPU process in front of the HIP runtime, it
 //!
-//! * exports the HIP launch / stream entry points under HIP's own symbol versions
+//! * exports the HIP launch, stream, stream-ordered work (copies, fills, host functions, event
+//!   records, stream waits) and synchronisation entry points under HIP's own symbol versions
 //!   (`hipLaunchKernel@@hip_4.2`, `hipLaunchKernel_spt@@hip_5.2`, `hipGetProcAddress@@hip_6.1`,
 //!   ...) and `ioctl`, forwarding each to the real definition found behind it;
 //! * observes every amdkfd CREATE/UPDATE/DESTROY_QUEUE through `ioctl`, learning which KFD queue

@@ -25,6 +25,10 @@ pub const F_DISABLED: u32 = 16;
 /// Fast-path flags: one relaxed load decides whether a launch needs the slow path.
 pub static FLAGS: AtomicU32 = AtomicU32::new(0);
 
+/// Bumped on every CREATE_QUEUE the hook records: a synchronising call that saw it unchanged
+/// created no queue and has nothing to register.
+pub static QUEUES_CREATED: AtomicU64 = AtomicU64::new(0);
+
 /// Bumped by the fork child handler; thread-local caches compare against it.
 pub static FORK_GEN: AtomicU64 = AtomicU64::new(0);
 
@@ -93,6 +97,9 @@ pub struct Queue {
     pub busy: bool,
     /// DESTROY_QUEUE in flight: its memory may go away, do not read it.
     pub dying: bool,
+    /// A compute queue (`KFD_IOC_QUEUE_TYPE_COMPUTE` / `_COMPUTE_AQL`). Copy-engine (SDMA)
+    /// queues are registered but never attributed to a stream.
+    pub compute: bool,
     /// Streams mapped onto it.
     pub streams: Vec<u64>,
 }
@@ -300,6 +307,33 @@ impl State {
         self.refresh_flags();
     }
 
+    /// A compute queue the runtime created while a call of stream `sid` was in flight on the
+    /// same thread. The first one is the stream's: a stream that already has a queue (or one
+    /// waiting for its registration) keeps it, because a later creation during such a call is
+    /// the runtime's own (e.g. ROCr's blit-kernel queue, created lazily at the first copy right
+    /// after the stream's queue). Returns whether `qid` was attributed to `sid`.
+    pub fn attribute_created(&mut self, sid: u64, qid: u32) -> bool {
+        let taken = match self.stream(sid) {
+            Some(s) => s.queue.is_some(),
+            None => self.inflight.iter().any(|(s, _)| *s == sid),
+        };
+        if !taken {
+            self.attribute(sid, qid);
+        }
+        !taken
+    }
+
+    /// After a synchronising call under the id `sid` of a stream that was not registered: if
+    /// the runtime created a queue for it meanwhile (held in `inflight`), registers the stream,
+    /// which takes that queue. Returns whether it did.
+    pub fn adopt_inflight(&mut self, sid: u64, kind: StreamKind) -> bool {
+        if self.stream(sid).is_some() || !self.inflight.iter().any(|(s, _)| *s == sid) {
+            return false;
+        }
+        self.register_stream(sid, kind, 0, None, None);
+        true
+    }
+
     /// Removes a stream (destroyed by the application).
     pub fn remove_stream(&mut self, sid: u64) {
         self.streams.retain(|s| s.id != sid);
@@ -423,6 +457,7 @@ mod tests {
             suspended: false,
             busy: false,
             dying: false,
+            compute: true,
             streams: vec![],
         }
     }
@@ -472,6 +507,45 @@ mod tests {
         assert_eq!(st.stream(NULL_STREAM_ID).unwrap().queue, None);
         st.remove_stream(NULL_STREAM_ID);
         assert!(st.streams.is_empty());
+    }
+
+    #[test]
+    fn the_first_queue_created_during_a_call_is_the_streams() {
+        let mut st = State::new();
+        st.queues.push(queue(1));
+        st.queues.push(queue(2));
+        st.register_stream(NULL_STREAM_ID, StreamKind::Null, 0, None, None);
+        assert!(st.attribute_created(NULL_STREAM_ID, 1));
+        // e.g. ROCr's blit queue, created right after during the same first copy
+        assert!(!st.attribute_created(NULL_STREAM_ID, 2));
+        assert_eq!(st.stream(NULL_STREAM_ID).unwrap().queue, Some(1));
+        assert!(st.queue(2).unwrap().streams.is_empty());
+        // The same for a stream still being created (in flight).
+        let sid = st.reserve_stream_id();
+        st.queues.push(queue(3));
+        st.queues.push(queue(4));
+        assert!(st.attribute_created(sid, 3));
+        assert!(!st.attribute_created(sid, 4));
+        assert_eq!(st.inflight, vec![(sid, 3)]);
+        // Once its queue is gone, a new one is taken.
+        st.remove_queue(1);
+        assert!(st.attribute_created(NULL_STREAM_ID, 2));
+        assert_eq!(st.stream(NULL_STREAM_ID).unwrap().queue, Some(2));
+    }
+
+    #[test]
+    fn a_queue_created_during_a_sync_registers_its_stream() {
+        let mut st = State::new();
+        st.queues.push(queue(7));
+        // Nothing created: nothing registered.
+        assert!(!st.adopt_inflight(NULL_STREAM_ID, StreamKind::Null));
+        assert!(st.streams.is_empty());
+        assert!(st.attribute_created(NULL_STREAM_ID, 7));
+        assert!(st.adopt_inflight(NULL_STREAM_ID, StreamKind::Null));
+        let s = st.stream(NULL_STREAM_ID).unwrap();
+        assert_eq!((s.kind, s.queue), (StreamKind::Null, Some(7)));
+        assert!(st.inflight.is_empty());
+        assert!(!st.adopt_inflight(NULL_STREAM_ID, StreamKind::Null));
     }
 
     #[test]

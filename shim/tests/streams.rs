@@ -487,3 +487,126 @@ fn exec_registers_the_new_image_once() {
     app.go();
     app.finish();
 }
+
+/// Runs `ordered first <op>` (class latency): synchronisation and queries before any work
+/// create and register nothing; then `op`, the stream's very first operation, gets the queue
+/// the runtime creates during it attributed to its stream. Returns nothing: asserts.
+fn first_operation_attributes(emu: &Emu, op: &str, name: &str, kind: StreamKind) {
+    let mut app = Launch::new(programs().get("ordered"))
+        .arg("first")
+        .arg(op)
+        .env("KFDQ_CLASS", "latency")
+        .start(emu);
+    app.wait_line("CHECKPOINT synced");
+    let pid = app.pid;
+    assert!(
+        emu.queues_of(pid).is_empty(),
+        "{op}: synchronising and querying before any work creates no queue"
+    );
+    app.release("synced");
+    app.wait_line(&format!("first {op} ok"));
+    app.wait_line("CHECKPOINT first");
+    let want = app.queues()[name];
+    let reg = app.wait_registry(pid, &format!("{op}: the {name} stream mapped"), |r| {
+        r.streams
+            .iter()
+            .any(|s| s.kind == kind && s.queue_id.is_some())
+    });
+    assert_eq!(
+        reg.streams.len(),
+        1,
+        "{op}: only the stream that did work is registered (the earlier synchronisation \
+         calls on the null and per-thread streams register nothing): {reg:#?}"
+    );
+    let s = &reg.streams[0];
+    assert_eq!(s.kind, kind, "{op}");
+    if kind == StreamKind::Null {
+        assert_eq!(s.stream_id, 0, "{op}: the null stream is stream 0");
+    }
+    assert_eq!(
+        s.queue_id,
+        Some(want.queue_id),
+        "{op}: the queue created during the stream's first operation (a copy/fill, no launch \
+         in this program) is attributed to it"
+    );
+    assert_eq!(reg.queues.len(), 1, "{op}: {reg:#?}");
+    assert_eq!(
+        effective(&reg, want.queue_id),
+        13,
+        "{op}: latency class, normal-priority stream (ROCr 7) -> 13"
+    );
+    assert_emulator_agrees(emu, pid, &reg);
+    assert!(
+        emu.queue(pid, want.queue_id).packets_done >= 1,
+        "{op}: the operation's packet ran on that queue"
+    );
+    app.go();
+    app.finish();
+}
+
+#[test]
+fn first_operation_copy_or_fill_attributes_the_null_stream() {
+    let Some(emu) = mount("first_operation_copy_or_fill_attributes_the_null_stream") else {
+        return;
+    };
+    for op in ["memcpy", "memset", "memcpy-legacy", "memcpy-sync"] {
+        first_operation_attributes(&emu, op, "null", StreamKind::Null);
+    }
+}
+
+#[test]
+fn first_operation_fill_attributes_the_per_thread_stream() {
+    let Some(emu) = mount("first_operation_fill_attributes_the_per_thread_stream") else {
+        return;
+    };
+    first_operation_attributes(&emu, "memset-spt", "spt", StreamKind::PerThread);
+}
+
+#[test]
+fn hip_get_proc_address_returns_the_stream_work_wrappers() {
+    let Some(emu) = mount("hip_get_proc_address_returns_the_stream_work_wrappers") else {
+        return;
+    };
+    let mut app = Launch::new(programs().get("ordered"))
+        .arg("procaddr")
+        .start(&emu);
+    app.wait_line("CHECKPOINT procaddr");
+    let lines: Vec<String> = app
+        .seen
+        .iter()
+        .filter(|l| l.starts_with("procaddr "))
+        .cloned()
+        .collect();
+    assert_eq!(lines.len(), 13 + 5 + 4, "{lines:#?}");
+    for l in &lines {
+        assert!(
+            l.ends_with(" libkfdq_shim.so"),
+            "hipGetProcAddress must hand out the shim's wrapper: {l}"
+        );
+    }
+    // The pointers behave as the wrappers of the right entry point: hipMemsetAsync on NULL is
+    // the null stream, hipMemcpyAsync obtained with the per-thread flag (the runtime hands out
+    // hipMemcpyAsync_spt, the shim its _spt wrapper) on NULL is the per-thread stream; each
+    // was that stream's first operation.
+    let q = app.queues();
+    let pid = app.pid;
+    let reg = app.wait_registry(pid, "null and per-thread streams mapped", |r| {
+        r.streams.iter().filter(|s| s.queue_id.is_some()).count() == 2
+    });
+    let null = reg
+        .streams
+        .iter()
+        .find(|s| s.kind == StreamKind::Null)
+        .expect("null stream");
+    assert_eq!(null.queue_id, Some(q["null"].queue_id));
+    let spt = reg
+        .streams
+        .iter()
+        .find(|s| s.kind == StreamKind::PerThread)
+        .expect("per-thread stream");
+    assert_eq!(spt.queue_id, Some(q["spt"].queue_id));
+    assert_ne!(q["null"].queue_id, q["spt"].queue_id);
+    assert_emulator_agrees(&emu, pid, &reg);
+    app.go();
+    app.finish();
+}

@@ -15,22 +15,10 @@ pub use kfd_emu::{EmuConfig, MountedEmu, Preset, QueueStats, Stats};
 #[allow(unused_imports)]
 pub use kfdq::proto::{Registry, StreamInfo, StreamKind};
 
-/// True when privileged tests can run. Without root they fail with the reason, unless
-/// KFDQ_SKIP_PRIVILEGED=1 asks to skip them (then they say they were skipped).
+/// Whether a privileged test may run (root, or fail with the reason; `KFDQ_SKIP_PRIVILEGED=1`
+/// skips and says so).
 pub fn privileged(test: &str) -> bool {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } == 0 {
-        return true;
-    }
-    if std::env::var("KFDQ_SKIP_PRIVILEGED").as_deref() == Ok("1") {
-        eprintln!(
-            "SKIPPED {test}: needs root for a FUSE mount of kfd-emu (KFDQ_SKIP_PRIVILEGED=1)"
-        );
-        return false;
-    }
-    panic!(
-        "{test} needs root: it mounts kfd-emu over FUSE. Run as root, or set KFDQ_SKIP_PRIVILEGED=1 to skip privileged tests."
-    );
+    kfd_emu::privileged_test(test)
 }
 
 /// The `libkfdq_shim.so` cargo built for this test run: `target/<profile>/deps/` (where the
@@ -74,7 +62,7 @@ pub fn programs() -> &'static Programs {
             .join(format!("kfdq-shim-programs-{}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("create program dir");
         let src = Path::new(PROGRAMS);
-        for name in ["streams", "uselib", "forkexec", "worker"] {
+        for name in ["streams", "uselib", "forkexec", "worker", "ordered"] {
             fakehip::compile_program(
                 &src.join(format!("{name}.c")),
                 &dir.join(name),
@@ -295,6 +283,26 @@ impl App {
                 }
             }
         }
+    }
+
+    /// Keeps reading stdout lines into `seen` for `d` (or until stdout closes).
+    pub fn collect_for(&mut self, d: Duration) {
+        let deadline = Instant::now() + d;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return;
+            }
+            match self.lines.recv_timeout(left) {
+                Ok(l) => self.seen.push(l),
+                Err(_) => return,
+            }
+        }
+    }
+
+    /// True when a line starting with `prefix` has been read.
+    pub fn has_line(&self, prefix: &str) -> bool {
+        self.seen.iter().any(|l| l.starts_with(prefix))
     }
 
     fn fail(&mut self, why: &str) -> ! {
