@@ -22,7 +22,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use kfd_sys as sys;
-use kfdq::kfd::debug::{QueueStatus, queue_snapshot, resume_queues, suspend_queues};
+use kfdq::kfd::debug::{QueueStatus, dbg_enable, queue_snapshot, resume_queues, suspend_queues};
 use kfdq::kfd::{EXCEPTION_QUEUE_NEW, QueueId};
 use kfdq::policy::class::KFD_PRIORITY_MAX;
 use kfdq::proto::{self, AgentMsg, DecodeError, Level, LineReader, ShimMsg, Target};
@@ -555,57 +555,21 @@ pub fn activate(st: &mut State, qids: &[u32]) -> Result<String, String> {
 
 /// DBG_TRAP ENABLE on this process, once.
 fn ensure_debug(st: &mut State, fd: BorrowedFd<'_>) -> Result<(), String> {
-    if st.debug.enabled {
-        return Ok(());
-    }
-    let mut fds = [0i32; 2];
-    // SAFETY: valid out array of two fds.
-    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC | libc::O_NONBLOCK) } != 0 {
-        return Err(format!(
-            "level 3 needs an event pipe for DBG_TRAP ENABLE: pipe2: {}",
-            std::io::Error::last_os_error()
-        ));
-    }
-    let mut info = sys::kfd_runtime_info::default();
-    // The constant's type follows the bound header's enum (u32 or i32 depending on the header).
-    #[allow(clippy::unnecessary_cast)]
-    let enable = sys::KFD_IOC_DBG_TRAP_ENABLE as u32;
-    let mut args = sys::kfd_ioctl_dbg_trap_args {
-        pid: pid(),
-        op: enable,
-        __bindgen_anon_1: Default::default(),
-    };
-    args.__bindgen_anon_1.enable = sys::kfd_ioctl_dbg_trap_enable_args {
-        exception_mask: 0,
-        rinfo_ptr: &mut info as *mut sys::kfd_runtime_info as u64,
-        rinfo_size: size_of::<sys::kfd_runtime_info>() as u32,
-        dbg_fd: fds[1] as u32,
-    };
-    // SAFETY: `info` is writable and `rinfo_size` bytes long for the call; `dbg_fd` is our pipe.
-    let r = with_bypass(|| unsafe { kfdq::kfd::ioctl::dbg_trap(fd, &mut args) });
-    match r {
-        Ok(_) => {
-            st.debug.enabled = true;
-            st.debug.pipe = Some((fds[0], fds[1]));
-            crate::log::debug(|| {
-                format!(
-                    "DBG_TRAP ENABLE on self (runtime state {})",
-                    info.runtime_state
-                )
-            });
-            Ok(())
-        }
-        Err(e) => {
-            // SAFETY: closing the two fds pipe2 just gave us.
-            unsafe {
-                libc::close(fds[0]);
-                libc::close(fds[1]);
-            }
-            Err(format!(
+    if st.debug.is_none() {
+        let att = with_bypass(|| dbg_enable(fd, pid(), 0)).map_err(|e| {
+            format!(
                 "level 3 needs DBG_TRAP ENABLE on this process (KFD >= 1.13, RUNTIME_ENABLE done by the runtime before its first queue, no other debugger attached): {e}"
-            ))
-        }
+            )
+        })?;
+        crate::log::debug(|| {
+            format!(
+                "DBG_TRAP ENABLE on self (runtime state {})",
+                att.runtime.runtime_state
+            )
+        });
+        st.debug = Some(att);
     }
+    Ok(())
 }
 
 fn status_errors(ids: &[u32], statuses: &[QueueStatus]) -> Vec<String> {
@@ -617,6 +581,31 @@ fn status_errors(ids: &[u32], statuses: &[QueueStatus]) -> Vec<String> {
             QueueStatus::Error => Some(format!("queue {id}: the hardware failed to preempt or restore it")),
         })
         .collect()
+}
+
+/// Records what SUSPEND/RESUME_QUEUES did to each of `todo` (`suspended` is the state a queue
+/// reported `Ok` is now in) and turns the other statuses into one error naming `op`.
+fn record_level3(
+    st: &mut State,
+    todo: &[u32],
+    statuses: &[QueueStatus],
+    suspended: bool,
+    op: &str,
+) -> Result<(), String> {
+    for (id, s) in todo.iter().zip(statuses) {
+        if *s == QueueStatus::Ok
+            && let Some(q) = st.queue_mut(*id)
+        {
+            q.suspended = suspended;
+        }
+    }
+    st.changed();
+    let errs = status_errors(todo, statuses);
+    if errs.is_empty() {
+        Ok(())
+    } else {
+        Err(format!("level 3: {op}: {}", errs.join("; ")))
+    }
 }
 
 /// Level 3 on `qids`.
@@ -637,22 +626,9 @@ pub fn suspend(st: &mut State, qids: &[u32], grace_period: u32) -> Result<String
     let ids: Vec<QueueId> = todo.iter().map(|q| QueueId(*q)).collect();
     let (_, statuses) = with_bypass(|| suspend_queues(fd, pid(), &ids, grace_period, 0))
         .map_err(|e| format!("level 3: SUSPEND_QUEUES: {e}"))?;
-    for (id, s) in todo.iter().zip(&statuses) {
-        if *s == QueueStatus::Ok
-            && let Some(q) = st.queue_mut(*id)
-        {
-            q.suspended = true;
-        }
-    }
-    st.changed();
-    let errs = status_errors(&todo, &statuses);
-    if errs.is_empty() {
-        Ok(format!(
-            "level 3: suspended queue(s) {todo:?} (DBG_TRAP SUSPEND_QUEUES, grace period {grace_period})"
-        ))
-    } else {
-        Err(format!("level 3: SUSPEND_QUEUES: {}", errs.join("; ")))
-    }
+    record_level3(st, &todo, &statuses, true, "SUSPEND_QUEUES").map(|()| {
+        format!("level 3: suspended queue(s) {todo:?} (DBG_TRAP SUSPEND_QUEUES, grace period {grace_period})")
+    })
 }
 
 /// Undoes level 3 on `qids`.
@@ -669,20 +645,8 @@ pub fn resume(st: &mut State, qids: &[u32]) -> Result<String, String> {
     let ids: Vec<QueueId> = todo.iter().map(|q| QueueId(*q)).collect();
     let (_, statuses) = with_bypass(|| resume_queues(fd, pid(), &ids))
         .map_err(|e| format!("level 3: RESUME_QUEUES: {e}"))?;
-    for (id, s) in todo.iter().zip(&statuses) {
-        if *s == QueueStatus::Ok
-            && let Some(q) = st.queue_mut(*id)
-        {
-            q.suspended = false;
-        }
-    }
-    st.changed();
-    let errs = status_errors(&todo, &statuses);
-    if errs.is_empty() {
-        Ok(format!("level 3: resumed queue(s) {todo:?}"))
-    } else {
-        Err(format!("level 3: RESUME_QUEUES: {}", errs.join("; ")))
-    }
+    record_level3(st, &todo, &statuses, false, "RESUME_QUEUES")
+        .map(|()| format!("level 3: resumed queue(s) {todo:?}"))
 }
 
 /// Fail open: releases every hold, reactivates every deactivated queue, resumes every

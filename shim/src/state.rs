@@ -130,15 +130,6 @@ impl Queue {
     }
 }
 
-/// State of the self-debugging attachment (level 3).
-#[derive(Debug, Default)]
-pub struct Debug {
-    /// DBG_TRAP ENABLE on this process succeeded.
-    pub enabled: bool,
-    /// The event pipe KFD writes to (read end, write end), kept open while enabled.
-    pub pipe: Option<(i32, i32)>,
-}
-
 /// The whole registry.
 #[derive(Debug)]
 pub struct State {
@@ -156,8 +147,8 @@ pub struct State {
     pub generation: u64,
     /// The runtime's `/dev/kfd` fd (-1 until its first CREATE_QUEUE).
     pub kfd_fd: i32,
-    /// Level-3 attachment.
-    pub debug: Debug,
+    /// Level-3 attachment: DBG_TRAP ENABLE on this process (holds KFD's event pipe).
+    pub debug: Option<kfdq::kfd::DebugAttachment>,
     /// Streams registered from now on start held (level 1 on `All`).
     pub hold_new: bool,
     /// Static priority policy.
@@ -177,10 +168,7 @@ impl State {
             next_stream_id: 1,
             generation: 1,
             kfd_fd: -1,
-            debug: Debug {
-                enabled: false,
-                pipe: None,
-            },
+            debug: None,
             hold_new: false,
             policy: PriorityPolicy {
                 class: None,

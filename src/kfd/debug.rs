@@ -219,6 +219,35 @@ pub fn queue_snapshot(
     }
 }
 
+/// DBG_TRAP ENABLE on `pid` (the process owning `fd` itself, or one whose ptrace tracer the
+/// calling thread is), subscribing to `exceptions`. Creates the event pipe KFD writes to; the
+/// returned attachment keeps both ends open.
+pub fn dbg_enable(fd: BorrowedFd<'_>, pid: u32, exceptions: u64) -> Result<DebugAttachment> {
+    let (read, write) =
+        nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC | nix::fcntl::OFlag::O_NONBLOCK)
+            .map_err(|e| Error::io("pipe2", e.into()))?;
+    let mut info = sys::kfd_runtime_info::default();
+    let mut args = trap_args(pid, sys::KFD_IOC_DBG_TRAP_ENABLE as u32);
+    args.__bindgen_anon_1.enable = sys::kfd_ioctl_dbg_trap_enable_args {
+        exception_mask: exceptions,
+        rinfo_ptr: &mut info as *mut _ as u64,
+        rinfo_size: std::mem::size_of::<sys::kfd_runtime_info>() as u32,
+        dbg_fd: write.as_raw_fd() as u32,
+    };
+    // SAFETY: `info` is writable and `rinfo_size` bytes long for the call; `dbg_fd` is our pipe.
+    unsafe { ioctl::dbg_trap(fd, &mut args)? };
+    Ok(DebugAttachment {
+        pid,
+        runtime: RuntimeInfo {
+            r_debug: info.r_debug,
+            runtime_state: info.runtime_state,
+            ttmp_setup: info.ttmp_setup,
+        },
+        events: read,
+        _write_end: write,
+    })
+}
+
 impl Kfd {
     /// RUNTIME_ENABLE for this process. Must precede its first queue.
     pub fn runtime_enable(&self, r_debug: u64, ttmp_save: bool) -> Result<u32> {
@@ -232,32 +261,10 @@ impl Kfd {
         ioctl::runtime_enable(self.as_fd(), 0, 0).map(drop)
     }
 
-    /// DBG_TRAP ENABLE on `pid` (this process, or one we trace), subscribing to `exceptions`.
+    /// DBG_TRAP ENABLE on `pid` (this process, or one we trace); see [`dbg_enable`].
     pub fn dbg_enable(&self, pid: u32, exceptions: u64) -> Result<DebugAttachment> {
         self.require_debugger_api("DBG_TRAP")?;
-        let (read, write) =
-            nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC | nix::fcntl::OFlag::O_NONBLOCK)
-                .map_err(|e| Error::io("pipe2", e.into()))?;
-        let mut info = sys::kfd_runtime_info::default();
-        let mut args = trap_args(pid, sys::KFD_IOC_DBG_TRAP_ENABLE as u32);
-        args.__bindgen_anon_1.enable = sys::kfd_ioctl_dbg_trap_enable_args {
-            exception_mask: exceptions,
-            rinfo_ptr: &mut info as *mut _ as u64,
-            rinfo_size: std::mem::size_of::<sys::kfd_runtime_info>() as u32,
-            dbg_fd: write.as_raw_fd() as u32,
-        };
-        // SAFETY: `info` is writable and `rinfo_size` bytes long for the call; `dbg_fd` is our pipe.
-        unsafe { ioctl::dbg_trap(self.as_fd(), &mut args)? };
-        Ok(DebugAttachment {
-            pid,
-            runtime: RuntimeInfo {
-                r_debug: info.r_debug,
-                runtime_state: info.runtime_state,
-                ttmp_setup: info.ttmp_setup,
-            },
-            events: read,
-            _write_end: write,
-        })
+        dbg_enable(self.as_fd(), pid, exceptions)
     }
 
     /// DBG_TRAP DISABLE on `pid`: resumes everything it suspended and detaches.
