@@ -106,6 +106,30 @@ fn add_refs(p: &mut Process, refs: &QueueRefs, delta: i32) {
     }
 }
 
+/// The checks CREATE_QUEUE and UPDATE_QUEUE share, in the kernel's order: percentage (low
+/// byte) <= 100, priority <= 15 (`EINVAL`), a non-zero ring base is a user address (`EFAULT`),
+/// ring size a power of two or 0 (`EINVAL`). Returns the ring size raised to the 1024 minimum.
+fn check_queue_properties(
+    percentage: u32,
+    priority: u32,
+    ring_base: u64,
+    ring_size: u32,
+) -> KResult<u32> {
+    if percentage & 0xff > KFD_MAX_QUEUE_PERCENTAGE {
+        return Err(EINVAL);
+    }
+    if priority > KFD_MAX_QUEUE_PRIORITY {
+        return Err(EINVAL);
+    }
+    if ring_base != 0 && !access_ok(ring_base, 8) {
+        return Err(EFAULT);
+    }
+    if ring_size != 0 && !ring_size.is_power_of_two() {
+        return Err(EINVAL);
+    }
+    Ok(ring_size.max(KFD_MIN_QUEUE_RING_SIZE))
+}
+
 /// AMDKFD_IOC_CREATE_QUEUE.
 pub(crate) fn create(
     ctx: &Ctx<'_>,
@@ -116,19 +140,12 @@ pub(crate) fn create(
     let emu = ctx.emu;
     let mut a: kfd_ioctl_create_queue_args = load(buf);
     // set_queue_properties_from_user
-    if a.queue_percentage & 0xff > KFD_MAX_QUEUE_PERCENTAGE {
-        return Err(EINVAL);
-    }
-    if a.queue_priority > KFD_MAX_QUEUE_PRIORITY {
-        return Err(EINVAL);
-    }
-    if a.ring_base_address != 0 && !access_ok(a.ring_base_address, 8) {
-        return Err(EFAULT);
-    }
-    if a.ring_size != 0 && !a.ring_size.is_power_of_two() {
-        return Err(EINVAL);
-    }
-    let ring_size = a.ring_size.max(KFD_MIN_QUEUE_RING_SIZE);
+    let ring_size = check_queue_properties(
+        a.queue_percentage,
+        a.queue_priority,
+        a.ring_base_address,
+        a.ring_size,
+    )?;
     if !access_ok(a.read_pointer_address, 4) || !access_ok(a.write_pointer_address, 4) {
         return Err(EFAULT);
     }
@@ -243,19 +260,12 @@ pub(crate) fn update(
 ) -> KResult<i32> {
     let emu = ctx.emu;
     let a: kfd_ioctl_update_queue_args = load(buf);
-    if a.queue_percentage & 0xff > KFD_MAX_QUEUE_PERCENTAGE {
-        return Err(EINVAL);
-    }
-    if a.queue_priority > KFD_MAX_QUEUE_PRIORITY {
-        return Err(EINVAL);
-    }
-    if a.ring_base_address != 0 && !access_ok(a.ring_base_address, 8) {
-        return Err(EFAULT);
-    }
-    if a.ring_size != 0 && !a.ring_size.is_power_of_two() {
-        return Err(EINVAL);
-    }
-    let ring_size = a.ring_size.max(KFD_MIN_QUEUE_RING_SIZE);
+    let ring_size = check_queue_properties(
+        a.queue_percentage,
+        a.queue_priority,
+        a.ring_base_address,
+        a.ring_size,
+    )?;
     let mut guard = emu.lock();
     let st: &mut State = &mut guard;
     let p = st.processes.get_mut(&ctx.tgid).ok_or(ESRCH)?;
