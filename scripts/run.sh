@@ -7,7 +7,8 @@ cd "$(dirname "$0")/.."
 scripts/setup.sh
 
 cargo build --quiet --bins
-bin=target/debug
+target=${CARGO_TARGET_DIR:-target}
+bin=$target/debug
 mnt=$(mktemp -d /tmp/kfdq-emu.XXXXXX)
 ready=$mnt.ready
 emu_pid=""
@@ -42,9 +43,9 @@ wait "$demo_pid"
 
 echo
 echo "== two HIP programs under the launch shim: class latency and class batch"
-fakehip_lib=$(ls -t target/debug/build/fakehip-*/out/libamdhip64.so.6 | head -n 1)
+fakehip_lib=$(ls -t "$target"/debug/build/fakehip-*/out/libamdhip64.so.6 | head -n 1)
 fakehip_dir=$(dirname "$fakehip_lib")
-workload=target/debug/kfdq-workload
+workload=$bin/kfdq-workload
 cc -O2 -Wall -o "$workload" shim/examples/workload.c -I tools/fakehip/include \
     -L "$fakehip_dir" -lamdhip64 -Wl,-rpath,"$fakehip_dir"
 state=$(mktemp -d /tmp/kfdq-state.XXXXXX)
