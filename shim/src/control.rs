@@ -496,47 +496,46 @@ fn set_priority(st: &mut State, t: &Target, priority: u32) -> Result<String, Str
 /// Level 2 on `qids`.
 pub fn deactivate(st: &mut State, qids: &[u32]) -> Result<String, String> {
     let fd = kfd_fd(st)?;
-    let mut done = Vec::new();
-    let mut errs = Vec::new();
-    for id in by_gpu(st, qids) {
-        let Some(q) = st.queue_mut(id) else { continue };
-        if q.deactivated || q.dying {
-            continue;
-        }
-        match update(fd, q, q.runtime_percentage & !0xff, q.effective) {
-            Ok(()) => {
-                q.deactivated = true;
-                done.push(id);
-            }
-            Err(e) => errs.push(e),
-        }
-    }
-    st.changed();
-    if errs.is_empty() {
-        Ok(format!(
-            "level 2: deactivated queue(s) {done:?} (UPDATE_QUEUE percentage 0)"
-        ))
-    } else {
-        Err(format!(
-            "level 2 (UPDATE_QUEUE percentage 0) failed: {}; deactivated {done:?}",
-            errs.join("; ")
-        ))
-    }
+    set_level2(st, fd, qids, true)
+        .map(|done| format!("level 2: deactivated queue(s) {done:?} (UPDATE_QUEUE percentage 0)"))
+        .map_err(|(errs, done)| {
+            format!("level 2 (UPDATE_QUEUE percentage 0) failed: {errs}; deactivated {done:?}")
+        })
 }
 
 /// Undoes level 2 on `qids`: the runtime's own percentage comes back.
 pub fn activate(st: &mut State, qids: &[u32]) -> Result<String, String> {
     let fd = kfd_fd(st)?;
+    set_level2(st, fd, qids, false)
+        .map(|done| format!("level 2: reactivated queue(s) {done:?}"))
+        .map_err(|(errs, done)| format!("level 2 release failed: {errs}; reactivated {done:?}"))
+}
+
+/// UPDATE_QUEUE on each of `qids` (grouped by GPU) that is not already in the requested state:
+/// percentage 0 (keeping the runtime's `pm4_target_xcc` bits) when `deactivate`, else the
+/// runtime's own percentage; always the managed priority. Returns the queues changed, or the
+/// joined errors and the queues changed anyway.
+fn set_level2(
+    st: &mut State,
+    fd: BorrowedFd<'_>,
+    qids: &[u32],
+    deactivate: bool,
+) -> Result<Vec<u32>, (String, Vec<u32>)> {
     let mut done = Vec::new();
     let mut errs = Vec::new();
     for id in by_gpu(st, qids) {
         let Some(q) = st.queue_mut(id) else { continue };
-        if !q.deactivated {
+        if q.deactivated == deactivate || (deactivate && q.dying) {
             continue;
         }
-        match update(fd, q, q.runtime_percentage, q.effective) {
+        let percentage = if deactivate {
+            q.runtime_percentage & !0xff
+        } else {
+            q.runtime_percentage
+        };
+        match update(fd, q, percentage, q.effective) {
             Ok(()) => {
-                q.deactivated = false;
+                q.deactivated = deactivate;
                 done.push(id);
             }
             Err(e) => errs.push(e),
@@ -544,12 +543,9 @@ pub fn activate(st: &mut State, qids: &[u32]) -> Result<String, String> {
     }
     st.changed();
     if errs.is_empty() {
-        Ok(format!("level 2: reactivated queue(s) {done:?}"))
+        Ok(done)
     } else {
-        Err(format!(
-            "level 2 release failed: {}; reactivated {done:?}",
-            errs.join("; ")
-        ))
+        Err((errs.join("; "), done))
     }
 }
 
@@ -686,17 +682,13 @@ pub fn state_dir() -> Option<&'static Path> {
     static DIR: OnceLock<Option<PathBuf>> = OnceLock::new();
     DIR.get_or_init(|| {
         let usable = |d: &Path| std::fs::create_dir_all(d).is_ok() && writable(d);
-        if let Some(d) = std::env::var_os(proto::state::STATE_DIR_ENV).filter(|d| !d.is_empty()) {
-            let d = PathBuf::from(d);
-            return usable(&d).then_some(d);
+        // An explicit directory is used or nothing; the defaults are tried in order.
+        match proto::state::state_dir_override() {
+            Some(d) => usable(&d).then_some(d),
+            None => proto::state::default_state_dirs()
+                .into_iter()
+                .find(|d| usable(d)),
         }
-        let run = PathBuf::from("/run/kfdq");
-        if usable(&run) {
-            return Some(run);
-        }
-        // SAFETY: getuid has no preconditions.
-        let tmp = PathBuf::from(format!("/tmp/kfdq-{}", unsafe { libc::getuid() }));
-        usable(&tmp).then_some(tmp)
     })
     .as_deref()
 }

@@ -10,18 +10,27 @@ pub fn registry_file_name(pid: u32) -> String {
     format!("shim-{pid}.json")
 }
 
+/// `$KFDQ_STATE_DIR`, when set and not empty.
+pub fn state_dir_override() -> Option<PathBuf> {
+    std::env::var_os(STATE_DIR_ENV)
+        .filter(|d| !d.is_empty())
+        .map(PathBuf::from)
+}
+
+/// The default directories, in order of preference: `/run/kfdq`, `/tmp/kfdq-<uid>`.
+pub fn default_state_dirs() -> [PathBuf; 2] {
+    [
+        PathBuf::from("/run/kfdq"),
+        PathBuf::from(format!("/tmp/kfdq-{}", nix::unistd::getuid())),
+    ]
+}
+
 /// Directories a reader searches, in order: `$KFDQ_STATE_DIR`, `/run/kfdq`, `/tmp/kfdq-<uid>`.
 pub fn state_dirs() -> Vec<PathBuf> {
-    let mut v = Vec::new();
-    if let Some(d) = std::env::var_os(STATE_DIR_ENV).filter(|d| !d.is_empty()) {
-        v.push(PathBuf::from(d));
-    }
-    v.push(PathBuf::from("/run/kfdq"));
-    v.push(PathBuf::from(format!(
-        "/tmp/kfdq-{}",
-        nix::unistd::getuid()
-    )));
-    v
+    state_dir_override()
+        .into_iter()
+        .chain(default_state_dirs())
+        .collect()
 }
 
 /// Reads the registry `pid` published, if any (the first one found in [`state_dirs`]).
