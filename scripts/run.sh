@@ -1,30 +1,44 @@
 #!/usr/bin/env bash
 # The main job, on the built-in emulator (no AMD GPU needed): mount kfd-emu with the mi308x
 # preset, create queues at several priorities, deactivate and reactivate one, show
-# `kfdq topology` and `kfdq ps`, clean up.
+# `kfdq topology` and `kfdq ps`, run two HIP programs under the shim, clean up.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/lib.sh
+
+step "setup: checking Debian packages, toolchain and FUSE"
 scripts/setup.sh
 
-cargo build --quiet --bins
-target=${CARGO_TARGET_DIR:-target}
-bin=$target/debug
+step "building the workspace (kfdq, kfd-emu, kfdq-demo, the shim, fakehip)"
+build_log=$(mktemp /tmp/kfdq-build.XXXXXX.log)
+build_workspace "$build_log"
+rm -f "$build_log"
+bin=$BIN
 mnt=$(mktemp -d /tmp/kfdq-emu.XXXXXX)
 ready=$mnt.ready
+emu_log=$mnt.log
 emu_pid=""
 cleanup() {
     [[ -n $emu_pid ]] && kill -TERM "$emu_pid" 2>/dev/null && wait "$emu_pid" 2>/dev/null || true
     "$bin/kfd-emu" unmount "$mnt" >/dev/null 2>&1 || true
     rmdir "$mnt" 2>/dev/null || true
-    rm -f "$ready"
+    rm -f "$ready" "$emu_log"
 }
 trap cleanup EXIT
 
 echo "== mounting kfd-emu (mi308x: 4 XCC x 20 CU, an assumed layout) at $mnt"
-"$bin/kfd-emu" --mount "$mnt" --preset mi308x &
+"$bin/kfd-emu" --mount "$mnt" --preset mi308x 2>"$emu_log" &
 emu_pid=$!
-for _ in $(seq 1 200); do [[ -e $mnt/dev/kfd ]] && break; sleep 0.05; done
-[[ -e $mnt/dev/kfd ]] || { echo "kfd-emu did not come up" >&2; exit 1; }
+for _ in $(seq 1 200); do
+    [[ -e $mnt/dev/kfd ]] && break
+    kill -0 "$emu_pid" 2>/dev/null || break
+    sleep 0.05
+done
+if [[ ! -e $mnt/dev/kfd ]]; then
+    cat "$emu_log" >&2
+    die "kfd-emu did not come up at $mnt within 10 s (its output is above)" \
+        "it needs root, /dev/fuse and fusermount3 (Debian package fuse3): run scripts/setup.sh as root"
+fi
 
 echo
 echo "== kfdq topology"
@@ -34,7 +48,12 @@ echo
 echo "== kfdq-demo queues: priorities 0/7/11/15, deactivate + reactivate the priority-0 queue"
 "$bin/kfdq-demo" --root "$mnt" queues --hold-secs 3 --ready-file "$ready" &
 demo_pid=$!
-for _ in $(seq 1 600); do [[ -e $ready ]] && break; sleep 0.05; done
+for _ in $(seq 1 600); do
+    [[ -e $ready ]] && break
+    kill -0 "$demo_pid" 2>/dev/null || break
+    sleep 0.05
+done
+[[ -e $ready ]] || die "kfdq-demo did not create its queues (its output is above)"
 
 echo
 echo "== kfdq ps (while the demo holds its queues)"
@@ -43,11 +62,11 @@ wait "$demo_pid"
 
 echo
 echo "== two HIP programs under the launch shim: class latency and class batch"
-fakehip_lib=$(ls -t "$target"/debug/build/fakehip-*/out/libamdhip64.so.6 | head -n 1)
-fakehip_dir=$(dirname "$fakehip_lib")
+fakehip_dir=$FAKEHIP_DIR
 workload=$bin/kfdq-workload
 cc -O2 -Wall -o "$workload" shim/examples/workload.c -I tools/fakehip/include \
-    -L "$fakehip_dir" -lamdhip64 -Wl,-rpath,"$fakehip_dir"
+    -L "$fakehip_dir" -lamdhip64 -Wl,-rpath,"$fakehip_dir" ||
+    die "could not compile shim/examples/workload.c against fakehip" "the C compiler comes from Debian's gcc: run scripts/setup.sh as root"
 state=$(mktemp -d /tmp/kfdq-state.XXXXXX)
 export KFDQ_STATE_DIR=$state
 "$bin/kfdq" --root "$mnt" run --class latency -- "$workload" 3 &

@@ -3,10 +3,23 @@
 # ptrace), then format and lint checks.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/lib.sh
+
+step "setup: checking Debian packages, toolchain and FUSE"
 scripts/setup.sh
 
-cargo build --quiet --workspace --all-targets
+step "building every package and test target"
+cargo build --quiet --workspace --all-targets ||
+    die "cargo build --workspace --all-targets failed (errors above)" \
+        "a missing Debian package shows up as a bindgen/libclang or cc error: run scripts/setup.sh as root"
+
+step "cargo test --workspace (privileged tests need root; KFDQ_SKIP_PRIVILEGED=1 skips them)"
 cargo test --workspace -- --test-threads="${KFDQ_TEST_THREADS:-4}"
-cargo fmt --all -- --check
-cargo clippy --quiet --workspace --all-targets -- -D warnings
+
+step "cargo fmt --check"
+cargo fmt --all -- --check || die "code is not formatted" "run 'cargo fmt --all' and commit the result"
+
+step "cargo clippy -D warnings"
+cargo clippy --quiet --workspace --all-targets -- -D warnings ||
+    die "clippy found warnings (above)" "fix them; the project builds with -D warnings"
 echo "test: ok"

@@ -1,0 +1,51 @@
+# Shell helpers shared by kfdq's scripts (sourced, not run).
+
+# step MESSAGE: one line that says what the script does next.
+step() {
+    printf '== %s\n' "$*"
+}
+
+# die MESSAGE...: what failed, what is missing and how to get it; exits 1.
+die() {
+    printf '%s: error: %s\n' "${0##*/}" "$1" >&2
+    shift
+    local line
+    for line in "$@"; do printf '  %s\n' "$line" >&2; done
+    exit 1
+}
+
+# target_dir: the directory cargo builds into (honours CARGO_TARGET_DIR and cargo config).
+target_dir() {
+    local meta dir
+    meta=$(cargo metadata --format-version 1 --no-deps 2>/dev/null) ||
+        die "cargo metadata failed" "run 'cargo metadata --no-deps' in $(pwd) to see why"
+    dir=$(printf '%s' "$meta" | grep -o '"target_directory":"[^"]*"' | head -n 1 | cut -d'"' -f4)
+    [[ -n $dir ]] || die "cargo metadata named no target directory"
+    printf '%s\n' "$dir"
+}
+
+# build_workspace LOGFILE: builds every package of the workspace (binaries, libraries, the shim
+# and fakehip's C library) and sets FAKEHIP_DIR to the directory holding libamdhip64.so.6 and
+# BIN to the directory holding the binaries.
+build_workspace() {
+    local log=$1 json
+    json=$(mktemp /tmp/kfdq-build.XXXXXX.json)
+    if ! cargo build --workspace --message-format=json-render-diagnostics >"$json" 2>"$log"; then
+        tail -n 30 "$log" >&2
+        rm -f "$json"
+        die "cargo build --workspace failed (full log: $log)" \
+            "a missing Debian package shows up here as a bindgen/libclang or cc error: run scripts/setup.sh as root"
+    fi
+    # fakehip's build script compiles the C library into its OUT_DIR; cargo reports it.
+    FAKEHIP_DIR=$(grep '"reason":"build-script-executed"' "$json" | grep -F '/tools/fakehip#' |
+        grep -o '"out_dir":"[^"]*"' | tail -n 1 | cut -d'"' -f4)
+    rm -f "$json"
+    [[ -n $FAKEHIP_DIR && -e $FAKEHIP_DIR/libamdhip64.so.6 ]] ||
+        die "the build did not produce fakehip's libamdhip64.so.6" \
+            "fakehip's build script needs a C compiler (Debian package gcc): run scripts/setup.sh as root"
+    BIN=$(target_dir)/debug
+    local exe
+    for exe in kfdq kfd-emu kfdq-demo libkfdq_shim.so; do
+        [[ -e $BIN/$exe ]] || die "the build did not produce $BIN/$exe" "run 'cargo build --workspace' to see why"
+    done
+}
