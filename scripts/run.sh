@@ -36,7 +36,8 @@ for _ in $(seq 1 200); do
 done
 if [[ ! -e $mnt/dev/kfd ]]; then
     cat "$emu_log" >&2
-    die "kfd-emu did not come up at $mnt within 10 s (its output is above)" \
+    if kill -0 "$emu_pid" 2>/dev/null; then why="did not come up at $mnt within 10 s"; else why="exited"; fi
+    die "kfd-emu $why (its output is above)" \
         "it needs root, /dev/fuse and fusermount3 (Debian package fuse3): run scripts/setup.sh as root"
 fi
 
