@@ -9,6 +9,7 @@
 #![deny(unsafe_code)]
 
 pub mod cli;
+pub mod doctor;
 pub mod kfd;
 pub mod policy;
 pub mod proto;

@@ -1,6 +1,7 @@
 //! The `kfdq` command line: the user's front door.
 #![forbid(unsafe_code)]
 
+mod doctor;
 mod ps;
 mod run;
 mod table;
@@ -76,6 +77,25 @@ pub enum Command {
         #[arg(last = true, required = true, value_name = "COMMAND")]
         command: Vec<String>,
     },
+    /// Inspect this node: what kfdq can do on each GPU partition, and why not.
+    ///
+    /// Checks the KFD interface version and the debugger API, amdgpu's sched_policy and
+    /// cwsr_enable, whether the kernel programs per-queue priority (Linux 7.0 stopped), Yama's
+    /// ptrace_scope (the tracer path), the HIP runtime and whether the shim covers its symbol
+    /// versions, the resident queue slots, and the permissions of /dev/kfd and the agent's
+    /// socket. Every finding that limits kfdq comes with its fix. Exits 1 when a check FAILs.
+    Doctor {
+        /// The agent's socket to check.
+        #[arg(long, value_name = "PATH", default_value = crate::doctor::DEFAULT_SOCKET)]
+        socket: PathBuf,
+        /// The HIP runtime to check (default: libamdhip64.so.7/6/5 in $ROCM_PATH/lib,
+        /// /opt/rocm/lib and the system library directories).
+        #[arg(long, value_name = "PATH")]
+        hip_runtime: Option<PathBuf>,
+        /// The shim library to check (default: as `kfdq run` finds it).
+        #[arg(long, value_name = "PATH")]
+        shim: Option<PathBuf>,
+    },
 }
 
 /// Runs the CLI; returns the process exit code.
@@ -101,6 +121,19 @@ pub fn main() -> ExitCode {
                 shim: shim.as_deref(),
                 command: &command,
             },
+        ),
+        Command::Doctor {
+            socket,
+            hip_runtime,
+            shim,
+        } => doctor::run(
+            &root,
+            doctor::DoctorOptions {
+                socket: Some(socket),
+                hip_runtime,
+                shim,
+            },
+            cli.json,
         ),
     };
     match result {
@@ -137,6 +170,9 @@ pub enum CliError {
     /// The command line asked for something impossible; the text says what to do instead.
     #[error("{0}")]
     Usage(String),
+    /// `kfdq doctor` found checks that fail (it printed them with their fixes).
+    #[error("{0} check(s) FAILed: see the FAIL lines and their fixes above")]
+    Findings(usize),
     /// Output could not be written or serialised.
     #[error("writing output: {0}")]
     Output(String),

@@ -1,0 +1,129 @@
+//! `kfdq doctor`: what kfdq can do on this node, and why not.
+//!
+//! Each check reads one fact of the node (the KFD interface, amdgpu's module parameters, the
+//! kernel, Yama, the HIP runtime and the shim's symbol versions, permissions) and turns it into
+//! [`Finding`]s with a fix; [`levels`] turns the facts into a per-partition verdict: which
+//! preemption levels work there. Everything is read under a [`Root`], so the same checks run on
+//! a kfd-emu mount.
+#![forbid(unsafe_code)]
+
+mod access;
+mod hip;
+mod kernel;
+mod levels;
+pub mod symbols;
+
+use std::path::PathBuf;
+
+use serde::Serialize;
+
+use crate::kfd::Root;
+
+pub use levels::{LevelVerdict, PartitionVerdict};
+
+/// How a finding affects kfdq.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Status {
+    /// Works as kfdq needs.
+    Ok,
+    /// Informational: a fact worth knowing, nothing to fix.
+    Info,
+    /// Works, with a limit the operator should know (and may fix).
+    Warn,
+    /// A kfdq feature cannot work here until the fix is applied.
+    Fail,
+}
+
+impl Status {
+    /// The word the table prints.
+    pub fn label(self) -> &'static str {
+        match self {
+            Status::Ok => "ok",
+            Status::Info => "info",
+            Status::Warn => "warn",
+            Status::Fail => "FAIL",
+        }
+    }
+}
+
+/// One fact about the node and what it means for kfdq.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Finding {
+    /// Short name of the check (`kfd-version`, `sched-policy`, ...).
+    pub check: &'static str,
+    /// Outcome.
+    pub status: Status,
+    /// What was found, in one sentence.
+    pub found: String,
+    /// What to do about it, when there is something to do.
+    pub fix: Option<String>,
+}
+
+impl Finding {
+    fn new(check: &'static str, status: Status, found: impl Into<String>) -> Self {
+        Finding {
+            check,
+            status,
+            found: found.into(),
+            fix: None,
+        }
+    }
+
+    fn fix(mut self, fix: impl Into<String>) -> Self {
+        self.fix = Some(fix.into());
+        self
+    }
+}
+
+/// Where the doctor looks, beyond the [`Root`].
+#[derive(Debug, Clone, Default)]
+pub struct Options {
+    /// The agent's socket (default [`DEFAULT_SOCKET`]).
+    pub socket: Option<PathBuf>,
+    /// The HIP runtime to check (default: searched, see [`hip::find_runtime`]).
+    pub hip_runtime: Option<PathBuf>,
+    /// The shim library (default: as `kfdq run` finds it).
+    pub shim: Option<PathBuf>,
+}
+
+/// The agent's default socket path.
+pub const DEFAULT_SOCKET: &str = "/run/kfdq/kfdq.sock";
+
+/// The doctor's whole answer.
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    /// Root the node was read under.
+    pub root: PathBuf,
+    /// Every finding, in check order.
+    pub findings: Vec<Finding>,
+    /// Per GPU partition: which levels work.
+    pub partitions: Vec<PartitionVerdict>,
+}
+
+impl Report {
+    /// The worst status of any finding.
+    pub fn worst(&self) -> Status {
+        self.findings
+            .iter()
+            .map(|f| f.status)
+            .max()
+            .unwrap_or(Status::Ok)
+    }
+}
+
+/// Inspects the node under `root`.
+///
+/// Never fails: what cannot be read becomes a finding that says so.
+pub fn inspect(root: &Root, options: &Options) -> Report {
+    let mut findings = Vec::new();
+    let node = kernel::inspect(root, &mut findings);
+    access::inspect(root, options, &mut findings);
+    hip::inspect(root, options, &mut findings);
+    let partitions = levels::verdicts(&node, &mut findings);
+    Report {
+        root: root.path().to_path_buf(),
+        findings,
+        partitions,
+    }
+}
