@@ -158,10 +158,30 @@ pub struct EmuConfig {
     pub buffer_checks: bool,
     /// Stall of every queue of a partition per device-wide preempt, in microseconds.
     pub preempt_cost_us: u64,
-    /// Duration of an AQL dispatch packet whose `reserved2` is 0, in nanoseconds.
+    /// Execution time of one work-group of an AQL dispatch whose `reserved2` is 0, in ns.
     pub default_packet_ns: u64,
     /// Time slice of an oversubscribed partition, in microseconds.
     pub quantum_us: u64,
+    /// The kernel programs the per-queue priority (`cp_hqd_queue_priority`), as kernels before
+    /// upstream commit 73463e26f7e2 (Linux 7.0) did: the dispatcher then prefers higher queues
+    /// strictly. Otherwise only the pipe priority (low / medium / high) arbitrates.
+    #[serde(default)]
+    pub queue_priority: bool,
+    /// Overrides the arbitration the kernel mode implies (experiments: `equal`).
+    #[serde(default)]
+    pub arbitration: Option<gfx_model::Arbitration>,
+}
+
+impl EmuConfig {
+    /// The dispatcher's arbitration: the override, else what the kernel mode implies.
+    pub fn effective_arbitration(&self) -> gfx_model::Arbitration {
+        self.arbitration
+            .unwrap_or(if self.queue_priority || !self.buffer_checks {
+                gfx_model::Arbitration::StrictPriority
+            } else {
+                gfx_model::Arbitration::PipePriority
+            })
+    }
 }
 
 impl Default for EmuConfig {
@@ -175,6 +195,8 @@ impl Default for EmuConfig {
             preempt_cost_us: 50,
             default_packet_ns: 10_000,
             quantum_us: 10_000,
+            queue_priority: false,
+            arbitration: None,
         }
     }
 }

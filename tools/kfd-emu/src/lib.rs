@@ -21,6 +21,7 @@
 
 mod client_mem;
 mod config;
+mod cp;
 mod error;
 mod fs;
 mod hws;

@@ -34,8 +34,11 @@ Presets (gfx942, gfx_target_version 90402, 24 HQDs per XCC):
               The MI308X layout (4 XCDs x 20 CUs) is ASSUMED from
               third-party data and unverified.
 
-AQL dispatch packets run for the number of nanoseconds in their reserved2
-field (u64 at byte 48 of the packet), or --packet-us when it is 0.
+Dispatches run on a model of the partition (crate gfx-model, docs/gfx-model.md):
+their work-groups (grid / work-group size from the AQL packet) compete for the
+CUs' wave slots; one work-group runs for the nanoseconds in the packet's reserved2
+field (u64 at byte 48), or --packet-us when it is 0. Runlist updates preempt
+every queue of the partition and cost CWSR save/restore time.
 Must run as root to mount with allow_other.
 
 Environment: KFD_EMU_LOG sets the log filter (e.g. debug, kfd_emu=trace);
@@ -89,12 +92,32 @@ struct ServeArgs {
     /// Stall of every queue of a partition per device-wide preempt, in microseconds
     #[arg(long, default_value_t = 50, value_name = "N")]
     preempt_cost_us: u64,
-    /// Duration of an AQL dispatch packet whose reserved2 field is 0, in microseconds
+    /// Execution time of one work-group of an AQL dispatch whose reserved2 field is 0, in
+    /// microseconds
     #[arg(long, default_value_t = 10, value_name = "N")]
     packet_us: u64,
     /// Time slice of an oversubscribed partition, in microseconds
     #[arg(long, default_value_t = 10_000, value_name = "N")]
     quantum_us: u64,
+    /// Behave like a kernel before Linux 7.0 (upstream 73463e26f7e2), which programs the
+    /// per-queue priority: the dispatcher prefers higher queues strictly (implied by
+    /// --legacy-kernel). Default: only the pipe priority (0-6 low, 7-10 medium, 11-15 high)
+    #[arg(long)]
+    queue_priority: bool,
+    /// Override the dispatcher's arbitration: equal (round-robin), pipe, strict
+    #[arg(long, value_name = "MODE", value_parser = parse_arbitration)]
+    arbitration: Option<gfx_model::Arbitration>,
+}
+
+fn parse_arbitration(s: &str) -> Result<gfx_model::Arbitration, String> {
+    match s {
+        "equal" => Ok(gfx_model::Arbitration::Equal),
+        "pipe" => Ok(gfx_model::Arbitration::PipePriority),
+        "strict" => Ok(gfx_model::Arbitration::StrictPriority),
+        other => Err(format!(
+            "unknown arbitration {other:?}; expected equal, pipe or strict"
+        )),
+    }
 }
 
 fn parse_preset(s: &str) -> Result<Preset, String> {
@@ -116,6 +139,8 @@ fn serve(args: ServeArgs) -> Result<(), EmuError> {
         preempt_cost_us: args.preempt_cost_us,
         default_packet_ns: args.packet_us.saturating_mul(1000),
         quantum_us: args.quantum_us,
+        queue_priority: args.queue_priority,
+        arbitration: args.arbitration,
     };
     // Block the signals before any thread exists so that only sigwait sees them.
     let mut signals = SigSet::empty();

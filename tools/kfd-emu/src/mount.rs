@@ -22,7 +22,7 @@ use crate::error::EmuError;
 use crate::fs::KfdFs;
 use crate::state::{Effects, Emu};
 use crate::stats::{self, Stats};
-use crate::{hws, process};
+use crate::{cp, process};
 
 /// FUSE event-loop threads (two, so a page fault on a FUSE-backed mapping taken while
 /// one thread serves a request can still be served).
@@ -219,7 +219,7 @@ impl MountedEmu {
             done: false,
         };
         for (name, f) in [
-            ("kfd-emu-cp", hws::cp_thread as fn(Arc<Emu>)),
+            ("kfd-emu-cp", cp::cp_thread as fn(Arc<Emu>)),
             ("kfd-emu-reaper", process::reaper_thread as fn(Arc<Emu>)),
         ] {
             let e = emu.clone();

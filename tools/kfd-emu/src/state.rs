@@ -33,20 +33,18 @@ pub(crate) struct Emu {
     pub bos: BoStore,
     /// Cache of thread id -> thread-group id.
     pub tgids: Mutex<HashMap<u32, u32>>,
+    /// Time 0 of the partition models.
+    pub epoch: Instant,
 }
 
 impl Emu {
     pub fn new(config: EmuConfig, topo: Topology, root: PathBuf) -> Emu {
-        let now = Instant::now();
         let partitions = topo
             .gpus
             .iter()
-            .map(|_| PartitionState {
-                preempts: 0,
-                runlist_updates: 0,
-                stall_until: now,
-                rotation: 0,
-                last_rotation: now,
+            .map(|g| PartitionState {
+                model: gfx_model::Partition::new(crate::hws::shape(g), crate::hws::params(&config)),
+                known: BTreeMap::new(),
             })
             .collect();
         Emu {
@@ -65,11 +63,25 @@ impl Emu {
             shutdown: AtomicBool::new(false),
             bos: BoStore::default(),
             tgids: Mutex::new(HashMap::new()),
+            epoch: Instant::now(),
         }
     }
 
     pub fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().expect("kfd-emu state mutex poisoned")
+    }
+
+    /// Waits on `cp_wake` for at most `d`; true when woken rather than timed out.
+    pub fn wait_cp<'a>(
+        &self,
+        st: MutexGuard<'a, State>,
+        d: std::time::Duration,
+    ) -> (MutexGuard<'a, State>, bool) {
+        let (g, r) = self
+            .cp_wake
+            .wait_timeout(st, d)
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        (g, !r.timed_out())
     }
 
     pub fn is_shutdown(&self) -> bool {
@@ -108,22 +120,13 @@ impl State {
                 .map(move |(qid, q)| ((*tgid, *qid), q))
         })
     }
-
-    /// Keys of all queues on partition `part`.
-    pub fn keys_on(&self, part: usize) -> Vec<QueueKey> {
-        self.queues_on(part).map(|(k, _)| k).collect()
-    }
 }
 
-/// HWS counters and residency bookkeeping of one partition.
+/// One partition: the model of its HWS and CUs, and what the model was last told about each
+/// queue (so a runlist update sends only the differences).
 pub(crate) struct PartitionState {
-    pub preempts: u64,
-    pub runlist_updates: u64,
-    /// Queues of the partition make no progress before this instant (preempt cost).
-    pub stall_until: Instant,
-    /// Start of the resident window in the runlist (oversubscription rotation).
-    pub rotation: usize,
-    pub last_rotation: Instant,
+    pub model: gfx_model::Partition,
+    pub known: BTreeMap<gfx_model::QueueKey, crate::hws::Mirror>,
 }
 
 /// A blocked DESTROY_QUEUE: answered when the queue is resumed or the debugger goes.
@@ -297,16 +300,6 @@ impl QueueKind {
     }
 }
 
-/// The packet the CP is executing on a queue.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Inflight {
-    pub index: u64,
-    pub remaining_ns: u64,
-    /// A kernel dispatch (has waves to save) rather than a barrier.
-    pub dispatch: bool,
-    pub signal: u64,
-}
-
 /// Queue buffers referenced under Linux 6.12 rules.
 #[derive(Debug, Default, Clone)]
 pub(crate) struct QueueRefs {
@@ -342,18 +335,16 @@ pub(crate) struct Queue {
     pub exception_status: u64,
     pub cu_mask: Option<Vec<u32>>,
     pub refs: QueueRefs,
-    // --- HWS / CP model ---
-    pub resident: bool,
+    // --- CP ---
+    /// Read index published to the client: every packet before it completed.
     pub read_index: u64,
+    /// Last write index the CP read.
     pub write_index: u64,
+    /// Next ring index the CP reads and hands to the model.
+    pub fetch_index: u64,
+    /// Packets handed to the model and not completed: ring index -> completion signal.
+    pub pending: BTreeMap<u64, u64>,
     pub packets_done: u64,
-    pub inflight: Option<Inflight>,
-    /// Progress has been accounted up to here.
-    pub accounted_until: Instant,
-    /// Run time earned before a preempt and not yet consumed, in ns.
-    pub banked_ns: u64,
-    /// The queue had a dispatch in flight when it last went inactive (CWSR saved).
-    pub saved_waves: bool,
     /// Client memory could not be read; the CP stopped this queue.
     pub cp_failed: bool,
 }
@@ -364,15 +355,9 @@ impl Queue {
         self.ring_size > 0 && self.ring_base != 0 && (self.percentage & 0xff) > 0 && !self.suspended
     }
 
-    /// The CP knows of work on this queue: a packet in flight, banked time, or a write index
-    /// ahead of the read index at the last poll.
-    pub fn has_known_work(&self) -> bool {
-        self.inflight.is_some() || self.banked_ns > 0 || self.read_index < self.write_index
-    }
-
-    /// Whether the CP model executes this queue's packets now.
-    pub fn runnable(&self) -> bool {
-        self.is_active() && self.resident && !self.cp_failed && self.kind == QueueKind::ComputeAql
+    /// Whether the CP reads this queue's ring.
+    pub fn fetchable(&self) -> bool {
+        self.is_active() && !self.cp_failed && self.kind == QueueKind::ComputeAql
     }
 }
 

@@ -36,6 +36,14 @@ pub struct PartitionStats {
     pub preempts: u64,
     /// Runlist submissions.
     pub runlist_updates: u64,
+    /// Residency rotations of an oversubscribed runlist.
+    pub rotations: u64,
+    /// Waves context-saved by preempts and rotations (CWSR).
+    pub waves_saved: u64,
+    /// Saved waves restored.
+    pub waves_restored: u64,
+    /// Work-group starts and ends the partition model processed.
+    pub workgroup_events: u64,
 }
 
 /// One user queue.
@@ -63,6 +71,10 @@ pub struct QueueStats {
     pub cu_mask: Option<Vec<u32>>,
     /// AQL packets completed by the CP model.
     pub packets_done: u64,
+    /// Time during which at least one of its work-groups ran, in ns.
+    pub busy_ns: u64,
+    /// Its work-groups context-saved by preempts (CWSR).
+    pub workgroups_saved: u64,
     /// Read index the CP model published.
     pub read_index: u64,
     /// Last write index the CP model read.
@@ -102,8 +114,9 @@ pub(crate) fn snapshot(emu: &Emu) -> Stats {
             let active = st.queues_on(i).filter(|(_, q)| q.is_active()).count() as u32;
             let resident = st
                 .queues_on(i)
-                .filter(|(_, q)| q.is_active() && q.resident)
+                .filter(|(k, _)| crate::hws::is_resident(&st, i, *k))
                 .count() as u32;
+            let m = st.partitions[i].model.stats();
             PartitionStats {
                 node: g.node,
                 gpu_id: g.gpu_id,
@@ -112,8 +125,12 @@ pub(crate) fn snapshot(emu: &Emu) -> Stats {
                 active_queues: active,
                 resident_queues: resident,
                 oversubscribed: active > g.num_cp_queues,
-                preempts: st.partitions[i].preempts,
-                runlist_updates: st.partitions[i].runlist_updates,
+                preempts: m.device_preempts,
+                runlist_updates: m.runlist_updates,
+                rotations: m.rotations,
+                waves_saved: m.waves_saved,
+                waves_restored: m.waves_restored,
+                workgroup_events: m.wg_events,
             }
         })
         .collect();
@@ -121,6 +138,9 @@ pub(crate) fn snapshot(emu: &Emu) -> Stats {
     let mut processes = Vec::new();
     for (pid, p) in &st.processes {
         for q in p.queues.values() {
+            let model_q = st.partitions[q.gpu]
+                .model
+                .queue_stats(crate::hws::model_key((*pid, q.qid)));
             queues.push(QueueStats {
                 pid: *pid,
                 queue_id: q.qid,
@@ -130,9 +150,11 @@ pub(crate) fn snapshot(emu: &Emu) -> Stats {
                 percentage: q.percentage & 0xff,
                 active: q.is_active(),
                 suspended: q.suspended,
-                resident: q.is_active() && q.resident,
+                resident: crate::hws::is_resident(&st, q.gpu, (*pid, q.qid)),
                 cu_mask: q.cu_mask.clone(),
                 packets_done: q.packets_done,
+                busy_ns: model_q.map_or(0, |s| s.busy_ns),
+                workgroups_saved: model_q.map_or(0, |s| s.wgs_saved),
                 read_index: q.read_index,
                 write_index: q.write_index,
                 exception_status: q.exception_status,

@@ -190,7 +190,7 @@ pub(crate) fn disable(emu: &Emu, st: &mut State, target: u32, effects: &mut Effe
         .map(|q| ((target, q.qid), q.gpu))
         .collect();
     let parts: Vec<usize> = suspended.iter().map(|(_, g)| *g).collect();
-    let change = (!parts.is_empty()).then(|| hws::begin(st, &parts));
+    let change = (!parts.is_empty()).then(|| hws::begin(emu, st, &parts));
     for (key, _) in &suspended {
         resume_one(st, *key);
     }
@@ -205,12 +205,8 @@ pub(crate) fn disable(emu: &Emu, st: &mut State, target: u32, effects: &mut Effe
 }
 
 fn resume_one(st: &mut State, key: QueueKey) {
-    let active = st.queue_mut(key).is_some_and(|q| {
+    if let Some(q) = st.queue_mut(key) {
         q.suspended = false;
-        q.is_active()
-    });
-    if active {
-        hws::note_activation(st, key);
     }
 }
 
@@ -247,15 +243,13 @@ fn suspend(ctx: &Ctx<'_>, st: &mut State, target: u32, u: &mut [u8]) -> KResult<
     }
     if !todo.is_empty() {
         let parts: Vec<usize> = todo.iter().map(|(_, g)| *g).collect();
-        let change = hws::begin(st, &parts);
+        let mut change = hws::begin(ctx.emu, st, &parts);
+        // The waves get the caller's grace period before they are saved.
+        change.grace_ns = Some(hws::grace_ns(&ctx.emu.topo.gpus[parts[0]], s.grace_period));
         for (key, _) in &todo {
-            let was_active = st.queue(*key).is_some_and(|q| q.is_active());
             if let Some(q) = st.queue_mut(*key) {
                 q.suspended = true;
                 q.exception_status &= !s.exception_mask;
-            }
-            if was_active {
-                hws::note_deactivation(st, *key);
             }
         }
         hws::commit(ctx.emu, st, change);
@@ -294,7 +288,7 @@ fn resume(
     }
     if !todo.is_empty() {
         let parts: Vec<usize> = todo.iter().map(|(_, g)| *g).collect();
-        let change = hws::begin(st, &parts);
+        let change = hws::begin(ctx.emu, st, &parts);
         for (key, _) in &todo {
             resume_one(st, *key);
         }

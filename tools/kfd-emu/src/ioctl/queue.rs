@@ -1,7 +1,7 @@
 //! Queue ioctls: CREATE_QUEUE, UPDATE_QUEUE, DESTROY_QUEUE, SET_CU_MASK,
 //! GET_QUEUE_WAVE_STATE, with the kernel's validation order and errnos.
 
-use std::time::Instant;
+use std::collections::BTreeMap;
 
 use fuser::ReplyIoctl;
 use kfd_sys::{
@@ -214,18 +214,15 @@ pub(crate) fn create(
         exception_status: kfd_ec_mask(EC_QUEUE_NEW),
         cu_mask: None,
         refs,
-        resident: false,
         read_index: 0,
         write_index: 0,
+        fetch_index: 0,
+        pending: BTreeMap::new(),
         packets_done: 0,
-        inflight: None,
-        accounted_until: Instant::now(),
-        banked_ns: 0,
-        saved_waves: false,
         cp_failed: false,
     };
     let active = q.is_active();
-    let change = active.then(|| hws::begin(st, &[gpu]));
+    let change = active.then(|| hws::begin(emu, st, &[gpu]));
     if let Some(p) = st.processes.get_mut(&ctx.tgid) {
         p.queues.insert(qid, q);
     }
@@ -277,15 +274,13 @@ pub(crate) fn update(
     } else {
         None
     };
-    let key = (ctx.tgid, a.queue_id);
-    let change = hws::begin(st, &[gpu]);
+    let change = hws::begin(emu, st, &[gpu]);
     let Some(p) = st.processes.get_mut(&ctx.tgid) else {
         return Err(ESRCH);
     };
     let Some(q) = p.queues.get_mut(&a.queue_id) else {
         return Err(EFAULT);
     };
-    let was_active = q.is_active();
     let old_ring = match new_ring {
         Some(r) => q.refs.ring.replace(r),
         None => None,
@@ -296,7 +291,6 @@ pub(crate) fn update(
     q.cp_failed = false;
     q.percentage = a.queue_percentage;
     q.priority = a.queue_priority;
-    let now_active = q.is_active();
     if let Some(r) = new_ring {
         if let Some(bo) = p.bo_mut(r) {
             bo.queue_refs += 1;
@@ -304,11 +298,6 @@ pub(crate) fn update(
         if let Some(bo) = old_ring.and_then(|o| p.bo_mut(o)) {
             bo.queue_refs = bo.queue_refs.saturating_sub(1);
         }
-    }
-    if was_active && !now_active {
-        hws::note_deactivation(st, key);
-    } else if !was_active && now_active {
-        hws::note_activation(st, key);
     }
     hws::commit(emu, st, change);
     Ok(0)
@@ -320,7 +309,7 @@ pub(crate) fn destroy_now(emu: &Emu, st: &mut State, key: QueueKey) -> bool {
     let Some((gpu, active)) = st.queue(key).map(|q| (q.gpu, q.is_active())) else {
         return false;
     };
-    let change = active.then(|| hws::begin(st, &[gpu]));
+    let change = active.then(|| hws::begin(emu, st, &[gpu]));
     let Some(p) = st.processes.get_mut(&key.0) else {
         return false;
     };
@@ -410,7 +399,7 @@ pub(crate) fn set_cu_mask(
     let key = (ctx.tgid, a.queue_id);
     // pqm_update_mqd: an unknown queue is EFAULT in the kernel.
     let gpu = st.queue(key).ok_or(EFAULT)?.gpu;
-    let change = hws::begin(st, &[gpu]);
+    let change = hws::begin(emu, st, &[gpu]);
     if let Some(q) = st.queue_mut(key) {
         q.cu_mask = Some(mask);
     }
@@ -434,7 +423,7 @@ pub(crate) fn wave_state(
     if !q.kind.is_compute() || q.is_active() {
         return Err(EINVAL);
     }
-    let waves = if q.saved_waves {
+    let waves = if hws::has_saved_work(&st, q.gpu, (ctx.tgid, a.queue_id)) {
         emu.topo.gpus[q.gpu].cu_per_xcc
     } else {
         0

@@ -1,0 +1,272 @@
+//! The command processor: reads the AQL rings in client memory, hands each packet to its
+//! partition's model at the time it is seen, and completes packets (completion signal, read
+//! index) when the model says they ended.
+//!
+//! Doorbell writes land in a mapped page the emulator cannot observe, so the CP polls the
+//! write indexes of active queues: every `POLL` while a queue has packets in flight, backing
+//! off to `IDLE_POLL_MAX` while all are idle. Between polls it sleeps until the models' next
+//! event, so completions are written when model time passes their end. With no active AQL
+//! queue it sleeps until a runlist change wakes it.
+//!
+//! Client memory is read without the state lock; what was read is applied under the lock
+//! after re-checking the queue, so nothing is written for a queue that was destroyed or
+//! deactivated meanwhile.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use gfx_model::Dispatch;
+
+use crate::client_mem;
+use crate::hws;
+use crate::state::{Emu, QueueKey, State};
+
+/// AQL packet types (low byte of the 16-bit header).
+const PKT_INVALID: u8 = 1;
+const PKT_KERNEL_DISPATCH: u8 = 2;
+/// AQL packet size in bytes.
+const PKT_SIZE: u64 = 64;
+/// Packets fetched per queue per poll.
+const FETCH_MAX: u64 = 64;
+/// Poll period while a queue has packets in flight.
+const POLL: Duration = Duration::from_micros(200);
+/// Longest poll period while every active queue is idle (doubles from `POLL` per idle poll).
+const IDLE_POLL_MAX: Duration = Duration::from_micros(1600);
+/// Longest sleep with no active queue (a runlist change wakes the CP earlier).
+const IDLE_SLEEP: Duration = Duration::from_secs(1);
+
+/// Completes packet `index` of queue `key`: decrements its completion signal, counts it, and
+/// publishes the read index (every packet before it completed). The one place a completion is
+/// written to the client.
+pub(crate) fn complete(st: &mut State, key: QueueKey, index: u64) {
+    let Some(q) = st.queue_mut(key) else {
+        return;
+    };
+    let Some(signal) = q.pending.remove(&index) else {
+        return;
+    };
+    if signal != 0 {
+        let at = signal.wrapping_add(8);
+        if let Ok(v) = client_mem::read_u64(key.0, at) {
+            let _ = client_mem::write_u64(key.0, at, (v as i64).wrapping_sub(1) as u64);
+        }
+    }
+    q.packets_done += 1;
+    let frontier = q.pending.keys().next().copied().unwrap_or(q.fetch_index);
+    if frontier > q.read_index {
+        q.read_index = frontier;
+        if client_mem::write_u64(key.0, q.rptr_addr, frontier).is_err() {
+            q.cp_failed = true;
+        }
+    }
+}
+
+/// One queue the CP reads this round.
+struct Job {
+    key: QueueKey,
+    wptr_addr: u64,
+    rptr_addr: u64,
+    ring_base: u64,
+    slots: u64,
+    next_fetch: u64,
+}
+
+/// What the CP read for a job without the lock.
+struct Fetched {
+    key: QueueKey,
+    wptr: Result<u64, i32>,
+    packets: Vec<(u64, [u8; 64])>,
+}
+
+fn collect_jobs(state: &State) -> Vec<Job> {
+    let mut jobs = Vec::new();
+    for (tgid, p) in &state.processes {
+        for (qid, q) in &p.queues {
+            if !q.fetchable() {
+                continue;
+            }
+            jobs.push(Job {
+                key: (*tgid, *qid),
+                wptr_addr: q.wptr_addr,
+                rptr_addr: q.rptr_addr,
+                ring_base: q.ring_base,
+                slots: (u64::from(q.ring_size) / PKT_SIZE).max(1),
+                next_fetch: q.fetch_index,
+            });
+        }
+    }
+    jobs
+}
+
+fn packet_u16(p: &[u8; 64], at: usize) -> u16 {
+    u16::from_ne_bytes([p[at], p[at + 1]])
+}
+
+fn packet_u32(p: &[u8; 64], at: usize) -> u32 {
+    let mut b = [0u8; 4];
+    b.copy_from_slice(&p[at..at + 4]);
+    u32::from_ne_bytes(b)
+}
+
+fn packet_u64(p: &[u8; 64], at: usize) -> u64 {
+    let mut b = [0u8; 8];
+    b.copy_from_slice(&p[at..at + 8]);
+    u64::from_ne_bytes(b)
+}
+
+/// The model's view of an AQL packet: a kernel dispatch's grid, work-group size and
+/// per-work-group time (`reserved2`, 0 = the configured default); anything else runs no
+/// work-groups. The header's barrier bit carries over.
+fn to_dispatch(index: u64, p: &[u8; 64]) -> Dispatch {
+    let header = packet_u16(p, 0);
+    if (header & 0xff) as u8 != PKT_KERNEL_DISPATCH {
+        return Dispatch::empty(index, header & gfx_model::AQL_BARRIER_BIT != 0);
+    }
+    Dispatch::from_aql(
+        index,
+        header,
+        [packet_u32(p, 12), packet_u32(p, 16), packet_u32(p, 20)],
+        [packet_u16(p, 4), packet_u16(p, 6), packet_u16(p, 8)],
+        packet_u64(p, 48),
+    )
+}
+
+/// Reads the write index and up to `FETCH_MAX` packets (stopping at an INVALID header); also
+/// touches the pages the completion will write, so the writes done later under the lock do
+/// not fault through FUSE.
+fn fetch(job: &Job) -> Fetched {
+    let pid = job.key.0;
+    let wptr = client_mem::read_u64(pid, job.wptr_addr);
+    let mut packets = Vec::new();
+    if let Ok(w) = wptr {
+        let _ = client_mem::read_u64(pid, job.rptr_addr);
+        let end = w.min(job.next_fetch.saturating_add(FETCH_MAX));
+        let mut idx = job.next_fetch;
+        while idx < end {
+            let addr = job.ring_base.wrapping_add((idx % job.slots) * PKT_SIZE);
+            let mut p = [0u8; 64];
+            if client_mem::read(pid, addr, &mut p).is_err() || p[0] == PKT_INVALID {
+                break;
+            }
+            let signal = packet_u64(&p, 56);
+            if signal != 0 {
+                let _ = client_mem::read_u64(pid, signal.wrapping_add(8));
+            }
+            packets.push((idx, p));
+            idx += 1;
+        }
+    }
+    Fetched {
+        key: job.key,
+        wptr,
+        packets,
+    }
+}
+
+/// Hands what was fetched to the models (at the current model time) for queues that are still
+/// active. Returns whether any new packet was seen.
+fn apply(emu: &Emu, state: &mut State, fetched: Vec<Fetched>) -> bool {
+    let mut seen = false;
+    for f in fetched {
+        let Some(q) = state.queue_mut(f.key) else {
+            continue;
+        };
+        if !q.fetchable() {
+            continue;
+        }
+        let wptr = match f.wptr {
+            Ok(w) => w,
+            Err(_) => {
+                q.cp_failed = true;
+                continue;
+            }
+        };
+        q.write_index = wptr;
+        let gpu = q.gpu;
+        let mut new = Vec::new();
+        for (idx, p) in f.packets {
+            if idx != q.fetch_index {
+                continue;
+            }
+            q.pending.insert(idx, packet_u64(&p, 56));
+            q.fetch_index += 1;
+            new.push(to_dispatch(idx, &p));
+        }
+        if new.is_empty() {
+            continue;
+        }
+        seen = true;
+        hws::settle(emu, state, gpu);
+        let model = &mut state.partitions[gpu].model;
+        for d in new {
+            model.submit(hws::model_key(f.key), d);
+        }
+        hws::complete_finished(state, gpu);
+    }
+    seen
+}
+
+fn settle_all(emu: &Emu, st: &mut State) {
+    for part in 0..st.partitions.len() {
+        hws::settle(emu, st, part);
+    }
+}
+
+/// Time until the earliest model event of any partition.
+fn until_next_event(emu: &Emu, st: &State) -> Option<Duration> {
+    let now = hws::model_now(emu);
+    st.partitions
+        .iter()
+        .filter_map(|p| p.model.next_event())
+        .min()
+        .map(|t| Duration::from_nanos(t.saturating_sub(now)))
+}
+
+fn has_in_flight(st: &State) -> bool {
+    st.processes
+        .values()
+        .flat_map(|p| p.queues.values())
+        .any(|q| q.fetchable() && !q.pending.is_empty())
+}
+
+/// The CP thread (see the module docs for its timing).
+pub(crate) fn cp_thread(emu: Arc<Emu>) {
+    let mut idle_polls: u32 = 0;
+    loop {
+        let jobs = {
+            let mut st = emu.lock();
+            loop {
+                if emu.is_shutdown() {
+                    return;
+                }
+                settle_all(&emu, &mut st);
+                let jobs = collect_jobs(&st);
+                if !jobs.is_empty() {
+                    break jobs;
+                }
+                let wait = until_next_event(&emu, &st).map_or(IDLE_SLEEP, |d| d.min(IDLE_SLEEP));
+                st = emu.wait_cp(st, wait).0;
+            }
+        };
+        let fetched: Vec<Fetched> = jobs.iter().map(fetch).collect();
+        let mut st = emu.lock();
+        if emu.is_shutdown() {
+            return;
+        }
+        settle_all(&emu, &mut st);
+        let seen = apply(&emu, &mut st, fetched);
+        idle_polls = if seen || has_in_flight(&st) {
+            0
+        } else {
+            idle_polls.saturating_add(1)
+        };
+        let poll = (POLL * 2u32.pow(idle_polls.min(3))).min(IDLE_POLL_MAX);
+        let wait = until_next_event(&emu, &st).map_or(poll, |d| d.min(poll));
+        let (st, woken) = emu.wait_cp(st, wait);
+        if woken {
+            // A runlist change: poll at full rate again.
+            idle_polls = 0;
+        }
+        drop(st);
+    }
+}
