@@ -3,6 +3,8 @@
 //! shim whose stdout lines, registry file and emulator queues the tests inspect.
 #![allow(dead_code)]
 
+pub mod agent;
+
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
@@ -62,7 +64,9 @@ pub fn programs() -> &'static Programs {
             .join(format!("kfdq-shim-programs-{}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("create program dir");
         let src = Path::new(PROGRAMS);
-        for name in ["streams", "uselib", "forkexec", "worker", "ordered"] {
+        for name in [
+            "streams", "uselib", "forkexec", "worker", "ordered", "latency", "flood",
+        ] {
             fakehip::compile_program(
                 &src.join(format!("{name}.c")),
                 &dir.join(name),

@@ -1,0 +1,138 @@
+//! The test-side agent: a `UnixListener` speaking `kfdq::proto` to the shims under test.
+#![allow(dead_code)]
+
+use std::io::{BufReader, Write};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::time::{Duration, Instant};
+
+use kfdq::proto::{self, AgentMsg, LineReader, Registry, ShimMsg};
+
+/// The test's agent end of one shim connection.
+pub struct Conn {
+    pub w: UnixStream,
+    pub r: LineReader<BufReader<UnixStream>>,
+    pub registry: Option<Registry>,
+    /// Last `Activity` state reported per queue (also from messages read while waiting for an
+    /// ack, so a transition reported just before an ack is not lost).
+    pub activity: std::collections::HashMap<u32, bool>,
+    pub pid: u32,
+    pub seq: u64,
+}
+
+pub fn listen(dir: &std::path::Path) -> (UnixListener, std::path::PathBuf) {
+    let path = dir.join("agent.sock");
+    let l = UnixListener::bind(&path).expect("bind agent socket");
+    l.set_nonblocking(true).expect("nonblocking listener");
+    (l, path)
+}
+
+pub fn accept_raw(l: &UnixListener) -> UnixStream {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let s = loop {
+        match l.accept() {
+            Ok((s, _)) => break s,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                assert!(Instant::now() < deadline, "the shim never connected");
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            Err(e) => panic!("accept: {e}"),
+        }
+    };
+    s.set_nonblocking(false).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    s
+}
+
+pub fn accept(l: &UnixListener) -> Conn {
+    let s = accept_raw(l);
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let w = s.try_clone().unwrap();
+    let mut c = Conn {
+        w,
+        r: LineReader::new(BufReader::new(s)),
+        registry: None,
+        activity: std::collections::HashMap::new(),
+        pid: 0,
+        seq: 0,
+    };
+    match c.r.next::<ShimMsg>().expect("hello") {
+        ShimMsg::Hello { version, pid, .. } => {
+            assert_eq!(version, proto::VERSION);
+            c.pid = pid;
+        }
+        other => panic!("expected hello, got {other:?}"),
+    }
+    c.send(&AgentMsg::Welcome {
+        version: proto::VERSION,
+    });
+    c
+}
+
+impl Conn {
+    pub fn send(&mut self, m: &AgentMsg) {
+        self.w.write_all(&proto::encode(m)).expect("send to shim");
+    }
+
+    pub fn read(&mut self) -> ShimMsg {
+        let m = self.r.next::<ShimMsg>().expect("message from the shim");
+        match &m {
+            ShimMsg::Registry(r) => self.registry = Some(r.clone()),
+            ShimMsg::Activity { queue_id, busy } => {
+                self.activity.insert(*queue_id, *busy);
+            }
+            _ => {}
+        }
+        m
+    }
+
+    /// Sends a command and returns its ack (ok, detail).
+    pub fn command(&mut self, make: impl FnOnce(u64) -> AgentMsg) -> (bool, String) {
+        self.seq += 1;
+        let seq = self.seq;
+        self.send(&make(seq));
+        loop {
+            if let ShimMsg::Ack { seq: s, ok, detail } = self.read()
+                && s == seq
+            {
+                return (ok, detail);
+            }
+        }
+    }
+
+    pub fn ok(&mut self, make: impl FnOnce(u64) -> AgentMsg) -> String {
+        let (ok, detail) = self.command(make);
+        assert!(ok, "command failed: {detail}");
+        detail
+    }
+
+    /// Reads until the last `Activity` state reported for `qid` is `busy` (a transition
+    /// reported before a command's ack counts: the queue may have drained just before a hold).
+    pub fn wait_activity(&mut self, qid: u32, busy: bool) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while self.activity.get(&qid) != Some(&busy) {
+            assert!(
+                Instant::now() < deadline,
+                "no activity message queue {qid} busy={busy}"
+            );
+            self.read();
+        }
+    }
+
+    /// Reads until a registry satisfying `cond` arrives.
+    pub fn wait_registry(&mut self, what: &str, cond: impl Fn(&Registry) -> bool) -> Registry {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Some(r) = &self.registry
+                && cond(r)
+            {
+                return r.clone();
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no registry with {what}; last: {:#?}",
+                self.registry
+            );
+            self.read();
+        }
+    }
+}

@@ -1,0 +1,60 @@
+/*
+ * flood.c WG_US WGS IN_FLIGHT: a best-effort batch job shaped like a training loop of long
+ * GEMMs. On one created stream it keeps IN_FLIGHT dispatches of WGS work-groups (256 threads =
+ * 4 waves each, WG_US µs per work-group) queued until the file named by $KFDQ_TEST_STOP exists.
+ * Prints its queue (`queue flood ...`), `flooding` once the first dispatch is queued, and at
+ * the end `flood dispatches <completed> seconds <elapsed>`.
+ */
+#include "common.h"
+
+struct kernel {
+	uint32_t magic;
+	uint32_t reserved;
+	uint64_t duration_ns;
+};
+
+int main(int argc, char **argv)
+{
+	if (argc != 4) {
+		fprintf(stderr, "usage: %s WG_US WGS IN_FLIGHT\n", argv[0]);
+		return 2;
+	}
+	struct kernel k = {0x4B484B46u, 0, (uint64_t)(atof(argv[1]) * 1000)};
+	int wgs = atoi(argv[2]), in_flight = atoi(argv[3]);
+	const char *stop = getenv("KFDQ_TEST_STOP");
+	hipStream_t s;
+	hipEvent_t done[64];
+	long completed = 0, issued = 0;
+	struct timespec t0, t1;
+
+	if (in_flight < 1 || in_flight > 64)
+		return 2;
+	CHECK(hipStreamCreate(&s));
+	for (int i = 0; i < in_flight; i++)
+		CHECK(hipEventCreate(&done[i]));
+	print_queue("flood", s);
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	for (;;) {
+		int slot = (int)(issued % in_flight);
+		if (issued >= in_flight) {
+			/* Bound the window: wait for the dispatch issued IN_FLIGHT ago. */
+			CHECK(hipEventSynchronize(done[slot]));
+			completed++;
+		}
+		if (stop && access(stop, F_OK) == 0)
+			break;
+		CHECK(hipLaunchKernel((const void *)&k, (dim3){(unsigned)wgs, 1, 1}, (dim3){256, 1, 1}, NULL,
+				      0, s));
+		CHECK(hipEventRecord(done[slot], s));
+		if (issued++ == 0) {
+			printf("flooding\n");
+			fflush(stdout);
+		}
+	}
+	CHECK(hipStreamSynchronize(s));
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	printf("flood dispatches %ld seconds %.3f\n", completed,
+	       (t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) / 1e9);
+	fflush(stdout);
+	return 0;
+}
