@@ -139,6 +139,8 @@ pub struct Partition {
     unmapping: bool,
     completions: Vec<Completion>,
     occ_since: u64,
+    /// Occupancy change points (time, occupied slots) while recording.
+    occupancy: Option<Vec<(u64, u32)>>,
     stats: PartitionStats,
 }
 
@@ -170,6 +172,7 @@ impl Partition {
             unmapping: false,
             completions: Vec::new(),
             occ_since: 0,
+            occupancy: None,
             stats: PartitionStats::default(),
         }
     }
@@ -240,6 +243,33 @@ impl Partition {
         self.stats.occupied_slot_ns +=
             u128::from(self.used_slots()) * u128::from(self.now - self.occ_since);
         self.occ_since = self.now;
+    }
+
+    /// Records the occupied wave slots after every change, for [`Self::take_occupancy`].
+    pub fn record_occupancy(&mut self, on: bool) {
+        self.occupancy = on.then(Vec::new);
+    }
+
+    /// Occupancy over time since the last call: `(time, occupied slots)` at every change
+    /// (the last value at a given time wins).
+    pub fn take_occupancy(&mut self) -> Vec<(u64, u32)> {
+        self.occupancy
+            .as_mut()
+            .map(std::mem::take)
+            .unwrap_or_default()
+    }
+
+    fn note_occupancy(&mut self) {
+        let (now, used) = (
+            self.now,
+            u32::try_from(self.used_slots()).unwrap_or(u32::MAX),
+        );
+        if let Some(trace) = self.occupancy.as_mut() {
+            match trace.last_mut() {
+                Some(last) if last.0 == now => last.1 = used,
+                _ => trace.push((now, used)),
+            }
+        }
     }
 
     fn index(&self, queue: QueueKey) -> Option<usize> {
@@ -323,6 +353,7 @@ impl Partition {
         self.account_occupancy();
         self.cu_free[r.cu as usize] += r.waves;
         self.free_total += u64::from(r.waves);
+        self.note_occupancy();
     }
 
     fn finish(&mut self, r: Running) {
@@ -638,6 +669,7 @@ impl Partition {
         self.account_occupancy();
         self.cu_free[cu] -= waves;
         self.free_total -= u64::from(waves);
+        self.note_occupancy();
         let used = self.used_slots();
         self.stats.peak_occupied_slots = self
             .stats

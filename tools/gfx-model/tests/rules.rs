@@ -350,3 +350,17 @@ fn the_same_inputs_give_the_same_outputs_event_for_event() {
     assert_eq!(a, b);
     assert_eq!(sa, sb);
 }
+
+#[test]
+fn occupancy_is_reported_over_time() {
+    let mut p = Partition::new(small(8), params(Arbitration::Equal));
+    p.record_occupancy(true);
+    add(&mut p, 1, 7);
+    p.submit(1, wgs(0, 12, 1000));
+    run(&mut p);
+    // 8 slots busy from 0, 4 from 1000 (the second round), none from 2000.
+    assert_eq!(p.take_occupancy(), vec![(0, 8), (1000, 4), (2000, 0)]);
+    let s = p.stats();
+    assert_eq!(s.peak_occupied_slots, 8);
+    assert_eq!(s.occupied_slot_ns, 8 * 1000 + 4 * 1000);
+}
