@@ -1,5 +1,13 @@
-//! Pure decision logic, no I/O: priority classes and (later) the preemption policy. Shared by
-//! the shim, the agent and the experiment simulator.
+//! Pure decision logic, no I/O: priority classes, and the preemption policy (which process runs,
+//! which is preempted at which level, at what cost in device-wide preempts). Shared by the shim,
+//! the agent and the experiment simulator.
 #![forbid(unsafe_code)]
 
 pub mod class;
+mod decide;
+mod rules;
+
+pub use decide::{
+    Change, Decision, Observation, PartitionObs, Policy, ProcessObs, QueueObs, Reason, Run, Target,
+};
+pub use rules::{ClassRule, PolicyConfig, PolicyError, Starvation};

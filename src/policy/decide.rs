@@ -1,0 +1,433 @@
+//! The preemption policy: from what is observed (partitions, processes with their class and
+//! queues, which queues are busy, the time) to what each process should be — running, or
+//! preempted at its class's level — and what the decision costs in device-wide preempts.
+//!
+//! Rules (docs/policy.md):
+//! * Highest class first: while a class of higher rank is busy on a partition (or was, within
+//!   the hysteresis), processes of lower classes with a level that have queues there are
+//!   preempted at their class's level.
+//! * Whole processes: a process is running or preempted as a whole, never stream by stream
+//!   (holding one stream while another of the same process waits on it deadlocks).
+//! * Starvation guard: a class with one runs for `run_ns` after `after_ns` preempted.
+//! * Residency guard: with more active queues on a partition than its resident slots, lower
+//!   classes are deactivated (level 2: a hold does not free slots) until the rest fit.
+//! * Cost: every change of level 2 or 3 on a partition is one runlist update, batched per
+//!   decision — one device-wide preempt per partition per decision, however many queues; holds
+//!   and releases of level 1 cost none. Changes wait for the minimum interval since the last
+//!   device-wide preempt on their partition.
+//!
+//! Pure and deterministic: the clock is the observation's `now_ns`.
+
+use std::collections::BTreeMap;
+
+use super::rules::{ClassRule, PolicyConfig, PolicyError};
+use crate::proto::Level;
+
+/// A GPU partition as the policy sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PartitionObs {
+    /// Topology gpu_id.
+    pub gpu_id: u32,
+    /// Active queues the hardware keeps resident (`num_cp_queues`).
+    pub resident_slots: u32,
+    /// CUs of the partition.
+    pub cus: u32,
+}
+
+/// One queue of a process.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueueObs {
+    /// KFD queue id.
+    pub queue_id: u32,
+    /// Its partition.
+    pub gpu_id: u32,
+    /// Work is queued on it (write index ahead of read index).
+    pub busy: bool,
+}
+
+/// One GPU process.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProcessObs {
+    /// Process id.
+    pub pid: u32,
+    /// Its class name.
+    pub class: String,
+    /// Its queues.
+    pub queues: Vec<QueueObs>,
+}
+
+/// Everything one decision looks at.
+#[derive(Debug, Clone, Copy)]
+pub struct Observation<'a> {
+    /// Now, in nanoseconds of the caller's monotonic clock.
+    pub now_ns: u64,
+    /// The partitions.
+    pub partitions: &'a [PartitionObs],
+    /// The processes.
+    pub processes: &'a [ProcessObs],
+}
+
+/// What a process should be.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Run {
+    /// All its queues run.
+    Running,
+    /// All its queues are preempted at this level.
+    Preempted(Level),
+}
+
+/// Why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reason {
+    /// No higher class is busy.
+    Free,
+    /// Its class is never preempted.
+    Unpreemptible,
+    /// This higher class is busy on a partition it shares.
+    HigherClassBusy(String),
+    /// The higher class is idle, but not yet for the hysteresis.
+    Hysteresis(String),
+    /// The starvation guard lets it run.
+    StarvationGuard,
+    /// Too many active queues on this partition: deactivated so higher classes stay resident.
+    ResidencyGuard(u32),
+    /// A change waits for the minimum interval between device-wide preempts.
+    RateLimited,
+}
+
+/// The decision for one process.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Target {
+    /// Process id.
+    pub pid: u32,
+    /// What it should be.
+    pub run: Run,
+    /// Why.
+    pub reason: Reason,
+    /// KFD priority of its queues (its class's).
+    pub priority: u8,
+    /// CU mask per partition (gpu_id -> 32-bit words), when its class has a CU share.
+    pub cu_masks: BTreeMap<u32, Vec<u32>>,
+}
+
+/// A process whose state changes with this decision.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Change {
+    /// Process id.
+    pub pid: u32,
+    /// Before.
+    pub from: Run,
+    /// After.
+    pub to: Run,
+}
+
+/// One decision.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Decision {
+    /// Every process, in pid order.
+    pub targets: Vec<Target>,
+    /// The processes whose state changes, in pid order (the executor's work).
+    pub changes: Vec<Change>,
+    /// Device-wide preempts this decision costs, per partition (gpu_id -> 0 or 1).
+    pub preempts: BTreeMap<u32, u32>,
+    /// When to decide again even if nothing is observed to change (a hysteresis, a starvation
+    /// guard or a rate limit runs out then).
+    pub next_ns: Option<u64>,
+}
+
+impl Decision {
+    /// Device-wide preempts of the whole decision.
+    pub fn total_preempts(&self) -> u32 {
+        self.preempts.values().sum()
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+struct ProcState {
+    run: Run,
+    /// When it entered `run`.
+    since_ns: u64,
+    /// The starvation guard lets it run until then.
+    granted_until: Option<u64>,
+}
+
+/// The policy with its memory (when each class was last busy, each process's state, the last
+/// device-wide preempt per partition).
+#[derive(Debug, Clone)]
+pub struct Policy {
+    config: PolicyConfig,
+    last_busy: BTreeMap<(u32, u8), u64>,
+    procs: BTreeMap<u32, ProcState>,
+    last_preempt: BTreeMap<u32, u64>,
+}
+
+fn costs_preempt(r: Run) -> bool {
+    matches!(r, Run::Preempted(Level::Deactivate | Level::Suspend))
+}
+
+fn later(a: Option<u64>, b: u64) -> Option<u64> {
+    Some(a.map_or(b, |a| a.min(b)))
+}
+
+impl Policy {
+    /// A policy with `config` (validated: the error names the broken rule).
+    pub fn new(config: PolicyConfig) -> Result<Policy, PolicyError> {
+        config.validate()?;
+        Ok(Policy {
+            config,
+            last_busy: BTreeMap::new(),
+            procs: BTreeMap::new(),
+            last_preempt: BTreeMap::new(),
+        })
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &PolicyConfig {
+        &self.config
+    }
+
+    /// The state the policy last decided for `pid`.
+    pub fn state_of(&self, pid: u32) -> Option<Run> {
+        self.procs.get(&pid).map(|p| p.run)
+    }
+
+    /// Forgets a process that exited.
+    pub fn forget(&mut self, pid: u32) {
+        self.procs.remove(&pid);
+    }
+
+    fn rule(&self, class: &str) -> ClassRule {
+        // Validated at construction: there is at least one class.
+        self.config.class(class).cloned().unwrap_or(ClassRule {
+            name: class.into(),
+            rank: 0,
+            priority: 7,
+            level: None,
+            starvation: None,
+            cu_share_permille: None,
+        })
+    }
+
+    /// Decides what every process should be now.
+    pub fn decide(&mut self, obs: &Observation<'_>) -> Decision {
+        let now = obs.now_ns;
+        let hysteresis = self.config.hysteresis_ns;
+        let rules: Vec<ClassRule> = obs.processes.iter().map(|p| self.rule(&p.class)).collect();
+        for (p, rule) in obs.processes.iter().zip(&rules) {
+            for q in p.queues.iter().filter(|q| q.busy) {
+                self.last_busy.insert((q.gpu_id, rule.rank), now);
+            }
+        }
+        // Forget processes that are gone.
+        self.procs
+            .retain(|pid, _| obs.processes.iter().any(|p| p.pid == *pid));
+
+        let mut next: Option<u64> = None;
+        let mut wanted: Vec<(Run, Reason)> = Vec::with_capacity(obs.processes.len());
+        for (p, rule) in obs.processes.iter().zip(&rules) {
+            let Some(level) = rule.level else {
+                wanted.push((Run::Running, Reason::Unpreemptible));
+                continue;
+            };
+            // The highest class above this one busy (or within its hysteresis) on a partition
+            // this process has queues on.
+            let mut blocker: Option<(u8, u64)> = None;
+            for q in &p.queues {
+                for (&(gpu, rank), &at) in &self.last_busy {
+                    if gpu == q.gpu_id
+                        && rank > rule.rank
+                        && now < at.saturating_add(hysteresis).max(at + 1)
+                        && blocker.is_none_or(|(r, a)| (rank, at) > (r, a))
+                    {
+                        blocker = Some((rank, at));
+                    }
+                }
+            }
+            let Some((rank, at)) = blocker else {
+                wanted.push((Run::Running, Reason::Free));
+                continue;
+            };
+            let name = self
+                .config
+                .classes
+                .iter()
+                .find(|c| c.rank == rank)
+                .map_or_else(|| format!("rank {rank}"), |c| c.name.clone());
+            let reason = if at == now {
+                Reason::HigherClassBusy(name)
+            } else {
+                next = later(next, at + hysteresis);
+                Reason::Hysteresis(name)
+            };
+            // Starvation guard.
+            if let Some(s) = rule.starvation
+                && let Some(st) = self.procs.get_mut(&p.pid)
+            {
+                if let Some(until) = st.granted_until {
+                    if now < until {
+                        next = later(next, until);
+                        wanted.push((Run::Running, Reason::StarvationGuard));
+                        continue;
+                    }
+                    st.granted_until = None;
+                } else if matches!(st.run, Run::Preempted(_)) {
+                    if now >= st.since_ns.saturating_add(s.after_ns) {
+                        st.granted_until = Some(now + s.run_ns);
+                        next = later(next, now + s.run_ns);
+                        wanted.push((Run::Running, Reason::StarvationGuard));
+                        continue;
+                    }
+                    next = later(next, st.since_ns + s.after_ns);
+                }
+            }
+            wanted.push((Run::Preempted(level), reason));
+        }
+
+        // Residency guard, per partition: lowest classes first, whole processes.
+        for part in obs.partitions {
+            let queues_on = |i: usize| {
+                obs.processes[i]
+                    .queues
+                    .iter()
+                    .filter(|q| q.gpu_id == part.gpu_id)
+                    .count() as u32
+            };
+            let mut active: u32 = (0..obs.processes.len())
+                .filter(|&i| !costs_preempt(wanted[i].0))
+                .map(queues_on)
+                .sum();
+            if active <= part.resident_slots {
+                continue;
+            }
+            let top = (0..obs.processes.len())
+                .filter(|&i| queues_on(i) > 0)
+                .map(|i| rules[i].rank)
+                .max()
+                .unwrap_or(0);
+            let mut order: Vec<usize> = (0..obs.processes.len())
+                .filter(|&i| {
+                    queues_on(i) > 0
+                        && rules[i].rank < top
+                        && rules[i].level.is_some()
+                        && !costs_preempt(wanted[i].0)
+                })
+                .collect();
+            order.sort_by_key(|&i| (rules[i].rank, obs.processes[i].pid));
+            for i in order {
+                if active <= part.resident_slots {
+                    break;
+                }
+                active -= queues_on(i);
+                wanted[i] = (
+                    Run::Preempted(Level::Deactivate),
+                    Reason::ResidencyGuard(part.gpu_id),
+                );
+            }
+        }
+
+        // Rate limit and cost, per partition.
+        let mut decision = Decision::default();
+        let mut blocked_parts: Vec<u32> = Vec::new();
+        for part in obs.partitions {
+            let wants_preempt = obs.processes.iter().zip(&wanted).any(|(p, (run, _))| {
+                let cur = self.procs.get(&p.pid).map_or(Run::Running, |s| s.run);
+                cur != *run
+                    && (costs_preempt(cur) || costs_preempt(*run))
+                    && p.queues.iter().any(|q| q.gpu_id == part.gpu_id)
+            });
+            if !wants_preempt {
+                continue;
+            }
+            let last = self.last_preempt.get(&part.gpu_id).copied();
+            match last {
+                Some(t) if now < t.saturating_add(self.config.min_preempt_interval_ns) => {
+                    blocked_parts.push(part.gpu_id);
+                    next = later(next, t + self.config.min_preempt_interval_ns);
+                }
+                _ => {
+                    decision.preempts.insert(part.gpu_id, 1);
+                    self.last_preempt.insert(part.gpu_id, now);
+                }
+            }
+        }
+
+        for ((p, rule), (mut run, mut reason)) in obs.processes.iter().zip(&rules).zip(wanted) {
+            let cur = self.procs.get(&p.pid).map_or(Run::Running, |s| s.run);
+            let touches_blocked = p.queues.iter().any(|q| blocked_parts.contains(&q.gpu_id));
+            if cur != run && (costs_preempt(cur) || costs_preempt(run)) && touches_blocked {
+                run = cur;
+                reason = Reason::RateLimited;
+            }
+            if cur != run {
+                decision.changes.push(Change {
+                    pid: p.pid,
+                    from: cur,
+                    to: run,
+                });
+            }
+            let entry = self.procs.entry(p.pid).or_insert(ProcState {
+                run,
+                since_ns: now,
+                granted_until: None,
+            });
+            if entry.run != run {
+                entry.run = run;
+                entry.since_ns = now;
+            }
+            decision.targets.push(Target {
+                pid: p.pid,
+                run,
+                reason,
+                priority: rule.priority,
+                cu_masks: self.cu_masks(rule, obs.partitions, p),
+            });
+        }
+        decision.targets.sort_by_key(|t| t.pid);
+        decision.changes.sort_by_key(|c| c.pid);
+        decision.next_ns = next;
+        decision
+    }
+
+    /// The CU masks of a process whose class has a CU share: classes with a share get
+    /// consecutive CU ranges, highest rank first.
+    fn cu_masks(
+        &self,
+        rule: &ClassRule,
+        parts: &[PartitionObs],
+        p: &ProcessObs,
+    ) -> BTreeMap<u32, Vec<u32>> {
+        let mut out = BTreeMap::new();
+        if rule.cu_share_permille.is_none() {
+            return out;
+        }
+        let mut shared: Vec<&ClassRule> = self
+            .config
+            .classes
+            .iter()
+            .filter(|c| c.cu_share_permille.is_some())
+            .collect();
+        shared.sort_by_key(|c| std::cmp::Reverse(c.rank));
+        for part in parts {
+            if !p.queues.iter().any(|q| q.gpu_id == part.gpu_id) {
+                continue;
+            }
+            let cus = part.cus;
+            let mut start = 0u32;
+            for c in &shared {
+                let n = (u64::from(cus) * u64::from(c.cu_share_permille.unwrap_or(0)) / 1000).max(1)
+                    as u32;
+                if c.rank == rule.rank {
+                    let end = (start + n).min(cus);
+                    let mut words = vec![0u32; cus.div_ceil(32) as usize];
+                    for cu in start..end {
+                        words[(cu / 32) as usize] |= 1 << (cu % 32);
+                    }
+                    out.insert(part.gpu_id, words);
+                    break;
+                }
+                start = (start + n).min(cus.saturating_sub(1));
+            }
+        }
+        out
+    }
+}

@@ -1,0 +1,149 @@
+//! What the policy is told: the classes (rank, priority, preemption level, starvation guard, CU
+//! share) and its timing (hysteresis, minimum interval between device-wide preempts).
+
+use crate::proto::Level;
+
+/// One class of processes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClassRule {
+    /// Its name (`latency`, `batch`, ...).
+    pub name: String,
+    /// Higher ranks run first; while a class of higher rank is busy on a partition, lower classes
+    /// with a level are preempted there.
+    pub rank: u8,
+    /// KFD queue priority of its queues (0..=15; level 0).
+    pub priority: u8,
+    /// How it is preempted while a higher class is busy; `None`: never preempted.
+    pub level: Option<Level>,
+    /// Starvation guard: once preempted for `after_ns`, it runs for `run_ns`.
+    pub starvation: Option<Starvation>,
+    /// Share of each partition's CUs (per mille) its queues are confined to; `None`: all CUs.
+    pub cu_share_permille: Option<u16>,
+}
+
+/// A preempted class's guaranteed share: `run_ns` of running after `after_ns` preempted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Starvation {
+    /// How long it runs once the guard triggers.
+    pub run_ns: u64,
+    /// How long it stays preempted before the guard triggers.
+    pub after_ns: u64,
+}
+
+/// The policy's configuration.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PolicyConfig {
+    /// The classes; a process whose class is not listed is treated as the lowest-ranked class.
+    pub classes: Vec<ClassRule>,
+    /// A higher class must be idle this long before lower classes resume.
+    pub hysteresis_ns: u64,
+    /// Least time between two device-wide preempts on one partition (changes wait for it).
+    pub min_preempt_interval_ns: u64,
+}
+
+/// A configuration the policy refuses, with the rule it breaks.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PolicyError {
+    /// No class at all.
+    #[error("the policy needs at least one class; add a [[class]] table")]
+    NoClasses,
+    /// Two classes share a name.
+    #[error("class {0:?} is defined twice; class names must be unique")]
+    DuplicateName(String),
+    /// Two classes share a rank.
+    #[error("classes {0:?} and {1:?} both have rank {2}; give each class its own rank")]
+    DuplicateRank(String, String, u8),
+    /// A priority outside KFD's range.
+    #[error("class {0:?}: priority {1} is out of range 0..=15 (KFD's queue priorities)")]
+    Priority(String, u8),
+    /// A CU share of 0 or over 1000 per mille.
+    #[error("class {0:?}: cu_share {1} per mille is out of range 1..=1000")]
+    CuShare(String, u16),
+    /// A starvation guard that never runs.
+    #[error("class {0:?}: the starvation guard's run time must be above 0")]
+    Starvation(String),
+}
+
+impl PolicyConfig {
+    /// kfdq's built-in classes: `latency` (rank 2, priority 13, never preempted), `normal`
+    /// (rank 1, priority 8, held at level 1) and `batch` (rank 0, priority 3, deactivated at
+    /// level 2, guaranteed 10 ms of running after 500 ms preempted); 20 ms hysteresis, 1 ms
+    /// between device-wide preempts.
+    pub fn builtin() -> PolicyConfig {
+        PolicyConfig {
+            classes: vec![
+                ClassRule {
+                    name: "latency".into(),
+                    rank: 2,
+                    priority: 13,
+                    level: None,
+                    starvation: None,
+                    cu_share_permille: None,
+                },
+                ClassRule {
+                    name: "normal".into(),
+                    rank: 1,
+                    priority: 8,
+                    level: Some(Level::Hold),
+                    starvation: None,
+                    cu_share_permille: None,
+                },
+                ClassRule {
+                    name: "batch".into(),
+                    rank: 0,
+                    priority: 3,
+                    level: Some(Level::Deactivate),
+                    starvation: Some(Starvation {
+                        run_ns: 10_000_000,
+                        after_ns: 500_000_000,
+                    }),
+                    cu_share_permille: None,
+                },
+            ],
+            hysteresis_ns: 20_000_000,
+            min_preempt_interval_ns: 1_000_000,
+        }
+    }
+
+    /// Checks every rule; the error names the first one broken.
+    pub fn validate(&self) -> Result<(), PolicyError> {
+        if self.classes.is_empty() {
+            return Err(PolicyError::NoClasses);
+        }
+        for (i, c) in self.classes.iter().enumerate() {
+            if c.priority > 15 {
+                return Err(PolicyError::Priority(c.name.clone(), c.priority));
+            }
+            if let Some(s) = c.cu_share_permille
+                && !(1..=1000).contains(&s)
+            {
+                return Err(PolicyError::CuShare(c.name.clone(), s));
+            }
+            if c.starvation.is_some_and(|s| s.run_ns == 0) {
+                return Err(PolicyError::Starvation(c.name.clone()));
+            }
+            for d in &self.classes[..i] {
+                if d.name == c.name {
+                    return Err(PolicyError::DuplicateName(c.name.clone()));
+                }
+                if d.rank == c.rank {
+                    return Err(PolicyError::DuplicateRank(
+                        d.name.clone(),
+                        c.name.clone(),
+                        c.rank,
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The rule of class `name`, or the lowest-ranked class for an unknown name (`None` only
+    /// for a configuration without classes, which [`Self::validate`] refuses).
+    pub fn class(&self, name: &str) -> Option<&ClassRule> {
+        self.classes
+            .iter()
+            .find(|c| c.name == name)
+            .or_else(|| self.classes.iter().min_by_key(|c| c.rank))
+    }
+}

@@ -1,0 +1,310 @@
+//! The preemption policy, rule by rule, on an injected clock (pure logic: no emulator needed).
+
+use kfdq::policy::{
+    ClassRule, Observation, PartitionObs, Policy, PolicyConfig, PolicyError, ProcessObs, QueueObs,
+    Reason, Run, Starvation,
+};
+use kfdq::proto::Level;
+
+const MS: u64 = 1_000_000;
+const GPU: u32 = 0xb1a0;
+
+fn part(slots: u32) -> Vec<PartitionObs> {
+    vec![PartitionObs {
+        gpu_id: GPU,
+        resident_slots: slots,
+        cus: 80,
+    }]
+}
+
+fn proc(pid: u32, class: &str, busy: &[bool]) -> ProcessObs {
+    ProcessObs {
+        pid,
+        class: class.into(),
+        queues: busy
+            .iter()
+            .enumerate()
+            .map(|(i, &busy)| QueueObs {
+                queue_id: i as u32,
+                gpu_id: GPU,
+                busy,
+            })
+            .collect(),
+    }
+}
+
+fn decide(
+    p: &mut Policy,
+    now_ns: u64,
+    parts: &[PartitionObs],
+    procs: &[ProcessObs],
+) -> kfdq::policy::Decision {
+    p.decide(&Observation {
+        now_ns,
+        partitions: parts,
+        processes: procs,
+    })
+}
+
+fn builtin() -> Policy {
+    Policy::new(PolicyConfig::builtin()).unwrap()
+}
+
+#[test]
+fn a_busy_higher_class_preempts_lower_classes_at_their_levels() {
+    let mut p = builtin();
+    let parts = part(24);
+    let procs = [
+        proc(10, "latency", &[true]),
+        proc(20, "normal", &[true]),
+        proc(30, "batch", &[true, false]),
+    ];
+    let d = decide(&mut p, 0, &parts, &procs);
+    let run = |pid| d.targets.iter().find(|t| t.pid == pid).unwrap().run;
+    assert_eq!(run(10), Run::Running);
+    assert_eq!(run(20), Run::Preempted(Level::Hold));
+    assert_eq!(run(30), Run::Preempted(Level::Deactivate));
+    assert!(matches!(
+        d.targets.iter().find(|t| t.pid == 30).unwrap().reason,
+        Reason::HigherClassBusy(ref c) if c == "latency"
+    ));
+    // Priorities come from the classes.
+    assert_eq!(
+        d.targets.iter().map(|t| t.priority).collect::<Vec<_>>(),
+        [13, 8, 3]
+    );
+    // The deactivation costs one device-wide preempt for the partition; the hold none.
+    assert_eq!(d.total_preempts(), 1);
+}
+
+#[test]
+fn lower_classes_resume_only_after_the_hysteresis() {
+    let mut p = builtin();
+    let parts = part(24);
+    let busy = [proc(10, "latency", &[true]), proc(30, "batch", &[true])];
+    let idle = [proc(10, "latency", &[false]), proc(30, "batch", &[true])];
+    decide(&mut p, 0, &parts, &busy);
+    let h = p.config().hysteresis_ns;
+    let d = decide(&mut p, h - 1, &parts, &idle);
+    assert_eq!(p.state_of(30), Some(Run::Preempted(Level::Deactivate)));
+    assert!(matches!(d.targets[1].reason, Reason::Hysteresis(_)));
+    assert_eq!(
+        d.next_ns,
+        Some(h),
+        "decide again when the hysteresis runs out"
+    );
+    let d = decide(&mut p, h, &parts, &idle);
+    assert_eq!(p.state_of(30), Some(Run::Running));
+    assert_eq!(d.changes.len(), 1);
+    assert_eq!(d.total_preempts(), 1);
+}
+
+#[test]
+fn a_burst_costs_one_preempt_off_and_one_on() {
+    let mut p = builtin();
+    let parts = part(24);
+    // Eight batch processes with two queues each (18 active queues fit 24 slots, so the
+    // residency guard stays out of it), and a burst of latency work.
+    let mut total = 0;
+    for t in 0..100u64 {
+        let hp_busy = (10..40).contains(&t);
+        let mut procs = vec![proc(1, "latency", &[hp_busy, false])];
+        procs.extend((0..8).map(|i| proc(100 + i, "batch", &[true, i % 2 == 0])));
+        total += decide(&mut p, t * MS, &parts, &procs).total_preempts();
+    }
+    assert_eq!(
+        total, 2,
+        "one preempt to deactivate all 8 processes, one to resume them"
+    );
+}
+
+#[test]
+fn processes_are_preempted_whole() {
+    let mut p = builtin();
+    let parts = part(24);
+    // One idle and one busy queue: the process is one unit.
+    let procs = [
+        proc(10, "latency", &[true]),
+        proc(30, "batch", &[false, true]),
+    ];
+    let d = decide(&mut p, 0, &parts, &procs);
+    assert_eq!(d.targets.len(), 2);
+    assert_eq!(d.changes.len(), 1);
+    assert_eq!(d.changes[0].to, Run::Preempted(Level::Deactivate));
+}
+
+#[test]
+fn an_unpreemptible_class_always_runs() {
+    let mut p = builtin();
+    let parts = part(24);
+    let mut config = PolicyConfig::builtin();
+    config.classes.push(ClassRule {
+        name: "critical".into(),
+        rank: 9,
+        priority: 15,
+        level: None,
+        starvation: None,
+        cu_share_permille: None,
+    });
+    let mut q = Policy::new(config).unwrap();
+    let procs = [proc(1, "critical", &[true]), proc(10, "latency", &[true])];
+    let d = decide(&mut q, 0, &parts, &procs);
+    assert!(d.targets.iter().all(|t| t.run == Run::Running), "{d:?}");
+    let _ = decide(&mut p, 0, &parts, &procs);
+}
+
+#[test]
+fn the_residency_guard_deactivates_lower_classes_until_the_rest_fit() {
+    let mut p = builtin();
+    let parts = part(4);
+    // Nothing busy, but 3 + 2 + 2 active queues on 4 slots.
+    let procs = [
+        proc(10, "latency", &[false, false, false]),
+        proc(20, "normal", &[false, false]),
+        proc(30, "batch", &[false, false]),
+    ];
+    let d = decide(&mut p, 0, &parts, &procs);
+    let t = |pid| d.targets.iter().find(|t| t.pid == pid).unwrap().clone();
+    // The batch process goes first; 5 > 4 still, so the normal one too.
+    assert_eq!(t(30).run, Run::Preempted(Level::Deactivate));
+    assert_eq!(t(30).reason, Reason::ResidencyGuard(GPU));
+    assert_eq!(
+        t(20).run,
+        Run::Preempted(Level::Deactivate),
+        "a hold frees no slot"
+    );
+    assert_eq!(t(10).run, Run::Running);
+    assert_eq!(d.total_preempts(), 1, "both in one batched update");
+}
+
+#[test]
+fn the_starvation_guard_lets_a_preempted_class_run_its_share() {
+    let mut p = builtin();
+    let parts = part(24);
+    let s = PolicyConfig::builtin().classes[2].starvation.unwrap();
+    let procs = [proc(10, "latency", &[true]), proc(30, "batch", &[true])];
+    decide(&mut p, 0, &parts, &procs);
+    let d = decide(&mut p, s.after_ns - MS, &parts, &procs);
+    assert_eq!(p.state_of(30), Some(Run::Preempted(Level::Deactivate)));
+    assert_eq!(d.next_ns, Some(s.after_ns));
+    let d = decide(&mut p, s.after_ns, &parts, &procs);
+    assert_eq!(p.state_of(30), Some(Run::Running));
+    assert_eq!(d.targets[1].reason, Reason::StarvationGuard);
+    assert_eq!(d.next_ns, Some(s.after_ns + s.run_ns));
+    decide(&mut p, s.after_ns + s.run_ns - 1, &parts, &procs);
+    assert_eq!(p.state_of(30), Some(Run::Running));
+    decide(&mut p, s.after_ns + s.run_ns, &parts, &procs);
+    assert_eq!(p.state_of(30), Some(Run::Preempted(Level::Deactivate)));
+}
+
+#[test]
+fn changes_wait_for_the_minimum_interval_between_preempts() {
+    let mut config = PolicyConfig::builtin();
+    config.hysteresis_ns = 0;
+    config.min_preempt_interval_ns = 5 * MS;
+    let mut p = Policy::new(config).unwrap();
+    let parts = part(24);
+    let busy = [proc(10, "latency", &[true]), proc(30, "batch", &[true])];
+    let idle = [proc(10, "latency", &[false]), proc(30, "batch", &[true])];
+    assert_eq!(decide(&mut p, 0, &parts, &busy).total_preempts(), 1);
+    // The latency job went idle at once, but the resume waits 5 ms.
+    let d = decide(&mut p, MS, &parts, &idle);
+    assert_eq!(d.total_preempts(), 0);
+    assert_eq!(d.targets[1].reason, Reason::RateLimited);
+    assert_eq!(d.next_ns, Some(5 * MS));
+    let d = decide(&mut p, 5 * MS, &parts, &idle);
+    assert_eq!(d.total_preempts(), 1);
+    assert_eq!(p.state_of(30), Some(Run::Running));
+}
+
+#[test]
+fn cu_shares_split_the_partition_by_rank() {
+    let mut config = PolicyConfig::builtin();
+    config.classes[0].cu_share_permille = Some(250);
+    config.classes[2].cu_share_permille = Some(750);
+    let mut p = Policy::new(config).unwrap();
+    let parts = part(24);
+    let d = decide(
+        &mut p,
+        0,
+        &parts,
+        &[proc(10, "latency", &[false]), proc(30, "batch", &[false])],
+    );
+    let mask = |pid| d.targets.iter().find(|t| t.pid == pid).unwrap().cu_masks[&GPU].clone();
+    // 80 CUs: latency 0..20, batch 20..80; no overlap, all covered.
+    assert_eq!(mask(10), vec![0x000f_ffff, 0, 0]);
+    assert_eq!(mask(30), vec![0xfff0_0000, 0xffff_ffff, 0xffff]);
+}
+
+#[test]
+fn exited_processes_are_forgotten() {
+    let mut p = builtin();
+    let parts = part(24);
+    decide(
+        &mut p,
+        0,
+        &parts,
+        &[proc(10, "latency", &[true]), proc(30, "batch", &[true])],
+    );
+    assert!(p.state_of(30).is_some());
+    decide(&mut p, MS, &parts, &[proc(10, "latency", &[true])]);
+    assert_eq!(p.state_of(30), None);
+}
+
+#[test]
+fn the_same_observations_give_the_same_decisions() {
+    let run = || {
+        let mut p = builtin();
+        let parts = part(6);
+        (0..200u64)
+            .map(|t| {
+                let procs: Vec<ProcessObs> = (0..6u32)
+                    .map(|i| {
+                        let class = ["latency", "normal", "batch"][(i % 3) as usize];
+                        proc(i, class, &[(t + u64::from(i)) % 7 < 3, t % 11 == 0])
+                    })
+                    .collect();
+                decide(&mut p, t * MS, &parts, &procs)
+            })
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(run(), run());
+}
+
+#[test]
+fn bad_configurations_are_refused_with_the_rule() {
+    let mut c = PolicyConfig::builtin();
+    c.classes[1].priority = 16;
+    assert_eq!(
+        Policy::new(c).unwrap_err(),
+        PolicyError::Priority("normal".into(), 16)
+    );
+    let mut c = PolicyConfig::builtin();
+    c.classes[1].rank = 0;
+    let e = Policy::new(c).unwrap_err();
+    assert!(e.to_string().contains("both have rank 0"), "{e}");
+    let mut c = PolicyConfig::builtin();
+    c.classes[2].name = "latency".into();
+    assert!(matches!(
+        Policy::new(c).unwrap_err(),
+        PolicyError::DuplicateName(_)
+    ));
+    let mut c = PolicyConfig::builtin();
+    c.classes[2].starvation = Some(Starvation {
+        run_ns: 0,
+        after_ns: 1,
+    });
+    assert!(matches!(
+        Policy::new(c).unwrap_err(),
+        PolicyError::Starvation(_)
+    ));
+    assert_eq!(
+        Policy::new(PolicyConfig {
+            classes: vec![],
+            hysteresis_ns: 0,
+            min_preempt_interval_ns: 0
+        })
+        .unwrap_err(),
+        PolicyError::NoClasses
+    );
+}
