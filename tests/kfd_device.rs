@@ -63,7 +63,7 @@ fn topology_of_mi308x_preset() {
     );
     let s = n.cwsr_sizes().unwrap();
     assert_eq!(s.source, SizeSource::Sysfs);
-    // 4 XCC x 20 CU (shared/kfd-interface.md §6.2 worked numbers).
+    // 4 XCC x 20 CU (docs/kernel-interface.md §3 worked numbers).
     assert_eq!(s.ctl_stack_size, 8192);
     assert_eq!(s.cwsr_size, 12_214_272);
     assert_eq!(s.debug_memory_size, 25_600);

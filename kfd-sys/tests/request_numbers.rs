@@ -104,7 +104,7 @@ fn request_numbers_match_nix_encoding() {
 
 #[test]
 fn struct_sizes_are_the_documented_ones() {
-    // shared/kfd-interface.md §1.4: sizes of the 1.17 layouts.
+    // docs/kernel-interface.md §1: sizes of the 1.17 layouts.
     assert_eq!(size_of::<sys::kfd_ioctl_create_queue_args>(), 96);
     assert_eq!(size_of::<sys::kfd_ioctl_update_queue_args>(), 24);
     assert_eq!(size_of::<sys::kfd_ioctl_set_cu_mask_args>(), 16);

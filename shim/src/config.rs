@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use kfdq::policy::class::PriorityPolicy;
 
-/// Libraries whose own calls are never held (field lesson 3: scheduling hipBLAS / MIOpen's
+/// Libraries whose own calls are never held (docs/field-reports.md, lesson 3: scheduling hipBLAS / MIOpen's
 /// internal calls broke their initialisation). Prefix match on the file name of the object the
 /// call comes from.
 pub const DEFAULT_PASSTHROUGH: &[&str] = &[

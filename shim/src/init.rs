@@ -1,4 +1,4 @@
-//! Lazy initialisation (never in a constructor: field lesson 4), fork and exit handling.
+//! Lazy initialisation (never in a constructor: docs/field-reports.md, lesson 4), fork and exit handling.
 
 use std::cell::Cell;
 use std::sync::OnceLock;

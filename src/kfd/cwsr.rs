@@ -2,7 +2,7 @@
 //!
 //! Linux 6.12+ publishes `cwsr_size` and `ctl_stack_size` per node and checks queue buffers
 //! against them; older kernels do not, and both the kernel and libhsakmt then derive the sizes
-//! from the node's shape (shared/kfd-interface.md §6.2). The debug area is never published.
+//! from the node's shape (docs/kernel-interface.md §3). The debug area is never published.
 
 use serde::Serialize;
 

@@ -2,8 +2,9 @@
  * kfdq's own description of the amdkfd user ABI, used by kfd-sys when the
  * system <linux/kfd_ioctl.h> predates the debugger API (KFD < 1.13).
  *
- * Written for kfdq from the facts collected in shared/kfd-interface.md §1
- * (struct layouts, request numbers and constants of KFD 1.17). Only the
+ * Written for kfdq from the facts in docs/kernel-interface.md §1 (the
+ * layouts of the kernel's include/uapi/linux/kfd_ioctl.h: structs, request
+ * numbers and constants of KFD 1.17). Only the
  * parts kfdq uses are declared. Names follow the kernel uapi so that code
  * compiles unchanged against either header.
  */

@@ -98,26 +98,31 @@ fn simulate(params: Params, lp_wg_ns: u64, control: Control, seed: u64) -> Outco
     let mut arrival = 0u64;
     let mut latencies = Vec::with_capacity(REQUESTS);
     let mut lp_done = 0u64;
+    // Runs the model to `t`, keeping the batch job's queue full; returns the end of the
+    // latency client's packet `watch` if it completed.
+    let mut step = |p: &mut Partition, tag: &mut u64, t: u64, watch: u64| -> Option<u64> {
+        p.advance_to(t);
+        let mut end = None;
+        for c in p.take_completions() {
+            if c.queue == LP {
+                lp_done += 1;
+                p.submit(LP, dispatch(*tag, LP_WGS, lp_wg_ns));
+                *tag += 1;
+            } else if c.tag == watch {
+                end = Some(c.end_ns);
+            }
+        }
+        end
+    };
     for _ in 0..REQUESTS {
         arrival += (-(1.0 - rng.next_f64()).ln() / RATE_PER_S * 1e9) as u64;
-        // Run up to the arrival, keeping the batch job's queue full.
-        loop {
-            let next = p.next_event().filter(|t| *t <= arrival);
-            let Some(t) = next else { break };
-            p.advance_to(t);
-            for c in p.take_completions() {
-                if c.queue == LP {
-                    lp_done += 1;
-                    p.submit(LP, dispatch(tag, LP_WGS, lp_wg_ns));
-                    tag += 1;
-                }
-            }
+        while let Some(t) = p.next_event().filter(|t| *t <= arrival) {
+            step(&mut p, &mut tag, t, u64::MAX);
         }
         p.advance_to(arrival);
         if control == Control::Deactivate {
             p.update_runlist(&[Edit::SetActive(LP, false)], None);
         }
-        let first = tag;
         for _ in 0..HP_KERNELS {
             p.submit(HP, dispatch(tag, HP_WGS, HP_WG_NS));
             tag += 1;
@@ -126,18 +131,8 @@ fn simulate(params: Params, lp_wg_ns: u64, control: Control, seed: u64) -> Outco
         let mut end = None;
         while end.is_none() {
             let Some(t) = p.next_event() else { break };
-            p.advance_to(t);
-            for c in p.take_completions() {
-                if c.queue == LP {
-                    lp_done += 1;
-                    p.submit(LP, dispatch(tag, LP_WGS, lp_wg_ns));
-                    tag += 1;
-                } else if c.tag == last {
-                    end = Some(c.end_ns);
-                }
-            }
+            end = step(&mut p, &mut tag, t, last);
         }
-        let _ = first;
         let end = end.unwrap_or(arrival);
         latencies.push((end - arrival) as f64 / 1e3);
         if control == Control::Deactivate {

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Validates the deployment files offline: the Kubernetes manifests against the API schemas
+# (kubernetes-validate from PyPI, in a cached virtualenv) and the systemd unit with
+# systemd-analyze verify. Run by scripts/test.sh.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. scripts/lib.sh
+
+cache=${KFDQ_CACHE:-/var/cache/kfdq}
+venv=$cache/venv-kubernetes-validate
+if [[ ! -x $venv/bin/kubernetes-validate ]]; then
+    step "installing kubernetes-validate into $venv (once)"
+    mkdir -p "$cache"
+    /usr/bin/python3 -m venv "$venv" 2>/dev/null ||
+        die "could not create a Python virtualenv in $venv" "install Debian's python3-venv (scripts/setup.sh does) and retry"
+    "$venv/bin/pip" install --quiet kubernetes-validate ||
+        die "pip could not install kubernetes-validate" "check that PyPI is reachable"
+fi
+step "Kubernetes manifests: kubernetes-validate --strict deploy/kubernetes/*.yaml"
+"$venv/bin/kubernetes-validate" --strict --quiet deploy/kubernetes/*.yaml ||
+    die "a Kubernetes manifest does not validate (above)"
+
+step "systemd unit: systemd-analyze verify deploy/systemd/kfdqd.service"
+command -v systemd-analyze >/dev/null || die "systemd-analyze is missing" "install Debian's systemd (scripts/setup.sh does)"
+# verify checks that ExecStart's binary exists: point it at the one just built.
+kfdqd=$(target_dir)/debug/kfdqd
+[[ -x $kfdqd ]] || die "$kfdqd is missing" "build the workspace first (cargo build --workspace)"
+unit_dir=$(mktemp -d)
+trap 'rm -rf "$unit_dir"' EXIT
+sed "s|^ExecStart=/usr/bin/kfdqd|ExecStart=$kfdqd|" deploy/systemd/kfdqd.service >"$unit_dir/kfdqd.service"
+out=$(SYSTEMD_LOG_LEVEL=notice systemd-analyze verify --man=no "$unit_dir/kfdqd.service" 2>&1) || {
+    printf '%s\n' "$out" >&2
+    die "systemd-analyze verify rejected deploy/systemd/kfdqd.service"
+}
+# verify also complains about unrelated units of the host; only ours counts.
+if grep -F "kfdqd.service" <<<"$out" >&2; then
+    die "systemd-analyze verify reported problems in deploy/systemd/kfdqd.service (above)"
+fi
+echo "deploy: ok"
