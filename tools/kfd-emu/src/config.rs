@@ -173,6 +173,20 @@ pub struct EmuConfig {
 }
 
 impl EmuConfig {
+    /// The kernel release the emulated kernel stands for, as `proc/sys/kernel/osrelease` shows
+    /// it: before 6.12 for `--legacy-kernel` (no queue-buffer rules), 6.12 with
+    /// `--queue-priority` (queue priority still programmed), else 7.0 (pipe priority only,
+    /// upstream 73463e26f7e2).
+    pub fn kernel_release(&self) -> &'static str {
+        if !self.buffer_checks {
+            "6.8.0-kfd-emu"
+        } else if self.queue_priority {
+            "6.12.0-kfd-emu"
+        } else {
+            "7.0.0-kfd-emu"
+        }
+    }
+
     /// The dispatcher's arbitration: the override, else what the kernel mode implies.
     pub fn effective_arbitration(&self) -> gfx_model::Arbitration {
         self.arbitration

@@ -216,6 +216,22 @@ impl KfdFs {
             b.add(parent, last, text(f.text));
         }
         b.add(kfd, "proc", Kind::ProcDir);
+        // The running kernel as amdgpu's module parameters and procfs show it (`kfdq doctor`
+        // reads them): the HWS with CWSR, and a release that stands for the kernel mode.
+        let module = b.dir(sys, "module");
+        let amdgpu = b.dir(module, "amdgpu");
+        b.add(amdgpu, "initstate", text("live\n".into()));
+        let params = b.dir(amdgpu, "parameters");
+        b.add(params, "sched_policy", text("0\n".into()));
+        b.add(params, "cwsr_enable", text("1\n".into()));
+        let proc_dir = b.dir(root, "proc");
+        let proc_sys = b.dir(proc_dir, "sys");
+        let kernel = b.dir(proc_sys, "kernel");
+        b.add(
+            kernel,
+            "osrelease",
+            text(format!("{}\n", emu.config.kernel_release())),
+        );
         let own = b.dir(root, "kfd-emu");
         b.add(own, "stats.json", Kind::Stats);
         b.add(own, "config.json", Kind::Config);
