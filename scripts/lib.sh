@@ -45,7 +45,22 @@ build_workspace() {
             "fakehip's build script needs a C compiler (Debian package gcc): run scripts/setup.sh as root"
     BIN=$(target_dir)/debug
     local exe
-    for exe in kfdq kfd-emu kfdq-demo libkfdq_shim.so; do
+    for exe in kfdq kfdqd kfd-emu kfdq-demo libkfdq_shim.so; do
         [[ -e $BIN/$exe ]] || die "the build did not produce $BIN/$exe" "run 'cargo build --workspace' to see why"
     done
+}
+
+# build_workloads: compiles the demo's HIP workloads (latency client, batch flood) and the
+# example workload against fakehip into $BIN as kfdq-latency, kfdq-flood and kfdq-workload.
+build_workloads() {
+    local name src
+    for name in latency flood; do
+        src=shim/tests/programs/$name.c
+        cc -O2 -Wall -o "$BIN/kfdq-$name" "$src" -I tools/fakehip/include -I shim/tests/programs \
+            -L "$FAKEHIP_DIR" -lamdhip64 -Wl,-rpath,"$FAKEHIP_DIR" ||
+            die "could not compile $src against fakehip" "the C compiler comes from Debian's gcc: run scripts/setup.sh as root"
+    done
+    cc -O2 -Wall -o "$BIN/kfdq-workload" shim/examples/workload.c -I tools/fakehip/include \
+        -L "$FAKEHIP_DIR" -lamdhip64 -Wl,-rpath,"$FAKEHIP_DIR" ||
+        die "could not compile shim/examples/workload.c against fakehip" "the C compiler comes from Debian's gcc: run scripts/setup.sh as root"
 }

@@ -4,10 +4,12 @@
 //! * [`kfd`] — the safe, typed layer over `/dev/kfd` and its sysfs topology.
 //! * [`policy`] — pure decision logic (priority classes).
 //! * [`proto`] — the shim <-> agent control protocol.
+//! * [`agent`] — `kfdqd`, the node agent.
 //! * [`cli`] — the `kfdq` command line.
 #![deny(missing_docs)]
 #![deny(unsafe_code)]
 
+pub mod agent;
 pub mod cli;
 pub mod doctor;
 pub mod kfd;

@@ -73,8 +73,9 @@ fn a_busy_higher_class_preempts_lower_classes_at_their_levels() {
         d.targets.iter().map(|t| t.priority).collect::<Vec<_>>(),
         [13, 8, 3]
     );
-    // The deactivation costs one device-wide preempt for the partition; the hold none.
-    assert_eq!(d.total_preempts(), 1);
+    // Deactivating the batch process's two queues costs two device-wide preempts (one
+    // UPDATE_QUEUE each); the hold none.
+    assert_eq!(d.total_preempts(), 2);
 }
 
 #[test]
@@ -100,22 +101,39 @@ fn lower_classes_resume_only_after_the_hysteresis() {
 }
 
 #[test]
-fn a_burst_costs_one_preempt_off_and_one_on() {
-    let mut p = builtin();
-    let parts = part(24);
+fn a_burst_is_taken_in_one_decision_off_and_one_on() {
     // Eight batch processes with two queues each (18 active queues fit 24 slots, so the
-    // residency guard stays out of it), and a burst of latency work.
-    let mut total = 0;
-    for t in 0..100u64 {
-        let hp_busy = (10..40).contains(&t);
-        let mut procs = vec![proc(1, "latency", &[hp_busy, false])];
-        procs.extend((0..8).map(|i| proc(100 + i, "batch", &[true, i % 2 == 0])));
-        total += decide(&mut p, t * MS, &parts, &procs).total_preempts();
+    // residency guard stays out of it), and a burst of latency work; per level, the decisions
+    // that cost device-wide preempts and their total.
+    for (level, per_process) in [
+        (Level::Suspend, 1),
+        (Level::Deactivate, 2),
+        (Level::Hold, 0),
+    ] {
+        let mut config = PolicyConfig::builtin();
+        config.classes[2].level = Some(level);
+        let mut p = Policy::new(config).unwrap();
+        let parts = part(24);
+        let (mut total, mut costly) = (0, 0);
+        for t in 0..100u64 {
+            let hp_busy = (10..40).contains(&t);
+            let mut procs = vec![proc(1, "latency", &[hp_busy, false])];
+            procs.extend((0..8).map(|i| proc(100 + i, "batch", &[true, i % 2 == 0])));
+            let d = decide(&mut p, t * MS, &parts, &procs);
+            total += d.total_preempts();
+            costly += u32::from(d.total_preempts() > 0);
+        }
+        assert_eq!(
+            total,
+            2 * 8 * per_process,
+            "{level:?}: off and on for each of the 8 processes"
+        );
+        assert_eq!(
+            costly,
+            if per_process > 0 { 2 } else { 0 },
+            "{level:?}: all processes in one decision off, one on"
+        );
     }
-    assert_eq!(
-        total, 2,
-        "one preempt to deactivate all 8 processes, one to resume them"
-    );
 }
 
 #[test]
@@ -174,7 +192,11 @@ fn the_residency_guard_deactivates_lower_classes_until_the_rest_fit() {
         "a hold frees no slot"
     );
     assert_eq!(t(10).run, Run::Running);
-    assert_eq!(d.total_preempts(), 1, "both in one batched update");
+    assert_eq!(
+        d.total_preempts(),
+        4,
+        "one UPDATE_QUEUE per deactivated queue, in one decision"
+    );
 }
 
 #[test]

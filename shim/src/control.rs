@@ -272,6 +272,10 @@ fn handle(msg: AgentMsg) -> Vec<ShimMsg> {
             crate::log::warn_always(&format!("the agent refused this process: {reason}"));
             vec![]
         }
+        AgentMsg::Error { detail } => {
+            crate::log::debug(|| format!("the agent could not take a message: {detail}"));
+            vec![]
+        }
         AgentMsg::Query { seq } => vec![
             ShimMsg::Registry(st.to_proto(pid())),
             ack(seq, Ok("registry sent".into())),

@@ -1,9 +1,12 @@
 //! The `kfdq` command line: the user's front door.
 #![forbid(unsafe_code)]
 
+mod client;
+mod demo;
 mod doctor;
 mod ps;
 mod run;
+mod status;
 mod table;
 mod topology;
 
@@ -36,6 +39,10 @@ pub struct Cli {
     #[arg(long, global = true)]
     pub json: bool,
 
+    /// The agent's socket (kfdqd) for status, control commands and the agent's columns of ps.
+    #[arg(long, global = true, value_name = "PATH", env = "KFDQ_SOCKET")]
+    pub agent: Option<PathBuf>,
+
     /// The command.
     #[command(subcommand)]
     pub command: Command,
@@ -50,10 +57,72 @@ pub enum Command {
     /// of an N-XCC partition takes one HQD per XCC). Beyond that the scheduler time-slices the
     /// runlist and queue priority stops mattering.
     Topology,
-    /// Processes with KFD queues: per queue its GPU, type and ring size.
+    /// Processes with KFD queues: per queue its GPU, type, ring size, priority and state.
     ///
-    /// Read from /sys/class/kfd/kfd/proc, which is world-readable; no privileges needed.
+    /// Read from /sys/class/kfd/kfd/proc, which is world-readable, joined with what the shim
+    /// publishes; when the agent (kfdqd) answers, its class, state and busy columns are added.
     Ps,
+    /// The agent's view: partitions, classes, who is preempted at which level and why,
+    /// device-wide preempts per second, decision latency.
+    ///
+    /// Without a running agent it says so and shows `kfdq ps` instead.
+    Status,
+    /// `kfdq status`, redrawn in place (with --json: one JSON object per line).
+    Watch {
+        /// Seconds between frames.
+        #[arg(long, default_value_t = 1.0, value_name = "SECONDS")]
+        interval: f64,
+        /// Stop after this many frames (default: until Ctrl-C).
+        #[arg(long, value_name = "N")]
+        count: Option<u64>,
+    },
+    /// Set the KFD priority (0..=15) of every queue of a process (level 0).
+    ///
+    /// What a priority buys depends on the kernel (see `kfdq status`): since Linux 7.0 only the
+    /// pipe priority counts (0-6 low, 7-10 medium, 11-15 high). Users may set their own
+    /// processes up to their class's max_priority; root and the admin group any.
+    SetPriority {
+        /// The process.
+        pid: u32,
+        /// 0..=15.
+        priority: u32,
+    },
+    /// Preempt a process by hand until `kfdq resume` (overrides the policy).
+    ///
+    /// Levels: hold (1: the shim holds its launches; running work drains), deactivate (2: its
+    /// queues leave the runlist; running waves are context-saved), suspend (3: the debugger
+    /// API suspends its queues). Users may preempt their own processes.
+    Suspend {
+        /// The process.
+        pid: u32,
+        /// hold | deactivate | suspend (or 1 | 2 | 3).
+        #[arg(long, default_value = "deactivate", value_parser = parse_level)]
+        level: crate::proto::Level,
+    },
+    /// Undo `kfdq suspend`: the policy decides for the process again.
+    Resume {
+        /// The process.
+        pid: u32,
+    },
+    /// Move a process to another class until it exits.
+    ///
+    /// Users may move their own processes down, or into classes anyone may ask for; root and
+    /// the admin group anywhere.
+    Class {
+        /// The process.
+        pid: u32,
+        /// A class of the agent's configuration (`kfdq status` lists them).
+        class: String,
+    },
+    /// The main job: a latency client next to a batch job, uncontrolled and under each
+    /// preemption level, in one table.
+    ///
+    /// Without an AMD GPU it mounts the built-in emulator (kfd-emu, mi308x preset) and runs the
+    /// workloads on fakehip; every phase runs real processes under the shim with a real kfdqd.
+    /// Phases: HP alone, LP alone, HP+LP uncontrolled, priorities only, levels 1, 2 and 3.
+    /// Prints HP P50/P99/max relative to alone, LP throughput relative to alone, preemption
+    /// latency and device-wide preempts per second (--json: the same numbers).
+    Demo(demo::DemoArgs),
     /// Run a command under the launch shim (LD_PRELOAD libkfdq_shim.so) with a class or priority.
     ///
     /// The shim maps every HIP stream, the null stream included, to a managed KFD queue and
@@ -98,6 +167,13 @@ pub enum Command {
     },
 }
 
+fn parse_level(s: &str) -> Result<crate::proto::Level, String> {
+    match crate::agent::config::parse_level(s)? {
+        Some(l) => Ok(l),
+        None => Err("level none preempts nothing: use hold, deactivate or suspend".into()),
+    }
+}
+
 /// Runs the CLI; returns the process exit code.
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -105,7 +181,43 @@ pub fn main() -> ExitCode {
     let root = Root::new(&cli.root);
     let result = match cli.command {
         Command::Topology => topology::run(&root, cli.json),
-        Command::Ps => ps::run(&root, cli.json),
+        Command::Ps => ps::run(&root, &client::socket_path(cli.agent.as_deref()), cli.json),
+        Command::Status => status::run(&root, &client::socket_path(cli.agent.as_deref()), cli.json),
+        Command::Watch { interval, count } => {
+            if !(interval.is_finite() && interval >= 0.05) {
+                Err(CliError::Usage(format!(
+                    "--interval {interval} is too short: use at least 0.05 seconds"
+                )))
+            } else {
+                status::watch(
+                    &client::socket_path(cli.agent.as_deref()),
+                    std::time::Duration::from_secs_f64(interval),
+                    count,
+                    cli.json,
+                )
+            }
+        }
+        Command::SetPriority { pid, priority } => client::command(
+            &client::socket_path(cli.agent.as_deref()),
+            &crate::proto::Request::SetPriority { pid, priority },
+            cli.json,
+        ),
+        Command::Suspend { pid, level } => client::command(
+            &client::socket_path(cli.agent.as_deref()),
+            &crate::proto::Request::Suspend { pid, level },
+            cli.json,
+        ),
+        Command::Resume { pid } => client::command(
+            &client::socket_path(cli.agent.as_deref()),
+            &crate::proto::Request::Resume { pid },
+            cli.json,
+        ),
+        Command::Class { pid, class } => client::command(
+            &client::socket_path(cli.agent.as_deref()),
+            &crate::proto::Request::SetClass { pid, class },
+            cli.json,
+        ),
+        Command::Demo(args) => demo::run(&cli.root, args, cli.json),
         Command::Run {
             class,
             priority,
@@ -170,6 +282,9 @@ pub enum CliError {
     /// The command line asked for something impossible; the text says what to do instead.
     #[error("{0}")]
     Usage(String),
+    /// The agent refused a request or a shim failed it; the text names the rule and the fix.
+    #[error("{0}")]
+    Refused(String),
     /// `kfdq doctor` found checks that fail (it printed them with their fixes).
     #[error("{0} check(s) FAILed: see the FAIL lines and their fixes above")]
     Findings(usize),

@@ -6,6 +6,7 @@ use super::table::Table;
 use super::{CliError, kfd_error, print_json};
 use crate::kfd::Root;
 use crate::kfd::procfs::{self, ProcQueue};
+use crate::proto::control::ProcessStatus;
 use crate::proto::state::read_registry;
 use crate::proto::{QueueInfo, Registry, StreamInfo, StreamKind};
 
@@ -30,6 +31,8 @@ struct ProcessView<'a> {
     shim: bool,
     queues: Vec<QueueView<'a>>,
     warnings: &'a [String],
+    /// The agent's view (class, state, why), when an agent answers.
+    agent: Option<&'a ProcessStatus>,
 }
 
 fn stream_label(s: &StreamInfo) -> String {
@@ -55,8 +58,14 @@ fn command_of(pid: u32) -> Option<String> {
         .map(|s| s.trim().to_string())
 }
 
-pub(super) fn run(root: &Root, json: bool) -> Result<(), CliError> {
+pub(super) fn run(root: &Root, agent: &std::path::Path, json: bool) -> Result<(), CliError> {
     let procs = procfs::processes(root).map_err(|e| kfd_error("listing KFD processes", root, e))?;
+    let status = super::client::status(agent).ok();
+    let agent_view = |pid: u32| {
+        status
+            .as_ref()
+            .and_then(|s| s.processes.iter().find(|p| p.pid == pid))
+    };
     let registries: Vec<Option<Registry>> = procs.iter().map(|p| read_registry(p.pid)).collect();
     let views: Vec<ProcessView<'_>> = procs
         .iter()
@@ -93,6 +102,7 @@ pub(super) fn run(root: &Root, json: bool) -> Result<(), CliError> {
                 })
                 .collect(),
             warnings: reg.as_ref().map(|r| r.warnings.as_slice()).unwrap_or(&[]),
+            agent: agent_view(p.pid),
         })
         .collect();
     if json {
@@ -109,14 +119,19 @@ pub(super) fn run(root: &Root, json: bool) -> Result<(), CliError> {
         ">PRIO",
         "STREAMS",
         "STATE",
+        "BUSY",
+        "AGENT",
     ]);
     for p in &views {
         let cmd = p.command.clone().unwrap_or_else(|| "?".into());
-        let class = if p.shim {
-            p.class.unwrap_or("-").to_string()
-        } else {
-            "(no shim)".into()
+        let class = match (p.agent, p.shim) {
+            (Some(a), _) => a.class.clone(),
+            (None, true) => p.class.unwrap_or("-").to_string(),
+            (None, false) => "(no shim)".into(),
         };
+        let agent_state = p
+            .agent
+            .map_or_else(|| "-".to_string(), |a| format!("{}: {}", a.state, a.reason));
         if p.queues.is_empty() {
             t.row(vec![
                 p.pid.to_string(),
@@ -129,6 +144,8 @@ pub(super) fn run(root: &Root, json: bool) -> Result<(), CliError> {
                 "-".into(),
                 "-".into(),
                 "-".into(),
+                "-".into(),
+                agent_state.clone(),
             ]);
         }
         for q in &p.queues {
@@ -171,6 +188,11 @@ pub(super) fn run(root: &Root, json: bool) -> Result<(), CliError> {
                 prio,
                 streams,
                 state.into(),
+                p.agent
+                    .and_then(|a| a.queues.iter().find(|x| x.queue_id == q.queue.queue_id.0))
+                    .map_or("-", |x| if x.busy { "yes" } else { "no" })
+                    .into(),
+                agent_state.clone(),
             ]);
         }
     }

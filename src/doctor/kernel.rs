@@ -76,6 +76,36 @@ pub(super) fn release_version(release: &str) -> Option<(u32, u32)> {
     Some((major, minor))
 }
 
+/// Whether the kernel under `root` programs per-queue priority, and what a priority buys there
+/// (one sentence for `kfdq doctor` and `kfdq status`).
+pub(crate) fn queue_priority(root: &Root) -> (QueuePriority, String) {
+    let release_path = under_root_or_host(root, "proc/sys/kernel/osrelease");
+    match read_trimmed(&release_path)
+        .as_deref()
+        .and_then(|r| Some((r.to_owned(), release_version(r)?)))
+    {
+        Some((release, v)) if v >= PIPE_ONLY_SINCE => (
+            QueuePriority::PipeOnly,
+            format!(
+                "kernel {release}: amdkfd programs only the pipe priority (0-6 low, 7-10 medium, 11-15 high), not the queue priority (upstream 73463e26f7e2) — priority inside a band changes nothing; kfdq's guarantee is preemption (levels 1-3)"
+            ),
+        ),
+        Some((release, _)) => (
+            QueuePriority::Programmed,
+            format!(
+                "kernel {release}: amdkfd programs the queue priority 0..15 (before upstream 73463e26f7e2), unless the distribution backported that change; the CP prefers higher queues among resident ones, but never preempts"
+            ),
+        ),
+        None => (
+            QueuePriority::Unknown,
+            format!(
+                "{} is not readable: whether the kernel programs per-queue priority is unknown",
+                release_path.display()
+            ),
+        ),
+    }
+}
+
 pub(super) fn inspect(root: &Root, out: &mut Vec<Finding>) -> NodeFacts {
     let kfd = open_kfd(root, out);
 
@@ -158,43 +188,8 @@ pub(super) fn inspect(root: &Root, out: &mut Vec<Finding>) -> NodeFacts {
         }
     };
 
-    let release_path = under_root_or_host(root, "proc/sys/kernel/osrelease");
-    let queue_priority = match read_trimmed(&release_path)
-        .as_deref()
-        .and_then(|r| Some((r.to_owned(), release_version(r)?)))
-    {
-        Some((release, v)) if v >= PIPE_ONLY_SINCE => {
-            out.push(Finding::new(
-                "queue-priority",
-                Status::Info,
-                format!(
-                    "kernel {release}: amdkfd programs only the pipe priority (0-6 low, 7-10 medium, 11-15 high), not the queue priority (upstream 73463e26f7e2) — priority inside a band changes nothing; kfdq's guarantee is preemption (levels 1-3)"
-                ),
-            ));
-            QueuePriority::PipeOnly
-        }
-        Some((release, _)) => {
-            out.push(Finding::new(
-                "queue-priority",
-                Status::Info,
-                format!(
-                    "kernel {release}: amdkfd programs the queue priority 0..15 (before upstream 73463e26f7e2), unless the distribution backported that change; the CP prefers higher queues among resident ones, but never preempts"
-                ),
-            ));
-            QueuePriority::Programmed
-        }
-        None => {
-            out.push(Finding::new(
-                "queue-priority",
-                Status::Info,
-                format!(
-                    "{} is not readable: whether the kernel programs per-queue priority is unknown",
-                    release_path.display()
-                ),
-            ));
-            QueuePriority::Unknown
-        }
-    };
+    let (queue_priority, note) = queue_priority(root);
+    out.push(Finding::new("queue-priority", Status::Info, note));
 
     let scope_path = under_root_or_host(root, "proc/sys/kernel/yama/ptrace_scope");
     let ptrace_scope = read_trimmed(&scope_path).and_then(|s| s.parse::<u32>().ok());

@@ -21,6 +21,11 @@ use crate::kfd::Root;
 
 pub use levels::{LevelVerdict, PartitionVerdict};
 
+/// What a queue priority buys on the kernel under `root` (its release decides), in one sentence.
+pub fn priority_note(root: &Root) -> String {
+    kernel::queue_priority(root).1
+}
+
 /// How a finding affects kfdq.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "snake_case")]

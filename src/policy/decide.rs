@@ -11,10 +11,11 @@
 //! * Starvation guard: a class with one runs for `run_ns` after `after_ns` preempted.
 //! * Residency guard: with more active queues on a partition than its resident slots, lower
 //!   classes are deactivated (level 2: a hold does not free slots) until the rest fit.
-//! * Cost: every change of level 2 or 3 on a partition is one runlist update, batched per
-//!   decision — one device-wide preempt per partition per decision, however many queues; holds
-//!   and releases of level 1 cost none. Changes wait for the minimum interval since the last
-//!   device-wide preempt on their partition.
+//! * Cost, as amdkfd charges it: every UPDATE_QUEUE is its own runlist update (one device-wide
+//!   preempt per queue deactivated or reactivated, level 2); SUSPEND/RESUME_QUEUES batch a
+//!   process's queues into one runlist update per partition (level 3); holds cost none
+//!   (level 1). Changes that cost preempts on a partition are taken together, at most once per
+//!   minimum interval since the last device-wide preempt there.
 //!
 //! Pure and deterministic: the clock is the observation's `now_ns`.
 
@@ -128,7 +129,8 @@ pub struct Decision {
     pub targets: Vec<Target>,
     /// The processes whose state changes, in pid order (the executor's work).
     pub changes: Vec<Change>,
-    /// Device-wide preempts this decision costs, per partition (gpu_id -> 0 or 1).
+    /// Device-wide preempts this decision costs, per partition (gpu_id -> count; see
+    /// [`preempt_cost`]).
     pub preempts: BTreeMap<u32, u32>,
     /// When to decide again even if nothing is observed to change (a hysteresis, a starvation
     /// guard or a rate limit runs out then).
@@ -163,6 +165,18 @@ pub struct Policy {
 
 fn costs_preempt(r: Run) -> bool {
     matches!(r, Run::Preempted(Level::Deactivate | Level::Suspend))
+}
+
+/// Device-wide preempts that entering or leaving `run` costs a process with `queues` queues on
+/// one partition: one per queue at level 2 (each UPDATE_QUEUE runs amdkfd's
+/// `execute_queues_cpsch` on its own), one at level 3 (SUSPEND_QUEUES / RESUME_QUEUES run it
+/// once per partition for all the queues named), none at level 1 or while running.
+pub fn preempt_cost(run: Run, queues: u32) -> u32 {
+    match run {
+        Run::Preempted(Level::Deactivate) => queues,
+        Run::Preempted(Level::Suspend) => u32::from(queues > 0),
+        Run::Preempted(Level::Hold) | Run::Running => 0,
+    }
 }
 
 fn later(a: Option<u64>, b: u64) -> Option<u64> {
@@ -345,7 +359,6 @@ impl Policy {
                     next = later(next, t + self.config.min_preempt_interval_ns);
                 }
                 _ => {
-                    decision.preempts.insert(part.gpu_id, 1);
                     self.last_preempt.insert(part.gpu_id, now);
                 }
             }
@@ -359,6 +372,13 @@ impl Policy {
                 reason = Reason::RateLimited;
             }
             if cur != run {
+                for part in obs.partitions {
+                    let n = p.queues.iter().filter(|q| q.gpu_id == part.gpu_id).count() as u32;
+                    let cost = preempt_cost(cur, n) + preempt_cost(run, n);
+                    if cost > 0 {
+                        *decision.preempts.entry(part.gpu_id).or_default() += cost;
+                    }
+                }
                 decision.changes.push(Change {
                     pid: p.pid,
                     from: cur,

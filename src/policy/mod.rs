@@ -9,5 +9,6 @@ mod rules;
 
 pub use decide::{
     Change, Decision, Observation, PartitionObs, Policy, ProcessObs, QueueObs, Reason, Run, Target,
+    preempt_cost,
 };
 pub use rules::{ClassRule, PolicyConfig, PolicyError, Starvation};

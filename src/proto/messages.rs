@@ -178,6 +178,11 @@ pub enum AgentMsg {
         /// 0..=15.
         priority: u32,
     },
+    /// The agent could not take a message (malformed, oversized, truncated); the session goes on.
+    Error {
+        /// What was wrong.
+        detail: String,
+    },
     /// Ask for a [`ShimMsg::Registry`].
     Query {
         /// Sequence number echoed in the ack.

@@ -2,8 +2,9 @@
  * flood.c WG_US WGS IN_FLIGHT: a best-effort batch job shaped like a training loop of long
  * GEMMs. On one created stream it keeps IN_FLIGHT dispatches of WGS work-groups (256 threads =
  * 4 waves each, WG_US µs per work-group) queued until the file named by $KFDQ_TEST_STOP exists.
- * Prints its queue (`queue flood ...`), `flooding` once the first dispatch is queued, and at
- * the end `flood dispatches <completed> seconds <elapsed>`.
+ * Prints its queue (`queue flood ...`), `flooding` once the first dispatch is queued, with
+ * $KFDQ_FLOOD_PROGRESS set `done <t_us>` (CLOCK_MONOTONIC) as each dispatch is seen complete,
+ * and at the end `flood dispatches <completed> seconds <elapsed>`.
  */
 #include "common.h"
 
@@ -22,6 +23,7 @@ int main(int argc, char **argv)
 	struct kernel k = {0x4B484B46u, 0, (uint64_t)(atof(argv[1]) * 1000)};
 	int wgs = atoi(argv[2]), in_flight = atoi(argv[3]);
 	const char *stop = getenv("KFDQ_TEST_STOP");
+	int progress = getenv("KFDQ_FLOOD_PROGRESS") != NULL;
 	hipStream_t s;
 	hipEvent_t done[64];
 	long completed = 0, issued = 0;
@@ -40,6 +42,13 @@ int main(int argc, char **argv)
 			/* Bound the window: wait for the dispatch issued IN_FLIGHT ago. */
 			CHECK(hipEventSynchronize(done[slot]));
 			completed++;
+			if (progress) {
+				struct timespec t;
+
+				clock_gettime(CLOCK_MONOTONIC, &t);
+				printf("done %.0f\n", t.tv_sec * 1e6 + t.tv_nsec / 1e3);
+				fflush(stdout);
+			}
 		}
 		if (stop && access(stop, F_OK) == 0)
 			break;

@@ -2,8 +2,10 @@
  * latency.c N GAP_MS KERNELS WG_US WGS: a latency-critical client shaped like batch-1
  * inference. Every GAP_MS (open loop, periodic) it issues one request: KERNELS dispatches of
  * WGS work-groups (256 threads = 4 waves each, WG_US µs per work-group) on the null stream, as
- * PyTorch does, then waits for them. Prints one line per request and a summary:
+ * PyTorch does, then waits for them. After a warm-up it passes checkpoint "ready" (see common.h),
+ * then prints one line per request, the timed window on CLOCK_MONOTONIC and a summary:
  *   request <i> <latency_us>
+ *   window <start_us> <end_us>
  *   latency n <N> p50 <us> p99 <us> max <us>
  */
 #include "common.h"
@@ -45,6 +47,7 @@ int main(int argc, char **argv)
 	/* Warm-up: the null stream's queue exists before the first timed request. */
 	CHECK(hipLaunchKernel((const void *)&k, (dim3){1, 1, 1}, (dim3){64, 1, 1}, NULL, 0, 0));
 	CHECK(hipStreamSynchronize(0));
+	checkpoint("ready");
 	double start = now_us();
 	for (int i = 0; i < n; i++) {
 		double due = start + i * gap_us;
@@ -59,6 +62,7 @@ int main(int argc, char **argv)
 		lat[i] = now_us() - t0;
 		printf("request %d %.0f\n", i, lat[i]);
 	}
+	printf("window %.0f %.0f\n", start, now_us());
 	qsort(lat, (size_t)n, sizeof(*lat), cmp);
 	int p99 = (int)(0.99 * (n - 1) + 0.5);
 	printf("latency n %d p50 %.0f p99 %.0f max %.0f\n", n, lat[(n - 1) / 2], lat[p99], lat[n - 1]);

@@ -1,0 +1,507 @@
+//! The agent's configuration: `/etc/kfdq/kfdq.toml` (or `--config`), validated as a whole
+//! before it replaces the one in effect. docs/agent.md is the reference; every error names the
+//! file, the line and the rule.
+
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+use crate::policy::{ClassRule, PolicyConfig, Starvation};
+use crate::proto::Level;
+
+/// Default configuration file.
+pub const DEFAULT_CONFIG: &str = "/etc/kfdq/kfdq.toml";
+/// Default agent socket.
+pub const DEFAULT_SOCKET: &str = crate::doctor::DEFAULT_SOCKET;
+
+/// The agent's socket.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SocketConfig {
+    /// Where it is bound.
+    pub path: PathBuf,
+    /// Group owning it (name, gid), when configured.
+    pub group: Option<(String, u32)>,
+    /// Its mode bits.
+    pub mode: u32,
+}
+
+/// Which processes a class takes.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Matcher {
+    /// Real user ids.
+    pub uids: Vec<u32>,
+    /// Group ids (primary or supplementary).
+    pub gids: Vec<u32>,
+    /// cgroup v2 path prefixes (`/kubepods.slice/...`).
+    pub cgroups: Vec<String>,
+    /// Executable paths (exact).
+    pub executables: Vec<String>,
+    /// A process may ask for the class with `KFDQ_CLASS` whoever it is.
+    pub env: bool,
+}
+
+impl Matcher {
+    /// True when the matcher names an identity (uid, gid, cgroup or executable), not only `env`.
+    pub fn names_identity(&self) -> bool {
+        !(self.uids.is_empty()
+            && self.gids.is_empty()
+            && self.cgroups.is_empty()
+            && self.executables.is_empty())
+    }
+}
+
+/// A class as the agent uses it: the policy's rule plus who belongs to it and what its users
+/// may set.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClassConfig {
+    /// Name.
+    pub name: String,
+    /// Highest priority its users (not admins) may set with `kfdq set-priority`.
+    pub max_priority: u8,
+    /// Who belongs to it.
+    pub matcher: Matcher,
+}
+
+/// The whole configuration.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AgentConfig {
+    /// The file it came from (`None`: built-in defaults).
+    pub source: Option<PathBuf>,
+    /// The socket.
+    pub socket: SocketConfig,
+    /// Members of this group control any process (root always does).
+    pub admin_group: Option<(String, u32)>,
+    /// Class of a process no rule matches.
+    pub default_class: String,
+    /// Level-3 grace period (units of 1K GPU clocks).
+    pub grace_period: u32,
+    /// Connections beyond this are closed at once.
+    pub max_connections: usize,
+    /// Control requests per second and peer (a burst of as many is allowed).
+    pub control_rate: f64,
+    /// Classes in file order (the order rules are matched in).
+    pub classes: Vec<ClassConfig>,
+    /// The policy's part.
+    pub policy: PolicyConfig,
+}
+
+/// A configuration that was refused; the one in effect stays.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// Not readable.
+    #[error("{path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// A rule broken at a line.
+    #[error("{path}:{line}: {message}")]
+    Invalid {
+        /// The file.
+        path: PathBuf,
+        /// 1-based line (0 when not known).
+        line: usize,
+        /// The rule and the fix.
+        message: String,
+    },
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct FileAgent {
+    socket: Option<PathBuf>,
+    socket_group: Option<String>,
+    socket_mode: Option<String>,
+    admin_group: Option<String>,
+    default_class: Option<toml::Spanned<String>>,
+    hysteresis_ms: Option<f64>,
+    min_preempt_interval_ms: Option<f64>,
+    grace_period: Option<u32>,
+    max_connections: Option<usize>,
+    control_requests_per_s: Option<f64>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct FileMatch {
+    #[serde(default)]
+    uids: Vec<u32>,
+    #[serde(default)]
+    users: Vec<String>,
+    #[serde(default)]
+    gids: Vec<u32>,
+    #[serde(default)]
+    groups: Vec<String>,
+    #[serde(default)]
+    cgroups: Vec<String>,
+    #[serde(default)]
+    executables: Vec<String>,
+    #[serde(default)]
+    env: bool,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileStarvation {
+    run_ms: f64,
+    after_ms: f64,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileClass {
+    name: toml::Spanned<String>,
+    rank: u8,
+    priority: u8,
+    level: Option<String>,
+    max_priority: Option<u8>,
+    cu_share: Option<u16>,
+    starvation: Option<FileStarvation>,
+    #[serde(default, rename = "match")]
+    matches: FileMatch,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct File {
+    #[serde(default)]
+    agent: FileAgent,
+    #[serde(default, rename = "class")]
+    classes: Vec<FileClass>,
+}
+
+/// Parses a level name (`hold`, `deactivate`, `suspend`, or `1`..`3`; `none` = never).
+pub fn parse_level(s: &str) -> Result<Option<Level>, String> {
+    match s.trim().to_ascii_lowercase().as_str() {
+        "none" | "0" => Ok(None),
+        "hold" | "1" => Ok(Some(Level::Hold)),
+        "deactivate" | "2" => Ok(Some(Level::Deactivate)),
+        "suspend" | "3" => Ok(Some(Level::Suspend)),
+        other => Err(format!(
+            "unknown level {other:?}: use none, hold (1), deactivate (2) or suspend (3)"
+        )),
+    }
+}
+
+fn ms(v: f64, what: &str) -> Result<u64, String> {
+    if v.is_finite() && (0.0..=3_600_000.0).contains(&v) {
+        Ok((v * 1e6) as u64)
+    } else {
+        Err(format!("{what} = {v} is out of range 0..=3600000 ms"))
+    }
+}
+
+fn group_id(name: &str) -> Result<u32, String> {
+    match nix::unistd::Group::from_name(name) {
+        Ok(Some(g)) => Ok(g.gid.as_raw()),
+        Ok(None) => Err(format!(
+            "group {name:?} does not exist on this node: create it (groupadd {name}) or remove the setting"
+        )),
+        Err(e) => Err(format!("looking up group {name:?}: {e}")),
+    }
+}
+
+fn user_id(name: &str) -> Result<u32, String> {
+    match nix::unistd::User::from_name(name) {
+        Ok(Some(u)) => Ok(u.uid.as_raw()),
+        Ok(None) => Err(format!(
+            "user {name:?} does not exist on this node: use a uid or create the user"
+        )),
+        Err(e) => Err(format!("looking up user {name:?}: {e}")),
+    }
+}
+
+fn line_of(text: &str, offset: usize) -> usize {
+    text[..offset.min(text.len())].matches('\n').count() + 1
+}
+
+impl AgentConfig {
+    /// The built-in configuration (no file): the policy's built-in classes, each selectable
+    /// with `KFDQ_CLASS`, default class `normal`, socket [`DEFAULT_SOCKET`] mode 0666.
+    pub fn builtin() -> AgentConfig {
+        let policy = PolicyConfig::builtin();
+        let classes = policy
+            .classes
+            .iter()
+            .map(|c| ClassConfig {
+                name: c.name.clone(),
+                max_priority: c.priority,
+                matcher: Matcher {
+                    env: true,
+                    ..Matcher::default()
+                },
+            })
+            .collect();
+        AgentConfig {
+            source: None,
+            socket: SocketConfig {
+                path: PathBuf::from(DEFAULT_SOCKET),
+                group: None,
+                mode: 0o666,
+            },
+            admin_group: None,
+            default_class: "normal".into(),
+            grace_period: 0,
+            max_connections: 4096,
+            control_rate: 50.0,
+            classes,
+            policy,
+        }
+    }
+
+    /// Reads and validates `path`.
+    pub fn load(path: &Path) -> Result<AgentConfig, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        Self::parse(&text, Some(path))
+    }
+
+    /// Parses and validates `text` (`path` for messages and [`AgentConfig::source`]).
+    pub fn parse(text: &str, path: Option<&Path>) -> Result<AgentConfig, ConfigError> {
+        let shown = path.map_or_else(|| PathBuf::from("<config>"), Path::to_owned);
+        let invalid = |line: usize, message: String| ConfigError::Invalid {
+            path: shown.clone(),
+            line,
+            message,
+        };
+        let file: File = toml::from_str(text).map_err(|e| {
+            let line = e.span().map_or(0, |s| line_of(text, s.start));
+            invalid(line, e.message().trim().to_string())
+        })?;
+        let mut cfg = AgentConfig::builtin();
+        cfg.source = path.map(Path::to_owned);
+        let a = &file.agent;
+        let agent_line = text.find("[agent]").map_or(0, |o| line_of(text, o));
+        let at_agent = |m: String| invalid(agent_line, format!("[agent]: {m}"));
+        if let Some(p) = &a.socket {
+            if !p.is_absolute() {
+                return Err(at_agent(format!(
+                    "socket = {:?} must be an absolute path",
+                    p.display()
+                )));
+            }
+            cfg.socket.path = p.clone();
+        }
+        if let Some(g) = &a.socket_group {
+            cfg.socket.group = Some((g.clone(), group_id(g).map_err(at_agent)?));
+        }
+        if let Some(m) = &a.socket_mode {
+            let v = u32::from_str_radix(m.trim_start_matches("0o"), 8)
+                .ok()
+                .filter(|v| *v <= 0o777)
+                .ok_or_else(|| {
+                    at_agent(format!(
+                        "socket_mode = {m:?} is not an octal mode such as \"0660\""
+                    ))
+                })?;
+            cfg.socket.mode = v;
+        }
+        if let Some(g) = &a.admin_group {
+            cfg.admin_group = Some((g.clone(), group_id(g).map_err(at_agent)?));
+        }
+        if let Some(v) = a.hysteresis_ms {
+            cfg.policy.hysteresis_ns = ms(v, "hysteresis_ms").map_err(at_agent)?;
+        }
+        if let Some(v) = a.min_preempt_interval_ms {
+            cfg.policy.min_preempt_interval_ns =
+                ms(v, "min_preempt_interval_ms").map_err(at_agent)?;
+        }
+        if let Some(v) = a.grace_period {
+            cfg.grace_period = v;
+        }
+        if let Some(v) = a.max_connections {
+            if v == 0 {
+                return Err(at_agent("max_connections must be at least 1".into()));
+            }
+            cfg.max_connections = v;
+        }
+        if let Some(v) = a.control_requests_per_s {
+            if !(v.is_finite() && v > 0.0) {
+                return Err(at_agent(format!(
+                    "control_requests_per_s = {v} must be above 0"
+                )));
+            }
+            cfg.control_rate = v;
+        }
+
+        if !file.classes.is_empty() {
+            cfg.classes.clear();
+            cfg.policy.classes.clear();
+        }
+        for c in &file.classes {
+            let line = line_of(text, c.name.span().start);
+            let name = c.name.get_ref().clone();
+            let at = |m: String| invalid(line, format!("class {name:?}: {m}"));
+            let level = match &c.level {
+                None => None,
+                Some(l) => parse_level(l).map_err(at)?,
+            };
+            let starvation = match &c.starvation {
+                None => None,
+                Some(s) => Some(Starvation {
+                    run_ns: ms(s.run_ms, "starvation.run_ms").map_err(at)?,
+                    after_ns: ms(s.after_ms, "starvation.after_ms").map_err(at)?,
+                }),
+            };
+            let max_priority = c.max_priority.unwrap_or(c.priority);
+            if max_priority > 15 {
+                return Err(at(format!(
+                    "max_priority {max_priority} is out of range 0..=15 (KFD's queue priorities)"
+                )));
+            }
+            let m = &c.matches;
+            let mut uids = m.uids.clone();
+            for u in &m.users {
+                uids.push(user_id(u).map_err(at)?);
+            }
+            let mut gids = m.gids.clone();
+            for g in &m.groups {
+                gids.push(group_id(g).map_err(at)?);
+            }
+            if let Some(bad) = m.cgroups.iter().find(|p| !p.starts_with('/')) {
+                return Err(at(format!(
+                    "match.cgroups entry {bad:?} must start with '/' (a cgroup v2 path as /proc/<pid>/cgroup shows it)"
+                )));
+            }
+            cfg.classes.push(ClassConfig {
+                name: name.clone(),
+                max_priority,
+                matcher: Matcher {
+                    uids,
+                    gids,
+                    cgroups: m.cgroups.clone(),
+                    executables: m.executables.clone(),
+                    env: m.env,
+                },
+            });
+            cfg.policy.classes.push(ClassRule {
+                name: name.clone(),
+                rank: c.rank,
+                priority: c.priority,
+                level,
+                starvation,
+                cu_share_permille: c.cu_share,
+            });
+            // Validate as we go, so the error points at the class that breaks a rule.
+            cfg.policy
+                .validate()
+                .map_err(|e| invalid(line, e.to_string()))?;
+        }
+        match &a.default_class {
+            Some(d) => {
+                if !cfg.classes.iter().any(|c| &c.name == d.get_ref()) {
+                    return Err(invalid(
+                        line_of(text, d.span().start),
+                        format!(
+                            "default_class {:?} is not a configured class (classes: {})",
+                            d.get_ref(),
+                            cfg.class_names().join(", ")
+                        ),
+                    ));
+                }
+                cfg.default_class = d.get_ref().clone();
+            }
+            None => {
+                if !cfg.classes.iter().any(|c| c.name == cfg.default_class) {
+                    // Without a `normal` class, the lowest-ranked one.
+                    if let Some(low) = cfg.policy.classes.iter().min_by_key(|c| c.rank) {
+                        cfg.default_class = low.name.clone();
+                    }
+                }
+            }
+        }
+        cfg.policy
+            .validate()
+            .map_err(|e| invalid(0, e.to_string()))?;
+        Ok(cfg)
+    }
+
+    /// Reads `path` if given, else [`DEFAULT_CONFIG`] if it exists, else the built-in defaults.
+    pub fn load_or_default(path: Option<&Path>) -> Result<AgentConfig, ConfigError> {
+        match path {
+            Some(p) => Self::load(p),
+            None if Path::new(DEFAULT_CONFIG).exists() => Self::load(Path::new(DEFAULT_CONFIG)),
+            None => Ok(Self::builtin()),
+        }
+    }
+
+    /// The class names, in file order.
+    pub fn class_names(&self) -> Vec<String> {
+        self.classes.iter().map(|c| c.name.clone()).collect()
+    }
+
+    /// The policy rule of class `name`.
+    pub fn rule(&self, name: &str) -> Option<&ClassRule> {
+        self.policy.classes.iter().find(|c| c.name == name)
+    }
+
+    /// The agent's part of class `name`.
+    pub fn class(&self, name: &str) -> Option<&ClassConfig> {
+        self.classes.iter().find(|c| c.name == name)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_full_file_parses() {
+        let c = AgentConfig::parse(
+            r#"
+[agent]
+socket = "/run/x/kfdq.sock"
+socket_mode = "0660"
+hysteresis_ms = 5
+default_class = "batch"
+
+[[class]]
+name = "serving"
+rank = 5
+priority = 14
+match = { uids = [1000], cgroups = ["/kubepods.slice"], env = false }
+
+[[class]]
+name = "batch"
+rank = 1
+priority = 2
+level = "suspend"
+starvation = { run_ms = 10, after_ms = 500 }
+"#,
+            None,
+        )
+        .unwrap();
+        assert_eq!(c.socket.mode, 0o660);
+        assert_eq!(c.policy.hysteresis_ns, 5_000_000);
+        assert_eq!(c.default_class, "batch");
+        assert_eq!(c.class_names(), ["serving", "batch"]);
+        assert_eq!(c.rule("batch").unwrap().level, Some(Level::Suspend));
+        assert_eq!(c.class("serving").unwrap().matcher.uids, [1000]);
+    }
+
+    #[test]
+    fn errors_name_the_line_and_the_rule() {
+        let text = "[[class]]\nname = \"a\"\nrank = 1\npriority = 3\n\n[[class]]\nname = \"b\"\nrank = 1\npriority = 2\n";
+        let e = AgentConfig::parse(text, None).unwrap_err().to_string();
+        assert!(e.contains(":7:") && e.contains("rank 1"), "{e}");
+        let e = AgentConfig::parse("[[class]]\nname = \"a\"\nrank = 1\npriority = 30\n", None)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains(":2:") && e.contains("0..=15"), "{e}");
+        let e = AgentConfig::parse("[agent]\nsockt = \"/x\"\n", None)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains(":2:") && e.contains("sockt"), "{e}");
+        let e = AgentConfig::parse(
+            "[[class]]\nname = \"a\"\nrank = 1\npriority = 3\nlevel = \"pause\"\n",
+            None,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("suspend (3)"), "{e}");
+    }
+}

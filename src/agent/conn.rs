@@ -1,0 +1,189 @@
+//! One non-blocking connection: bytes in, split into protocol lines with the size limit; bytes
+//! out, buffered until the socket takes them. Nothing a peer sends can block the agent or make
+//! it buffer more than [`MAX_LINE`] of input or [`MAX_OUTPUT`] of output for it.
+
+use std::io::{self, Read, Write};
+use std::os::unix::net::UnixStream;
+
+use crate::proto::MAX_LINE;
+
+/// Output a peer may leave unread before the agent drops it.
+pub const MAX_OUTPUT: usize = 4 << 20;
+/// Bytes read from one peer per wake-up (others are served in between).
+const READ_BUDGET: usize = 256 << 10;
+
+/// What arrived.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Frame {
+    /// One complete line, newline stripped.
+    Line(Vec<u8>),
+    /// A line longer than [`MAX_LINE`]; its bytes were dropped up to its newline.
+    TooLong,
+    /// The peer closed the connection in the middle of a line.
+    Truncated,
+}
+
+/// A peer's connection.
+#[derive(Debug)]
+pub struct Conn {
+    /// The socket (non-blocking).
+    pub stream: UnixStream,
+    rbuf: Vec<u8>,
+    wbuf: Vec<u8>,
+    discarding: bool,
+    /// The peer closed its side.
+    pub eof: bool,
+    /// Close once the output is written.
+    pub closing: bool,
+}
+
+impl Conn {
+    /// Wraps an accepted socket (made non-blocking).
+    pub fn new(stream: UnixStream) -> io::Result<Conn> {
+        stream.set_nonblocking(true)?;
+        Ok(Conn {
+            stream,
+            rbuf: Vec::new(),
+            wbuf: Vec::new(),
+            discarding: false,
+            eof: false,
+            closing: false,
+        })
+    }
+
+    /// Reads what the socket has (up to a budget) and appends complete frames to `out`.
+    /// An error means the connection is broken.
+    pub fn read_frames(&mut self, out: &mut Vec<Frame>) -> io::Result<()> {
+        let mut chunk = [0u8; 16 << 10];
+        let mut budget = READ_BUDGET;
+        while budget > 0 && !self.eof {
+            match self.stream.read(&mut chunk) {
+                Ok(0) => {
+                    self.eof = true;
+                    if !self.rbuf.is_empty() && !self.discarding {
+                        out.push(Frame::Truncated);
+                    }
+                    self.rbuf.clear();
+                }
+                Ok(n) => {
+                    budget = budget.saturating_sub(n);
+                    self.split(&chunk[..n], out);
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
+    fn split(&mut self, mut data: &[u8], out: &mut Vec<Frame>) {
+        while !data.is_empty() {
+            let nl = data.iter().position(|b| *b == b'\n');
+            let take = nl.map_or(data.len(), |i| i + 1);
+            if self.discarding {
+                if nl.is_some() {
+                    self.discarding = false;
+                }
+            } else if self.rbuf.len() + take > MAX_LINE {
+                self.rbuf.clear();
+                out.push(Frame::TooLong);
+                self.discarding = nl.is_none();
+            } else {
+                self.rbuf.extend_from_slice(&data[..take]);
+                if nl.is_some() {
+                    let mut line = std::mem::take(&mut self.rbuf);
+                    line.pop();
+                    out.push(Frame::Line(line));
+                }
+            }
+            data = &data[take..];
+        }
+    }
+
+    /// Queues `bytes` for the peer. False when the peer has left too much unread (drop it).
+    pub fn queue(&mut self, bytes: &[u8]) -> bool {
+        if self.wbuf.len() + bytes.len() > MAX_OUTPUT {
+            return false;
+        }
+        self.wbuf.extend_from_slice(bytes);
+        true
+    }
+
+    /// Writes what the socket takes. An error means the connection is broken.
+    pub fn flush(&mut self) -> io::Result<()> {
+        while !self.wbuf.is_empty() {
+            match self.stream.write(&self.wbuf) {
+                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                Ok(n) => {
+                    self.wbuf.drain(..n);
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
+    /// Output is waiting.
+    pub fn wants_write(&self) -> bool {
+        !self.wbuf.is_empty()
+    }
+
+    /// Nothing more will happen on it: closed by the peer (or to be closed) with nothing left
+    /// to write.
+    pub fn finished(&self) -> bool {
+        (self.eof || self.closing) && self.wbuf.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn conn() -> (Conn, UnixStream) {
+        let (a, b) = UnixStream::pair().unwrap();
+        (Conn::new(a).unwrap(), b)
+    }
+
+    #[test]
+    fn lines_split_across_reads_and_overlong_ones_are_skipped() {
+        let (mut c, mut peer) = conn();
+        let mut out = Vec::new();
+        peer.write_all(b"{\"a\":1}\n{\"b\"").unwrap();
+        c.read_frames(&mut out).unwrap();
+        peer.write_all(b":2}\n").unwrap();
+        c.read_frames(&mut out).unwrap();
+        assert_eq!(
+            out,
+            [
+                Frame::Line(b"{\"a\":1}".to_vec()),
+                Frame::Line(b"{\"b\":2}".to_vec())
+            ]
+        );
+        out.clear();
+        let big = vec![b'x'; MAX_LINE + 5];
+        let w = std::thread::spawn(move || {
+            peer.write_all(&big).unwrap();
+            peer.write_all(b"tail\nok\npartial").unwrap();
+            peer
+        });
+        while out.len() < 2 {
+            c.read_frames(&mut out).unwrap();
+        }
+        let peer = w.join().unwrap();
+        drop(peer);
+        while !c.eof {
+            c.read_frames(&mut out).unwrap();
+        }
+        assert_eq!(
+            out,
+            [
+                Frame::TooLong,
+                Frame::Line(b"ok".to_vec()),
+                Frame::Truncated
+            ]
+        );
+    }
+}

@@ -1,0 +1,254 @@
+//! Who is on the other end of a connection — from the kernel (`SO_PEERCRED`, `/proc`), never
+//! from what the peer says — and which class that identity belongs to.
+
+use std::os::fd::AsFd;
+
+use nix::sys::socket::{getsockopt, sockopt::PeerCredentials};
+
+use super::config::AgentConfig;
+
+/// A peer's identity.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Identity {
+    /// Process id in the agent's pid namespace.
+    pub pid: u32,
+    /// Its user id.
+    pub uid: u32,
+    /// Its primary group id.
+    pub gid: u32,
+    /// Its supplementary groups (`/proc/<pid>/status`; empty if unreadable).
+    pub groups: Vec<u32>,
+    /// Its executable (`/proc/<pid>/exe`; empty if unreadable).
+    pub exe: String,
+    /// Its cgroup v2 path (`/proc/<pid>/cgroup`; empty if unreadable).
+    pub cgroup: String,
+}
+
+impl Identity {
+    /// The identity of the peer of a connected Unix socket.
+    pub fn of_peer(sock: &impl AsFd) -> std::io::Result<Identity> {
+        let cred = getsockopt(sock, PeerCredentials).map_err(std::io::Error::from)?;
+        let pid = u32::try_from(cred.pid()).unwrap_or(0);
+        Ok(Identity::of_process(pid, cred.uid(), cred.gid()))
+    }
+
+    /// The identity of `pid`, whose credentials the kernel gave as `uid`/`gid`.
+    pub fn of_process(pid: u32, uid: u32, gid: u32) -> Identity {
+        let proc_dir = format!("/proc/{pid}");
+        let groups = std::fs::read_to_string(format!("{proc_dir}/status"))
+            .ok()
+            .and_then(|s| {
+                s.lines().find_map(|l| l.strip_prefix("Groups:")).map(|g| {
+                    g.split_whitespace()
+                        .filter_map(|x| x.parse().ok())
+                        .collect()
+                })
+            })
+            .unwrap_or_default();
+        let exe = std::fs::read_link(format!("{proc_dir}/exe"))
+            .map(|p| p.display().to_string())
+            .unwrap_or_default();
+        let cgroup = std::fs::read_to_string(format!("{proc_dir}/cgroup"))
+            .ok()
+            .and_then(|s| {
+                s.lines()
+                    .find_map(|l| l.strip_prefix("0::"))
+                    .map(str::to_owned)
+            })
+            .unwrap_or_default();
+        Identity {
+            pid,
+            uid,
+            gid,
+            groups,
+            exe,
+            cgroup,
+        }
+    }
+
+    /// Root, or a member of the configured admin group.
+    pub fn is_admin(&self, cfg: &AgentConfig) -> bool {
+        self.uid == 0
+            || cfg
+                .admin_group
+                .as_ref()
+                .is_some_and(|(_, g)| self.in_group(*g))
+    }
+
+    /// Primary or supplementary member of `gid`.
+    pub fn in_group(&self, gid: u32) -> bool {
+        self.gid == gid || self.groups.contains(&gid)
+    }
+}
+
+/// A process's class and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Classified {
+    /// The class in effect.
+    pub class: String,
+    /// The highest class this identity may be in (its cap).
+    pub entitled: String,
+    /// How it was chosen.
+    pub reason: String,
+    /// A `KFDQ_CLASS` request that was not granted, and why.
+    pub refused: Option<String>,
+}
+
+/// The class an identity's rules give it: the first class (in file order) whose uid, gid,
+/// cgroup or executable matches, else the default class.
+pub fn entitled_class(cfg: &AgentConfig, id: &Identity) -> (String, String) {
+    for c in &cfg.classes {
+        let m = &c.matcher;
+        let why = if m.uids.contains(&id.uid) {
+            Some(format!("uid {}", id.uid))
+        } else if let Some(g) = m.gids.iter().find(|g| id.in_group(**g)) {
+            Some(format!("gid {g}"))
+        } else if let Some(p) = m.cgroups.iter().find(|p| {
+            id.cgroup == **p
+                || id
+                    .cgroup
+                    .strip_prefix(p.as_str())
+                    .is_some_and(|r| r.starts_with('/'))
+        }) {
+            Some(format!("cgroup {p}"))
+        } else if m.executables.contains(&id.exe) {
+            Some(format!("executable {}", id.exe))
+        } else {
+            None
+        };
+        if let Some(why) = why {
+            return (c.name.clone(), format!("matched {why}"));
+        }
+    }
+    (cfg.default_class.clone(), "default class".into())
+}
+
+fn rank(cfg: &AgentConfig, class: &str) -> u8 {
+    cfg.rule(class).map_or(0, |r| r.rank)
+}
+
+/// Classifies a process that asked for `requested` (`KFDQ_CLASS`): granted when the class
+/// exists and is either selectable by anyone (`match.env`) or not above the identity's own
+/// class; otherwise the identity's class, with the refusal recorded.
+pub fn classify(cfg: &AgentConfig, id: &Identity, requested: Option<&str>) -> Classified {
+    let (entitled, why) = entitled_class(cfg, id);
+    let Some(req) = requested.map(str::trim).filter(|r| !r.is_empty()) else {
+        return Classified {
+            class: entitled.clone(),
+            entitled,
+            reason: why,
+            refused: None,
+        };
+    };
+    let refused = match cfg.class(req) {
+        None => Some(format!(
+            "KFDQ_CLASS={req} is not a configured class (classes: {}); using {entitled}",
+            cfg.class_names().join(", ")
+        )),
+        Some(c) if c.matcher.env || rank(cfg, req) <= rank(cfg, &entitled) => None,
+        Some(_) => Some(format!(
+            "KFDQ_CLASS={req} is above this process's class {entitled} ({why}) and the class does not allow match.env; using {entitled} — ask the node's admin to add you to the class"
+        )),
+    };
+    match refused {
+        None => Classified {
+            class: req.to_owned(),
+            entitled,
+            reason: format!("KFDQ_CLASS={req}"),
+            refused: None,
+        },
+        Some(r) => Classified {
+            class: entitled.clone(),
+            entitled,
+            reason: why,
+            refused: Some(r),
+        },
+    }
+}
+
+/// May `who` move a process entitled to `entitled` into `class`? Admins always; others only
+/// to a class not above the process's entitlement (or one anyone may ask for).
+pub fn may_set_class(
+    cfg: &AgentConfig,
+    who: &Identity,
+    entitled: &str,
+    class: &str,
+) -> Result<(), String> {
+    let Some(c) = cfg.class(class) else {
+        return Err(format!(
+            "no class {class:?} (classes: {}); see `kfdq status`",
+            cfg.class_names().join(", ")
+        ));
+    };
+    if who.is_admin(cfg) || c.matcher.env || rank(cfg, class) <= rank(cfg, entitled) {
+        Ok(())
+    } else {
+        Err(format!(
+            "class cap: uid {} may move this process at most into {entitled}, not {class}; root or the admin group may",
+            who.uid
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn id(uid: u32) -> Identity {
+        Identity {
+            pid: 1,
+            uid,
+            gid: uid,
+            groups: vec![],
+            exe: "/usr/bin/x".into(),
+            cgroup: "/kubepods.slice/pod1/c1".into(),
+        }
+    }
+
+    fn cfg() -> AgentConfig {
+        AgentConfig::parse(
+            r#"
+[[class]]
+name = "serving"
+rank = 2
+priority = 13
+match = { uids = [1000] }
+[[class]]
+name = "pods"
+rank = 1
+priority = 8
+match = { cgroups = ["/kubepods.slice"] }
+[[class]]
+name = "batch"
+rank = 0
+priority = 3
+level = "deactivate"
+match = { env = true }
+"#,
+            None,
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn rules_match_in_file_order() {
+        let c = cfg();
+        assert_eq!(entitled_class(&c, &id(1000)).0, "serving");
+        assert_eq!(entitled_class(&c, &id(2000)).0, "pods");
+        let mut other = id(2000);
+        other.cgroup = "/kubepods.slicex".into();
+        assert_eq!(entitled_class(&c, &other).0, "batch", "prefix on / only");
+    }
+
+    #[test]
+    fn kfdq_class_is_capped() {
+        let c = cfg();
+        let k = classify(&c, &id(2000), Some("serving"));
+        assert_eq!(k.class, "pods");
+        assert!(k.refused.unwrap().contains("above"));
+        assert_eq!(classify(&c, &id(1000), Some("batch")).class, "batch");
+        assert_eq!(classify(&c, &id(2000), Some("nope")).class, "pods");
+        assert!(may_set_class(&c, &id(2000), "pods", "serving").is_err());
+        assert!(may_set_class(&c, &id(0), "pods", "serving").is_ok());
+    }
+}

@@ -1,0 +1,41 @@
+//! `kfdqd`, the node agent: it knows every GPU process that runs under the shim (over the
+//! Unix socket, identities from `SO_PEERCRED`), classifies it, runs the policy on their
+//! activity and sends the shims the commands that apply it — and takes `kfdq`'s control
+//! requests on the same socket. docs/agent.md describes it for operators.
+//!
+//! * [`config`]: the TOML configuration and its validation.
+//! * [`identity`]: who a peer is, and which class that makes it.
+//! * [`node`]: the processes, the policy's decisions and the executor (no I/O).
+//! * [`server`]: the event loop (socket, signals, connections).
+#![forbid(unsafe_code)]
+
+pub mod config;
+mod conn;
+pub mod identity;
+pub mod node;
+mod notify;
+pub mod server;
+mod socket;
+
+pub use config::{AgentConfig, ConfigError};
+pub use server::{Options, run};
+
+/// Why the agent could not start or stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum AgentError {
+    /// The configuration.
+    #[error("configuration: {0}")]
+    Config(String),
+    /// The socket.
+    #[error("socket: {0}")]
+    Socket(String),
+    /// The GPU topology.
+    #[error("GPU topology: {0} (is amdgpu loaded? on kfd-emu, pass --root)")]
+    Topology(String),
+    /// Signal handling.
+    #[error("signals: {0}")]
+    Signals(String),
+    /// Other I/O.
+    #[error("{0}")]
+    Io(String),
+}

@@ -1,0 +1,557 @@
+//! The agent's event loop: one thread, `poll(2)` over the listening socket, a signalfd and
+//! every connection. Messages are read as they come, a decision is taken once per wake-up
+//! (so a burst of activity is one decision), commands are written without blocking. A peer
+//! that sends garbage gets an error reply; one that says nothing costs a file descriptor.
+
+use std::collections::{BTreeMap, HashMap};
+use std::os::fd::AsFd;
+use std::os::unix::net::UnixListener;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+use nix::sys::signal::{SigSet, Signal};
+use nix::sys::signalfd::{SfdFlags, SignalFd};
+
+use super::config::AgentConfig;
+use super::conn::{Conn, Frame};
+use super::identity::Identity;
+use super::node::{ConnId, Node, Out};
+use super::notify::notify;
+use super::{AgentError, socket};
+use crate::kfd::{Root, Topology};
+use crate::policy::PartitionObs;
+use crate::proto::{self, AgentMsg, Reply, Request, ShimMsg};
+
+/// How long shutdown waits for the shims to acknowledge their releases.
+const SHUTDOWN_WAIT: Duration = Duration::from_secs(2);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Role {
+    /// Has not said what it is.
+    New,
+    /// A shim (its process is in the node).
+    Shim,
+    /// A control client.
+    Control,
+}
+
+#[derive(Debug)]
+struct Peer {
+    conn: Conn,
+    id: Identity,
+    role: Role,
+}
+
+/// Per-uid token bucket for control requests.
+#[derive(Debug)]
+struct Bucket {
+    tokens: f64,
+    at: Instant,
+}
+
+/// Options of [`run`].
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Root prefix for the topology (a kfd-emu mount in tests).
+    pub root: PathBuf,
+    /// The configuration file given on the command line (reloaded on SIGHUP).
+    pub config_path: Option<PathBuf>,
+}
+
+/// The GPU partitions under `root`.
+pub fn partitions(root: &Root) -> Result<Vec<PartitionObs>, AgentError> {
+    let topo = Topology::read(root).map_err(|e| AgentError::Topology(e.to_string()))?;
+    Ok(topo
+        .gpus()
+        .filter_map(|n| {
+            Some(PartitionObs {
+                gpu_id: n.gpu_id?.0,
+                resident_slots: n.resident_queue_limit(),
+                cus: n.cu_count(),
+            })
+        })
+        .collect())
+}
+
+/// Runs the agent until SIGTERM or SIGINT: binds the socket, tells systemd it is ready, serves,
+/// and at the end releases every process it preempted.
+pub fn run(cfg: AgentConfig, opts: &Options) -> Result<(), AgentError> {
+    let mut mask = SigSet::empty();
+    for s in [Signal::SIGHUP, Signal::SIGTERM, Signal::SIGINT] {
+        mask.add(s);
+    }
+    mask.thread_block()
+        .map_err(|e| AgentError::Signals(e.to_string()))?;
+    let sigfd = SignalFd::with_flags(&mask, SfdFlags::SFD_NONBLOCK | SfdFlags::SFD_CLOEXEC)
+        .map_err(|e| AgentError::Signals(e.to_string()))?;
+    // A broken pipe is an error on that connection, not the agent's death.
+    // SIGPIPE: Rust's runtime already ignores it.
+
+    let root = Root::new(&opts.root);
+    let parts = partitions(&root)?;
+    if parts.is_empty() {
+        tracing::warn!(
+            "the topology under {} has no GPU: the agent serves, but there is nothing to arbitrate",
+            opts.root.display()
+        );
+    }
+    let note = crate::doctor::priority_note(&root);
+    let listener = socket::bind(&cfg.socket).map_err(AgentError::Socket)?;
+    let socket_path = cfg.socket.path.clone();
+    tracing::info!(
+        socket = %socket_path.display(),
+        partitions = parts.len(),
+        config = %cfg.source.as_ref().map_or("built-in".into(), |p| p.display().to_string()),
+        "kfdqd ready"
+    );
+    let mut node = Node::new(cfg, parts, note, Instant::now())
+        .map_err(|e| AgentError::Config(e.to_string()))?;
+    notify(&format!(
+        "READY=1\nSTATUS=serving on {}",
+        socket_path.display()
+    ));
+    let r = serve(&mut node, &listener, &sigfd, opts);
+    notify("STOPPING=1");
+    socket::remove(&socket_path);
+    r
+}
+
+struct Server<'a> {
+    node: &'a mut Node,
+    peers: BTreeMap<ConnId, Peer>,
+    next_id: ConnId,
+    buckets: HashMap<u32, Bucket>,
+    out: Vec<Out>,
+}
+
+fn serve(
+    node: &mut Node,
+    listener: &UnixListener,
+    sigfd: &SignalFd,
+    opts: &Options,
+) -> Result<(), AgentError> {
+    let mut s = Server {
+        node,
+        peers: BTreeMap::new(),
+        next_id: 1,
+        buckets: HashMap::new(),
+        out: Vec::new(),
+    };
+    let mut stopping: Option<Instant> = None;
+    loop {
+        let ids: Vec<ConnId> = s.peers.keys().copied().collect();
+        let deadline = match stopping {
+            Some(t) => Some(t + SHUTDOWN_WAIT),
+            None => s.node.deadline(),
+        };
+        let timeout = match deadline {
+            None => PollTimeout::NONE,
+            Some(d) => {
+                let ms = d
+                    .saturating_duration_since(Instant::now())
+                    .as_micros()
+                    .div_ceil(1000);
+                PollTimeout::try_from(ms.min(60_000) as i32).unwrap_or(PollTimeout::MAX)
+            }
+        };
+        let ready: Vec<(bool, bool)>;
+        let (listen_ready, sig_ready);
+        {
+            let mut fds = Vec::with_capacity(ids.len() + 2);
+            fds.push(PollFd::new(listener.as_fd(), PollFlags::POLLIN));
+            fds.push(PollFd::new(sigfd.as_fd(), PollFlags::POLLIN));
+            for id in &ids {
+                let p = &s.peers[id];
+                let mut ev = PollFlags::empty();
+                if !p.conn.eof && !p.conn.closing {
+                    ev |= PollFlags::POLLIN;
+                }
+                if p.conn.wants_write() {
+                    ev |= PollFlags::POLLOUT;
+                }
+                fds.push(PollFd::new(p.conn.stream.as_fd(), ev));
+            }
+            match poll(&mut fds, timeout) {
+                Ok(_) => {}
+                Err(nix::errno::Errno::EINTR) => continue,
+                Err(e) => return Err(AgentError::Io(format!("poll: {e}"))),
+            }
+            let rev = |f: &PollFd| f.revents().unwrap_or(PollFlags::empty());
+            listen_ready = rev(&fds[0]).contains(PollFlags::POLLIN);
+            sig_ready = !rev(&fds[1]).is_empty();
+            ready = fds[2..]
+                .iter()
+                .map(|f| {
+                    let r = rev(f);
+                    (
+                        r.intersects(PollFlags::POLLIN | PollFlags::POLLHUP | PollFlags::POLLERR),
+                        r.contains(PollFlags::POLLOUT),
+                    )
+                })
+                .collect();
+        }
+        let woke = Instant::now();
+
+        if sig_ready {
+            while let Ok(Some(si)) = sigfd.read_signal() {
+                match Signal::try_from(si.ssi_signo as i32) {
+                    Ok(Signal::SIGHUP) => s.reload(opts),
+                    Ok(sig) => {
+                        if stopping.is_none() {
+                            tracing::info!("{sig}: releasing every process, then exiting");
+                            let n = s.node.release_all(woke, &mut s.out);
+                            tracing::info!("{n} release command(s) sent");
+                            stopping = Some(woke);
+                        }
+                    }
+                    Err(_) => {}
+                }
+            }
+        }
+        if listen_ready && stopping.is_none() {
+            s.accept(listener);
+        }
+        let mut dirty = false;
+        for (id, (readable, _)) in ids.iter().zip(&ready) {
+            if *readable {
+                dirty |= s.read(*id, woke);
+            }
+        }
+        let mut sent_commands = false;
+        if stopping.is_none() && (dirty || s.node.deadline().is_some_and(|d| d <= woke)) {
+            let before = s.out.len();
+            s.node.decide(Instant::now(), &mut s.out);
+            sent_commands = s.out[before..].iter().any(|o| matches!(o, Out::Shim(..)));
+        }
+        s.deliver();
+        if sent_commands && dirty {
+            s.node.record_decision(woke.elapsed());
+        }
+        s.reap();
+        if let Some(t) = stopping
+            && (s.node.unacknowledged() == 0 || t.elapsed() >= SHUTDOWN_WAIT)
+        {
+            let left = s.node.unacknowledged();
+            if left > 0 {
+                tracing::warn!(
+                    "{left} release(s) unacknowledged after {:?}; closing the connections makes those shims release on their own",
+                    SHUTDOWN_WAIT
+                );
+            }
+            return Ok(());
+        }
+    }
+}
+
+impl Server<'_> {
+    fn accept(&mut self, listener: &UnixListener) {
+        loop {
+            let stream = match listener.accept() {
+                Ok((s, _)) => s,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return,
+                Err(e) => {
+                    tracing::warn!("accept: {e}");
+                    return;
+                }
+            };
+            if self.peers.len() >= self.node.config().max_connections {
+                tracing::warn!(
+                    "connection refused: {} connections already ([agent] max_connections)",
+                    self.peers.len()
+                );
+                continue;
+            }
+            let id = match Identity::of_peer(&stream) {
+                Ok(id) => id,
+                Err(e) => {
+                    tracing::warn!("SO_PEERCRED: {e}; connection closed");
+                    continue;
+                }
+            };
+            let conn = match Conn::new(stream) {
+                Ok(c) => c,
+                Err(e) => {
+                    tracing::warn!("socket: {e}");
+                    continue;
+                }
+            };
+            self.node.connected();
+            let cid = self.next_id;
+            self.next_id += 1;
+            self.peers.insert(
+                cid,
+                Peer {
+                    conn,
+                    id,
+                    role: Role::New,
+                },
+            );
+        }
+    }
+
+    /// Reads and handles what `cid` sent; true when a decision is due.
+    fn read(&mut self, cid: ConnId, now: Instant) -> bool {
+        let mut frames = Vec::new();
+        let Some(peer) = self.peers.get_mut(&cid) else {
+            return false;
+        };
+        if let Err(e) = peer.conn.read_frames(&mut frames) {
+            tracing::debug!(conn = cid, "read: {e}");
+            peer.conn.eof = true;
+        }
+        let mut dirty = false;
+        for f in frames {
+            dirty |= self.frame(cid, f, now);
+        }
+        let Some(peer) = self.peers.get(&cid) else {
+            return dirty;
+        };
+        if peer.conn.eof {
+            match peer.role {
+                Role::Shim => {
+                    self.node.gone(cid, &mut self.out);
+                    dirty = true;
+                }
+                Role::Control => self.node.control_gone(cid),
+                Role::New => {}
+            }
+        }
+        dirty
+    }
+
+    fn error_to(&mut self, cid: ConnId, role: Role, detail: String) {
+        self.node.bad_message();
+        tracing::debug!(conn = cid, "{detail}");
+        self.out.push(match role {
+            Role::Shim => Out::Shim(cid, AgentMsg::Error { detail }),
+            _ => Out::Control(cid, Reply::Error { error: detail }),
+        });
+    }
+
+    fn frame(&mut self, cid: ConnId, f: Frame, now: Instant) -> bool {
+        let Some(peer) = self.peers.get(&cid) else {
+            return false;
+        };
+        let role = peer.role;
+        let line = match f {
+            Frame::Line(l) => l,
+            Frame::TooLong => {
+                self.error_to(
+                    cid,
+                    role,
+                    format!(
+                        "message longer than {} bytes: dropped (one JSON object per line)",
+                        proto::MAX_LINE
+                    ),
+                );
+                return false;
+            }
+            Frame::Truncated => {
+                self.error_to(
+                    cid,
+                    role,
+                    "truncated message: the connection ended before its newline".into(),
+                );
+                return false;
+            }
+        };
+        let value: serde_json::Value = match serde_json::from_slice(&line) {
+            Ok(v) => v,
+            Err(e) => {
+                self.error_to(
+                    cid,
+                    role,
+                    format!("malformed message (not JSON: {e}); send one JSON object per line"),
+                );
+                return false;
+            }
+        };
+        let is_hello = value.get("type").and_then(|t| t.as_str()) == Some("hello");
+        match role {
+            Role::New if is_hello => self.hello(cid, value),
+            Role::New | Role::Control => {
+                let req: Request = match serde_json::from_value(value) {
+                    Ok(r) => r,
+                    Err(e) => {
+                        self.error_to(
+                            cid,
+                            role,
+                            format!("malformed request: {e}; see `kfdq --help` for the requests"),
+                        );
+                        return false;
+                    }
+                };
+                let Some(peer) = self.peers.get_mut(&cid) else {
+                    return false;
+                };
+                peer.role = Role::Control;
+                let who = peer.id.clone();
+                if !self.take_token(who.uid, now) {
+                    self.out.push(Out::Control(
+                        cid,
+                        Reply::Error {
+                            error: format!(
+                                "rate limit: uid {} sent more than {} control requests per second ([agent] control_requests_per_s); try again shortly",
+                                who.uid,
+                                self.node.config().control_rate
+                            ),
+                        },
+                    ));
+                    return false;
+                }
+                self.node.control(cid, &who, req, now, &mut self.out);
+                false
+            }
+            Role::Shim => {
+                let msg: ShimMsg = match serde_json::from_value(value) {
+                    Ok(m) => m,
+                    Err(e) => {
+                        self.error_to(cid, role, format!("malformed message: {e}"));
+                        return false;
+                    }
+                };
+                let Some(pid) = self.node.pid_of(cid) else {
+                    return false;
+                };
+                self.node.shim_message(pid, msg, now, &mut self.out)
+            }
+        }
+    }
+
+    fn hello(&mut self, cid: ConnId, value: serde_json::Value) -> bool {
+        let Some(peer) = self.peers.get_mut(&cid) else {
+            return false;
+        };
+        let (version, pid, class) = match serde_json::from_value::<ShimMsg>(value) {
+            Ok(ShimMsg::Hello {
+                version,
+                pid,
+                class,
+                ..
+            }) => (version, pid, class),
+            Ok(_) | Err(_) => {
+                self.error_to(cid, Role::New, "malformed hello".into());
+                return false;
+            }
+        };
+        let id = peer.id.clone();
+        match self.node.hello(cid, id, version, class, pid) {
+            Ok(()) => {
+                peer.role = Role::Shim;
+                self.out.push(Out::Shim(
+                    cid,
+                    AgentMsg::Welcome {
+                        version: proto::VERSION,
+                    },
+                ));
+                true
+            }
+            Err(reason) => {
+                tracing::warn!(conn = cid, "refused a shim: {reason}");
+                self.out.push(Out::Shim(cid, AgentMsg::Refused { reason }));
+                peer.conn.closing = true;
+                false
+            }
+        }
+    }
+
+    fn take_token(&mut self, uid: u32, now: Instant) -> bool {
+        let rate = self.node.config().control_rate;
+        let b = self.buckets.entry(uid).or_insert(Bucket {
+            tokens: rate,
+            at: now,
+        });
+        b.tokens = (b.tokens + now.duration_since(b.at).as_secs_f64() * rate).min(rate);
+        b.at = now;
+        if b.tokens >= 1.0 {
+            b.tokens -= 1.0;
+            true
+        } else {
+            false
+        }
+    }
+
+    fn deliver(&mut self) {
+        for o in std::mem::take(&mut self.out) {
+            let (cid, bytes) = match &o {
+                Out::Shim(c, m) => (*c, proto::encode(m)),
+                Out::Control(c, r) => (*c, proto::encode(r)),
+            };
+            if let Some(p) = self.peers.get_mut(&cid)
+                && !p.conn.queue(&bytes)
+            {
+                tracing::warn!(
+                    conn = cid,
+                    pid = p.id.pid,
+                    "peer leaves its messages unread; disconnecting it"
+                );
+                p.conn.closing = true;
+                p.conn.eof = true;
+            }
+        }
+        for (cid, p) in &mut self.peers {
+            if p.conn.wants_write()
+                && let Err(e) = p.conn.flush()
+            {
+                tracing::debug!(conn = cid, "write: {e}");
+                p.conn.eof = true;
+                p.conn.closing = true;
+            }
+        }
+    }
+
+    fn reap(&mut self) {
+        let done: Vec<ConnId> = self
+            .peers
+            .iter()
+            .filter(|(_, p)| p.conn.finished() || (p.conn.eof && p.conn.closing))
+            .map(|(c, _)| *c)
+            .collect();
+        for cid in done {
+            if let Some(p) = self.peers.remove(&cid)
+                && p.role == Role::Shim
+            {
+                let mut out = Vec::new();
+                self.node.gone(cid, &mut out);
+                self.out.extend(out);
+            }
+        }
+    }
+
+    fn reload(&mut self, opts: &Options) {
+        let Some(path) = opts
+            .config_path
+            .clone()
+            .or_else(|| self.node.config().source.clone())
+        else {
+            tracing::warn!(
+                "SIGHUP: running on the built-in configuration; there is no file to reload (start with --config)"
+            );
+            return;
+        };
+        match AgentConfig::load(&path) {
+            Ok(cfg) => {
+                if cfg.socket != self.node.config().socket {
+                    tracing::warn!(
+                        "SIGHUP: the [agent] socket settings changed; they take effect at the next start"
+                    );
+                }
+                match self.node.reload(cfg) {
+                    Ok(()) => {
+                        tracing::info!("SIGHUP: reloaded {}", path.display());
+                        notify("READY=1\nSTATUS=configuration reloaded");
+                    }
+                    Err(e) => {
+                        self.node.reload_failed();
+                        tracing::error!("SIGHUP: {e}; the configuration in effect stays");
+                    }
+                }
+            }
+            Err(e) => {
+                self.node.reload_failed();
+                tracing::error!("SIGHUP: {e}; the configuration in effect stays");
+            }
+        }
+    }
+}

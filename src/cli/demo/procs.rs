@@ -1,0 +1,249 @@
+//! The demo's processes: children whose stdout lines are collected as they come, the
+//! emulator's mount, the agent — each stopped and cleaned up when dropped.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, channel};
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+
+use super::super::CliError;
+
+/// A child process with its stdout as lines and its stderr in a log file.
+pub struct Child {
+    name: String,
+    child: std::process::Child,
+    lines: Receiver<String>,
+    log: PathBuf,
+    /// Lines read so far.
+    pub seen: Vec<String>,
+}
+
+fn fail(msg: String) -> CliError {
+    CliError::Usage(msg)
+}
+
+impl Child {
+    /// Starts `cmd`; its stderr goes to `log`.
+    pub fn spawn(name: &str, mut cmd: Command, log: &Path) -> Result<Child, CliError> {
+        let err = std::fs::File::create(log)
+            .map_err(|e| fail(format!("creating {}: {e}", log.display())))?;
+        cmd.stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::from(err));
+        let mut child = cmd.spawn().map_err(|e| {
+            fail(format!(
+                "starting {name} ({}): {e}",
+                cmd.get_program().to_string_lossy()
+            ))
+        })?;
+        let (tx, rx) = channel();
+        if let Some(out) = child.stdout.take() {
+            std::thread::spawn(move || {
+                for l in BufReader::new(out).lines().map_while(Result::ok) {
+                    if tx.send(l).is_err() {
+                        break;
+                    }
+                }
+            });
+        }
+        Ok(Child {
+            name: name.into(),
+            child,
+            lines: rx,
+            log: log.to_owned(),
+            seen: Vec::new(),
+        })
+    }
+
+    /// Its pid.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    fn stderr_tail(&self) -> String {
+        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        let tail = lines[lines.len().saturating_sub(15)..].join("\n  ");
+        if tail.is_empty() {
+            format!("(nothing on stderr; log {})", self.log.display())
+        } else {
+            format!("its stderr ({}):\n  {tail}", self.log.display())
+        }
+    }
+
+    /// Waits for a stdout line starting with `prefix`.
+    pub fn wait_line(&mut self, prefix: &str, timeout: Duration) -> Result<String, CliError> {
+        if let Some(l) = self.seen.iter().find(|l| l.starts_with(prefix)) {
+            return Ok(l.clone());
+        }
+        let deadline = Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(l) => {
+                    let hit = l.starts_with(prefix);
+                    self.seen.push(l.clone());
+                    if hit {
+                        return Ok(l);
+                    }
+                }
+                Err(RecvTimeoutError::Timeout) => {
+                    return Err(fail(format!(
+                        "{} printed no `{prefix}` line within {} s; {}",
+                        self.name,
+                        timeout.as_secs(),
+                        self.stderr_tail()
+                    )));
+                }
+                Err(RecvTimeoutError::Disconnected) => {
+                    let status = self.child.wait().map(|s| s.to_string()).unwrap_or_default();
+                    return Err(fail(format!(
+                        "{} exited ({status}) before printing `{prefix}`; {}",
+                        self.name,
+                        self.stderr_tail()
+                    )));
+                }
+            }
+        }
+    }
+
+    /// Waits for it to exit (at most `timeout`) and returns every stdout line.
+    pub fn finish(mut self, timeout: Duration) -> Result<Vec<String>, CliError> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            match self
+                .lines
+                .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+            {
+                Ok(l) => self.seen.push(l),
+                Err(RecvTimeoutError::Disconnected) => break,
+                Err(RecvTimeoutError::Timeout) => {
+                    return Err(fail(format!(
+                        "{} did not finish within {} s; {}",
+                        self.name,
+                        timeout.as_secs(),
+                        self.stderr_tail()
+                    )));
+                }
+            }
+        }
+        let status = self
+            .child
+            .wait()
+            .map_err(|e| fail(format!("waiting for {}: {e}", self.name)))?;
+        if !status.success() {
+            return Err(fail(format!(
+                "{} failed ({status}); {}",
+                self.name,
+                self.stderr_tail()
+            )));
+        }
+        Ok(std::mem::take(&mut self.seen))
+    }
+
+    /// SIGTERM, then wait (SIGKILL after 5 s).
+    pub fn terminate(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = kill(Pid::from_raw(self.child.id() as i32), Signal::SIGTERM);
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while Instant::now() < deadline {
+                if let Ok(Some(_)) = self.child.try_wait() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+impl Drop for Child {
+    fn drop(&mut self) {
+        self.terminate();
+    }
+}
+
+/// Polls `cond` every 10 ms until it holds, or fails with `what` after `timeout`.
+pub fn wait_until(
+    what: &str,
+    timeout: Duration,
+    mut cond: impl FnMut() -> bool,
+) -> Result<(), CliError> {
+    let deadline = Instant::now() + timeout;
+    while !cond() {
+        if Instant::now() >= deadline {
+            return Err(fail(format!("{what}: not within {} s", timeout.as_secs())));
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    Ok(())
+}
+
+/// A kfd-emu mount, unmounted when dropped.
+pub struct Emulator {
+    child: Child,
+    kfd_emu: PathBuf,
+    /// The mount point (the root for everything else).
+    pub root: PathBuf,
+}
+
+impl Emulator {
+    /// Mounts kfd-emu with `preset` at `root`.
+    pub fn mount(
+        kfd_emu: &Path,
+        preset: &str,
+        root: &Path,
+        log: &Path,
+    ) -> Result<Emulator, CliError> {
+        let mut cmd = Command::new(kfd_emu);
+        cmd.arg("--mount").arg(root).arg("--preset").arg(preset);
+        let mut child = Child::spawn("kfd-emu", cmd, log)?;
+        let dev = root.join("dev/kfd");
+        let up = wait_until("kfd-emu mounting", Duration::from_secs(20), || {
+            dev.exists() || matches!(child.child.try_wait(), Ok(Some(_)))
+        });
+        if up.is_err() || !dev.exists() {
+            let tail = child.stderr_tail();
+            child.terminate();
+            return Err(fail(format!(
+                "kfd-emu did not come up at {}; it needs root, /dev/fuse and fusermount3 (Debian package fuse3; scripts/setup.sh installs it); {tail}",
+                root.display()
+            )));
+        }
+        Ok(Emulator {
+            child,
+            kfd_emu: kfd_emu.to_owned(),
+            root: root.to_owned(),
+        })
+    }
+
+    /// Device-wide preempts the emulator's HWS model counted so far (all partitions).
+    pub fn preempts(&self) -> Option<u64> {
+        let text = std::fs::read_to_string(self.root.join("kfd-emu/stats.json")).ok()?;
+        let v: serde_json::Value = serde_json::from_str(&text).ok()?;
+        Some(
+            v.get("partitions")?
+                .as_array()?
+                .iter()
+                .filter_map(|p| p.get("preempts")?.as_u64())
+                .sum(),
+        )
+    }
+}
+
+impl Drop for Emulator {
+    fn drop(&mut self) {
+        self.child.terminate();
+        let _ = Command::new(&self.kfd_emu)
+            .arg("unmount")
+            .arg(&self.root)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+    }
+}

@@ -1,0 +1,176 @@
+//! `kfdq status` and `kfdq watch`: the agent's view of the node.
+
+use std::io::Write;
+use std::path::Path;
+use std::time::Duration;
+
+use super::client::{self, Unreachable};
+use super::table::Table;
+use super::{CliError, print_json};
+use crate::kfd::Root;
+use crate::proto::Level;
+use crate::proto::control::NodeStatus;
+
+fn level(l: Option<Level>) -> String {
+    match l {
+        None => "never".into(),
+        Some(Level::Hold) => "1 hold".into(),
+        Some(Level::Deactivate) => "2 deactivate".into(),
+        Some(Level::Suspend) => "3 suspend".into(),
+    }
+}
+
+/// The status as text.
+pub fn render(s: &NodeStatus) -> String {
+    let mut out = format!(
+        "kfdqd {} (pid {}), configuration {}, up {:.0} s\npriorities: {}\n\n",
+        s.version,
+        s.agent_pid,
+        s.config.as_deref().unwrap_or("built-in"),
+        s.uptime_s,
+        s.priority_note
+    );
+    let mut t = Table::new(&[
+        "PARTITION",
+        ">SLOTS",
+        ">CUS",
+        ">QUEUES",
+        ">BUSY",
+        ">PREEMPTS",
+    ]);
+    for p in &s.partitions {
+        t.row(vec![
+            format!("{:#06x}", p.gpu_id),
+            p.resident_slots.to_string(),
+            p.cus.to_string(),
+            p.queues.to_string(),
+            p.busy_queues.to_string(),
+            p.preempts.to_string(),
+        ]);
+    }
+    out += &t.render();
+    out.push('\n');
+    let mut t = Table::new(&[
+        "CLASS",
+        ">RANK",
+        ">PRIORITY",
+        "PREEMPTED AT",
+        ">PROCESSES",
+        ">PREEMPTED",
+    ]);
+    for c in &s.classes {
+        t.row(vec![
+            c.name.clone(),
+            c.rank.to_string(),
+            c.priority.to_string(),
+            level(c.level),
+            c.processes.to_string(),
+            c.preempted.to_string(),
+        ]);
+    }
+    out += &t.render();
+    out.push('\n');
+    if s.processes.is_empty() {
+        out += "no GPU process is connected (processes connect when they run under the shim with KFDQ_SOCKET set: `kfdq run --socket ...`)\n";
+    } else {
+        let mut t = Table::new(&[
+            ">PID", ">UID", "CLASS", "STATE", "WHY", ">QUEUES", ">BUSY", "EXE",
+        ]);
+        for p in &s.processes {
+            let state = match p.manual {
+                Some(_) => format!("{} (by hand)", p.state),
+                None => p.state.clone(),
+            };
+            t.row(vec![
+                p.pid.to_string(),
+                p.uid.to_string(),
+                p.class.clone(),
+                state,
+                p.reason.clone(),
+                p.queues.len().to_string(),
+                p.queues.iter().filter(|q| q.busy).count().to_string(),
+                p.exe.clone(),
+            ]);
+        }
+        out += &t.render();
+        for p in &s.processes {
+            for w in &p.warnings {
+                out += &format!("warning: pid {}: {w}\n", p.pid);
+            }
+        }
+    }
+    let c = &s.counters;
+    out += &format!(
+        "\ndevice-wide preempts caused: {} ({:.1}/s over the last 10 s); decisions {}, commands {} ({} failed)\ndecision latency p50 {:.0} µs, p99 {:.0} µs; shim ack p50 {:.0} µs, max {:.0} µs; bad messages {}; reloads {} ({} refused)\n",
+        c.preempts,
+        c.preempts_per_s,
+        c.decisions,
+        c.commands,
+        c.command_failures,
+        c.decision_us_p50,
+        c.decision_us_p99,
+        c.ack_us_p50,
+        c.ack_us_max,
+        c.bad_messages,
+        c.reloads,
+        c.reload_failures
+    );
+    out
+}
+
+/// `kfdq status`: the agent's view; without an agent, says so and shows `kfdq ps`.
+pub(super) fn run(root: &Root, sock: &Path, json: bool) -> Result<(), CliError> {
+    match client::status(sock) {
+        Ok(s) => {
+            if json {
+                print_json(&s)
+            } else {
+                print!("{}", render(&s));
+                Ok(())
+            }
+        }
+        Err(Unreachable::NotRunning(m)) => {
+            eprintln!("kfdq: {m}\nkfdq: showing the read-only view (kfdq ps) instead");
+            super::ps::run(root, sock, json)
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// `kfdq watch`: the status, redrawn in place every `interval` (`--json`: one object per line).
+pub(super) fn watch(
+    sock: &Path,
+    interval: Duration,
+    count: Option<u64>,
+    json: bool,
+) -> Result<(), CliError> {
+    let mut n = 0u64;
+    loop {
+        let s = client::status(sock)?;
+        let mut stdout = std::io::stdout().lock();
+        let written = if json {
+            serde_json::to_string(&s)
+                .map_err(|e| CliError::Output(e.to_string()))
+                .and_then(|line| {
+                    writeln!(stdout, "{line}").map_err(|e| CliError::Output(e.to_string()))
+                })
+        } else {
+            // Clear once, then home the cursor, draw, clear what the last frame left below.
+            writeln!(
+                stdout,
+                "{}\x1b[H{}\x1b[J(every {:.1} s; Ctrl-C to stop)",
+                if n == 0 { "\x1b[2J" } else { "" },
+                render(&s).replace('\n', "\x1b[K\n"),
+                interval.as_secs_f64()
+            )
+            .map_err(|e| CliError::Output(e.to_string()))
+        };
+        written?;
+        let _ = stdout.flush();
+        n += 1;
+        if count.is_some_and(|c| n >= c) {
+            return Ok(());
+        }
+        std::thread::sleep(interval);
+    }
+}

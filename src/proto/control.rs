@@ -1,0 +1,192 @@
+//! The control side of the protocol: what `kfdq` (the CLI, or any script) asks the agent, and
+//! the agent's answers. Same socket and framing as the shims; a connection that does not open
+//! with a shim's hello is a control connection, one request line answered by one reply line,
+//! as many times as the client likes.
+
+use serde::{Deserialize, Serialize};
+
+use super::Level;
+
+/// A control request.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "type")]
+pub enum Request {
+    /// The whole node: partitions, classes, processes, counters.
+    Status,
+    /// Set the KFD queue priority (0..=15) of every queue of a process (level 0).
+    SetPriority {
+        /// Target process.
+        pid: u32,
+        /// 0..=15.
+        priority: u32,
+    },
+    /// Preempt a process at `level` until [`Request::Resume`] (overrides the policy).
+    Suspend {
+        /// Target process.
+        pid: u32,
+        /// Level 1, 2 or 3.
+        level: Level,
+    },
+    /// Undo [`Request::Suspend`]: the policy decides for the process again.
+    Resume {
+        /// Target process.
+        pid: u32,
+    },
+    /// Move a process to another class (until it exits).
+    SetClass {
+        /// Target process.
+        pid: u32,
+        /// Class name from the agent's configuration.
+        class: String,
+    },
+}
+
+/// The agent's answer to a [`Request`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "type")]
+pub enum Reply {
+    /// Answer to [`Request::Status`].
+    Status(Box<NodeStatus>),
+    /// The request took effect.
+    Done {
+        /// What happened.
+        detail: String,
+    },
+    /// The request was refused or failed; nothing changed.
+    Error {
+        /// Why, naming the rule broken and the fix.
+        error: String,
+    },
+}
+
+/// The agent's view of the node.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct NodeStatus {
+    /// Agent process id.
+    pub agent_pid: u32,
+    /// kfdq version of the agent.
+    pub version: String,
+    /// Configuration file in effect (`None`: the built-in defaults).
+    pub config: Option<String>,
+    /// Seconds since the agent started.
+    pub uptime_s: f64,
+    /// What a queue priority buys on this kernel.
+    pub priority_note: String,
+    /// GPU partitions.
+    pub partitions: Vec<PartitionStatus>,
+    /// Configured classes, highest rank first.
+    pub classes: Vec<ClassStatus>,
+    /// Connected GPU processes, by pid.
+    pub processes: Vec<ProcessStatus>,
+    /// Counters since start.
+    pub counters: Counters,
+}
+
+/// One GPU partition.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PartitionStatus {
+    /// Topology gpu_id.
+    pub gpu_id: u32,
+    /// Queues the hardware keeps resident.
+    pub resident_slots: u32,
+    /// Compute units.
+    pub cus: u32,
+    /// Queues of connected processes on it.
+    pub queues: u32,
+    /// Of those, busy at the last report.
+    pub busy_queues: u32,
+    /// Device-wide preempts kfdq's commands caused on it (an estimate: one per level-3
+    /// command, one per queue for level 2).
+    pub preempts: u64,
+}
+
+/// One class.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClassStatus {
+    /// Name.
+    pub name: String,
+    /// Rank (higher runs first).
+    pub rank: u8,
+    /// KFD priority of its queues.
+    pub priority: u8,
+    /// How it is preempted (`None`: never).
+    pub level: Option<Level>,
+    /// Connected processes in it.
+    pub processes: u32,
+    /// Of those, preempted now.
+    pub preempted: u32,
+}
+
+/// One connected GPU process.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProcessStatus {
+    /// Process id (from the socket's credentials).
+    pub pid: u32,
+    /// Its user.
+    pub uid: u32,
+    /// Executable.
+    pub exe: String,
+    /// Class in effect.
+    pub class: String,
+    /// Why that class (the matching rule).
+    pub class_reason: String,
+    /// `running`, or the level it is preempted at.
+    pub state: String,
+    /// Why (the policy's reason, or `kfdq suspend`).
+    pub reason: String,
+    /// Preempted by hand (`kfdq suspend`) at this level.
+    pub manual: Option<Level>,
+    /// Priority set by hand (`kfdq set-priority`).
+    pub priority_override: Option<u32>,
+    /// Its queues.
+    pub queues: Vec<ProcessQueue>,
+    /// Warnings (failed commands, refused class).
+    pub warnings: Vec<String>,
+}
+
+/// One queue of a connected process.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProcessQueue {
+    /// KFD queue id.
+    pub queue_id: u32,
+    /// Partition.
+    pub gpu_id: u32,
+    /// Priority in effect.
+    pub priority: u32,
+    /// Busy at the last report.
+    pub busy: bool,
+    /// Held, deactivated or suspended by the shim right now (its registry).
+    pub preempted: Option<Level>,
+}
+
+/// Counters since the agent started.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct Counters {
+    /// Policy decisions taken.
+    pub decisions: u64,
+    /// Commands sent to shims.
+    pub commands: u64,
+    /// Commands a shim answered with a failure.
+    pub command_failures: u64,
+    /// Device-wide preempts kfdq's commands caused (estimate, see [`PartitionStatus`]).
+    pub preempts: u64,
+    /// Device-wide preempts per second over the last 10 s.
+    pub preempts_per_s: f64,
+    /// Malformed, oversized or truncated messages answered with an error.
+    pub bad_messages: u64,
+    /// Connections accepted.
+    pub connections: u64,
+    /// Decision latency (first message of the triggering batch read -> commands written), µs:
+    /// median and 99th percentile of the last 4096 decisions that sent commands.
+    pub decision_us_p50: f64,
+    /// See `decision_us_p50`.
+    pub decision_us_p99: f64,
+    /// Command round trip (sent -> shim's ack), µs, median of the last 4096.
+    pub ack_us_p50: f64,
+    /// See `ack_us_p50`, maximum of the last 4096.
+    pub ack_us_max: f64,
+    /// Configuration reloads (SIGHUP) accepted.
+    pub reloads: u64,
+    /// Configuration reloads refused (the old configuration stayed).
+    pub reload_failures: u64,
+}
