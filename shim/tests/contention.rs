@@ -40,6 +40,7 @@ fn latency_phase(emu: &Emu) -> Latency {
         .arg(HP_WGS)
         .env("KFDQ_CLASS", "latency")
         .start(emu);
+    app.go();
     let (lines, _) = app.finish();
     let summary = lines
         .iter()

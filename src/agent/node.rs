@@ -50,6 +50,9 @@ struct Proc {
     classified: Classified,
     class_override: Option<String>,
     registry: Registry,
+    /// Registries received (to send a priority once per registry that shows it missing).
+    registry_gen: u64,
+    priority_sent: Option<(u32, u64)>,
     busy: BTreeMap<u32, bool>,
     applied: Run,
     manual: Option<Level>,
@@ -296,6 +299,8 @@ impl Node {
             classified,
             class_override: None,
             registry: Registry::default(),
+            registry_gen: 0,
+            priority_sent: None,
             busy: BTreeMap::new(),
             applied: Run::Running,
             manual: None,
@@ -369,10 +374,12 @@ impl Node {
                 p.busy
                     .retain(|q, _| reg.queues.iter().any(|r| r.queue_id == *q));
                 p.registry = reg;
+                p.registry_gen += 1;
                 true
             }
             ShimMsg::Activity { queue_id, busy } => p.busy.insert(queue_id, busy) != Some(busy),
             ShimMsg::Ack { seq, ok, detail } => {
+                tracing::debug!(pid, seq, ok, "ack: {detail}");
                 let Some(cmd) = p.pending.remove(&seq) else {
                     out.push(Out::Shim(
                         p.conn,
@@ -470,7 +477,9 @@ impl Node {
             }
         }
         self.counters.commands += 1;
-        out.push(Out::Shim(p.conn, msg_of(seq)));
+        let msg = msg_of(seq);
+        tracing::debug!(pid, "command {msg:?}");
+        out.push(Out::Shim(p.conn, msg));
         Some(seq)
     }
 
@@ -665,10 +674,14 @@ impl Node {
                     .iter()
                     .any(|q| q.effective_priority != want);
                 let in_flight = p.pending.values().any(|c| c.level.is_none());
-                (differs && !in_flight).then_some((*pid, want))
+                let sent = p.priority_sent == Some((want, p.registry_gen));
+                (differs && !in_flight && !sent).then_some((*pid, want))
             })
             .collect();
         for (pid, priority) in todo {
+            if let Some(p) = self.procs.get_mut(&pid) {
+                p.priority_sent = Some((priority, p.registry_gen));
+            }
             self.send(
                 pid,
                 |seq| AgentMsg::SetPriority {
@@ -796,6 +809,7 @@ impl Node {
                 }
                 if let Some(p) = self.procs.get_mut(&pid) {
                     p.priority_override = Some(priority);
+                    p.priority_sent = None;
                 }
                 (pid, false, format!("priority {priority}"))
             }
@@ -832,6 +846,7 @@ impl Node {
                 if let Some(p) = self.procs.get_mut(&pid) {
                     p.class_override = Some(class.clone());
                     p.priority_override = None;
+                    p.priority_sent = None;
                 }
                 (pid, false, format!("class {class}"))
             }

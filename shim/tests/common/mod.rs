@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod agent;
+pub mod kfdqd;
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read};
@@ -65,7 +66,7 @@ pub fn programs() -> &'static Programs {
         std::fs::create_dir_all(&dir).expect("create program dir");
         let src = Path::new(PROGRAMS);
         for name in [
-            "streams", "uselib", "forkexec", "worker", "ordered", "latency", "flood",
+            "streams", "uselib", "forkexec", "worker", "ordered", "latency", "flood", "deps",
         ] {
             fakehip::compile_program(
                 &src.join(format!("{name}.c")),
@@ -127,6 +128,17 @@ impl Emu {
 
 /// Mounts kfd-emu (MI308X preset); `None` when privileged tests are skipped.
 pub fn mount(test: &str) -> Option<Emu> {
+    mount_with(
+        test,
+        EmuConfig {
+            preset: Preset::Mi308x,
+            ..EmuConfig::default()
+        },
+    )
+}
+
+/// Mounts kfd-emu with `config`; `None` when privileged tests are skipped.
+pub fn mount_with(test: &str, config: EmuConfig) -> Option<Emu> {
     if !privileged(test) {
         return None;
     }
@@ -134,15 +146,25 @@ pub fn mount(test: &str) -> Option<Emu> {
         .prefix("kfdq-shim-test-")
         .tempdir()
         .expect("tempdir");
-    let emu = MountedEmu::mount(
-        dir.path(),
-        EmuConfig {
-            preset: Preset::Mi308x,
-            ..EmuConfig::default()
-        },
-    )
-    .unwrap_or_else(|e| panic!("mounting kfd-emu for {test}: {e}"));
+    let emu = MountedEmu::mount(dir.path(), config)
+        .unwrap_or_else(|e| panic!("mounting kfd-emu for {test}: {e}"));
     Some(Emu { emu, _dir: dir })
+}
+
+/// A binary of the workspace (`kfdq`, `kfdqd`) that cargo built next to the test's `deps/`.
+pub fn workspace_bin(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("current_exe");
+    let dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("target/<profile>");
+    let p = dir.join(name);
+    assert!(
+        p.is_file(),
+        "{} not found: `cargo test --workspace` builds it (or `cargo build --bin {name}`)",
+        p.display()
+    );
+    p
 }
 
 /// `queue <name> <qid> <gpu> <handle>` as printed by a program.
@@ -185,6 +207,11 @@ impl<'a> Launch<'a> {
 
     pub fn arg(mut self, a: impl Into<String>) -> Self {
         self.args.push(a.into());
+        self
+    }
+
+    pub fn args<const N: usize>(mut self, a: [&str; N]) -> Self {
+        self.args.extend(a.iter().map(|s| s.to_string()));
         self
     }
 

@@ -1,10 +1,11 @@
 /*
- * flood.c WG_US WGS IN_FLIGHT: a best-effort batch job shaped like a training loop of long
- * GEMMs. On one created stream it keeps IN_FLIGHT dispatches of WGS work-groups (256 threads =
- * 4 waves each, WG_US µs per work-group) queued until the file named by $KFDQ_TEST_STOP exists.
- * Prints its queue (`queue flood ...`), `flooding` once the first dispatch is queued, with
- * $KFDQ_FLOOD_PROGRESS set `done <t_us>` (CLOCK_MONOTONIC) as each dispatch is seen complete,
- * and at the end `flood dispatches <completed> seconds <elapsed>`.
+ * flood.c WG_US WGS IN_FLIGHT [STREAMS]: a best-effort batch job shaped like a training loop of
+ * long GEMMs. On each of STREAMS (default 1, at most 8) created streams it keeps IN_FLIGHT
+ * dispatches of WGS work-groups (256 threads = 4 waves each, WG_US µs per work-group) queued
+ * until the file named by $KFDQ_TEST_STOP exists. Prints its queues (`queue flood ...` for the
+ * first stream, `queue flood<k> ...` for the others), `flooding` once the first dispatch is
+ * queued, with $KFDQ_FLOOD_PROGRESS set `done <t_us>` (CLOCK_MONOTONIC) as each dispatch is
+ * seen complete, and at the end `flood dispatches <completed> seconds <elapsed>`.
  */
 #include "common.h"
 
@@ -14,33 +15,48 @@ struct kernel {
 	uint64_t duration_ns;
 };
 
+#define MAX_STREAMS 8
+#define MAX_IN_FLIGHT 64
+
 int main(int argc, char **argv)
 {
-	if (argc != 4) {
-		fprintf(stderr, "usage: %s WG_US WGS IN_FLIGHT\n", argv[0]);
+	if (argc != 4 && argc != 5) {
+		fprintf(stderr, "usage: %s WG_US WGS IN_FLIGHT [STREAMS]\n", argv[0]);
 		return 2;
 	}
 	struct kernel k = {0x4B484B46u, 0, (uint64_t)(atof(argv[1]) * 1000)};
-	int wgs = atoi(argv[2]), in_flight = atoi(argv[3]);
+	int wgs = atoi(argv[2]), in_flight = atoi(argv[3]), streams = argc == 5 ? atoi(argv[4]) : 1;
 	const char *stop = getenv("KFDQ_TEST_STOP");
 	int progress = getenv("KFDQ_FLOOD_PROGRESS") != NULL;
-	hipStream_t s;
-	hipEvent_t done[64];
+	hipStream_t s[MAX_STREAMS];
+	hipEvent_t done[MAX_STREAMS][MAX_IN_FLIGHT];
 	long completed = 0, issued = 0;
 	struct timespec t0, t1;
 
-	if (in_flight < 1 || in_flight > 64)
+	if (in_flight < 1 || in_flight > MAX_IN_FLIGHT || streams < 1 || streams > MAX_STREAMS)
 		return 2;
-	CHECK(hipStreamCreate(&s));
-	for (int i = 0; i < in_flight; i++)
-		CHECK(hipEventCreate(&done[i]));
-	print_queue("flood", s);
+	for (int j = 0; j < streams; j++) {
+		char name[32];
+
+		CHECK(hipStreamCreate(&s[j]));
+		for (int i = 0; i < in_flight; i++)
+			CHECK(hipEventCreate(&done[j][i]));
+		if (j == 0)
+			snprintf(name, sizeof(name), "flood");
+		else
+			snprintf(name, sizeof(name), "flood%d", j);
+		print_queue(name, s[j]);
+	}
 	clock_gettime(CLOCK_MONOTONIC, &t0);
 	for (;;) {
-		int slot = (int)(issued % in_flight);
-		if (issued >= in_flight) {
-			/* Bound the window: wait for the dispatch issued IN_FLIGHT ago. */
-			CHECK(hipEventSynchronize(done[slot]));
+		/* Round robin over the streams; each keeps its own window of IN_FLIGHT. */
+		int j = (int)(issued % streams);
+		long round = issued / streams;
+		int slot = (int)(round % in_flight);
+
+		if (round >= in_flight) {
+			/* Bound the window: wait for the dispatch issued IN_FLIGHT rounds ago. */
+			CHECK(hipEventSynchronize(done[j][slot]));
 			completed++;
 			if (progress) {
 				struct timespec t;
@@ -53,14 +69,15 @@ int main(int argc, char **argv)
 		if (stop && access(stop, F_OK) == 0)
 			break;
 		CHECK(hipLaunchKernel((const void *)&k, (dim3){(unsigned)wgs, 1, 1}, (dim3){256, 1, 1}, NULL,
-				      0, s));
-		CHECK(hipEventRecord(done[slot], s));
+				      0, s[j]));
+		CHECK(hipEventRecord(done[j][slot], s[j]));
 		if (issued++ == 0) {
 			printf("flooding\n");
 			fflush(stdout);
 		}
 	}
-	CHECK(hipStreamSynchronize(s));
+	for (int j = 0; j < streams; j++)
+		CHECK(hipStreamSynchronize(s[j]));
 	clock_gettime(CLOCK_MONOTONIC, &t1);
 	printf("flood dispatches %ld seconds %.3f\n", completed,
 	       (t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) / 1e9);

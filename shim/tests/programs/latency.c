@@ -3,7 +3,8 @@
  * inference. Every GAP_MS (open loop, periodic) it issues one request: KERNELS dispatches of
  * WGS work-groups (256 threads = 4 waves each, WG_US µs per work-group) on the null stream, as
  * PyTorch does, then waits for them. After a warm-up it passes checkpoint "ready" (see common.h),
- * then prints one line per request, the timed window on CLOCK_MONOTONIC and a summary:
+ * then prints one line per request, the timed window on CLOCK_MONOTONIC and a summary, and passes
+ * checkpoint "done" before it exits (its queues stay until then):
  *   request <i> <latency_us>
  *   window <start_us> <end_us>
  *   latency n <N> p50 <us> p99 <us> max <us>
@@ -67,6 +68,7 @@ int main(int argc, char **argv)
 	int p99 = (int)(0.99 * (n - 1) + 0.5);
 	printf("latency n %d p50 %.0f p99 %.0f max %.0f\n", n, lat[(n - 1) / 2], lat[p99], lat[n - 1]);
 	fflush(stdout);
+	checkpoint("done");
 	free(lat);
 	return 0;
 }

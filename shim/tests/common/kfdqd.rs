@@ -1,0 +1,198 @@
+//! A real `kfdqd` for tests: started on a kfd-emu mount with a configuration text, asked over
+//! its socket, signalled, killed; and the real `kfdq` CLI run against it.
+#![allow(dead_code)]
+
+use std::io::{BufReader, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::UnixStream;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use kfdq::proto::control::{NodeStatus, ProcessStatus};
+use kfdq::proto::{LineReader, Reply, Request, encode};
+
+use super::{Emu, workspace_bin};
+
+/// Two classes: `latency` (rank 2, never preempted) above `batch` (rank 0) preempted at
+/// `level`; both selectable with KFDQ_CLASS; 20 ms hysteresis.
+pub fn two_classes(level: &str) -> String {
+    format!(
+        "[agent]\nhysteresis_ms = 20\nmin_preempt_interval_ms = 1\n\n[[class]]\nname = \"latency\"\nrank = 2\npriority = 13\nmatch = {{ env = true }}\n\n[[class]]\nname = \"batch\"\nrank = 0\npriority = 3\nlevel = \"{level}\"\nmatch = {{ env = true }}\n"
+    )
+}
+
+/// A running kfdqd.
+pub struct Agent {
+    pub child: Child,
+    pub dir: tempfile::TempDir,
+    pub sock: PathBuf,
+    pub config: PathBuf,
+    pub log: PathBuf,
+    root: PathBuf,
+}
+
+impl Agent {
+    /// Starts kfdqd on `emu` with `config` (its `[agent] socket` is set to a directory of
+    /// its own, mode 0755, so other users can reach it) and waits until it answers.
+    pub fn start(emu: &Emu, config: &str) -> Agent {
+        let dir = tempfile::Builder::new()
+            .prefix("kfdqd-test-")
+            .tempdir()
+            .expect("tempdir");
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let sock = dir.path().join("kfdq.sock");
+        let cfg = dir.path().join("kfdq.toml");
+        let text = config.replacen(
+            "[agent]\n",
+            &format!("[agent]\nsocket = \"{}\"\n", sock.display()),
+            1,
+        );
+        assert!(
+            text.contains("socket ="),
+            "the config needs an [agent] table"
+        );
+        std::fs::write(&cfg, text).unwrap();
+        let log = dir.path().join("kfdqd.log");
+        let mut a = Agent {
+            child: spawn(&cfg, emu.root(), &log),
+            dir,
+            sock,
+            config: cfg,
+            log,
+            root: emu.root().to_owned(),
+        };
+        a.wait_ready();
+        a
+    }
+
+    fn wait_ready(&mut self) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while self.try_request(&Request::Status).is_none() {
+            if let Ok(Some(st)) = self.child.try_wait() {
+                panic!("kfdqd exited ({st}): {}", self.log_text());
+            }
+            assert!(
+                Instant::now() < deadline,
+                "kfdqd did not answer: {}",
+                self.log_text()
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// Starts it again on the same socket and configuration (after a kill).
+    pub fn restart(&mut self) {
+        let _ = self.child.wait();
+        self.child = spawn(&self.config, &self.root, &self.log);
+        self.wait_ready();
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    pub fn try_request(&self, req: &Request) -> Option<Reply> {
+        let mut s = UnixStream::connect(&self.sock).ok()?;
+        s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
+        s.write_all(&encode(req)).ok()?;
+        LineReader::new(BufReader::new(s)).next::<Reply>().ok()
+    }
+
+    pub fn request(&self, req: &Request) -> Reply {
+        self.try_request(req)
+            .unwrap_or_else(|| panic!("no reply to {req:?}: {}", self.log_text()))
+    }
+
+    pub fn status(&self) -> NodeStatus {
+        match self.request(&Request::Status) {
+            Reply::Status(s) => *s,
+            other => panic!("status: {other:?}"),
+        }
+    }
+
+    pub fn process(&self, pid: u32) -> Option<ProcessStatus> {
+        self.status().processes.into_iter().find(|p| p.pid == pid)
+    }
+
+    /// Waits (20 s) until the status satisfies `cond`.
+    pub fn wait(&self, what: &str, cond: impl Fn(&NodeStatus) -> bool) -> NodeStatus {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let s = self.status();
+            if cond(&s) {
+                return s;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "timed out waiting for {what}; last status: {s:#?}"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// Waits until `pid` is connected with `queues` queues.
+    pub fn wait_connected(&self, pid: u32, queues: usize) -> ProcessStatus {
+        let s = self.wait(
+            &format!("pid {pid} connected with {queues} queue(s)"),
+            |s| {
+                s.processes
+                    .iter()
+                    .any(|p| p.pid == pid && p.queues.len() >= queues)
+            },
+        );
+        s.processes.into_iter().find(|p| p.pid == pid).unwrap()
+    }
+
+    pub fn signal(&self, sig: nix::sys::signal::Signal) {
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.child.id() as i32), sig)
+            .expect("signal kfdqd");
+    }
+
+    /// Runs the `kfdq` CLI against this agent, as `uid` if given.
+    pub fn kfdq(&self, args: &[&str], uid: Option<u32>) -> Output {
+        let mut cmd = Command::new(workspace_bin("kfdq"));
+        cmd.arg("--agent").arg(&self.sock).args(args);
+        cmd.env("KFDQ_ROOT", &self.root).env_remove("KFDQ_SOCKET");
+        if let Some(u) = uid {
+            cmd.uid(u).gid(u);
+        }
+        cmd.output().expect("run kfdq")
+    }
+}
+
+fn spawn(cfg: &Path, root: &Path, log: &Path) -> Child {
+    let err = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
+        .unwrap();
+    Command::new(workspace_bin("kfdqd"))
+        .arg("--config")
+        .arg(cfg)
+        .arg("--root")
+        .arg(root)
+        .env("KFDQ_LOG", "kfdq=debug")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::from(err))
+        .spawn()
+        .expect("spawn kfdqd")
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The output's stdout and stderr as text.
+pub fn text(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
