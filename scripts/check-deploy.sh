@@ -20,15 +20,26 @@ step "Kubernetes manifests: kubernetes-validate --strict deploy/kubernetes/*.yam
 "$venv/bin/kubernetes-validate" --strict --quiet deploy/kubernetes/*.yaml ||
     die "a Kubernetes manifest does not validate (above)"
 
+kfdqd=$(target_dir)/debug/kfdqd
+[[ -x $kfdqd ]] || die "$kfdqd is not built" "scripts/test.sh builds the workspace first; or run 'cargo build --workspace'"
+step "the ConfigMap's kfdq.toml: kfdqd --check"
+conf=$(mktemp /tmp/kfdq-configmap.XXXXXX.toml)
+"$venv/bin/python" - deploy/kubernetes/kfdqd-daemonset.yaml >"$conf" <<'PY' ||
+import sys, yaml
+for doc in yaml.safe_load_all(open(sys.argv[1])):
+    if doc and doc.get("kind") == "ConfigMap" and "kfdq.toml" in doc.get("data", {}):
+        print(doc["data"]["kfdq.toml"])
+        break
+else:
+    sys.exit("no ConfigMap with kfdq.toml")
+PY
+    die "could not read kfdq.toml from the ConfigMap in deploy/kubernetes/kfdqd-daemonset.yaml"
+"$kfdqd" --check --config "$conf" || die "kfdqd refused the ConfigMap's kfdq.toml (above)"
+rm -f "$conf"
+
 step "systemd unit: systemd-analyze verify deploy/systemd/kfdqd.service"
 command -v systemd-analyze >/dev/null || die "systemd-analyze is missing" "install Debian's systemd (scripts/setup.sh does)"
 # verify checks that ExecStart's binary exists: point it at the one just built.
-kfdqd=$(target_dir)/debug/kfdqd
-if [[ ! -x $kfdqd ]]; then
-    echo "SKIPPED systemd unit: kfdqd is not built yet (the agent is an open issue); nothing was verified"
-    echo "deploy: manifests ok"
-    exit 0
-fi
 unit_dir=$(mktemp -d)
 trap 'rm -rf "$unit_dir"' EXIT
 sed "s|^ExecStart=/usr/bin/kfdqd|ExecStart=$kfdqd|" deploy/systemd/kfdqd.service >"$unit_dir/kfdqd.service"

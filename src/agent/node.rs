@@ -53,6 +53,8 @@ struct Proc {
     /// Registries received (to send a priority once per registry that shows it missing).
     registry_gen: u64,
     priority_sent: Option<(u32, u64)>,
+    /// `registry_gen` when the last preempt was sent (re-sent only for a newer registry).
+    preempt_gen: u64,
     busy: BTreeMap<u32, bool>,
     applied: Run,
     manual: Option<Level>,
@@ -138,6 +140,7 @@ pub struct Node {
     part_preempts: BTreeMap<u32, u64>,
     recent_preempts: VecDeque<(Instant, u32)>,
     decision_us: Samples,
+    decide_us: Samples,
     ack_us: Samples,
 }
 
@@ -164,11 +167,20 @@ fn reason_text(r: &Reason) -> String {
     }
 }
 
-/// Device-wide preempts a level-2/3 command on `reg`'s queues costs, per partition.
-fn command_cost(level: Level, reg: &Registry) -> BTreeMap<u32, u32> {
+/// Device-wide preempts a level-2/3 command costs, per partition: only the queues it changes
+/// count (those not yet at the level for a preempt, those at it for a release), as the shim
+/// skips the others.
+fn command_cost(level: Level, preempt: bool, reg: &Registry) -> BTreeMap<u32, u32> {
     let mut per: BTreeMap<u32, u32> = BTreeMap::new();
     for q in &reg.queues {
-        *per.entry(q.gpu_id).or_default() += 1;
+        let at_level = match level {
+            Level::Deactivate => q.deactivated,
+            Level::Suspend => q.suspended,
+            Level::Hold => false,
+        };
+        if at_level != preempt {
+            *per.entry(q.gpu_id).or_default() += 1;
+        }
     }
     per.into_iter()
         .map(|(g, n)| (g, crate::policy::preempt_cost(Run::Preempted(level), n)))
@@ -199,6 +211,7 @@ impl Node {
             part_preempts: BTreeMap::new(),
             recent_preempts: VecDeque::new(),
             decision_us: Samples::default(),
+            decide_us: Samples::default(),
             ack_us: Samples::default(),
         })
     }
@@ -240,9 +253,11 @@ impl Node {
         self.counters.bad_messages += 1;
     }
 
-    /// Records the latency of a decision that sent commands.
-    pub fn record_decision(&mut self, took: Duration) {
-        self.decision_us.push(took.as_secs_f64() * 1e6);
+    /// Records the latency of a decision that sent commands: from the wake-up to the commands
+    /// written (`total`), and the decision alone (`compute`).
+    pub fn record_decision(&mut self, total: Duration, compute: Duration) {
+        self.decision_us.push(total.as_secs_f64() * 1e6);
+        self.decide_us.push(compute.as_secs_f64() * 1e6);
     }
 
     /// When [`Node::decide`] must run again even if nothing arrives.
@@ -301,6 +316,7 @@ impl Node {
             registry: Registry::default(),
             registry_gen: 0,
             priority_sent: None,
+            preempt_gen: 0,
             busy: BTreeMap::new(),
             applied: Run::Running,
             manual: None,
@@ -470,7 +486,10 @@ impl Node {
             },
         );
         if let Some(l @ (Level::Deactivate | Level::Suspend)) = level {
-            for (gpu, c) in command_cost(l, &p.registry) {
+            if preempt {
+                p.preempt_gen = p.registry_gen;
+            }
+            for (gpu, c) in command_cost(l, preempt, &p.registry) {
                 *self.part_preempts.entry(gpu).or_default() += u64::from(c);
                 self.counters.preempts += u64::from(c);
                 self.recent_preempts.push_back((now, c));
@@ -617,7 +636,7 @@ impl Node {
                     _ => !q.suspended,
                 });
                 let in_flight = p.pending.values().any(|c| c.preempt);
-                if behind && !in_flight {
+                if behind && !in_flight && p.registry_gen > p.preempt_gen {
                     let grace = self.cfg.grace_period;
                     self.send(
                         pid,
@@ -980,6 +999,8 @@ impl Node {
             / window;
         counters.decision_us_p50 = self.decision_us.quantile(0.5);
         counters.decision_us_p99 = self.decision_us.quantile(0.99);
+        counters.decide_us_p50 = self.decide_us.quantile(0.5);
+        counters.decide_us_p99 = self.decide_us.quantile(0.99);
         counters.ack_us_p50 = self.ack_us.quantile(0.5);
         counters.ack_us_max = self.ack_us.quantile(1.0);
         NodeStatus {

@@ -219,14 +219,17 @@ fn serve(
             }
         }
         let mut sent_commands = false;
+        let mut compute = Duration::ZERO;
         if stopping.is_none() && (dirty || s.node.deadline().is_some_and(|d| d <= woke)) {
             let before = s.out.len();
-            s.node.decide(Instant::now(), &mut s.out);
+            let t = Instant::now();
+            s.node.decide(t, &mut s.out);
+            compute = t.elapsed();
             sent_commands = s.out[before..].iter().any(|o| matches!(o, Out::Shim(..)));
         }
         s.deliver();
         if sent_commands && dirty {
-            s.node.record_decision(woke.elapsed());
+            s.node.record_decision(woke.elapsed(), compute);
         }
         s.reap();
         if let Some(t) = stopping

@@ -181,6 +181,10 @@ pub struct Counters {
     pub decision_us_p50: f64,
     /// See `decision_us_p50`.
     pub decision_us_p99: f64,
+    /// The agent's own share of it (policy and executor, no socket I/O), µs, median.
+    pub decide_us_p50: f64,
+    /// See `decide_us_p50`, 99th percentile.
+    pub decide_us_p99: f64,
     /// Command round trip (sent -> shim's ack), µs, median of the last 4096.
     pub ack_us_p50: f64,
     /// See `ack_us_p50`, maximum of the last 4096.

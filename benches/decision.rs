@@ -1,0 +1,339 @@
+//! Decision latency of kfdqd at 64 client processes x 8 queues, and its idle CPU.
+//!
+//! `cargo bench --bench decision` (root: it mounts kfd-emu for the agent's topology).
+//!
+//! The clients are separate processes (this binary re-executed), so the agent sees 64 peers
+//! with 64 `SO_PEERCRED` pids. They speak the shim's protocol without the shim: client 0 is a
+//! latency-class process whose queue the bench turns busy and idle; the other 63 are
+//! batch-class processes (level 1, hold) that acknowledge every command at once and print when
+//! each arrived (CLOCK_MONOTONIC). One toggle: client 0 sends `Activity`, the agent decides and
+//! sends 63 holds (or releases). Measured per toggle: activity sent -> first and last of the 63
+//! commands received; and the agent's own decision latency (first message read -> commands
+//! written) from its status. Idle CPU: utime+stime of kfdqd over 10 s with all 64 connected
+//! and nothing happening. Results go to docs/performance.md.
+
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::UnixStream;
+use std::process::{Command, Stdio};
+use std::sync::mpsc::channel;
+use std::time::{Duration, Instant};
+
+use kfdq::proto::{AgentMsg, LineReader, QueueInfo, Registry, Reply, Request, ShimMsg, encode};
+
+const CLIENTS: usize = 64;
+const QUEUES: u32 = 8;
+const TOGGLES: usize = 400;
+
+fn mono_ns() -> u64 {
+    let t = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC).expect("clock");
+    t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64
+}
+
+/// Child mode: `decision --client SOCK CLASS GPU`.
+fn client(sock: &str, class: &str, gpu: u32) {
+    let s = UnixStream::connect(sock).expect("connect");
+    let mut w = s.try_clone().unwrap();
+    let mut r = LineReader::new(BufReader::new(s));
+    let pid = std::process::id();
+    w.write_all(&encode(&ShimMsg::Hello {
+        version: kfdq::proto::VERSION,
+        pid,
+        exe: "bench".into(),
+        class: Some(class.into()),
+        priority: None,
+    }))
+    .unwrap();
+    assert!(matches!(r.next::<AgentMsg>(), Ok(AgentMsg::Welcome { .. })));
+    let queues = (1..=QUEUES)
+        .map(|q| QueueInfo {
+            queue_id: q,
+            gpu_id: gpu,
+            requested_priority: 7,
+            effective_priority: if class == "latency" { 13 } else { 3 },
+            ring_base: 0,
+            ring_size: 4096,
+            streams: vec![],
+            deactivated: false,
+            suspended: false,
+            busy: false,
+        })
+        .collect();
+    w.write_all(&encode(&ShimMsg::Registry(Registry {
+        pid,
+        class: Some(class.into()),
+        streams: vec![],
+        queues,
+        warnings: vec![],
+    })))
+    .unwrap();
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "ready").unwrap();
+    out.flush().unwrap();
+    if class == "latency" {
+        // Toggle on each stdin line; print when the activity was sent.
+        let mut w2 = w;
+        std::thread::spawn(move || {
+            let mut reader =
+                LineReader::new(BufReader::new(r.get_ref().get_ref().try_clone().unwrap()));
+            while reader.next::<AgentMsg>().is_ok() {}
+        });
+        for line in std::io::stdin().lock().lines() {
+            let busy = line.unwrap() == "busy";
+            let t = mono_ns();
+            w2.write_all(&encode(&ShimMsg::Activity { queue_id: 1, busy }))
+                .unwrap();
+            writeln!(out, "sent {t}").unwrap();
+            out.flush().unwrap();
+        }
+        return;
+    }
+    // Batch client: acknowledge at once, keep the arrival times, print them when stdin closes
+    // (printing per message would wake the bench on every command and perturb the agent).
+    let got = std::sync::Arc::new(std::sync::Mutex::new(Vec::<u64>::new()));
+    let got2 = got.clone();
+    std::thread::spawn(move || {
+        let _ = std::io::stdin().lock().lines().count();
+        let mut out = std::io::stdout().lock();
+        for t in got2.lock().unwrap().iter() {
+            writeln!(out, "got {t}").unwrap();
+        }
+        writeln!(out, "end").unwrap();
+        out.flush().unwrap();
+        std::process::exit(0);
+    });
+    drop(out);
+    while let Ok(m) = r.next::<AgentMsg>() {
+        let t = mono_ns();
+        let seq = match m {
+            AgentMsg::Preempt { seq, .. } | AgentMsg::Release { seq, .. } => {
+                got.lock().unwrap().push(t);
+                seq
+            }
+            AgentMsg::SetPriority { seq, .. } | AgentMsg::Query { seq } => seq,
+            _ => continue,
+        };
+        w.write_all(&encode(&ShimMsg::Ack {
+            seq,
+            ok: true,
+            detail: "bench".into(),
+        }))
+        .unwrap();
+    }
+}
+
+fn status(sock: &std::path::Path) -> kfdq::proto::control::NodeStatus {
+    let mut s = UnixStream::connect(sock).unwrap();
+    s.write_all(&encode(&Request::Status)).unwrap();
+    match LineReader::new(BufReader::new(s)).next::<Reply>().unwrap() {
+        Reply::Status(s) => *s,
+        other => panic!("{other:?}"),
+    }
+}
+
+fn cpu_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let after = &stat[stat.rfind(')').unwrap() + 2..];
+    let f: Vec<&str> = after.split_whitespace().collect();
+    // Fields 14 and 15 (utime, stime) are 12 and 13 after the command.
+    f[11].parse::<u64>().unwrap() + f[12].parse::<u64>().unwrap()
+}
+
+fn q(v: &mut [f64], p: f64) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[((v.len() - 1) as f64 * p).round() as usize]
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if args.get(1).map(String::as_str) == Some("--client") {
+        client(&args[2], &args[3], args[4].parse().unwrap());
+        return;
+    }
+    if !kfd_emu::privileged_test("decision bench") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mnt = dir.path().join("emu");
+    // 512 queues oversubscribe any real partition: the residency guard would deactivate every
+    // batch process from the start and a toggle would send nothing. Slots for all of them keep
+    // the guard out of the measurement (it is the same decision, without the commands).
+    let topo = dir.path().join("topo.toml");
+    std::fs::write(
+        &topo,
+        "preset = \"mi308x\"\n[[node]]\n[node.properties]\nnum_cp_queues = 1024\n",
+    )
+    .unwrap();
+    let emu = kfd_emu::MountedEmu::mount(
+        &mnt,
+        kfd_emu::EmuConfig {
+            preset: kfd_emu::Preset::Mi308x,
+            topology_file: Some(topo),
+            ..kfd_emu::EmuConfig::default()
+        },
+    )
+    .expect("mount kfd-emu");
+    let gpu = emu.stats().partitions[0].gpu_id;
+    let sock = dir.path().join("kfdq.sock");
+    let cfg = dir.path().join("kfdq.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[agent]\nsocket = \"{}\"\nhysteresis_ms = 0\nmin_preempt_interval_ms = 0\n[[class]]\nname = \"latency\"\nrank = 2\npriority = 13\nmatch = {{ env = true }}\n[[class]]\nname = \"batch\"\nrank = 0\npriority = 3\nlevel = \"hold\"\nmatch = {{ env = true }}\n",
+            sock.display()
+        ),
+    )
+    .unwrap();
+    // KFDQ_BENCH_CHRT=N runs the agent SCHED_FIFO at priority N (chrt), as a unit with
+    // CPUSchedulingPolicy=fifo would.
+    let mut agent = match std::env::var("KFDQ_BENCH_CHRT") {
+        Ok(p) => {
+            let mut c = Command::new("chrt");
+            c.args(["-f", &p, env!("CARGO_BIN_EXE_kfdqd")]);
+            c
+        }
+        Err(_) => Command::new(env!("CARGO_BIN_EXE_kfdqd")),
+    };
+    let mut agent = agent
+        .arg("--config")
+        .arg(&cfg)
+        .arg("--root")
+        .arg(emu.root())
+        .env(
+            "KFDQ_LOG",
+            std::env::var("KFDQ_BENCH_LOG").unwrap_or_else(|_| "warn".into()),
+        )
+        .spawn()
+        .expect("kfdqd");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while UnixStream::connect(&sock).is_err() {
+        assert!(Instant::now() < deadline, "kfdqd did not start");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let me = std::env::current_exe().unwrap();
+    let (tx, rx) = channel::<(usize, String)>();
+    let mut children = Vec::new();
+    let mut hp_in = None;
+    for i in 0..CLIENTS {
+        let class = if i == 0 { "latency" } else { "batch" };
+        let mut c = Command::new(&me)
+            .args([
+                "--client",
+                &sock.display().to_string(),
+                class,
+                &gpu.to_string(),
+            ])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let out = c.stdout.take().unwrap();
+        let tx = tx.clone();
+        std::thread::spawn(move || {
+            for l in BufReader::new(out).lines().map_while(Result::ok) {
+                let _ = tx.send((i, l));
+            }
+        });
+        if i == 0 {
+            hp_in = c.stdin.take();
+        }
+        children.push(c);
+    }
+    let mut ready = 0;
+    while ready < CLIENTS {
+        let (_, l) = rx
+            .recv_timeout(Duration::from_secs(20))
+            .expect("clients ready");
+        ready += usize::from(l == "ready");
+    }
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while status(&sock).processes.len() < CLIENTS {
+        assert!(Instant::now() < deadline, "clients not all connected");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let mut hp_in = hp_in.unwrap();
+    let mut lp_in: Vec<_> = children
+        .iter_mut()
+        .skip(1)
+        .map(|c| c.stdin.take().unwrap())
+        .collect();
+    let mut sent = Vec::new();
+    for t in 0..TOGGLES {
+        let busy = t % 2 == 0;
+        writeln!(hp_in, "{}", if busy { "busy" } else { "idle" }).unwrap();
+        loop {
+            let (_, l) = rx.recv_timeout(Duration::from_secs(10)).expect("sent");
+            if let Some(v) = l.strip_prefix("sent ") {
+                sent.push(v.parse::<u64>().unwrap());
+                break;
+            }
+        }
+        // Pacing: every batch client has its command long before the next toggle.
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let st = status(&sock);
+    // Idle CPU with all 64 connected and nothing happening.
+    let pid = agent.id();
+    let ticks0 = cpu_ticks(pid);
+    let t0 = Instant::now();
+    std::thread::sleep(Duration::from_secs(10));
+    let ticks = cpu_ticks(pid) - ticks0;
+    let hz = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
+        .ok()
+        .flatten()
+        .unwrap_or(100) as f64;
+    let idle_pct = ticks as f64 / hz / t0.elapsed().as_secs_f64() * 100.0;
+    // Collect the arrival times: the k-th command a batch client got answers toggle k.
+    lp_in.clear();
+    let mut arrivals: Vec<Vec<u64>> = vec![Vec::new(); CLIENTS];
+    let mut ended = 0;
+    while ended < CLIENTS - 1 {
+        let (i, l) = rx.recv_timeout(Duration::from_secs(20)).expect("arrivals");
+        if l == "end" {
+            ended += 1;
+        } else if let Some(v) = l.strip_prefix("got ") {
+            arrivals[i].push(v.parse().unwrap());
+        }
+    }
+    let (mut first, mut last) = (Vec::new(), Vec::new());
+    for (k, s) in sent.iter().enumerate() {
+        let at: Vec<u64> = arrivals[1..].iter().map(|a| a[k]).collect();
+        first.push(at.iter().min().unwrap().saturating_sub(*s) as f64 / 1e3);
+        last.push(at.iter().max().unwrap().saturating_sub(*s) as f64 / 1e3);
+    }
+
+    println!(
+        "kfdqd decision latency, {CLIENTS} client processes x {QUEUES} queues, {TOGGLES} toggles"
+    );
+    println!("{:<58} {:>9} {:>9}", "", "p50 µs", "p99 µs");
+    println!(
+        "{:<58} {:>9.0} {:>9.0}",
+        "activity sent -> first of 63 commands received",
+        q(&mut first, 0.5),
+        q(&mut first, 0.99)
+    );
+    println!(
+        "{:<58} {:>9.0} {:>9.0}",
+        "activity sent -> last of 63 commands received",
+        q(&mut last, 0.5),
+        q(&mut last, 0.99)
+    );
+    println!(
+        "{:<58} {:>9.0} {:>9.0}",
+        "agent: first message read -> commands written",
+        st.counters.decision_us_p50,
+        st.counters.decision_us_p99
+    );
+    println!(
+        "{:<58} {:>9.0} {:>9.0}",
+        "agent: the decision alone (policy + executor, no I/O)",
+        st.counters.decide_us_p50,
+        st.counters.decide_us_p99
+    );
+    println!("agent idle CPU with {CLIENTS} peers connected: {idle_pct:.3} % of a core over 10 s");
+    let _ = agent.kill();
+    let _ = agent.wait();
+    for mut c in children {
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+}
