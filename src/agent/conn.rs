@@ -186,4 +186,81 @@ mod tests {
             ]
         );
     }
+
+    use proptest::prelude::*;
+
+    use crate::proto::{Level, Request, ShimMsg};
+
+    fn request() -> impl Strategy<Value = Request> {
+        let level = prop_oneof![
+            Just(Level::Hold),
+            Just(Level::Deactivate),
+            Just(Level::Suspend)
+        ];
+        prop_oneof![
+            Just(Request::Status),
+            (any::<u32>(), any::<u32>())
+                .prop_map(|(pid, priority)| Request::SetPriority { pid, priority }),
+            (any::<u32>(), level).prop_map(|(pid, level)| Request::Suspend { pid, level }),
+            any::<u32>().prop_map(|pid| Request::Resume { pid }),
+            (any::<u32>(), ".{0,40}").prop_map(|(pid, class)| Request::SetClass { pid, class }),
+        ]
+    }
+
+    /// Feeds `data` to a connection in pieces cut at `cuts` (sorted offsets).
+    fn frames(data: &[u8], cuts: &[usize]) -> Vec<Frame> {
+        let (mut c, _peer) = conn();
+        let mut out = Vec::new();
+        let mut at = 0;
+        for &cut in cuts.iter().chain(std::iter::once(&data.len())) {
+            let cut = cut.min(data.len()).max(at);
+            c.split(&data[at..cut], &mut out);
+            at = cut;
+        }
+        out
+    }
+
+    proptest! {
+        /// Any sequence of requests survives framing, however the bytes arrive.
+        #[test]
+        fn requests_round_trip_through_any_chunking(
+            reqs in proptest::collection::vec(request(), 0..20),
+            mut cuts in proptest::collection::vec(0usize..4096, 0..30),
+        ) {
+            let data: Vec<u8> = reqs.iter().flat_map(crate::proto::encode).collect();
+            cuts.sort_unstable();
+            let got: Vec<Request> = frames(&data, &cuts)
+                .into_iter()
+                .map(|f| match f {
+                    Frame::Line(l) => serde_json::from_slice(&l).unwrap(),
+                    other => panic!("{other:?}"),
+                })
+                .collect();
+            prop_assert_eq!(got, reqs);
+        }
+
+        /// Arbitrary bytes never panic the decoder: every complete line comes out once, without
+        /// its newline, and decodes to a message or an error.
+        #[test]
+        fn arbitrary_bytes_give_lines_or_errors(
+            data in proptest::collection::vec(prop_oneof![any::<u8>(), Just(b'\n'), Just(b'{')], 0..2048),
+            mut cuts in proptest::collection::vec(0usize..2048, 0..20),
+        ) {
+            cuts.sort_unstable();
+            let out = frames(&data, &cuts);
+            let complete = data.iter().filter(|b| **b == b'\n').count();
+            prop_assert_eq!(out.len(), complete);
+            let expected: Vec<&[u8]> = data.split(|b| *b == b'\n').take(complete).collect();
+            for (f, want) in out.iter().zip(expected) {
+                match f {
+                    Frame::Line(l) => {
+                        prop_assert_eq!(l.as_slice(), want);
+                        let _ = serde_json::from_slice::<Request>(l);
+                        let _ = serde_json::from_slice::<ShimMsg>(l);
+                    }
+                    other => prop_assert!(false, "{:?}", other),
+                }
+            }
+        }
+    }
 }

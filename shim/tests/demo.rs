@@ -1,0 +1,90 @@
+//! `kfdq demo --json`, the main job, run for real (kfd-emu, fakehip workloads under the shim,
+//! kfdqd per phase) with few requests: every number of the table is in the JSON, and level 2
+//! brings the latency client's P99 much closer to alone than no control does.
+
+mod common;
+
+use common::*;
+
+#[test]
+fn the_demo_reports_every_number_and_level_2_beats_no_control() {
+    if !privileged("demo") {
+        return;
+    }
+    // The demo looks for its workloads by name in --workloads.
+    let dir = tempfile::tempdir().unwrap();
+    for (name, program) in [("kfdq-latency", "latency"), ("kfdq-flood", "flood")] {
+        std::os::unix::fs::symlink(programs().get(program), dir.path().join(name)).unwrap();
+    }
+    let out = std::process::Command::new(workspace_bin("kfdq"))
+        .args([
+            "demo",
+            "--json",
+            "--requests",
+            "12",
+            "--rate",
+            "15",
+            "--phases",
+            "alone,lp-alone,uncontrolled,level2",
+            "--workloads",
+        ])
+        .arg(dir.path())
+        .env("KFDQ_SHIM", shim_path())
+        .env_remove("KFDQ_ROOT")
+        .output()
+        .expect("run kfdq demo");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "kfdq demo failed:\n{stderr}");
+    assert!(stderr.contains("[4/4]"), "progress on stderr: {stderr}");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON on stdout");
+    assert_eq!(v["emulator"], true);
+    let phases = v["phases"].as_array().unwrap();
+    assert_eq!(phases.len(), 4);
+    let phase = |name: &str| {
+        phases
+            .iter()
+            .find(|p| p["phase"] == name)
+            .unwrap_or_else(|| panic!("no phase {name} in {v}"))
+    };
+    let num = |p: &serde_json::Value, k: &str| {
+        p[k].as_f64()
+            .unwrap_or_else(|| panic!("{k} missing in {p}"))
+    };
+    for name in ["alone", "uncontrolled", "level2"] {
+        let p = phase(name);
+        assert_eq!(p["hp"]["n"], 12, "{p}");
+        for k in ["p50_us", "p99_us", "max_us"] {
+            assert!(num(&p["hp"], k) > 0.0, "{name} {k}");
+        }
+        for k in [
+            "hp_p50_rel",
+            "hp_p99_rel",
+            "hp_max_rel",
+            "window_s",
+            "preempts_per_s",
+        ] {
+            num(p, k);
+        }
+    }
+    for name in ["lp-alone", "uncontrolled", "level2"] {
+        let p = phase(name);
+        assert!(num(p, "lp_dispatches_per_s") > 0.0, "{p}");
+        num(p, "lp_rel");
+    }
+    let l2 = phase("level2");
+    assert!(
+        l2["preempt_rtt_us"]
+            .as_array()
+            .is_some_and(|a| a.len() == 2),
+        "{l2}"
+    );
+    assert!(num(l2, "preempts_per_s") > 0.0, "level 2 preempts: {l2}");
+    let (unc, ctl) = (
+        num(phase("uncontrolled"), "hp_p99_rel"),
+        num(l2, "hp_p99_rel"),
+    );
+    assert!(
+        ctl < 0.6 * unc,
+        "level 2 P99 x{ctl:.2} vs uncontrolled x{unc:.2}"
+    );
+}
