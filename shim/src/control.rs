@@ -272,6 +272,9 @@ fn handle(msg: AgentMsg) -> Vec<ShimMsg> {
             crate::log::warn_always(&format!("the agent refused this process: {reason}"));
             vec![]
         }
+        AgentMsg::SetCuMask { seq, target, masks } => {
+            vec![ack(seq, set_cu_masks(&mut st, &target, &masks))]
+        }
         AgentMsg::Error { detail } => {
             crate::log::debug(|| format!("the agent could not take a message: {detail}"));
             vec![]
@@ -494,6 +497,36 @@ fn set_priority(st: &mut State, t: &Target, priority: u32) -> Result<String, Str
         Ok(format!("level 0: queue(s) {qids:?} at priority {priority}"))
     } else {
         Err(format!("UPDATE_QUEUE failed: {}", errs.join("; ")))
+    }
+}
+
+/// SET_CU_MASK on the queues `t` names, each with its partition's mask.
+fn set_cu_masks(
+    st: &mut State,
+    t: &Target,
+    masks: &[kfdq::proto::CuMask],
+) -> Result<String, String> {
+    let qids = queues_of(st, t)?;
+    let fd = kfd_fd(st)?;
+    let mut done = Vec::new();
+    let mut errs = Vec::new();
+    for id in by_gpu(st, &qids) {
+        let Some(q) = st.queue(id) else { continue };
+        let Some(m) = masks.iter().find(|m| m.gpu_id == q.gpu_id) else {
+            continue;
+        };
+        match with_bypass(|| kfdq::kfd::ioctl::set_cu_mask(fd, QueueId(id), &m.words)) {
+            Ok(()) => done.push(id),
+            Err(e) => errs.push(format!("queue {id}: {e}")),
+        }
+    }
+    if errs.is_empty() {
+        Ok(format!("CU masks set on queue(s) {done:?}"))
+    } else {
+        Err(format!(
+            "SET_CU_MASK failed: {}; set on {done:?}",
+            errs.join("; ")
+        ))
     }
 }
 

@@ -500,3 +500,44 @@ fn users_control_only_their_own_processes_and_never_above_their_class_cap() {
     let _ = mine.wait();
     let _ = roots.wait();
 }
+
+#[test]
+fn classes_with_a_cu_share_get_disjoint_cu_masks() {
+    let Some(emu) = mount("agent-cu-masks") else {
+        return;
+    };
+    let cfg = two_classes("hold")
+        .replacen("priority = 13\n", "priority = 13\ncu_share = 750\n", 1)
+        .replacen("priority = 3\n", "priority = 3\ncu_share = 250\n", 1);
+    let agent = Agent::start(&emu, &cfg);
+    // The batch job first: once the latency flood is busy its launches are held.
+    let lp = flood(&emu, &agent, "batch", 2);
+    agent.wait_connected(lp.pid, 2);
+    let hp = flood(&emu, &agent, "latency", 1);
+    agent.wait_connected(hp.pid, 1);
+    let cus = agent.status().partitions[0].cus;
+    let ones = |m: &Option<Vec<u32>>| -> u32 {
+        m.as_ref()
+            .map_or(0, |w| w.iter().map(|x| x.count_ones()).sum())
+    };
+    wait_for("every queue confined to its class's CUs", || {
+        emu.queues_of(hp.pid).iter().all(|q| q.cu_mask.is_some())
+            && emu.queues_of(lp.pid).iter().all(|q| q.cu_mask.is_some())
+    });
+    let h = emu.queues_of(hp.pid);
+    let l = emu.queues_of(lp.pid);
+    assert_eq!(ones(&h[0].cu_mask), cus * 750 / 1000);
+    for q in &l {
+        assert_eq!(ones(&q.cu_mask), cus * 250 / 1000);
+        let overlap: u32 = q
+            .cu_mask
+            .as_ref()
+            .unwrap()
+            .iter()
+            .zip(h[0].cu_mask.as_ref().unwrap())
+            .map(|(a, b)| (a & b).count_ones())
+            .sum();
+        assert_eq!(overlap, 0, "disjoint CU ranges");
+    }
+    assert_eq!(agent.status().counters.command_failures, 0);
+}

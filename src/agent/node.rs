@@ -12,7 +12,7 @@ use crate::policy::{Observation, PartitionObs, Policy, ProcessObs, QueueObs, Rea
 use crate::proto::control::{
     ClassStatus, Counters, NodeStatus, PartitionStatus, ProcessQueue, ProcessStatus,
 };
-use crate::proto::{AgentMsg, Level, Registry, Reply, Request, ShimMsg, Target};
+use crate::proto::{AgentMsg, CuMask, Level, Registry, Reply, Request, ShimMsg, Target};
 
 /// A connection, as the server numbers them.
 pub type ConnId = u64;
@@ -55,6 +55,8 @@ struct Proc {
     priority_sent: Option<(u32, u64)>,
     /// `registry_gen` when the last preempt was sent (re-sent only for a newer registry).
     preempt_gen: u64,
+    /// CU masks last sent, and the queues they were sent for.
+    cu_sent: Option<(Vec<CuMask>, Vec<u32>)>,
     busy: BTreeMap<u32, bool>,
     applied: Run,
     manual: Option<Level>,
@@ -317,6 +319,7 @@ impl Node {
             registry_gen: 0,
             priority_sent: None,
             preempt_gen: 0,
+            cu_sent: None,
             busy: BTreeMap::new(),
             applied: Run::Running,
             manual: None,
@@ -655,6 +658,60 @@ impl Node {
             }
         }
         self.priorities(now, out);
+        // CU masks of classes with a CU share, once per registry that shows new queues.
+        for t in &decision.targets {
+            if t.cu_masks.is_empty() {
+                continue;
+            }
+            let Some(p) = self.procs.get_mut(&t.pid) else {
+                continue;
+            };
+            let masks: Vec<CuMask> = t
+                .cu_masks
+                .iter()
+                .map(|(g, w)| CuMask {
+                    gpu_id: *g,
+                    words: w.clone(),
+                })
+                .collect();
+            // Each SET_CU_MASK is an UPDATE_QUEUE in amdkfd (a device-wide preempt): only
+            // queues without the mask get it.
+            let queues: Vec<u32> = p.registry.queues.iter().map(|q| q.queue_id).collect();
+            let todo: Vec<u32> = match &p.cu_sent {
+                Some((m, done)) if *m == masks => queues
+                    .iter()
+                    .copied()
+                    .filter(|q| !done.contains(q))
+                    .collect(),
+                _ => queues.clone(),
+            };
+            if todo.is_empty() {
+                continue;
+            }
+            p.cu_sent = Some((masks.clone(), queues));
+            for q in p
+                .registry
+                .queues
+                .iter()
+                .filter(|q| todo.contains(&q.queue_id))
+            {
+                *self.part_preempts.entry(q.gpu_id).or_default() += 1;
+                self.counters.preempts += 1;
+                self.recent_preempts.push_back((now, 1));
+            }
+            self.send(
+                t.pid,
+                |seq| AgentMsg::SetCuMask {
+                    seq,
+                    target: Target::Queues(todo),
+                    masks,
+                },
+                None,
+                false,
+                now,
+                out,
+            );
+        }
         // Keep 10 s of preempts for the rate.
         while self
             .recent_preempts

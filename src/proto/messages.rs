@@ -97,6 +97,15 @@ pub struct Registry {
     pub warnings: Vec<String>,
 }
 
+/// The CUs a partition's queues may use.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CuMask {
+    /// The partition.
+    pub gpu_id: u32,
+    /// Bit i of word i/32 = CU i (SET_CU_MASK's layout; 32 bits per word).
+    pub words: Vec<u32>,
+}
+
 /// Messages from the shim to the agent.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case", tag = "type")]
@@ -182,6 +191,15 @@ pub enum AgentMsg {
     Error {
         /// What was wrong.
         detail: String,
+    },
+    /// Confine queues to CUs (a class's CU share), per partition.
+    SetCuMask {
+        /// Sequence number echoed in the ack.
+        seq: u64,
+        /// Queues.
+        target: Target,
+        /// One mask per partition; queues on other partitions are left alone.
+        masks: Vec<CuMask>,
     },
     /// Ask for a [`ShimMsg::Registry`].
     Query {
