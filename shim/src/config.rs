@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 
 use kfdq::policy::class::PriorityPolicy;
+use kfdq::proto::peer::{AGENT_UID_ENV, AgentTrust};
 
 /// Libraries whose own calls are never held (docs/field-reports.md, lesson 3: scheduling hipBLAS / MIOpen's
 /// internal calls broke their initialisation). Prefix match on the file name of the object the
@@ -32,7 +33,7 @@ pub const DEFAULT_MAX_HW_QUEUES: &str = "64";
 pub const DEFAULT_DYNAMIC_QUEUES: &str = "2";
 
 /// Everything the shim reads from its environment.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct Config {
     /// Static priority policy (`KFDQ_CLASS`, `KFDQ_PRIORITY`).
     pub policy: PriorityPolicy,
@@ -40,6 +41,8 @@ pub struct Config {
     pub socket: Option<PathBuf>,
     /// Passthrough library prefixes (`KFDQ_PASSTHROUGH`).
     pub passthrough: Vec<String>,
+    /// Whose agent this process obeys (root, itself, `KFDQ_AGENT_UID`).
+    pub agent_trust: AgentTrust,
     /// `KFDQ_LOG` set: log decisions to stderr.
     pub log: bool,
     /// Problems with the values above, already worded for the user.
@@ -50,20 +53,25 @@ impl Config {
     /// Reads the process environment.
     pub fn from_env() -> Config {
         let var = |k: &str| std::env::var(k).ok();
-        Config::from_lookup(var)
+        Config::from_lookup(crate::sys::effective_uid(), var)
     }
 
-    /// Builds the configuration from a variable lookup (tests pass a map).
-    pub fn from_lookup(var: impl Fn(&str) -> Option<String>) -> Config {
+    /// Builds the configuration of a process running as `own_uid` from a variable lookup
+    /// (tests pass a map).
+    pub fn from_lookup(own_uid: u32, var: impl Fn(&str) -> Option<String>) -> Config {
         let class = var("KFDQ_CLASS");
         let priority = var("KFDQ_PRIORITY");
-        let (policy, warnings) = PriorityPolicy::from_values(class.as_deref(), priority.as_deref());
+        let (policy, mut warnings) =
+            PriorityPolicy::from_values(class.as_deref(), priority.as_deref());
+        let (agent_trust, trust_warning) = AgentTrust::new(own_uid, var(AGENT_UID_ENV).as_deref());
+        warnings.extend(trust_warning);
         Config {
             policy,
             socket: var("KFDQ_SOCKET")
                 .filter(|s| !s.is_empty())
                 .map(PathBuf::from),
             passthrough: passthrough_list(var("KFDQ_PASSTHROUGH").as_deref()),
+            agent_trust,
             log: var("KFDQ_LOG").is_some_and(|v| !v.is_empty() && v != "0"),
             warnings,
         }
@@ -159,15 +167,18 @@ mod tests {
             ("KFDQ_PRIORITY", "abc"),
             ("KFDQ_SOCKET", "/run/kfdq.sock"),
             ("KFDQ_LOG", "1"),
+            ("KFDQ_AGENT_UID", "77"),
         ]
         .into();
-        let c = Config::from_lookup(|k| env.get(k).map(|v| v.to_string()));
+        let c = Config::from_lookup(1000, |k| env.get(k).map(|v| v.to_string()));
+        assert_eq!(c.agent_trust.uids(), &[0, 77, 1000]);
         assert_eq!(c.policy.class, Some(kfdq::policy::class::Class::Batch));
         assert_eq!(c.policy.forced, None);
         assert_eq!(c.warnings.len(), 1);
         assert_eq!(c.socket, Some(PathBuf::from("/run/kfdq.sock")));
         assert!(c.log);
-        let c = Config::from_lookup(|_| None);
+        let c = Config::from_lookup(1000, |_| None);
+        assert_eq!(c.agent_trust.uids(), &[0, 1000]);
         assert!(c.socket.is_none() && !c.log && c.warnings.is_empty());
     }
 }

@@ -8,7 +8,9 @@
 //! * Level 3: DBG_TRAP on this process itself: ENABLE once (with a pipe), GET_QUEUE_SNAPSHOT to
 //!   clear `EC_QUEUE_NEW`, SUSPEND_QUEUES with the grace period, RESUME_QUEUES.
 //!
-//! The thread connects to `KFDQ_SOCKET` (if set) and speaks `kfdq::proto`; when the agent goes
+//! The thread connects to `KFDQ_SOCKET` (if set), checks that the listener belongs to a uid it
+//! trusts (`kfdq::proto::peer`; otherwise one warning and no control, ever), and speaks
+//! `kfdq::proto`; when the agent goes
 //! away (EOF, error, overlong line) everything is released (fail open) and it reconnects with
 //! backoff. It also samples queue activity every ~2 ms and publishes the registry as JSON for
 //! `kfdq ps`.
@@ -25,6 +27,7 @@ use kfd_sys as sys;
 use kfdq::kfd::debug::{QueueStatus, dbg_enable, queue_snapshot, resume_queues, suspend_queues};
 use kfdq::kfd::{EXCEPTION_QUEUE_NEW, QueueId};
 use kfdq::policy::class::KFD_PRIORITY_MAX;
+use kfdq::proto::peer::{AgentTrust, peer_cred};
 use kfdq::proto::{self, AgentMsg, DecodeError, Level, LineReader, ShimMsg, Target};
 
 use crate::hook::with_bypass;
@@ -75,6 +78,14 @@ fn main() {
             if let Some(path) = cfg.socket.as_deref() {
                 match UnixStream::connect(path) {
                     Ok(s) => {
+                        if let Err(why) = trusted(&s, &cfg.agent_trust, path) {
+                            // One warning, then this process runs uncontrolled for good: an
+                            // impostor must not be retried into (nor wait for the real agent
+                            // on a path someone else controls).
+                            crate::log::warn_always(&why);
+                            controlling = false;
+                            continue;
+                        }
                         backoff = Duration::from_millis(20);
                         let end = session(s, &mut last_published);
                         release_everything(&format!("agent connection ended ({end})"));
@@ -94,6 +105,15 @@ fn main() {
         }
         backoff = (backoff * 2).min(Duration::from_secs(1));
     }
+}
+
+/// Checks the kernel's credentials of the listening peer before a single byte is exchanged.
+fn trusted(s: &UnixStream, trust: &AgentTrust, path: &Path) -> Result<(), String> {
+    let shown = path.display().to_string();
+    let cred = peer_cred(s).map_err(|e| {
+        format!("refusing the agent at {shown}: its credentials cannot be read ({e}); running uncontrolled")
+    })?;
+    trust.check(&cred, &shown)
 }
 
 /// Why a session ended.

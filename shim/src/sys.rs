@@ -109,6 +109,12 @@ impl<T> Drop for PGuard<'_, T> {
     }
 }
 
+/// The process's effective user id.
+pub fn effective_uid() -> u32 {
+    // SAFETY: geteuid takes no arguments, cannot fail and touches no memory of ours.
+    unsafe { libc::geteuid() }
+}
+
 /// Base address of the shim's own image (for "is this address inside the shim?").
 pub fn self_base() -> usize {
     static BASE: AtomicUsize = AtomicUsize::new(0);

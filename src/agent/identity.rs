@@ -3,8 +3,6 @@
 
 use std::os::fd::AsFd;
 
-use nix::sys::socket::{getsockopt, sockopt::PeerCredentials};
-
 use super::config::AgentConfig;
 
 /// A peer's identity.
@@ -27,9 +25,8 @@ pub struct Identity {
 impl Identity {
     /// The identity of the peer of a connected Unix socket.
     pub fn of_peer(sock: &impl AsFd) -> std::io::Result<Identity> {
-        let cred = getsockopt(sock, PeerCredentials).map_err(std::io::Error::from)?;
-        let pid = u32::try_from(cred.pid()).unwrap_or(0);
-        Ok(Identity::of_process(pid, cred.uid(), cred.gid()))
+        let c = crate::proto::peer::peer_cred(sock)?;
+        Ok(Identity::of_process(c.pid, c.uid, c.gid))
     }
 
     /// The identity of `pid`, whose credentials the kernel gave as `uid`/`gid`.

@@ -1,5 +1,5 @@
-//! The agent's listening socket: its directory (created root-owned 0755, refused when
-//! world-writable), a stale socket from a dead agent removed, a live one refused, mode and group
+//! The agent's listening socket: its directory (created by the agent 0755, or 0750 with the
+//! socket group; refused when others can write it), a stale socket from a dead agent removed, a live one refused, mode and group
 //! applied after bind.
 
 use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
@@ -15,7 +15,7 @@ pub fn bind(cfg: &SocketConfig) -> Result<UnixListener, String> {
         .parent()
         .filter(|d| !d.as_os_str().is_empty())
         .ok_or_else(|| format!("socket path {} has no directory", path.display()))?;
-    prepare_dir(dir)?;
+    prepare_dir(dir, cfg.group.as_ref())?;
     match std::fs::symlink_metadata(path) {
         Ok(m) if m.file_type().is_socket() => {
             if UnixStream::connect(path).is_ok() {
@@ -47,30 +47,79 @@ pub fn bind(cfg: &SocketConfig) -> Result<UnixListener, String> {
     Ok(l)
 }
 
-fn prepare_dir(dir: &Path) -> Result<(), String> {
+fn prepare_dir(dir: &Path, group: Option<&(String, u32)>) -> Result<(), String> {
     if !dir.exists() {
+        // Created by the agent's own uid; with a socket group, only that group (and root) may
+        // even reach the socket; otherwise every local process may (identity is SO_PEERCRED).
+        let mode = if group.is_some() { 0o750 } else { 0o755 };
         std::fs::create_dir_all(dir)
             .map_err(|e| format!("creating the socket directory {}: {e}", dir.display()))?;
-        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755))
-            .map_err(|e| format!("chmod 755 {}: {e}", dir.display()))?;
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode))
+            .map_err(|e| format!("chmod {mode:o} {}: {e}", dir.display()))?;
+        if let Some((name, gid)) = group {
+            std::os::unix::fs::chown(dir, None, Some(*gid))
+                .map_err(|e| format!("chgrp {name} {}: {e}", dir.display()))?;
+        }
     }
     let m = std::fs::metadata(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     if !m.is_dir() {
         return Err(format!("{} is not a directory", dir.display()));
     }
-    if m.mode() & 0o002 != 0 {
-        return Err(format!(
-            "the socket directory {} is world-writable: anyone could replace the agent's socket and command every shim; use a directory only root can write (chmod o-w {}, or [agent] socket = \"/run/kfdq/kfdq.sock\")",
-            dir.display(),
+    match dir_problem(m.mode(), m.uid(), m.gid(), nix::unistd::geteuid().as_raw()) {
+        Some(problem) => Err(format!(
+            "the socket directory {} {problem}: whoever can write there could replace the agent's socket and command every shim; use a directory that only root (or the agent's user) can write, e.g. [agent] socket = \"/run/kfdq/kfdq.sock\" (created 0755 by kfdqd)",
             dir.display()
+        )),
+        None => Ok(()),
+    }
+}
+
+/// Why a directory with `mode`, owner `uid` and group `gid` must not hold the agent's socket
+/// when the agent runs as `agent_uid`: writable by others, writable by a group other than
+/// root's, or owned by another user (who could chmod it at will).
+pub fn dir_problem(mode: u32, uid: u32, gid: u32, agent_uid: u32) -> Option<String> {
+    if mode & 0o002 != 0 {
+        return Some(format!(
+            "is world-writable (mode {:o}; fix: chmod o-w)",
+            mode & 0o7777
         ));
     }
-    Ok(())
+    if mode & 0o020 != 0 && gid != 0 {
+        return Some(format!(
+            "is writable by group {gid} (mode {:o}; fix: chmod g-w)",
+            mode & 0o7777
+        ));
+    }
+    if uid != 0 && uid != agent_uid {
+        return Some(format!(
+            "belongs to uid {uid}, not root or the agent's uid {agent_uid} (fix: chown root)"
+        ));
+    }
+    None
 }
 
 /// Removes the socket at exit (only if it is still ours: a socket at that path).
 pub fn remove(path: &Path) {
     if std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_socket()) {
         let _ = std::fs::remove_file(path);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::dir_problem;
+
+    #[test]
+    fn only_directories_that_root_or_the_agent_alone_can_write_are_accepted() {
+        assert_eq!(dir_problem(0o40755, 0, 0, 0), None);
+        assert_eq!(dir_problem(0o40750, 0, 44, 0), None);
+        assert_eq!(dir_problem(0o40775, 0, 0, 0), None, "root's group is root");
+        assert_eq!(dir_problem(0o40700, 1000, 1000, 1000), None);
+        let w = dir_problem(0o41777, 0, 0, 0).unwrap();
+        assert!(w.contains("world-writable") && w.contains("1777"), "{w}");
+        let g = dir_problem(0o40775, 0, 44, 0).unwrap();
+        assert!(g.contains("group 44"), "{g}");
+        let o = dir_problem(0o40755, 1000, 1000, 0).unwrap();
+        assert!(o.contains("uid 1000"), "{o}");
     }
 }

@@ -14,6 +14,7 @@
 mod codec;
 pub mod control;
 mod messages;
+pub mod peer;
 pub mod state;
 
 pub use codec::{DecodeError, LineReader, MAX_LINE, encode};

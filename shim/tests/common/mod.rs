@@ -193,6 +193,8 @@ pub struct Launch<'a> {
     pub args: Vec<String>,
     pub env: Vec<(&'a str, String)>,
     pub preload: bool,
+    /// Run as this uid (and gid) instead of the test's.
+    pub uid: Option<u32>,
 }
 
 impl<'a> Launch<'a> {
@@ -202,7 +204,14 @@ impl<'a> Launch<'a> {
             args: Vec::new(),
             env: Vec::new(),
             preload: true,
+            uid: None,
         }
+    }
+
+    /// Runs the program as `uid` (gid the same); its state directory is made writable for it.
+    pub fn uid(mut self, uid: u32) -> Self {
+        self.uid = Some(uid);
+        self
     }
 
     pub fn arg(mut self, a: impl Into<String>) -> Self {
@@ -255,6 +264,15 @@ impl<'a> Launch<'a> {
             .env("KFDQ_LOG", "1");
         for (k, v) in &self.env {
             cmd.env(k, v);
+        }
+        if let Some(uid) = self.uid {
+            std::fs::set_permissions(
+                state_dir.path(),
+                std::os::unix::fs::PermissionsExt::from_mode(0o777),
+            )
+            .expect("chmod state dir");
+            std::os::unix::process::CommandExt::uid(&mut cmd, uid);
+            std::os::unix::process::CommandExt::gid(&mut cmd, uid);
         }
         let mut child = cmd
             .spawn()
