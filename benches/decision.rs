@@ -56,6 +56,8 @@ fn client(sock: &str, class: &str, gpu: u32) {
             deactivated: false,
             suspended: false,
             busy: false,
+            window_waits: 0,
+            window_stalls: 0,
         })
         .collect();
     w.write_all(&encode(&ShimMsg::Registry(Registry {
@@ -64,6 +66,7 @@ fn client(sock: &str, class: &str, gpu: u32) {
         streams: vec![],
         queues,
         warnings: vec![],
+        window: None,
     })))
     .unwrap();
     let mut out = std::io::stdout().lock();

@@ -163,6 +163,7 @@ fn an_unpreemptible_class_always_runs() {
         level: None,
         starvation: None,
         cu_share_permille: None,
+        window: None,
     });
     let mut q = Policy::new(config).unwrap();
     let procs = [proc(1, "critical", &[true]), proc(10, "latency", &[true])];

@@ -32,8 +32,13 @@ fn run(
     preload: Option<&Path>,
     calls: &str,
     helper_thread: bool,
+    window: Option<&str>,
 ) -> (f64, f64) {
     let mut cmd = Command::new(program);
+    match window {
+        Some(w) => cmd.env("KFDQ_WINDOW", w),
+        None => cmd.env_remove("KFDQ_WINDOW"),
+    };
     cmd.env("BENCH_HELPER_THREAD", if helper_thread { "1" } else { "0" });
     cmd.arg(calls)
         .env("KFDQ_ROOT", root)
@@ -105,12 +110,16 @@ fn main() {
         "round", "call", "direct ns", "shim ns", "added ns", "ratio"
     );
     for round in 1..=rounds {
-        let (l0, i0) = run(&program, emu.root(), None, &calls, false);
-        let (l1, i1) = run(&program, emu.root(), Some(&shim), &calls, false);
-        let (_, t0) = run(&program, emu.root(), None, &calls, true);
-        let (_, t1) = run(&program, emu.root(), Some(&shim), &calls, true);
+        let (l0, i0) = run(&program, emu.root(), None, &calls, false, None);
+        let (l1, i1) = run(&program, emu.root(), Some(&shim), &calls, false, None);
+        // A window in effect (FAKEHIP_NOOP_LAUNCH writes no packet: the queue is never at its
+        // window, so this is the cost of checking it).
+        let (w1, _) = run(&program, emu.root(), Some(&shim), &calls, false, Some("4"));
+        let (_, t0) = run(&program, emu.root(), None, &calls, true, None);
+        let (_, t1) = run(&program, emu.root(), Some(&shim), &calls, true, None);
         for (name, a, b) in [
             ("hipLaunchKernel (un-held)", l0, l1),
+            ("hipLaunchKernel (window 4)", l0, w1),
             ("ioctl (non-KFD, TCGETS)", i0, i1),
             ("ioctl, app has 2nd thread", t0, t1),
         ] {

@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 
 use kfdq::policy::class::PriorityPolicy;
+use kfdq::proto::MAX_WINDOW;
 use kfdq::proto::peer::{AGENT_UID_ENV, AgentTrust};
 
 /// Libraries whose own calls are never held (docs/field-reports.md, lesson 3: scheduling hipBLAS / MIOpen's
@@ -41,6 +42,9 @@ pub struct Config {
     pub socket: Option<PathBuf>,
     /// Passthrough library prefixes (`KFDQ_PASSTHROUGH`).
     pub passthrough: Vec<String>,
+    /// `KFDQ_WINDOW`: the process's own in-flight window (the agent's class setting replaces it
+    /// while connected).
+    pub window: Option<u32>,
     /// Whose agent this process obeys (root, itself, `KFDQ_AGENT_UID`).
     pub agent_trust: AgentTrust,
     /// `KFDQ_LOG` set: log decisions to stderr.
@@ -65,6 +69,13 @@ impl Config {
             PriorityPolicy::from_values(class.as_deref(), priority.as_deref());
         let (agent_trust, trust_warning) = AgentTrust::new(own_uid, var(AGENT_UID_ENV).as_deref());
         warnings.extend(trust_warning);
+        let window = match parse_window(var("KFDQ_WINDOW").as_deref()) {
+            Ok(w) => w,
+            Err(w) => {
+                warnings.push(w);
+                None
+            }
+        };
         Config {
             policy,
             socket: var("KFDQ_SOCKET")
@@ -72,6 +83,7 @@ impl Config {
                 .map(PathBuf::from),
             passthrough: passthrough_list(var("KFDQ_PASSTHROUGH").as_deref()),
             agent_trust,
+            window,
             log: var("KFDQ_LOG").is_some_and(|v| !v.is_empty() && v != "0"),
             warnings,
         }
@@ -103,6 +115,23 @@ pub fn passthrough_list(value: Option<&str>) -> Vec<String> {
         }
     }
     list
+}
+
+/// A `KFDQ_WINDOW` value: unset, empty, `0` or `unbounded` = no window; `1`..=`MAX_WINDOW`
+/// dispatches in flight per queue. Anything else is refused with the rule (no window).
+pub fn parse_window(value: Option<&str>) -> Result<Option<u32>, String> {
+    let Some(v) = value.map(str::trim) else {
+        return Ok(None);
+    };
+    if v.is_empty() || v == "0" || v.eq_ignore_ascii_case("unbounded") {
+        return Ok(None);
+    }
+    match v.parse::<u32>() {
+        Ok(w) if w <= MAX_WINDOW => Ok(Some(w)),
+        _ => Err(format!(
+            "KFDQ_WINDOW={v:?} ignored: use a number of dispatches 1..={MAX_WINDOW}, or 0 / unbounded for none"
+        )),
+    }
 }
 
 /// True when a caller in object `file` (file name only) is a passthrough library.
@@ -158,6 +187,18 @@ mod tests {
             !is_passthrough(&l, "libmiopen.so.1"),
             "prefixes are case-sensitive, as file names are"
         );
+    }
+
+    #[test]
+    fn window_values() {
+        assert_eq!(parse_window(None), Ok(None));
+        assert_eq!(parse_window(Some("0")), Ok(None));
+        assert_eq!(parse_window(Some("unbounded")), Ok(None));
+        assert_eq!(parse_window(Some(" 4 ")), Ok(Some(4)));
+        for bad in ["-1", "four", "4097"] {
+            let e = parse_window(Some(bad)).unwrap_err();
+            assert!(e.contains("1..=4096"), "{e}");
+        }
     }
 
     #[test]

@@ -299,6 +299,7 @@ fn handle(msg: AgentMsg) -> Vec<ShimMsg> {
             crate::log::debug(|| format!("the agent could not take a message: {detail}"));
             vec![]
         }
+        AgentMsg::SetWindow { seq, dispatches } => vec![ack(seq, set_window(&mut st, dispatches))],
         AgentMsg::Query { seq } => vec![
             ShimMsg::Registry(st.to_proto(pid())),
             ack(seq, Ok("registry sent".into())),
@@ -551,6 +552,27 @@ fn set_cu_masks(
 }
 
 /// Level 2 on `qids`.
+/// The agent's in-flight window for this process (a class setting).
+fn set_window(st: &mut State, dispatches: Option<u32>) -> Result<String, String> {
+    if let Some(w) = dispatches
+        && !(1..=proto::MAX_WINDOW).contains(&w)
+    {
+        return Err(format!(
+            "window {w} is out of range 1..={} (omit it for an unbounded window)",
+            proto::MAX_WINDOW
+        ));
+    }
+    let prev = crate::window::set(dispatches);
+    st.refresh_flags();
+    st.changed();
+    let show = |w: Option<u32>| w.map_or_else(|| "unbounded".to_string(), |w| w.to_string());
+    Ok(format!(
+        "in-flight window {} (was {})",
+        show(dispatches),
+        show(prev)
+    ))
+}
+
 pub fn deactivate(st: &mut State, qids: &[u32]) -> Result<String, String> {
     let fd = kfd_fd(st)?;
     set_level2(st, fd, qids, true)
@@ -729,6 +751,12 @@ pub fn fail_open(st: &mut State) -> Vec<String> {
         && let Err(e) = activate(st, &deactivated)
     {
         errors.push(e);
+    }
+    // The agent's window goes with it: back to the process's own (KFDQ_WINDOW, else none).
+    if crate::window::get() != crate::init::config().window {
+        crate::window::set(crate::init::config().window);
+        st.refresh_flags();
+        st.changed();
     }
     errors
 }

@@ -216,6 +216,8 @@ fn record_queue(fd: c_int, a: &sys::kfd_ioctl_create_queue_args, requested: u32,
         dying: false,
         compute: is_compute(a.queue_type),
         streams: Vec::new(),
+        window_waits: 0,
+        window_stalls: 0,
     });
     QUEUES_CREATED.fetch_add(1, Ordering::Relaxed);
     let sid = CTX.with(Cell::get);
@@ -319,6 +321,8 @@ unsafe fn destroy_queue(fd: c_int, request: c_ulong, arg: *mut c_void) -> c_int 
         if let Some(q) = st.queue_mut(id) {
             q.dying = true;
         }
+        // Launch paths must not read this queue's indices from their caches any more.
+        crate::window::WINDOW_GEN.fetch_add(1, Ordering::AcqRel);
     });
     // SAFETY: forwarded unchanged.
     let r = unsafe { forward(fd, request, arg) };

@@ -77,6 +77,7 @@ fn do_init() {
     {
         let mut st = STATE.lock();
         st.policy = cfg.policy;
+        crate::window::set(cfg.window);
         st.class = cfg.policy.class.map(|c| c.name().to_string());
         for w in &cfg.warnings {
             if st.warn(w.clone()) {
@@ -109,6 +110,8 @@ extern "C" fn after_fork_child() {
     // SAFETY: pthread_atfork child handler: the calling thread is the only one.
     unsafe { STATE.reset_after_fork(State::new()) };
     FORK_GEN.fetch_add(1, Ordering::Relaxed);
+    // The parent's queue indices are private copies in the child: never wait on them.
+    crate::window::WINDOW_GEN.fetch_add(1, Ordering::AcqRel);
     FLAGS.store(0, Ordering::Release);
     INIT.store(INIT_NONE, Ordering::Release);
     crate::control::STARTED.store(false, Ordering::Release);

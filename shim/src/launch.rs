@@ -23,8 +23,8 @@ use kfdq::policy::class::clamp_hip_priority;
 use kfdq::proto::StreamKind;
 
 use crate::state::{
-    F_CREATED_PENDING, F_DISABLED, F_HOLDS, F_NULL_PENDING, F_READY, FLAGS, FORK_GEN, MAX_ATTEMPTS,
-    NULL_STREAM_ID, QUEUES_CREATED, STATE, State,
+    F_CREATED_PENDING, F_DISABLED, F_HOLDS, F_NULL_PENDING, F_READY, F_WINDOW, FLAGS, FORK_GEN,
+    MAX_ATTEMPTS, NULL_STREAM_ID, QUEUES_CREATED, STATE, State,
 };
 
 /// "No stream" in the thread-local context.
@@ -63,6 +63,16 @@ impl StreamRef {
     #[inline(always)]
     pub fn new(handle: usize, spt: bool) -> StreamRef {
         StreamRef { handle, spt }
+    }
+
+    /// This stream's key in per-thread caches (the per-thread stream is per thread anyway).
+    #[inline(always)]
+    fn key(self) -> usize {
+        match self.which() {
+            Which::Null => 0,
+            Which::PerThread => HIP_STREAM_PER_THREAD,
+            Which::Created(h) => h,
+        }
     }
 
     #[inline(always)]
@@ -122,12 +132,18 @@ pub fn work(s: StreamRef, call: impl FnOnce() -> i32) -> i32 {
 #[inline(always)]
 fn ordered<const PROBE: bool>(s: StreamRef, call: impl FnOnce() -> i32) -> i32 {
     let f = FLAGS.load(Ordering::Relaxed);
-    let fast = match s.which() {
-        Which::Null => f & (F_READY | F_HOLDS | F_NULL_PENDING) == F_READY,
-        Which::Created(_) => f & (F_READY | F_HOLDS | F_CREATED_PENDING) == F_READY,
-        Which::PerThread => f & (F_READY | F_HOLDS) == F_READY && spt_known(),
+    // The flags that send this stream's calls to the slow path.
+    let (slow, spt_ok) = match s.which() {
+        Which::Null => (F_HOLDS | F_NULL_PENDING, true),
+        Which::Created(_) => (F_HOLDS | F_CREATED_PENDING, true),
+        Which::PerThread => (F_HOLDS, spt_known()),
     };
-    if fast || f & F_DISABLED != 0 {
+    if f & (F_READY | slow | F_WINDOW) == F_READY && spt_ok || f & F_DISABLED != 0 {
+        return call();
+    }
+    if f & (F_READY | slow) == F_READY && spt_ok {
+        // Only the window: no lock, no registration.
+        crate::window::gate(s.key(), || window_target(s));
         return call();
     }
     ordered_slow::<PROBE>(s, call)
@@ -166,6 +182,9 @@ fn ordered_slow<const PROBE: bool>(s: StreamRef, call: impl FnOnce() -> i32) -> 
         return call();
     }
     let prep = guarded(|| prepare(s, PROBE));
+    if FLAGS.load(Ordering::Relaxed) & F_WINDOW != 0 {
+        crate::window::gate(s.key(), || window_target(s));
+    }
     let prev = CTX.with(|c| c.replace(prep.as_ref().map_or(NO_STREAM, |p| p.sid)));
     let r = call();
     CTX.with(|c| c.set(prev));
@@ -311,6 +330,33 @@ fn prepare(s: StreamRef, probe: bool) -> Prep {
         new_handle,
         before,
     }
+}
+
+/// The queue whose indices bound stream `s`'s window: its attributed compute queue, if known
+/// and alive. Registers nothing.
+fn window_target(s: StreamRef) -> crate::window::Target {
+    guarded(|| {
+        let st = STATE.lock();
+        let sid = match s.which() {
+            Which::Null => Some(NULL_STREAM_ID),
+            Which::PerThread => {
+                let (g, sid, _) = SPT.with(Cell::get);
+                (g == FORK_GEN.load(Ordering::Relaxed) && sid != NO_STREAM).then_some(sid)
+            }
+            Which::Created(h) => st.stream_by_handle(h),
+        };
+        sid.and_then(|id| st.stream(id))
+            .and_then(|x| x.queue)
+            .and_then(|q| st.queue(q))
+            .filter(|q| q.compute && !q.dying && q.wptr != 0 && q.rptr != 0)
+            .filter(|q| q.wptr % 8 == 0 && q.rptr % 8 == 0)
+            .map_or(crate::window::Target::NONE, |q| crate::window::Target {
+                queue: q.id,
+                wptr: q.wptr as usize,
+                rptr: q.rptr as usize,
+            })
+    })
+    .unwrap_or(crate::window::Target::NONE)
 }
 
 /// Blocks while stream `sid` is held (level 1). Woken by release, fail-open and fork.

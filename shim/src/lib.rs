@@ -15,7 +15,7 @@
 //!
 //! Module map: `exports` (entry points), `launch` (fast/slow path, attribution, level-1 gate),
 //! `hook` (ioctl observer), `control` (agent session, levels 0-3, registry file), `state` (the
-//! registry), `init` (lazy init, fork, exit), `config` (environment), `real` (resolution of the
+//! registry), `window` (the in-flight window), `init` (lazy init, fork, exit), `config` (environment), `real` (resolution of the
 //! real functions), `sys` (pthread mutex, dladdr, backtrace), `log`. See `docs/shim.md`.
 #![deny(clippy::undocumented_unsafe_blocks)]
 // The unit-test build leaves out the exported entry points (see `exports`), so much is unused there.
@@ -32,3 +32,4 @@ mod log;
 mod real;
 mod state;
 mod sys;
+mod window;

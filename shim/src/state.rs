@@ -21,6 +21,8 @@ pub const F_NULL_PENDING: u32 = 4;
 pub const F_CREATED_PENDING: u32 = 8;
 /// `FLAGS` bit: control stopped after an internal error; everything is forwarded untouched.
 pub const F_DISABLED: u32 = 16;
+/// `FLAGS` bit: an in-flight window is in effect (`crate::window`).
+pub const F_WINDOW: u32 = 32;
 
 /// Fast-path flags: one relaxed load decides whether a launch needs the slow path.
 pub static FLAGS: AtomicU32 = AtomicU32::new(0);
@@ -102,6 +104,10 @@ pub struct Queue {
     pub compute: bool,
     /// Streams mapped onto it.
     pub streams: Vec<u64>,
+    /// Launches that waited at the in-flight window.
+    pub window_waits: u64,
+    /// Of those, waits that gave up on a stalled read index.
+    pub window_stalls: u64,
 }
 
 impl Queue {
@@ -181,6 +187,7 @@ impl State {
     /// Marks a change.
     pub fn changed(&mut self) {
         self.generation += 1;
+        crate::window::WINDOW_GEN.fetch_add(1, Ordering::AcqRel);
     }
 
     /// Adds a warning once; returns true when it is new.
@@ -372,7 +379,10 @@ impl State {
         {
             set |= F_CREATED_PENDING;
         }
-        let mask = F_HOLDS | F_NULL_PENDING | F_CREATED_PENDING;
+        if crate::window::get().is_some() {
+            set |= F_WINDOW;
+        }
+        let mask = F_HOLDS | F_NULL_PENDING | F_CREATED_PENDING | F_WINDOW;
         let cur = FLAGS.load(Ordering::Relaxed);
         if cur & F_DISABLED != 0 {
             return;
@@ -412,9 +422,12 @@ impl State {
                     deactivated: q.deactivated,
                     suspended: q.suspended,
                     busy: q.busy,
+                    window_waits: q.window_waits,
+                    window_stalls: q.window_stalls,
                 })
                 .collect(),
             warnings: self.warnings.clone(),
+            window: crate::window::get(),
         }
     }
 }
@@ -447,6 +460,8 @@ mod tests {
             dying: false,
             compute: true,
             streams: vec![],
+            window_waits: 0,
+            window_stalls: 0,
         }
     }
 

@@ -158,6 +158,7 @@ struct FileClass {
     level: Option<String>,
     max_priority: Option<u8>,
     cu_share: Option<u16>,
+    window: Option<u32>,
     starvation: Option<FileStarvation>,
     #[serde(default, rename = "match")]
     matches: FileMatch,
@@ -385,6 +386,7 @@ impl AgentConfig {
                 level,
                 starvation,
                 cu_share_permille: c.cu_share,
+                window: c.window,
             });
             // Validate as we go, so the error points at the class that breaks a rule.
             cfg.policy
@@ -503,5 +505,28 @@ starvation = { run_ms = 10, after_ms = 500 }
         .unwrap_err()
         .to_string();
         assert!(e.contains("suspend (3)"), "{e}");
+    }
+
+    #[test]
+    fn windows_are_checked_and_the_builtin_batch_class_has_one() {
+        assert_eq!(
+            AgentConfig::builtin().rule("batch").unwrap().window,
+            Some(2)
+        );
+        let c = AgentConfig::parse(
+            "[[class]]\nname = \"a\"\nrank = 1\npriority = 3\nlevel = \"hold\"\nwindow = 1\n",
+            None,
+        )
+        .unwrap();
+        assert_eq!(c.rule("a").unwrap().window, Some(1));
+        for bad in ["0", "5000"] {
+            let e = AgentConfig::parse(
+                &format!("[[class]]\nname = \"a\"\nrank = 1\npriority = 3\nwindow = {bad}\n"),
+                None,
+            )
+            .unwrap_err()
+            .to_string();
+            assert!(e.contains(":2:") && e.contains("1..=4096"), "{e}");
+        }
     }
 }

@@ -57,6 +57,8 @@ struct Proc {
     preempt_gen: u64,
     /// CU masks last sent, and the queues they were sent for.
     cu_sent: Option<(Vec<CuMask>, Vec<u32>)>,
+    /// In-flight window last sent (`Some(None)`: unbounded was sent).
+    window_sent: Option<Option<u32>>,
     busy: BTreeMap<u32, bool>,
     applied: Run,
     manual: Option<Level>,
@@ -320,6 +322,7 @@ impl Node {
             priority_sent: None,
             preempt_gen: 0,
             cu_sent: None,
+            window_sent: None,
             busy: BTreeMap::new(),
             applied: Run::Running,
             manual: None,
@@ -658,6 +661,7 @@ impl Node {
             }
         }
         self.priorities(now, out);
+        self.windows(now, out);
         // CU masks of classes with a CU share, once per registry that shows new queues.
         for t in &decision.targets {
             if t.cu_masks.is_empty() {
@@ -765,6 +769,34 @@ impl Node {
                     target: Target::All,
                     priority,
                 },
+                None,
+                false,
+                now,
+                out,
+            );
+        }
+    }
+
+    /// The class's in-flight window, sent once per process and whenever its class (or the
+    /// configuration) changes it; a shim that never had one needs no "unbounded".
+    fn windows(&mut self, now: Instant, out: &mut Vec<Out>) {
+        let todo: Vec<(u32, Option<u32>)> = self
+            .procs
+            .iter()
+            .filter(|(_, p)| p.registry_gen > 0)
+            .filter_map(|(pid, p)| {
+                let want = self.cfg.policy.class(p.class()).and_then(|c| c.window);
+                let current = p.window_sent.unwrap_or(p.registry.window);
+                (current != want).then_some((*pid, want))
+            })
+            .collect();
+        for (pid, dispatches) in todo {
+            if let Some(p) = self.procs.get_mut(&pid) {
+                p.window_sent = Some(dispatches);
+            }
+            self.send(
+                pid,
+                |seq| AgentMsg::SetWindow { seq, dispatches },
                 None,
                 false,
                 now,

@@ -75,12 +75,21 @@ fn main() -> ExitCode {
         classes.sort_by_key(|c| std::cmp::Reverse(c.rank));
         for c in classes {
             println!(
-                "class {:<12} rank {:>3} priority {:>2} preempted {}",
+                "class {:<12} rank {:>3} priority {:>2} preempted {}{}",
                 c.name,
                 c.rank,
                 c.priority,
-                c.level.map_or("never".into(), |l| format!("at {l:?}"))
+                c.level.map_or("never".into(), |l| format!("at {l:?}")),
+                c.window
+                    .map_or(String::new(), |w| format!(", window {w} in flight"))
             );
+            if c.level == Some(kfdq::proto::Level::Hold) && c.window.is_none() {
+                println!(
+                    "  note: class {} is held (level 1) with an unbounded in-flight window: a hold stops only its \
+                     future launches, and a job far ahead of the GPU keeps running; add `window = 2` (docs/shim.md)",
+                    c.name
+                );
+            }
         }
         println!("default class {}", cfg.default_class);
         return ExitCode::SUCCESS;

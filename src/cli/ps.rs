@@ -30,9 +30,26 @@ struct ProcessView<'a> {
     /// True when the process runs under libkfdq_shim.so.
     shim: bool,
     queues: Vec<QueueView<'a>>,
+    /// In-flight window (AQL packets per queue) the shim enforces; `None`: unbounded.
+    window: Option<u32>,
     warnings: &'a [String],
     /// The agent's view (class, state, why), when an agent answers.
     agent: Option<&'a ProcessStatus>,
+}
+
+/// `WINDOW`: the window and how many launches waited at it (and gave up on a stalled queue).
+fn window_cell(window: Option<u32>, q: Option<&QueueInfo>) -> String {
+    let waits = q.map_or(0, |q| q.window_waits);
+    let stalls = q.map_or(0, |q| q.window_stalls);
+    let mut cell = window.map_or_else(|| "-".to_string(), |w| w.to_string());
+    if waits > 0 {
+        cell.push_str(&format!(" ({waits} waited"));
+        if stalls > 0 {
+            cell.push_str(&format!(", {stalls} stalled"));
+        }
+        cell.push(')');
+    }
+    cell
 }
 
 fn stream_label(s: &StreamInfo) -> String {
@@ -101,6 +118,7 @@ pub(super) fn run(root: &Root, agent: &std::path::Path, json: bool) -> Result<()
                     }
                 })
                 .collect(),
+            window: reg.as_ref().and_then(|r| r.window),
             warnings: reg.as_ref().map(|r| r.warnings.as_slice()).unwrap_or(&[]),
             agent: agent_view(p.pid),
         })
@@ -120,6 +138,7 @@ pub(super) fn run(root: &Root, agent: &std::path::Path, json: bool) -> Result<()
         "STREAMS",
         "STATE",
         "BUSY",
+        "WINDOW",
         "AGENT",
     ]);
     for p in &views {
@@ -137,6 +156,7 @@ pub(super) fn run(root: &Root, agent: &std::path::Path, json: bool) -> Result<()
                 p.pid.to_string(),
                 cmd.clone(),
                 class.clone(),
+                "-".into(),
                 "-".into(),
                 "-".into(),
                 "-".into(),
@@ -192,6 +212,7 @@ pub(super) fn run(root: &Root, agent: &std::path::Path, json: bool) -> Result<()
                     .and_then(|a| a.queues.iter().find(|x| x.queue_id == q.queue.queue_id.0))
                     .map_or("-", |x| if x.busy { "yes" } else { "no" })
                     .into(),
+                window_cell(p.window, q.managed),
                 agent_state.clone(),
             ]);
         }

@@ -219,6 +219,7 @@ impl Policy {
             level: None,
             starvation: None,
             cu_share_permille: None,
+            window: None,
         })
     }
 

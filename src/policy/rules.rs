@@ -19,6 +19,10 @@ pub struct ClassRule {
     pub starvation: Option<Starvation>,
     /// Share of each partition's CUs (per mille) its queues are confined to; `None`: all CUs.
     pub cu_share_permille: Option<u16>,
+    /// In-flight window: at most this many AQL packets outstanding per queue of its processes
+    /// (the shim makes launches beyond it wait), so that a hold (level 1) holds real work;
+    /// `None`: unbounded.
+    pub window: Option<u32>,
 }
 
 /// A preempted class's guaranteed share: `run_ns` of running after `after_ns` preempted.
@@ -59,6 +63,11 @@ pub enum PolicyError {
     /// A CU share of 0 or over 1000 per mille.
     #[error("class {0:?}: cu_share {1} per mille is out of range 1..=1000")]
     CuShare(String, u16),
+    /// A window of 0 or beyond what a ring holds.
+    #[error(
+        "class {0:?}: window {1} is out of range 1..=4096 dispatches (omit it for an unbounded window)"
+    )]
+    Window(String, u32),
     /// A starvation guard that never runs.
     #[error("class {0:?}: the starvation guard's run time must be above 0")]
     Starvation(String),
@@ -79,6 +88,7 @@ impl PolicyConfig {
                     level: None,
                     starvation: None,
                     cu_share_permille: None,
+                    window: None,
                 },
                 ClassRule {
                     name: "normal".into(),
@@ -87,6 +97,7 @@ impl PolicyConfig {
                     level: Some(Level::Hold),
                     starvation: None,
                     cu_share_permille: None,
+                    window: None,
                 },
                 ClassRule {
                     name: "batch".into(),
@@ -98,6 +109,7 @@ impl PolicyConfig {
                         after_ns: 500_000_000,
                     }),
                     cu_share_permille: None,
+                    window: Some(2),
                 },
             ],
             hysteresis_ns: 20_000_000,
@@ -118,6 +130,11 @@ impl PolicyConfig {
                 && !(1..=1000).contains(&s)
             {
                 return Err(PolicyError::CuShare(c.name.clone(), s));
+            }
+            if let Some(w) = c.window
+                && !(1..=crate::proto::MAX_WINDOW).contains(&w)
+            {
+                return Err(PolicyError::Window(c.name.clone(), w));
             }
             if c.starvation.is_some_and(|s| s.run_ns == 0) {
                 return Err(PolicyError::Starvation(c.name.clone()));

@@ -80,6 +80,12 @@ pub struct QueueInfo {
     pub suspended: bool,
     /// Busy (write index ahead of read index) at the last sample.
     pub busy: bool,
+    /// Launches that waited at the in-flight window on this queue (see [`Registry::window`]).
+    #[serde(default)]
+    pub window_waits: u64,
+    /// Waits that gave up because the queue's read index stalled (the launch went on).
+    #[serde(default)]
+    pub window_stalls: u64,
 }
 
 /// The shim's whole view of its process.
@@ -95,6 +101,10 @@ pub struct Registry {
     pub queues: Vec<QueueInfo>,
     /// Warnings the shim raised (clamped priorities, shared queues, errors that stopped control).
     pub warnings: Vec<String>,
+    /// In-flight window: at most this many AQL packets outstanding per compute queue; a launch
+    /// beyond it waits in its wrapper. `None`: unbounded.
+    #[serde(default)]
+    pub window: Option<u32>,
 }
 
 /// The CUs a partition's queues may use.
@@ -105,6 +115,10 @@ pub struct CuMask {
     /// Bit i of word i/32 = CU i (SET_CU_MASK's layout; 32 bits per word).
     pub words: Vec<u32>,
 }
+
+/// Largest in-flight window (AQL packets per queue); larger windows are what an unbounded one
+/// already gives (ROCclr's rings hold 1024-4096 packets).
+pub const MAX_WINDOW: u32 = 4096;
 
 /// Messages from the shim to the agent.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -200,6 +214,14 @@ pub enum AgentMsg {
         target: Target,
         /// One mask per partition; queues on other partitions are left alone.
         masks: Vec<CuMask>,
+    },
+    /// Bound the process's in-flight work: at most `dispatches` AQL packets outstanding per
+    /// compute queue (`None`: unbounded). A class setting of preemptible classes.
+    SetWindow {
+        /// Sequence number echoed in the ack.
+        seq: u64,
+        /// The window, 1..=[`MAX_WINDOW`].
+        dispatches: Option<u32>,
     },
     /// Ask for a [`ShimMsg::Registry`].
     Query {

@@ -67,6 +67,7 @@ pub fn programs() -> &'static Programs {
         let src = Path::new(PROGRAMS);
         for name in [
             "streams", "uselib", "forkexec", "worker", "ordered", "latency", "flood", "deps",
+            "window",
         ] {
             fakehip::compile_program(
                 &src.join(format!("{name}.c")),
