@@ -5,7 +5,7 @@ set -euo pipefail
 
 need=()
 for pkg in libclang1-14 libclang-common-14-dev fuse3 gcc libc6-dev linux-libc-dev libamdhip64-5 binutils \
-    python3-venv systemd; do
+    python3-venv python3-dev systemd; do
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need+=("$pkg")
 done
 if ((${#need[@]})); then

@@ -60,20 +60,33 @@ fn init_slow() {
 
 fn set_default_env(key: &str, value: &str) {
     if std::env::var_os(key).is_none() {
-        // SAFETY: setenv races with concurrent getenv in other threads. This runs once, at the
-        // first intercepted call, before the runtime is initialised (the call that triggered it
-        // has not been forwarded yet), which is the earliest point that is not a constructor.
+        // SAFETY: setenv races with concurrent getenv in other threads. This runs from the
+        // load-time constructor below (before `main`, one thread) or, if that did not run, at the
+        // first intercepted call, before the call is forwarded to the runtime.
         unsafe { std::env::set_var(key, value) };
     }
 }
+
+/// The runtime's environment defaults, set when the shim is loaded: the runtime reads them at
+/// its initialisation, which the first HIP call of any kind triggers — possibly one the shim
+/// does not wrap (`hipGetDeviceCount`, as PyTorch does first). Nothing else happens at load
+/// (field lesson 4: work in constructors hung `import torch`).
+extern "C" fn env_defaults_at_load() {
+    set_default_env("GPU_MAX_HW_QUEUES", DEFAULT_MAX_HW_QUEUES);
+    set_default_env("DEBUG_HIP_DYNAMIC_QUEUES", DEFAULT_DYNAMIC_QUEUES);
+}
+
+#[cfg(not(test))]
+#[used]
+#[unsafe(link_section = ".init_array")]
+static ENV_DEFAULTS_AT_LOAD: extern "C" fn() = env_defaults_at_load;
 
 fn do_init() {
     let cfg = config();
     crate::log::VERBOSE.store(cfg.log, Ordering::Relaxed);
     // Give every stream its own hardware queue where the runtime allows it, and the null stream
-    // a dedicated one (ROCclr); the user's own settings win.
-    set_default_env("GPU_MAX_HW_QUEUES", DEFAULT_MAX_HW_QUEUES);
-    set_default_env("DEBUG_HIP_DYNAMIC_QUEUES", DEFAULT_DYNAMIC_QUEUES);
+    // a dedicated one (ROCclr); the user's own settings win. Normally done at load already.
+    env_defaults_at_load();
     {
         let mut st = STATE.lock();
         st.policy = cfg.policy;

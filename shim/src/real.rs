@@ -1,4 +1,9 @@
-//! Pointers to the real HIP functions, resolved once behind the preload and cached.
+//! Pointers to the real HIP functions, resolved behind the preload and cached once found.
+//!
+//! Where: first `RTLD_NEXT` (the runtime in the global scope, as a program linked with HIP has
+//! it), then any `libamdhip64.*` in the link map (a runtime an `RTLD_LOCAL` library pulled in:
+//! ctypes, CPython extension modules). A lookup that finds nothing is not cached: the runtime
+//! may be loaded later, and the next call looks again.
 
 use std::ffi::CStr;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -7,7 +12,6 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 pub const HIP_ERROR_NOT_SUPPORTED: i32 = 801;
 
 const UNRESOLVED: usize = 0;
-const MISSING: usize = 1;
 
 /// One real function: name, version node, cached address.
 pub struct Real {
@@ -33,13 +37,12 @@ impl Real {
         self.name.to_str().unwrap_or("?")
     }
 
-    /// The real function's address, resolving it on first use: `dlvsym(RTLD_NEXT, name, node)`,
-    /// then `dlsym(RTLD_NEXT, name)`; never an address inside the shim.
+    /// The real function's address, resolving it until found (see the module); never an address
+    /// inside the shim.
     #[inline(always)]
     pub fn get(&self) -> Option<usize> {
         match self.ptr.load(Ordering::Relaxed) {
             UNRESOLVED => self.resolve(),
-            MISSING => None,
             p => Some(p),
         }
     }
@@ -47,20 +50,22 @@ impl Real {
     #[cold]
     #[inline(never)]
     fn resolve(&self) -> Option<usize> {
-        // Environment defaults must be in place before the runtime initialises (first call).
         crate::init::ensure_init();
-        let r = crate::sys::resolve_next(self.name, Some(self.node));
-        self.ptr.store(r.unwrap_or(MISSING), Ordering::Relaxed);
+        let r = crate::sys::resolve_next(self.name, Some(self.node))
+            .or_else(|| crate::sys::resolve_in_loaded_runtime(self.name, Some(self.node)));
+        if let Some(p) = r {
+            self.ptr.store(p, Ordering::Relaxed);
+        }
         r
     }
 
-    /// Called when the real library has no such symbol: warns once, returns
-    /// `hipErrorNotSupported`.
+    /// Called when no loaded HIP runtime defines the symbol (none is loaded yet, or it lacks
+    /// this entry point): warns once, returns `hipErrorNotSupported`.
     #[cold]
     pub fn missing(&self) -> i32 {
         if !self.warned.swap(true, Ordering::Relaxed) {
             let msg = format!(
-                "{}@{} is not defined by the HIP runtime loaded after the shim; the call returns hipErrorNotSupported (801)",
+                "{}@{} is defined by no loaded HIP runtime (libamdhip64.*, global or RTLD_LOCAL); the call returns hipErrorNotSupported (801) until one is loaded",
                 self.name(),
                 self.node.to_str().unwrap_or("?")
             );

@@ -219,6 +219,79 @@ pub fn resolve_next(name: &CStr, node: Option<&CStr>) -> Option<usize> {
     }
 }
 
+/// Resolves `name` (preferably at version `node`) in a HIP runtime that is loaded but not in
+/// the global scope: one an `RTLD_LOCAL` library pulled in (ctypes, CPython extension modules).
+/// Walks the link map (`dl_iterate_phdr`) for objects named `libamdhip64.*`, takes a handle on
+/// each without loading anything (`RTLD_NOLOAD`; the handle is kept, so the runtime stays
+/// loaded while the shim holds pointers into it) and looks the symbol up there.
+pub fn resolve_in_loaded_runtime(name: &CStr, node: Option<&CStr>) -> Option<usize> {
+    let me = self_base();
+    for path in loaded_objects()
+        .into_iter()
+        .filter(|(base, path)| *base != me && is_hip_runtime_path(path))
+        .map(|(_, path)| path)
+    {
+        let Ok(c) = std::ffi::CString::new(path) else {
+            continue;
+        };
+        // SAFETY: `c` is NUL-terminated; RTLD_NOLOAD only returns a handle on an object that is
+        // already loaded (bumping its reference count), it never runs initialisers.
+        let h = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_LAZY | libc::RTLD_NOLOAD) };
+        if h.is_null() {
+            continue;
+        }
+        let mut p: *mut c_void = std::ptr::null_mut();
+        if let Some(node) = node {
+            // SAFETY: `h` is a live handle; both strings are NUL-terminated.
+            p = unsafe { libc::dlvsym(h, name.as_ptr(), node.as_ptr()) };
+        }
+        if p.is_null() {
+            // SAFETY: as above.
+            p = unsafe { libc::dlsym(h, name.as_ptr()) };
+        }
+        if !p.is_null() && object_of(p as usize).is_none_or(|o| o.base != me) {
+            return Some(p as usize);
+        }
+    }
+    None
+}
+
+/// `libamdhip64.so`, `libamdhip64.so.6`, `/opt/rocm/lib/libamdhip64.so.6.4.60403`, ...
+fn is_hip_runtime_path(path: &str) -> bool {
+    path.rsplit('/')
+        .next()
+        .is_some_and(|f| f.starts_with("libamdhip64.so"))
+}
+
+/// (load base, path) of every loaded object with a path.
+fn loaded_objects() -> Vec<(usize, String)> {
+    unsafe extern "C" fn each(
+        info: *mut libc::dl_phdr_info,
+        _size: libc::size_t,
+        data: *mut c_void,
+    ) -> libc::c_int {
+        // SAFETY: glibc passes a valid `dl_phdr_info` for the duration of the callback, and
+        // `data` is the `Vec` passed to `dl_iterate_phdr` below, alive and unaliased meanwhile.
+        unsafe {
+            let out = &mut *(data as *mut Vec<(usize, String)>);
+            let info = &*info;
+            if !info.dlpi_name.is_null() {
+                let name = CStr::from_ptr(info.dlpi_name)
+                    .to_string_lossy()
+                    .into_owned();
+                if !name.is_empty() {
+                    out.push((info.dlpi_addr as usize, name));
+                }
+            }
+        }
+        0
+    }
+    let mut out: Vec<(usize, String)> = Vec::new();
+    // SAFETY: the callback only reads the info glibc hands it and appends to `out`.
+    unsafe { libc::dl_iterate_phdr(Some(each), &mut out as *mut _ as *mut c_void) };
+    out
+}
+
 /// Return address of the first frame outside the shim: the code that called the exported
 /// wrapper. Uses glibc's `backtrace` (the unwinder, through `.eh_frame`), so it needs no frame
 /// pointers and does not depend on how the wrapper was inlined. Microseconds: slow path only.

@@ -70,10 +70,11 @@ fn null_stream_pytorch_style() {
         done >= 13,
         "every null-stream launch ran on that queue ({done} packets)"
     );
-    app.go();
-    // Keep the state directory alive past `finish` (which drops the app).
+    // Keep the state directory alive past `finish` (which drops the app). The file must exist
+    // while the program waits at its checkpoint (checked before letting it go on and exit).
     let state_dir = std::mem::replace(&mut app.state_dir, tempfile::tempdir().unwrap());
     assert!(state_dir.path().join(format!("shim-{pid}.json")).exists());
+    app.go();
     app.finish();
     assert!(
         !state_dir.path().join(format!("shim-{pid}.json")).exists(),
