@@ -32,6 +32,7 @@ use kfdq::proto::{self, AgentMsg, DecodeError, Level, LineReader, ShimMsg, Targe
 
 use crate::hook::with_bypass;
 use crate::launch::guarded;
+use crate::log::Repeat;
 use crate::state::{F_DISABLED, FLAGS, STATE, State};
 
 /// Set once the control thread runs in this process (reset in a fork child).
@@ -65,11 +66,23 @@ fn pid() -> u32 {
     std::process::id()
 }
 
+/// Reconnection backoff: from 20 ms, doubling up to this; reset only by a session that got as
+/// far as the agent's welcome.
+const BACKOFF_MAX: Duration = Duration::from_secs(5);
+
+/// Repeating warnings: the socket (missing, not a socket, refused connection) and the agent's
+/// behaviour before a session (closes at once, garbage, silence); malformed lines in a session.
+static W_SOCKET: Repeat = Repeat::new();
+static W_AGENT: Repeat = Repeat::new();
+static W_MALFORMED: Repeat = Repeat::new();
+
 fn main() {
     let cfg = crate::init::config();
     let mut backoff = Duration::from_millis(20);
     let mut last_published = 0u64;
     let mut controlling = cfg.socket.is_some();
+    // The registry is written whether or not an agent ever answers.
+    publish_file(&mut last_published);
     loop {
         if EXITING.load(Ordering::Relaxed) {
             return;
@@ -86,26 +99,75 @@ fn main() {
                             controlling = false;
                             continue;
                         }
-                        backoff = Duration::from_millis(20);
                         let end = session(s, &mut last_published);
                         release_everything(&format!("agent connection ended ({end})"));
-                        if let End::Refused(_) = end {
-                            controlling = false;
+                        match end {
+                            End::Refused(_) => controlling = false,
+                            End::BeforeWelcome(why) => crate::log::warn_repeating(
+                                &W_AGENT,
+                                &format!(
+                                    "the agent at {} {why}; this process keeps its static class priorities and retries \
+                                     (every {} s at most); check kfdqd (systemctl status kfdqd, journalctl -u kfdqd)",
+                                    path.display(),
+                                    BACKOFF_MAX.as_secs()
+                                ),
+                            ),
+                            End::Closed | End::Error(_) => backoff = Duration::from_millis(20),
                         }
                     }
-                    Err(e) => crate::log::debug(|| format!("connect {}: {e}", path.display())),
+                    Err(e) => crate::log::warn_repeating(&W_SOCKET, &socket_problem(path, &e)),
                 }
             }
         }
-        // Between connection attempts (or without an agent) keep the registry file current.
+        if !controlling || cfg.socket.is_none() {
+            // No agent to talk to: wake only when the registry changes (or once a minute).
+            wait_for_change(&mut last_published);
+            continue;
+        }
+        // Between connection attempts keep the registry file current.
         let deadline = Instant::now() + backoff;
         while Instant::now() < deadline {
             publish_file(&mut last_published);
             std::thread::sleep(Duration::from_millis(10).min(backoff));
         }
-        backoff = (backoff * 2).min(Duration::from_secs(1));
+        backoff = (backoff * 2).min(BACKOFF_MAX);
     }
 }
+
+/// What is wrong with `KFDQ_SOCKET`, worded for the user.
+fn socket_problem(path: &Path, e: &std::io::Error) -> String {
+    use std::os::unix::fs::FileTypeExt;
+    let shown = path.display();
+    let what = match std::fs::metadata(path) {
+        Err(_) => format!("KFDQ_SOCKET={shown} does not exist: no agent runs there"),
+        Ok(m) if !m.file_type().is_socket() => {
+            format!("KFDQ_SOCKET={shown} is not a socket (a regular file or directory is there)")
+        }
+        Ok(_) => format!("cannot connect to the agent at {shown} ({e}): no agent listens there"),
+    };
+    format!(
+        "{what}; this process keeps its static class priorities and retries (every {} s at most); \
+         start kfdqd, or point KFDQ_SOCKET at its socket (default /run/kfdq/kfdq.sock), or unset it",
+        BACKOFF_MAX.as_secs()
+    )
+}
+
+/// Without an agent: sleeps until the registry changes (`State::changed` and the window's
+/// counters wake the condition variable) or a minute passes, then publishes — at most every
+/// [`PUBLISH_EVERY`], so a burst of changes costs one file write.
+fn wait_for_change(last_published: &mut u64) {
+    {
+        let mut st = STATE.lock();
+        if st.generation == *last_published && !EXITING.load(Ordering::Relaxed) {
+            st.wait_timeout(Duration::from_secs(60));
+        }
+    }
+    publish_file(last_published);
+    std::thread::sleep(PUBLISH_EVERY);
+}
+
+/// Least time between two registry files written without an agent.
+const PUBLISH_EVERY: Duration = Duration::from_millis(50);
 
 /// Checks the kernel's credentials of the listening peer before a single byte is exchanged.
 fn trusted(s: &UnixStream, trust: &AgentTrust, path: &Path) -> Result<(), String> {
@@ -119,8 +181,13 @@ fn trusted(s: &UnixStream, trust: &AgentTrust, path: &Path) -> Result<(), String
 /// Why a session ended.
 #[derive(Debug)]
 enum End {
+    /// The agent closed an established session.
     Closed,
+    /// The agent refused this process.
     Refused(String),
+    /// It ended before the agent's welcome (closed at once, garbage, silence).
+    BeforeWelcome(String),
+    /// An established session failed.
     Error(String),
 }
 
@@ -129,7 +196,7 @@ impl std::fmt::Display for End {
         match self {
             End::Closed => f.write_str("closed by the agent"),
             End::Refused(r) => write!(f, "refused by the agent: {r}"),
-            End::Error(e) => f.write_str(e),
+            End::BeforeWelcome(e) | End::Error(e) => f.write_str(e),
         }
     }
 }
@@ -174,7 +241,7 @@ fn session(stream: UnixStream, last_published: &mut u64) -> End {
             priority,
         },
     ) {
-        return e;
+        return End::BeforeWelcome(format!("did not take this process's hello ({e})"));
     }
     let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
     let fd = stream.as_raw_fd();
@@ -185,8 +252,15 @@ fn session(stream: UnixStream, last_published: &mut u64) -> End {
             crate::log::warn_always(&format!("the agent refused this process: {reason}"));
             return End::Refused(reason);
         }
-        Ok(other) => return End::Error(format!("protocol error: expected welcome, got {other:?}")),
-        Err(e) => return End::Error(format!("waiting for welcome: {e}")),
+        Ok(other) => {
+            return End::BeforeWelcome(format!(
+                "answered hello with {other:?} instead of a welcome"
+            ));
+        }
+        Err(DecodeError::Closed) => {
+            return End::BeforeWelcome("closed the connection without answering hello".into());
+        }
+        Err(e) => return End::BeforeWelcome(format!("did not answer hello with a welcome ({e})")),
     }
     let _ = reader.get_ref().get_ref().set_read_timeout(None);
     crate::log::debug(|| {
@@ -215,9 +289,10 @@ fn session(stream: UnixStream, last_published: &mut u64) -> End {
                         }
                     }
                 }
-                Err(DecodeError::Malformed(m)) => crate::log::warn_always(&format!(
-                    "ignoring a malformed message from the agent: {m}"
-                )),
+                Err(DecodeError::Malformed(m)) => crate::log::warn_repeating(
+                    &W_MALFORMED,
+                    &format!("ignoring a malformed message from the agent: {m}"),
+                ),
                 Err(DecodeError::Closed) => return End::Closed,
                 Err(e) => return End::Error(format!("protocol error: {e}")),
             }
@@ -769,7 +844,19 @@ pub fn state_dir() -> Option<&'static Path> {
         let usable = |d: &Path| std::fs::create_dir_all(d).is_ok() && writable(d);
         // An explicit directory is used or nothing; the defaults are tried in order.
         match proto::state::state_dir_override() {
-            Some(d) => usable(&d).then_some(d),
+            Some(d) => {
+                let ok = usable(&d);
+                if !ok {
+                    crate::log::warn_always(&format!(
+                        "KFDQ_STATE_DIR={} cannot be created or written: this process's registry is not published, \
+                         so `kfdq ps` shows its queues without streams or class; control by the agent still works. \
+                         Fix: make the directory writable for uid {}, or unset KFDQ_STATE_DIR (default /run/kfdq, else /tmp/kfdq-<uid>)",
+                        d.display(),
+                        crate::sys::effective_uid()
+                    ));
+                }
+                ok.then_some(d)
+            }
             None => proto::state::default_state_dirs()
                 .into_iter()
                 .find(|d| usable(d)),

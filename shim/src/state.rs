@@ -188,6 +188,9 @@ impl State {
     pub fn changed(&mut self) {
         self.generation += 1;
         crate::window::WINDOW_GEN.fetch_add(1, Ordering::AcqRel);
+        // Wakes the control thread when it has no agent (it publishes the registry file);
+        // callers hold the registry lock, under which broadcasting is allowed.
+        STATE.notify_all();
     }
 
     /// Adds a warning once; returns true when it is new.
@@ -293,10 +296,13 @@ impl State {
             }
         }
         if !shared_with.is_empty() {
-            self.warn(format!(
+            let w = format!(
                 "stream {sid} shares KFD queue {qid} with stream(s) {shared_with:?}: the runtime ran out of hardware queues \
                  (GPU_MAX_HW_QUEUES); streams sharing a queue serialize and are preempted together"
-            ));
+            );
+            if self.warn(w.clone()) {
+                crate::log::warn_always(&w);
+            }
         }
         self.changed();
         self.refresh_flags();

@@ -171,6 +171,7 @@ fn wait(t: Target) {
     }
     // Counters only: the agent and `kfdq ps` see them, the index cache stays valid.
     st.generation += 1;
+    STATE.notify_all();
     if end == WaitEnd::Stalled {
         let w = format!(
             "queue {}: a launch waited {} s at the in-flight window without the queue making progress; \

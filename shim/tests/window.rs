@@ -27,7 +27,13 @@ fn run_mode(emu: &Emu, mode: &str, n: u32) -> (u32, Option<u32>, u64) {
     let done = app.wait_line(&format!("window {mode} done"));
     app.wait_line("CHECKPOINT end");
     let qa = app.queues()["a"].queue_id;
-    let reg = app.registry_of(app.pid).expect("registry");
+    let pid = app.pid;
+    // Published by the control thread shortly after the last wait.
+    let reg = app.wait_registry(pid, "the waits published", |r| {
+        r.queues
+            .iter()
+            .any(|q| q.queue_id == qa && q.window_waits > 0)
+    });
     let waits = reg
         .queues
         .iter()
