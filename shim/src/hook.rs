@@ -12,7 +12,7 @@
 
 use std::cell::Cell;
 use std::ffi::{c_int, c_ulong, c_void};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicUsize, Ordering};
 
 use kfd_sys as sys;
 
@@ -149,7 +149,11 @@ pub unsafe fn kfd_ioctl(fd: c_int, request: c_ulong, arg: *mut c_void) -> c_int 
         // SAFETY: forwarded unchanged.
         return unsafe { forward(fd, request, arg) };
     };
-    if arg.is_null() || BYPASS.with(Cell::get) || FLAGS.load(Ordering::Relaxed) & F_DISABLED != 0 {
+    if arg.is_null()
+        || BYPASS.with(Cell::get)
+        || FLAGS.load(Ordering::Relaxed) & F_DISABLED != 0
+        || !is_kfd_fd(fd)
+    {
         // SAFETY: forwarded unchanged.
         return unsafe { forward(fd, request, arg) };
     }
@@ -161,6 +165,25 @@ pub unsafe fn kfd_ioctl(fd: c_int, request: c_ulong, arg: *mut c_void) -> c_int 
             Op::Destroy => destroy_queue(fd, request, arg),
         }
     }
+}
+
+/// The last fd seen to be `/dev/kfd` (-1: none yet).
+static KFD_FD: AtomicI32 = AtomicI32::new(-1);
+
+/// True when `fd` is open on amdkfd's device (`…/dev/kfd`: the real node, or kfd-emu's under its
+/// mount point): the 'K' type byte alone is not enough (any driver or a pipe may be asked for
+/// it), and the shim must not initialise for a process that never opened KFD. One `readlink`
+/// per new fd; the answer for the KFD fd is cached.
+fn is_kfd_fd(fd: c_int) -> bool {
+    if fd >= 0 && KFD_FD.load(Ordering::Relaxed) == fd {
+        return true;
+    }
+    let target = std::fs::read_link(format!("/proc/self/fd/{fd}"));
+    let yes = target.is_ok_and(|p| p.ends_with("dev/kfd"));
+    if yes {
+        KFD_FD.store(fd, Ordering::Relaxed);
+    }
+    yes
 }
 
 /// A compute queue type (PM4 or AQL): the kind a stream runs on. SDMA queues (the runtime's

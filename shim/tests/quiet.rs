@@ -278,3 +278,29 @@ fn an_unwritable_state_directory_is_named_once() {
         "{stderr}"
     );
 }
+
+#[test]
+fn a_k_typed_ioctl_on_a_pipe_does_not_initialise_the_shim() {
+    let Some(emu) = mount("quiet-kpipe") else {
+        return;
+    };
+    let run = |shim: bool| {
+        let mut l = Launch::new(programs().get("kpipe"));
+        l.preload = shim;
+        let mut app = l.start(&emu);
+        app.wait_line("ioctl");
+        app.finish()
+    };
+    let (plain, _) = run(false);
+    let (shimmed, stderr) = run(true);
+    assert_eq!(
+        plain,
+        vec!["ioctl -1 25".to_string()],
+        "ENOTTY from the pipe"
+    );
+    assert_eq!(shimmed, plain, "forwarded unchanged");
+    assert!(
+        !stderr.contains("initialised"),
+        "no initialisation, no control thread, no registry for a process without KFD: {stderr}"
+    );
+}

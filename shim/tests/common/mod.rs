@@ -77,12 +77,14 @@ pub fn programs() -> &'static Programs {
             .unwrap_or_else(|e| panic!("{e}"));
         }
         let kfd_include = format!("-I{}/../kfd-sys/include", env!("CARGO_MANIFEST_DIR"));
-        fakehip::compile_program(
-            &src.join("rocr_update.c"),
-            &dir.join("rocr_update"),
-            &["-Wextra", "-Werror", &kfd_include],
-        )
-        .unwrap_or_else(|e| panic!("{e}"));
+        for name in ["rocr_update", "kpipe"] {
+            fakehip::compile_program(
+                &src.join(format!("{name}.c")),
+                &dir.join(name),
+                &["-Wextra", "-Werror", &kfd_include],
+            )
+            .unwrap_or_else(|e| panic!("{e}"));
+        }
         fakehip::compile_program(
             &src.join("libstreams.c"),
             &dir.join("libkfdqtest_streams.so"),
