@@ -148,13 +148,7 @@ fn managed_like_a_linked_program(test: &str, script: &str) {
             .any(|x| x.kind == kfdq::proto::StreamKind::Null && x.queue_id == Some(null)),
         "{reg:?}"
     );
-    let ps = Command::new(workspace_bin("kfdq"))
-        .args(["ps", "--agent", "/nonexistent/kfdq.sock"])
-        .env("KFDQ_ROOT", emu.root())
-        .env("KFDQ_STATE_DIR", app.state_dir.path())
-        .output()
-        .expect("kfdq ps");
-    let table = String::from_utf8_lossy(&ps.stdout);
+    let table = app.kfdq_ps(&emu);
     for qid in [null, s, hi] {
         assert!(
             table.lines().any(|l| {

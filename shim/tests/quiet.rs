@@ -27,6 +27,17 @@ fn deps_with(emu: &Emu, env: &[(&'static str, String)]) -> (Vec<String>, String)
     app.finish()
 }
 
+/// A batch flood (2 in flight) talking to the agent at `sock`, once flooding.
+fn flood_on(emu: &Emu, sock: &Path) -> App {
+    let mut app = Launch::new(programs().get("flood"))
+        .args(["2000", "64", "2"])
+        .env("KFDQ_CLASS", "batch")
+        .env("KFDQ_SOCKET", sock.display().to_string())
+        .start(emu);
+    app.wait_line("flooding");
+    app
+}
+
 fn done_line(out: &[String]) -> Vec<String> {
     out.iter()
         .filter(|l| l.starts_with("deps done"))
@@ -162,12 +173,7 @@ fn an_agent_that_closes_at_once_is_retried_with_a_growing_backoff_and_named_once
     let dir = tempfile::tempdir().unwrap();
     let sock = dir.path().join("kfdq.sock");
     let agent = BadAgent::start(&sock, "close");
-    let mut app = Launch::new(programs().get("flood"))
-        .args(["2000", "64", "2"])
-        .env("KFDQ_CLASS", "batch")
-        .env("KFDQ_SOCKET", sock.display().to_string())
-        .start(&emu);
-    app.wait_line("flooding");
+    let app = flood_on(&emu, &sock);
     assert_eq!(agent.next(), "accepted");
     // Count the attempts over a 3 s window: 20 ms doubling to 5 s gives about 7; the old
     // fixed 20-46 per second would give 60-140.
@@ -208,12 +214,7 @@ fn garbage_or_silence_instead_of_a_welcome_is_named_once_and_the_registry_is_wri
 
     let sock = dir.path().join("silent.sock");
     let silent = BadAgent::start(&sock, "silent");
-    let mut app = Launch::new(programs().get("flood"))
-        .args(["2000", "64", "2"])
-        .env("KFDQ_CLASS", "batch")
-        .env("KFDQ_SOCKET", sock.display().to_string())
-        .start(&emu);
-    app.wait_line("flooding");
+    let mut app = flood_on(&emu, &sock);
     let pid = app.pid;
     // Written while the agent stays silent.
     app.wait_registry(pid, "the registry while the agent is silent", |r| {
@@ -239,12 +240,7 @@ fn a_thousand_malformed_lines_give_one_warning() {
     let dir = tempfile::tempdir().unwrap();
     let sock = dir.path().join("kfdq.sock");
     let agent = BadAgent::start(&sock, "malformed");
-    let mut app = Launch::new(programs().get("flood"))
-        .args(["2000", "64", "2"])
-        .env("KFDQ_CLASS", "batch")
-        .env("KFDQ_SOCKET", sock.display().to_string())
-        .start(&emu);
-    app.wait_line("flooding");
+    let app = flood_on(&emu, &sock);
     assert_eq!(agent.next(), "accepted");
     assert_eq!(
         agent.next(),

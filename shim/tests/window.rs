@@ -40,13 +40,7 @@ fn run_mode(emu: &Emu, mode: &str, n: u32) -> (u32, Option<u32>, u64) {
         .find(|q| q.queue_id == qa)
         .map_or(0, |q| q.window_waits);
     // `kfdq ps` shows the window and the waits on that queue's row.
-    let ps = std::process::Command::new(workspace_bin("kfdq"))
-        .args(["ps", "--agent", "/nonexistent/kfdq.sock"])
-        .env("KFDQ_ROOT", emu.root())
-        .env("KFDQ_STATE_DIR", app.state_dir.path())
-        .output()
-        .expect("kfdq ps");
-    let table = String::from_utf8_lossy(&ps.stdout);
+    let table = app.kfdq_ps(emu);
     let row = table
         .lines()
         .find(|l| {

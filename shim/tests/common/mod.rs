@@ -384,6 +384,17 @@ impl App {
             .collect()
     }
 
+    /// `kfdq ps` (no agent) over the emulator `emu`, reading this app's registry directory.
+    pub fn kfdq_ps(&self, emu: &Emu) -> String {
+        let out = Command::new(workspace_bin("kfdq"))
+            .args(["ps", "--agent", "/nonexistent/kfdq.sock"])
+            .env("KFDQ_ROOT", emu.root())
+            .env("KFDQ_STATE_DIR", self.state_dir.path())
+            .output()
+            .expect("kfdq ps");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
     /// The registry the shim published for `pid`, if any.
     pub fn registry_of(&self, pid: u32) -> Option<Registry> {
         let text =
