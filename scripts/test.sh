@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 . scripts/lib.sh
 
 step "setup: checking Debian packages, toolchain and FUSE"
-scripts/setup.sh
+scripts/setup.sh --tests
 
 step "building every package and test target"
 cargo build --quiet --workspace --all-targets ||

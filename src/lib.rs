@@ -5,12 +5,13 @@
 //! * [`policy`] — pure decision logic (priority classes).
 //! * [`proto`] — the shim <-> agent control protocol.
 //! * [`agent`] — `kfdqd`, the node agent.
-//! * [`cli`] — the `kfdq` command line.
+//! * [`doctor`] — what kfdq can do on a node, and why not.
+//!
+//! The command lines (`kfdq`, `kfdqd`) live in `src/bin/` on top of this library.
 #![deny(missing_docs)]
 #![deny(unsafe_code)]
 
 pub mod agent;
-pub mod cli;
 pub mod doctor;
 pub mod kfd;
 pub mod policy;

@@ -10,59 +10,23 @@ use std::process::Command;
 use std::time::Duration;
 
 use clap::ValueEnum;
-use serde::Serialize;
+use serde::{Serialize, Serializer};
 
 use self::procs::{Child, Emulator, wait_until};
+use super::args::{DemoArgs, Phase};
 use super::table::Table;
 use super::{CliError, client, print_json};
-use crate::kfd::Root;
-use crate::proto::Level;
+use kfdq::kfd::Root;
+use kfdq::proto::Level;
 
-/// `kfdq demo`'s options.
-#[derive(Debug, Clone, clap::Args)]
-pub struct DemoArgs {
-    /// Requests of the latency client per phase.
-    #[arg(long, default_value_t = 60, value_name = "N")]
-    requests: u32,
-    /// Latency requests per second (the field's ResNet-18 service: 10-20/s).
-    #[arg(long, default_value_t = 15.0, value_name = "PER_S")]
-    rate: f64,
-    /// Phases to run, comma-separated (default: all, in this order).
-    #[arg(long, value_delimiter = ',', value_enum)]
-    phases: Vec<Phase>,
-    /// Mount the emulator even if --root has a /dev/kfd.
-    #[arg(long)]
-    emulator: bool,
-    /// Emulator preset (mi308x, mi300x-spx, mi300x-cpx).
-    #[arg(long, default_value = "mi308x")]
-    preset: String,
-    /// Directory holding the workloads kfdq-latency and kfdq-flood (default: next to kfdq;
-    /// scripts/run.sh builds them there against fakehip).
-    #[arg(long, value_name = "DIR")]
-    workloads: Option<PathBuf>,
-    /// Keep every process's stderr here (default: a temporary directory, removed at the end).
-    #[arg(long, value_name = "DIR")]
-    log_dir: Option<PathBuf>,
-}
-
-/// One phase of the demo.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Phase {
-    /// The latency client alone.
-    Alone,
-    /// The batch job alone.
-    LpAlone,
-    /// Both, no agent, no classes: the runtime's priorities.
-    Uncontrolled,
-    /// Both under the agent with class priorities and no preemption (level 0).
-    Priority,
-    /// Level 1: the batch job's launches held while latency work is busy.
-    Level1,
-    /// Level 2: the batch job's queues deactivated.
-    Level2,
-    /// Level 3: the batch job's queues suspended (debugger API).
-    Level3,
+impl Serialize for Phase {
+    /// As on the command line (`lp-alone`, `level1`, ...).
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self.to_possible_value() {
+            Some(v) => s.serialize_str(v.get_name()),
+            None => Err(serde::ser::Error::custom("a demo phase without a name")),
+        }
+    }
 }
 
 impl Phase {
@@ -597,7 +561,7 @@ pub(super) fn run(root: &Path, args: DemoArgs, json: bool) -> Result<(), CliErro
     let report = DemoReport {
         emulator: emu.is_some(),
         preset: emu.as_ref().map(|_| args.preset.clone()),
-        priority_note: crate::doctor::priority_note(&Root::new(&root_dir)),
+        priority_note: kfdq::doctor::priority_note(&Root::new(&root_dir)),
         requests: args.requests,
         rate_per_s: args.rate,
         workloads: format!(

@@ -1,21 +1,14 @@
-//! The `kfdq` command line: the user's front door.
-#![forbid(unsafe_code)]
-
-mod client;
-mod demo;
-mod doctor;
-mod ps;
-mod run;
-mod status;
-mod table;
-mod topology;
+// The command-line definitions of `kfdq`: clap types and nothing else, so that the root
+// package's build.rs can `include!` this file to generate the man page and the shell completions
+// (they cannot drift from `--help`). Only `clap` and `std` may be used here.
 
 use std::path::PathBuf;
-use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{Args, Parser, Subcommand, ValueEnum};
 
-use crate::kfd::Root;
+/// Where kfdqd listens by default (the same path as `kfdq::doctor::DEFAULT_SOCKET`, which a test
+/// of the binary checks).
+pub const DEFAULT_SOCKET: &str = "/run/kfdq/kfdq.sock";
 
 /// kfdq — GPU queue priorities and preemption for AMD Instinct nodes.
 ///
@@ -96,8 +89,8 @@ pub enum Command {
         /// The process.
         pid: u32,
         /// hold | deactivate | suspend (or 1 | 2 | 3).
-        #[arg(long, default_value = "deactivate", value_parser = parse_level)]
-        level: crate::proto::Level,
+        #[arg(long, default_value = "deactivate", value_enum)]
+        level: LevelArg,
     },
     /// Undo `kfdq suspend`: the policy decides for the process again.
     Resume {
@@ -122,7 +115,7 @@ pub enum Command {
     /// Phases: HP alone, LP alone, HP+LP uncontrolled, priorities only, levels 1, 2 and 3.
     /// Prints HP P50/P99/max relative to alone, LP throughput relative to alone, preemption
     /// latency and device-wide preempts per second (--json: the same numbers).
-    Demo(demo::DemoArgs),
+    Demo(DemoArgs),
     /// Run a command under the launch shim (LD_PRELOAD libkfdq_shim.so) with a class or priority.
     ///
     /// The shim maps every HIP stream, the null stream included, to a managed KFD queue and
@@ -155,7 +148,7 @@ pub enum Command {
     /// socket. Every finding that limits kfdq comes with its fix. Exits 1 when a check FAILs.
     Doctor {
         /// The agent's socket to check.
-        #[arg(long, value_name = "PATH", default_value = crate::doctor::DEFAULT_SOCKET)]
+        #[arg(long, value_name = "PATH", default_value = DEFAULT_SOCKET)]
         socket: PathBuf,
         /// The HIP runtime to check (default: libamdhip64.so.7/6/5 in $ROCM_PATH/lib,
         /// /opt/rocm/lib and the system library directories).
@@ -167,155 +160,62 @@ pub enum Command {
     },
 }
 
-fn parse_level(s: &str) -> Result<crate::proto::Level, String> {
-    match crate::agent::config::parse_level(s)? {
-        Some(l) => Ok(l),
-        None => Err("level none preempts nothing: use hold, deactivate or suspend".into()),
-    }
+/// `kfdq demo`'s options.
+#[derive(Debug, Clone, Args)]
+pub struct DemoArgs {
+    /// Requests of the latency client per phase.
+    #[arg(long, default_value_t = 60, value_name = "N")]
+    pub requests: u32,
+    /// Latency requests per second (the field's ResNet-18 service: 10-20/s).
+    #[arg(long, default_value_t = 15.0, value_name = "PER_S")]
+    pub rate: f64,
+    /// Phases to run, comma-separated (default: all, in this order).
+    #[arg(long, value_delimiter = ',', value_enum)]
+    pub phases: Vec<Phase>,
+    /// Mount the emulator even if --root has a /dev/kfd.
+    #[arg(long)]
+    pub emulator: bool,
+    /// Emulator preset (mi308x, mi300x-spx, mi300x-cpx).
+    #[arg(long, default_value = "mi308x")]
+    pub preset: String,
+    /// Directory holding the workloads kfdq-latency and kfdq-flood (default: next to kfdq;
+    /// scripts/run.sh builds them there against fakehip).
+    #[arg(long, value_name = "DIR")]
+    pub workloads: Option<PathBuf>,
+    /// Keep every process's stderr here (default: a temporary directory, removed at the end).
+    #[arg(long, value_name = "DIR")]
+    pub log_dir: Option<PathBuf>,
 }
 
-/// Runs the CLI; returns the process exit code.
-pub fn main() -> ExitCode {
-    let cli = Cli::parse();
-    init_logging();
-    let root = Root::new(&cli.root);
-    let result = match cli.command {
-        Command::Topology => topology::run(&root, cli.json),
-        Command::Ps => ps::run(&root, &client::socket_path(cli.agent.as_deref()), cli.json),
-        Command::Status => status::run(&root, &client::socket_path(cli.agent.as_deref()), cli.json),
-        Command::Watch { interval, count } => {
-            if !(interval.is_finite() && interval >= 0.05) {
-                Err(CliError::Usage(format!(
-                    "--interval {interval} is too short: use at least 0.05 seconds"
-                )))
-            } else {
-                status::watch(
-                    &client::socket_path(cli.agent.as_deref()),
-                    std::time::Duration::from_secs_f64(interval),
-                    count,
-                    cli.json,
-                )
-            }
-        }
-        Command::SetPriority { pid, priority } => client::command(
-            &client::socket_path(cli.agent.as_deref()),
-            &crate::proto::Request::SetPriority { pid, priority },
-            cli.json,
-        ),
-        Command::Suspend { pid, level } => client::command(
-            &client::socket_path(cli.agent.as_deref()),
-            &crate::proto::Request::Suspend { pid, level },
-            cli.json,
-        ),
-        Command::Resume { pid } => client::command(
-            &client::socket_path(cli.agent.as_deref()),
-            &crate::proto::Request::Resume { pid },
-            cli.json,
-        ),
-        Command::Class { pid, class } => client::command(
-            &client::socket_path(cli.agent.as_deref()),
-            &crate::proto::Request::SetClass { pid, class },
-            cli.json,
-        ),
-        Command::Demo(args) => demo::run(&cli.root, args, cli.json),
-        Command::Run {
-            class,
-            priority,
-            socket,
-            shim,
-            command,
-        } => run::run(
-            &root,
-            run::RunOptions {
-                class: class.as_deref(),
-                priority,
-                socket: socket.as_deref(),
-                shim: shim.as_deref(),
-                command: &command,
-            },
-        ),
-        Command::Doctor {
-            socket,
-            hip_runtime,
-            shim,
-        } => doctor::run(
-            &root,
-            doctor::DoctorOptions {
-                socket: Some(socket),
-                hip_runtime,
-                shim,
-            },
-            cli.json,
-        ),
-    };
-    match result {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("kfdq: {e}");
-            ExitCode::FAILURE
-        }
-    }
+/// One phase of the demo.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Phase {
+    /// The latency client alone.
+    Alone,
+    /// The batch job alone.
+    LpAlone,
+    /// Both, no agent, no classes: the runtime's priorities.
+    Uncontrolled,
+    /// Both under the agent with class priorities and no preemption (level 0).
+    Priority,
+    /// Level 1: the batch job's launches held while latency work is busy.
+    Level1,
+    /// Level 2: the batch job's queues deactivated.
+    Level2,
+    /// Level 3: the batch job's queues suspended (debugger API).
+    Level3,
 }
 
-fn init_logging() {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("KFDQ_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .try_init();
-}
-
-/// Errors of CLI commands: what failed, with a hint a person can act on.
-#[derive(Debug, thiserror::Error)]
-pub enum CliError {
-    /// A KFD layer error, with what the command was doing.
-    #[error("{doing}: {source}{hint}")]
-    Kfd {
-        /// What the command was doing.
-        doing: String,
-        /// The error.
-        source: crate::kfd::Error,
-        /// A hint (leading newline included) or empty.
-        hint: String,
-    },
-    /// The command line asked for something impossible; the text says what to do instead.
-    #[error("{0}")]
-    Usage(String),
-    /// The agent refused a request or a shim failed it; the text names the rule and the fix.
-    #[error("{0}")]
-    Refused(String),
-    /// `kfdq doctor` found checks that fail (it printed them with their fixes).
-    #[error("{0} check(s) FAILed: see the FAIL lines and their fixes above")]
-    Findings(usize),
-    /// Output could not be written or serialised.
-    #[error("writing output: {0}")]
-    Output(String),
-}
-
-pub(crate) fn kfd_error(
-    doing: impl Into<String>,
-    root: &Root,
-    source: crate::kfd::Error,
-) -> CliError {
-    let hint = match &source {
-        crate::kfd::Error::Io { source: io, .. } if io.kind() == std::io::ErrorKind::NotFound => {
-            format!(
-                "\n  hint: no amdkfd under {} — is the amdgpu driver loaded? On a machine without an AMD GPU, mount the emulator (`kfd-emu --mount DIR`) and pass --root DIR",
-                root.path().display()
-            )
-        }
-        _ => String::new(),
-    };
-    CliError::Kfd {
-        doing: doing.into(),
-        source,
-        hint,
-    }
-}
-
-pub(crate) fn print_json<T: serde::Serialize>(value: &T) -> Result<(), CliError> {
-    let text = serde_json::to_string_pretty(value).map_err(|e| CliError::Output(e.to_string()))?;
-    println!("{text}");
-    Ok(())
+/// A preemption level as `kfdq suspend --level` takes it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LevelArg {
+    /// Level 1: the shim holds the process's launches; running work drains.
+    #[value(alias = "1")]
+    Hold,
+    /// Level 2: the process's queues leave the runlist; running waves are context-saved.
+    #[value(alias = "2")]
+    Deactivate,
+    /// Level 3: the debugger API suspends the process's queues.
+    #[value(alias = "3")]
+    Suspend,
 }

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use super::CliError;
-use crate::kfd::{Priority, Root};
+use kfdq::kfd::{Priority, Root};
 
 /// Environment variable naming the shim library.
 pub const SHIM_ENV: &str = "KFDQ_SHIM";
@@ -60,7 +60,7 @@ pub(super) fn run(root: &Root, o: RunOptions<'_>) -> Result<(), CliError> {
         ));
     };
     if let Some(c) = o.class {
-        use crate::policy::class::Class;
+        use kfdq::policy::class::Class;
         Class::parse(c).map_err(|_| {
             let known: Vec<&str> = Class::ALL.iter().map(|k| k.name()).collect();
             CliError::Usage(format!(
@@ -81,7 +81,7 @@ pub(super) fn run(root: &Root, o: RunOptions<'_>) -> Result<(), CliError> {
     };
     cmd.env("LD_PRELOAD", preload);
     if root.path() != Path::new("/") {
-        cmd.env(crate::kfd::paths::ROOT_ENV, root.path());
+        cmd.env(kfdq::kfd::paths::ROOT_ENV, root.path());
     }
     if let Some(c) = o.class {
         cmd.env("KFDQ_CLASS", c);

@@ -7,9 +7,9 @@ use std::time::Duration;
 use super::client::{self, Unreachable};
 use super::table::Table;
 use super::{CliError, print_json};
-use crate::kfd::Root;
-use crate::proto::Level;
-use crate::proto::control::NodeStatus;
+use kfdq::kfd::Root;
+use kfdq::proto::Level;
+use kfdq::proto::control::NodeStatus;
 
 fn level(l: Option<Level>) -> String {
     match l {

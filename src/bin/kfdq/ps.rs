@@ -4,11 +4,11 @@ use serde::Serialize;
 
 use super::table::Table;
 use super::{CliError, kfd_error, print_json};
-use crate::kfd::Root;
-use crate::kfd::procfs::{self, ProcQueue};
-use crate::proto::control::ProcessStatus;
-use crate::proto::state::read_registry;
-use crate::proto::{QueueInfo, Registry, StreamInfo, StreamKind};
+use kfdq::kfd::Root;
+use kfdq::kfd::procfs::{self, ProcQueue};
+use kfdq::proto::control::ProcessStatus;
+use kfdq::proto::state::read_registry;
+use kfdq::proto::{QueueInfo, Registry, StreamInfo, StreamKind};
 
 #[derive(Serialize)]
 struct QueueView<'a> {

@@ -1,40 +1,13 @@
 //! `kfdqd` — the kfdq node agent. See `kfdqd --help` and docs/agent.md.
 
-use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Parser;
 use kfdq::agent::{self, AgentConfig};
 
-/// kfdqd — the kfdq node agent.
-///
-/// Knows every GPU process that runs under the kfdq shim (it connects to the agent's socket),
-/// classifies it (uid, gid, cgroup, executable, or KFDQ_CLASS within the class cap), and
-/// preempts lower classes at their configured level while a higher class is busy: level 1
-/// holds launches in the shim, level 2 deactivates the process's queues, level 3 suspends them
-/// through the debugger API. `kfdq status`, `kfdq suspend`, `kfdq set-priority` and friends
-/// talk to it on the same socket.
-///
-/// Signals: SIGHUP reloads the configuration (a bad file is refused, with its line and reason,
-/// and the old configuration stays); SIGTERM and SIGINT release every process, then exit. If
-/// the agent dies, every shim releases its process on its own (fail open).
-#[derive(Debug, Parser)]
-#[command(name = "kfdqd", version, max_term_width = 100)]
-struct Args {
-    /// Configuration file (default: /etc/kfdq/kfdq.toml if it exists, else built-in classes
-    /// latency / normal / batch).
-    #[arg(long, value_name = "FILE")]
-    config: Option<PathBuf>,
-    /// Override the configuration's socket path.
-    #[arg(long, value_name = "PATH")]
-    socket: Option<PathBuf>,
-    /// Root prefix for the GPU topology (a kfd-emu mount point on machines without a GPU).
-    #[arg(long, env = "KFDQ_ROOT", value_name = "DIR", default_value = "/")]
-    root: PathBuf,
-    /// Validate the configuration, print what it means, and exit.
-    #[arg(long)]
-    check: bool,
-}
+mod args;
+
+use args::Args;
 
 fn main() -> ExitCode {
     let args = Args::parse();

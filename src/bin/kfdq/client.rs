@@ -6,8 +6,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use super::CliError;
-use crate::proto::control::NodeStatus;
-use crate::proto::{LineReader, Reply, Request, encode};
+use kfdq::proto::control::NodeStatus;
+use kfdq::proto::{LineReader, Reply, Request, encode};
 
 /// How long the CLI waits for the agent's reply (the agent itself waits up to 5 s for shims).
 const REPLY_TIMEOUT: Duration = Duration::from_secs(8);
@@ -20,7 +20,7 @@ pub fn socket_path(arg: Option<&Path>) -> PathBuf {
                 .filter(|s| !s.is_empty())
                 .map(PathBuf::from)
         })
-        .unwrap_or_else(|| PathBuf::from(crate::doctor::DEFAULT_SOCKET))
+        .unwrap_or_else(|| PathBuf::from(kfdq::doctor::DEFAULT_SOCKET))
 }
 
 /// Why the agent could not be asked.

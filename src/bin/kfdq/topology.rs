@@ -6,7 +6,7 @@ use serde::Serialize;
 
 use super::table::Table;
 use super::{CliError, kfd_error, print_json};
-use crate::kfd::{CwsrSizes, Kfd, Root, Topology, Version};
+use kfdq::kfd::{CwsrSizes, Kfd, Root, Topology, Version};
 
 #[derive(Serialize)]
 struct NodeView<'a> {

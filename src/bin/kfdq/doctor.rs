@@ -1,10 +1,10 @@
-//! `kfdq doctor`: prints what kfdq can do on this node (see [`crate::doctor`]).
+//! `kfdq doctor`: prints what kfdq can do on this node (see [`kfdq::doctor`]).
 
 use std::path::PathBuf;
 
 use super::{CliError, print_json, table::Table};
-use crate::doctor::{self, Options, Report, Status};
-use crate::kfd::Root;
+use kfdq::doctor::{self, Options, Report, Status};
+use kfdq::kfd::Root;
 
 /// Options of `kfdq doctor`.
 pub struct DoctorOptions {

@@ -1,4 +1,0 @@
-//! `kfdq` — the command line. See `kfdq --help`.
-fn main() -> std::process::ExitCode {
-    kfdq::cli::main()
-}
