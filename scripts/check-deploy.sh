@@ -37,6 +37,9 @@ PY
 "$kfdqd" --check --config "$conf" || die "kfdqd refused the ConfigMap's kfdq.toml (above)"
 rm -f "$conf"
 
+step "the example configuration: kfdqd --check deploy/kfdq.toml"
+"$kfdqd" --check --config deploy/kfdq.toml >/dev/null || die "kfdqd refused deploy/kfdq.toml (above)"
+
 step "systemd unit: systemd-analyze verify deploy/systemd/kfdqd.service"
 command -v systemd-analyze >/dev/null || die "systemd-analyze is missing" "install Debian's systemd (scripts/setup.sh does)"
 # verify checks that ExecStart's binary exists: point it at the one just built.

@@ -79,6 +79,8 @@ pub struct AgentConfig {
     pub max_connections: usize,
     /// Control requests per second and peer (a burst of as many is allowed).
     pub control_rate: f64,
+    /// Where Prometheus metrics are served (`[metrics] listen`; `None`: not served).
+    pub metrics: Option<std::net::SocketAddr>,
     /// Classes in file order (the order rules are matched in).
     pub classes: Vec<ClassConfig>,
     /// The policy's part.
@@ -164,11 +166,19 @@ struct FileClass {
     matches: FileMatch,
 }
 
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct FileMetrics {
+    listen: Option<toml::Spanned<String>>,
+}
+
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct File {
     #[serde(default)]
     agent: FileAgent,
+    #[serde(default)]
+    metrics: FileMetrics,
     #[serde(default, rename = "class")]
     classes: Vec<FileClass>,
 }
@@ -247,6 +257,7 @@ impl AgentConfig {
             grace_period: 0,
             max_connections: 4096,
             control_rate: 50.0,
+            metrics: None,
             classes,
             policy,
         }
@@ -327,6 +338,19 @@ impl AgentConfig {
                 )));
             }
             cfg.control_rate = v;
+        }
+
+        if let Some(l) = &file.metrics.listen {
+            let addr: std::net::SocketAddr = l.get_ref().parse().map_err(|_| {
+                invalid(
+                    line_of(text, l.span().start),
+                    format!(
+                        "[metrics]: listen = {:?} is not an address and port such as \"127.0.0.1:9464\" (an IPv6 address goes in brackets: \"[::1]:9464\")",
+                        l.get_ref()
+                    ),
+                )
+            })?;
+            cfg.metrics = Some(addr);
         }
 
         if !file.classes.is_empty() {
@@ -483,6 +507,24 @@ starvation = { run_ms = 10, after_ms = 500 }
         assert_eq!(c.class_names(), ["serving", "batch"]);
         assert_eq!(c.rule("batch").unwrap().level, Some(Level::Suspend));
         assert_eq!(c.class("serving").unwrap().matcher.uids, [1000]);
+    }
+
+    #[test]
+    fn metrics_listen_is_an_address_and_port() {
+        let c = AgentConfig::parse("[metrics]\nlisten = \"127.0.0.1:9464\"\n", None).unwrap();
+        assert_eq!(c.metrics, Some("127.0.0.1:9464".parse().unwrap()));
+        assert_eq!(AgentConfig::builtin().metrics, None);
+        let e = AgentConfig::parse("\n[metrics]\nlisten = \"localhost\"\n", None)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("<config>:3:") && e.contains("127.0.0.1:9464"),
+            "{e}"
+        );
+        let e = AgentConfig::parse("[metrics]\nport = 1\n", None)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("unknown field"), "{e}");
     }
 
     #[test]

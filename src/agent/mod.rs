@@ -7,11 +7,14 @@
 //! * [`identity`]: who a peer is, and which class that makes it.
 //! * [`node`]: the processes, the policy's decisions and the executor (no I/O).
 //! * [`server`]: the event loop (socket, signals, connections).
+//! * [`metrics`]: what a Prometheus scrape shows; `http`: the endpoint that serves it.
 #![forbid(unsafe_code)]
 
 pub mod config;
 mod conn;
+mod http;
 pub mod identity;
+pub mod metrics;
 pub mod node;
 mod notify;
 pub mod server;
@@ -32,6 +35,9 @@ pub enum AgentError {
     /// The GPU topology.
     #[error("GPU topology: {0} (is amdgpu loaded? on kfd-emu, pass --root)")]
     Topology(String),
+    /// The metrics endpoint.
+    #[error("metrics: {0}")]
+    Metrics(String),
     /// Signal handling.
     #[error("signals: {0}")]
     Signals(String),

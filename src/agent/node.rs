@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use super::config::AgentConfig;
 use super::identity::{Classified, Identity, classify, may_set_class};
+use super::metrics::Recorder;
 use crate::policy::{Observation, PartitionObs, Policy, ProcessObs, QueueObs, Reason, Run};
 use crate::proto::control::{
     ClassStatus, Counters, NodeStatus, PartitionStatus, ProcessQueue, ProcessStatus,
@@ -146,6 +147,7 @@ pub struct Node {
     decision_us: Samples,
     decide_us: Samples,
     ack_us: Samples,
+    rec: Recorder,
 }
 
 fn level_name(run: Run) -> String {
@@ -217,6 +219,7 @@ impl Node {
             decision_us: Samples::default(),
             decide_us: Samples::default(),
             ack_us: Samples::default(),
+            rec: Recorder::default(),
         })
     }
 
@@ -261,6 +264,7 @@ impl Node {
     /// written (`total`), and the decision alone (`compute`).
     pub fn record_decision(&mut self, total: Duration, compute: Duration) {
         self.decision_us.push(total.as_secs_f64() * 1e6);
+        self.rec.decision(total.as_secs_f64());
         self.decide_us.push(compute.as_secs_f64() * 1e6);
     }
 
@@ -411,8 +415,14 @@ impl Node {
                     ));
                     return false;
                 };
-                self.ack_us
-                    .push(now.duration_since(cmd.sent).as_secs_f64() * 1e6);
+                let took = now.duration_since(cmd.sent).as_secs_f64();
+                self.ack_us.push(took * 1e6);
+                if ok
+                    && cmd.preempt
+                    && let Some(l) = cmd.level
+                {
+                    self.rec.preempt_acked(l, took);
+                }
                 let mut retry = false;
                 if !ok {
                     self.counters.command_failures += 1;
@@ -491,6 +501,9 @@ impl Node {
                 preempt,
             },
         );
+        if preempt && let Some(l) = level {
+            self.rec.preempted(p.class(), l);
+        }
         if let Some(l @ (Level::Deactivate | Level::Suspend)) = level {
             if preempt {
                 p.preempt_gen = p.registry_gen;
@@ -512,6 +525,7 @@ impl Node {
     /// partition order, so a partition's commands go out back to back).
     pub fn decide(&mut self, now: Instant, out: &mut Vec<Out>) {
         self.counters.decisions += 1;
+        self.account_busy(now);
         // Waiters past their deadline.
         let mut i = 0;
         while i < self.waiters.len() {
@@ -988,6 +1002,24 @@ impl Node {
         Ok(None)
     }
 
+    /// Accounts each class's busy time up to `now` (a class is busy while any queue of any of
+    /// its processes is).
+    fn account_busy(&mut self, now: Instant) {
+        let busy: Vec<&str> = self
+            .procs
+            .values()
+            .filter(|p| p.registry.queues.iter().any(|q| p.queue_busy(q.queue_id)))
+            .map(|p| p.class())
+            .collect();
+        self.rec.account_busy(now, busy);
+    }
+
+    /// A Prometheus scrape of the node (text format, [`super::metrics::CONTENT_TYPE`]).
+    pub fn metrics(&mut self, now: Instant) -> Result<String, std::fmt::Error> {
+        self.account_busy(now);
+        super::metrics::render(&self.status(now), &self.rec)
+    }
+
     /// The node as `kfdq status` shows it.
     pub fn status(&self, now: Instant) -> NodeStatus {
         let mut classes: Vec<ClassStatus> = self
@@ -1067,6 +1099,10 @@ impl Node {
                     p.classified.reason.clone()
                 },
                 state: level_name(p.applied),
+                level: match p.applied {
+                    Run::Running => None,
+                    Run::Preempted(l) => Some(l),
+                },
                 reason: p.reason.clone(),
                 manual: p.manual,
                 priority_override: p.priority_override,

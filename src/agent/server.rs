@@ -15,6 +15,7 @@ use nix::sys::signalfd::{SfdFlags, SignalFd};
 
 use super::config::AgentConfig;
 use super::conn::{Conn, Frame};
+use super::http::Endpoint;
 use super::identity::Identity;
 use super::node::{ConnId, Node, Out};
 use super::notify::notify;
@@ -105,13 +106,17 @@ pub fn run(cfg: AgentConfig, opts: &Options) -> Result<(), AgentError> {
         config = %cfg.source.as_ref().map_or("built-in".into(), |p| p.display().to_string()),
         "kfdqd ready"
     );
+    let metrics = match cfg.metrics {
+        Some(addr) => Some(Endpoint::start(addr).map_err(AgentError::Metrics)?),
+        None => None,
+    };
     let mut node = Node::new(cfg, parts, note, Instant::now())
         .map_err(|e| AgentError::Config(e.to_string()))?;
     notify(&format!(
         "READY=1\nSTATUS=serving on {}",
         socket_path.display()
     ));
-    let r = serve(&mut node, &listener, &sigfd, opts);
+    let r = serve(&mut node, &listener, &sigfd, metrics.as_ref(), opts);
     notify("STOPPING=1");
     socket::remove(&socket_path);
     r
@@ -129,6 +134,7 @@ fn serve(
     node: &mut Node,
     listener: &UnixListener,
     sigfd: &SignalFd,
+    metrics: Option<&Endpoint>,
     opts: &Options,
 ) -> Result<(), AgentError> {
     let mut s = Server {
@@ -156,11 +162,16 @@ fn serve(
             }
         };
         let ready: Vec<(bool, bool)>;
-        let (listen_ready, sig_ready);
+        let (listen_ready, sig_ready, scrape_ready);
         {
-            let mut fds = Vec::with_capacity(ids.len() + 2);
+            let mut fds = Vec::with_capacity(ids.len() + 3);
             fds.push(PollFd::new(listener.as_fd(), PollFlags::POLLIN));
             fds.push(PollFd::new(sigfd.as_fd(), PollFlags::POLLIN));
+            // Without an endpoint the signalfd stands in (an fd polled for nothing).
+            fds.push(match metrics {
+                Some(m) => PollFd::new(m.fd(), PollFlags::POLLIN),
+                None => PollFd::new(sigfd.as_fd(), PollFlags::empty()),
+            });
             for id in &ids {
                 let p = &s.peers[id];
                 let mut ev = PollFlags::empty();
@@ -180,7 +191,8 @@ fn serve(
             let rev = |f: &PollFd| f.revents().unwrap_or(PollFlags::empty());
             listen_ready = rev(&fds[0]).contains(PollFlags::POLLIN);
             sig_ready = !rev(&fds[1]).is_empty();
-            ready = fds[2..]
+            scrape_ready = rev(&fds[2]).contains(PollFlags::POLLIN);
+            ready = fds[3..]
                 .iter()
                 .map(|f| {
                     let r = rev(f);
@@ -232,6 +244,15 @@ fn serve(
             s.node.record_decision(woke.elapsed(), compute);
         }
         s.reap();
+        if scrape_ready
+            && let Some(m) = metrics
+            && m.take_request()
+        {
+            match s.node.metrics(Instant::now()) {
+                Ok(text) => m.answer(text),
+                Err(e) => tracing::warn!("metrics: rendering a scrape failed: {e}"),
+            }
+        }
         if let Some(t) = stopping
             && (s.node.unacknowledged() == 0 || t.elapsed() >= SHUTDOWN_WAIT)
         {
@@ -538,6 +559,11 @@ impl Server<'_> {
                 if cfg.socket != self.node.config().socket {
                     tracing::warn!(
                         "SIGHUP: the [agent] socket settings changed; they take effect at the next start"
+                    );
+                }
+                if cfg.metrics != self.node.config().metrics {
+                    tracing::warn!(
+                        "SIGHUP: [metrics] listen changed; it takes effect at the next start"
                     );
                 }
                 match self.node.reload(cfg) {

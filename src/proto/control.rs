@@ -132,6 +132,9 @@ pub struct ProcessStatus {
     pub class_reason: String,
     /// `running`, or the level it is preempted at.
     pub state: String,
+    /// The level it is preempted at (`None`: running), as `state` says in words.
+    #[serde(default)]
+    pub level: Option<Level>,
     /// Why (the policy's reason, or `kfdq suspend`).
     pub reason: String,
     /// Preempted by hand (`kfdq suspend`) at this level.

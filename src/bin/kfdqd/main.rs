@@ -11,12 +11,7 @@ use args::Args;
 
 fn main() -> ExitCode {
     let args = Args::parse();
-    let filter = tracing_subscriber::EnvFilter::try_from_env("KFDQ_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .try_init();
+    init_logging();
     let mut cfg = match AgentConfig::load_or_default(args.config.as_deref()) {
         Ok(c) => c,
         Err(e) => {
@@ -44,6 +39,20 @@ fn main() -> ExitCode {
                 .map(|(n, _)| format!(" group {n}"))
                 .unwrap_or_default()
         );
+        match cfg.metrics {
+            None => {
+                println!("metrics off (add [metrics] listen = \"127.0.0.1:9464\" to serve them)")
+            }
+            Some(a) => {
+                println!("metrics on http://{a}/metrics");
+                if !a.ip().is_loopback() {
+                    println!(
+                        "  note: {} is not a loopback address: anyone who reaches it reads which processes use the GPUs",
+                        a.ip()
+                    );
+                }
+            }
+        }
         let mut classes = cfg.policy.classes.clone();
         classes.sort_by_key(|c| std::cmp::Reverse(c.rank));
         for c in classes {
@@ -78,4 +87,21 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// Logs go to stderr through `tracing` (filter: KFDQ_LOG, default info). Under systemd stderr is
+/// the journal (JOURNAL_STREAM is set): no timestamps (the journal has its own) and no colours.
+fn init_logging() {
+    use std::io::IsTerminal;
+    let filter = tracing_subscriber::EnvFilter::try_from_env("KFDQ_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let fmt = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_writer(std::io::stderr);
+    let _ = if std::env::var_os("JOURNAL_STREAM").is_some() {
+        fmt.without_time().try_init()
+    } else {
+        fmt.try_init()
+    };
 }

@@ -1,0 +1,329 @@
+//! kfdqd's Prometheus endpoint with a real process under the shim on kfd-emu: the exposition
+//! passes `promtool check metrics`, shows the process's class and level and the preemption, and
+//! Debian's real `prometheus` server scrapes it on the loopback address and answers a query for
+//! the series through its HTTP API. Bad requests get HTTP errors; the agent keeps serving.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::kfdqd::{Agent, two_classes};
+use common::*;
+use kfdq::proto::{Level, Reply, Request};
+
+fn tool(name: &str) -> PathBuf {
+    std::env::var_os("PATH")
+        .into_iter()
+        .flat_map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
+        .map(|d| d.join(name))
+        .find(|p| p.is_file())
+        .unwrap_or_else(|| {
+            panic!(
+                "`{name}` is not installed: scripts/setup.sh --tests installs Debian's prometheus"
+            )
+        })
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// One HTTP request; (status line, body); an empty status line when nothing listens yet.
+fn http(addr: SocketAddr, request: &str) -> (String, String) {
+    let Ok(mut s) = TcpStream::connect(addr) else {
+        return (String::new(), String::new());
+    };
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    s.write_all(request.as_bytes()).unwrap();
+    let mut text = String::new();
+    s.read_to_string(&mut text).unwrap();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    (
+        head.lines().next().unwrap_or("").to_string(),
+        body.to_string(),
+    )
+}
+
+fn get(addr: SocketAddr, path: &str) -> (String, String) {
+    http(
+        addr,
+        &format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"),
+    )
+}
+
+/// The value of the sample whose line starts with `series` (name and labels, exactly as
+/// exposed, labels in any order).
+fn sample(text: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    text.lines().find_map(|l| {
+        let (series, value) = l.rsplit_once(' ')?;
+        let (n, rest) = series.split_once('{').unwrap_or((series, ""));
+        (n == name
+            && labels
+                .iter()
+                .all(|(k, v)| rest.contains(&format!("{k}=\"{v}\""))))
+        .then(|| value.parse().ok())
+        .flatten()
+    })
+}
+
+fn wait_for<T>(what: &str, deadline: Duration, mut f: impl FnMut() -> Option<T>) -> T {
+    let end = Instant::now() + deadline;
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(Instant::now() < end, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+struct Prometheus {
+    child: Child,
+    _dir: tempfile::TempDir,
+    addr: SocketAddr,
+}
+
+impl Drop for Prometheus {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn prometheus(target: SocketAddr) -> Prometheus {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("prometheus.yml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\nscrape_configs:\n  - job_name: kfdqd\n    static_configs:\n      - targets: ['{target}']\n"
+        ),
+    )
+    .unwrap();
+    let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let child = Command::new(tool("prometheus"))
+        .arg(format!("--config.file={}", cfg.display()))
+        .arg(format!(
+            "--storage.tsdb.path={}",
+            dir.path().join("data").display()
+        ))
+        .arg(format!("--web.listen-address={addr}"))
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(dir.path().join("prometheus.log")).unwrap())
+        .spawn()
+        .unwrap();
+    Prometheus {
+        child,
+        _dir: dir,
+        addr,
+    }
+}
+
+fn encode_query(q: &str) -> String {
+    q.bytes()
+        .map(|b| match b {
+            b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'_' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+/// The value Prometheus's HTTP API answers for an instant `query`, if it has one.
+fn query(p: &Prometheus, q: &str) -> Option<f64> {
+    let (status, body) = get(p.addr, &format!("/api/v1/query?query={}", encode_query(q)));
+    if !status.contains("200") {
+        return None;
+    }
+    let v: serde_json::Value = serde_json::from_str(&body).ok()?;
+    v["data"]["result"][0]["value"][1]
+        .as_str()
+        .and_then(|s| s.parse().ok())
+}
+
+#[test]
+fn prometheus_scrapes_the_agent_and_reads_a_preempted_process_back() {
+    let Some(emu) = mount("metrics") else {
+        return;
+    };
+    let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let config = format!(
+        "{}\n[metrics]\nlisten = \"{addr}\"\n",
+        two_classes("deactivate")
+    );
+    let agent = Agent::start(&emu, &config);
+    let mut lp = Launch::new(programs().get("flood"))
+        .args(["20000", "2560", "2", "2"])
+        .env("KFDQ_CLASS", "batch")
+        .env("KFDQ_SOCKET", agent.sock.display().to_string())
+        .start(&emu);
+    lp.wait_line("flooding");
+    agent.wait_connected(lp.pid, 2);
+    let pid = lp.pid.to_string();
+
+    // Running: level 0, two queues, the class busy.
+    let text = wait_for(
+        "the batch job's queues in a scrape",
+        Duration::from_secs(30),
+        || {
+            let (status, body) = get(addr, "/metrics");
+            assert!(status.contains("200"), "{status}");
+            (sample(&body, "kfdq_process_queues", &[("pid", &pid)]) == Some(2.0)).then_some(body)
+        },
+    );
+    assert_eq!(
+        sample(
+            &text,
+            "kfdq_process_level",
+            &[("pid", &pid), ("class", "batch")]
+        ),
+        Some(0.0),
+        "{text}"
+    );
+
+    // Preempted by hand at level 2.
+    let r = agent.request(&Request::Suspend {
+        pid: lp.pid,
+        level: Level::Deactivate,
+    });
+    assert!(matches!(r, Reply::Done { .. }), "{r:?}");
+    let text = wait_for("level 2 in a scrape", Duration::from_secs(30), || {
+        let (_, body) = get(addr, "/metrics");
+        (sample(&body, "kfdq_process_level", &[("pid", &pid)]) == Some(2.0)).then_some(body)
+    });
+    assert!(
+        sample(
+            &text,
+            "kfdq_preemptions_total",
+            &[("class", "batch"), ("level", "deactivate")]
+        )
+        .is_some_and(|n| n >= 1.0),
+        "{text}"
+    );
+    assert!(
+        sample(
+            &text,
+            "kfdq_preemption_latency_seconds_count",
+            &[("level", "deactivate")]
+        )
+        .is_some_and(|n| n >= 1.0),
+        "{text}"
+    );
+    assert!(
+        sample(
+            &text,
+            "kfdq_class_busy_seconds_total",
+            &[("class", "batch")]
+        )
+        .is_some_and(|s| s > 0.0),
+        "{text}"
+    );
+    assert!(
+        sample(&text, "kfdq_partition_resident_slots", &[]).is_some_and(|n| n > 0.0),
+        "{text}"
+    );
+
+    // The exposition is valid by Prometheus's own linter.
+    let mut promtool = Command::new(tool("promtool"))
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    promtool
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
+    let out = promtool.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "promtool check metrics: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    // The real server scrapes it and answers for the series.
+    let p = prometheus(addr);
+    let level = wait_for(
+        "prometheus to scrape kfdqd and answer for kfdq_process_level",
+        Duration::from_secs(120),
+        || {
+            query(
+                &p,
+                &format!("kfdq_process_level{{job=\"kfdqd\",pid=\"{pid}\"}}"),
+            )
+        },
+    );
+    assert_eq!(level, 2.0);
+    assert_eq!(query(&p, "up{job=\"kfdqd\"}"), Some(1.0));
+
+    // Resumed: the server sees level 0 on a later scrape.
+    let r = agent.request(&Request::Resume { pid: lp.pid });
+    assert!(matches!(r, Reply::Done { .. }), "{r:?}");
+    wait_for(
+        "prometheus to see the resume",
+        Duration::from_secs(120),
+        || (query(&p, &format!("kfdq_process_level{{pid=\"{pid}\"}}")) == Some(0.0)).then_some(()),
+    );
+    lp.stop();
+}
+
+#[test]
+fn bad_http_requests_get_errors_and_the_agent_keeps_serving() {
+    let Some(emu) = mount("metrics-bad") else {
+        return;
+    };
+    let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let agent = Agent::start(
+        &emu,
+        &format!("{}\n[metrics]\nlisten = \"{addr}\"\n", two_classes("hold")),
+    );
+    assert!(get(addr, "/nothing").0.contains("404"));
+    assert!(
+        http(addr, "POST /metrics HTTP/1.1\r\nContent-Length: 0\r\n\r\n")
+            .0
+            .contains("405")
+    );
+    let huge = format!("GET /metrics HTTP/1.1\r\nX: {}\r\n\r\n", "a".repeat(20_000));
+    let mut s = TcpStream::connect(addr).unwrap();
+    // The endpoint may close before reading it all; what matters is what follows.
+    let _ = s.write_all(huge.as_bytes());
+    let mut reply = String::new();
+    let _ = s.read_to_string(&mut reply);
+    assert!(reply.is_empty() || reply.contains("431"), "{reply}");
+    // A client that connects and says nothing does not block the agent's own socket.
+    let _idle = TcpStream::connect(addr).unwrap();
+    let st = agent.status();
+    assert_eq!(st.agent_pid, agent.child.id());
+    // Nor, once it times out, the endpoint.
+    let (status, body) = get(addr, "/metrics");
+    assert!(status.contains("200"), "{status}");
+    assert!(body.contains("kfdq_agent_build_info"), "{body}");
+
+    // A port in use: kfdqd refuses to start and says which setting to change.
+    let out = Command::new(workspace_bin("kfdqd"))
+        .arg("--config")
+        .arg(&agent.config)
+        .arg("--socket")
+        .arg(agent.dir.path().join("other.sock"))
+        .arg("--root")
+        .arg(emu.root())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains(&addr.to_string()) && err.contains("[metrics] listen"),
+        "{err}"
+    );
+}

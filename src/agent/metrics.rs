@@ -1,0 +1,377 @@
+//! The agent's Prometheus metrics: what it records as it goes (class busy time, preemptions
+//! per class and level, preemption and decision latency histograms) and the exposition of a
+//! scrape, built from the node's status plus those records. docs/operations.md lists every
+//! series.
+//!
+//! A scrape builds a fresh registry: totals the node already counts are written as counters of
+//! that value, state (partitions, processes) as gauges of the moment, and the two histograms
+//! are the live ones. Nothing here does I/O; [`super::http`] serves the text.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::time::Instant;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::{Registry, Unit};
+
+use crate::proto::Level;
+use crate::proto::control::NodeStatus;
+
+/// The `Content-Type` of what [`render`] returns (Prometheus text format 0.0.4).
+pub const CONTENT_TYPE: &str = prometheus_client::encoding::prometheus_text::CONTENT_TYPE;
+
+/// Histogram buckets of latencies, seconds: 50 µs doubling to 1.6 s (16 buckets). A level-2
+/// preempt on kfd-emu acknowledges in about a millisecond, a level-3 one after its grace
+/// period; an ack slower than the last bucket means a stuck shim (the agent gives up at 5 s).
+fn latency_buckets() -> impl Iterator<Item = f64> {
+    exponential_buckets(50e-6, 2.0, 16)
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ClassLabel {
+    class: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PreemptLabels {
+    class: String,
+    level: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct LevelLabel {
+    level: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct GpuLabel {
+    gpu: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ProcessLabels {
+    pid: String,
+    class: String,
+    exe: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct VersionLabel {
+    version: String,
+}
+
+/// The metric name of a level (`hold`, `deactivate`, `suspend`).
+pub fn level_label(l: Level) -> &'static str {
+    match l {
+        Level::Hold => "hold",
+        Level::Deactivate => "deactivate",
+        Level::Suspend => "suspend",
+    }
+}
+
+/// A level as a number (0 running, 1 hold, 2 deactivate, 3 suspend).
+fn level_number(l: Option<Level>) -> i64 {
+    match l {
+        None => 0,
+        Some(Level::Hold) => 1,
+        Some(Level::Deactivate) => 2,
+        Some(Level::Suspend) => 3,
+    }
+}
+
+/// What the node records between scrapes.
+#[derive(Debug)]
+pub struct Recorder {
+    busy_since: BTreeMap<String, Instant>,
+    busy_s: BTreeMap<String, f64>,
+    preemptions: BTreeMap<(String, &'static str), u64>,
+    preempt_latency: Family<LevelLabel, Histogram>,
+    decision_latency: Histogram,
+}
+
+impl Default for Recorder {
+    fn default() -> Self {
+        Recorder {
+            busy_since: BTreeMap::new(),
+            busy_s: BTreeMap::new(),
+            preemptions: BTreeMap::new(),
+            preempt_latency: Family::new_with_constructor(|| Histogram::new(latency_buckets())),
+            decision_latency: Histogram::new(latency_buckets()),
+        }
+    }
+}
+
+impl Recorder {
+    /// Accounts busy time up to `now`; `busy` are the classes busy from now on (a class is busy
+    /// while any queue of any of its processes is).
+    pub fn account_busy<'a>(&mut self, now: Instant, busy: impl IntoIterator<Item = &'a str>) {
+        for (class, since) in &mut self.busy_since {
+            *self.busy_s.entry(class.clone()).or_default() +=
+                now.saturating_duration_since(*since).as_secs_f64();
+            *since = now;
+        }
+        let busy: Vec<&str> = busy.into_iter().collect();
+        self.busy_since.retain(|c, _| busy.contains(&c.as_str()));
+        for c in busy {
+            self.busy_since.entry(c.to_owned()).or_insert(now);
+        }
+    }
+
+    /// A preempt command sent to a process of `class`.
+    pub fn preempted(&mut self, class: &str, level: Level) {
+        *self
+            .preemptions
+            .entry((class.to_owned(), level_label(level)))
+            .or_default() += 1;
+    }
+
+    /// A preempt command at `level` acknowledged after `seconds`.
+    pub fn preempt_acked(&self, level: Level, seconds: f64) {
+        self.preempt_latency
+            .get_or_create(&LevelLabel {
+                level: level_label(level).into(),
+            })
+            .observe(seconds);
+    }
+
+    /// A decision that sent commands took `seconds` from wake-up to the commands written.
+    pub fn decision(&self, seconds: f64) {
+        self.decision_latency.observe(seconds);
+    }
+}
+
+fn counter(registry: &mut Registry, name: &str, help: &str, total: u64) {
+    let c: Counter = Counter::default();
+    c.inc_by(total);
+    registry.register(name, help, c);
+}
+
+fn gauge_family<L>(
+    registry: &mut Registry,
+    name: &str,
+    help: &str,
+    values: impl IntoIterator<Item = (L, i64)>,
+) where
+    L: Clone + std::fmt::Debug + std::hash::Hash + Eq + EncodeLabelSet + Send + Sync + 'static,
+{
+    let f = Family::<L, Gauge>::default();
+    for (l, v) in values {
+        f.get_or_create(&l).set(v);
+    }
+    registry.register(name, help, f);
+}
+
+/// The text of a scrape (Prometheus text format) of `status` and `rec`.
+pub fn render(status: &NodeStatus, rec: &Recorder) -> Result<String, std::fmt::Error> {
+    let mut r = Registry::with_prefix("kfdq");
+    let gpu = |id: u32| GpuLabel {
+        gpu: id.to_string(),
+    };
+
+    let info = Family::<VersionLabel, Gauge>::default();
+    info.get_or_create(&VersionLabel {
+        version: status.version.clone(),
+    })
+    .set(1);
+    r.register("agent_build_info", "kfdqd's version (value 1)", info);
+    let uptime = Gauge::<f64, std::sync::atomic::AtomicU64>::default();
+    uptime.set(status.uptime_s);
+    r.register_with_unit(
+        "agent_uptime",
+        "Time since kfdqd started",
+        Unit::Seconds,
+        uptime,
+    );
+
+    // Classes.
+    let busy = Family::<ClassLabel, Counter<f64, std::sync::atomic::AtomicU64>>::default();
+    for c in &status.classes {
+        let s = rec.busy_s.get(&c.name).copied().unwrap_or(0.0);
+        busy.get_or_create(&ClassLabel {
+            class: c.name.clone(),
+        })
+        .inc_by(s);
+    }
+    r.register_with_unit(
+        "class_busy",
+        "Time any queue of any process of the class was busy (the shims' activity reports)",
+        Unit::Seconds,
+        busy,
+    );
+    gauge_family(
+        &mut r,
+        "class_processes",
+        "Processes of the class connected to the agent",
+        status.classes.iter().map(|c| {
+            (
+                ClassLabel {
+                    class: c.name.clone(),
+                },
+                i64::from(c.processes),
+            )
+        }),
+    );
+    gauge_family(
+        &mut r,
+        "class_preempted_processes",
+        "Processes of the class preempted now, at any level",
+        status.classes.iter().map(|c| {
+            (
+                ClassLabel {
+                    class: c.name.clone(),
+                },
+                i64::from(c.preempted),
+            )
+        }),
+    );
+    let pre = Family::<PreemptLabels, Counter>::default();
+    for ((class, level), n) in &rec.preemptions {
+        pre.get_or_create(&PreemptLabels {
+            class: class.clone(),
+            level: (*level).into(),
+        })
+        .inc_by(*n);
+    }
+    r.register(
+        "preemptions",
+        "Preempt commands sent to processes, by the process's class and the level",
+        pre,
+    );
+    r.register_with_unit(
+        "preemption_latency",
+        "From a preempt command sent to the shim's acknowledgement that the level is in effect",
+        Unit::Seconds,
+        rec.preempt_latency.clone(),
+    );
+
+    // The agent's own work.
+    let k = &status.counters;
+    counter(&mut r, "decisions", "Policy decisions taken", k.decisions);
+    r.register_with_unit(
+        "decision_latency",
+        "From the wake-up that led to commands to the commands written",
+        Unit::Seconds,
+        rec.decision_latency.clone(),
+    );
+    counter(&mut r, "commands", "Commands sent to shims", k.commands);
+    counter(
+        &mut r,
+        "command_failures",
+        "Commands a shim reported failed",
+        k.command_failures,
+    );
+    counter(
+        &mut r,
+        "connections",
+        "Connections accepted on the agent's socket",
+        k.connections,
+    );
+    counter(
+        &mut r,
+        "bad_messages",
+        "Malformed, oversized or truncated messages received",
+        k.bad_messages,
+    );
+    counter(
+        &mut r,
+        "reloads",
+        "Configurations reloaded (SIGHUP)",
+        k.reloads,
+    );
+    counter(
+        &mut r,
+        "reload_failures",
+        "Configurations refused on reload (the old one stayed)",
+        k.reload_failures,
+    );
+
+    // Partitions.
+    let preempts = Family::<GpuLabel, Counter>::default();
+    for p in &status.partitions {
+        preempts.get_or_create(&gpu(p.gpu_id)).inc_by(p.preempts);
+    }
+    r.register(
+        "partition_device_preempts",
+        "Device-wide preempts (runlist updates) the agent's level-2/3 commands cost on the partition",
+        preempts,
+    );
+    gauge_family(
+        &mut r,
+        "partition_queues",
+        "KFD queues of connected processes on the partition",
+        status
+            .partitions
+            .iter()
+            .map(|p| (gpu(p.gpu_id), i64::from(p.queues))),
+    );
+    gauge_family(
+        &mut r,
+        "partition_busy_queues",
+        "Of those, queues with work",
+        status
+            .partitions
+            .iter()
+            .map(|p| (gpu(p.gpu_id), i64::from(p.busy_queues))),
+    );
+    gauge_family(
+        &mut r,
+        "partition_resident_slots",
+        "Queues the partition keeps resident (beyond them the scheduler time-slices the runlist)",
+        status
+            .partitions
+            .iter()
+            .map(|p| (gpu(p.gpu_id), i64::from(p.resident_slots))),
+    );
+
+    // Processes.
+    let procs = || {
+        status.processes.iter().map(|p| ProcessLabels {
+            pid: p.pid.to_string(),
+            class: p.class.clone(),
+            exe: p.exe.clone(),
+        })
+    };
+    gauge_family(
+        &mut r,
+        "process_level",
+        "Preemption level of the process now: 0 running, 1 held, 2 deactivated, 3 suspended",
+        procs().zip(status.processes.iter().map(|p| level_number(p.level))),
+    );
+    gauge_family(
+        &mut r,
+        "process_queues",
+        "KFD queues of the process",
+        procs().zip(status.processes.iter().map(|p| p.queues.len() as i64)),
+    );
+
+    let mut text = String::new();
+    prometheus_client::encoding::prometheus_text::encode(&mut text, &r)?;
+    if !text.ends_with('\n') {
+        text.write_char('\n')?;
+    }
+    Ok(text)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn busy_time_accrues_only_while_busy() {
+        let mut r = Recorder::default();
+        let t0 = Instant::now();
+        r.account_busy(t0, ["latency"]);
+        r.account_busy(t0 + Duration::from_millis(300), ["latency", "batch"]);
+        r.account_busy(t0 + Duration::from_millis(500), ["batch"]);
+        r.account_busy(t0 + Duration::from_millis(900), []);
+        r.account_busy(t0 + Duration::from_millis(5000), []);
+        let s = |c: &str| r.busy_s.get(c).copied().unwrap_or(0.0);
+        assert!((s("latency") - 0.5).abs() < 1e-9, "{}", s("latency"));
+        assert!((s("batch") - 0.6).abs() < 1e-9, "{}", s("batch"));
+    }
+}
