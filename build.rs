@@ -60,7 +60,7 @@ fn render(assets: &Path) -> io::Result<()> {
     let kfdqd = kfdqd_cli::Args::command();
 
     write_man(&man, kfdq.clone(), "1")?;
-    for sub in kfdq.get_subcommands() {
+    for sub in kfdq.get_subcommands().filter(|s| s.get_name() != "help") {
         let name = format!("kfdq-{}", sub.get_name());
         write_man(&man, sub.clone().name(name), "1")?;
     }

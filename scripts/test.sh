@@ -19,6 +19,10 @@ cargo test --workspace -- --test-threads="${KFDQ_TEST_THREADS:-4}"
 step "deployment files: Kubernetes manifests and the systemd unit"
 scripts/check-deploy.sh
 
+step "the Debian package: build it, then check it unpacked in a scratch root"
+scripts/package.sh >/dev/null
+scripts/check-package.sh
+
 step "cargo fmt --check"
 cargo fmt --all -- --check || die "code is not formatted" "run 'cargo fmt --all' and commit the result"
 

@@ -132,7 +132,8 @@ pub enum Command {
         /// Agent socket the shim connects to (default: none; static priorities only).
         #[arg(long, value_name = "PATH")]
         socket: Option<PathBuf>,
-        /// Shim library (default: $KFDQ_SHIM, next to kfdq, /usr/local/lib/kfdq, /usr/lib/kfdq).
+        /// Shim library (default: $KFDQ_SHIM, next to kfdq, ../lib/kfdq from kfdq, /usr/local/lib/kfdq,
+        /// /usr/lib/kfdq).
         #[arg(long, value_name = "PATH")]
         shim: Option<PathBuf>,
         /// The command and its arguments.

@@ -27,6 +27,11 @@ pub fn find_shim(explicit: Option<&Path>) -> Result<PathBuf, CliError> {
             .and_then(|e| e.parent().map(Path::to_path_buf))
         {
             candidates.push(dir.join(SHIM_NAME));
+            // An install tree: <prefix>/bin/kfdq next to <prefix>/lib/kfdq/ (the package's
+            // layout, wherever it is unpacked).
+            if let Some(prefix) = dir.parent() {
+                candidates.push(prefix.join("lib/kfdq").join(SHIM_NAME));
+            }
         }
         candidates.push(PathBuf::from("/usr/local/lib/kfdq").join(SHIM_NAME));
         candidates.push(PathBuf::from("/usr/lib/kfdq").join(SHIM_NAME));
