@@ -18,7 +18,7 @@ fn deactivated_queue_stops_while_active_one_continues() {
     };
     let kfd = Kfd::open(&emu.root()).unwrap();
     let gpu = kfd.topology().gpus().next().and_then(|n| n.gpu_id).unwrap();
-    let a = kfd.create_queue(QueueSpec::aql(gpu)).unwrap();
+    let mut a = kfd.create_queue(QueueSpec::aql(gpu)).unwrap();
     let mut b = kfd.create_queue(QueueSpec::aql(gpu)).unwrap();
     let sig_a = Signal::new(&kfd, gpu, 40).unwrap();
     let sig_b = Signal::new(&kfd, gpu, 40).unwrap();
@@ -159,7 +159,7 @@ fn idle_time_is_not_credited_to_later_packets() {
     };
     let kfd = Kfd::open(&emu.root()).unwrap();
     let gpu = kfd.topology().gpus().next().and_then(|n| n.gpu_id).unwrap();
-    let q = kfd.create_queue(QueueSpec::aql(gpu)).unwrap();
+    let mut q = kfd.create_queue(QueueSpec::aql(gpu)).unwrap();
     q.submit(&DispatchPacket::new(1, 64, 64).with_duration_ns(1_000))
         .unwrap();
     q.wait_idle(Duration::from_secs(10)).unwrap();

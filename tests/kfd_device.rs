@@ -130,7 +130,23 @@ fn every_wrapper_fails_cleanly_on_a_non_kfd_fd() {
     };
     check("GET_VERSION", ioctl::get_version(fd).map(drop));
     check("DESTROY_QUEUE", ioctl::destroy_queue(fd, q));
-    check("UPDATE_QUEUE", ioctl::update_queue(fd, &Default::default()));
+    // The unsafe wrappers too, on the same fd. Each SAFETY: the fd is /dev/null, whose ioctl
+    // answers ENOTTY without reading any address, so no ring or buffer reaches a GPU.
+    // SAFETY: see above.
+    let r = unsafe { ioctl::update_queue(fd, &Default::default()) };
+    check("UPDATE_QUEUE", r);
+    // SAFETY: see above.
+    let r = unsafe { ioctl::create_queue(fd, &mut Default::default()) };
+    check("CREATE_QUEUE", r);
+    // SAFETY: see above.
+    let r = unsafe { ioctl::alloc_memory_of_gpu(fd, &mut Default::default()) };
+    check("ALLOC_MEMORY_OF_GPU", r);
+    // SAFETY: see above.
+    let r = unsafe { ioctl::get_queue_wave_state(fd, q, 0) };
+    check("GET_QUEUE_WAVE_STATE", r.map(drop));
+    // SAFETY: see above.
+    let r = unsafe { ioctl::dbg_trap(fd, &mut Default::default()) };
+    check("DBG_TRAP", r.map(drop));
     check("ACQUIRE_VM", ioctl::acquire_vm(fd, fd, g));
     check("FREE_MEMORY_OF_GPU", ioctl::free_memory_of_gpu(fd, 1));
     check(

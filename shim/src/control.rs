@@ -550,7 +550,10 @@ fn update(
         queue_percentage: percentage,
         queue_priority: priority,
     };
-    with_bypass(|| kfdq::kfd::ioctl::update_queue(fd, &args))
+    // SAFETY: ring base and size are the ones the runtime created the queue with (recorded
+    // from its CREATE_QUEUE and from every UPDATE_QUEUE it made since), so the GPU keeps reading
+    // the runtime's own ring; only percentage and priority change.
+    with_bypass(|| unsafe { kfdq::kfd::ioctl::update_queue(fd, &args) })
         .map_err(|e| format!("queue {}: {e}", q.id))
 }
 

@@ -78,7 +78,7 @@ fn pick_gpu(kfd: &Kfd, want: Option<u32>) -> Result<GpuId, String> {
     }
 }
 
-fn submit(q: &Queue<'_>, n: u32, us: u64) -> Result<(), String> {
+fn submit(q: &mut Queue<'_>, n: u32, us: u64) -> Result<(), String> {
     for _ in 0..n {
         q.submit(&DispatchPacket::new(0xdead_0000, 64, 64).with_duration_ns(us * 1000))
             .map_err(|e| e.to_string())?;
@@ -121,7 +121,7 @@ fn queues(
         "  deactivated {} (priority 0): its waves are saved and it leaves the runlist",
         qs[0].id()
     );
-    for q in &qs {
+    for q in &mut qs {
         submit(q, per_queue, packet_us)?;
     }
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -201,7 +201,7 @@ fn hold(
                 .map_err(|e| e.to_string())?,
         );
     }
-    for q in &qs {
+    for q in &mut qs {
         submit(q, packets, packet_us)?;
     }
     let ids: Vec<u32> = qs.iter().map(|q| q.id().0).collect();

@@ -27,7 +27,11 @@ impl DoorbellPage {
 
     /// Rings the 64-bit doorbell at `offset_in_page` with `value` (the new AQL write index).
     pub fn ring(&self, offset_in_page: u64, value: u64) -> Result<()> {
-        if offset_in_page % 8 != 0 || offset_in_page + 8 > DOORBELL_PAGE_SIZE {
+        if offset_in_page % 8 != 0
+            || offset_in_page
+                .checked_add(8)
+                .is_none_or(|end| end > DOORBELL_PAGE_SIZE)
+        {
             return Err(Error::InvalidArgument(format!(
                 "doorbell offset {offset_in_page:#x} is not an 8-byte slot of the page"
             )));
@@ -71,5 +75,35 @@ impl Kfd {
         });
         vm.doorbells = Some(Arc::clone(&page));
         Ok((page, in_page))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn page() -> DoorbellPage {
+        let map = memmap2::MmapOptions::new()
+            .len(DOORBELL_PAGE_SIZE as usize)
+            .map_anon()
+            .expect("anonymous mapping");
+        DoorbellPage {
+            map: memmap2::MmapRaw::from(map),
+            mmap_offset: 0,
+        }
+    }
+
+    #[test]
+    fn only_aligned_slots_inside_the_page_ring() {
+        let p = page();
+        p.ring(DOORBELL_PAGE_SIZE - 8, 7).unwrap();
+        // SAFETY: the last slot of the 8 KiB mapping, aligned; written just above.
+        let v =
+            unsafe { (p.map.as_ptr().add(DOORBELL_PAGE_SIZE as usize - 8) as *const u64).read() };
+        assert_eq!(v, 7);
+        for bad in [3, DOORBELL_PAGE_SIZE, u64::MAX - 7, !7] {
+            let e = p.ring(bad, 1).unwrap_err();
+            assert!(e.to_string().contains("8-byte slot"), "{bad:#x}: {e}");
+        }
     }
 }

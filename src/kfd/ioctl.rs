@@ -158,10 +158,20 @@ pub fn destroy_queue(fd: BorrowedFd<'_>, queue_id: QueueId) -> Result<()> {
 /// `ioctl(kfd, AMDKFD_IOC_UPDATE_QUEUE)` — sets ring, percentage and priority of a queue.
 ///
 /// Every call is a device-wide preempt of the partition's runlist.
+///
+/// # Safety
+/// The call points the queue's ring at `ring_base_address`/`ring_size`: from then on the GPU
+/// reads packets there for the queue's lifetime, as after [`create_queue`]. That memory must be
+/// mapped to the GPU and stay owned by the queue until it is destroyed or updated again (passing
+/// the queue's current ring back, as a priority or percentage change does, satisfies this).
+/// Kernels before 6.12 do not check the address against the process's buffers at all.
 #[doc(alias = "AMDKFD_IOC_UPDATE_QUEUE")]
-pub fn update_queue(fd: BorrowedFd<'_>, args: &sys::kfd_ioctl_update_queue_args) -> Result<()> {
-    // SAFETY: write-only request; the ring address is only validated against existing GPU
-    // mappings of the caller, never dereferenced by the CPU.
+pub unsafe fn update_queue(
+    fd: BorrowedFd<'_>,
+    args: &sys::kfd_ioctl_update_queue_args,
+) -> Result<()> {
+    // SAFETY: write-only request from a correctly sized struct; the ring it names is the
+    // caller's responsibility (this function's contract).
     let r = unsafe { raw::update_queue(fd.as_raw_fd(), args) };
     check(KfdIoctl::UpdateQueue, queue(args.queue_id), r).map(drop)
 }

@@ -89,7 +89,9 @@ pub struct Allocation<'k> {
 // SAFETY: the allocation owns its mappings; raw pointers in it are only dereferenced through
 // &self/&mut self methods with the usual borrow rules, and the KFD calls are thread-safe.
 unsafe impl Send for Allocation<'_> {}
-// SAFETY: shared access only reads the pointer values or hands out atomics.
+// SAFETY: through `&self` an Allocation only reads its own fields and hands out atomics
+// (`atomic_u32`/`atomic_u64`); the non-atomic byte copies (`write_bytes`, `read_bytes`) take
+// `&mut self`, so two threads can never race on them.
 unsafe impl Sync for Allocation<'_> {}
 
 fn page_len(size: u64) -> Result<NonZeroUsize> {
@@ -362,7 +364,17 @@ impl<'k> Allocation<'k> {
     }
 
     /// Copies `bytes` into the buffer at `offset` (volatile: the GPU may be reading).
-    pub fn write_bytes(&self, offset: u64, bytes: &[u8]) -> Result<()> {
+    ///
+    /// `&mut self`: the copy is not atomic, so no other thread may copy at the same time (the
+    /// GPU may; that is what volatile is for). A shared reference, which may live in several
+    /// threads, cannot copy:
+    ///
+    /// ```compile_fail
+    /// fn race(a: &kfdq::kfd::Allocation<'_>) {
+    ///     a.write_bytes(0, b"kfdq").unwrap();
+    /// }
+    /// ```
+    pub fn write_bytes(&mut self, offset: u64, bytes: &[u8]) -> Result<()> {
         let p = self.checked(offset, bytes.len() as u64, 1)?;
         for (i, b) in bytes.iter().enumerate() {
             // SAFETY: in bounds by `checked`; byte writes need no alignment.
@@ -372,7 +384,9 @@ impl<'k> Allocation<'k> {
     }
 
     /// Reads `out.len()` bytes at `offset` (volatile: the GPU may be writing).
-    pub fn read_bytes(&self, offset: u64, out: &mut [u8]) -> Result<()> {
+    ///
+    /// `&mut self` for the same reason as [`Allocation::write_bytes`].
+    pub fn read_bytes(&mut self, offset: u64, out: &mut [u8]) -> Result<()> {
         let p = self.checked(offset, out.len() as u64, 1)?;
         for (i, b) in out.iter_mut().enumerate() {
             // SAFETY: in bounds by `checked`.

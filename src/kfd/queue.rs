@@ -138,7 +138,7 @@ impl Kfd {
             rw | AllocFlags::EXECUTABLE,
         )?;
         let pointers = self.alloc_userptr(spec.gpu, PAGE_SIZE, rw | AllocFlags::UNCACHED)?;
-        let cwsr = self.alloc_userptr(spec.gpu, sizes.total(), rw)?;
+        let mut cwsr = self.alloc_userptr(spec.gpu, sizes.total(), rw)?;
         for xcc in 0..sizes.num_xcc {
             let h = sizes.header(xcc);
             cwsr.write_bytes(u64::from(xcc) * sizes.cwsr_size, &header_bytes(&h))?;
@@ -296,7 +296,8 @@ impl<'k> Queue<'k> {
             queue_percentage: percentage.get(),
             queue_priority: priority.get(),
         };
-        ioctl::update_queue(self.kfd.as_fd(), &args)?;
+        // SAFETY: the ring is this queue's own, owned by `self` until the queue is destroyed.
+        unsafe { ioctl::update_queue(self.kfd.as_fd(), &args)? };
         self.percentage = percentage;
         self.priority = priority;
         Ok(())
@@ -360,7 +361,10 @@ impl<'k> Queue<'k> {
 
     /// Writes `packet` to the next slot, publishes its header last, advances the write index
     /// and rings the doorbell. Returns the packet's index.
-    pub fn submit(&self, packet: &DispatchPacket) -> Result<u64> {
+    ///
+    /// `&mut self`: one submitter at a time (the write index and the ring slots are not
+    /// claimed atomically).
+    pub fn submit(&mut self, packet: &DispatchPacket) -> Result<u64> {
         if self.kind != QueueKind::ComputeAql {
             return Err(Error::InvalidArgument(format!(
                 "{} is a PM4 queue; AQL packets need an AQL queue",
