@@ -1,9 +1,11 @@
 //! Generates the amdkfd bindings with bindgen.
 //!
-//! Header choice, in order:
-//! 1. `KFD_IOCTL_H=/path/to/kfd_ioctl.h` if set;
-//! 2. the system `linux/kfd_ioctl.h` when it declares `KFD_IOCTL_MINOR_VERSION >= 13`
-//!    (the debugger API);
+//! Supported: KFD interface 1.17 and newer within major version 1 (1.17 is the first with the
+//! 96-byte create-queue arguments and everything else the safe layer uses; 1.13-1.16 have the
+//! debugger API but not all of it compiles against kfdq). Header choice, in order:
+//! 1. `KFD_IOCTL_H=/path/to/kfd_ioctl.h` if set — it must be a supported version, or the build
+//!    stops and says so;
+//! 2. the system `linux/kfd_ioctl.h` when it declares a supported version;
 //! 3. otherwise kfdq's own ABI header, `include/kfdq/kfd_abi.h` (KFD 1.17 layout).
 //!
 //! The chosen header is reported as a cargo warning and exported to the crate as
@@ -14,17 +16,32 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 const SYSTEM_HEADER: &str = "/usr/include/linux/kfd_ioctl.h";
-const MIN_SYSTEM_MINOR: u32 = 13;
+/// The oldest KFD interface the bindings and the safe layer are written for.
+const MIN_MINOR: u32 = 17;
+/// The only major version there has been.
+const MAJOR: u32 = 1;
 
-fn declared_minor(header: &Path) -> Option<u32> {
+fn declared(header: &Path, name: &str) -> Option<u32> {
     let text = fs::read_to_string(header).ok()?;
     text.lines().find_map(|line| {
         let mut words = line.split_whitespace();
         match (words.next(), words.next(), words.next()) {
-            (Some("#define"), Some("KFD_IOCTL_MINOR_VERSION"), Some(v)) => v.parse().ok(),
+            (Some("#define"), Some(n), Some(v)) if n == name => v.parse().ok(),
             _ => None,
         }
     })
+}
+
+/// The header's (major, minor), if it declares both.
+fn declared_version(header: &Path) -> Option<(u32, u32)> {
+    Some((
+        declared(header, "KFD_IOCTL_MAJOR_VERSION")?,
+        declared(header, "KFD_IOCTL_MINOR_VERSION")?,
+    ))
+}
+
+fn supported((major, minor): (u32, u32)) -> bool {
+    major == MAJOR && minor >= MIN_MINOR
 }
 
 fn main() {
@@ -38,20 +55,38 @@ fn main() {
     println!("cargo:rerun-if-changed=build.rs");
 
     let (header, why) = match env::var_os("KFD_IOCTL_H") {
-        Some(p) => (PathBuf::from(p), "KFD_IOCTL_H override".to_string()),
-        None => match declared_minor(Path::new(SYSTEM_HEADER)) {
-            Some(m) if m >= MIN_SYSTEM_MINOR => (
+        Some(p) => {
+            let p = PathBuf::from(p);
+            match declared_version(&p) {
+                Some(v) if supported(v) => (p, "KFD_IOCTL_H override".to_string()),
+                Some((major, minor)) => panic!(
+                    "KFD_IOCTL_H={} declares KFD {major}.{minor}; kfd-sys supports {MAJOR}.{MIN_MINOR} and newer \
+                     within major {MAJOR}: point KFD_IOCTL_H at a newer linux/kfd_ioctl.h, or unset it to use \
+                     kfdq's own 1.{MIN_MINOR} header",
+                    p.display()
+                ),
+                None => panic!(
+                    "KFD_IOCTL_H={} declares no KFD_IOCTL_MAJOR_VERSION/KFD_IOCTL_MINOR_VERSION: is it a \
+                     linux/kfd_ioctl.h? Unset KFD_IOCTL_H to use the system header or kfdq's own",
+                    p.display()
+                ),
+            }
+        }
+        None => match declared_version(Path::new(SYSTEM_HEADER)) {
+            Some(v) if supported(v) => (
                 PathBuf::from(SYSTEM_HEADER),
-                format!("system header is KFD 1.{m}"),
+                format!("system header is KFD {}.{}", v.0, v.1),
             ),
-            Some(m) => (
+            Some((major, minor)) => (
                 own.clone(),
-                format!("system header is KFD 1.{m}, older than 1.{MIN_SYSTEM_MINOR}"),
+                format!(
+                    "system header is KFD {major}.{minor}, not {MAJOR}.{MIN_MINOR} or newer"
+                ),
             ),
             None => (own.clone(), "no system kfd_ioctl.h".to_string()),
         },
     };
-    let minor = declared_minor(&header).unwrap_or_else(|| {
+    let minor = declared(&header, "KFD_IOCTL_MINOR_VERSION").unwrap_or_else(|| {
         panic!(
             "{} does not declare KFD_IOCTL_MINOR_VERSION; is it a kfd_ioctl.h?",
             header.display()
@@ -85,6 +120,10 @@ fn main() {
         .derive_eq(true)
         .impl_debug(false)
         .use_core()
+        // Unsafe operations inside generated unsafe fns (`__IncompleteArrayField` of
+        // `kfd_ioctl_svm_args` in real headers) get their own unsafe blocks, as Rust 2024's
+        // unsafe_op_in_unsafe_fn wants.
+        .wrap_unsafe_ops(true)
         .generate()
         .unwrap_or_else(|e| panic!("bindgen failed on {}: {e}", header.display()));
     bindings

@@ -16,6 +16,9 @@ cargo build --quiet --workspace --all-targets ||
 step "cargo test --workspace (privileged tests need root; KFDQ_SKIP_PRIVILEGED=1 skips them)"
 cargo test --workspace -- --test-threads="${KFDQ_TEST_THREADS:-4}"
 
+step "kfd-sys against Debian's real KFD headers (bookworm-backports 1.17, sid)"
+scripts/check-kfd-headers.sh
+
 step "deployment files: Kubernetes manifests and the systemd unit"
 scripts/check-deploy.sh
 
