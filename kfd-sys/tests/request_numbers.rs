@@ -126,8 +126,9 @@ fn bound_header_is_reported() {
     assert!(sys::BOUND_HEADER.ends_with(".h"), "{}", sys::BOUND_HEADER);
     let minor: u32 = sys::BOUND_HEADER_MINOR.parse().expect("numeric minor");
     assert!(
-        minor >= 13,
-        "bindings must carry the debugger API (1.13+), got 1.{minor}"
+        minor >= 17,
+        "kfd-sys supports KFD 1.17 and newer, got 1.{minor}"
     );
     assert_eq!(sys::KFD_IOCTL_MINOR_VERSION as u32, minor);
+    assert_eq!(sys::KFD_IOCTL_MAJOR_VERSION as u32, 1);
 }
