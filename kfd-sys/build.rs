@@ -79,9 +79,7 @@ fn main() {
             ),
             Some((major, minor)) => (
                 own.clone(),
-                format!(
-                    "system header is KFD {major}.{minor}, not {MAJOR}.{MIN_MINOR} or newer"
-                ),
+                format!("system header is KFD {major}.{minor}, not {MAJOR}.{MIN_MINOR} or newer"),
             ),
             None => (own.clone(), "no system kfd_ioctl.h".to_string()),
         },

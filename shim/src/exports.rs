@@ -316,6 +316,17 @@ exports! {
     R_CTX_SYNC shim_hipCtxSynchronize "hipCtxSynchronize" "hip_4.2" [device_sync] ();
 }
 
+/// The wrapper of `name` if `got` is the real function the shim resolved for it (a lookup of a
+/// wrapped function on a handle of the runtime).
+pub fn wrapper_for(name: &std::ffi::CStr, got: usize) -> Option<*const ()> {
+    let name = name.to_str().ok()?;
+    WRAPPERS
+        .iter()
+        .find(|(real, _)| real.name() == name)
+        .filter(|(real, _)| real.get() == Some(got))
+        .map(|(_, w)| w.0)
+}
+
 /// After a successful `hipGetProcAddress`: if the runtime handed out one of the functions the
 /// shim wraps, hand out the wrapper instead (the runtime looks symbols up in itself, which
 /// would bypass the preload).

@@ -16,13 +16,14 @@
 //! Module map: `exports` (entry points), `launch` (fast/slow path, attribution, level-1 gate),
 //! `hook` (ioctl observer), `control` (agent session, levels 0-3, registry file), `state` (the
 //! registry), `window` (the in-flight window), `init` (lazy init, fork, exit), `config` (environment), `real` (resolution of the
-//! real functions), `sys` (pthread mutex, dladdr, backtrace), `log`. See `docs/shim.md`.
+//! real functions), `dl` (`dlsym`/`dlvsym` on runtime handles), `sys` (pthread mutex, dladdr, backtrace), `log`. See `docs/shim.md`.
 #![deny(clippy::undocumented_unsafe_blocks)]
 // The unit-test build leaves out the exported entry points (see `exports`), so much is unused there.
 #![cfg_attr(test, allow(dead_code))]
 
 mod config;
 mod control;
+mod dl;
 #[cfg(not(test))]
 mod exports;
 mod hook;

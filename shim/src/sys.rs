@@ -240,20 +240,24 @@ pub fn resolve_in_loaded_runtime(name: &CStr, node: Option<&CStr>) -> Option<usi
         if h.is_null() {
             continue;
         }
+        // glibc's own functions: the exported dlsym would hand back the shim's wrapper.
         let mut p: *mut c_void = std::ptr::null_mut();
         if let Some(node) = node {
-            // SAFETY: `h` is a live handle; both strings are NUL-terminated.
-            p = unsafe { libc::dlvsym(h, name.as_ptr(), node.as_ptr()) };
+            p = crate::dl::dlvsym_real(h, name, node);
         }
         if p.is_null() {
-            // SAFETY: as above.
-            p = unsafe { libc::dlsym(h, name.as_ptr()) };
+            p = crate::dl::dlsym_real(h, name);
         }
         if !p.is_null() && object_of(p as usize).is_none_or(|o| o.base != me) {
             return Some(p as usize);
         }
     }
     None
+}
+
+/// Whether `addr` lies in a loaded HIP runtime (`libamdhip64.so*`).
+pub fn in_hip_runtime(addr: usize) -> bool {
+    object_of(addr).is_some_and(|o| is_hip_runtime_path(&o.file))
 }
 
 /// `libamdhip64.so`, `libamdhip64.so.6`, `/opt/rocm/lib/libamdhip64.so.6.4.60403`, ...
