@@ -149,6 +149,12 @@ fn managed_like_a_linked_program(test: &str, script: &str) {
         "{reg:?}"
     );
     let table = app.kfdq_ps(&emu);
+    assert!(
+        table.lines().any(|l| l.starts_with("gpu ")
+            && l.contains(": 8 queue(s), 8 active, ")
+            && l.contains(" resident slots")),
+        "kfdq ps shows the partition's queues against its resident slots:\n{table}"
+    );
     for qid in [null, s, hi] {
         assert!(
             table.lines().any(|l| {

@@ -225,5 +225,39 @@ pub(super) fn run(root: &Root, agent: &std::path::Path, json: bool) -> Result<()
     }
     let nq: usize = views.iter().map(|p| p.queues.len()).sum();
     println!("{} process(es) with KFD state, {nq} queue(s).", views.len());
+    if let Ok(topo) = kfdq::kfd::Topology::read(root) {
+        for node in topo.gpus() {
+            let Some(gpu) = node.gpu_id else { continue };
+            println!(
+                "{}",
+                partition_line(&views, gpu.0, node.resident_queue_limit())
+            );
+        }
+    }
     Ok(())
+}
+
+/// One partition's queues against its resident slots: beyond them the hardware scheduler
+/// time-slices the runlist, and queue priority stops deciding who runs.
+fn partition_line(views: &[ProcessView<'_>], gpu: u32, slots: u32) -> String {
+    let queues: Vec<&QueueView<'_>> = views
+        .iter()
+        .flat_map(|p| &p.queues)
+        .filter(|q| q.queue.gpu_id.0 == gpu)
+        .collect();
+    let active = queues
+        .iter()
+        .filter(|q| q.managed.is_none_or(|m| !(m.deactivated || m.suspended)))
+        .count();
+    let mut line = format!(
+        "gpu {gpu:#06x}: {} queue(s), {active} active, {slots} resident slots",
+        queues.len()
+    );
+    if active > slots as usize {
+        line.push_str(
+            " — more active queues than slots: the scheduler time-slices the runlist and priorities \
+             stop deciding who runs (fewer streams per process, GPU_MAX_HW_QUEUES, or level 2 for batch classes)",
+        );
+    }
+    line
 }
