@@ -4,7 +4,7 @@
 //! The script only *declares* the nodes; which symbol lands in which node is decided by the
 //! `.symver` directives next to each export (`src/exports.rs`). This is the combination that
 //! works with rust-lld: a script that assigns symbols itself is overridden by rustc's own
-//! anonymous export list and leaves the symbols unversioned (hip-interposition.md).
+//! anonymous export list and leaves the symbols unversioned (docs/shim.md, "Exports").
 
 use std::env;
 use std::fs;

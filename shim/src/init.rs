@@ -70,7 +70,7 @@ fn set_default_env(key: &str, value: &str) {
 /// The runtime's environment defaults, set when the shim is loaded: the runtime reads them at
 /// its initialisation, which the first HIP call of any kind triggers — possibly one the shim
 /// does not wrap (`hipGetDeviceCount`, as PyTorch does first). Nothing else happens at load
-/// (field lesson 4: work in constructors hung `import torch`).
+/// (docs/field-reports.md, lesson 4: work in constructors hung `import torch`).
 extern "C" fn env_defaults_at_load() {
     set_default_env("GPU_MAX_HW_QUEUES", DEFAULT_MAX_HW_QUEUES);
     set_default_env("DEBUG_HIP_DYNAMIC_QUEUES", DEFAULT_DYNAMIC_QUEUES);

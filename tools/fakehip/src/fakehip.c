@@ -446,7 +446,7 @@ static int read_props(const char *path, struct fh_props *p)
 }
 
 /*
- * CWSR sizes (kfd-interface.md §6.2; same formula as the kernel and
+ * CWSR sizes (docs/kernel-interface.md §3; same formula as the kernel and
  * libhsakmt). debug_memory_size is never exported by sysfs, so it is always
  * computed; cwsr_size / ctl_stack_size come from sysfs when present.
  */
@@ -941,7 +941,7 @@ static volatile uint64_t *map_doorbell(struct fh_dev *d, uint64_t off)
 	return (volatile uint64_t *)((char *)base + (off & (FH_DOORBELL_SLICE - 1)));
 }
 
-/* Create one KFD AQL queue (kfd-interface.md §6.1). g_lock held. */
+/* Create one KFD AQL queue (docs/kernel-interface.md §2). g_lock held. */
 static hipError_t q_create(int dev, int pool, uint32_t kfd_prio, struct fh_queue **out)
 {
 	struct fh_dev *d = &G.dev[dev];

@@ -467,7 +467,7 @@ fn cwsr_sizes_come_from_sysfs_and_pass_the_6_12_checks() {
     let r = emu.run("scenarios", &["cwsr"], &[]);
     r.assert_ok();
     // MI308X node: cwsr_size / ctl_stack_size from sysfs; CWSR area =
-    // ALIGN((cwsr + debug 25,600) * 4 XCC, 4096) (kfd-interface.md §6.2)
+    // ALIGN((cwsr + debug 25,600) * 4 XCC, 4096) (docs/kernel-interface.md §3)
     assert_eq!(
         field(r.stdout(), "cwsr "),
         [
@@ -488,7 +488,7 @@ fn cwsr_sizes_come_from_sysfs_and_pass_the_6_12_checks() {
 #[test]
 fn cwsr_sizes_follow_the_formula_when_sysfs_lacks_them() {
     // A pre-6.12 kernel: sysfs has no cwsr_size/ctl_stack_size. MI300X SPX is the worked
-    // example of kfd-interface.md §6.2.
+    // example of docs/kernel-interface.md §3.
     let emu = mount_or_skip!(EmuConfig {
         preset: Preset::Mi300xSpx,
         buffer_checks: false,
