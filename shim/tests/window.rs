@@ -16,8 +16,10 @@ use common::*;
 use kfd_emu::{EmuConfig, Preset};
 
 /// Runs `window MODE N` with `KFDQ_WINDOW=1`; returns its `done` count and the registry's
-/// (window, waits on the first stream's queue) read at its final checkpoint.
-fn run_mode(emu: &Emu, mode: &str, n: u32) -> (u32, Option<u32>, u64) {
+/// (window, waits on the first stream's queue) once the registry shows at least `min_waits`
+/// (the control thread publishes periodically, so an earlier copy may hold a partial count; the
+/// wait fails the test with the last registry if the count never gets there).
+fn run_mode(emu: &Emu, mode: &str, n: u32, min_waits: u64) -> (u32, Option<u32>, u64) {
     let mut app = Launch::new(programs().get("window"))
         .arg(mode)
         .arg(n.to_string())
@@ -29,10 +31,10 @@ fn run_mode(emu: &Emu, mode: &str, n: u32) -> (u32, Option<u32>, u64) {
     let qa = app.queues()["a"].queue_id;
     let pid = app.pid;
     // Published by the control thread shortly after the last wait.
-    let reg = app.wait_registry(pid, "the waits published", |r| {
+    let reg = app.wait_registry(pid, &format!("{min_waits}+ window waits published"), |r| {
         r.queues
             .iter()
-            .any(|q| q.queue_id == qa && q.window_waits > 0)
+            .any(|q| q.queue_id == qa && q.window_waits >= min_waits)
     });
     let waits = reg
         .queues
@@ -75,7 +77,7 @@ fn host_functions_launching_from_inside_keep_working_at_the_window() {
     let Some(emu) = mount("window-hostfunc") else {
         return;
     };
-    let (count, window, waits) = run_mode(&emu, "hostfunc", 20);
+    let (count, window, waits) = run_mode(&emu, "hostfunc", 20, 10);
     assert_eq!(count, 20, "every host function ran");
     assert_eq!(window, Some(1));
     assert!(waits >= 10, "launches did wait at the window: {waits}");
@@ -86,7 +88,7 @@ fn a_stream_waiting_on_the_windowed_stream_keeps_working() {
     let Some(emu) = mount("window-events") else {
         return;
     };
-    let (count, _, waits) = run_mode(&emu, "events", 20);
+    let (count, _, waits) = run_mode(&emu, "events", 20, 10);
     assert_eq!(count, 20);
     assert!(waits >= 10, "{waits}");
 }
@@ -96,7 +98,7 @@ fn synchronisation_from_another_thread_keeps_working_at_the_window() {
     let Some(emu) = mount("window-sync") else {
         return;
     };
-    let (count, _, waits) = run_mode(&emu, "sync", 30);
+    let (count, _, waits) = run_mode(&emu, "sync", 30, 10);
     assert_eq!(count, 30, "the other thread synchronised meanwhile");
     assert!(waits >= 10, "{waits}");
 }
@@ -106,7 +108,7 @@ fn fork_at_the_window_leaves_parent_and_child_working() {
     let Some(emu) = mount("window-fork") else {
         return;
     };
-    let (count, _, waits) = run_mode(&emu, "fork", 15);
+    let (count, _, waits) = run_mode(&emu, "fork", 15, 10);
     assert_eq!(count, 30);
     assert!(waits >= 10, "{waits}");
 }
