@@ -164,6 +164,7 @@ fn an_unpreemptible_class_always_runs() {
         starvation: None,
         cu_share_permille: None,
         window: None,
+        hw_queues: None,
     });
     let mut q = Policy::new(config).unwrap();
     let procs = [proc(1, "critical", &[true]), proc(10, "latency", &[true])];

@@ -1,8 +1,9 @@
 //! The shim's environment, read once at the first intercepted call.
 
 use std::path::PathBuf;
+use std::time::Duration;
 
-use kfdq::policy::class::PriorityPolicy;
+use kfdq::policy::class::{Class, PriorityPolicy, UNCLASSIFIED_HW_QUEUES};
 use kfdq::proto::MAX_WINDOW;
 use kfdq::proto::peer::{AGENT_UID_ENV, AgentTrust};
 
@@ -26,9 +27,15 @@ pub const DEFAULT_PASSTHROUGH: &[&str] = &[
     "libhiprand",
 ];
 
-/// Queues the shim asks the runtime for per priority pool unless the user chose
-/// (`GPU_MAX_HW_QUEUES`): enough that streams rarely share a hardware queue.
-pub const DEFAULT_MAX_HW_QUEUES: &str = "64";
+/// Queues per priority pool the shim asks the runtime for unless the user chose
+/// (`GPU_MAX_HW_QUEUES`): the built-in default of the `KFDQ_CLASS` named in `class`, or ROCclr's
+/// own default for no or an unknown class. `kfdq run --class` sets the agent's configured
+/// value instead, so this default applies only where nobody chose.
+pub fn default_hw_queues(class: Option<&str>) -> u32 {
+    class
+        .and_then(|c| Class::parse(c).ok())
+        .map_or(UNCLASSIFIED_HW_QUEUES, Class::hw_queues)
+}
 
 /// `DEBUG_HIP_DYNAMIC_QUEUES` unless the user chose: 2 gives the null stream a queue of its own.
 pub const DEFAULT_DYNAMIC_QUEUES: &str = "2";
@@ -45,6 +52,9 @@ pub struct Config {
     /// `KFDQ_WINDOW`: the process's own in-flight window (the agent's class setting replaces it
     /// while connected).
     pub window: Option<u32>,
+    /// `KFDQ_ACTIVITY_US`: how often the control thread samples its queues' activity while an
+    /// agent is connected ([`DEFAULT_ACTIVITY_PERIOD`]).
+    pub activity_period: Duration,
     /// Whose agent this process obeys (root, itself, `KFDQ_AGENT_UID`).
     pub agent_trust: AgentTrust,
     /// `KFDQ_LOG` set: log decisions to stderr.
@@ -76,8 +86,16 @@ impl Config {
                 None
             }
         };
+        let activity_period = match parse_activity_period(var(ACTIVITY_ENV).as_deref()) {
+            Ok(p) => p,
+            Err(w) => {
+                warnings.push(w);
+                DEFAULT_ACTIVITY_PERIOD
+            }
+        };
         Config {
             policy,
+            activity_period,
             socket: var("KFDQ_SOCKET")
                 .filter(|s| !s.is_empty())
                 .map(PathBuf::from),
@@ -130,6 +148,36 @@ pub fn parse_window(value: Option<&str>) -> Result<Option<u32>, String> {
         Ok(w) if w <= MAX_WINDOW => Ok(Some(w)),
         _ => Err(format!(
             "KFDQ_WINDOW={v:?} ignored: use a number of dispatches 1..={MAX_WINDOW}, or 0 / unbounded for none"
+        )),
+    }
+}
+
+/// Names the activity sampling period.
+pub const ACTIVITY_ENV: &str = "KFDQ_ACTIVITY_US";
+
+/// How often a connected shim samples its queues' activity (write > read index) and reads the
+/// agent's socket. The agent learns that a latency queue went busy up to one period late, so
+/// the period adds up to itself to every reaction; its CPU cost per process is measured in
+/// docs/performance.md ("Activity sampling"): 2 ms keeps the delay small against a request
+/// (the field's 2.65 ms) at about 1 % of a core per process.
+pub const DEFAULT_ACTIVITY_PERIOD: Duration = Duration::from_millis(2);
+
+/// Accepted activity periods, in µs: below 250 µs the thread costs a good share of a core;
+/// above 100 ms the agent reacts later than any request lasts.
+pub const ACTIVITY_RANGE_US: std::ops::RangeInclusive<u64> = 250..=100_000;
+
+/// A `KFDQ_ACTIVITY_US` value: unset or empty = the default; else µs within [`ACTIVITY_RANGE_US`].
+pub fn parse_activity_period(value: Option<&str>) -> Result<Duration, String> {
+    let Some(v) = value.map(str::trim).filter(|v| !v.is_empty()) else {
+        return Ok(DEFAULT_ACTIVITY_PERIOD);
+    };
+    match v.parse::<u64>() {
+        Ok(us) if ACTIVITY_RANGE_US.contains(&us) => Ok(Duration::from_micros(us)),
+        _ => Err(format!(
+            "{ACTIVITY_ENV}={v:?} ignored: use a period of {}..={} microseconds (default {})",
+            ACTIVITY_RANGE_US.start(),
+            ACTIVITY_RANGE_US.end(),
+            DEFAULT_ACTIVITY_PERIOD.as_micros()
         )),
     }
 }
@@ -198,6 +246,26 @@ mod tests {
         for bad in ["-1", "four", "4097"] {
             let e = parse_window(Some(bad)).unwrap_err();
             assert!(e.contains("1..=4096"), "{e}");
+        }
+    }
+
+    #[test]
+    fn activity_periods() {
+        assert_eq!(parse_activity_period(None), Ok(DEFAULT_ACTIVITY_PERIOD));
+        assert_eq!(
+            parse_activity_period(Some(" ")),
+            Ok(DEFAULT_ACTIVITY_PERIOD)
+        );
+        assert_eq!(
+            parse_activity_period(Some("500")),
+            Ok(Duration::from_micros(500))
+        );
+        for bad in ["100", "200000", "2ms", "-1"] {
+            let e = parse_activity_period(Some(bad)).unwrap_err();
+            assert!(
+                e.contains("KFDQ_ACTIVITY_US") && e.contains("250..=100000"),
+                "{e}"
+            );
         }
     }
 

@@ -12,7 +12,8 @@
 //! trusts (`kfdq::proto::peer`; otherwise one warning and no control, ever), and speaks
 //! `kfdq::proto`; when the agent goes
 //! away (EOF, error, overlong line) everything is released (fail open) and it reconnects with
-//! backoff. It also samples queue activity every ~2 ms and publishes the registry as JSON for
+//! backoff. It also samples queue activity every activity period (`KFDQ_ACTIVITY_US`, default 2 ms)
+//! and publishes the registry as JSON for
 //! `kfdq ps`.
 
 use std::io::{BufReader, Write};
@@ -41,9 +42,6 @@ pub static STARTED: AtomicBool = AtomicBool::new(false);
 pub static EXITING: AtomicBool = AtomicBool::new(false);
 /// Pid whose registry file this process wrote (0 = none).
 pub static WROTE_PID: AtomicU32 = AtomicU32::new(0);
-
-/// Sampling / polling period.
-const TICK: Duration = Duration::from_millis(2);
 
 /// Starts the control thread once per process.
 pub fn start() {
@@ -278,7 +276,8 @@ fn session(stream: UnixStream, last_published: &mut u64) -> End {
         if EXITING.load(Ordering::Relaxed) || FLAGS.load(Ordering::Relaxed) & F_DISABLED != 0 {
             return End::Error("shim stopped controlling".into());
         }
-        let readable = !reader.get_ref().buffer().is_empty() || poll_readable(fd, TICK);
+        let readable =
+            !reader.get_ref().buffer().is_empty() || poll_readable(fd, cfg.activity_period);
         if readable {
             match reader.next::<AgentMsg>() {
                 Ok(msg) => {
@@ -325,8 +324,15 @@ fn poll_readable(fd: i32, timeout: Duration) -> bool {
         events: libc::POLLIN,
         revents: 0,
     };
-    // SAFETY: one valid pollfd; `fd` is the open socket owned by the session's reader.
-    let n = unsafe { libc::poll(&mut p, 1, timeout.as_millis() as libc::c_int) };
+    // Sub-millisecond periods need ppoll's timespec (poll's milliseconds would round 500 µs to
+    // a busy loop).
+    let ts = libc::timespec {
+        tv_sec: timeout.as_secs() as libc::time_t,
+        tv_nsec: libc::c_long::from(timeout.subsec_nanos() as i32),
+    };
+    // SAFETY: one valid pollfd and timespec on the stack; `fd` is the open socket owned by the
+    // session's reader; a null signal mask pointer leaves the mask unchanged.
+    let n = unsafe { libc::ppoll(&mut p, 1, &ts, std::ptr::null()) };
     n > 0 && p.revents != 0
 }
 

@@ -4,7 +4,7 @@ use std::cell::Cell;
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 
-use crate::config::{Config, DEFAULT_DYNAMIC_QUEUES, DEFAULT_MAX_HW_QUEUES};
+use crate::config::{Config, DEFAULT_DYNAMIC_QUEUES, default_hw_queues};
 use crate::launch::guarded;
 use crate::state::{F_READY, FLAGS, FORK_GEN, STATE, State};
 
@@ -72,7 +72,11 @@ fn set_default_env(key: &str, value: &str) {
 /// does not wrap (`hipGetDeviceCount`, as PyTorch does first). Nothing else happens at load
 /// (docs/field-reports.md, lesson 4: work in constructors hung `import torch`).
 extern "C" fn env_defaults_at_load() {
-    set_default_env("GPU_MAX_HW_QUEUES", DEFAULT_MAX_HW_QUEUES);
+    let class = std::env::var("KFDQ_CLASS").ok();
+    set_default_env(
+        "GPU_MAX_HW_QUEUES",
+        &default_hw_queues(class.as_deref()).to_string(),
+    );
     set_default_env("DEBUG_HIP_DYNAMIC_QUEUES", DEFAULT_DYNAMIC_QUEUES);
 }
 

@@ -296,11 +296,24 @@ impl State {
             }
         }
         if !shared_with.is_empty() {
+            crate::log::debug(|| {
+                format!("stream {sid} shares KFD queue {qid} with stream(s) {shared_with:?}")
+            });
+            // One line per process: sharing is what the class's hw_queues chose, the registry's
+            // queues list which streams share.
             let w = format!(
-                "stream {sid} shares KFD queue {qid} with stream(s) {shared_with:?}: the runtime ran out of hardware queues \
-                 (GPU_MAX_HW_QUEUES); streams sharing a queue serialize and are preempted together"
+                "streams share KFD queues: the runtime's GPU_MAX_HW_QUEUES={} hardware queues per \
+                 stream priority are in use (first: stream {sid} on queue {qid} with {shared_with:?}); \
+                 streams on one queue serialize and are preempted together (for a queue each, raise \
+                 the class's hw_queues or GPU_MAX_HW_QUEUES)",
+                std::env::var("GPU_MAX_HW_QUEUES").unwrap_or_else(|_| "?".into())
             );
-            if self.warn(w.clone()) {
+            if !self
+                .warnings
+                .iter()
+                .any(|x| x.starts_with("streams share KFD queues"))
+                && self.warn(w.clone())
+            {
                 crate::log::warn_always(&w);
             }
         }
@@ -491,19 +504,22 @@ mod tests {
         st.queues.push(queue(5));
         st.register_stream(1, StreamKind::Created, 0x10, None, None);
         st.register_stream(2, StreamKind::Created, 0x20, None, None);
+        st.register_stream(3, StreamKind::Created, 0x30, None, None);
         st.attribute(1, 5);
         st.attribute(2, 5);
-        assert_eq!(st.queue(5).unwrap().streams, vec![1, 2]);
-        assert_eq!(st.warnings.len(), 1);
+        st.attribute(3, 5);
+        assert_eq!(st.queue(5).unwrap().streams, vec![1, 2, 3]);
+        assert_eq!(st.warnings.len(), 1, "once per process: {:?}", st.warnings);
         assert!(
-            st.warnings[0].contains("shares KFD queue 5"),
+            st.warnings[0].starts_with("streams share KFD queues")
+                && st.warnings[0].contains("stream 2 on queue 5 with [1]"),
             "{}",
             st.warnings[0]
         );
         let r = st.to_proto(42);
         assert_eq!(r.pid, 42);
-        assert_eq!(r.streams.len(), 2);
-        assert_eq!(r.queues[0].streams, vec![1, 2]);
+        assert_eq!(r.streams.len(), 3);
+        assert_eq!(r.queues[0].streams, vec![1, 2, 3]);
     }
 
     #[test]

@@ -401,15 +401,25 @@ fn streams_sharing_a_queue_are_found_and_reported() {
     }
     let qi = reg.queues.iter().find(|x| x.queue_id == shared).unwrap();
     assert_eq!(qi.streams.len(), 3);
+    let sharing: Vec<&String> = reg
+        .warnings
+        .iter()
+        .filter(|w| w.starts_with("streams share KFD queues"))
+        .collect();
+    assert_eq!(sharing.len(), 1, "reported once: {:#?}", reg.warnings);
     assert!(
-        reg.warnings
-            .iter()
-            .any(|w| w.contains(&format!("shares KFD queue {shared}"))),
-        "sharing is reported: {:#?}",
-        reg.warnings
+        sharing[0].contains("GPU_MAX_HW_QUEUES=1")
+            && sharing[0].contains(&format!("queue {shared}")),
+        "{}",
+        sharing[0]
     );
     app.go();
-    app.finish();
+    let (_, stderr) = app.finish();
+    assert_eq!(
+        stderr.matches("streams share KFD queues").count(),
+        1,
+        "and once on stderr: {stderr}"
+    );
 }
 
 #[test]

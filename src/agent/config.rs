@@ -161,6 +161,7 @@ struct FileClass {
     max_priority: Option<u8>,
     cu_share: Option<u16>,
     window: Option<u32>,
+    hw_queues: Option<u32>,
     starvation: Option<FileStarvation>,
     #[serde(default, rename = "match")]
     matches: FileMatch,
@@ -411,6 +412,7 @@ impl AgentConfig {
                 starvation,
                 cu_share_permille: c.cu_share,
                 window: c.window,
+                hw_queues: c.hw_queues,
             });
             // Validate as we go, so the error points at the class that breaks a rule.
             cfg.policy
@@ -569,6 +571,36 @@ starvation = { run_ms = 10, after_ms = 500 }
             .unwrap_err()
             .to_string();
             assert!(e.contains(":2:") && e.contains("1..=4096"), "{e}");
+        }
+    }
+
+    #[test]
+    fn hw_queues_are_checked_and_the_builtin_classes_have_them() {
+        let b = AgentConfig::builtin();
+        assert_eq!(b.rule("latency").unwrap().hw_queues, Some(8));
+        assert_eq!(b.rule("batch").unwrap().hw_queues, Some(4));
+        let c = AgentConfig::parse(
+            "[[class]]\nname = \"a\"\nrank = 1\npriority = 3\nhw_queues = 2\n\n[[class]]\nname = \"b\"\nrank = 0\npriority = 3\n",
+            None,
+        )
+        .unwrap();
+        assert_eq!(c.rule("a").unwrap().hw_queues, Some(2));
+        assert_eq!(
+            c.rule("b").unwrap().hw_queues,
+            None,
+            "omitted: the shim's default"
+        );
+        for bad in ["0", "1025"] {
+            let e = AgentConfig::parse(
+                &format!("[[class]]\nname = \"a\"\nrank = 1\npriority = 3\nhw_queues = {bad}\n"),
+                None,
+            )
+            .unwrap_err()
+            .to_string();
+            assert!(
+                e.contains(":2:") && e.contains("hw_queues") && e.contains("1..=1024"),
+                "{e}"
+            );
         }
     }
 }

@@ -1032,6 +1032,7 @@ impl Node {
                 rank: c.rank,
                 priority: c.priority,
                 level: c.level,
+                hw_queues: c.hw_queues,
                 processes: 0,
                 preempted: 0,
             })

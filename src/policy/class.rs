@@ -18,6 +18,14 @@ pub const HIP_PRIORITY_GREATEST: i32 = -1;
 /// Least HIP stream priority.
 pub const HIP_PRIORITY_LEAST: i32 = 1;
 
+/// `GPU_MAX_HW_QUEUES` for a process without a built-in class: ROCclr's own default (4), so the
+/// shim adds no queue to a partition that the runtime would not have created without it.
+pub const UNCLASSIFIED_HW_QUEUES: u32 = 4;
+
+/// The largest `hw_queues` a class may ask for (per priority pool and process; a partition keeps
+/// 24 resident on gfx942, so far more than this only fills the runlist with idle queues).
+pub const MAX_HW_QUEUES: u32 = 1024;
+
 /// A band of KFD priorities, inclusive.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Band {
@@ -73,6 +81,21 @@ impl Class {
             Class::Latency => Band { lo: 11, hi: 15 },
             Class::Normal => Band { lo: 7, hi: 10 },
             Class::Batch => Band { lo: 0, hi: 6 },
+        }
+    }
+
+    /// Hardware queues per priority pool the runtime may create for a process of this class
+    /// (`GPU_MAX_HW_QUEUES`, read by ROCclr once, at its first HIP call); streams beyond it share
+    /// queues round-robin. docs/policy.md, "Hardware queues per class", has the evidence: a
+    /// partition keeps `num_cp_queues` (24 on gfx942) queues resident for all its processes
+    /// together, and with more active queues the hardware scheduler time-slices the runlist and
+    /// priority stops mattering. `latency` gets 8 so that up to 8 concurrent streams of a service
+    /// never serialize behind each other; `normal` and `batch` keep ROCclr's own default of 4 (a
+    /// lower class gains only its own concurrency from more queues and costs everyone slots).
+    pub fn hw_queues(self) -> u32 {
+        match self {
+            Class::Latency => 8,
+            Class::Normal | Class::Batch => UNCLASSIFIED_HW_QUEUES,
         }
     }
 

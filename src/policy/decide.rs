@@ -220,6 +220,7 @@ impl Policy {
             starvation: None,
             cu_share_permille: None,
             window: None,
+            hw_queues: None,
         })
     }
 

@@ -1,6 +1,7 @@
 //! What the policy is told: the classes (rank, priority, preemption level, starvation guard, CU
 //! share) and its timing (hysteresis, minimum interval between device-wide preempts).
 
+use crate::policy::class::{Class, MAX_HW_QUEUES};
 use crate::proto::Level;
 
 /// One class of processes.
@@ -23,6 +24,10 @@ pub struct ClassRule {
     /// (the shim makes launches beyond it wait), so that a hold (level 1) holds real work;
     /// `None`: unbounded.
     pub window: Option<u32>,
+    /// Hardware queues per priority pool its processes' runtime may create
+    /// (`GPU_MAX_HW_QUEUES`, applied by `kfdq run --class`); `None`: the shim's default for the
+    /// class name ([`crate::policy::class::Class::hw_queues`]).
+    pub hw_queues: Option<u32>,
 }
 
 /// A preempted class's guaranteed share: `run_ns` of running after `after_ns` preempted.
@@ -68,6 +73,11 @@ pub enum PolicyError {
         "class {0:?}: window {1} is out of range 1..=4096 dispatches (omit it for an unbounded window)"
     )]
     Window(String, u32),
+    /// A hardware queue count of 0 or beyond [`crate::policy::class::MAX_HW_QUEUES`].
+    #[error(
+        "class {0:?}: hw_queues {1} is out of range 1..=1024 queues per priority pool (omit it for the class's default)"
+    )]
+    HwQueues(String, u32),
     /// A starvation guard that never runs.
     #[error("class {0:?}: the starvation guard's run time must be above 0")]
     Starvation(String),
@@ -76,7 +86,8 @@ pub enum PolicyError {
 impl PolicyConfig {
     /// kfdq's built-in classes: `latency` (rank 2, priority 13, never preempted), `normal`
     /// (rank 1, priority 8, held at level 1) and `batch` (rank 0, priority 3, deactivated at
-    /// level 2, guaranteed 10 ms of running after 500 ms preempted); 20 ms hysteresis, 1 ms
+    /// level 2, guaranteed 10 ms of running after 500 ms preempted, window 2); hardware queues per
+    /// [`Class::hw_queues`]; 20 ms hysteresis, 1 ms
     /// between device-wide preempts.
     pub fn builtin() -> PolicyConfig {
         PolicyConfig {
@@ -89,6 +100,7 @@ impl PolicyConfig {
                     starvation: None,
                     cu_share_permille: None,
                     window: None,
+                    hw_queues: Some(Class::Latency.hw_queues()),
                 },
                 ClassRule {
                     name: "normal".into(),
@@ -98,6 +110,7 @@ impl PolicyConfig {
                     starvation: None,
                     cu_share_permille: None,
                     window: None,
+                    hw_queues: Some(Class::Normal.hw_queues()),
                 },
                 ClassRule {
                     name: "batch".into(),
@@ -110,6 +123,7 @@ impl PolicyConfig {
                     }),
                     cu_share_permille: None,
                     window: Some(2),
+                    hw_queues: Some(Class::Batch.hw_queues()),
                 },
             ],
             hysteresis_ns: 20_000_000,
@@ -135,6 +149,11 @@ impl PolicyConfig {
                 && !(1..=crate::proto::MAX_WINDOW).contains(&w)
             {
                 return Err(PolicyError::Window(c.name.clone(), w));
+            }
+            if let Some(h) = c.hw_queues
+                && !(1..=MAX_HW_QUEUES).contains(&h)
+            {
+                return Err(PolicyError::HwQueues(c.name.clone(), h));
             }
             if c.starvation.is_some_and(|s| s.run_ns == 0) {
                 return Err(PolicyError::Starvation(c.name.clone()));

@@ -111,6 +111,10 @@ pub struct ClassStatus {
     pub priority: u8,
     /// How it is preempted (`None`: never).
     pub level: Option<Level>,
+    /// Hardware queues per priority pool `kfdq run --class` gives its processes
+    /// (`GPU_MAX_HW_QUEUES`); `None`: the shim's default for the class name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hw_queues: Option<u32>,
     /// Connected processes in it.
     pub processes: u32,
     /// Of those, preempted now.

@@ -128,7 +128,7 @@ impl Agent {
                 Instant::now() < deadline,
                 "timed out waiting for {what}; last status: {s:#?}"
             );
-            std::thread::sleep(Duration::from_millis(5));
+            std::thread::sleep(Duration::from_millis(25));
         }
     }
 

@@ -121,6 +121,10 @@ pub enum Command {
     /// The shim maps every HIP stream, the null stream included, to a managed KFD queue and
     /// writes the class's priority into each queue it creates. Classes: latency (KFD 11..=15),
     /// normal (7..=10), batch (0..=6); HIP stream priorities map inside the class band.
+    /// With --class and --socket, the runtime's hardware queues per priority pool
+    /// (GPU_MAX_HW_QUEUES) are the agent's `hw_queues` for the class; otherwise the shim's
+    /// default for the class (latency 8, normal and batch 4, ROCclr's own 4 without a class).
+    /// A GPU_MAX_HW_QUEUES already in the environment always wins.
     /// Example: `kfdq run --class latency -- ./inference-server`.
     Run {
         /// Priority class of the process (latency, normal, batch).

@@ -256,7 +256,7 @@ fn partition_line(views: &[ProcessView<'_>], gpu: u32, slots: u32) -> String {
     if active > slots as usize {
         line.push_str(
             " — more active queues than slots: the scheduler time-slices the runlist and priorities \
-             stop deciding who runs (fewer streams per process, GPU_MAX_HW_QUEUES, or level 2 for batch classes)",
+             stop deciding who runs (fewer streams per process, a lower hw_queues for their class, or level 2 for batch classes)",
         );
     }
     line

@@ -48,6 +48,38 @@ pub fn find_shim(explicit: Option<&Path>) -> Result<PathBuf, CliError> {
     )))
 }
 
+/// The runtime's hardware queues per priority pool (ROCclr reads it once, at its first call).
+const HW_QUEUES_ENV: &str = "GPU_MAX_HW_QUEUES";
+
+/// The agent's `hw_queues` for `class`, unless the user set `GPU_MAX_HW_QUEUES` (theirs wins) or
+/// the class has none (the shim then applies its default for the class name). An agent that
+/// cannot be asked costs one line on stderr, never the run.
+fn agent_hw_queues(class: &str, socket: &Path) -> Option<u32> {
+    if std::env::var_os(HW_QUEUES_ENV).is_some() {
+        return None;
+    }
+    let fallback = kfdq::policy::class::Class::parse(class)
+        .map_or(kfdq::policy::class::UNCLASSIFIED_HW_QUEUES, |c| {
+            c.hw_queues()
+        });
+    match super::client::status(socket) {
+        Ok(st) => st
+            .classes
+            .iter()
+            .find(|c| c.name == class)
+            .and_then(|c| c.hw_queues),
+        Err(e) => {
+            let (super::client::Unreachable::NotRunning(m) | super::client::Unreachable::Broken(m)) =
+                e;
+            eprintln!(
+                "kfdq run: warning: could not ask the agent for class {class}'s hw_queues ({m}); \
+                 the shim's default for it applies ({HW_QUEUES_ENV}={fallback})"
+            );
+            None
+        }
+    }
+}
+
 /// Options of `kfdq run`.
 pub struct RunOptions<'a> {
     pub class: Option<&'a str>,
@@ -96,6 +128,11 @@ pub(super) fn run(root: &Root, o: RunOptions<'_>) -> Result<(), CliError> {
     }
     if let Some(s) = o.socket {
         cmd.env("KFDQ_SOCKET", s);
+    }
+    if let (Some(c), Some(s)) = (o.class, o.socket)
+        && let Some(n) = agent_hw_queues(c, s)
+    {
+        cmd.env(HW_QUEUES_ENV, n.to_string());
     }
     let err = cmd.exec();
     Err(CliError::Usage(format!("cannot run {prog}: {err}")))

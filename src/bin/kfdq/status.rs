@@ -55,6 +55,7 @@ pub fn render(s: &NodeStatus) -> String {
         ">RANK",
         ">PRIORITY",
         "PREEMPTED AT",
+        ">HW QUEUES",
         ">PROCESSES",
         ">PREEMPTED",
     ]);
@@ -64,6 +65,8 @@ pub fn render(s: &NodeStatus) -> String {
             c.rank.to_string(),
             c.priority.to_string(),
             level(c.level),
+            c.hw_queues
+                .map_or_else(|| "shim".to_string(), |n| n.to_string()),
             c.processes.to_string(),
             c.preempted.to_string(),
         ]);

@@ -57,13 +57,15 @@ fn main() -> ExitCode {
         classes.sort_by_key(|c| std::cmp::Reverse(c.rank));
         for c in classes {
             println!(
-                "class {:<12} rank {:>3} priority {:>2} preempted {}{}",
+                "class {:<12} rank {:>3} priority {:>2} preempted {}{}{}",
                 c.name,
                 c.rank,
                 c.priority,
                 c.level.map_or("never".into(), |l| format!("at {l:?}")),
                 c.window
-                    .map_or(String::new(), |w| format!(", window {w} in flight"))
+                    .map_or(String::new(), |w| format!(", window {w} in flight")),
+                c.hw_queues
+                    .map_or(String::new(), |n| format!(", {n} hw queues per priority"))
             );
             if c.level == Some(kfdq::proto::Level::Hold) && c.window.is_none() {
                 println!(
