@@ -34,7 +34,7 @@ use kfdq::proto::{self, AgentMsg, DecodeError, Level, LineReader, ShimMsg, Targe
 use crate::hook::with_bypass;
 use crate::launch::guarded;
 use crate::log::Repeat;
-use crate::state::{F_DISABLED, FLAGS, STATE, State};
+use crate::state::{F_DISABLED, FLAGS, STATE, State, UNCLAIMED_GRACE};
 
 /// Set once the control thread runs in this process (reset in a fork child).
 pub static STARTED: AtomicBool = AtomicBool::new(false);
@@ -79,6 +79,7 @@ fn main() {
     let mut backoff = Duration::from_millis(20);
     let mut last_published = 0u64;
     let mut controlling = cfg.socket.is_some();
+    let mut watch = UnclaimedWatch::default();
     // The registry is written whether or not an agent ever answers.
     publish_file(&mut last_published);
     loop {
@@ -97,7 +98,7 @@ fn main() {
                             controlling = false;
                             continue;
                         }
-                        let end = session(s, &mut last_published);
+                        let end = session(s, &mut last_published, &mut watch);
                         release_everything(&format!("agent connection ended ({end})"));
                         match end {
                             End::Refused(_) => controlling = false,
@@ -119,7 +120,7 @@ fn main() {
         }
         if !controlling || cfg.socket.is_none() {
             // No agent to talk to: wake only when the registry changes (or once a minute).
-            wait_for_change(&mut last_published);
+            wait_for_change(&mut last_published, &mut watch);
             continue;
         }
         // Between connection attempts keep the registry file current.
@@ -153,15 +154,49 @@ fn socket_problem(path: &Path, e: &std::io::Error) -> String {
 /// Without an agent: sleeps until the registry changes (`State::changed` and the window's
 /// counters wake the condition variable) or a minute passes, then publishes — at most every
 /// [`PUBLISH_EVERY`], so a burst of changes costs one file write.
-fn wait_for_change(last_published: &mut u64) {
+fn wait_for_change(last_published: &mut u64, watch: &mut UnclaimedWatch) {
     {
         let mut st = STATE.lock();
         if st.generation == *last_published && !EXITING.load(Ordering::Relaxed) {
-            st.wait_timeout(Duration::from_secs(60));
+            st.wait_timeout(watch.timeout(Instant::now()));
         }
+        watch.check(&mut st, Instant::now());
     }
     publish_file(last_published);
     std::thread::sleep(PUBLISH_EVERY);
+}
+
+/// When to look for queues with work that no stream claims ([`State::check_unclaimed`]): every
+/// [`UNCLAIMED_GRACE`] while one is watched or for [`WATCH_AFTER_CREATE`] after a queue was
+/// created (work follows creation), otherwise at the agent's ticks or the registry's changes
+/// only — without an agent the thread still sleeps when nothing happens.
+#[derive(Default)]
+struct UnclaimedWatch {
+    created_seen: u64,
+    until: Option<Instant>,
+    watching: bool,
+}
+
+/// How long after a queue's creation its first work is watched for.
+const WATCH_AFTER_CREATE: Duration = Duration::from_secs(10);
+
+impl UnclaimedWatch {
+    fn check(&mut self, st: &mut State, now: Instant) {
+        let created = crate::state::QUEUES_CREATED.load(Ordering::Relaxed);
+        if created != self.created_seen {
+            self.created_seen = created;
+            self.until = Some(now + WATCH_AFTER_CREATE);
+        }
+        self.watching = st.check_unclaimed(now);
+    }
+
+    fn timeout(&self, now: Instant) -> Duration {
+        if self.watching || self.until.is_some_and(|u| now < u) {
+            UNCLAIMED_GRACE
+        } else {
+            Duration::from_secs(60)
+        }
+    }
 }
 
 /// Least time between two registry files written without an agent.
@@ -215,7 +250,7 @@ fn send(w: &mut UnixStream, msg: &ShimMsg) -> Result<(), End> {
         .map_err(|e| End::Error(format!("write: {e}")))
 }
 
-fn session(stream: UnixStream, last_published: &mut u64) -> End {
+fn session(stream: UnixStream, last_published: &mut u64, watch: &mut UnclaimedWatch) -> End {
     let cfg = crate::init::config();
     let mut w = match stream.try_clone() {
         Ok(w) => w,
@@ -296,6 +331,7 @@ fn session(stream: UnixStream, last_published: &mut u64) -> End {
                 Err(e) => return End::Error(format!("protocol error: {e}")),
             }
         }
+        watch.check(&mut STATE.lock(), Instant::now());
         for (queue_id, busy) in sample_activity() {
             if let Err(e) = send(&mut w, &ShimMsg::Activity { queue_id, busy }) {
                 return e;

@@ -239,6 +239,8 @@ fn record_queue(fd: c_int, a: &sys::kfd_ioctl_create_queue_args, requested: u32,
         dying: false,
         compute: is_compute(a.queue_type),
         streams: Vec::new(),
+        claimed: false,
+        unclaimed_work: None,
         window_waits: 0,
         window_stalls: 0,
     });

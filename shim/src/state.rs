@@ -31,6 +31,13 @@ pub static FLAGS: AtomicU32 = AtomicU32::new(0);
 /// created no queue and has nothing to register.
 pub static QUEUES_CREATED: AtomicU64 = AtomicU64::new(0);
 
+/// How long work may sit on a compute queue that no stream claims before it is reported.
+pub const UNCLAIMED_GRACE: std::time::Duration = std::time::Duration::from_millis(500);
+
+/// The start of the warning about work no stream claims.
+pub const UNCLAIMED_WARNING: &str =
+    "a KFD queue runs work that no HIP call through the shim submitted";
+
 /// Bumped by the fork child handler; thread-local caches compare against it.
 pub static FORK_GEN: AtomicU64 = AtomicU64::new(0);
 
@@ -108,6 +115,10 @@ pub struct Queue {
     pub window_waits: u64,
     /// Of those, waits that gave up on a stalled read index.
     pub window_stalls: u64,
+    /// Some stream was ever attributed to it.
+    pub claimed: bool,
+    /// When work (a write index above 0) was first seen on it while unclaimed.
+    pub unclaimed_work: Option<std::time::Instant>,
 }
 
 impl Queue {
@@ -203,6 +214,54 @@ impl State {
         true
     }
 
+    /// Compute queues with work that no stream claims: submitted through a path around the
+    /// shim's wrappers (a second copy of the runtime, a function it does not wrap, a program
+    /// driving KFD itself). A queue counts once work has been on it unclaimed for
+    /// [`UNCLAIMED_GRACE`] (a wrapped call attributes its queue when it returns); the first such
+    /// queue is reported once per process. Returns true while a queue is still being watched
+    /// (the caller then checks again within the grace).
+    pub fn check_unclaimed(&mut self, now: std::time::Instant) -> bool {
+        let mut watching = false;
+        let mut report = None;
+        for q in self
+            .queues
+            .iter_mut()
+            .filter(|q| q.compute && !q.dying && !q.claimed)
+        {
+            if self.inflight.iter().any(|(_, qid)| *qid == q.id) {
+                continue;
+            }
+            match q.unclaimed_work {
+                None if q.indices().0 > 0 => {
+                    q.unclaimed_work = Some(now);
+                    watching = true;
+                }
+                Some(t) if now.duration_since(t) >= UNCLAIMED_GRACE => {
+                    report.get_or_insert(q.id);
+                }
+                Some(_) => watching = true,
+                None => {}
+            }
+        }
+        if let Some(qid) = report
+            && !self
+                .warnings
+                .iter()
+                .any(|w| w.starts_with(UNCLAIMED_WARNING))
+        {
+            let w = format!(
+                "{UNCLAIMED_WARNING} (first: queue {qid}): it was submitted through a path around the shim's \
+                 wrappers (a second copy of the HIP runtime, a function the shim does not wrap, or code driving \
+                 /dev/kfd itself); that work is preempted with the process at levels 2 and 3 but is not held at \
+                 level 1 nor counted by the in-flight window (docs/shim.md, \"What is managed\")"
+            );
+            if self.warn(w.clone()) {
+                crate::log::warn_always(&w);
+            }
+        }
+        watching
+    }
+
     /// A fresh stream id.
     pub fn reserve_stream_id(&mut self) -> u64 {
         let id = self.next_stream_id;
@@ -294,6 +353,7 @@ impl State {
             if !q.streams.contains(&sid) {
                 q.streams.push(sid);
             }
+            q.claimed = true;
         }
         if !shared_with.is_empty() {
             crate::log::debug(|| {
@@ -479,9 +539,41 @@ mod tests {
             dying: false,
             compute: true,
             streams: vec![],
+            claimed: false,
+            unclaimed_work: None,
             window_waits: 0,
             window_stalls: 0,
         }
+    }
+
+    #[test]
+    fn work_no_stream_claims_is_reported_once_after_the_grace() {
+        // The queues' indices: 3 packets written on each.
+        let idx = Box::new([3u64, 0, 3, 0]);
+        let base = idx.as_ptr() as u64;
+        let mut st = State::new();
+        for (id, off) in [(1u32, 0u64), (2, 16)] {
+            let mut q = queue(id);
+            q.wptr = base + off;
+            q.rptr = base + off + 8;
+            st.queues.push(q);
+        }
+        st.register_stream(7, StreamKind::Created, 0x70, None, None);
+        st.attribute(7, 2);
+        let t0 = std::time::Instant::now();
+        assert!(st.check_unclaimed(t0), "queue 1 is watched");
+        assert!(st.warnings.is_empty(), "not before the grace");
+        let later = t0 + UNCLAIMED_GRACE;
+        st.check_unclaimed(later);
+        assert_eq!(st.warnings.len(), 1, "{:?}", st.warnings);
+        assert!(
+            st.warnings[0].starts_with(UNCLAIMED_WARNING) && st.warnings[0].contains("queue 1)"),
+            "{}",
+            st.warnings[0]
+        );
+        st.check_unclaimed(later + UNCLAIMED_GRACE);
+        assert_eq!(st.warnings.len(), 1, "once per process");
+        drop(idx);
     }
 
     #[test]

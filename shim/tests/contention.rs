@@ -24,13 +24,6 @@ const LP_WG_US: &str = "20000";
 const LP_WGS: &str = "2560";
 const LP_IN_FLIGHT: &str = "4";
 
-#[derive(Debug, Clone, Copy)]
-struct Latency {
-    p50: f64,
-    p99: f64,
-    max: f64,
-}
-
 fn latency_phase(emu: &Emu) -> Latency {
     let app = Launch::new(programs().get("latency"))
         .arg(REQUESTS)
@@ -42,20 +35,7 @@ fn latency_phase(emu: &Emu) -> Latency {
         .start(emu);
     app.go();
     let (lines, _) = app.finish();
-    let summary = lines
-        .iter()
-        .find(|l| l.starts_with("latency "))
-        .unwrap_or_else(|| panic!("no summary in {lines:?}"));
-    let f: Vec<&str> = summary.split_whitespace().collect();
-    let num = |key: &str| -> f64 {
-        let i = f.iter().position(|w| *w == key).expect(key);
-        f[i + 1].parse().expect("number")
-    };
-    Latency {
-        p50: num("p50"),
-        p99: num("p99"),
-        max: num("max"),
-    }
+    Latency::parse(&lines, REQUESTS.parse().expect("REQUESTS is a number"))
 }
 
 #[test]

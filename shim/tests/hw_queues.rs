@@ -175,22 +175,8 @@ fn latency(emu: &Emu, state_dir: Option<&std::path::Path>, at_ready: impl FnOnce
     at_ready();
     app.go();
     let (lines, _) = app.finish();
-    let each: Vec<f64> = lines
-        .iter()
-        .filter(|l| l.starts_with("request "))
-        .filter_map(|l| l.split_whitespace().nth(2)?.parse().ok())
-        .collect();
-    assert_eq!(each.len(), 30, "{lines:?}");
-    let summary = lines
-        .iter()
-        .find(|l| l.starts_with("latency "))
-        .unwrap_or_else(|| panic!("no summary in {lines:?}"));
-    let f: Vec<&str> = summary.split_whitespace().collect();
-    let i = f.iter().position(|w| *w == "p99").expect("p99");
-    (
-        each.iter().sum::<f64>() / each.len() as f64,
-        f[i + 1].parse().expect("number"),
-    )
+    let l = Latency::parse(&lines, 30);
+    (l.mean, l.p99)
 }
 
 /// Resident slots of the scaled partition: 6 instead of gfx942's 24, so that one batch job of

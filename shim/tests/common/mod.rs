@@ -67,7 +67,7 @@ pub fn programs() -> &'static Programs {
         let src = Path::new(PROGRAMS);
         for name in [
             "streams", "uselib", "forkexec", "worker", "ordered", "latency", "flood", "deps",
-            "window",
+            "window", "deepbind",
         ] {
             fakehip::compile_program(
                 &src.join(format!("{name}.c")),
@@ -168,6 +168,46 @@ pub fn workspace_bin(name: &str) -> PathBuf {
         p.display()
     );
     p
+}
+
+/// What the latency client (`programs/latency.c`) printed: each request's latency and its
+/// summary line, in µs.
+#[derive(Debug, Clone, Copy)]
+pub struct Latency {
+    pub mean: f64,
+    pub p50: f64,
+    pub p99: f64,
+    pub max: f64,
+}
+
+impl Latency {
+    /// Parses the client's stdout; `requests` lines of `request <i> <us>` must be there.
+    pub fn parse(lines: &[String], requests: usize) -> Latency {
+        let each: Vec<f64> = lines
+            .iter()
+            .filter(|l| l.starts_with("request "))
+            .filter_map(|l| l.split_whitespace().nth(2)?.parse().ok())
+            .collect();
+        assert_eq!(each.len(), requests, "{lines:?}");
+        let summary = lines
+            .iter()
+            .find(|l| l.starts_with("latency "))
+            .unwrap_or_else(|| panic!("no summary in {lines:?}"));
+        let f: Vec<&str> = summary.split_whitespace().collect();
+        let num = |key: &str| -> f64 {
+            let i = f
+                .iter()
+                .position(|w| *w == key)
+                .unwrap_or_else(|| panic!("no {key} in {summary}"));
+            f[i + 1].parse().expect("number")
+        };
+        Latency {
+            mean: each.iter().sum::<f64>() / each.len() as f64,
+            p50: num("p50"),
+            p99: num("p99"),
+            max: num("max"),
+        }
+    }
 }
 
 /// `queue <name> <qid> <gpu> <handle>` as printed by a program.
