@@ -11,6 +11,7 @@
 #ifndef KFDQ_SHIM_TEST_COMMON_H
 #define KFDQ_SHIM_TEST_COMMON_H
 #define _GNU_SOURCE
+#include <dlfcn.h>
 #include <hip/hip_runtime_api.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -56,6 +57,25 @@ static inline void print_queue(const char *name, hipStream_t s)
 	CHECK((hipError_t)fakehipStreamQueueId(s, &qid, &gpu));
 	printf("queue %s %u %u %llu\n", name, qid, gpu, (unsigned long long)(uintptr_t)s);
 	fflush(stdout);
+}
+
+/* dlopens the stand-in math library LIB (libstreams.c) with `mode` and runs its lib_setup;
+ * returns 0 when both worked (and says on stderr what did not). */
+static inline int open_lib_and_setup(const char *lib, int mode)
+{
+	void *h = dlopen(lib, mode);
+	int (*setup)(void);
+
+	if (!h) {
+		fprintf(stderr, "dlopen %s: %s\n", lib, dlerror());
+		return 1;
+	}
+	setup = (int (*)(void))dlsym(h, "lib_setup");
+	if (!setup) {
+		fprintf(stderr, "dlsym lib_setup: %s\n", dlerror());
+		return 1;
+	}
+	return setup() != 0;
 }
 
 #endif

@@ -7,16 +7,12 @@
  */
 #include "common.h"
 
-#include <dlfcn.h>
-
 static struct fakehip_kernel kern = FAKEHIP_KERNEL(100000);
 
 int main(int argc, char **argv)
 {
 	hipStream_t s;
 	dim3 grid = {1, 1, 1}, block = {64, 1, 1};
-	void *h;
-	int (*setup)(void);
 
 	if (argc != 2) {
 		fprintf(stderr, "usage: %s LIB\n", argv[0]);
@@ -26,13 +22,7 @@ int main(int argc, char **argv)
 	CHECK(hipLaunchKernel(&kern, grid, block, NULL, 0, s));
 	CHECK(hipStreamSynchronize(s));
 	print_queue("linked", s);
-	h = dlopen(argv[1], RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND);
-	if (!h) {
-		fprintf(stderr, "dlopen %s: %s\n", argv[1], dlerror());
-		return 1;
-	}
-	setup = (int (*)(void))dlsym(h, "lib_setup");
-	if (!setup || setup() != 0)
+	if (open_lib_and_setup(argv[1], RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND))
 		return 1;
 	printf("deepbind done\n");
 	fflush(stdout);

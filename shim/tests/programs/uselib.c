@@ -4,14 +4,10 @@
  */
 #include "common.h"
 
-#include <dlfcn.h>
-
 static struct fakehip_kernel kern = FAKEHIP_KERNEL(200000);
 
 int main(int argc, char **argv)
 {
-	void *h;
-	int (*setup)(void);
 	hipStream_t app;
 	dim3 grid = {2, 1, 1}, block = {64, 1, 1};
 
@@ -19,13 +15,7 @@ int main(int argc, char **argv)
 		fprintf(stderr, "usage: %s LIB\n", argv[0]);
 		return 2;
 	}
-	h = dlopen(argv[1], RTLD_NOW | RTLD_GLOBAL);
-	if (!h) {
-		fprintf(stderr, "dlopen %s: %s\n", argv[1], dlerror());
-		return 1;
-	}
-	setup = (int (*)(void))dlsym(h, "lib_setup");
-	if (!setup || setup() != 0)
+	if (open_lib_and_setup(argv[1], RTLD_NOW | RTLD_GLOBAL))
 		return 1;
 	CHECK(hipStreamCreateWithPriority(&app, hipStreamDefault, 0));
 	CHECK(hipLaunchKernel(&kern, grid, block, NULL, 0, app));
