@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use kfdq::policy::class::{Class, PriorityPolicy, UNCLASSIFIED_HW_QUEUES};
+use kfdq::policy::class::PriorityPolicy;
 use kfdq::proto::MAX_WINDOW;
 use kfdq::proto::peer::{AGENT_UID_ENV, AgentTrust};
 
@@ -26,16 +26,6 @@ pub const DEFAULT_PASSTHROUGH: &[&str] = &[
     "librocrand",
     "libhiprand",
 ];
-
-/// Queues per priority pool the shim asks the runtime for unless the user chose
-/// (`GPU_MAX_HW_QUEUES`): the built-in default of the `KFDQ_CLASS` named in `class`, or ROCclr's
-/// own default for no or an unknown class. `kfdq run --class` sets the agent's configured
-/// value instead, so this default applies only where nobody chose.
-pub fn default_hw_queues(class: Option<&str>) -> u32 {
-    class
-        .and_then(|c| Class::parse(c).ok())
-        .map_or(UNCLASSIFIED_HW_QUEUES, Class::hw_queues)
-}
 
 /// `DEBUG_HIP_DYNAMIC_QUEUES` unless the user chose: 2 gives the null stream a queue of its own.
 pub const DEFAULT_DYNAMIC_QUEUES: &str = "2";

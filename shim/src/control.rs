@@ -331,8 +331,7 @@ fn session(stream: UnixStream, last_published: &mut u64, watch: &mut UnclaimedWa
                 Err(e) => return End::Error(format!("protocol error: {e}")),
             }
         }
-        watch.check(&mut STATE.lock(), Instant::now());
-        for (queue_id, busy) in sample_activity() {
+        for (queue_id, busy) in sample_activity(watch) {
             if let Err(e) = send(&mut w, &ShimMsg::Activity { queue_id, busy }) {
                 return e;
             }
@@ -372,9 +371,12 @@ fn poll_readable(fd: i32, timeout: Duration) -> bool {
     n > 0 && p.revents != 0
 }
 
-/// Busy (write index > read index) transitions since the last sample.
-fn sample_activity() -> Vec<(u32, bool)> {
+/// Busy (write index > read index) transitions since the last sample (and the unclaimed-work
+/// check of this tick).
+fn sample_activity(watch: &mut UnclaimedWatch) -> Vec<(u32, bool)> {
     let mut st = STATE.lock();
+    // The same tick looks for work that no stream claims, under the same lock.
+    watch.check(&mut st, Instant::now());
     let mut out = Vec::new();
     for q in st.queues.iter_mut().filter(|q| !q.dying) {
         let (w, r) = q.indices();

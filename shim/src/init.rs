@@ -4,7 +4,7 @@ use std::cell::Cell;
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 
-use crate::config::{Config, DEFAULT_DYNAMIC_QUEUES, default_hw_queues};
+use crate::config::{Config, DEFAULT_DYNAMIC_QUEUES};
 use crate::launch::guarded;
 use crate::state::{F_READY, FLAGS, FORK_GEN, STATE, State};
 
@@ -72,10 +72,12 @@ fn set_default_env(key: &str, value: &str) {
 /// does not wrap (`hipGetDeviceCount`, as PyTorch does first). Nothing else happens at load
 /// (docs/field-reports.md, lesson 4: work in constructors hung `import torch`).
 extern "C" fn env_defaults_at_load() {
+    // The built-in value for the class, unless the user or `kfdq run` (the agent's value)
+    // chose; docs/policy.md, "Hardware queues per class".
     let class = std::env::var("KFDQ_CLASS").ok();
     set_default_env(
         "GPU_MAX_HW_QUEUES",
-        &default_hw_queues(class.as_deref()).to_string(),
+        &kfdq::policy::class::hw_queues_for(class.as_deref()).to_string(),
     );
     set_default_env("DEBUG_HIP_DYNAMIC_QUEUES", DEFAULT_DYNAMIC_QUEUES);
 }
@@ -97,9 +99,7 @@ fn do_init() {
         crate::window::set(cfg.window);
         st.class = cfg.policy.class.map(|c| c.name().to_string());
         for w in &cfg.warnings {
-            if st.warn(w.clone()) {
-                crate::log::warn_always(w);
-            }
+            st.report(w.clone());
         }
         st.refresh_flags();
     }

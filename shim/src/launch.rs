@@ -429,10 +429,8 @@ pub fn create(out: *mut usize, hip_priority: Option<i32>, call: impl FnOnce() ->
         let hp = hip_priority.map(clamp_hip_priority);
         let creator = creator();
         let mut st = STATE.lock();
-        if let Some(w) = hp.and_then(|h| h.warning())
-            && st.warn(w.clone())
-        {
-            crate::log::warn_always(&w);
+        if let Some(w) = hp.and_then(|h| h.warning()) {
+            st.report(w);
         }
         (st.reserve_stream_id(), hp.map(|h| h.effective), creator)
     });

@@ -38,6 +38,9 @@ pub const UNCLAIMED_GRACE: std::time::Duration = std::time::Duration::from_milli
 pub const UNCLAIMED_WARNING: &str =
     "a KFD queue runs work that no HIP call through the shim submitted";
 
+/// The start of the warning about streams sharing queues.
+pub const SHARED_WARNING: &str = "streams share KFD queues";
+
 /// Bumped by the fork child handler; thread-local caches compare against it.
 pub static FORK_GEN: AtomicU64 = AtomicU64::new(0);
 
@@ -243,23 +246,32 @@ impl State {
                 None => {}
             }
         }
-        if let Some(qid) = report
-            && !self
-                .warnings
-                .iter()
-                .any(|w| w.starts_with(UNCLAIMED_WARNING))
-        {
-            let w = format!(
-                "{UNCLAIMED_WARNING} (first: queue {qid}): it was submitted through a path around the shim's \
-                 wrappers (a second copy of the HIP runtime, a function the shim does not wrap, or code driving \
-                 /dev/kfd itself); that work is preempted with the process at levels 2 and 3 but is not held at \
-                 level 1 nor counted by the in-flight window (docs/shim.md, \"What is managed\")"
-            );
-            if self.warn(w.clone()) {
-                crate::log::warn_always(&w);
-            }
+        if let Some(qid) = report {
+            self.report_once(UNCLAIMED_WARNING, || {
+                format!(
+                    "{UNCLAIMED_WARNING} (first: queue {qid}): it was submitted through a path around the shim's \
+                     wrappers (a second copy of the HIP runtime, a function the shim does not wrap, or code driving \
+                     /dev/kfd itself); that work is preempted with the process at levels 2 and 3 but is not held at \
+                     level 1 nor counted by the in-flight window (docs/shim.md, \"What is managed\")"
+                )
+            });
         }
         watching
+    }
+
+    /// Adds a warning and prints it on stderr, unless the same text was reported before.
+    pub fn report(&mut self, w: String) {
+        if self.warn(w.clone()) {
+            crate::log::warn_always(&w);
+        }
+    }
+
+    /// As [`Self::report`], once per process for warnings starting with `kind`; the text is
+    /// built only then.
+    pub fn report_once(&mut self, kind: &str, w: impl FnOnce() -> String) {
+        if !self.warnings.iter().any(|x| x.starts_with(kind)) {
+            self.report(w());
+        }
     }
 
     /// A fresh stream id.
@@ -361,21 +373,15 @@ impl State {
             });
             // One line per process: sharing is what the class's hw_queues chose, the registry's
             // queues list which streams share.
-            let w = format!(
-                "streams share KFD queues: the runtime's GPU_MAX_HW_QUEUES={} hardware queues per \
-                 stream priority are in use (first: stream {sid} on queue {qid} with {shared_with:?}); \
-                 streams on one queue serialize and are preempted together (for a queue each, raise \
-                 the class's hw_queues or GPU_MAX_HW_QUEUES)",
-                std::env::var("GPU_MAX_HW_QUEUES").unwrap_or_else(|_| "?".into())
-            );
-            if !self
-                .warnings
-                .iter()
-                .any(|x| x.starts_with("streams share KFD queues"))
-                && self.warn(w.clone())
-            {
-                crate::log::warn_always(&w);
-            }
+            self.report_once(SHARED_WARNING, || {
+                format!(
+                    "{SHARED_WARNING}: the runtime's GPU_MAX_HW_QUEUES={} hardware queues per \
+                     stream priority are in use (first: stream {sid} on queue {qid} with {shared_with:?}); \
+                     streams on one queue serialize and are preempted together (for a queue each, raise \
+                     the class's hw_queues or GPU_MAX_HW_QUEUES)",
+                    std::env::var("GPU_MAX_HW_QUEUES").unwrap_or_else(|_| "?".into())
+                )
+            });
         }
         self.changed();
         self.refresh_flags();
@@ -603,7 +609,7 @@ mod tests {
         assert_eq!(st.queue(5).unwrap().streams, vec![1, 2, 3]);
         assert_eq!(st.warnings.len(), 1, "once per process: {:?}", st.warnings);
         assert!(
-            st.warnings[0].starts_with("streams share KFD queues")
+            st.warnings[0].starts_with(SHARED_WARNING)
                 && st.warnings[0].contains("stream 2 on queue 5 with [1]"),
             "{}",
             st.warnings[0]

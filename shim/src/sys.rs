@@ -212,7 +212,7 @@ pub fn resolve_next(name: &CStr, node: Option<&CStr>) -> Option<usize> {
         return None;
     }
     let addr = p as usize;
-    // Field lesson 1: never hand back a pointer into ourselves (that recurses forever).
+    // docs/field-reports.md, lesson 1: never hand back a pointer into ourselves (that recurses forever).
     match object_of(addr) {
         Some(o) if o.base == self_base() => None,
         _ => Some(addr),

@@ -179,9 +179,7 @@ fn wait(t: Target) {
             t.queue,
             STALL.as_secs()
         );
-        if st.warn(w.clone()) {
-            crate::log::warn_always(&w);
-        }
+        st.report(w);
     }
 }
 

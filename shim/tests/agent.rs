@@ -143,21 +143,7 @@ fn a_held_process_whose_streams_wait_on_each_other_does_not_deadlock() {
 
 #[test]
 fn the_residency_guard_keeps_the_latency_queues_resident() {
-    let dir = tempfile::tempdir().unwrap();
-    let topo = dir.path().join("topo.toml");
-    std::fs::write(
-        &topo,
-        "preset = \"mi308x\"\n[[node]]\n[node.properties]\nnum_cp_queues = 4\n",
-    )
-    .unwrap();
-    let Some(emu) = mount_with(
-        "agent-residency",
-        EmuConfig {
-            preset: Preset::Mi308x,
-            topology_file: Some(topo),
-            ..EmuConfig::default()
-        },
-    ) else {
+    let Some(emu) = mount_with_slots("agent-residency", 4) else {
         return;
     };
     // Holding the batch job would free no slot: the guard deactivates it instead.

@@ -11,13 +11,15 @@ use std::collections::BTreeSet;
 
 use common::kfdqd::Agent;
 use common::*;
-use kfd_emu::{EmuConfig, Preset};
 
-/// A batch job of 8 streams (flood: 8 in flight per stream), as a training loop with several
-/// streams creates them; `hw_queues` (if any) as `GPU_MAX_HW_QUEUES`.
+/// flood's arguments for a batch job of 8 streams, 8 dispatches of 640 work-groups x 8 ms in
+/// flight each, as a training loop with several streams creates them.
+const FLOOD8: [&str; 4] = ["8000", "640", "8", "8"];
+
+/// That batch job in `class`, `hw_queues` (if any) as `GPU_MAX_HW_QUEUES`.
 fn flood8<'a>(class: &str, hw_queues: Option<&str>) -> Launch<'a> {
     let mut l = Launch::new(programs().get("flood"))
-        .args(["8000", "640", "8", "8"])
+        .args(FLOOD8)
         .env("KFDQ_CLASS", class.to_string());
     if let Some(n) = hw_queues {
         l = l.env("GPU_MAX_HW_QUEUES", n);
@@ -34,13 +36,43 @@ fn distinct_queues(app: &App) -> usize {
         .len()
 }
 
-fn queues_of(emu: &Emu, l: Launch<'_>) -> usize {
+/// Starts a flood, counts its queues once it floods, stops it; returns (queues, its stderr).
+fn queues_and_stderr(emu: &Emu, l: Launch<'_>) -> (usize, String) {
     let mut app = l.start(emu);
     app.wait_line("flooding");
     let n = distinct_queues(&app);
     app.stop();
-    app.finish();
-    n
+    let (_, stderr) = app.finish();
+    (n, stderr)
+}
+
+fn queues_of(emu: &Emu, l: Launch<'_>) -> usize {
+    queues_and_stderr(emu, l).0
+}
+
+/// The batch job of [`FLOOD8`] started by `kfdq run --class CLASS --socket SOCK`, with the
+/// user's `GPU_MAX_HW_QUEUES` if given; returns (queues, stderr).
+fn via_kfdq_run(
+    emu: &Emu,
+    sock: &std::path::Path,
+    class: &str,
+    user: Option<&str>,
+) -> (usize, String) {
+    let (sock, shim, flood) = (
+        sock.display().to_string(),
+        shim_path().display().to_string(),
+        programs().get("flood").display().to_string(),
+    );
+    let mut l = Launch::new(workspace_bin("kfdq"))
+        .args([
+            "run", "--class", class, "--socket", &sock, "--shim", &shim, "--", &flood,
+        ])
+        .args(FLOOD8);
+    l.preload = false;
+    if let Some(n) = user {
+        l = l.env("GPU_MAX_HW_QUEUES", n);
+    }
+    queues_and_stderr(emu, l)
 }
 
 #[test]
@@ -81,25 +113,7 @@ fn kfdq_run_gives_the_command_its_class_hw_queues_from_the_agent() {
         &emu,
         "[agent]\nhysteresis_ms = 20\n\n[[class]]\nname = \"latency\"\nrank = 2\npriority = 13\nhw_queues = 6\nmatch = { env = true }\n\n[[class]]\nname = \"batch\"\nrank = 0\npriority = 3\nhw_queues = 2\nmatch = { env = true }\n",
     );
-    let via_run = |class: &str, user: Option<&str>| {
-        let sock = agent.sock.display().to_string();
-        let shim = shim_path().display().to_string();
-        let flood = programs().get("flood").display().to_string();
-        let mut l = Launch::new(workspace_bin("kfdq")).args([
-            "run", "--class", class, "--socket", &sock, "--shim", &shim, "--", &flood, "8000",
-            "640", "8", "8",
-        ]);
-        l.preload = false;
-        if let Some(n) = user {
-            l = l.env("GPU_MAX_HW_QUEUES", n);
-        }
-        let mut app = l.start(&emu);
-        app.wait_line("flooding");
-        let n = distinct_queues(&app);
-        app.stop();
-        let (_, stderr) = app.finish();
-        (n, stderr)
-    };
+    let via_run = |class: &str, user: Option<&str>| via_kfdq_run(&emu, &agent.sock, class, user);
     assert_eq!(via_run("batch", None).0, 2, "the agent's batch hw_queues");
     assert_eq!(
         via_run("latency", None).0,
@@ -128,27 +142,8 @@ fn kfdq_run_gives_the_command_its_class_hw_queues_from_the_agent() {
     // An agent that is gone: one warning naming the fallback, and the run goes on with the
     // shim's default for the class.
     let gone = emu.root().join("no-agent.sock");
-    let mut l = Launch::new(workspace_bin("kfdq")).args([
-        "run",
-        "--class",
-        "batch",
-        "--socket",
-        &gone.display().to_string(),
-        "--shim",
-        &shim_path().display().to_string(),
-        "--",
-        &programs().get("flood").display().to_string(),
-        "8000",
-        "640",
-        "8",
-        "8",
-    ]);
-    l.preload = false;
-    let mut app = l.start(&emu);
-    app.wait_line("flooding");
-    assert_eq!(distinct_queues(&app), 4, "the shim's batch default");
-    app.stop();
-    let (_, stderr) = app.finish();
+    let (queues, stderr) = via_kfdq_run(&emu, &gone, "batch", None);
+    assert_eq!(queues, 4, "the shim's batch default");
     assert_eq!(
         stderr
             .matches("kfdq run: warning: could not ask the agent")
@@ -208,21 +203,7 @@ struct Row {
 #[test]
 fn more_active_queues_than_resident_slots_cost_the_latency_class_its_priority() {
     let _serial = serial();
-    let dir = tempfile::tempdir().unwrap();
-    let topo = dir.path().join("topo.toml");
-    std::fs::write(
-        &topo,
-        format!("preset = \"mi308x\"\n[[node]]\n[node.properties]\nnum_cp_queues = {SLOTS}\n"),
-    )
-    .unwrap();
-    let Some(emu) = mount_with(
-        "hwq-slots",
-        EmuConfig {
-            preset: Preset::Mi308x,
-            topology_file: Some(topo),
-            ..EmuConfig::default()
-        },
-    ) else {
+    let Some(emu) = mount_with_slots("hwq-slots", SLOTS) else {
         return;
     };
     let (alone_mean, alone_p99) = latency(&emu, None, || {});

@@ -53,7 +53,7 @@ struct Row {
 
 /// A batch job of 8 streams (4 busy queues, the batch class's default), connected to `agent` with `period` (µs) if given; returns its
 /// control thread's wakeups and CPU over [`WINDOW`].
-fn measure(emu: &Emu, agent: Option<&Agent>, period: Option<u64>) -> Row {
+fn measure(emu: &Emu, label: String, agent: Option<&Agent>, period: Option<u64>) -> Row {
     let mut l = Launch::new(programs().get("flood"))
         .args(["2000", "64", "2", "8"])
         .env("KFDQ_CLASS", "batch");
@@ -78,13 +78,13 @@ fn measure(emu: &Emu, agent: Option<&Agent>, period: Option<u64>) -> Row {
             let (ns1, sw1) = thread_usage(&task);
             let s = t0.elapsed().as_secs_f64();
             Row {
-                period: String::new(),
+                period: label,
                 wakeups_per_s: (sw1 - sw0) as f64 / s,
                 cpu_us_per_s: (ns1 - ns0) as f64 / 1e3 / s,
             }
         }
         None => Row {
-            period: String::new(),
+            period: label,
             wakeups_per_s: 0.0,
             cpu_us_per_s: 0.0,
         },
@@ -104,18 +104,15 @@ fn the_control_thread_wakes_once_per_activity_period_and_never_without_an_agent(
         return;
     };
     let mut rows = Vec::new();
-    let mut none = measure(&emu, None, None);
-    none.period = "no agent".into();
-    rows.push(none);
+    rows.push(measure(&emu, "no agent".into(), None, None));
     let agent = Agent::start(&emu, &two_classes("deactivate"));
     for us in [500u64, 1000, 2000, 5000, 10000] {
-        let mut r = measure(&emu, Some(&agent), Some(us));
-        r.period = format!(
+        let label = format!(
             "{} ms{}",
             us as f64 / 1000.0,
             if us == 2000 { " (default)" } else { "" }
         );
-        rows.push(r);
+        rows.push(measure(&emu, label, Some(&agent), Some(us)));
     }
     println!(
         "control thread of a batch job with 8 streams on 4 busy queues, over {} s per row",

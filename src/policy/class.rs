@@ -22,6 +22,14 @@ pub const HIP_PRIORITY_LEAST: i32 = 1;
 /// shim adds no queue to a partition that the runtime would not have created without it.
 pub const UNCLASSIFIED_HW_QUEUES: u32 = 4;
 
+/// `GPU_MAX_HW_QUEUES` for a process whose `KFDQ_CLASS` is `class`: the built-in class's
+/// [`Class::hw_queues`], or [`UNCLASSIFIED_HW_QUEUES`] for no or an unknown class name.
+pub fn hw_queues_for(class: Option<&str>) -> u32 {
+    class
+        .and_then(|c| Class::parse(c).ok())
+        .map_or(UNCLASSIFIED_HW_QUEUES, Class::hw_queues)
+}
+
 /// The largest `hw_queues` a class may ask for (per priority pool and process; a partition keeps
 /// 24 resident on gfx942, so far more than this only fills the runlist with idle queues).
 pub const MAX_HW_QUEUES: u32 = 1024;

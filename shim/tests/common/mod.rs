@@ -154,6 +154,27 @@ pub fn mount_with(test: &str, config: EmuConfig) -> Option<Emu> {
     Some(Emu { emu, _dir: dir })
 }
 
+/// Mounts kfd-emu (MI308X) with its partition keeping `slots` queues resident
+/// (`num_cp_queues`), so that a few processes can oversubscribe it; `None` when privileged
+/// tests are skipped. The topology file is read at mount time only.
+pub fn mount_with_slots(test: &str, slots: u32) -> Option<Emu> {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let topo = dir.path().join("topo.toml");
+    std::fs::write(
+        &topo,
+        format!("preset = \"mi308x\"\n[[node]]\n[node.properties]\nnum_cp_queues = {slots}\n"),
+    )
+    .expect("write the topology file");
+    mount_with(
+        test,
+        EmuConfig {
+            preset: Preset::Mi308x,
+            topology_file: Some(topo),
+            ..EmuConfig::default()
+        },
+    )
+}
+
 /// A binary of the workspace (`kfdq`, `kfdqd`) that cargo built next to the test's `deps/`.
 pub fn workspace_bin(name: &str) -> PathBuf {
     let exe = std::env::current_exe().expect("current_exe");

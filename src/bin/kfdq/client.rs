@@ -32,11 +32,18 @@ pub enum Unreachable {
     Broken(String),
 }
 
+impl Unreachable {
+    /// What went wrong, worded for the user (with the fix).
+    pub fn into_message(self) -> String {
+        match self {
+            Unreachable::NotRunning(m) | Unreachable::Broken(m) => m,
+        }
+    }
+}
+
 impl From<Unreachable> for CliError {
     fn from(u: Unreachable) -> CliError {
-        match u {
-            Unreachable::NotRunning(m) | Unreachable::Broken(m) => CliError::Usage(m),
-        }
+        CliError::Usage(u.into_message())
     }
 }
 

@@ -58,10 +58,6 @@ fn agent_hw_queues(class: &str, socket: &Path) -> Option<u32> {
     if std::env::var_os(HW_QUEUES_ENV).is_some() {
         return None;
     }
-    let fallback = kfdq::policy::class::Class::parse(class)
-        .map_or(kfdq::policy::class::UNCLASSIFIED_HW_QUEUES, |c| {
-            c.hw_queues()
-        });
     match super::client::status(socket) {
         Ok(st) => st
             .classes
@@ -69,8 +65,10 @@ fn agent_hw_queues(class: &str, socket: &Path) -> Option<u32> {
             .find(|c| c.name == class)
             .and_then(|c| c.hw_queues),
         Err(e) => {
-            let (super::client::Unreachable::NotRunning(m) | super::client::Unreachable::Broken(m)) =
-                e;
+            let (m, fallback) = (
+                e.into_message(),
+                kfdq::policy::class::hw_queues_for(Some(class)),
+            );
             eprintln!(
                 "kfdq run: warning: could not ask the agent for class {class}'s hw_queues ({m}); \
                  the shim's default for it applies ({HW_QUEUES_ENV}={fallback})"
