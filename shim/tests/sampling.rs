@@ -8,7 +8,6 @@
 
 mod common;
 
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use common::kfdqd::{Agent, two_classes};
@@ -16,34 +15,6 @@ use common::*;
 
 /// The measurement window per row.
 const WINDOW: Duration = Duration::from_secs(2);
-
-/// The control thread of `pid` (named `kfdq-shim-ctl`), if it runs.
-fn control_thread(pid: u32) -> Option<PathBuf> {
-    std::fs::read_dir(format!("/proc/{pid}/task"))
-        .ok()?
-        .filter_map(Result::ok)
-        .map(|e| e.path())
-        .find(|t| {
-            std::fs::read_to_string(t.join("comm")).is_ok_and(|c| c.trim() == "kfdq-shim-ctl")
-        })
-}
-
-/// (ns on CPU, context switches) of a thread.
-fn thread_usage(task: &std::path::Path) -> (u64, u64) {
-    let sched = std::fs::read_to_string(task.join("schedstat")).expect("schedstat");
-    let ns = sched
-        .split_whitespace()
-        .next()
-        .and_then(|v| v.parse().ok())
-        .expect("schedstat's first field");
-    let status = std::fs::read_to_string(task.join("status")).expect("status");
-    let switches = status
-        .lines()
-        .filter(|l| l.contains("ctxt_switches:"))
-        .filter_map(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
-        .sum();
-    (ns, switches)
-}
 
 struct Row {
     period: String,
@@ -70,7 +41,7 @@ fn measure(emu: &Emu, label: String, agent: Option<&Agent>, period: Option<u64>)
             app.queues().values().map(|q| q.queue_id).collect();
         a.wait_connected(app.pid, queues.len());
     }
-    let row = match control_thread(app.pid) {
+    let row = match thread_named(app.pid, "kfdq-shim-ctl") {
         Some(task) => {
             let (ns0, sw0) = thread_usage(&task);
             let t0 = Instant::now();
@@ -132,8 +103,10 @@ fn the_control_thread_wakes_once_per_activity_period_and_never_without_an_agent(
         );
     }
     let row = |p: &str| rows.iter().find(|r| r.period.starts_with(p)).unwrap();
+    // Without an agent: the unclaimed-work watch (every 500 ms for 10 s after a queue's
+    // creation, a wait then a 50 ms publish pause: two switches) and registry changes only.
     assert!(
-        row("no agent").wakeups_per_s < 5.0,
+        row("no agent").wakeups_per_s < 10.0,
         "without an agent the thread sleeps: {} wakeups/s",
         row("no agent").wakeups_per_s
     );

@@ -6,8 +6,10 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
+use super::tracer::TracerSettings;
 use crate::policy::{ClassRule, PolicyConfig, Starvation};
 use crate::proto::Level;
+use crate::proto::control::Control;
 
 /// Default configuration file.
 pub const DEFAULT_CONFIG: &str = "/etc/kfdq/kfdq.toml";
@@ -60,6 +62,9 @@ pub struct ClassConfig {
     pub max_priority: u8,
     /// Who belongs to it.
     pub matcher: Matcher,
+    /// How its processes that run without the shim are controlled: not at all (`Shim`, the
+    /// default), or through the debugger API as their ptrace tracer (`Tracer`).
+    pub control: Control,
 }
 
 /// The whole configuration.
@@ -81,6 +86,8 @@ pub struct AgentConfig {
     pub control_rate: f64,
     /// Where Prometheus metrics are served (`[metrics] listen`; `None`: not served).
     pub metrics: Option<std::net::SocketAddr>,
+    /// The tracer's periods (`[tracer]`).
+    pub tracer: TracerSettings,
     /// Classes in file order (the order rules are matched in).
     pub classes: Vec<ClassConfig>,
     /// The policy's part.
@@ -144,6 +151,13 @@ struct FileMatch {
     env: bool,
 }
 
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct FileTracer {
+    activity_us: Option<u64>,
+    scan_ms: Option<u64>,
+}
+
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct FileStarvation {
@@ -162,6 +176,7 @@ struct FileClass {
     cu_share: Option<u16>,
     window: Option<u32>,
     hw_queues: Option<u32>,
+    control: Option<String>,
     starvation: Option<FileStarvation>,
     #[serde(default, rename = "match")]
     matches: FileMatch,
@@ -180,6 +195,8 @@ struct File {
     agent: FileAgent,
     #[serde(default)]
     metrics: FileMetrics,
+    #[serde(default)]
+    tracer: FileTracer,
     #[serde(default, rename = "class")]
     classes: Vec<FileClass>,
 }
@@ -193,6 +210,17 @@ pub fn parse_level(s: &str) -> Result<Option<Level>, String> {
         "suspend" | "3" => Ok(Some(Level::Suspend)),
         other => Err(format!(
             "unknown level {other:?}: use none, hold (1), deactivate (2) or suspend (3)"
+        )),
+    }
+}
+
+/// Parses a class's `control` (`shim` or `tracer`).
+pub fn parse_control(s: &str) -> Result<Control, String> {
+    match s.trim().to_ascii_lowercase().as_str() {
+        "shim" => Ok(Control::Shim),
+        "tracer" => Ok(Control::Tracer),
+        other => Err(format!(
+            "control = {other:?} is not shim (processes under the shim only) or tracer (also processes without it, through the debugger API)"
         )),
     }
 }
@@ -244,6 +272,7 @@ impl AgentConfig {
                     env: true,
                     ..Matcher::default()
                 },
+                control: Control::Shim,
             })
             .collect();
         AgentConfig {
@@ -259,6 +288,7 @@ impl AgentConfig {
             max_connections: 4096,
             control_rate: 50.0,
             metrics: None,
+            tracer: TracerSettings::default(),
             classes,
             policy,
         }
@@ -354,6 +384,38 @@ impl AgentConfig {
             cfg.metrics = Some(addr);
         }
 
+        let tracer_line = text.find("[tracer]").map_or(0, |o| line_of(text, o));
+        let tracer_range = |v: u64, range: std::ops::RangeInclusive<u64>, what: &str| {
+            if range.contains(&v) {
+                Ok(v)
+            } else {
+                Err(invalid(
+                    tracer_line,
+                    format!(
+                        "[tracer]: {what} = {v} is out of range {}..={}",
+                        range.start(),
+                        range.end()
+                    ),
+                ))
+            }
+        };
+        if let Some(v) = file.tracer.activity_us {
+            let v = tracer_range(
+                v,
+                250..=100_000,
+                "activity_us (µs between samples of a traced process's queues)",
+            )?;
+            cfg.tracer.activity = std::time::Duration::from_micros(v);
+        }
+        if let Some(v) = file.tracer.scan_ms {
+            let v = tracer_range(
+                v,
+                50..=60_000,
+                "scan_ms (ms between looks for GPU processes without the shim)",
+            )?;
+            cfg.tracer.scan = std::time::Duration::from_millis(v);
+        }
+
         if !file.classes.is_empty() {
             cfg.classes.clear();
             cfg.policy.classes.clear();
@@ -372,6 +434,10 @@ impl AgentConfig {
                     run_ns: ms(s.run_ms, "starvation.run_ms").map_err(at)?,
                     after_ns: ms(s.after_ms, "starvation.after_ms").map_err(at)?,
                 }),
+            };
+            let control = match &c.control {
+                None => Control::Shim,
+                Some(v) => parse_control(v).map_err(at)?,
             };
             let max_priority = c.max_priority.unwrap_or(c.priority);
             if max_priority > 15 {
@@ -403,6 +469,7 @@ impl AgentConfig {
                     executables: m.executables.clone(),
                     env: m.env,
                 },
+                control,
             });
             cfg.policy.classes.push(ClassRule {
                 name: name.clone(),
@@ -470,6 +537,16 @@ impl AgentConfig {
     /// The agent's part of class `name`.
     pub fn class(&self, name: &str) -> Option<&ClassConfig> {
         self.classes.iter().find(|c| c.name == name)
+    }
+
+    /// How class `name` controls processes without the shim.
+    pub fn control(&self, name: &str) -> Control {
+        self.class(name).map_or(Control::Shim, |c| c.control)
+    }
+
+    /// True when some class takes processes without the shim.
+    pub fn uses_tracer(&self) -> bool {
+        self.classes.iter().any(|c| c.control == Control::Tracer)
     }
 }
 
@@ -572,6 +649,32 @@ starvation = { run_ms = 10, after_ms = 500 }
             .to_string();
             assert!(e.contains(":2:") && e.contains("1..=4096"), "{e}");
         }
+    }
+
+    #[test]
+    fn control_and_tracer_periods_are_checked() {
+        let c = AgentConfig::parse(
+            "[tracer]\nactivity_us = 1000\nscan_ms = 100\n\n[[class]]\nname = \"a\"\nrank = 1\npriority = 3\nlevel = \"suspend\"\ncontrol = \"tracer\"\n\n[[class]]\nname = \"b\"\nrank = 2\npriority = 9\n",
+            None,
+        )
+        .unwrap();
+        assert_eq!(c.control("a"), Control::Tracer);
+        assert_eq!(c.control("b"), Control::Shim);
+        assert!(c.uses_tracer());
+        assert!(!AgentConfig::builtin().uses_tracer(), "opt-in");
+        assert_eq!(c.tracer.activity, std::time::Duration::from_millis(1));
+        assert_eq!(c.tracer.scan, std::time::Duration::from_millis(100));
+        let e = AgentConfig::parse(
+            "[[class]]\nname = \"a\"\nrank = 1\npriority = 3\ncontrol = \"ptrace\"\n",
+            None,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains(":2:") && e.contains("tracer (also"), "{e}");
+        let e = AgentConfig::parse("\n[tracer]\nscan_ms = 5\n", None)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains(":2:") && e.contains("50..=60000"), "{e}");
     }
 
     #[test]

@@ -29,6 +29,22 @@ impl Identity {
         Ok(Identity::of_process(c.pid, c.uid, c.gid))
     }
 
+    /// The identity of a process found without a connection (real uid and gid from
+    /// `/proc/<pid>/status`); `None` when it exited.
+    pub fn of_pid(pid: u32) -> Option<Identity> {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+        let first = |key: &str| -> Option<u32> {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix(key))?
+                .split_whitespace()
+                .next()?
+                .parse()
+                .ok()
+        };
+        Some(Identity::of_process(pid, first("Uid:")?, first("Gid:")?))
+    }
+
     /// The identity of `pid`, whose credentials the kernel gave as `uid`/`gid`.
     pub fn of_process(pid: u32, uid: u32, gid: u32) -> Identity {
         let proc_dir = format!("/proc/{pid}");

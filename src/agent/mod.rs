@@ -7,11 +7,14 @@
 //! * [`identity`]: who a peer is, and which class that makes it.
 //! * [`node`]: the processes, the policy's decisions and the executor (no I/O).
 //! * [`server`]: the event loop (socket, signals, connections).
+//! * [`discover`] and [`tracer`]: processes of `control = "tracer"` classes that run without
+//!   the shim, controlled as their ptrace tracer through the debugger API.
 //! * [`metrics`]: what a Prometheus scrape shows; `http`: the endpoint that serves it.
 #![forbid(unsafe_code)]
 
 pub mod config;
 mod conn;
+pub mod discover;
 mod http;
 pub mod identity;
 pub mod metrics;
@@ -19,6 +22,7 @@ pub mod node;
 mod notify;
 pub mod server;
 mod socket;
+pub mod tracer;
 
 pub use config::{AgentConfig, ConfigError};
 pub use server::{Options, run};

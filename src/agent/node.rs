@@ -11,7 +11,8 @@ use super::identity::{Classified, Identity, classify, may_set_class};
 use super::metrics::Recorder;
 use crate::policy::{Observation, PartitionObs, Policy, ProcessObs, QueueObs, Reason, Run};
 use crate::proto::control::{
-    ClassStatus, Counters, NodeStatus, PartitionStatus, ProcessQueue, ProcessStatus,
+    ClassStatus, Control, Counters, LeftAlone, NodeStatus, PartitionStatus, ProcessQueue,
+    ProcessStatus,
 };
 use crate::proto::{AgentMsg, CuMask, Level, Registry, Reply, Request, ShimMsg, Target};
 
@@ -34,6 +35,9 @@ pub enum Out {
     Shim(ConnId, AgentMsg),
     /// To a control client.
     Control(ConnId, Reply),
+    /// Stop tracing the process of tracer session `ConnId` (resume and detach it), for the
+    /// reason given.
+    Untrace(ConnId, String),
 }
 
 #[derive(Debug)]
@@ -46,6 +50,10 @@ struct Pending {
 #[derive(Debug)]
 struct Proc {
     conn: ConnId,
+    /// Through its shim, or as its tracer (level 3 only).
+    via: Control,
+    /// A tracer session being ended: out of the policy until the tracer confirms.
+    leaving: bool,
     id: Identity,
     requested: Option<String>,
     classified: Classified,
@@ -137,6 +145,7 @@ pub struct Node {
     partitions: Vec<PartitionObs>,
     priority_note: String,
     procs: BTreeMap<u32, Proc>,
+    left_alone: BTreeMap<u32, LeftAlone>,
     waiters: Vec<Waiter>,
     seq: u64,
     started: Instant,
@@ -209,6 +218,7 @@ impl Node {
             partitions,
             priority_note,
             procs: BTreeMap::new(),
+            left_alone: BTreeMap::new(),
             waiters: Vec::new(),
             seq: 0,
             started: now,
@@ -250,6 +260,11 @@ impl Node {
         self.counters.reload_failures += 1;
     }
 
+    /// Counts a look for GPU processes without the shim.
+    pub fn scanned(&mut self) {
+        self.counters.tracer_scans += 1;
+    }
+
     /// Counts an accepted connection.
     pub fn connected(&mut self) {
         self.counters.connections += 1;
@@ -285,7 +300,8 @@ impl Node {
             .map(|(pid, _)| *pid)
     }
 
-    /// A shim said hello on `conn`. `Err` is the refusal to send.
+    /// A shim said hello on `conn`. `Err` is the refusal to send. A process the tracer
+    /// controls is handed to its shim (the shim wins): `out` gets the [`Out::Untrace`].
     pub fn hello(
         &mut self,
         conn: ConnId,
@@ -293,6 +309,7 @@ impl Node {
         version: u32,
         class: Option<String>,
         claimed_pid: u32,
+        out: &mut Vec<Out>,
     ) -> Result<(), String> {
         if version != crate::proto::VERSION {
             return Err(format!(
@@ -312,11 +329,64 @@ impl Node {
                 "the shim's pid differs from SO_PEERCRED's (another pid namespace); using SO_PEERCRED's"
             );
         }
+        if let Some(old) = self.procs.get(&id.pid)
+            && old.via == Control::Tracer
+        {
+            out.push(Out::Untrace(
+                old.conn,
+                "its shim connected to the agent (the shim controls it from now on)".into(),
+            ));
+        }
+        self.insert(conn, Control::Shim, id, class);
+        Ok(())
+    }
+
+    /// The tracer took `id`'s process (a tracer session on `conn`), which asked for class
+    /// `requested` in its environment.
+    pub fn traced(&mut self, conn: ConnId, id: Identity, requested: Option<String>) {
+        self.left_alone.remove(&id.pid);
+        self.insert(conn, Control::Tracer, id, requested);
+    }
+
+    /// Whether a process found without the shim belongs to a class the tracer controls.
+    /// Returns its class when it does.
+    pub fn tracer_class(&self, id: &Identity, requested: Option<&str>) -> Option<String> {
+        let c = classify(&self.cfg, id, requested);
+        (self.cfg.control(&c.class) == Control::Tracer).then_some(c.class)
+    }
+
+    /// True when `pid` is connected through its shim or traced.
+    pub fn knows(&self, pid: u32) -> bool {
+        self.procs.contains_key(&pid)
+    }
+
+    /// The tracer could not take `pid` (of class `class`): shown by `kfdq status` until
+    /// [`Node::forget_left_alone`] drops it.
+    pub fn left_alone(&mut self, id: &Identity, class: String, reason: String) {
+        self.left_alone.insert(
+            id.pid,
+            LeftAlone {
+                pid: id.pid,
+                exe: id.exe.clone(),
+                class,
+                reason,
+            },
+        );
+    }
+
+    /// Forgets the left-alone processes `keep` says no to (those that exited).
+    pub fn forget_left_alone(&mut self, keep: impl Fn(u32) -> bool) {
+        self.left_alone.retain(|pid, _| keep(*pid));
+    }
+
+    fn insert(&mut self, conn: ConnId, via: Control, id: Identity, class: Option<String>) {
         let classified = classify(&self.cfg, &id, class.as_deref());
         let pid = id.pid;
-        tracing::info!(pid, uid = id.uid, exe = %id.exe, class = %classified.class, "shim connected ({})", classified.reason);
+        tracing::info!(pid, uid = id.uid, exe = %id.exe, class = %classified.class, control = via.name(), "process connected ({})", classified.reason);
         let mut p = Proc {
             conn,
+            via,
+            leaving: false,
             id,
             requested: class,
             classified,
@@ -340,18 +410,17 @@ impl Node {
             p.warn(r);
         }
         self.procs.insert(pid, p);
-        Ok(())
     }
 
-    /// A shim's connection ended: the process exited, or its shim stopped (it released
-    /// everything on its side). Forgets it.
+    /// A shim's connection (or a tracer session) ended: the process exited, or its shim
+    /// stopped (it released everything on its side), or the tracer let it go. Forgets it.
     pub fn gone(&mut self, conn: ConnId, out: &mut Vec<Out>) {
         let Some(pid) = self.pid_of(conn) else {
             return;
         };
         self.procs.remove(&pid);
         self.policy.forget(pid);
-        tracing::info!(pid, "shim disconnected; forgotten");
+        tracing::info!(pid, "disconnected; forgotten");
         let mut keep = Vec::new();
         for w in self.waiters.drain(..) {
             if w.pid == pid {
@@ -545,10 +614,23 @@ impl Node {
                 i += 1;
             }
         }
+        // Tracer sessions whose class no longer takes processes without the shim.
+        for p in self.procs.values_mut() {
+            if p.via == Control::Tracer
+                && !p.leaving
+                && self.cfg.control(p.class()) != Control::Tracer
+            {
+                p.leaving = true;
+                out.push(Out::Untrace(
+                    p.conn,
+                    format!("its class {} no longer has control = \"tracer\"", p.class()),
+                ));
+            }
+        }
         let obs_procs: Vec<ProcessObs> = self
             .procs
             .iter()
-            .filter(|(_, p)| p.manual.is_none())
+            .filter(|(_, p)| p.manual.is_none() && !p.leaving)
             .map(|(pid, p)| ProcessObs {
                 pid: *pid,
                 class: p.class().to_owned(),
@@ -581,8 +663,23 @@ impl Node {
             .map(|t| (t.pid, t.run, reason_text(&t.reason)))
             .collect();
         for (pid, p) in &self.procs {
-            if let Some(l) = p.manual {
+            if let Some(l) = p.manual
+                && !p.leaving
+            {
                 wanted.push((*pid, Run::Preempted(l), "kfdq suspend".into()));
+            }
+        }
+        // The tracer has level 3 only: a traced process preempted at any level is suspended.
+        for (pid, want, why) in &mut wanted {
+            if let Run::Preempted(l) = *want
+                && l != Level::Suspend
+                && self
+                    .procs
+                    .get(pid)
+                    .is_some_and(|p| p.via == Control::Tracer)
+            {
+                *want = Run::Preempted(Level::Suspend);
+                why.push_str(" (level 3: the tracer's only level)");
             }
         }
         // Partition order: by the first partition each process has queues on.
@@ -684,6 +781,9 @@ impl Node {
             let Some(p) = self.procs.get_mut(&t.pid) else {
                 continue;
             };
+            if p.via == Control::Tracer {
+                continue;
+            }
             let masks: Vec<CuMask> = t
                 .cu_masks
                 .iter()
@@ -760,6 +860,7 @@ impl Node {
         let todo: Vec<(u32, u32)> = self
             .procs
             .iter()
+            .filter(|(_, p)| p.via == Control::Shim)
             .filter_map(|(pid, p)| {
                 let want = self.wanted_priority(p)?;
                 let differs = p
@@ -797,7 +898,7 @@ impl Node {
         let todo: Vec<(u32, Option<u32>)> = self
             .procs
             .iter()
-            .filter(|(_, p)| p.registry_gen > 0)
+            .filter(|(_, p)| p.registry_gen > 0 && p.via == Control::Shim)
             .filter_map(|(pid, p)| {
                 let want = self.cfg.policy.class(p.class()).and_then(|c| c.window);
                 let current = p.window_sent.unwrap_or(p.registry.window);
@@ -917,6 +1018,11 @@ impl Node {
                     ));
                 }
                 let p = self.target(who, pid)?;
+                if p.via == Control::Tracer {
+                    return Err(format!(
+                        "process {pid} runs without the shim: only a process itself may change its queues' priority (UPDATE_QUEUE); run it under the shim (kfdq run) to set one"
+                    ));
+                }
                 if !who.is_admin(&self.cfg) {
                     let cap = self
                         .cfg
@@ -936,7 +1042,12 @@ impl Node {
                 (pid, false, format!("priority {priority}"))
             }
             Request::Suspend { pid, level } => {
-                self.target(who, pid)?;
+                let p = self.target(who, pid)?;
+                if p.via == Control::Tracer && level != Level::Suspend {
+                    return Err(format!(
+                        "process {pid} runs without the shim and is controlled through the tracer, which can only suspend its queues (level 3): use --level suspend, or run it under the shim (kfdq run) for levels 1 and 2"
+                    ));
+                }
                 if let Some(p) = self.procs.get_mut(&pid) {
                     if p.manual == Some(level) {
                         return Ok(Some(format!(
@@ -1033,6 +1144,7 @@ impl Node {
                 priority: c.priority,
                 level: c.level,
                 hw_queues: c.hw_queues,
+                control: self.cfg.control(&c.name),
                 processes: 0,
                 preempted: 0,
             })
@@ -1091,6 +1203,7 @@ impl Node {
             }
             processes.push(ProcessStatus {
                 pid: *pid,
+                control: p.via,
                 uid: p.id.uid,
                 exe: p.id.exe.clone(),
                 class: p.class().to_owned(),
@@ -1138,6 +1251,7 @@ impl Node {
             partitions,
             classes,
             processes,
+            left_alone: self.left_alone.values().cloned().collect(),
             counters,
         }
     }

@@ -3,7 +3,7 @@
 //! (so a burst of activity is one decision), commands are written without blocking. A peer
 //! that sends garbage gets an error reply; one that says nothing costs a file descriptor.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::os::fd::AsFd;
 use std::os::unix::net::UnixListener;
 use std::path::PathBuf;
@@ -15,10 +15,12 @@ use nix::sys::signalfd::{SfdFlags, SignalFd};
 
 use super::config::AgentConfig;
 use super::conn::{Conn, Frame};
+use super::discover::{self, Found};
 use super::http::Endpoint;
 use super::identity::Identity;
 use super::node::{ConnId, Node, Out};
 use super::notify::notify;
+use super::tracer::{Cmd, Event, Tracer};
 use super::{AgentError, socket};
 use crate::kfd::{Root, Topology};
 use crate::policy::PartitionObs;
@@ -26,6 +28,9 @@ use crate::proto::{self, AgentMsg, Reply, Request, ShimMsg};
 
 /// How long shutdown waits for the shims to acknowledge their releases.
 const SHUTDOWN_WAIT: Duration = Duration::from_secs(2);
+/// A process the tracer could not take is tried again after this long (its debugger may have
+/// detached).
+const RETRY_LEFT_ALONE: Duration = Duration::from_secs(10);
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Role {
@@ -82,7 +87,12 @@ pub fn run(cfg: AgentConfig, opts: &Options) -> Result<(), AgentError> {
     for s in [Signal::SIGHUP, Signal::SIGTERM, Signal::SIGINT] {
         mask.add(s);
     }
-    mask.thread_block()
+    // SIGCHLD too, before any thread starts: the tracer thread reads its tracees' stops from
+    // a signalfd, which sees a process-directed signal only while every thread blocks it.
+    let mut blocked = mask;
+    blocked.add(Signal::SIGCHLD);
+    blocked
+        .thread_block()
         .map_err(|e| AgentError::Signals(e.to_string()))?;
     let sigfd = SignalFd::with_flags(&mask, SfdFlags::SFD_NONBLOCK | SfdFlags::SFD_CLOEXEC)
         .map_err(|e| AgentError::Signals(e.to_string()))?;
@@ -128,6 +138,18 @@ struct Server<'a> {
     next_id: ConnId,
     buckets: HashMap<u32, Bucket>,
     out: Vec<Out>,
+    root: Root,
+    /// Processes without the shim (started at the first one to take).
+    tracer: Option<Tracer>,
+    /// Tracer sessions: connection id -> pid.
+    traced: BTreeMap<ConnId, u32>,
+    /// Sent to the tracer, not answered yet.
+    seizing: BTreeMap<u32, (ConnId, Found)>,
+    /// Candidates of the last scan (a process is taken at its second).
+    candidates: BTreeSet<u32>,
+    /// Not tried again before.
+    retry: BTreeMap<u32, Instant>,
+    next_scan: Instant,
 }
 
 fn serve(
@@ -143,13 +165,27 @@ fn serve(
         next_id: 1,
         buckets: HashMap::new(),
         out: Vec::new(),
+        root: Root::new(&opts.root),
+        tracer: None,
+        traced: BTreeMap::new(),
+        seizing: BTreeMap::new(),
+        candidates: BTreeSet::new(),
+        retry: BTreeMap::new(),
+        next_scan: Instant::now(),
     };
     let mut stopping: Option<Instant> = None;
+    let mut tracer_told = false;
     loop {
         let ids: Vec<ConnId> = s.peers.keys().copied().collect();
         let deadline = match stopping {
             Some(t) => Some(t + SHUTDOWN_WAIT),
-            None => s.node.deadline(),
+            None => {
+                let scan = s.node.config().uses_tracer().then_some(s.next_scan);
+                match (s.node.deadline(), scan) {
+                    (Some(a), Some(b)) => Some(a.min(b)),
+                    (a, b) => a.or(b),
+                }
+            }
         };
         let timeout = match deadline {
             None => PollTimeout::NONE,
@@ -162,14 +198,18 @@ fn serve(
             }
         };
         let ready: Vec<(bool, bool)>;
-        let (listen_ready, sig_ready, scrape_ready);
+        let (listen_ready, sig_ready, scrape_ready, tracer_ready);
         {
-            let mut fds = Vec::with_capacity(ids.len() + 3);
+            let mut fds = Vec::with_capacity(ids.len() + 4);
             fds.push(PollFd::new(listener.as_fd(), PollFlags::POLLIN));
             fds.push(PollFd::new(sigfd.as_fd(), PollFlags::POLLIN));
             // Without an endpoint the signalfd stands in (an fd polled for nothing).
             fds.push(match metrics {
                 Some(m) => PollFd::new(m.fd(), PollFlags::POLLIN),
+                None => PollFd::new(sigfd.as_fd(), PollFlags::empty()),
+            });
+            fds.push(match &s.tracer {
+                Some(t) => PollFd::new(t.fd(), PollFlags::POLLIN),
                 None => PollFd::new(sigfd.as_fd(), PollFlags::empty()),
             });
             for id in &ids {
@@ -192,7 +232,8 @@ fn serve(
             listen_ready = rev(&fds[0]).contains(PollFlags::POLLIN);
             sig_ready = !rev(&fds[1]).is_empty();
             scrape_ready = rev(&fds[2]).contains(PollFlags::POLLIN);
-            ready = fds[3..]
+            tracer_ready = rev(&fds[3]).contains(PollFlags::POLLIN);
+            ready = fds[4..]
                 .iter()
                 .map(|f| {
                     let r = rev(f);
@@ -230,6 +271,12 @@ fn serve(
                 dirty |= s.read(*id, woke);
             }
         }
+        if tracer_ready {
+            dirty |= s.tracer_events(woke);
+        }
+        if stopping.is_none() && s.node.config().uses_tracer() && woke >= s.next_scan {
+            s.scan(woke);
+        }
         let mut sent_commands = false;
         let mut compute = Duration::ZERO;
         if stopping.is_none() && (dirty || s.node.deadline().is_some_and(|d| d <= woke)) {
@@ -240,6 +287,13 @@ fn serve(
             sent_commands = s.out[before..].iter().any(|o| matches!(o, Out::Shim(..)));
         }
         s.deliver();
+        if stopping.is_some() && !tracer_told {
+            // After the releases went out: the tracer resumes and detaches everyone.
+            tracer_told = true;
+            if let Some(t) = &mut s.tracer {
+                t.send(Cmd::Shutdown);
+            }
+        }
         if sent_commands && dirty {
             s.node.record_decision(woke.elapsed(), compute);
         }
@@ -263,6 +317,8 @@ fn serve(
                     SHUTDOWN_WAIT
                 );
             }
+            // Dropping the tracer joins its thread once it detached its tracees.
+            drop(s.tracer.take());
             return Ok(());
         }
     }
@@ -460,7 +516,7 @@ impl Server<'_> {
             }
         };
         let id = peer.id.clone();
-        match self.node.hello(cid, id, version, class, pid) {
+        match self.node.hello(cid, id, version, class, pid, &mut self.out) {
             Ok(()) => {
                 peer.role = Role::Shim;
                 self.out.push(Out::Shim(
@@ -498,9 +554,21 @@ impl Server<'_> {
 
     fn deliver(&mut self) {
         for o in std::mem::take(&mut self.out) {
-            let (cid, bytes) = match &o {
-                Out::Shim(c, m) => (*c, proto::encode(m)),
-                Out::Control(c, r) => (*c, proto::encode(r)),
+            let (cid, bytes) = match o {
+                Out::Shim(c, msg) if self.traced.contains_key(&c) => {
+                    if let (Some(t), Some(pid)) = (&mut self.tracer, self.traced.get(&c)) {
+                        t.send(Cmd::Command { pid: *pid, msg });
+                    }
+                    continue;
+                }
+                Out::Untrace(c, why) => {
+                    if let (Some(t), Some(pid)) = (&mut self.tracer, self.traced.get(&c)) {
+                        t.send(Cmd::Leave { pid: *pid, why });
+                    }
+                    continue;
+                }
+                Out::Shim(c, m) => (c, proto::encode(&m)),
+                Out::Control(c, r) => (c, proto::encode(&r)),
             };
             if let Some(p) = self.peers.get_mut(&cid)
                 && !p.conn.queue(&bytes)
@@ -539,6 +607,88 @@ impl Server<'_> {
                 let mut out = Vec::new();
                 self.node.gone(cid, &mut out);
                 self.out.extend(out);
+            }
+        }
+    }
+
+    /// Handles what the tracer reported; true when a decision is due.
+    fn tracer_events(&mut self, now: Instant) -> bool {
+        let events = match &mut self.tracer {
+            Some(t) => t.take_events(),
+            None => return false,
+        };
+        let mut dirty = false;
+        for e in events {
+            match e {
+                Event::Seized { pid, conn } => {
+                    if let Some((_, found)) = self.seizing.remove(&pid) {
+                        self.traced.insert(conn, pid);
+                        self.node.traced(conn, found.id, found.requested);
+                        dirty = true;
+                    }
+                }
+                Event::Refused { pid, reason } => {
+                    if let Some((_, found)) = self.seizing.remove(&pid) {
+                        let class = self
+                            .node
+                            .tracer_class(&found.id, found.requested.as_deref())
+                            .unwrap_or_default();
+                        self.node.left_alone(&found.id, class, reason);
+                        self.retry.insert(pid, now + RETRY_LEFT_ALONE);
+                    }
+                }
+                Event::Msg { conn, msg } => {
+                    if let Some(pid) = self.node.pid_of(conn) {
+                        dirty |= self.node.shim_message(pid, msg, now, &mut self.out);
+                    }
+                }
+                Event::Gone { conn, pid, why } => {
+                    tracing::debug!(pid, "tracer session ended: {why}");
+                    self.traced.remove(&conn);
+                    self.node.gone(conn, &mut self.out);
+                    dirty = true;
+                }
+            }
+        }
+        dirty
+    }
+
+    /// Looks for GPU processes without the shim in tracer classes and hands the settled ones
+    /// to the tracer.
+    fn scan(&mut self, now: Instant) {
+        self.next_scan = now + self.node.config().tracer.scan;
+        self.node.scanned();
+        self.retry.retain(|_, t| *t > now);
+        self.node
+            .forget_left_alone(|pid| std::path::Path::new(&format!("/proc/{pid}")).exists());
+        let found = discover::gpu_processes(&self.root, |pid| {
+            self.node.knows(pid) || self.seizing.contains_key(&pid) || self.retry.contains_key(&pid)
+        });
+        let settled = discover::settled(&self.candidates, &found);
+        self.candidates = found.iter().map(|f| f.id.pid).collect();
+        for f in settled {
+            if self
+                .node
+                .tracer_class(&f.id, f.requested.as_deref())
+                .is_none()
+            {
+                continue;
+            }
+            if self.tracer.is_none() {
+                match Tracer::start(self.root.clone(), self.node.config().tracer) {
+                    Ok(t) => self.tracer = Some(t),
+                    Err(e) => {
+                        tracing::error!("the tracer thread could not start: {e}");
+                        return;
+                    }
+                }
+            }
+            let conn = self.next_id;
+            self.next_id += 1;
+            let pid = f.id.pid;
+            self.seizing.insert(pid, (conn, f));
+            if let Some(t) = &mut self.tracer {
+                t.send(Cmd::Seize { pid, conn });
             }
         }
     }

@@ -12,6 +12,7 @@
 //! | doorbell page | `doorbell.rs` |
 //! | AQL packets, completion signals | `aql.rs` |
 //! | debugger API (RUNTIME_ENABLE, DBG_TRAP) | `debug.rs` |
+//! | being the ptrace tracer DBG_TRAP on another process needs | `ptrace.rs` |
 //! | typed values, errors, paths | `types.rs`, `error.rs`, `paths.rs` |
 //!
 //! ```no_run
@@ -38,6 +39,7 @@ pub mod ioctl;
 pub mod memory;
 pub mod paths;
 pub mod procfs;
+pub mod ptrace;
 pub mod queue;
 pub mod topology;
 pub mod types;

@@ -78,6 +78,9 @@ pub struct NodeStatus {
     pub classes: Vec<ClassStatus>,
     /// Connected GPU processes, by pid.
     pub processes: Vec<ProcessStatus>,
+    /// GPU processes of a tracer class the agent could not take, and why.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub left_alone: Vec<LeftAlone>,
     /// Counters since start.
     pub counters: Counters,
 }
@@ -115,17 +118,58 @@ pub struct ClassStatus {
     /// (`GPU_MAX_HW_QUEUES`); `None`: the shim's default for the class name.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hw_queues: Option<u32>,
+    /// How the agent controls its processes that run without the shim.
+    #[serde(default)]
+    pub control: Control,
     /// Connected processes in it.
     pub processes: u32,
     /// Of those, preempted now.
     pub preempted: u32,
 }
 
+/// How the agent controls a process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Control {
+    /// Through its shim session (every level).
+    #[default]
+    Shim,
+    /// As its ptrace tracer, through the debugger API (level 3 only): processes of classes
+    /// with `control = "tracer"` that run without the shim.
+    Tracer,
+}
+
+impl Control {
+    /// Lower-case name, as the configuration spells it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Control::Shim => "shim",
+            Control::Tracer => "tracer",
+        }
+    }
+}
+
+/// A GPU process of a tracer class the agent could not take.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeftAlone {
+    /// Process id.
+    pub pid: u32,
+    /// Executable.
+    pub exe: String,
+    /// Its class.
+    pub class: String,
+    /// Why (names the rule and the fix).
+    pub reason: String,
+}
+
 /// One connected GPU process.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ProcessStatus {
-    /// Process id (from the socket's credentials).
+    /// Process id (from the socket's credentials, or the one the tracer seized).
     pub pid: u32,
+    /// Through its shim or as its tracer.
+    #[serde(default)]
+    pub control: Control,
     /// Its user.
     pub uid: u32,
     /// Executable.
@@ -158,7 +202,8 @@ pub struct ProcessQueue {
     pub queue_id: u32,
     /// Partition.
     pub gpu_id: u32,
-    /// Priority in effect.
+    /// Priority in effect (0 for a traced process: a queue's priority cannot be read from
+    /// outside its process).
     pub priority: u32,
     /// Busy at the last report.
     pub busy: bool,
@@ -181,6 +226,9 @@ pub struct Counters {
     pub preempts_per_s: f64,
     /// Malformed, oversized or truncated messages answered with an error.
     pub bad_messages: u64,
+    /// Looks for GPU processes without the shim (only with a `control = "tracer"` class).
+    #[serde(default)]
+    pub tracer_scans: u64,
     /// Connections accepted.
     pub connections: u64,
     /// Decision latency (first message of the triggering batch read -> commands written), µs:

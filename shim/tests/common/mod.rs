@@ -570,3 +570,30 @@ pub fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
         std::thread::sleep(Duration::from_millis(2));
     }
 }
+
+/// The thread of `pid` named `comm` (`/proc/<pid>/task/<tid>`), if it runs.
+pub fn thread_named(pid: u32, comm: &str) -> Option<PathBuf> {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .ok()?
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .find(|t| std::fs::read_to_string(t.join("comm")).is_ok_and(|c| c.trim() == comm))
+}
+
+/// (ns on CPU, context switches) of a thread (`schedstat`'s first field; `status`'s voluntary
+/// and involuntary switches, one per wakeup or preemption).
+pub fn thread_usage(task: &Path) -> (u64, u64) {
+    let sched = std::fs::read_to_string(task.join("schedstat")).expect("schedstat");
+    let ns = sched
+        .split_whitespace()
+        .next()
+        .and_then(|v| v.parse().ok())
+        .expect("schedstat's first field");
+    let status = std::fs::read_to_string(task.join("status")).expect("status");
+    let switches = status
+        .lines()
+        .filter(|l| l.contains("ctxt_switches:"))
+        .filter_map(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+        .sum();
+    (ns, switches)
+}

@@ -5,9 +5,22 @@
  * until the file named by $KFDQ_TEST_STOP exists. Prints its queues (`queue flood ...` for the
  * first stream, `queue flood<k> ...` for the others), `flooding` once the first dispatch is
  * queued, with $KFDQ_FLOOD_PROGRESS set `done <t_us>` (CLOCK_MONOTONIC) as each dispatch is
- * seen complete, and at the end `flood dispatches <completed> seconds <elapsed>`.
+ * seen complete, and at the end `flood dispatches <completed> seconds <elapsed>`. A SIGUSR1 prints
+ * `signal USR1` from its handler (the tracer tests check that a traced process gets its signals).
  */
 #include "common.h"
+
+#include <signal.h>
+
+static void on_usr1(int sig)
+{
+	static const char line[] = "signal USR1\n";
+
+	(void)sig;
+	if (write(1, line, sizeof(line) - 1) < 0) {
+		/* nothing to do in a handler */
+	}
+}
 
 struct kernel {
 	uint32_t magic;
@@ -35,6 +48,7 @@ int main(int argc, char **argv)
 
 	if (in_flight < 1 || in_flight > MAX_IN_FLIGHT || streams < 1 || streams > MAX_STREAMS)
 		return 2;
+	signal(SIGUSR1, on_usr1);
 	for (int j = 0; j < streams; j++) {
 		char name[32];
 

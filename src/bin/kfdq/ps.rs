@@ -6,7 +6,7 @@ use super::table::Table;
 use super::{CliError, kfd_error, print_json};
 use kfdq::kfd::Root;
 use kfdq::kfd::procfs::{self, ProcQueue};
-use kfdq::proto::control::ProcessStatus;
+use kfdq::proto::control::{Control, ProcessStatus};
 use kfdq::proto::state::read_registry;
 use kfdq::proto::{QueueInfo, Registry, StreamInfo, StreamKind};
 
@@ -19,6 +19,8 @@ struct QueueView<'a> {
     managed: Option<&'a QueueInfo>,
     /// Streams on this queue (shim registry).
     streams: Vec<&'a StreamInfo>,
+    /// Suspended by the agent's tracer (a process without the shim).
+    traced_suspended: bool,
 }
 
 #[derive(Serialize)]
@@ -110,11 +112,18 @@ pub(super) fn run(root: &Root, agent: &std::path::Path, json: bool) -> Result<()
                                 .collect()
                         })
                         .unwrap_or_default();
+                    let traced_suspended = agent_view(p.pid).is_some_and(|a| {
+                        a.control == Control::Tracer
+                            && a.queues
+                                .iter()
+                                .any(|x| x.queue_id == q.queue_id.0 && x.preempted.is_some())
+                    });
                     QueueView {
                         queue: q,
                         type_name: q.type_name(),
                         managed,
                         streams,
+                        traced_suspended,
                     }
                 })
                 .collect(),
@@ -139,6 +148,7 @@ pub(super) fn run(root: &Root, agent: &std::path::Path, json: bool) -> Result<()
         "STATE",
         "BUSY",
         "WINDOW",
+        "CONTROL",
         "AGENT",
     ]);
     for p in &views {
@@ -151,6 +161,9 @@ pub(super) fn run(root: &Root, agent: &std::path::Path, json: bool) -> Result<()
         let agent_state = p
             .agent
             .map_or_else(|| "-".to_string(), |a| format!("{}: {}", a.state, a.reason));
+        let control = p
+            .agent
+            .map_or_else(|| "-".to_string(), |a| a.control.name().to_string());
         if p.queues.is_empty() {
             t.row(vec![
                 p.pid.to_string(),
@@ -165,6 +178,7 @@ pub(super) fn run(root: &Root, agent: &std::path::Path, json: bool) -> Result<()
                 "-".into(),
                 "-".into(),
                 "-".into(),
+                control.clone(),
                 agent_state.clone(),
             ]);
         }
@@ -186,6 +200,11 @@ pub(super) fn run(root: &Root, agent: &std::path::Path, json: bool) -> Result<()
                         "active"
                     },
                 ),
+                // Without the shim, the agent's tracer knows whether it suspended the queue.
+                None if q.traced_suspended => ("?".into(), "suspended"),
+                None if p.agent.is_some_and(|a| a.control == Control::Tracer) => {
+                    ("?".into(), "active")
+                }
                 None => ("?".into(), "?"),
             };
             let streams = if q.streams.is_empty() {
@@ -213,6 +232,7 @@ pub(super) fn run(root: &Root, agent: &std::path::Path, json: bool) -> Result<()
                     .map_or("-", |x| if x.busy { "yes" } else { "no" })
                     .into(),
                 window_cell(p.window, q.managed),
+                control.clone(),
                 agent_state.clone(),
             ]);
         }
@@ -247,7 +267,9 @@ fn partition_line(views: &[ProcessView<'_>], gpu: u32, slots: u32) -> String {
         .collect();
     let active = queues
         .iter()
-        .filter(|q| q.managed.is_none_or(|m| !(m.deactivated || m.suspended)))
+        .filter(|q| {
+            !q.traced_suspended && q.managed.is_none_or(|m| !(m.deactivated || m.suspended))
+        })
         .count();
     let mut line = format!(
         "gpu {gpu:#06x}: {} queue(s), {active} active, {slots} resident slots",

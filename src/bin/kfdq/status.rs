@@ -9,7 +9,7 @@ use super::table::Table;
 use super::{CliError, print_json};
 use kfdq::kfd::Root;
 use kfdq::proto::Level;
-use kfdq::proto::control::NodeStatus;
+use kfdq::proto::control::{Control, NodeStatus};
 
 fn level(l: Option<Level>) -> String {
     match l {
@@ -56,6 +56,7 @@ pub fn render(s: &NodeStatus) -> String {
         ">PRIORITY",
         "PREEMPTED AT",
         ">HW QUEUES",
+        "WITHOUT SHIM",
         ">PROCESSES",
         ">PREEMPTED",
     ]);
@@ -67,6 +68,10 @@ pub fn render(s: &NodeStatus) -> String {
             level(c.level),
             c.hw_queues
                 .map_or_else(|| "shim".to_string(), |n| n.to_string()),
+            match c.control {
+                Control::Shim => "left alone".into(),
+                Control::Tracer => "tracer".into(),
+            },
             c.processes.to_string(),
             c.preempted.to_string(),
         ]);
@@ -77,7 +82,7 @@ pub fn render(s: &NodeStatus) -> String {
         out += "no GPU process is connected (processes connect when they run under the shim with KFDQ_SOCKET set: `kfdq run --socket ...`)\n";
     } else {
         let mut t = Table::new(&[
-            ">PID", ">UID", "CLASS", "STATE", "WHY", ">QUEUES", ">BUSY", "EXE",
+            ">PID", ">UID", "CLASS", "CONTROL", "STATE", "WHY", ">QUEUES", ">BUSY", "EXE",
         ]);
         for p in &s.processes {
             let state = match p.manual {
@@ -88,6 +93,7 @@ pub fn render(s: &NodeStatus) -> String {
                 p.pid.to_string(),
                 p.uid.to_string(),
                 p.class.clone(),
+                p.control.name().into(),
                 state,
                 p.reason.clone(),
                 p.queues.len().to_string(),
@@ -101,6 +107,12 @@ pub fn render(s: &NodeStatus) -> String {
                 out += &format!("warning: pid {}: {w}\n", p.pid);
             }
         }
+    }
+    for l in &s.left_alone {
+        out += &format!(
+            "not controlled: pid {} ({}, class {}): {}\n",
+            l.pid, l.exe, l.class, l.reason
+        );
     }
     let c = &s.counters;
     out += &format!(

@@ -67,6 +67,13 @@ fn main() -> ExitCode {
                 c.hw_queues
                     .map_or(String::new(), |n| format!(", {n} hw queues per priority"))
             );
+            if cfg.control(&c.name) == kfdq::proto::control::Control::Tracer {
+                println!(
+                    "  without the shim: traced (ptrace + DBG_TRAP, level 3 only; samples every {} µs, looks for processes every {} ms)",
+                    cfg.tracer.activity.as_micros(),
+                    cfg.tracer.scan.as_millis()
+                );
+            }
             if c.level == Some(kfdq::proto::Level::Hold) && c.window.is_none() {
                 println!(
                     "  note: class {} is held (level 1) with an unbounded in-flight window: a hold stops only its \

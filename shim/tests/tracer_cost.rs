@@ -1,0 +1,171 @@
+//! What the tracer path costs: the suspend / resume round trip of a control request (sent →
+//! the agent's reply, which comes once the command took effect) through the tracer next to the
+//! same round trip through a shim, and the tracer thread's CPU and wakeups per activity period
+//! and number of tracees (`/proc/<kfdqd>/task/<tracer>/schedstat` and `status` over a fixed
+//! window). `cargo test -p kfdq-shim --test tracer_cost -- --nocapture` prints the tables recorded
+//! in docs/performance.md ("Tracer path"); the test asserts counts and orderings with wide
+//! margins only.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::kfdqd::Agent;
+use common::*;
+use kfdq::proto::control::Control;
+use kfdq::proto::{Level, Reply, Request};
+
+/// The measurement window per sampling row.
+const WINDOW: Duration = Duration::from_secs(2);
+/// Suspend/resume pairs per path.
+const PAIRS: usize = 20;
+
+fn config(activity_us: u64) -> String {
+    format!(
+        "[agent]\nhysteresis_ms = 20\nmin_preempt_interval_ms = 1\ncontrol_requests_per_s = 10000\n\n[tracer]\nactivity_us = {activity_us}\n\n[[class]]\nname = \"batch\"\nrank = 0\npriority = 3\nlevel = \"suspend\"\ncontrol = \"tracer\"\nmatch = {{ env = true }}\n"
+    )
+}
+
+fn flood(emu: &Emu, agent: &Agent, shim: bool) -> App {
+    let mut l = Launch::new(programs().get("flood"))
+        .args(["2000", "64", "2"])
+        .env("KFDQ_CLASS", "batch");
+    if shim {
+        l = l.env("KFDQ_SOCKET", agent.sock.display().to_string());
+    } else {
+        l.preload = false;
+    }
+    let mut app = l.start(emu);
+    app.wait_line("flooding");
+    let want = if shim { Control::Shim } else { Control::Tracer };
+    agent.wait("the flood under control", |s| {
+        s.processes
+            .iter()
+            .any(|p| p.pid == app.pid && p.control == want && !p.queues.is_empty())
+    });
+    app
+}
+
+fn done(r: Reply) {
+    assert!(matches!(r, Reply::Done { .. }), "{r:?}");
+}
+
+/// (suspend µs, resume µs) per pair.
+fn round_trips(agent: &Agent, pid: u32) -> (Vec<f64>, Vec<f64>) {
+    let mut s = Vec::new();
+    let mut r = Vec::new();
+    for _ in 0..PAIRS {
+        let t = Instant::now();
+        done(agent.request(&Request::Suspend {
+            pid,
+            level: Level::Suspend,
+        }));
+        s.push(t.elapsed().as_secs_f64() * 1e6);
+        let t = Instant::now();
+        done(agent.request(&Request::Resume { pid }));
+        r.push(t.elapsed().as_secs_f64() * 1e6);
+    }
+    (s, r)
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+struct Row {
+    label: String,
+    wakeups_per_s: f64,
+    cpu_us_per_s: f64,
+}
+
+fn sample_row(emu: &Emu, activity_us: u64, tracees: usize) -> Row {
+    let agent = Agent::start(emu, &config(activity_us));
+    let apps: Vec<App> = (0..tracees).map(|_| flood(emu, &agent, false)).collect();
+    let task = thread_named(agent.child.id(), "kfdqd-tracer").expect("the tracer thread");
+    let (ns0, sw0) = thread_usage(&task);
+    let t0 = Instant::now();
+    std::thread::sleep(WINDOW);
+    let (ns1, sw1) = thread_usage(&task);
+    let s = t0.elapsed().as_secs_f64();
+    for a in apps {
+        a.stop();
+        a.finish();
+    }
+    Row {
+        label: format!("{} ms, {tracees} tracee(s)", activity_us as f64 / 1000.0),
+        wakeups_per_s: (sw1 - sw0) as f64 / s,
+        cpu_us_per_s: (ns1 - ns0) as f64 / 1e3 / s,
+    }
+}
+
+#[test]
+fn the_tracer_path_costs_are_measured() {
+    let Some(emu) = mount("tracer_cost") else {
+        return;
+    };
+    // Round trips: one traced and one shim process of the same class, same agent.
+    let agent = Agent::start(&emu, &config(2000));
+    let traced = flood(&emu, &agent, false);
+    let shimmed = flood(&emu, &agent, true);
+    let (mut ts, mut tr) = round_trips(&agent, traced.pid);
+    let (mut ss, mut sr) = round_trips(&agent, shimmed.pid);
+    println!(
+        "suspend / resume round trip (control request sent -> reply after the ack), median of {PAIRS}"
+    );
+    println!("{:<10} {:>14} {:>14}", "path", "suspend us", "resume us");
+    let (a, b, c, d) = (
+        median(&mut ts),
+        median(&mut tr),
+        median(&mut ss),
+        median(&mut sr),
+    );
+    println!("{:<10} {a:>14.0} {b:>14.0}", "tracer");
+    println!("{:<10} {c:>14.0} {d:>14.0}", "shim");
+    println!(
+        "tracer/shim ratio: suspend {:.2}, resume {:.2}",
+        a / c,
+        b / d
+    );
+    traced.stop();
+    traced.finish();
+    shimmed.stop();
+    shimmed.finish();
+    drop(agent);
+
+    let mut rows = Vec::new();
+    for (us, n) in [(500, 1), (2000, 1), (2000, 4), (10000, 1)] {
+        rows.push(sample_row(&emu, us, n));
+    }
+    println!("tracer thread over {} s per row", WINDOW.as_secs());
+    println!(
+        "{:<24} {:>12} {:>16} {:>14}",
+        "activity period", "wakeups/s", "CPU us per s", "% of a core"
+    );
+    for r in &rows {
+        println!(
+            "{:<24} {:>12.0} {:>16.0} {:>14.2}",
+            r.label,
+            r.wakeups_per_s,
+            r.cpu_us_per_s,
+            r.cpu_us_per_s / 1e4
+        );
+    }
+    // At most one wakeup per period plus stops and commands; at least a third of the periods.
+    for (r, per_s) in rows.iter().zip([2000.0, 500.0, 500.0, 100.0]) {
+        assert!(
+            r.wakeups_per_s > per_s / 3.0 && r.wakeups_per_s < per_s * 1.5 + 50.0,
+            "{}: {} wakeups/s",
+            r.label,
+            r.wakeups_per_s
+        );
+    }
+    assert!(
+        rows[0].cpu_us_per_s > 2.0 * rows[3].cpu_us_per_s,
+        "a shorter period costs more CPU"
+    );
+    assert!(
+        rows[2].cpu_us_per_s > rows[1].cpu_us_per_s,
+        "four tracees cost more than one"
+    );
+}
