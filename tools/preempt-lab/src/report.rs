@@ -1,0 +1,283 @@
+//! Aggregation over seeds and the report's forms: a table for people, JSON and CSV for scripts.
+//! Everything in a report follows from the seeds; the same seeds give byte-identical JSON
+//! (the simulation's wall-clock speed is printed apart, never in the report).
+
+use serde::Serialize;
+
+use crate::scenario::Scenario;
+use crate::sim::{Control, RunResult};
+
+/// Nearest-rank quantile of `v` (empty: 0).
+pub fn quantile(v: &[f64], q: f64) -> f64 {
+    if v.is_empty() {
+        return 0.0;
+    }
+    let mut s = v.to_vec();
+    s.sort_by(f64::total_cmp);
+    let rank = ((q * s.len() as f64).ceil() as usize).clamp(1, s.len());
+    s[rank - 1]
+}
+
+fn median(v: &[f64]) -> f64 {
+    quantile(v, 0.5)
+}
+
+fn max(v: &[f64]) -> f64 {
+    v.iter().copied().fold(0.0, f64::max)
+}
+
+fn min(v: &[f64]) -> f64 {
+    v.iter().copied().fold(f64::INFINITY, f64::min)
+}
+
+/// Rounds to 4 decimals: reports compare across runs and machines, and the last bits of a
+/// float carry nothing.
+fn r4(x: f64) -> f64 {
+    (x * 1e4).round() / 1e4
+}
+
+fn lp_per_s(r: &RunResult) -> f64 {
+    if r.elapsed_ns == 0 {
+        0.0
+    } else {
+        r.lp_kernels as f64 / (r.elapsed_ns as f64 / 1e9)
+    }
+}
+
+/// One configuration over all seeds.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Row {
+    /// The configuration.
+    pub control: String,
+    /// HP P50 relative to alone (median over seeds of the per-seed ratio).
+    pub hp_p50_rel: f64,
+    /// HP P99 relative to alone.
+    pub hp_p99_rel: f64,
+    /// HP max relative to alone.
+    pub hp_max_rel: f64,
+    /// Smallest per-seed P99 ratio.
+    pub hp_p99_rel_min: f64,
+    /// Largest per-seed P99 ratio.
+    pub hp_p99_rel_max: f64,
+    /// LP throughput relative to alone (median over seeds).
+    pub lp_rel: f64,
+    /// Device-wide preempts per simulated second (median over seeds).
+    pub preempts_per_s: f64,
+    /// Preemption latency over every seed's preemptions, µs: P50.
+    pub preempt_latency_p50_us: f64,
+    /// Preemption latency P99, µs.
+    pub preempt_latency_p99_us: f64,
+    /// Per seed: HP P99 in µs.
+    pub hp_p99_us_per_seed: Vec<f64>,
+}
+
+impl Row {
+    /// The names of [`Row::numbers`], as CSV columns.
+    pub const COLUMNS: [&str; 9] = [
+        "hp_p50_rel",
+        "hp_p99_rel",
+        "hp_max_rel",
+        "hp_p99_rel_min",
+        "hp_p99_rel_max",
+        "lp_rel",
+        "preempts_per_s",
+        "preempt_latency_p50_us",
+        "preempt_latency_p99_us",
+    ];
+
+    /// The row's figures in [`Row::COLUMNS`] order.
+    pub fn numbers(&self) -> [f64; 9] {
+        [
+            self.hp_p50_rel,
+            self.hp_p99_rel,
+            self.hp_max_rel,
+            self.hp_p99_rel_min,
+            self.hp_p99_rel_max,
+            self.lp_rel,
+            self.preempts_per_s,
+            self.preempt_latency_p50_us,
+            self.preempt_latency_p99_us,
+        ]
+    }
+
+    /// The row of `control` from its runs, one per seed, against the alone runs of the same
+    /// seeds.
+    pub fn new(
+        control: Control,
+        runs: &[RunResult],
+        hp_alone: &[RunResult],
+        lp_alone: &[RunResult],
+    ) -> Row {
+        let ratio = |q: f64| -> Vec<f64> {
+            runs.iter()
+                .zip(hp_alone)
+                .map(|(r, a)| {
+                    let base = quantile(&a.hp_latency_us, q);
+                    if base > 0.0 {
+                        quantile(&r.hp_latency_us, q) / base
+                    } else {
+                        0.0
+                    }
+                })
+                .collect()
+        };
+        let p99 = ratio(0.99);
+        let lp: Vec<f64> = runs
+            .iter()
+            .zip(lp_alone)
+            .map(|(r, a)| {
+                let base = lp_per_s(a);
+                if base > 0.0 { lp_per_s(r) / base } else { 0.0 }
+            })
+            .collect();
+        let pps: Vec<f64> = runs
+            .iter()
+            .map(|r| r.device_preempts as f64 / (r.elapsed_ns.max(1) as f64 / 1e9))
+            .collect();
+        let lat: Vec<f64> = runs
+            .iter()
+            .flat_map(|r| r.preempt_latency_us.iter().copied())
+            .collect();
+        Row {
+            control: control.name().into(),
+            hp_p50_rel: r4(median(&ratio(0.5))),
+            hp_p99_rel: r4(median(&p99)),
+            hp_max_rel: r4(median(&ratio(1.0))),
+            hp_p99_rel_min: r4(min(&p99)),
+            hp_p99_rel_max: r4(max(&p99)),
+            lp_rel: r4(median(&lp)),
+            preempts_per_s: r4(median(&pps)),
+            preempt_latency_p50_us: r4(quantile(&lat, 0.5)),
+            preempt_latency_p99_us: r4(quantile(&lat, 0.99)),
+            hp_p99_us_per_seed: runs
+                .iter()
+                .map(|r| r4(quantile(&r.hp_latency_us, 0.99)))
+                .collect(),
+        }
+    }
+}
+
+/// The jobs alone (the baselines), medians over seeds.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Baseline {
+    /// HP P50 alone, µs.
+    pub hp_p50_us: f64,
+    /// HP P99 alone, µs.
+    pub hp_p99_us: f64,
+    /// HP max alone, µs.
+    pub hp_max_us: f64,
+    /// LP kernels per second alone.
+    pub lp_kernels_per_s: f64,
+}
+
+/// A scenario's results.
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    /// The scenario as run (workloads, classes' origin, parameters, seeds).
+    pub scenario: Scenario,
+    /// The jobs alone.
+    pub alone: Baseline,
+    /// One row per configuration.
+    pub rows: Vec<Row>,
+    /// Dispatches completed over all runs (the simulation's work).
+    pub completions: u64,
+}
+
+impl Report {
+    /// The report of `scenario`'s runs.
+    pub fn new(
+        scenario: &Scenario,
+        hp_alone: &[RunResult],
+        lp_alone: &[RunResult],
+        rows: Vec<Row>,
+        completions: u64,
+    ) -> Report {
+        let per = |f: &dyn Fn(&RunResult) -> f64, v: &[RunResult]| {
+            r4(median(&v.iter().map(f).collect::<Vec<_>>()))
+        };
+        Report {
+            scenario: scenario.clone(),
+            alone: Baseline {
+                hp_p50_us: per(&|r| quantile(&r.hp_latency_us, 0.5), hp_alone),
+                hp_p99_us: per(&|r| quantile(&r.hp_latency_us, 0.99), hp_alone),
+                hp_max_us: per(&|r| quantile(&r.hp_latency_us, 1.0), hp_alone),
+                lp_kernels_per_s: per(&lp_per_s, lp_alone),
+            },
+            rows,
+            completions,
+        }
+    }
+
+    /// The report as a table.
+    pub fn table(&self) -> String {
+        let s = &self.scenario;
+        let mut out = format!(
+            "scenario {}: HP {} ({}), LP {} ({}), {} requests x {} seeds; classes: {} ({} / {})\n\
+             alone: HP P50 {:.2} ms, P99 {:.2} ms, max {:.2} ms; LP {:.1} kernels/s\n\n",
+            s.name,
+            s.hp.shape.name(),
+            s.hp.arrival,
+            s.lp.shape.name(),
+            s.lp.arrival,
+            s.requests,
+            s.seeds.len(),
+            s.classes_from,
+            s.hp_class,
+            s.lp_class,
+            self.alone.hp_p50_us / 1e3,
+            self.alone.hp_p99_us / 1e3,
+            self.alone.hp_max_us / 1e3,
+            self.alone.lp_kernels_per_s,
+        );
+        out += &format!(
+            "{:<10} {:>9} {:>9} {:>9} {:>15} {:>7} {:>11} {:>18}\n",
+            "config",
+            "P50 x",
+            "P99 x",
+            "max x",
+            "P99 x spread",
+            "LP x",
+            "preempts/s",
+            "preempt us p50/99"
+        );
+        for r in &self.rows {
+            let [p50, p99, max, lo, hi, lp, pps, l50, l99] = r.numbers();
+            let lat = if l50 > 0.0 {
+                format!("{l50:.0} / {l99:.0}")
+            } else {
+                "-".into()
+            };
+            out += &format!(
+                "{:<10} {p50:>8.2}x {p99:>8.2}x {max:>8.2}x {lo:>7.2}-{hi:<7.2} {lp:>7.3} {pps:>11.1} {lat:>18}\n",
+                r.control
+            );
+        }
+        out
+    }
+
+    /// The rows as CSV (header first).
+    pub fn csv(&self) -> String {
+        let mut out = format!("scenario,control,{}\n", Row::COLUMNS.join(","));
+        for r in &self.rows {
+            let nums: Vec<String> = r.numbers().iter().map(f64::to_string).collect();
+            out += &format!("{},{},{}\n", self.scenario.name, r.control, nums.join(","));
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nearest_rank_quantiles() {
+        let v: Vec<f64> = (1..=100).map(f64::from).collect();
+        assert_eq!(quantile(&v, 0.5), 50.0);
+        assert_eq!(quantile(&v, 0.99), 99.0);
+        assert_eq!(quantile(&v, 1.0), 100.0);
+        assert_eq!(quantile(&[3.0, 1.0, 2.0], 0.5), 2.0);
+        assert_eq!(quantile(&[], 0.5), 0.0);
+        assert_eq!(r4(1.234_56), 1.2346);
+    }
+}

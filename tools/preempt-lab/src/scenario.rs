@@ -1,0 +1,181 @@
+//! Scenarios: a pair of workloads and the configurations to compare, run over seeds. Every
+//! configuration of a seed shares that seed's arrivals, so the ratios compare like with like.
+
+use gfx_model::{Params, Shape as GpuShape};
+use kfdq::policy::PolicyConfig;
+use kfdq::proto::Level;
+use serde::Serialize;
+
+use crate::report::{Report, Row};
+use crate::sim::{self, Control, HostParams, RunResult, Setup, SetupError};
+use crate::workload::{Arrival, Shape, Workload};
+
+/// Built-in scenario names.
+pub const SCENARIOS: [&str; 1] = ["field"];
+
+/// Every configuration a scenario compares, in table order.
+pub const CONTROLS: [Control; 5] = [
+    Control::Native,
+    Control::PriorityOnly,
+    Control::Level(Level::Hold),
+    Control::Level(Level::Deactivate),
+    Control::Level(Level::Suspend),
+];
+
+/// Parses a configuration name (`native`, `priority`, `l1`..`l3`).
+pub fn parse_control(s: &str) -> Result<Control, String> {
+    match s.trim().to_ascii_lowercase().as_str() {
+        "native" => Ok(Control::Native),
+        "priority" => Ok(Control::PriorityOnly),
+        "l1" | "1" | "hold" => Ok(Control::Level(Level::Hold)),
+        "l2" | "2" | "deactivate" => Ok(Control::Level(Level::Deactivate)),
+        "l3" | "3" | "suspend" => Ok(Control::Level(Level::Suspend)),
+        other => Err(format!(
+            "unknown configuration {other:?}: use native, priority, l1, l2 or l3"
+        )),
+    }
+}
+
+/// What a scenario runs: two jobs, the classes, and the model's parameters.
+#[derive(Debug, Clone, Serialize)]
+pub struct Scenario {
+    /// Its name.
+    pub name: String,
+    /// The latency-critical job.
+    pub hp: Workload,
+    /// The batch job.
+    pub lp: Workload,
+    /// HP requests per run.
+    pub requests: usize,
+    /// Seeds (one run per configuration and seed).
+    pub seeds: Vec<u64>,
+    /// Configurations compared.
+    pub controls: Vec<Control>,
+    /// The classes (`[[class]]` of a kfdq.toml, or kfdq's built-in ones).
+    #[serde(skip)]
+    pub policy: PolicyConfig,
+    /// Where the classes came from.
+    pub classes_from: String,
+    /// The HP job's class.
+    pub hp_class: String,
+    /// The LP job's class.
+    pub lp_class: String,
+    /// Level-3 grace period (1K GPU clocks).
+    pub grace_period: u32,
+    /// The partition.
+    #[serde(skip)]
+    pub gpu: GpuShape,
+    /// The partition model's parameters.
+    pub params: Params,
+    /// The host model.
+    pub host: HostParams,
+}
+
+impl Scenario {
+    /// The field's scenario (docs/experiments.md): ResNet-18-like requests at 20/s (Poisson)
+    /// next to a ResNet-50-batch-like closed loop 8 deep, on an MI308X partition, with kfdq's
+    /// built-in `latency` and `batch` classes; `lp_wg_us` is the batch work-group time.
+    pub fn field(lp_wg_us: f64) -> Scenario {
+        Scenario {
+            name: "field".into(),
+            hp: Workload::new(Shape::Resnet18, None, Arrival::Poisson { rate: 20.0 }),
+            lp: Workload::new(
+                Shape::Resnet50Batch,
+                Some(lp_wg_us),
+                Arrival::ClosedLoop { depth: 8 },
+            ),
+            requests: 200,
+            seeds: (1..=5).collect(),
+            controls: CONTROLS.to_vec(),
+            policy: PolicyConfig::builtin(),
+            classes_from: "kfdq's built-in classes".into(),
+            hp_class: "latency".into(),
+            lp_class: "batch".into(),
+            grace_period: 0,
+            gpu: GpuShape::mi308x(),
+            params: Params::default(),
+            host: HostParams::default(),
+        }
+    }
+
+    /// A built-in scenario by name.
+    pub fn named(name: &str, lp_wg_us: f64) -> Result<Scenario, String> {
+        match name {
+            "field" => Ok(Scenario::field(lp_wg_us)),
+            other => Err(format!(
+                "unknown scenario {other:?}: built-in scenarios are {}",
+                SCENARIOS.join(", ")
+            )),
+        }
+    }
+
+    /// One run's setup: `control` with seed `seed`, with the HP and/or LP job.
+    pub fn setup(&self, control: Control, seed: u64, hp: bool, lp: bool) -> Setup {
+        let duration = (self.requests as f64 / hp_rate(&self.hp) * 1e9) as u64;
+        Setup {
+            hp: hp.then(|| self.hp.clone()),
+            lp: lp.then(|| self.lp.clone()),
+            control,
+            policy: self.policy.clone(),
+            hp_class: self.hp_class.clone(),
+            lp_class: self.lp_class.clone(),
+            grace_period: self.grace_period,
+            gpu: self.gpu,
+            params: self.params,
+            host: self.host,
+            requests: self.requests,
+            duration_ns: duration,
+            seed,
+        }
+    }
+
+    /// Runs every configuration over every seed (plus each job alone per seed) and reports.
+    /// `progress` is told each run as it ends.
+    pub fn run(&self, mut progress: impl FnMut(&str, u64)) -> Result<Report, SetupError> {
+        let mut hp_alone = Vec::new();
+        let mut lp_alone = Vec::new();
+        let mut completions = 0u64;
+        for &seed in &self.seeds {
+            let r = sim::run(&self.setup(Control::Alone, seed, true, false))?;
+            completions += r.completions;
+            hp_alone.push(r);
+            progress("hp alone", seed);
+            let r = sim::run(&self.setup(Control::Alone, seed, false, true))?;
+            completions += r.completions;
+            lp_alone.push(r);
+            progress("lp alone", seed);
+        }
+        let mut rows = Vec::new();
+        for &c in &self.controls {
+            let mut runs: Vec<RunResult> = Vec::new();
+            for &seed in &self.seeds {
+                let r = sim::run(&self.setup(c, seed, true, true))?;
+                completions += r.completions;
+                runs.push(r);
+                progress(c.name(), seed);
+            }
+            rows.push(Row::new(c, &runs, &hp_alone, &lp_alone));
+        }
+        Ok(Report::new(self, &hp_alone, &lp_alone, rows, completions))
+    }
+}
+
+fn hp_rate(w: &Workload) -> f64 {
+    match w.arrival {
+        Arrival::Periodic { rate } | Arrival::Poisson { rate } => rate,
+        Arrival::ClosedLoop { .. } => 1.0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn controls_parse() {
+        assert_eq!(parse_control("L2"), Ok(Control::Level(Level::Deactivate)));
+        assert_eq!(parse_control("priority"), Ok(Control::PriorityOnly));
+        assert!(parse_control("l4").unwrap_err().contains("l3"));
+        assert!(Scenario::named("nope", 1.0).unwrap_err().contains("field"));
+    }
+}

@@ -1,0 +1,548 @@
+//! One simulated run: an HP (latency-critical) job and an LP (batch) job on one gfx942
+//! partition, in virtual time, with kfdq's policy deciding and a host model carrying its
+//! decisions to the GPU.
+//!
+//! The host model, in the order a preemption takes: the shim samples its queues every
+//! `activity_ns` (a request that starts just after a sample is seen up to a period later); the
+//! agent decides (`decision_ns`) and its command reaches the shim (`command_ns`); the shim then
+//! holds launches (level 1), or the runlist update deactivates or suspends the LP queue
+//! (levels 2 and 3), which the partition model costs as a device-wide preempt with CWSR.
+
+use std::collections::BTreeMap;
+
+use gfx_model::{Dispatch, Edit, Params, Partition, Shape as GpuShape};
+use kfdq::policy::{Observation, PartitionObs, Policy, PolicyConfig, ProcessObs, QueueObs, Run};
+use kfdq::proto::Level;
+use serde::Serialize;
+
+use crate::rng::Rng;
+use crate::workload::{Arrival, Workload};
+
+/// The host side's timings. Each is a named parameter; docs/experiments.md gives its source or
+/// the reason for the guess, and the scenarios show the sensitivity to the guessed ones.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct HostParams {
+    /// From a request's arrival to its first packet in the ring (the application's launch
+    /// call). Guess: 5 µs, a hipLaunchKernel on ROCm 6.
+    pub launch_ns: u64,
+    /// The shim's activity sampling period: `KFDQ_ACTIVITY_US`'s default, 2 ms.
+    pub activity_ns: u64,
+    /// The agent's decision: measured 79 µs p50 (docs/performance.md, decision latency).
+    pub decision_ns: u64,
+    /// The command's trip to the shim and into its ioctl. Guess: 100 µs, a socket write and
+    /// a wake-up on a busy node.
+    pub command_ns: u64,
+    /// GPU clock for the level-3 grace period (units of 1K clocks): 2.1 GHz, MI300X's peak
+    /// engine clock.
+    pub gpu_clock_ghz: f64,
+}
+
+impl Default for HostParams {
+    fn default() -> Self {
+        HostParams {
+            launch_ns: 5_000,
+            activity_ns: 2_000_000,
+            decision_ns: 80_000,
+            command_ns: 100_000,
+            gpu_clock_ghz: 2.1,
+        }
+    }
+}
+
+/// What controls the two jobs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Control {
+    /// The job alone (the baseline of every ratio).
+    Alone,
+    /// Both at the runtime's default priority, no agent.
+    Native,
+    /// The classes' priorities, the agent running, no preemption.
+    PriorityOnly,
+    /// The agent preempting the LP class at this level.
+    Level(Level),
+}
+
+impl Control {
+    /// Its name in tables.
+    pub fn name(self) -> &'static str {
+        match self {
+            Control::Alone => "alone",
+            Control::Native => "native",
+            Control::PriorityOnly => "priority",
+            Control::Level(Level::Hold) => "level 1",
+            Control::Level(Level::Deactivate) => "level 2",
+            Control::Level(Level::Suspend) => "level 3",
+        }
+    }
+
+    fn agent(self) -> bool {
+        matches!(self, Control::PriorityOnly | Control::Level(_))
+    }
+}
+
+/// One run's inputs.
+#[derive(Debug, Clone)]
+pub struct Setup {
+    /// The latency-critical job (open-loop arrivals).
+    pub hp: Option<Workload>,
+    /// The batch job (closed loop).
+    pub lp: Option<Workload>,
+    /// What controls them.
+    pub control: Control,
+    /// The classes (from a `kfdq.toml` or kfdq's built-in ones); the LP class's level is
+    /// replaced by the control's.
+    pub policy: PolicyConfig,
+    /// The HP job's class.
+    pub hp_class: String,
+    /// The LP job's class.
+    pub lp_class: String,
+    /// Level-3 grace period (units of 1K GPU clocks), `[agent] grace_period`.
+    pub grace_period: u32,
+    /// The partition.
+    pub gpu: GpuShape,
+    /// The partition model's parameters.
+    pub params: Params,
+    /// The host side.
+    pub host: HostParams,
+    /// HP requests to complete (with an HP job); the run ends with the last one.
+    pub requests: usize,
+    /// Simulated time of a run without an HP job.
+    pub duration_ns: u64,
+    /// Seed of the arrivals and the sampling phase.
+    pub seed: u64,
+}
+
+/// What a run measured.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RunResult {
+    /// HP request latencies (arrival to its last kernel's end), µs, in arrival order.
+    pub hp_latency_us: Vec<f64>,
+    /// LP kernels completed.
+    pub lp_kernels: u64,
+    /// Simulated time, ns.
+    pub elapsed_ns: u64,
+    /// Device-wide preempts (runlist updates while a queue was mapped).
+    pub device_preempts: u64,
+    /// Preemption latencies, µs: from the decision to the LP queue off the hardware (levels
+    /// 2-3: the runlist update done; level 1: the LP queue drained).
+    pub preempt_latency_us: Vec<f64>,
+    /// Dispatches completed (both jobs): the simulation's unit of work.
+    pub completions: u64,
+    /// Work-group starts and ends the partition model processed (its cost).
+    pub wg_events: u64,
+}
+
+/// Errors in a setup.
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum SetupError {
+    /// The policy refused the configuration.
+    #[error("{0}")]
+    Policy(String),
+    /// A class the jobs need is missing.
+    #[error("class {0:?} is not in the configuration (its classes: {1})")]
+    NoClass(String, String),
+    /// A job with the wrong arrival kind.
+    #[error("{0}")]
+    Arrival(String),
+}
+
+const HP: u64 = 1;
+const LP: u64 = 2;
+const GPU: u32 = 1;
+/// The runtime's default queue priority (HIP's normal stream priority maps to KFD 7).
+const DEFAULT_PRIORITY: u8 = 7;
+
+#[derive(Debug, Clone, Copy)]
+struct Command {
+    from: Run,
+    to: Run,
+    decided: u64,
+}
+
+struct Sim<'a> {
+    s: &'a Setup,
+    p: Partition,
+    policy: Option<Policy>,
+    rng: Rng,
+    tag: u64,
+    // HP
+    next_arrival: Option<u64>,
+    arrivals: BTreeMap<u64, u64>,
+    /// Last tag of each request in flight -> its arrival.
+    hp_last: BTreeMap<u64, u64>,
+    // LP
+    lp_limit: u32,
+    lp_in_flight: u32,
+    lp_next_kernel: usize,
+    held: bool,
+    hold_since: Option<u64>,
+    // agent
+    next_tick: Option<u64>,
+    seen: (bool, bool),
+    policy_due: Option<u64>,
+    commands: BTreeMap<(u64, u64), Command>,
+    cmd_seq: u64,
+    r: RunResult,
+}
+
+fn rule_priority(cfg: &PolicyConfig, class: &str) -> u8 {
+    cfg.classes
+        .iter()
+        .find(|c| c.name == class)
+        .map_or(DEFAULT_PRIORITY, |c| c.priority)
+}
+
+/// Runs `setup`.
+pub fn run(setup: &Setup) -> Result<RunResult, SetupError> {
+    let mut sim = Sim::new(setup)?;
+    sim.run();
+    Ok(sim.r)
+}
+
+impl<'a> Sim<'a> {
+    fn new(s: &'a Setup) -> Result<Sim<'a>, SetupError> {
+        let mut cfg = s.policy.clone();
+        for class in [&s.hp_class, &s.lp_class] {
+            if !cfg.classes.iter().any(|c| &c.name == class) {
+                let names: Vec<&str> = cfg.classes.iter().map(|c| c.name.as_str()).collect();
+                return Err(SetupError::NoClass(class.clone(), names.join(", ")));
+            }
+        }
+        if let Some(hp) = &s.hp
+            && matches!(hp.arrival, Arrival::ClosedLoop { .. })
+        {
+            return Err(SetupError::Arrival(
+                "the HP job needs open-loop arrivals (periodic or poisson): its latency is per request".into(),
+            ));
+        }
+        if let Some(lp) = &s.lp
+            && !matches!(lp.arrival, Arrival::ClosedLoop { .. })
+        {
+            return Err(SetupError::Arrival(
+                "the LP job needs a closed loop (depth): its throughput is what it completes"
+                    .into(),
+            ));
+        }
+        for c in &mut cfg.classes {
+            if c.name == s.lp_class {
+                c.level = match s.control {
+                    Control::Level(l) => Some(l),
+                    _ => None,
+                };
+            }
+        }
+        let policy = if s.control.agent() {
+            Some(Policy::new(cfg.clone()).map_err(|e| SetupError::Policy(e.to_string()))?)
+        } else {
+            None
+        };
+        let (hp_prio, lp_prio) = if s.control.agent() {
+            (
+                rule_priority(&cfg, &s.hp_class),
+                rule_priority(&cfg, &s.lp_class),
+            )
+        } else {
+            (DEFAULT_PRIORITY, DEFAULT_PRIORITY)
+        };
+        let mut p = Partition::new(s.gpu, s.params);
+        let mut edits = Vec::new();
+        if s.hp.is_some() {
+            edits.push(Edit::Add {
+                queue: HP,
+                priority: hp_prio,
+                active: true,
+            });
+        }
+        if s.lp.is_some() {
+            edits.push(Edit::Add {
+                queue: LP,
+                priority: lp_prio,
+                active: true,
+            });
+        }
+        p.update_runlist(&edits, None);
+        let depth = match s.lp.as_ref().map(|l| l.arrival) {
+            Some(Arrival::ClosedLoop { depth }) => depth.max(1),
+            _ => 0,
+        };
+        let window = cfg
+            .classes
+            .iter()
+            .find(|c| c.name == s.lp_class)
+            .and_then(|c| c.window)
+            .filter(|_| s.control.agent());
+        let mut rng = Rng::new(s.seed);
+        let next_tick = policy
+            .as_ref()
+            .map(|_| (rng.next_f64() * s.host.activity_ns as f64) as u64);
+        let mut sim = Sim {
+            s,
+            p,
+            policy,
+            rng,
+            tag: 0,
+            next_arrival: None,
+            arrivals: BTreeMap::new(),
+            hp_last: BTreeMap::new(),
+            lp_limit: window.map_or(depth, |w| w.min(depth)),
+            lp_in_flight: 0,
+            lp_next_kernel: 0,
+            held: false,
+            hold_since: None,
+            next_tick,
+            seen: (false, false),
+            policy_due: None,
+            commands: BTreeMap::new(),
+            cmd_seq: 0,
+            r: RunResult {
+                hp_latency_us: Vec::with_capacity(s.requests),
+                lp_kernels: 0,
+                elapsed_ns: 0,
+                device_preempts: 0,
+                preempt_latency_us: Vec::new(),
+                completions: 0,
+                wg_events: 0,
+            },
+        };
+        sim.next_arrival = sim.first_arrival();
+        sim.top_up_lp();
+        Ok(sim)
+    }
+
+    fn gap_ns(&mut self) -> Option<u64> {
+        match self.s.hp.as_ref()?.arrival {
+            Arrival::Periodic { rate } => Some((1e9 / rate) as u64),
+            Arrival::Poisson { rate } => Some(self.rng.exp_ns(1e9 / rate)),
+            Arrival::ClosedLoop { .. } => None,
+        }
+    }
+
+    fn first_arrival(&mut self) -> Option<u64> {
+        self.gap_ns()
+    }
+
+    fn dispatch(&mut self, k: crate::workload::Kernel) -> Dispatch {
+        self.tag += 1;
+        Dispatch {
+            tag: self.tag,
+            workgroups: k.workgroups,
+            waves_per_wg: k.waves_per_wg,
+            wg_ns: k.wg_ns,
+            barrier: true,
+        }
+    }
+
+    fn top_up_lp(&mut self) {
+        let Some(lp) = self.s.lp.as_ref() else {
+            return;
+        };
+        while !self.held && self.lp_in_flight < self.lp_limit {
+            let k = lp.kernels[self.lp_next_kernel % lp.kernels.len()];
+            self.lp_next_kernel += 1;
+            let d = self.dispatch(k);
+            self.p.submit(LP, d);
+            self.lp_in_flight += 1;
+        }
+    }
+
+    fn hp_done(&self) -> bool {
+        match self.s.hp {
+            Some(_) => self.r.hp_latency_us.len() >= self.s.requests,
+            None => self.p.now() >= self.s.duration_ns,
+        }
+    }
+
+    fn run(&mut self) {
+        let preempts_before = self.p.stats().device_preempts;
+        while !self.hp_done() {
+            let submit_at = self.arrivals.keys().next().copied();
+            let candidates = [
+                self.next_arrival,
+                submit_at,
+                self.next_tick,
+                self.policy_due,
+                self.commands.keys().next().map(|k| k.0),
+                self.p.next_event(),
+                self.s.hp.is_none().then_some(self.s.duration_ns),
+            ];
+            let Some(t) = candidates.into_iter().flatten().min() else {
+                break;
+            };
+            let t = t.max(self.p.now());
+            self.p.advance_to(t);
+            self.completions(t);
+            if self.next_arrival == Some(t) {
+                self.arrivals.insert(t + self.s.host.launch_ns, t);
+                self.next_arrival = self.gap_ns().map(|g| t + g.max(1));
+            }
+            while let Some((&at, &arrival)) = self.arrivals.iter().next() {
+                if at > t {
+                    break;
+                }
+                self.arrivals.remove(&at);
+                self.submit_request(arrival);
+            }
+            while let Some((&key, &cmd)) = self.commands.iter().next() {
+                if key.0 > t {
+                    break;
+                }
+                self.commands.remove(&key);
+                self.apply(t, cmd);
+            }
+            if self.next_tick == Some(t) {
+                self.next_tick = Some(t + self.s.host.activity_ns);
+                let now = (
+                    self.p.pending_packets(HP) > 0,
+                    self.p.pending_packets(LP) > 0,
+                );
+                if now != self.seen || self.policy_due.is_some_and(|d| d <= t) {
+                    self.seen = now;
+                    self.decide(t);
+                }
+            } else if self.policy_due.is_some_and(|d| d <= t) {
+                self.decide(t);
+            }
+        }
+        self.r.elapsed_ns = self.p.now();
+        self.r.device_preempts = self.p.stats().device_preempts - preempts_before;
+        self.r.wg_events = self.p.stats().wg_events;
+    }
+
+    fn submit_request(&mut self, arrival: u64) {
+        let Some(hp) = self.s.hp.as_ref() else {
+            return;
+        };
+        let kernels = hp.kernels.clone();
+        for k in kernels {
+            let d = self.dispatch(k);
+            self.p.submit(HP, d);
+        }
+        self.hp_last.insert(self.tag, arrival);
+    }
+
+    fn completions(&mut self, t: u64) {
+        for c in self.p.take_completions() {
+            self.r.completions += 1;
+            if c.queue == HP {
+                if let Some(arrival) = self.hp_last.remove(&c.tag) {
+                    self.r.hp_latency_us.push((c.end_ns - arrival) as f64 / 1e3);
+                }
+            } else {
+                self.r.lp_kernels += 1;
+                self.lp_in_flight = self.lp_in_flight.saturating_sub(1);
+                if self.held
+                    && self.p.pending_packets(LP) == 0
+                    && let Some(since) = self.hold_since.take()
+                {
+                    self.r.preempt_latency_us.push((t - since) as f64 / 1e3);
+                }
+                self.top_up_lp();
+            }
+        }
+    }
+
+    fn decide(&mut self, t: u64) {
+        let Some(policy) = self.policy.as_mut() else {
+            return;
+        };
+        let parts = [PartitionObs {
+            gpu_id: GPU,
+            resident_slots: self.s.gpu.resident_queues,
+            cus: self.s.gpu.cus(),
+        }];
+        let mut procs = Vec::new();
+        if self.s.hp.is_some() {
+            procs.push(ProcessObs {
+                pid: HP as u32,
+                class: self.s.hp_class.clone(),
+                queues: vec![QueueObs {
+                    queue_id: 1,
+                    gpu_id: GPU,
+                    busy: self.seen.0,
+                }],
+            });
+        }
+        if self.s.lp.is_some() {
+            procs.push(ProcessObs {
+                pid: LP as u32,
+                class: self.s.lp_class.clone(),
+                queues: vec![QueueObs {
+                    queue_id: 1,
+                    gpu_id: GPU,
+                    busy: self.seen.1,
+                }],
+            });
+        }
+        let d = policy.decide(&Observation {
+            now_ns: t,
+            partitions: &parts,
+            processes: &procs,
+        });
+        self.policy_due = d.next_ns.filter(|n| *n > t);
+        let at = t + self.s.host.decision_ns + self.s.host.command_ns;
+        for ch in d.changes {
+            if u64::from(ch.pid) != LP {
+                continue;
+            }
+            self.cmd_seq += 1;
+            self.commands.insert(
+                (at, self.cmd_seq),
+                Command {
+                    from: ch.from,
+                    to: ch.to,
+                    decided: t,
+                },
+            );
+        }
+    }
+
+    fn apply(&mut self, t: u64, cmd: Command) {
+        let mut edits = Vec::new();
+        if let Run::Preempted(l) = cmd.from {
+            match l {
+                Level::Hold => {
+                    self.held = false;
+                    self.hold_since = None;
+                }
+                Level::Deactivate | Level::Suspend => edits.push(Edit::SetActive(LP, true)),
+            }
+        }
+        let mut grace = None;
+        let mut preempting = false;
+        if let Run::Preempted(l) = cmd.to {
+            match l {
+                Level::Hold => {
+                    self.held = true;
+                    if self.p.pending_packets(LP) == 0 {
+                        self.r
+                            .preempt_latency_us
+                            .push((t - cmd.decided) as f64 / 1e3);
+                    } else {
+                        self.hold_since = Some(cmd.decided);
+                    }
+                }
+                Level::Deactivate => {
+                    edits.push(Edit::SetActive(LP, false));
+                    preempting = true;
+                }
+                Level::Suspend => {
+                    edits.push(Edit::SetActive(LP, false));
+                    preempting = true;
+                    // The kernel sends 0 as 1 (0 would mean "infinite" to the CP).
+                    let clocks = f64::from(self.s.grace_period.max(1)) * 1000.0;
+                    grace = Some((clocks / self.s.host.gpu_clock_ghz) as u64);
+                }
+            }
+        }
+        if !edits.is_empty() {
+            let cost = self.p.update_runlist(&edits, grace);
+            if preempting {
+                self.r
+                    .preempt_latency_us
+                    .push((cost.resume_ns.max(t) - cmd.decided) as f64 / 1e3);
+            }
+        }
+        self.top_up_lp();
+    }
+}
