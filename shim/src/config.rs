@@ -145,16 +145,8 @@ pub fn parse_window(value: Option<&str>) -> Result<Option<u32>, String> {
 /// Names the activity sampling period.
 pub const ACTIVITY_ENV: &str = "KFDQ_ACTIVITY_US";
 
-/// How often a connected shim samples its queues' activity (write > read index) and reads the
-/// agent's socket. The agent learns that a latency queue went busy up to one period late, so
-/// the period adds up to itself to every reaction; its CPU cost per process is measured in
-/// docs/performance.md ("Activity sampling"): 2 ms keeps the delay small against a request
-/// (the field's 2.65 ms) at about 1 % of a core per process.
-pub const DEFAULT_ACTIVITY_PERIOD: Duration = Duration::from_millis(2);
-
-/// Accepted activity periods, in µs: below 250 µs the thread costs a good share of a core;
-/// above 100 ms the agent reacts later than any request lasts.
-pub const ACTIVITY_RANGE_US: std::ops::RangeInclusive<u64> = 250..=100_000;
+/// The sampling period's default and accepted range, shared with the agent's tracer.
+pub use kfdq::proto::{ACTIVITY_RANGE_US, DEFAULT_ACTIVITY_PERIOD};
 
 /// A `KFDQ_ACTIVITY_US` value: unset or empty = the default; else µs within [`ACTIVITY_RANGE_US`].
 pub fn parse_activity_period(value: Option<&str>) -> Result<Duration, String> {

@@ -402,7 +402,7 @@ impl AgentConfig {
         if let Some(v) = file.tracer.activity_us {
             let v = tracer_range(
                 v,
-                250..=100_000,
+                crate::proto::ACTIVITY_RANGE_US,
                 "activity_us (µs between samples of a traced process's queues)",
             )?;
             cfg.tracer.activity = std::time::Duration::from_micros(v);

@@ -143,8 +143,8 @@ struct Server<'a> {
     tracer: Option<Tracer>,
     /// Tracer sessions: connection id -> pid.
     traced: BTreeMap<ConnId, u32>,
-    /// Sent to the tracer, not answered yet.
-    seizing: BTreeMap<u32, (ConnId, Found)>,
+    /// Sent to the tracer, not answered yet: the process and its class.
+    seizing: BTreeMap<u32, (Found, String)>,
     /// Candidates of the last scan (a process is taken at its second).
     candidates: BTreeSet<u32>,
     /// Not tried again before.
@@ -621,18 +621,14 @@ impl Server<'_> {
         for e in events {
             match e {
                 Event::Seized { pid, conn } => {
-                    if let Some((_, found)) = self.seizing.remove(&pid) {
+                    if let Some((found, _)) = self.seizing.remove(&pid) {
                         self.traced.insert(conn, pid);
                         self.node.traced(conn, found.id, found.requested);
                         dirty = true;
                     }
                 }
                 Event::Refused { pid, reason } => {
-                    if let Some((_, found)) = self.seizing.remove(&pid) {
-                        let class = self
-                            .node
-                            .tracer_class(&found.id, found.requested.as_deref())
-                            .unwrap_or_default();
+                    if let Some((found, class)) = self.seizing.remove(&pid) {
                         self.node.left_alone(&found.id, class, reason);
                         self.retry.insert(pid, now + RETRY_LEFT_ALONE);
                     }
@@ -667,13 +663,9 @@ impl Server<'_> {
         let settled = discover::settled(&self.candidates, &found);
         self.candidates = found.iter().map(|f| f.id.pid).collect();
         for f in settled {
-            if self
-                .node
-                .tracer_class(&f.id, f.requested.as_deref())
-                .is_none()
-            {
+            let Some(class) = self.node.tracer_class(&f.id, f.requested.as_deref()) else {
                 continue;
-            }
+            };
             if self.tracer.is_none() {
                 match Tracer::start(self.root.clone(), self.node.config().tracer) {
                     Ok(t) => self.tracer = Some(t),
@@ -686,7 +678,7 @@ impl Server<'_> {
             let conn = self.next_id;
             self.next_id += 1;
             let pid = f.id.pid;
-            self.seizing.insert(pid, (conn, f));
+            self.seizing.insert(pid, (f, class));
             if let Some(t) = &mut self.tracer {
                 t.send(Cmd::Seize { pid, conn });
             }

@@ -46,9 +46,6 @@ pub struct TracerSettings {
     pub scan: Duration,
 }
 
-/// Default activity period: the shim's own default (`KFDQ_ACTIVITY_US`, docs/shim.md), so a
-/// traced process is seen as quickly as a shim process.
-pub const DEFAULT_ACTIVITY: Duration = Duration::from_millis(2);
 /// Default scan period: a new GPU process is controlled within half a second; each scan costs
 /// one sysfs listing per node and one snapshot ioctl per tracee (docs/performance.md).
 pub const DEFAULT_SCAN: Duration = Duration::from_millis(500);
@@ -56,7 +53,8 @@ pub const DEFAULT_SCAN: Duration = Duration::from_millis(500);
 impl Default for TracerSettings {
     fn default() -> Self {
         TracerSettings {
-            activity: DEFAULT_ACTIVITY,
+            // The shim's own default, so a traced process is seen as quickly as a shim one.
+            activity: crate::proto::DEFAULT_ACTIVITY_PERIOD,
             scan: DEFAULT_SCAN,
         }
     }
@@ -612,16 +610,8 @@ impl Thread {
                 ..
             } => (seq, self.suspend(pid, &target, grace_period)),
             AgentMsg::Release { seq, target, .. } => (seq, self.resume(pid, &target)),
-            AgentMsg::Query { seq } => {
-                if let Some(t) = self.tracees.get(&pid) {
-                    let reg = registry(pid, t);
-                    self.emit(Event::Msg {
-                        conn,
-                        msg: ShimMsg::Registry(reg),
-                    });
-                }
-                (seq, Ok("registry sent".into()))
-            }
+            // The registry every answer is preceded by is the reply.
+            AgentMsg::Query { seq } => (seq, Ok("registry sent".into())),
             AgentMsg::SetPriority { seq, .. }
             | AgentMsg::SetCuMask { seq, .. }
             | AgentMsg::SetWindow { seq, .. } => (
@@ -632,6 +622,7 @@ impl Thread {
                 return;
             }
         };
+        // Every answer comes after the registry it leaves (suspended flags, queue set).
         if let Some(t) = self.tracees.get(&pid) {
             let reg = registry(pid, t);
             self.emit(Event::Msg {

@@ -23,3 +23,15 @@ pub use messages::*;
 
 /// Protocol version. Bump on any incompatible change.
 pub const VERSION: u32 = 1;
+
+/// How often a queue's activity (write > read index) is sampled: by a connected shim
+/// (`KFDQ_ACTIVITY_US`) and by the agent's tracer for processes without it (`[tracer]
+/// activity_us`). The agent learns that a latency queue went busy up to one period late, so
+/// the period adds up to itself to every reaction; its CPU cost is measured in
+/// docs/performance.md ("Activity sampling", "Tracer path"): 2 ms keeps the delay small against
+/// a request (the field's 2.65 ms) at about 1 % of a core per process.
+pub const DEFAULT_ACTIVITY_PERIOD: std::time::Duration = std::time::Duration::from_millis(2);
+
+/// Accepted activity periods, in µs: below 250 µs sampling costs a good share of a core; above
+/// 100 ms the agent reacts later than any request lasts.
+pub const ACTIVITY_RANGE_US: std::ops::RangeInclusive<u64> = 250..=100_000;

@@ -305,7 +305,7 @@ impl<'a> Sim<'a> {
                 wg_events: 0,
             },
         };
-        sim.next_arrival = sim.first_arrival();
+        sim.next_arrival = sim.gap_ns();
         sim.top_up_lp();
         Ok(sim)
     }
@@ -316,10 +316,6 @@ impl<'a> Sim<'a> {
             Arrival::Poisson { rate } => Some(self.rng.exp_ns(1e9 / rate)),
             Arrival::ClosedLoop { .. } => None,
         }
-    }
-
-    fn first_arrival(&mut self) -> Option<u64> {
-        self.gap_ns()
     }
 
     fn dispatch(&mut self, k: crate::workload::Kernel) -> Dispatch {
