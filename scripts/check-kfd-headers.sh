@@ -13,21 +13,6 @@ cd "$(dirname "$0")/.."
 cache=${KFDQ_CACHE:-/var/cache/kfdq}/kfd-headers
 mkdir -p "$cache"
 
-mirror() {
-    local uri=""
-    if [[ -f /etc/apt/sources.list.d/debian.sources ]]; then
-        uri=$(awk '/^URIs:/ { for (i = 2; i <= NF; i++) if ($i ~ /\/debian\/?$/) { print $i; exit } }' \
-            /etc/apt/sources.list.d/debian.sources)
-    fi
-    if [[ -z $uri && -f /etc/apt/sources.list ]]; then
-        uri=$(awk '$1 == "deb" { for (i = 2; i <= NF; i++) if ($i ~ /^https?:.*\/debian\/?$/) { print $i; exit } }' \
-            /etc/apt/sources.list)
-    fi
-    [[ -n $uri ]] || die "no Debian mirror in this machine's apt sources" \
-        "kfdq fetches linux-libc-dev from the mirror apt uses (/etc/apt/sources.list.d/debian.sources)"
-    printf '%s\n' "${uri%/}"
-}
-
 # header SUITE: prints the path of kfd_ioctl.h from SUITE's linux-libc-dev (downloaded once).
 header() {
     local suite=$1 dir=$cache/$1

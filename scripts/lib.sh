@@ -64,3 +64,19 @@ build_workloads() {
         -L "$FAKEHIP_DIR" -lamdhip64 -Wl,-rpath,"$FAKEHIP_DIR" ||
         die "could not compile shim/examples/workload.c against fakehip" "the C compiler comes from Debian's gcc: run scripts/setup.sh as root"
 }
+
+# mirror: the Debian mirror this machine's apt uses (from its sources), without a trailing slash.
+mirror() {
+    local uri=""
+    if [[ -f /etc/apt/sources.list.d/debian.sources ]]; then
+        uri=$(awk '/^URIs:/ { for (i = 2; i <= NF; i++) if ($i ~ /\/debian\/?$/) { print $i; exit } }' \
+            /etc/apt/sources.list.d/debian.sources)
+    fi
+    if [[ -z $uri && -f /etc/apt/sources.list ]]; then
+        uri=$(awk '$1 == "deb" { for (i = 2; i <= NF; i++) if ($i ~ /^https?:.*\/debian\/?$/) { print $i; exit } }' \
+            /etc/apt/sources.list)
+    fi
+    [[ -n $uri ]] || die "no Debian mirror in this machine's apt sources" \
+        "kfdq fetches Debian packages (linux-libc-dev, the sid root) from the mirror apt uses (/etc/apt/sources.list.d/debian.sources)"
+    printf '%s\n' "${uri%/}"
+}

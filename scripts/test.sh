@@ -8,13 +8,22 @@ cd "$(dirname "$0")/.."
 step "setup: checking Debian packages, toolchain and FUSE"
 scripts/setup.sh --tests
 
+step "the Debian sid root with the real ROCm 6.4 user space (built once, cached: scripts/sid-root.sh)"
+scripts/sid-root.sh >/dev/null
+scripts/sid-root.sh --versions
+
 step "building every package and test target"
 cargo build --quiet --workspace --all-targets ||
     die "cargo build --workspace --all-targets failed (errors above)" \
         "a missing Debian package shows up as a bindgen/libclang or cc error: run scripts/setup.sh as root"
 
 step "cargo test --workspace (privileged tests need root; KFDQ_SKIP_PRIVILEGED=1 skips them)"
-cargo test --workspace -- --test-threads="${KFDQ_TEST_THREADS:-4}"
+# The real-ROCm tests (named sid_*) run next, on their own: each runs the real runtime, the shim
+# and the agent, and their load would disturb the timing of the emulator tests beside them.
+cargo test --workspace -- --test-threads="${KFDQ_TEST_THREADS:-4}" --skip sid_
+
+step "the real ROCm 6.4 user space on the emulator (tests named sid_*, docs/real-rocm.md)"
+cargo test --workspace -- --test-threads=2 sid_
 
 step "kfd-sys against Debian's real KFD headers (bookworm-backports 1.17, sid)"
 scripts/check-kfd-headers.sh

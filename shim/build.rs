@@ -1,4 +1,4 @@
-//! Writes the version script that declares HIP's symbol-version node chain (hip_4.2 .. hip_6.3)
+//! Writes the version script that declares HIP's symbol-version node chain (hip_4.2 .. hip_6.4)
 //! and passes it to the linker of the cdylib.
 //!
 //! The script only *declares* the nodes; which symbol lands in which node is decided by the
@@ -10,10 +10,11 @@ use std::env;
 use std::fs;
 use std::path::PathBuf;
 
-/// ROCm 6.x node chain, oldest first; each node inherits the previous one.
+/// The node chain of ROCm 6.4's libamdhip64.so.6, oldest first; each node inherits the previous
+/// one. There is no hip_5.4 and no hip_6.3 (docs/shim.md, "Exports").
 const NODES: &[&str] = &[
     "hip_4.2", "hip_4.3", "hip_4.4", "hip_4.5", "hip_5.0", "hip_5.1", "hip_5.2", "hip_5.3",
-    "hip_5.5", "hip_5.6", "hip_6.0", "hip_6.1", "hip_6.2", "hip_6.3",
+    "hip_5.5", "hip_5.6", "hip_6.0", "hip_6.1", "hip_6.2", "hip_6.4",
 ];
 
 fn main() {

@@ -35,6 +35,20 @@ fn shared_fields() -> Vec<Field> {
     v.extend(fields!(0, kfd_ioctl_free_memory_of_gpu_args: handle));
     v.extend(fields!(0, kfd_ioctl_map_memory_to_gpu_args: handle, device_ids_array_ptr, n_devices, n_success));
     v.extend(fields!(0, kfd_ioctl_unmap_memory_from_gpu_args: handle, device_ids_array_ptr, n_devices, n_success));
+    v.extend(fields!(0, kfd_process_device_apertures: lds_base, lds_limit, scratch_base, scratch_limit, gpuvm_base, gpuvm_limit, gpu_id, pad));
+    v.extend(fields!(0, kfd_ioctl_get_process_apertures_new_args: kfd_process_device_apertures_ptr, num_of_nodes, pad));
+    v.extend(fields!(0, kfd_ioctl_set_memory_policy_args: alternate_aperture_base, alternate_aperture_size, gpu_id, default_policy, alternate_policy, pad));
+    v.extend(fields!(0, kfd_ioctl_get_clock_counters_args: gpu_clock_counter, cpu_clock_counter, system_clock_counter, system_clock_freq, gpu_id, pad));
+    v.extend(fields!(0, kfd_ioctl_set_scratch_backing_va_args: va_addr, gpu_id, pad));
+    v.extend(fields!(0, kfd_ioctl_get_available_memory_args: available, gpu_id, pad));
+    v.extend(fields!(0, kfd_ioctl_set_trap_handler_args: tba_addr, tma_addr, gpu_id, pad));
+    v.extend(fields!(0, kfd_ioctl_set_xnack_mode_args: xnack_enabled));
+    v.extend(fields!(0, kfd_ioctl_create_event_args: event_page_offset, event_trigger_data, event_type, auto_reset, node_id, event_id, event_slot_index));
+    v.extend(fields!(0, kfd_ioctl_destroy_event_args: event_id, pad));
+    v.extend(fields!(0, kfd_ioctl_set_event_args: event_id, pad));
+    v.extend(fields!(0, kfd_ioctl_reset_event_args: event_id, pad));
+    v.extend(fields!(0, kfd_event_data: kfd_event_data_ext, event_id, pad));
+    v.extend(fields!(0, kfd_ioctl_wait_events_args: events_ptr, num_events, wait_for_all, timeout, wait_result));
     v.extend(fields!(13, kfd_ioctl_runtime_enable_args: r_debug, mode_mask, capabilities_mask));
     v.extend(fields!(13, kfd_runtime_info: r_debug, runtime_state, ttmp_setup));
     v.extend(fields!(13, kfd_ioctl_dbg_trap_args: pid, op));
@@ -68,6 +82,17 @@ fn struct_sizes() -> Vec<(&'static str, usize, u32)> {
         s!(0, kfd_ioctl_free_memory_of_gpu_args),
         s!(0, kfd_ioctl_map_memory_to_gpu_args),
         s!(0, kfd_ioctl_unmap_memory_from_gpu_args),
+        s!(0, kfd_process_device_apertures),
+        s!(0, kfd_ioctl_get_process_apertures_new_args),
+        s!(0, kfd_ioctl_set_memory_policy_args),
+        s!(0, kfd_ioctl_get_clock_counters_args),
+        s!(0, kfd_ioctl_set_scratch_backing_va_args),
+        s!(0, kfd_ioctl_get_available_memory_args),
+        s!(0, kfd_ioctl_set_trap_handler_args),
+        s!(0, kfd_ioctl_set_xnack_mode_args),
+        s!(0, kfd_ioctl_create_event_args),
+        s!(0, kfd_event_data),
+        s!(0, kfd_ioctl_wait_events_args),
         s!(13, kfd_ioctl_runtime_enable_args),
         s!(13, kfd_runtime_info),
         s!(13, kfd_ioctl_dbg_trap_args),
@@ -94,6 +119,18 @@ fn ioctls() -> Vec<(&'static str, u64, u32)> {
         i!(0, AMDKFD_IOC_UNMAP_MEMORY_FROM_GPU),
         i!(0, AMDKFD_IOC_SET_CU_MASK),
         i!(0, AMDKFD_IOC_GET_QUEUE_WAVE_STATE),
+        i!(0, AMDKFD_IOC_SET_MEMORY_POLICY),
+        i!(0, AMDKFD_IOC_GET_CLOCK_COUNTERS),
+        i!(0, AMDKFD_IOC_CREATE_EVENT),
+        i!(0, AMDKFD_IOC_DESTROY_EVENT),
+        i!(0, AMDKFD_IOC_SET_EVENT),
+        i!(0, AMDKFD_IOC_RESET_EVENT),
+        i!(0, AMDKFD_IOC_WAIT_EVENTS),
+        i!(0, AMDKFD_IOC_SET_SCRATCH_BACKING_VA),
+        i!(0, AMDKFD_IOC_GET_PROCESS_APERTURES_NEW),
+        i!(0, AMDKFD_IOC_SET_TRAP_HANDLER),
+        i!(0, AMDKFD_IOC_SET_XNACK_MODE),
+        i!(0, AMDKFD_IOC_AVAILABLE_MEMORY),
         i!(13, AMDKFD_IOC_RUNTIME_ENABLE),
         i!(13, AMDKFD_IOC_DBG_TRAP),
     ]

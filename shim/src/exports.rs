@@ -296,6 +296,11 @@ exports! {
         (event: Handle, stream: Handle);
     R_EVENT_RECORD_SPT shim_hipEventRecord_spt "hipEventRecord_spt" "hip_5.2" [work stream true]
         (event: Handle, stream: Handle);
+    R_EVENT_RECORD_WITH_FLAGS shim_hipEventRecordWithFlags "hipEventRecordWithFlags" "hip_6.4"
+        [work stream false]
+        (event: Handle, stream: Handle, flags: u32);
+    R_STREAM_BATCH_MEM_OP shim_hipStreamBatchMemOp "hipStreamBatchMemOp" "hip_6.4" [work stream false]
+        (stream: Handle, count: u32, params: *mut c_void, flags: u32);
     R_STREAM_WAIT_EVENT shim_hipStreamWaitEvent "hipStreamWaitEvent" "hip_4.2" [work stream false]
         (stream: Handle, event: Handle, flags: u32);
     R_STREAM_WAIT_EVENT_SPT shim_hipStreamWaitEvent_spt "hipStreamWaitEvent_spt" "hip_5.2" [work stream true]

@@ -90,6 +90,8 @@ fn hip_entry_points_carry_hip_version_nodes() {
         "hipStreamAddCallback_spt@@hip_5.3",
         "hipEventRecord@@hip_4.2",
         "hipEventRecord_spt@@hip_5.2",
+        "hipEventRecordWithFlags@@hip_6.4",
+        "hipStreamBatchMemOp@@hip_6.4",
         "hipStreamWaitEvent@@hip_4.2",
         "hipStreamWaitEvent_spt@@hip_5.2",
         // Synchronisation and queries (never held).
@@ -125,14 +127,6 @@ fn hip_entry_points_carry_hip_version_nodes() {
             "{name} exported more than once: {syms:?}"
         );
     }
-    // hipEventRecordWithFlags is hip_6.4 in ROCm, outside the node chain the shim declares
-    // (hip_4.2 .. hip_6.3), and neither test runtime defines it: not wrapped (docs/shim.md).
-    assert!(
-        !syms
-            .iter()
-            .any(|s| s.starts_with("hipEventRecordWithFlags")),
-        "hipEventRecordWithFlags is not exported: {syms:?}"
-    );
 }
 
 #[test]
@@ -158,11 +152,129 @@ fn version_definitions_cover_the_hip_node_chain() {
     let text = String::from_utf8_lossy(&out.stdout);
     for node in [
         "hip_4.2", "hip_4.3", "hip_4.4", "hip_4.5", "hip_5.0", "hip_5.1", "hip_5.2", "hip_5.3",
-        "hip_5.5", "hip_5.6", "hip_6.0", "hip_6.1", "hip_6.2", "hip_6.3",
+        "hip_5.5", "hip_5.6", "hip_6.0", "hip_6.1", "hip_6.2", "hip_6.4",
     ] {
         assert!(
             text.contains(&format!("Name: {node}")),
             "version node {node} not defined:\n{text}"
         );
     }
+    for absent in ["hip_5.4", "hip_6.3"] {
+        assert!(
+            !text.contains(&format!("Name: {absent}")),
+            "{absent} is not a node of ROCm's runtime:\n{text}"
+        );
+    }
+}
+
+/// `name -> node` of every default-versioned function a library defines.
+fn default_versions(lib: &std::path::Path) -> std::collections::BTreeMap<String, String> {
+    let out = Command::new("readelf")
+        .args(["--dyn-syms", "-W"])
+        .arg(lib)
+        .output()
+        .expect("run readelf (binutils)");
+    assert!(
+        out.status.success(),
+        "readelf {}: {}",
+        lib.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (f.len() >= 8 && f[3] == "FUNC" && f[6] != "UND").then(|| f[7].split_once("@@"))?
+        })
+        .map(|(n, v)| (n.to_string(), v.to_string()))
+        .collect()
+}
+
+/// Every HIP function the shim exports that `real` also defines carries the node the real
+/// library gives it; returns the shim's exports `real` lacks, with their nodes.
+fn check_against(real: &std::path::Path) -> Vec<(String, String)> {
+    let shim = default_versions(&common::shim_path());
+    let lib = default_versions(real);
+    let mut absent = Vec::new();
+    for (name, node) in &shim {
+        match lib.get(name) {
+            Some(real_node) => assert_eq!(
+                node,
+                real_node,
+                "{name}: the shim exports it at {node}, {} at {real_node}",
+                real.display()
+            ),
+            None => absent.push((name.clone(), node.clone())),
+        }
+    }
+    absent
+}
+
+/// `hip_X.Y` as (X, Y).
+fn node_version(node: &str) -> (u32, u32) {
+    let v = node.trim_start_matches("hip_");
+    let (a, b) = v.split_once('.').unwrap_or((v, "0"));
+    (a.parse().unwrap_or(0), b.parse().unwrap_or(0))
+}
+
+#[test]
+fn nodes_match_debians_real_hip_5_2_3() {
+    let real = std::path::Path::new("/usr/lib/x86_64-linux-gnu/libamdhip64.so.5");
+    assert!(
+        real.exists(),
+        "{} is missing: install Debian's libamdhip64-5 (scripts/setup.sh does)",
+        real.display()
+    );
+    // What 5.2.3 lacks is newer than it (nodes after hip_5.2), except hipEventRecord_spt, which
+    // ROCm placed in hip_5.2 after Debian's 5.2.3 was released (docs/shim.md).
+    for (name, node) in check_against(real) {
+        assert!(
+            node_version(&node) > (5, 2) || name == "hipEventRecord_spt",
+            "{name}@@{node} is missing from HIP 5.2.3 although its node is not newer"
+        );
+    }
+}
+
+#[test]
+fn sid_nodes_match_debians_real_hip_6_4_3() {
+    let Some(root) = common::sid::root("exports-hip-6.4.3") else {
+        return;
+    };
+    let real = root.join("usr/lib/x86_64-linux-gnu/libamdhip64.so.6");
+    let absent = check_against(&real);
+    assert!(
+        absent.is_empty(),
+        "HIP 6.4.3 defines every function the shim wraps; missing: {absent:?}\n{}",
+        common::sid::packages()
+    );
+    // The same node chain: the nodes the real library defines are the ones the shim declares.
+    let nodes = |p: &std::path::Path| -> Vec<String> {
+        let out = Command::new("readelf")
+            .args(["-V", "-W"])
+            .arg(p)
+            .output()
+            .expect("readelf -V");
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let defs = text
+            .split("Version definition section")
+            .nth(1)
+            .unwrap_or("")
+            .to_string();
+        let defs = defs
+            .split("Version needs section")
+            .next()
+            .unwrap_or("")
+            .to_string();
+        defs.lines()
+            .filter_map(|l| l.split("Name: ").nth(1))
+            .map(|n| n.trim().to_string())
+            .filter(|n| n.starts_with("hip_"))
+            .collect()
+    };
+    assert_eq!(
+        nodes(&common::shim_path()),
+        nodes(&real),
+        "{}",
+        common::sid::packages()
+    );
 }

@@ -137,6 +137,155 @@ struct kfd_ioctl_unmap_memory_from_gpu_args {
 	__u32 n_success;
 };
 
+/* ---- process apertures, memory policy, clocks, scratch, available memory, XNACK ---- */
+struct kfd_process_device_apertures {
+	__u64 lds_base;
+	__u64 lds_limit;
+	__u64 scratch_base;
+	__u64 scratch_limit;
+	__u64 gpuvm_base;
+	__u64 gpuvm_limit;
+	__u32 gpu_id;
+	__u32 pad;
+};
+
+struct kfd_ioctl_get_process_apertures_new_args {
+	__u64 kfd_process_device_apertures_ptr;
+	__u32 num_of_nodes; /* to KFD: entries room; from KFD: entries filled (or needed when 0) */
+	__u32 pad;
+};
+
+#define KFD_IOC_CACHE_POLICY_COHERENT 0
+#define KFD_IOC_CACHE_POLICY_NONCOHERENT 1
+
+struct kfd_ioctl_set_memory_policy_args {
+	__u64 alternate_aperture_base;
+	__u64 alternate_aperture_size;
+	__u32 gpu_id;
+	__u32 default_policy;
+	__u32 alternate_policy;
+	__u32 pad;
+};
+
+struct kfd_ioctl_get_clock_counters_args {
+	__u64 gpu_clock_counter;
+	__u64 cpu_clock_counter;
+	__u64 system_clock_counter;
+	__u64 system_clock_freq;
+	__u32 gpu_id;
+	__u32 pad;
+};
+
+struct kfd_ioctl_set_scratch_backing_va_args {
+	__u64 va_addr;
+	__u32 gpu_id;
+	__u32 pad;
+};
+
+struct kfd_ioctl_set_trap_handler_args {
+	__u64 tba_addr; /* trap base address (the handler's code) */
+	__u64 tma_addr; /* trap memory address (its buffer) */
+	__u32 gpu_id;
+	__u32 pad;
+};
+
+struct kfd_ioctl_get_available_memory_args {
+	__u64 available;
+	__u32 gpu_id;
+	__u32 pad;
+};
+
+struct kfd_ioctl_set_xnack_mode_args {
+	__s32 xnack_enabled; /* to KFD: >= 0 sets the mode; < 0 queries it; from KFD: the mode */
+};
+
+/* ---- events ---- */
+#define KFD_IOC_EVENT_SIGNAL 0
+#define KFD_IOC_EVENT_NODECHANGE 1
+#define KFD_IOC_EVENT_DEVICESTATECHANGE 2
+#define KFD_IOC_EVENT_HW_EXCEPTION 3
+#define KFD_IOC_EVENT_SYSTEM_EVENT 4
+#define KFD_IOC_EVENT_DEBUG_EVENT 5
+#define KFD_IOC_EVENT_PROFILE_EVENT 6
+#define KFD_IOC_EVENT_QUEUE_EVENT 7
+#define KFD_IOC_EVENT_MEMORY 8
+
+#define KFD_IOC_WAIT_RESULT_COMPLETE 0
+#define KFD_IOC_WAIT_RESULT_TIMEOUT 1
+#define KFD_IOC_WAIT_RESULT_FAIL 2
+
+#define KFD_SIGNAL_EVENT_LIMIT 4096
+
+struct kfd_ioctl_create_event_args {
+	__u64 event_page_offset; /* to KFD: the event page BO's handle (first event); from KFD */
+	__u32 event_trigger_data;
+	__u32 event_type;
+	__u32 auto_reset;
+	__u32 node_id;
+	__u32 event_id;
+	__u32 event_slot_index;
+};
+
+struct kfd_ioctl_destroy_event_args {
+	__u32 event_id;
+	__u32 pad;
+};
+
+struct kfd_ioctl_set_event_args {
+	__u32 event_id;
+	__u32 pad;
+};
+
+struct kfd_ioctl_reset_event_args {
+	__u32 event_id;
+	__u32 pad;
+};
+
+struct kfd_memory_exception_failure {
+	__u32 NotPresent;
+	__u32 ReadOnly;
+	__u32 NoExecute;
+	__u32 imprecise;
+};
+
+struct kfd_hsa_memory_exception_data {
+	struct kfd_memory_exception_failure failure;
+	__u64 va;
+	__u32 gpu_id;
+	__u32 ErrorType;
+};
+
+struct kfd_hsa_hw_exception_data {
+	__u32 reset_type;
+	__u32 reset_cause;
+	__u32 memory_lost;
+	__u32 gpu_id;
+};
+
+struct kfd_hsa_signal_event_data {
+	__u64 last_event_age; /* to and from KFD; 0 = no age tracking (1.14+) */
+};
+
+/* 48 bytes: the union (32), the extension pointer, the event id. */
+struct kfd_event_data {
+	union {
+		struct kfd_hsa_memory_exception_data memory_exception_data;
+		struct kfd_hsa_hw_exception_data hw_exception_data;
+		struct kfd_hsa_signal_event_data signal_event_data;
+	};
+	__u64 kfd_event_data_ext;
+	__u32 event_id;
+	__u32 pad;
+};
+
+struct kfd_ioctl_wait_events_args {
+	__u64 events_ptr; /* struct kfd_event_data[num_events] */
+	__u32 num_events;
+	__u32 wait_for_all;
+	__u32 timeout; /* ms; 0 = poll, 0xffffffff = forever */
+	__u32 wait_result;
+};
+
 /* mmap offset encoding of /dev/kfd */
 #define KFD_MMAP_TYPE_SHIFT 62
 #define KFD_MMAP_TYPE_MASK (0x3ULL << KFD_MMAP_TYPE_SHIFT)
@@ -363,6 +512,16 @@ struct kfd_context_save_area_header {
 #define AMDKFD_IOC_CREATE_QUEUE AMDKFD_IOWR(0x02, struct kfd_ioctl_create_queue_args)
 #define AMDKFD_IOC_DESTROY_QUEUE AMDKFD_IOWR(0x03, struct kfd_ioctl_destroy_queue_args)
 #define AMDKFD_IOC_UPDATE_QUEUE AMDKFD_IOW(0x07, struct kfd_ioctl_update_queue_args)
+#define AMDKFD_IOC_SET_MEMORY_POLICY AMDKFD_IOW(0x04, struct kfd_ioctl_set_memory_policy_args)
+#define AMDKFD_IOC_GET_CLOCK_COUNTERS AMDKFD_IOWR(0x05, struct kfd_ioctl_get_clock_counters_args)
+#define AMDKFD_IOC_CREATE_EVENT AMDKFD_IOWR(0x08, struct kfd_ioctl_create_event_args)
+#define AMDKFD_IOC_DESTROY_EVENT AMDKFD_IOW(0x09, struct kfd_ioctl_destroy_event_args)
+#define AMDKFD_IOC_SET_EVENT AMDKFD_IOW(0x0A, struct kfd_ioctl_set_event_args)
+#define AMDKFD_IOC_RESET_EVENT AMDKFD_IOW(0x0B, struct kfd_ioctl_reset_event_args)
+#define AMDKFD_IOC_WAIT_EVENTS AMDKFD_IOWR(0x0C, struct kfd_ioctl_wait_events_args)
+#define AMDKFD_IOC_SET_SCRATCH_BACKING_VA AMDKFD_IOWR(0x11, struct kfd_ioctl_set_scratch_backing_va_args)
+#define AMDKFD_IOC_SET_TRAP_HANDLER AMDKFD_IOW(0x13, struct kfd_ioctl_set_trap_handler_args)
+#define AMDKFD_IOC_GET_PROCESS_APERTURES_NEW AMDKFD_IOWR(0x14, struct kfd_ioctl_get_process_apertures_new_args)
 #define AMDKFD_IOC_ACQUIRE_VM AMDKFD_IOW(0x15, struct kfd_ioctl_acquire_vm_args)
 #define AMDKFD_IOC_ALLOC_MEMORY_OF_GPU AMDKFD_IOWR(0x16, struct kfd_ioctl_alloc_memory_of_gpu_args)
 #define AMDKFD_IOC_FREE_MEMORY_OF_GPU AMDKFD_IOW(0x17, struct kfd_ioctl_free_memory_of_gpu_args)
@@ -370,6 +529,8 @@ struct kfd_context_save_area_header {
 #define AMDKFD_IOC_UNMAP_MEMORY_FROM_GPU AMDKFD_IOWR(0x19, struct kfd_ioctl_unmap_memory_from_gpu_args)
 #define AMDKFD_IOC_SET_CU_MASK AMDKFD_IOW(0x1A, struct kfd_ioctl_set_cu_mask_args)
 #define AMDKFD_IOC_GET_QUEUE_WAVE_STATE AMDKFD_IOWR(0x1B, struct kfd_ioctl_get_queue_wave_state_args)
+#define AMDKFD_IOC_SET_XNACK_MODE AMDKFD_IOWR(0x21, struct kfd_ioctl_set_xnack_mode_args)
+#define AMDKFD_IOC_AVAILABLE_MEMORY AMDKFD_IOWR(0x23, struct kfd_ioctl_get_available_memory_args)
 #define AMDKFD_IOC_RUNTIME_ENABLE AMDKFD_IOWR(0x25, struct kfd_ioctl_runtime_enable_args)
 #define AMDKFD_IOC_DBG_TRAP AMDKFD_IOWR(0x26, struct kfd_ioctl_dbg_trap_args)
 

@@ -5,6 +5,7 @@
 
 pub mod agent;
 pub mod kfdqd;
+pub mod sid;
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read};
@@ -239,6 +240,28 @@ pub struct ProgQueue {
     pub handle: u64,
 }
 
+/// Threads that read a spawned child's piped output: its stdout line by line (the receiver) and
+/// its whole stderr (the handle's result).
+pub fn read_output(child: &mut Child) -> (Receiver<String>, std::thread::JoinHandle<String>) {
+    let out = child.stdout.take().expect("stdout piped");
+    let (tx, rx) = channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(out).lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let mut err = child.stderr.take().expect("stderr piped");
+    let stderr = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = err.read_to_string(&mut s);
+        s
+    });
+    (rx, stderr)
+}
+
 /// A test program running under the shim.
 pub struct App {
     pub child: Child,
@@ -342,22 +365,7 @@ impl<'a> Launch<'a> {
             .spawn()
             .unwrap_or_else(|e| panic!("spawn {}: {e}", self.program.display()));
         let pid = child.id();
-        let out = child.stdout.take().expect("stdout");
-        let (tx, rx) = channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(out).lines() {
-                let Ok(line) = line else { break };
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        let mut err = child.stderr.take().expect("stderr");
-        let stderr = std::thread::spawn(move || {
-            let mut s = String::new();
-            let _ = err.read_to_string(&mut s);
-            s
-        });
+        let (rx, stderr) = read_output(&mut child);
         App {
             child,
             pid,

@@ -2423,6 +2423,15 @@ FH_API hipError_t hipEventRecord_spt(hipEvent_t event, hipStream_t stream)
 	return ret(event_record(event, stream, 1));
 }
 
+/* ROCm 6.4: the flags select timing behaviour (hipEventRecordDefault 0, hipEventRecordExternal
+ * 1); fakehip records the same way for both and refuses others. */
+FH_API hipError_t hipEventRecordWithFlags(hipEvent_t event, hipStream_t stream, unsigned int flags)
+{
+	if (flags > 1)
+		return ret(hipErrorInvalidValue);
+	return ret(event_record(event, stream, 0));
+}
+
 FH_API hipError_t hipEventSynchronize(hipEvent_t event)
 {
 	return ret(event_check(event, 1));

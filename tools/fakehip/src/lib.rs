@@ -2,7 +2,7 @@
 //!
 //! The library itself is C (`src/fakehip.c`), compiled by this crate's build script
 //! into [`LIB_DIR`]. It exports a subset of the HIP runtime with the real library's
-//! soname and symbol-version nodes (`hip_4.2` .. `hip_6.3`) and drives amdkfd the way
+//! soname and symbol-version nodes (`hip_4.2` .. `hip_6.4`, ROCm 6.4's chain) and drives amdkfd the way
 //! ROCr does: one KFD AQL queue per stream from three priority pools per device,
 //! USERPTR queue buffers, CWSR areas, doorbells, and AQL dispatch packets whose
 //! `reserved2` field carries the emulated kernel duration (kfd-emu convention).

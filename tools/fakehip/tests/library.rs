@@ -128,14 +128,18 @@ const PLACEMENT: &[(&str, &str)] = &[
     ("hipExtGetLastError", "hip_6.0"),
     ("hipGetProcAddress", "hip_6.1"),
     ("hipGraphExecGetFlags", "hip_6.2"),
-    ("fakehipStreamQueueId", "hip_6.3"),
-    ("fakehipStreamQueueInfo", "hip_6.3"),
+    ("hipEventRecordWithFlags", "hip_6.4"),
+    ("fakehipStreamQueueId", "FAKEHIP_1"),
+    ("fakehipStreamQueueInfo", "FAKEHIP_1"),
 ];
 
 const NODES: &[&str] = &[
     "hip_4.2", "hip_4.3", "hip_4.4", "hip_4.5", "hip_5.0", "hip_5.1", "hip_5.2", "hip_5.3",
-    "hip_5.5", "hip_5.6", "hip_6.0", "hip_6.1", "hip_6.2", "hip_6.3",
+    "hip_5.5", "hip_5.6", "hip_6.0", "hip_6.1", "hip_6.2", "hip_6.4",
 ];
+
+/// The node of fakehip's own extensions (outside HIP's chain).
+const EXT_NODE: &str = "FAKEHIP_1";
 
 /// Defined dynamic symbols as "name@@version" strings.
 fn defined_dyn_syms() -> BTreeSet<String> {
@@ -161,13 +165,16 @@ fn exports_carry_the_real_version_nodes() {
         );
     }
     for s in &syms {
-        if NODES.contains(&s.as_str()) {
+        if NODES.contains(&s.as_str()) || s == EXT_NODE {
             continue; // the version definitions' own ABS symbols
         }
         let (name, version) = s
             .split_once("@@")
             .unwrap_or_else(|| panic!("unversioned export {s}"));
-        assert!(NODES.contains(&version), "{s} has an unexpected version");
+        assert!(
+            NODES.contains(&version) || (version == EXT_NODE && name.starts_with("fakehip")),
+            "{s} has an unexpected version"
+        );
         assert!(
             name.starts_with("hip")
                 || name.starts_with("__hip")
@@ -208,7 +215,12 @@ fn version_nodes_form_the_real_chain() {
         Some("libamdhip64.so.6"),
         "{v}"
     );
-    assert_eq!(&names[1..], NODES, "{v}");
+    assert_eq!(&names[1..names.len() - 1], NODES, "{v}");
+    assert_eq!(names.last().map(String::as_str), Some(EXT_NODE), "{v}");
+    assert!(
+        !parents.contains_key(EXT_NODE),
+        "the extensions' node is outside HIP's chain"
+    );
     for pair in NODES.windows(2) {
         assert_eq!(
             parents.get(pair[1]).map(String::as_str),

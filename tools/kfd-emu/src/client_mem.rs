@@ -75,6 +75,20 @@ pub(crate) fn write_u32s(pid: u32, addr: u64, vals: &[u32]) -> Result<(), i32> {
     write(pid, addr, &bytes)
 }
 
+/// Start of the mapping (`/proc/<pid>/maps` line) that contains `addr`.
+pub(crate) fn mapping_start(pid: u32, addr: u64) -> Option<u64> {
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).ok()?;
+    maps.lines().find_map(|l| {
+        let range = l.split_whitespace().next()?;
+        let (a, b) = range.split_once('-')?;
+        let (a, b) = (
+            u64::from_str_radix(a, 16).ok()?,
+            u64::from_str_radix(b, 16).ok()?,
+        );
+        (a <= addr && addr < b).then_some(a)
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -89,5 +103,8 @@ mod tests {
         assert_eq!(read_u64(me, addr), Ok(7));
         assert_eq!(read_u64(me, 8), Err(FAULT));
         assert_eq!(read_u64(me, u64::MAX - 3), Err(FAULT));
+        let start = mapping_start(me, addr).expect("the heap is mapped");
+        assert!(start <= addr && start % 4096 == 0);
+        assert_eq!(mapping_start(me, 8), None);
     }
 }

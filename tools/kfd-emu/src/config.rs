@@ -73,7 +73,7 @@ impl Preset {
             ("cpu_cores_count", 0),
             ("simd_count", simd_count),
             ("mem_banks_count", 1),
-            ("caches_count", 0),
+            ("caches_count", u64::from(crate::topology::GPU_CACHES)),
             ("io_links_count", 0),
             ("p2p_links_count", 0),
             ("cpu_core_id_base", 0),
@@ -100,11 +100,17 @@ impl Preset {
             ("num_sdma_queues_per_engine", 8),
             ("num_cp_queues", 24),
             ("max_engine_clk_fcompute", 2100),
+            // The kernel prints 0 here since memory moved to mem_banks/ (see VRAM_BYTES).
             ("local_mem_size", 0),
             ("fw_version", 177),
             // QUEUE_SIZE_POW2 | WATCH_POINTS_SUPPORTED | 4 watch bits | doorbell type 2.0
-            // | MEM_EDC | RAS event notify | SRAM_EDC | SVM API (synthetic but plausible).
-            ("capability", 0x0c30_2488),
+            // | TRAP_DEBUG_SUPPORT | WAVE_LAUNCH_TRAP_OVERRIDE | WAVE_LAUNCH_MODE
+            // | PRECISE_MEMORY_OPERATIONS | MEM_EDC | RAS event notify | SRAM_EDC
+            // | TRAP_DEBUG_FIRMWARE_SUPPORTED (what kfd_topology_set_capabilities reports for
+            // GC 9.4.3 with current firmware; the thunk calls RUNTIME_ENABLE only when every GPU
+            // node has the firmware bit). Bit 27, the SVM API, is clear: the emulator does not
+            // implement AMDKFD_IOC_SVM.
+            ("capability", 0x2437_a488),
             ("debug_prop", 0x5c7),
             ("sdma_fw_version", 19),
             ("num_xcc", num_xcc),
@@ -170,6 +176,10 @@ pub struct EmuConfig {
     /// Overrides the arbitration the kernel mode implies (experiments: `equal`).
     #[serde(default)]
     pub arbitration: Option<gfx_model::Arbitration>,
+    /// Work-group execution time in ns by kernel name, for dispatches of real code objects
+    /// (whose packets carry no time); kernels not listed take `default_packet_ns`.
+    #[serde(default)]
+    pub kernel_wg_ns: BTreeMap<String, u64>,
 }
 
 impl EmuConfig {
@@ -211,6 +221,7 @@ impl Default for EmuConfig {
             quantum_us: 10_000,
             queue_priority: false,
             arbitration: None,
+            kernel_wg_ns: BTreeMap::new(),
         }
     }
 }
@@ -233,7 +244,16 @@ pub(crate) struct GpuNode {
     pub cu_per_xcc: u32,
 }
 
+/// HBM of one MI300X / MI308X GPU.
+const VRAM_BYTES: u64 = 192 << 30;
+
 impl GpuNode {
+    /// VRAM of the node in bytes (its `mem_banks/0` size): 192 GiB of HBM3 on MI300X and
+    /// MI308X; in CPX mode with NPS1 every partition sees the whole memory.
+    pub fn vram_bytes(&self) -> u64 {
+        VRAM_BYTES
+    }
+
     /// `ALIGN((ctx_save_restore_size + debug_memory_size) * num_xcc, 4096)`: the exact
     /// CWSR mapping size CREATE_QUEUE wants for a given per-XCC save area size.
     pub fn cwsr_total(&self, ctx_save_restore_size: u32) -> u64 {

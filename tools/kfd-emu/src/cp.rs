@@ -17,15 +17,24 @@ use std::time::Duration;
 
 use gfx_model::Dispatch;
 
+use crate::blit;
 use crate::client_mem;
+use crate::code_object::Kernel;
+use crate::gpu_mem::Vm;
 use crate::hws;
-use crate::state::{Emu, QueueKey, State};
+use crate::ioctl::events;
+use crate::sdma;
+use crate::state::{Emu, Finished, KernelEffect, Pending, QueueKey, State};
 
 /// AQL packet types (low byte of the 16-bit header).
 const PKT_INVALID: u8 = 1;
 const PKT_KERNEL_DISPATCH: u8 = 2;
 /// AQL packet size in bytes.
 const PKT_SIZE: u64 = 64;
+/// Byte offsets in `amd_signal_t`: the value, the event mailbox pointer and the event id.
+const SIGNAL_VALUE: u64 = 8;
+const SIGNAL_MAILBOX: u64 = 0x10;
+const SIGNAL_EVENT_ID: u64 = 0x18;
 /// Packets fetched per queue per poll.
 const FETCH_MAX: u64 = 64;
 /// Poll period while a queue has packets in flight.
@@ -42,28 +51,104 @@ pub(crate) fn complete(st: &mut State, key: QueueKey, index: u64) {
     let Some(q) = st.queue_mut(key) else {
         return;
     };
-    let Some(signal) = q.pending.remove(&index) else {
+    let gpu = q.gpu;
+    let Some(Pending { signal, effect }) = q.pending.remove(&index) else {
         return;
     };
-    if signal != 0 {
-        let at = signal.wrapping_add(8);
-        if let Ok(v) = client_mem::read_u64(key.0, at) {
-            let _ = client_mem::write_u64(key.0, at, (v as i64).wrapping_sub(1) as u64);
-        }
-    }
     q.packets_done += 1;
     let frontier = q.pending.keys().next().copied().unwrap_or(q.fetch_index);
-    if frontier > q.read_index {
+    let rptr = (frontier > q.read_index).then(|| {
         q.read_index = frontier;
-        if client_mem::write_u64(key.0, q.rptr_addr, frontier).is_err() {
-            q.cp_failed = true;
+        (q.rptr_addr, frontier)
+    });
+    st.finished.push(Finished {
+        key,
+        gpu,
+        effect,
+        signal,
+        rptr,
+    });
+}
+
+/// Does the memory work of completed packets, in completion order, without the state lock
+/// (client memory may be render-node pages whose faults and writeback are served by FUSE
+/// threads that may be waiting for that lock): the copy a runtime kernel stands for, the
+/// completion signal's decrement, the read index; then, under the lock, the end-of-kernel
+/// interrupts of interrupt signals (their mailbox is set) and the stops of queues whose memory
+/// could not be written; then the acknowledgements of the interrupts' signal slots.
+pub(crate) fn finish_completed(emu: &Emu) {
+    let work = std::mem::take(&mut emu.lock().finished);
+    if work.is_empty() {
+        return;
+    }
+    let mut interrupts = Vec::new();
+    let mut failed = Vec::new();
+    for f in work {
+        let pid = f.key.0;
+        if let Some(e) = &f.effect {
+            let vm = Vm {
+                emu,
+                tgid: pid,
+                gpu: f.gpu,
+            };
+            if let Err(errno) = blit::perform(&vm, e) {
+                tracing::warn!(
+                    ?e,
+                    errno,
+                    "a runtime copy kernel's memory could not be reached"
+                );
+            }
+        }
+        if f.signal != 0 {
+            if let Some(id) = complete_signal(pid, f.signal) {
+                interrupts.push((pid, id));
+            }
+        }
+        if let Some((addr, value)) = f.rptr
+            && client_mem::write_u64(pid, addr, value).is_err()
+        {
+            failed.push(f.key);
         }
     }
+    let mut acks = Vec::new();
+    {
+        let mut st = emu.lock();
+        for key in failed {
+            if let Some(q) = st.queue_mut(key) {
+                q.cp_failed = true;
+            }
+        }
+        for (pid, id) in interrupts {
+            if let Some(p) = st.processes.get_mut(&pid)
+                && let Some(slot) = events::interrupt(p, id)
+            {
+                acks.push(slot);
+            }
+        }
+    }
+    events::acknowledge(&acks);
+}
+
+/// Decrements a completion signal; for an interrupt signal (its event mailbox is set) writes
+/// the event id to the mailbox and returns the id (the interrupt to raise).
+fn complete_signal(pid: u32, signal: u64) -> Option<u32> {
+    let at = signal.wrapping_add(SIGNAL_VALUE);
+    if let Ok(v) = client_mem::read_u64(pid, at) {
+        let _ = client_mem::write_u64(pid, at, (v as i64).wrapping_sub(1) as u64);
+    }
+    let mailbox = client_mem::read_u64(pid, signal.wrapping_add(SIGNAL_MAILBOX)).ok()?;
+    if mailbox == 0 {
+        return None;
+    }
+    let id = client_mem::read_u32s(pid, signal.wrapping_add(SIGNAL_EVENT_ID), 1).ok()?[0];
+    let _ = client_mem::write_u64(pid, mailbox, u64::from(id));
+    Some(id)
 }
 
 /// One queue the CP reads this round.
 struct Job {
     key: QueueKey,
+    gpu: usize,
     wptr_addr: u64,
     rptr_addr: u64,
     ring_base: u64,
@@ -75,7 +160,15 @@ struct Job {
 struct Fetched {
     key: QueueKey,
     wptr: Result<u64, i32>,
-    packets: Vec<(u64, [u8; 64])>,
+    packets: Vec<FetchedPacket>,
+}
+
+/// One packet read from a ring, with its kernel when the dispatch's code object was readable.
+struct FetchedPacket {
+    index: u64,
+    bytes: [u8; 64],
+    kernel: Option<Arc<Kernel>>,
+    effect: Option<KernelEffect>,
 }
 
 fn collect_jobs(state: &State) -> Vec<Job> {
@@ -87,6 +180,7 @@ fn collect_jobs(state: &State) -> Vec<Job> {
             }
             jobs.push(Job {
                 key: (*tgid, *qid),
+                gpu: q.gpu,
                 wptr_addr: q.wptr_addr,
                 rptr_addr: q.rptr_addr,
                 ring_base: q.ring_base,
@@ -117,24 +211,32 @@ fn packet_u64(p: &[u8; 64], at: usize) -> u64 {
 /// The model's view of an AQL packet: a kernel dispatch's grid, work-group size and
 /// per-work-group time (`reserved2`, 0 = the configured default); anything else runs no
 /// work-groups. The header's barrier bit carries over.
-fn to_dispatch(index: u64, p: &[u8; 64]) -> Dispatch {
+fn to_dispatch(emu: &Emu, index: u64, p: &[u8; 64], kernel: Option<&Kernel>) -> Dispatch {
     let header = packet_u16(p, 0);
     if (header & 0xff) as u8 != PKT_KERNEL_DISPATCH {
         return Dispatch::empty(index, header & gfx_model::AQL_BARRIER_BIT != 0);
+    }
+    // A real code object's packet carries no time (reserved2 is 0): use the kernel's time from
+    // the configuration when it is listed.
+    let mut wg_ns = packet_u64(p, 48);
+    if wg_ns == 0
+        && let Some(ns) = kernel.and_then(|k| emu.config.kernel_wg_ns.get(&k.name))
+    {
+        wg_ns = *ns;
     }
     Dispatch::from_aql(
         index,
         header,
         [packet_u32(p, 12), packet_u32(p, 16), packet_u32(p, 20)],
         [packet_u16(p, 4), packet_u16(p, 6), packet_u16(p, 8)],
-        packet_u64(p, 48),
+        wg_ns,
     )
 }
 
 /// Reads the write index and up to `FETCH_MAX` packets (stopping at an INVALID header); also
 /// touches the pages the completion will write, so the writes done later under the lock do
 /// not fault through FUSE.
-fn fetch(job: &Job) -> Fetched {
+fn fetch(emu: &Emu, job: &Job) -> Fetched {
     let pid = job.key.0;
     let wptr = client_mem::read_u64(pid, job.wptr_addr);
     let mut packets = Vec::new();
@@ -152,7 +254,17 @@ fn fetch(job: &Job) -> Fetched {
             if signal != 0 {
                 let _ = client_mem::read_u64(pid, signal.wrapping_add(8));
             }
-            packets.push((idx, p));
+            let (kernel, effect) = if p[0] == PKT_KERNEL_DISPATCH {
+                identify(emu, job, &p)
+            } else {
+                (None, None)
+            };
+            packets.push(FetchedPacket {
+                index: idx,
+                bytes: p,
+                kernel,
+                effect,
+            });
             idx += 1;
         }
     }
@@ -161,6 +273,41 @@ fn fetch(job: &Job) -> Fetched {
         wptr,
         packets,
     }
+}
+
+/// The kernel a dispatch runs (from its loaded code object) and what it does to memory when
+/// it is one of the runtime's copy kernels.
+fn identify(emu: &Emu, job: &Job, p: &[u8; 64]) -> (Option<Arc<Kernel>>, Option<KernelEffect>) {
+    let vm = Vm {
+        emu,
+        tgid: job.key.0,
+        gpu: job.gpu,
+    };
+    let Some(kernel) = emu.kernels.lookup(&vm, packet_u64(p, 32)) else {
+        // Not in an ELF code object: perhaps one of ROCr's own blit kernels.
+        let mut kernarg = [0u8; blit::ROCR_KERNARG_LEN];
+        let effect = vm
+            .read(packet_u64(p, 40), &mut kernarg)
+            .is_ok()
+            .then(|| blit::rocr_effect(&kernarg, packet_u32(p, 12), packet_u16(p, 4)))
+            .flatten();
+        tracing::debug!(
+            kernel_object = packet_u64(p, 32),
+            grid = packet_u32(p, 12),
+            wg = packet_u16(p, 4),
+            ?effect,
+            "dispatch of a kernel outside an ELF code object"
+        );
+        return (None, effect);
+    };
+    let len = blit::kernarg_len(&kernel);
+    let mut kernarg = vec![0u8; len];
+    let effect = if len > 0 && vm.read(packet_u64(p, 40), &mut kernarg).is_ok() {
+        blit::effect(&kernel, &kernarg)
+    } else {
+        None
+    };
+    (Some(kernel), effect)
 }
 
 /// Hands what was fetched to the models (at the current model time) for queues that are still
@@ -184,18 +331,33 @@ fn apply(emu: &Emu, state: &mut State, fetched: Vec<Fetched>) -> bool {
         q.write_index = wptr;
         let gpu = q.gpu;
         let mut new = Vec::new();
-        for (idx, p) in f.packets {
-            if idx != q.fetch_index {
+        let mut names = Vec::new();
+        for fp in f.packets {
+            if fp.index != q.fetch_index {
                 continue;
             }
-            q.pending.insert(idx, packet_u64(&p, 56));
+            if let Some(k) = &fp.kernel {
+                names.push(k.name.clone());
+            }
+            q.pending.insert(
+                fp.index,
+                Pending {
+                    signal: packet_u64(&fp.bytes, 56),
+                    effect: fp.effect,
+                },
+            );
             q.fetch_index += 1;
-            new.push(to_dispatch(idx, &p));
+            new.push(to_dispatch(emu, fp.index, &fp.bytes, fp.kernel.as_deref()));
         }
         if new.is_empty() {
             continue;
         }
         seen = true;
+        if let Some(p) = state.processes.get_mut(&f.key.0) {
+            for name in names {
+                *p.kernel_dispatches.entry(name).or_insert(0) += 1;
+            }
+        }
         hws::settle(emu, state, gpu);
         let model = &mut state.partitions[gpu].model;
         for d in new {
@@ -222,6 +384,12 @@ fn until_next_event(emu: &Emu, st: &State) -> Option<Duration> {
         .map(|t| Duration::from_nanos(t.saturating_sub(now)))
 }
 
+/// Answers the WAIT_EVENTS calls whose timeout passed; time until the next one expires.
+fn until_deadline(st: &mut State) -> Duration {
+    let now = std::time::Instant::now();
+    events::expire(st, now).map_or(IDLE_SLEEP, |d| d.saturating_duration_since(now))
+}
+
 fn has_in_flight(st: &State) -> bool {
     st.processes
         .values()
@@ -233,40 +401,67 @@ fn has_in_flight(st: &State) -> bool {
 pub(crate) fn cp_thread(emu: Arc<Emu>) {
     let mut idle_polls: u32 = 0;
     loop {
-        let jobs = {
+        // Completions found by anyone (this thread, or an ioctl's runlist change) get their
+        // memory work done here, without the lock.
+        finish_completed(&emu);
+        let (jobs, sdma_jobs) = {
             let mut st = emu.lock();
             loop {
                 if emu.is_shutdown() {
                     return;
                 }
                 settle_all(&emu, &mut st);
-                let jobs = collect_jobs(&st);
-                if !jobs.is_empty() {
-                    break jobs;
+                if !st.finished.is_empty() {
+                    break (Vec::new(), Vec::new());
                 }
-                let wait = until_next_event(&emu, &st).map_or(IDLE_SLEEP, |d| d.min(IDLE_SLEEP));
+                let deadline = until_deadline(&mut st);
+                let jobs = collect_jobs(&st);
+                let sdma_jobs = sdma::collect(&st);
+                if !jobs.is_empty() || !sdma_jobs.is_empty() {
+                    break (jobs, sdma_jobs);
+                }
+                let wait = until_next_event(&emu, &st)
+                    .map_or(IDLE_SLEEP, |d| d.min(IDLE_SLEEP))
+                    .min(deadline);
                 st = emu.wait_cp(st, wait).0;
             }
         };
-        let fetched: Vec<Fetched> = jobs.iter().map(fetch).collect();
+        if jobs.is_empty() && sdma_jobs.is_empty() {
+            continue;
+        }
+        let fetched: Vec<Fetched> = jobs.iter().map(|j| fetch(&emu, j)).collect();
+        let copied: Vec<sdma::Done> = sdma_jobs.iter().map(|j| sdma::run(&emu, j)).collect();
         let mut st = emu.lock();
         if emu.is_shutdown() {
             return;
         }
         settle_all(&emu, &mut st);
         let seen = apply(&emu, &mut st, fetched);
-        idle_polls = if seen || has_in_flight(&st) {
+        let (copying, acks) = sdma::apply(&mut st, copied);
+        idle_polls = if seen || copying || has_in_flight(&st) {
             0
         } else {
             idle_polls.saturating_add(1)
         };
         let poll = (POLL * 2u32.pow(idle_polls.min(3))).min(IDLE_POLL_MAX);
-        let wait = until_next_event(&emu, &st).map_or(poll, |d| d.min(poll));
-        let (st, woken) = emu.wait_cp(st, wait);
+        let mut wait = until_next_event(&emu, &st)
+            .map_or(poll, |d| d.min(poll))
+            .min(until_deadline(&mut st));
+        if !st.finished.is_empty() || !acks.is_empty() {
+            wait = Duration::ZERO;
+        }
+        let woken = if wait.is_zero() {
+            drop(st);
+            false
+        } else {
+            let (guard, woken) = emu.wait_cp(st, wait);
+            drop(guard);
+            woken
+        };
         if woken {
             // A runlist change: poll at full rate again.
             idle_polls = 0;
         }
-        drop(st);
+        events::acknowledge(&acks);
     }
 }

@@ -17,7 +17,8 @@ use serde::Serialize;
 
 use crate::config::EmuConfig;
 use crate::state::Emu;
-use crate::{ioctl, process, stats, topology};
+use crate::state::PAGE;
+use crate::{drm, ioctl, kfd_mmap, process, stats, topology};
 
 /// Attribute/entry cache time of the static tree.
 const STATIC_TTL: Duration = Duration::from_secs(60);
@@ -36,7 +37,8 @@ enum Kind {
     /// `sys/class/kfd/kfd/proc`: children are the live processes.
     ProcDir,
     Kfd,
-    Render,
+    /// A render node: the index of its GPU node.
+    Render(usize),
     Text(Arc<[u8]>),
     Stats,
     Config,
@@ -117,7 +119,7 @@ impl Dyn {
 /// An open file.
 enum Handle {
     Kfd { tgid: u32 },
-    Render,
+    Render(usize),
     Text(Vec<u8>),
 }
 
@@ -199,9 +201,14 @@ impl KfdFs {
         let dev = b.dir(root, "dev");
         b.add(dev, "kfd", Kind::Kfd);
         let dri = b.dir(dev, "dri");
-        for g in &emu.topo.gpus {
-            b.add(dri, &format!("renderD{}", g.render_minor), Kind::Render);
-        }
+        let render_inos = emu
+            .topo
+            .gpus
+            .iter()
+            .enumerate()
+            .map(|(i, g)| b.add(dri, &format!("renderD{}", g.render_minor), Kind::Render(i)))
+            .collect();
+        let _ = emu.render_inos.set(render_inos);
         let sys = b.dir(root, "sys");
         let class = b.dir(sys, "class");
         let kfd_class = b.dir(class, "kfd");
@@ -293,7 +300,9 @@ impl KfdFs {
         let node = self.node(ino)?;
         let a = match node.kind {
             Kind::Dir | Kind::ProcDir => self.attr(ino, FileType::Directory, 0o555, 0),
-            Kind::Kfd | Kind::Render => self.attr(ino, FileType::RegularFile, 0o666, DEVICE_SIZE),
+            Kind::Kfd | Kind::Render(_) => {
+                self.attr(ino, FileType::RegularFile, 0o666, DEVICE_SIZE)
+            }
             Kind::Text(_) | Kind::Stats | Kind::Config => {
                 self.attr(ino, FileType::RegularFile, 0o444, TEXT_SIZE)
             }
@@ -521,8 +530,8 @@ impl Filesystem for KfdFs {
                 }
                 None => reply.error(Errno::ESRCH),
             },
-            Kind::Render => reply.opened(
-                self.new_handle(Handle::Render),
+            Kind::Render(gpu) => reply.opened(
+                self.new_handle(Handle::Render(*gpu)),
                 FopenFlags::FOPEN_KEEP_CACHE,
             ),
             Kind::Text(t) => reply.opened(
@@ -560,9 +569,15 @@ impl Filesystem for KfdFs {
         match handles.get(&fh.0) {
             Some(Handle::Kfd { .. }) => {
                 drop(handles);
-                reply.data(&vec![0u8; size as usize]);
+                // Doorbell and MMIO pages read as zeros; any other offset is one the kernel's
+                // kfd_mmap refuses, and the mapping faults.
+                if kfd_mmap::valid(&self.emu.topo, offset, PAGE) {
+                    reply.data(&vec![0u8; size as usize]);
+                } else {
+                    reply.error(Errno::EIO);
+                }
             }
-            Some(Handle::Render) => {
+            Some(Handle::Render(_)) => {
                 drop(handles);
                 reply.data(&self.emu.bos.read(offset, size as usize));
             }
@@ -591,7 +606,7 @@ impl Filesystem for KfdFs {
             let handles = self.handles.lock().expect("kfd-emu handle table poisoned");
             match handles.get(&fh.0) {
                 Some(Handle::Kfd { .. }) => Some(false),
-                Some(Handle::Render) => Some(true),
+                Some(Handle::Render(_)) => Some(true),
                 Some(Handle::Text(_)) => None,
                 None => return reply.error(Errno::EBADF),
             }
@@ -713,17 +728,19 @@ impl Filesystem for KfdFs {
         out_size: u32,
         reply: ReplyIoctl,
     ) {
-        let opener = match self
+        let target = match self
             .handles
             .lock()
             .expect("kfd-emu handle table poisoned")
             .get(&fh.0)
         {
-            Some(Handle::Kfd { tgid }) => Some(*tgid),
+            Some(Handle::Kfd { tgid }) => Some(Ok(*tgid)),
+            Some(Handle::Render(gpu)) => Some(Err(*gpu)),
             _ => None,
         };
-        match opener {
-            Some(tgid) => {
+        match target {
+            Some(Err(gpu)) => drm::dispatch(&self.emu, req.pid(), gpu, cmd, in_data, reply),
+            Some(Ok(tgid)) => {
                 // A bug must not take the FUSE loop down: an unsent reply answers EIO
                 // when it is dropped during unwinding.
                 let run = std::panic::AssertUnwindSafe(|| {

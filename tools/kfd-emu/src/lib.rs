@@ -19,16 +19,23 @@
 #![deny(missing_docs)]
 #![deny(clippy::undocumented_unsafe_blocks)]
 
+mod blit;
 mod client_mem;
+mod code_object;
 mod config;
 mod cp;
+mod drm;
 mod error;
 mod fs;
+mod gpu_mem;
 mod hws;
 mod ioctl;
+mod kfd_mmap;
 mod mount;
 mod privileged;
 mod process;
+mod sandbox;
+mod sdma;
 mod state;
 mod stats;
 mod topology;
@@ -37,5 +44,6 @@ pub use config::{EmuConfig, Preset};
 pub use error::EmuError;
 pub use mount::{MountedEmu, unmount_path};
 pub use privileged::{SKIP_PRIVILEGED_ENV, privileged_test};
+pub use sandbox::{Sandbox, run as run_sandboxed};
 pub use stats::{PartitionStats, ProcessStats, QueueStats, Stats};
 pub use topology::{CwsrSizes, cwsr_sizes};

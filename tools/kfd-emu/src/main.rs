@@ -66,6 +66,52 @@ enum Cmd {
         /// The mount point
         dir: PathBuf,
     },
+    /// Run a program that sees a mounted emulator at the real driver's paths
+    #[command(long_about = RUN_ABOUT)]
+    Run(RunArgs),
+}
+
+const RUN_ABOUT: &str = "\
+Run a program that sees a mounted emulator at the real driver's paths, so
+unmodified ROCm (rocminfo, the HIP runtime, PyTorch) uses it: /dev/kfd,
+/dev/dri/renderD*, /sys/devices/virtual/kfd/kfd, /sys/class/kfd/kfd and
+/sys/module/amdgpu. The program runs in a private mount namespace (needs root);
+nothing outside it changes. With --root it runs chrooted in that root filesystem,
+e.g. the Debian sid root with the real ROCm 6.4 user space that
+scripts/sid-root.sh builds. /tmp inside is a fresh tmpfs.
+
+Example:
+  kfd-emu --mount /run/kfd-emu --preset mi308x &
+  kfd-emu run --emu /run/kfd-emu --root /var/cache/kfdq/sid-root -- rocminfo";
+
+#[derive(Args)]
+struct RunArgs {
+    /// Mount point of a running emulator
+    #[arg(long, value_name = "DIR")]
+    emu: PathBuf,
+    /// Root filesystem to run the program in (default: the host's)
+    #[arg(long, value_name = "DIR")]
+    root: Option<PathBuf>,
+    /// Make host path SRC visible at DST inside the root (repeatable)
+    #[arg(long, value_name = "SRC:DST", value_parser = parse_bind)]
+    bind: Vec<(PathBuf, PathBuf)>,
+    /// Working directory inside the root
+    #[arg(long, value_name = "DIR", default_value = "/")]
+    cwd: PathBuf,
+    /// The program and its arguments
+    #[arg(last = true, required = true, value_name = "COMMAND")]
+    command: Vec<String>,
+}
+
+fn parse_bind(s: &str) -> Result<(PathBuf, PathBuf), String> {
+    match s.split_once(':') {
+        Some((src, dst)) if !src.is_empty() && dst.starts_with('/') => {
+            Ok((PathBuf::from(src), PathBuf::from(dst)))
+        }
+        _ => Err(format!(
+            "{s:?} is not SRC:DST with an absolute DST (e.g. /tmp/work:/work)"
+        )),
+    }
 }
 
 #[derive(Args)]
@@ -107,6 +153,34 @@ struct ServeArgs {
     /// Override the dispatcher's arbitration: equal (round-robin), pipe, strict
     #[arg(long, value_name = "MODE", value_parser = parse_arbitration)]
     arbitration: Option<gfx_model::Arbitration>,
+    /// TOML file with work-group times of real kernels by name, for dispatches whose packet
+    /// carries no time: a [work_group_ns] table, e.g. "_Z7add_onePim" = 5000 (others take
+    /// --packet-us)
+    #[arg(long, value_name = "FILE")]
+    kernel_times: Option<PathBuf>,
+}
+
+/// The `--kernel-times` file.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct KernelTimes {
+    work_group_ns: std::collections::BTreeMap<String, u64>,
+}
+
+fn load_kernel_times(
+    path: &std::path::Path,
+) -> Result<std::collections::BTreeMap<String, u64>, EmuError> {
+    let text = std::fs::read_to_string(path).map_err(|source| EmuError::Io {
+        context: format!("read kernel times {}", path.display()),
+        source,
+    })?;
+    let t: KernelTimes = toml::from_str(&text).map_err(|e| {
+        EmuError::Config(format!(
+            "kernel times {}: {e}; expected a [work_group_ns] table of \"kernel name\" = nanoseconds",
+            path.display()
+        ))
+    })?;
+    Ok(t.work_group_ns)
 }
 
 fn parse_arbitration(s: &str) -> Result<gfx_model::Arbitration, String> {
@@ -141,6 +215,10 @@ fn serve(args: ServeArgs) -> Result<(), EmuError> {
         quantum_us: args.quantum_us,
         queue_priority: args.queue_priority,
         arbitration: args.arbitration,
+        kernel_wg_ns: match &args.kernel_times {
+            Some(path) => load_kernel_times(path)?,
+            None => Default::default(),
+        },
     };
     // Block the signals before any thread exists so that only sigwait sees them.
     let mut signals = SigSet::empty();
@@ -176,6 +254,15 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Some(Cmd::Unmount { dir }) => kfd_emu::unmount_path(&dir),
+        Some(Cmd::Run(r)) => {
+            let sandbox = kfd_emu::Sandbox {
+                emu: r.emu,
+                root: r.root,
+                binds: r.bind,
+                cwd: r.cwd,
+            };
+            kfd_emu::run_sandboxed(&sandbox, &r.command).map(|never| match never {})
+        }
         None => serve(cli.serve),
     };
     match result {

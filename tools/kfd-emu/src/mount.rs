@@ -242,6 +242,9 @@ impl MountedEmu {
         if let Ok(md) = std::fs::metadata(&root) {
             let dev = md.dev();
             me.conn = Some((u64::from(libc::major(dev)) << 20) | u64::from(libc::minor(dev)));
+            let _ = emu
+                .fuse_dev
+                .set(format!("{}:{}", libc::major(dev), libc::minor(dev)));
         }
         tracing::info!(root = %root.display(), preset = %emu.config.preset, "kfd-emu mounted");
         Ok(me)

@@ -78,6 +78,36 @@ pub(crate) fn fd_target(pid: u32, fd: u32) -> Result<PathBuf, i32> {
     std::fs::read_link(format!("/proc/{pid}/fd/{fd}")).map_err(|_| libc::EBADF)
 }
 
+/// `major:minor` of the mount with id `mnt_id` in a mountinfo text.
+pub(crate) fn mount_device(mountinfo: &str, mnt_id: &str) -> Option<String> {
+    mountinfo.lines().find_map(|l| {
+        let mut f = l.split(' ');
+        (f.next()? == mnt_id).then(|| f.nth(1).map(str::to_string))?
+    })
+}
+
+/// (device `major:minor`, inode) of the file behind `/proc/<pid>/fd/<fd>`, read from procfs
+/// only (`fdinfo` names the mount and inode; the process's `mountinfo` the mount's device), so
+/// asking never sends a request to a FUSE server. `Err(EBADF)` when the fd is not open;
+/// `Ok(None)` when this kernel's `fdinfo` has no `ino` line (before Linux 5.14).
+pub(crate) fn fd_identity(pid: u32, fd: u32) -> Result<Option<(String, u64)>, i32> {
+    let info =
+        std::fs::read_to_string(format!("/proc/{pid}/fdinfo/{fd}")).map_err(|_| libc::EBADF)?;
+    let field = |k: &str| {
+        info.lines()
+            .find_map(|l| l.strip_prefix(k).map(|v| v.trim().to_string()))
+    };
+    let (Some(mnt), Some(ino)) = (field("mnt_id:"), field("ino:")) else {
+        return Ok(None);
+    };
+    let Ok(ino) = ino.parse::<u64>() else {
+        return Ok(None);
+    };
+    let mounts =
+        std::fs::read_to_string(format!("/proc/{pid}/mountinfo")).map_err(|_| libc::EBADF)?;
+    Ok(mount_device(&mounts, &mnt).map(|dev| (dev, ino)))
+}
+
 /// Writes one byte to a debugger's event fd through `/proc/<owner>/fd/<fd>` (best effort).
 pub(crate) fn notify_fd(owner: u32, fd: u32) {
     let opened = OpenOptions::new()
@@ -191,7 +221,9 @@ pub(crate) fn destroy(emu: &Emu, state: &mut State, tgid: u32, effects: &mut Eff
     for qid in qids {
         ioctl::queue::destroy_now(emu, state, (tgid, qid));
     }
-    if let Some(p) = state.processes.remove(&tgid) {
+    if let Some(mut p) = state.processes.remove(&tgid) {
+        ioctl::events::drop_waits(&mut p);
+        emu.kernels.forget(tgid);
         for d in &p.devices {
             for bo in d.bos.values() {
                 if bo.backed {

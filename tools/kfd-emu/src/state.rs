@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, RwLock};
 use std::time::Instant;
 
 use fuser::ReplyIoctl;
@@ -35,6 +35,13 @@ pub(crate) struct Emu {
     pub tgids: Mutex<HashMap<u32, u32>>,
     /// Time 0 of the partition models.
     pub epoch: Instant,
+    /// `major:minor` of the FUSE mount (set once mounted): with [`Emu::render_inos`] it
+    /// identifies a render node behind any path (bind mounts, chroots, mount namespaces).
+    pub fuse_dev: OnceLock<String>,
+    /// Inode number of each GPU node's render node (set when the tree is built).
+    pub render_inos: OnceLock<Vec<u64>>,
+    /// Kernels of the code objects clients loaded, by descriptor address.
+    pub kernels: crate::code_object::KernelCache,
 }
 
 impl Emu {
@@ -58,12 +65,16 @@ impl Emu {
                 next_mmap_offset: 1 << 32,
                 next_pasid: 0x8001,
                 pending_destroys: Vec::new(),
+                finished: Vec::new(),
             }),
             cp_wake: Condvar::new(),
             shutdown: AtomicBool::new(false),
             bos: BoStore::default(),
             tgids: Mutex::new(HashMap::new()),
             epoch: Instant::now(),
+            fuse_dev: OnceLock::new(),
+            render_inos: OnceLock::new(),
+            kernels: Default::default(),
         }
     }
 
@@ -100,6 +111,8 @@ pub(crate) struct State {
     pub next_pasid: u32,
     /// DESTROY_QUEUE calls blocked on a debugger-suspended queue.
     pub pending_destroys: Vec<PendingDestroy>,
+    /// Completed packets whose memory work the CP thread still has to do (outside the lock).
+    pub finished: Vec<Finished>,
 }
 
 impl State {
@@ -153,6 +166,12 @@ pub(crate) struct Process {
     pub ttmp_setup: bool,
     /// Set while debug trap is enabled on this process.
     pub debug: Option<DebugLink>,
+    /// Events, the signal page and blocked WAIT_EVENTS calls.
+    pub events: EventTable,
+    /// XNACK (GPU page-fault retry) mode of the process (SET_XNACK_MODE).
+    pub xnack: bool,
+    /// Kernel dispatches by kernel name (dispatches of readable code objects).
+    pub kernel_dispatches: BTreeMap<String, u64>,
 }
 
 impl Process {
@@ -168,6 +187,9 @@ impl Process {
             r_debug: 0,
             ttmp_setup: false,
             debug: None,
+            events: EventTable::default(),
+            xnack: false,
+            kernel_dispatches: BTreeMap::new(),
         }
     }
 
@@ -196,6 +218,54 @@ impl Process {
     pub fn bo_mut(&mut self, key: BoKey) -> Option<&mut Bo> {
         self.devices.get_mut(key.gpu)?.bos.get_mut(&key.id)
     }
+}
+
+/// One KFD event (`struct kfd_event`).
+#[derive(Debug, Clone)]
+pub(crate) struct Event {
+    /// `KFD_IOC_EVENT_*`.
+    pub kind: u32,
+    pub auto_reset: bool,
+    pub signaled: bool,
+    /// Bumped by every set (event age, KFD 1.14); starts at 1, never wraps to 0 or 1.
+    pub age: u64,
+}
+
+/// The process's signal page: the BO the thunk passed with its first signal event.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct SignalPage {
+    /// GPU (and CPU) address of the page's slots.
+    pub va: u64,
+    /// Slots the page holds (`signal_mapped_size / 8`).
+    pub slots: u32,
+}
+
+/// A WAIT_EVENTS call that blocked: answered when its events signal, one is destroyed, its
+/// deadline passes or the process goes.
+pub(crate) struct PendingWait {
+    pub ids: Vec<u32>,
+    /// Per event: signalled for this waiter.
+    pub activated: Vec<bool>,
+    /// Per event: on the event's wait queue (not activated when the wait began).
+    pub queued: Vec<bool>,
+    /// Per event: the caller tracks the event age (signal events, `last_event_age != 0`).
+    pub age_enabled: Vec<bool>,
+    pub all: bool,
+    pub deadline: Option<Instant>,
+    pub events_ptr: u64,
+    pub reply: ReplyIoctl,
+    pub buf: Vec<u8>,
+    pub out_len: usize,
+}
+
+/// Per-process events (`p->event_idr`, `p->signal_page`).
+#[derive(Default)]
+pub(crate) struct EventTable {
+    pub events: BTreeMap<u32, Event>,
+    pub page: Option<SignalPage>,
+    /// Signal events that exist, plus the reserved id 0 (the kernel starts it at 1).
+    pub signal_count: u32,
+    pub waits: Vec<PendingWait>,
 }
 
 /// Debugger attachment of a process (`debug_trap_enabled`).
@@ -237,6 +307,8 @@ pub(crate) struct Bo {
     pub mmap_offset: u64,
     /// Whether `mmap_offset` names bytes in `Emu::bos`.
     pub backed: bool,
+    /// Allocated in VRAM (counts against AVAILABLE_MEMORY).
+    pub vram: bool,
     /// GPU nodes whose VM maps this BO.
     pub mapped_on: BTreeSet<usize>,
     /// References held by live queues (Linux 6.12 `queue_refcount`).
@@ -300,6 +372,36 @@ impl QueueKind {
     }
 }
 
+/// What the emulator does to memory when a recognised runtime kernel completes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum KernelEffect {
+    /// Copy `len` bytes from GPU address `src` to `dst`.
+    Copy { src: u64, dst: u64, len: u64 },
+    /// Fill `len` bytes at `dst` with the 32-bit `value` repeated.
+    Fill { dst: u64, len: u64, value: u32 },
+}
+
+/// A packet in flight.
+#[derive(Debug, Clone)]
+pub(crate) struct Pending {
+    /// Completion signal address (0: none).
+    pub signal: u64,
+    /// Done to memory when the packet completes.
+    pub effect: Option<KernelEffect>,
+}
+
+/// A completed packet's memory work (see `cp::finish_completed`).
+#[derive(Debug)]
+pub(crate) struct Finished {
+    pub key: QueueKey,
+    pub gpu: usize,
+    pub effect: Option<KernelEffect>,
+    /// Completion signal address (0: none).
+    pub signal: u64,
+    /// Read index to publish: (address, value).
+    pub rptr: Option<(u64, u64)>,
+}
+
 /// Queue buffers referenced under Linux 6.12 rules.
 #[derive(Debug, Default, Clone)]
 pub(crate) struct QueueRefs {
@@ -342,8 +444,8 @@ pub(crate) struct Queue {
     pub write_index: u64,
     /// Next ring index the CP reads and hands to the model.
     pub fetch_index: u64,
-    /// Packets handed to the model and not completed: ring index -> completion signal.
-    pub pending: BTreeMap<u64, u64>,
+    /// Packets handed to the model and not completed, by ring index.
+    pub pending: BTreeMap<u64, Pending>,
     pub packets_done: u64,
     /// Client memory could not be read; the CP stopped this queue.
     pub cp_failed: bool,

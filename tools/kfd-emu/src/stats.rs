@@ -85,6 +85,10 @@ pub struct QueueStats {
     pub ring_base_address: u64,
     /// Current ring size in bytes (after the 1024-byte minimum).
     pub ring_size: u32,
+    /// The CP or SDMA engine stopped the queue: its memory could not be read or it held a
+    /// packet the emulator does not model.
+    #[serde(default)]
+    pub stopped: bool,
 }
 
 /// One process with KFD state.
@@ -100,6 +104,16 @@ pub struct ProcessStats {
     pub debugger_pid: Option<u32>,
     /// Number of queues of the process.
     pub queues: u32,
+    /// Events the process created (CREATE_EVENT) and has not destroyed.
+    #[serde(default)]
+    pub events: u32,
+    /// WAIT_EVENTS calls of the process blocked right now.
+    #[serde(default)]
+    pub blocked_waits: u32,
+    /// Kernel dispatches by kernel name, for dispatches whose code object was readable (real
+    /// programs); the names are what `--kernel-times` takes.
+    #[serde(default)]
+    pub dispatches_by_kernel: std::collections::BTreeMap<String, u64>,
 }
 
 /// Takes a consistent snapshot under the state lock.
@@ -160,6 +174,7 @@ pub(crate) fn snapshot(emu: &Emu) -> Stats {
                 exception_status: q.exception_status,
                 ring_base_address: q.ring_base,
                 ring_size: q.ring_size,
+                stopped: q.cp_failed,
             });
         }
         processes.push(ProcessStats {
@@ -168,6 +183,9 @@ pub(crate) fn snapshot(emu: &Emu) -> Stats {
             debug_enabled: p.debug.is_some(),
             debugger_pid: p.debug.and_then(|d| d.debugger),
             queues: p.queues.len() as u32,
+            events: p.events.events.len() as u32,
+            blocked_waits: p.events.waits.len() as u32,
+            dispatches_by_kernel: p.kernel_dispatches.clone(),
         });
     }
     Stats {

@@ -46,9 +46,9 @@ fn unknown_ioctls_are_enotty() {
         ),
         Err(libc::ENOTTY)
     );
-    // SET_MEMORY_POLICY (0x04) and a number past the table.
+    // GET_TILE_CONFIG (0x12, not modelled) and a number past the table.
     let mut buf = [0u8; 32];
-    for nr in [0x04, 0x60] {
+    for nr in [0x12, 0x60] {
         assert_eq!(
             raw_ioctl(
                 kfd.file.as_raw_fd(),
@@ -126,12 +126,22 @@ fn memory_ioctls() {
         kfd.ioctl(AMDKFD_IOC_ALLOC_MEMORY_OF_GPU, &mut a),
         Err(libc::EFAULT)
     );
-    // Unaligned size.
+    // A size that is not a page multiple is rounded up to whole pages, as the kernel does:
+    // 100 bytes take the whole page, so a second BO in that page overlaps.
+    let small = Mapping::new(8192);
+    a.va_addr = small.addr();
+    a.mmap_offset = small.addr();
     a.size = 100;
+    assert_eq!(kfd.ioctl(AMDKFD_IOC_ALLOC_MEMORY_OF_GPU, &mut a), Ok(0));
+    a.size = 4096;
     assert_eq!(
         kfd.ioctl(AMDKFD_IOC_ALLOC_MEMORY_OF_GPU, &mut a),
-        Err(EINVAL)
+        Err(EINVAL),
+        "the rounded-up BO covers the page"
     );
+    a.va_addr = small.addr() + 4096;
+    a.mmap_offset = a.va_addr;
+    assert_eq!(kfd.ioctl(AMDKFD_IOC_ALLOC_MEMORY_OF_GPU, &mut a), Ok(0));
     // MAP: bad array pointer, unknown handle, unknown device.
     let mut mp = kfd_ioctl_map_memory_to_gpu_args {
         handle: h,

@@ -161,6 +161,7 @@ hipError_t hipEventCreate(hipEvent_t *event);
 hipError_t hipEventCreateWithFlags(hipEvent_t *event, unsigned flags);
 hipError_t hipEventDestroy(hipEvent_t event);
 hipError_t hipEventRecord(hipEvent_t event, hipStream_t stream);
+hipError_t hipEventRecordWithFlags(hipEvent_t event, hipStream_t stream, unsigned int flags);
 hipError_t hipEventSynchronize(hipEvent_t event);
 hipError_t hipEventQuery(hipEvent_t event);
 hipError_t hipEventElapsedTime(float *ms, hipEvent_t start, hipEvent_t stop);
@@ -248,7 +249,7 @@ hipError_t hipEventRecord_spt(hipEvent_t event, hipStream_t stream);
 hipError_t hipLaunchHostFunc_spt(hipStream_t stream, hipHostFn_t fn, void *userData);
 hipError_t hipGraphLaunch_spt(hipGraphExec_t graphExec, hipStream_t stream);
 
-/* ---- fakehip extensions (not in HIP; exported under version node hip_6.3) ---- */
+/* ---- fakehip extensions (not in HIP; exported under version node FAKEHIP_1) ---- */
 
 /*
  * A "kernel" for fakehip: pass a pointer to one of these as the function

@@ -14,6 +14,7 @@ use libc::{EBUSY, EFAULT, EINVAL, ENOMEM, ESRCH};
 
 use super::{Ctx, KResult, load, store};
 use crate::client_mem;
+use crate::kfd_mmap;
 use crate::process;
 use crate::state::{Backing, Bo, Effects, PAGE, State};
 
@@ -30,20 +31,28 @@ pub(crate) fn acquire_vm(
     let emu = ctx.emu;
     let a: kfd_ioctl_acquire_vm_args = load(buf);
     let gpu = emu.topo.gpu_index(a.gpu_id).ok_or(EINVAL)?;
-    let target = process::fd_target(ctx.tgid, a.drm_fd)?;
+    // The file behind the caller's fd, by device and inode: the same render node seen through
+    // a bind mount, a chroot or another mount namespace is still this node.
+    let target = process::fd_identity(ctx.tgid, a.drm_fd)?;
+    let is_node = match (&target, emu.fuse_dev.get(), emu.render_inos.get()) {
+        (Some((dev, ino)), Some(own), Some(inos)) => dev == own && inos.get(gpu) == Some(ino),
+        // A kernel without `ino` in fdinfo: the path as the caller sees it must be ours.
+        _ => {
+            let path = process::fd_target(ctx.tgid, a.drm_fd)?;
+            path == emu.root.join(format!(
+                "dev/dri/renderD{}",
+                emu.topo.gpus[gpu].render_minor
+            ))
+        }
+    };
     let mut st = emu.lock();
     let dev = &mut st.processes.get_mut(&ctx.tgid).ok_or(ESRCH)?.devices[gpu];
     if let Some(fd) = dev.drm_fd {
         return if fd == a.drm_fd { Ok(0) } else { Err(EBUSY) };
     }
-    let want = emu.root.join(format!(
-        "dev/dri/renderD{}",
-        emu.topo.gpus[gpu].render_minor
-    ));
-    if target != want {
+    if !is_node {
         tracing::debug!(
             ?target,
-            ?want,
             "ACQUIRE_VM with a file that is not this GPU's render node"
         );
         return Err(EINVAL);
@@ -69,10 +78,12 @@ pub(crate) fn alloc(
             return Err(EINVAL);
         }
     }
-    if a.size == 0 || a.va_addr % PAGE != 0 || a.size % PAGE != 0 {
+    if a.size == 0 || a.va_addr % PAGE != 0 {
         return Err(EINVAL);
     }
-    let end = a.va_addr.checked_add(a.size).ok_or(EINVAL)?;
+    // The kernel allocates whole pages: a size that is not a page multiple is rounded up.
+    let size = a.size.checked_next_multiple_of(PAGE).ok_or(EINVAL)?;
+    let end = a.va_addr.checked_add(size).ok_or(EINVAL)?;
     let kinds = a.flags
         & (KFD_IOC_ALLOC_MEM_FLAGS_VRAM
             | KFD_IOC_ALLOC_MEM_FLAGS_GTT
@@ -105,10 +116,12 @@ pub(crate) fn alloc(
     }
     let (mmap_offset, backed) = match kinds {
         KFD_IOC_ALLOC_MEM_FLAGS_USERPTR => (a.va_addr, false),
-        KFD_IOC_ALLOC_MEM_FLAGS_DOORBELL => (super::queue::doorbell_offset(gpu_id, 0), false),
+        KFD_IOC_ALLOC_MEM_FLAGS_DOORBELL => (kfd_mmap::doorbell_offset(gpu_id, 0), false),
+        // The MMIO remap page is mapped through /dev/kfd, as the kernel does.
+        KFD_IOC_ALLOC_MEM_FLAGS_MMIO_REMAP => (kfd_mmap::mmio_offset(gpu_id), false),
         _ => {
             let after = next_offset
-                .checked_add(a.size)
+                .checked_add(size)
                 .and_then(|e| e.checked_add(PAGE))
                 .filter(|e| *e <= MMAP_OFFSET_LIMIT)
                 .ok_or(ENOMEM)?;
@@ -125,15 +138,16 @@ pub(crate) fn alloc(
         Bo {
             id,
             va: a.va_addr,
-            size: a.size,
+            size,
             mmap_offset,
             backed,
+            vram: kinds == KFD_IOC_ALLOC_MEM_FLAGS_VRAM,
             mapped_on: Default::default(),
             queue_refs: 0,
         },
     );
     if backed {
-        emu.bos.insert(mmap_offset, Arc::new(Backing::new(a.size)));
+        emu.bos.insert(mmap_offset, Arc::new(Backing::new(size)));
     }
     a.handle = (u64::from(gpu_id) << 32) | u64::from(id);
     a.mmap_offset = mmap_offset;

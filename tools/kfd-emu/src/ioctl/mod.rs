@@ -9,6 +9,8 @@
 //! * the fd may only be used by the process that opened it (`EBADF` otherwise).
 
 pub(crate) mod debug;
+pub(crate) mod device;
+pub(crate) mod events;
 pub(crate) mod memory;
 pub(crate) mod queue;
 
@@ -61,6 +63,17 @@ pod!(
     kfd_sys::kfd_ioctl_dbg_trap_queue_snapshot_args,
     kfd_sys::kfd_ioctl_dbg_trap_device_snapshot_args,
     kfd_sys::kfd_queue_snapshot_entry,
+    kfd_sys::kfd_process_device_apertures,
+    kfd_sys::kfd_ioctl_get_process_apertures_new_args,
+    kfd_sys::kfd_ioctl_set_memory_policy_args,
+    kfd_sys::kfd_ioctl_get_clock_counters_args,
+    kfd_sys::kfd_ioctl_set_scratch_backing_va_args,
+    kfd_sys::kfd_ioctl_get_available_memory_args,
+    kfd_sys::kfd_ioctl_set_trap_handler_args,
+    kfd_sys::kfd_ioctl_set_xnack_mode_args,
+    kfd_sys::kfd_ioctl_create_event_args,
+    kfd_sys::kfd_ioctl_destroy_event_args,
+    kfd_sys::kfd_ioctl_wait_events_args,
 );
 
 /// Reads a `T` from the front of `buf` (missing trailing bytes read as zero).
@@ -133,8 +146,32 @@ const NR_RUNTIME_ENABLE: u32 = ioc_nr(kfd_sys::AMDKFD_IOC_RUNTIME_ENABLE);
 const NR_DBG_TRAP: u32 = ioc_nr(kfd_sys::AMDKFD_IOC_DBG_TRAP);
 
 /// The modelled ioctls: the kernel's command and the handler.
-const TABLE: [(u32, Handler); 13] = [
+const TABLE: [(u32, Handler); 25] = [
     (kfd_sys::AMDKFD_IOC_GET_VERSION, get_version),
+    (kfd_sys::AMDKFD_IOC_SET_MEMORY_POLICY, device::memory_policy),
+    (
+        kfd_sys::AMDKFD_IOC_GET_CLOCK_COUNTERS,
+        device::clock_counters,
+    ),
+    (kfd_sys::AMDKFD_IOC_CREATE_EVENT, events::create),
+    (kfd_sys::AMDKFD_IOC_DESTROY_EVENT, events::destroy_ioctl),
+    (kfd_sys::AMDKFD_IOC_SET_EVENT, events::set_ioctl),
+    (kfd_sys::AMDKFD_IOC_RESET_EVENT, events::reset_ioctl),
+    (kfd_sys::AMDKFD_IOC_WAIT_EVENTS, events::wait),
+    (
+        kfd_sys::AMDKFD_IOC_SET_SCRATCH_BACKING_VA,
+        device::scratch_backing,
+    ),
+    (kfd_sys::AMDKFD_IOC_SET_TRAP_HANDLER, device::trap_handler),
+    (
+        kfd_sys::AMDKFD_IOC_GET_PROCESS_APERTURES_NEW,
+        device::apertures_new,
+    ),
+    (kfd_sys::AMDKFD_IOC_SET_XNACK_MODE, device::xnack_mode),
+    (
+        kfd_sys::AMDKFD_IOC_AVAILABLE_MEMORY,
+        device::available_memory,
+    ),
     (kfd_sys::AMDKFD_IOC_CREATE_QUEUE, queue::create),
     (kfd_sys::AMDKFD_IOC_DESTROY_QUEUE, queue::destroy),
     (kfd_sys::AMDKFD_IOC_UPDATE_QUEUE, queue::update),

@@ -24,19 +24,10 @@ use crate::state::{
 const MAX_QUEUES_PER_DEVICE: usize = 255;
 /// Queue ids (and doorbells) per process.
 const MAX_QUEUE_IDS: u32 = 1024;
-/// Emulator doorbell mmap type (the kernel uses 3 << 62; FUSE refuses offsets >= 2^63).
-const DOORBELL_MMAP_TYPE: u64 = 1 << 62;
-/// Bytes per doorbell on gfx9.
-const DOORBELL_SIZE: u64 = 8;
 /// Modelled CWSR save-area bytes per saved wave (GET_QUEUE_WAVE_STATE).
 const SAVE_BYTES_PER_WAVE: u32 = 0x2000;
 /// Control-stack bytes per saved wave on gfx9.
 const CTL_BYTES_PER_WAVE: u32 = 8;
-
-/// The doorbell mmap offset the emulator hands out for a queue.
-pub(crate) fn doorbell_offset(gpu_id: u32, index: u32) -> u64 {
-    DOORBELL_MMAP_TYPE | (u64::from(gpu_id) << 46) | (u64::from(index) * DOORBELL_SIZE)
-}
 
 /// The kernel's `kfd_queue_buffer_get`: the GPU page of `addr` must be the first page
 /// of a mapping on `gpu` that is exactly `expected >> 12` pages long (only the start
@@ -235,7 +226,7 @@ pub(crate) fn create(
         effects.notify.push((d.fd_owner, d.dbg_fd));
     }
     a.queue_id = qid;
-    a.doorbell_offset = doorbell_offset(node.gpu_id, doorbell);
+    a.doorbell_offset = crate::kfd_mmap::doorbell_offset(node.gpu_id, doorbell);
     store(buf, &a);
     tracing::debug!(
         tgid = ctx.tgid,

@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# Builds (once) and prints the path of the Debian sid root filesystem that holds the real ROCm user
+# space the sid tests run against: rocminfo, the HIP 6.4 runtime (libamdhip64-6), ROCr
+# (libhsa-runtime64-1, the KFD thunk built in), hipcc with its gfx942 device libraries, and
+# python3-dev for the CPython extension test. sid's libraries need glibc 2.38, newer than this
+# Debian 12 host has, so they run in their own root (docs/real-rocm.md).
+#
+#   scripts/sid-root.sh            build the root when it is missing, print its path
+#   scripts/sid-root.sh --rebuild  build it again (the cached one is replaced when the new one is ready)
+#   scripts/sid-root.sh --versions print the packages the cached root holds, and what moved
+#
+# The root lives in $KFDQ_CACHE (default /var/cache/kfdq)/sid-root and is built with mmdebstrap
+# from the Debian mirror this machine's apt already uses. Building needs root. Each build records
+# the exact versions of the packages the tests depend on in sid-root.versions; tests/sid/versions.txt
+# holds the versions the suite was last checked with, and every difference is named.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. scripts/lib.sh
+
+cache=${KFDQ_CACHE:-/var/cache/kfdq}
+root=$cache/sid-root
+versions=$cache/sid-root.versions
+expected=tests/sid/versions.txt
+# What the tests use. The versions of these (and of the libraries they pull that the runtime
+# loads) are recorded.
+include=(rocminfo libamdhip64-6 libamdhip64-dev libhsa-runtime64-1 hipcc python3-dev gcc libc6-dev)
+recorded=(rocminfo libamdhip64-6 libamdhip64-dev libhsa-runtime64-1 hipcc clang-21 lld-21
+    rocm-device-libs-21 libamd-comgr3 libdrm-amdgpu1 libc6 libstdc++6 python3-dev gcc)
+
+# moved: names every recorded package whose version differs from the ones the suite was checked with.
+moved() {
+    [[ -f $expected && -f $versions ]] || return 0
+    awk 'NR == FNR { want[$1] = $2; next }
+         ($1 in want) && want[$1] != $2 { printf "sid moved: %s %s -> %s (tests/sid/versions.txt has %s)\n", $1, want[$1], $2, want[$1] }
+         { seen[$1] = 1 }
+         END { for (p in want) if (!(p in seen)) printf "sid moved: %s %s is no longer installed\n", p, want[p] }' \
+        "$expected" "$versions"
+}
+
+build() {
+    [[ $(id -u) -eq 0 ]] || die "building the sid root needs root (mmdebstrap installs packages into it)" \
+        "run scripts/sid-root.sh as root once; the tests then reuse $root"
+    if ! command -v mmdebstrap >/dev/null 2>&1; then
+        step "installing mmdebstrap (Debian package) to build the sid root"
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends mmdebstrap >/dev/null 2>&1 || {
+            apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends mmdebstrap >/dev/null
+        } || die "could not install mmdebstrap" "install the Debian package mmdebstrap, then rerun"
+    fi
+    local url new log start=$SECONDS
+    url=$(mirror)
+    new=$root.new
+    log=$cache/sid-root.log
+    rm -rf "$new"
+    mkdir -p "$cache"
+    step "building the sid root in $root from $url (about a minute and 1 GB; log: $log)" >&2
+    # sid's Release file can be past its Valid-Until date on a mirror: accept it (the packages are
+    # still checked against the Release file's signed hashes).
+    if ! mmdebstrap --variant=apt --mode=root \
+        --aptopt='Acquire::Check-Valid-Until "false"' \
+        --dpkgopt='path-exclude=/usr/share/doc/*' --dpkgopt='path-exclude=/usr/share/man/*' \
+        --dpkgopt='path-exclude=/usr/share/locale/*' \
+        --include="$(
+            IFS=,
+            echo "${include[*]}"
+        )" \
+        sid "$new" "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] $url sid main" >"$log" 2>&1; then
+        tail -n 20 "$log" >&2
+        rm -rf "$new"
+        die "mmdebstrap could not build the sid root (full log: $log)" \
+            "check that $url is reachable and serves sid; a package that sid dropped shows up above"
+    fi
+    chroot "$new" dpkg-query -W -f='${Package} ${Version}\n' "${recorded[@]}" 2>/dev/null | sort >"$versions.new" || true
+    rm -rf "$root"
+    mv "$new" "$root"
+    mv "$versions.new" "$versions"
+    step "sid root ready in $((SECONDS - start)) s ($(du -sh "$root" | cut -f1))" >&2
+}
+
+mkdir -p "$cache"
+exec 9>"$cache/sid-root.lock"
+flock 9
+case ${1:-} in
+--rebuild) build ;;
+--versions)
+    [[ -f $versions ]] || die "no sid root in $root yet" "run scripts/sid-root.sh as root to build it"
+    cat "$versions"
+    moved
+    exit 0
+    ;;
+"") ;;
+*) die "unknown option $1" "use no option, --rebuild or --versions" ;;
+esac
+
+if [[ ! -x $root/usr/bin/rocminfo || ! -f $versions ]]; then
+    build
+fi
+moved >&2
+printf '%s\n' "$root"

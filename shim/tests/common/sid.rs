@@ -1,0 +1,238 @@
+//! The Debian sid root with the real ROCm 6.4 user space (built by `scripts/sid-root.sh`), and
+//! programs run inside it through `kfd-emu run`: a private mount namespace in which a test's
+//! emulator sits at `/dev/kfd`, `/dev/dri`, `/sys/devices/virtual/kfd`, `/sys/class/kfd`.
+#![allow(dead_code)]
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Output, Stdio};
+use std::sync::OnceLock;
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::time::{Duration, Instant};
+
+use super::{Emu, workspace_bin};
+
+/// Where `scripts/sid-root.sh` keeps the root (`$KFDQ_CACHE`, default `/var/cache/kfdq`).
+pub fn cache_dir() -> PathBuf {
+    PathBuf::from(std::env::var("KFDQ_CACHE").unwrap_or_else(|_| "/var/cache/kfdq".into()))
+}
+
+/// The sid root, or `None` when privileged tests are skipped. Missing: the test fails and says
+/// how to build it (building needs root, like every test that runs in it).
+pub fn root(test: &str) -> Option<PathBuf> {
+    if !super::privileged(test) {
+        return None;
+    }
+    let root = cache_dir().join("sid-root");
+    assert!(
+        root.join("usr/bin/rocminfo").is_file(),
+        "{test}: the Debian sid root with the real ROCm user space is missing at {}: build it with \
+         `scripts/sid-root.sh` as root (scripts/test.sh does), or set KFDQ_SKIP_PRIVILEGED=1 to skip",
+        root.display()
+    );
+    Some(root)
+}
+
+/// The package versions the root holds and what moved since the suite was checked
+/// (`scripts/sid-root.sh --versions`): appended to failure messages so that a failure after a
+/// sid upload names the package that changed.
+pub fn packages() -> &'static str {
+    static TEXT: OnceLock<String> = OnceLock::new();
+    TEXT.get_or_init(|| {
+        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts/sid-root.sh");
+        match Command::new("bash").arg(script).arg("--versions").output() {
+            Ok(o) => format!(
+                "sid root packages:\n{}{}",
+                String::from_utf8_lossy(&o.stdout),
+                String::from_utf8_lossy(&o.stderr)
+            ),
+            Err(e) => format!("sid root packages: unknown ({e})"),
+        }
+    })
+}
+
+/// `kfd-emu run` for `argv` inside the sid root against `emu`, with `binds` (host path, path
+/// inside), working directory `cwd` inside.
+pub fn command(
+    emu: &Emu,
+    root: &Path,
+    binds: &[(&Path, &Path)],
+    cwd: &Path,
+    argv: &[&str],
+) -> Command {
+    let mut cmd = Command::new(workspace_bin("kfd-emu"));
+    cmd.arg("run")
+        .arg("--emu")
+        .arg(emu.root())
+        .arg("--root")
+        .arg(root);
+    for (src, dst) in binds {
+        cmd.arg("--bind")
+            .arg(format!("{}:{}", src.display(), dst.display()));
+    }
+    cmd.arg("--cwd").arg(cwd).arg("--").args(argv);
+    for k in [
+        "LD_PRELOAD",
+        "KFDQ_CLASS",
+        "KFDQ_PRIORITY",
+        "KFDQ_SOCKET",
+        "KFDQ_ROOT",
+        "GPU_MAX_HW_QUEUES",
+    ] {
+        cmd.env_remove(k);
+    }
+    cmd
+}
+
+/// The test programs compiled in the root with its hipcc (once per test binary): `hip_check`
+/// and the Python extension `hipext`, in a directory bound at `/work`.
+pub struct Built {
+    pub dir: tempfile::TempDir,
+}
+
+const SOURCES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/sid");
+
+/// Compiles the programs (needs an emulator: `kfd-emu run` sets up the root's mounts).
+pub fn built(emu: &Emu, root: &Path) -> &'static Built {
+    static BUILT: OnceLock<Built> = OnceLock::new();
+    BUILT.get_or_init(|| {
+        let dir = tempfile::Builder::new()
+            .prefix("kfdq-sid-")
+            .tempdir()
+            .expect("tempdir");
+        for f in ["hip_check.hip", "hipext.hip", "hipext_check.py"] {
+            std::fs::copy(Path::new(SOURCES).join(f), dir.path().join(f))
+                .expect("copy a sid source");
+        }
+        let script = "set -e; \
+            hipcc --offload-arch=gfx942 -O2 -o hip_check hip_check.hip; \
+            hipcc --offload-arch=gfx942 -O2 -shared -fPIC $(python3-config --includes) \
+              -o hipext$(python3-config --extension-suffix) hipext.hip";
+        let out = command(
+            emu,
+            root,
+            &[(dir.path(), Path::new("/work"))],
+            Path::new("/work"),
+            &["sh", "-c", script],
+        )
+        .output()
+        .expect("run hipcc in the sid root");
+        assert!(
+            out.status.success(),
+            "hipcc in the sid root failed: {}\n{}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr),
+            packages()
+        );
+        Built { dir }
+    })
+}
+
+/// The outcome of a program that ran to its end: (stdout, stderr); panics with both (and the
+/// packages) when it failed.
+pub fn finished(what: &str, out: Output) -> (String, String) {
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(
+        out.status.success(),
+        "{what} failed ({}):\n--- stdout\n{stdout}\n--- stderr\n{stderr}\n{}",
+        out.status,
+        packages()
+    );
+    (stdout, stderr)
+}
+
+/// A program running in the root whose stdout lines the test reads and whose stdin it writes.
+pub struct Running {
+    pub child: Child,
+    pub pid: u32,
+    stdin: Option<ChildStdin>,
+    lines: Receiver<String>,
+    pub seen: Vec<String>,
+    stderr: Option<std::thread::JoinHandle<String>>,
+}
+
+impl Running {
+    pub fn start(mut cmd: Command) -> Running {
+        cmd.stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut child = cmd.spawn().expect("spawn kfd-emu run");
+        let pid = child.id();
+        let (rx, stderr) = super::read_output(&mut child);
+        Running {
+            stdin: child.stdin.take(),
+            child,
+            pid,
+            lines: rx,
+            seen: Vec::new(),
+            stderr: Some(stderr),
+        }
+    }
+
+    /// Waits (60 s) for a line starting with `prefix`; a "FAIL" line or the end of the output
+    /// fails the test with everything printed.
+    pub fn wait_line(&mut self, prefix: &str) -> String {
+        if let Some(l) = self.seen.iter().find(|l| l.starts_with(prefix)) {
+            return l.clone();
+        }
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(l) => {
+                    self.seen.push(l.clone());
+                    if l.starts_with("FAIL") {
+                        self.fail(&format!("the program failed before {prefix:?}"));
+                    }
+                    if l.starts_with(prefix) {
+                        return l;
+                    }
+                }
+                Err(RecvTimeoutError::Timeout) => {
+                    self.fail(&format!("no line {prefix:?} within 60 s"))
+                }
+                Err(RecvTimeoutError::Disconnected) => {
+                    self.fail(&format!("the program ended before {prefix:?}"))
+                }
+            }
+        }
+    }
+
+    fn fail(&mut self, why: &str) -> ! {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let err = self
+            .stderr
+            .take()
+            .and_then(|h| h.join().ok())
+            .unwrap_or_default();
+        panic!(
+            "{why}\n--- stdout\n{}\n--- stderr\n{err}\n{}",
+            self.seen.join("\n"),
+            packages()
+        );
+    }
+
+    /// Writes a line to its stdin (what `--hold` and `--busy` wait for).
+    pub fn release(&mut self) {
+        if let Some(s) = self.stdin.as_mut() {
+            let _ = s.write_all(b"go\n");
+            let _ = s.flush();
+        }
+    }
+
+    /// Releases it and waits for its end; returns every stdout line. Panics when it failed.
+    pub fn finish(mut self) -> Vec<String> {
+        self.release();
+        drop(self.stdin.take());
+        while let Ok(l) = self.lines.recv_timeout(Duration::from_secs(60)) {
+            self.seen.push(l);
+        }
+        let status = self.child.wait().expect("wait");
+        if !status.success() {
+            self.fail(&format!("exit status {status}"));
+        }
+        self.seen
+    }
+}
