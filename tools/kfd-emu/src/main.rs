@@ -20,12 +20,14 @@ device-wide preempts) and a CP that executes AQL packets from client memory.
 The mount contains:
   dev/kfd, dev/dri/renderD<minor>    ioctl + mmap (regular files, mode 0666)
   sys/class/kfd/kfd/topology/        generation_id, system_properties,
-                                     nodes/N/{gpu_id,name,properties}
+                                     nodes/N/{gpu_id,name,properties,
+                                     mem_banks/B/properties,caches/C/properties}
   sys/class/kfd/kfd/proc/<pid>/      pasid, queues/<qid>/{size,type,gpuid}
   kfd-emu/stats.json                 HWS model state (kfd_emu::Stats)
   kfd-emu/config.json                configuration and per-node CWSR sizes
 
-Point kfdq at it with --root DIR or KFDQ_ROOT=DIR.
+Point kfdq at it with --root DIR or KFDQ_ROOT=DIR. Unmodified ROCm (rocminfo,
+HIP, PyTorch) sees it at /dev/kfd and /sys/... through `kfd-emu run`.
 
 Presets (gfx942, gfx_target_version 90402, 24 HQDs per XCC):
   mi300x-spx  1 node per GPU: 8 XCCs, 304 CUs (simd_count 1216), 0x74a1
@@ -37,8 +39,11 @@ Presets (gfx942, gfx_target_version 90402, 24 HQDs per XCC):
 Dispatches run on a model of the partition (crate gfx-model, docs/gfx-model.md):
 their work-groups (grid / work-group size from the AQL packet) compete for the
 CUs' wave slots; one work-group runs for the nanoseconds in the packet's reserved2
-field (u64 at byte 48), or --packet-us when it is 0. Runlist updates preempt
-every queue of the partition and cost CWSR save/restore time.
+field (u64 at byte 48), or --packet-us when it is 0; for real code objects (no
+time in the packet) --kernel-times FILE sets it per kernel name. The runtime's
+copy kernels and SDMA queues really move bytes; other kernels change no memory.
+Runlist updates preempt every queue of the partition and cost CWSR save/restore
+time.
 Must run as root to mount with allow_other.
 
 Environment: KFD_EMU_LOG sets the log filter (e.g. debug, kfd_emu=trace);
