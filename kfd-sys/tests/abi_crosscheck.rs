@@ -37,7 +37,8 @@ fn shared_fields() -> Vec<Field> {
     v.extend(fields!(0, kfd_ioctl_unmap_memory_from_gpu_args: handle, device_ids_array_ptr, n_devices, n_success));
     v.extend(fields!(0, kfd_process_device_apertures: lds_base, lds_limit, scratch_base, scratch_limit, gpuvm_base, gpuvm_limit, gpu_id, pad));
     v.extend(fields!(0, kfd_ioctl_get_process_apertures_new_args: kfd_process_device_apertures_ptr, num_of_nodes, pad));
-    v.extend(fields!(0, kfd_ioctl_set_memory_policy_args: alternate_aperture_base, alternate_aperture_size, gpu_id, default_policy, alternate_policy, pad));
+    // `pad` became `misc_process_flag` in 1.23.
+    v.extend(fields!(0, kfd_ioctl_set_memory_policy_args: alternate_aperture_base, alternate_aperture_size, gpu_id, default_policy, alternate_policy));
     v.extend(fields!(0, kfd_ioctl_get_clock_counters_args: gpu_clock_counter, cpu_clock_counter, system_clock_counter, system_clock_freq, gpu_id, pad));
     v.extend(fields!(0, kfd_ioctl_set_scratch_backing_va_args: va_addr, gpu_id, pad));
     v.extend(fields!(0, kfd_ioctl_get_available_memory_args: available, gpu_id, pad));

@@ -458,10 +458,13 @@ fn busy_with_kernel_time(test: &str, wg_ns: Option<u64>) -> Option<(u64, u64)> {
     let emu = common::mount_with(test, config)?;
     let built = sid::built(&emu, &root);
     let work = built.dir.path();
-    let mut p = Running::start(sid::command(&emu, &root, &[(work, Path::new("/work"))], Path::new("/work"), &[
-        "./hip_check",
-        "--hold",
-    ]));
+    let mut p = Running::start(sid::command(
+        &emu,
+        &root,
+        &[(work, Path::new("/work"))],
+        Path::new("/work"),
+        &["./hip_check", "--hold"],
+    ));
     p.wait_line("hip_check: holding");
     let busy: u64 = emu
         .queues_of(p.pid)
@@ -488,7 +491,11 @@ fn sid_kernel_times_set_the_model_time_of_named_kernels() {
     let Some((slow, m)) = busy_with_kernel_time("sid-kernel-times-slow", Some(1_000_000)) else {
         return;
     };
-    assert_eq!((n, m), (24, 24), "the program's 24 launches, recognised by name");
+    assert_eq!(
+        (n, m),
+        (24, 24),
+        "the program's 24 launches, recognised by name"
+    );
     // 1 ms instead of the default 10 us per work-group of add_one: the queues are busy far longer
     // in model time (the copies and the runtime's own kernels keep the default).
     assert!(
