@@ -26,6 +26,10 @@ pub enum EmuError {
     /// `unmount` on a directory that is not a mount point.
     #[error("kfd-emu: {0} is not a mount point")]
     NotMounted(PathBuf),
+    /// One of the emulator's threads panicked while it was mounted (its packets stopped
+    /// completing, or exited processes stopped being reaped); the logs have the panic.
+    #[error("kfd-emu: a thread of the emulator died while it was mounted: {0}")]
+    ThreadDied(String),
 }
 
 impl EmuError {

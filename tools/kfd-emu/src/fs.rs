@@ -18,7 +18,7 @@ use serde::Serialize;
 use crate::config::EmuConfig;
 use crate::state::Emu;
 use crate::state::PAGE;
-use crate::{drm, ioctl, kfd_mmap, process, stats, topology};
+use crate::{drm, ioctl, kfd_mmap, locks, process, stats, topology};
 
 /// Attribute/entry cache time of the static tree.
 const STATIC_TTL: Duration = Duration::from_secs(60);
@@ -454,10 +454,7 @@ impl KfdFs {
 
     fn new_handle(&self, h: Handle) -> FileHandle {
         let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
-        self.handles
-            .lock()
-            .expect("kfd-emu handle table poisoned")
-            .insert(fh, h);
+        locks::lock(&self.handles, "handle table").insert(fh, h);
         FileHandle(fh)
     }
 }
@@ -565,7 +562,7 @@ impl Filesystem for KfdFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        let handles = self.handles.lock().expect("kfd-emu handle table poisoned");
+        let handles = locks::lock(&self.handles, "handle table");
         match handles.get(&fh.0) {
             Some(Handle::Kfd { .. }) => {
                 drop(handles);
@@ -603,7 +600,7 @@ impl Filesystem for KfdFs {
         reply: ReplyWrite,
     ) {
         let is_render = {
-            let handles = self.handles.lock().expect("kfd-emu handle table poisoned");
+            let handles = locks::lock(&self.handles, "handle table");
             match handles.get(&fh.0) {
                 Some(Handle::Kfd { .. }) => Some(false),
                 Some(Handle::Render(_)) => Some(true),
@@ -632,11 +629,7 @@ impl Filesystem for KfdFs {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        let h = self
-            .handles
-            .lock()
-            .expect("kfd-emu handle table poisoned")
-            .remove(&fh.0);
+        let h = locks::lock(&self.handles, "handle table").remove(&fh.0);
         if let Some(Handle::Kfd { tgid }) = h {
             process::release_kfd(&self.emu, tgid);
         }
@@ -728,12 +721,7 @@ impl Filesystem for KfdFs {
         out_size: u32,
         reply: ReplyIoctl,
     ) {
-        let target = match self
-            .handles
-            .lock()
-            .expect("kfd-emu handle table poisoned")
-            .get(&fh.0)
-        {
+        let target = match locks::lock(&self.handles, "handle table").get(&fh.0) {
             Some(Handle::Kfd { tgid }) => Some(Ok(*tgid)),
             Some(Handle::Render(gpu)) => Some(Err(*gpu)),
             _ => None,

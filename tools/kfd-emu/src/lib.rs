@@ -31,6 +31,7 @@ mod gpu_mem;
 mod hws;
 mod ioctl;
 mod kfd_mmap;
+mod locks;
 mod mount;
 mod privileged;
 mod process;

@@ -170,6 +170,30 @@ fn mount_as_root(root: &Path) -> Result<OwnedFd, EmuError> {
     Ok(OwnedFd::from(dev))
 }
 
+/// The text of a panic payload.
+fn panic_text(p: &(dyn std::any::Any + Send)) -> String {
+    p.downcast_ref::<&str>()
+        .map(|s| (*s).to_string())
+        .or_else(|| p.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic without a message".into())
+}
+
+/// Runs one of the emulator's own threads; if it panics, says so loudly (an error log naming
+/// the thread and what stops working) and records it in `Emu::dead_threads`, which
+/// `kfd-emu/stats.json` shows and `unmount` reports.
+fn guarded(name: &'static str, emu: Arc<Emu>, f: fn(Arc<Emu>)) {
+    let e = emu.clone();
+    if let Err(p) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(e))) {
+        let text = format!("{name}: {}", panic_text(p.as_ref()));
+        tracing::error!(
+            thread = name,
+            "kfd-emu thread died ({text}): from now on the emulator no longer completes packets \
+             (kfd-emu-cp) or reaps exited processes (kfd-emu-reaper); unmount it"
+        );
+        crate::locks::lock(&emu.dead_threads, "dead threads").push(text);
+    }
+}
+
 impl MountedEmu {
     /// Mounts an emulator at `mountpoint` (created if missing; a stale FUSE mount
     /// there is detached first). Returns once `<mountpoint>/dev/kfd` can be stat'ed.
@@ -225,7 +249,7 @@ impl MountedEmu {
             let e = emu.clone();
             let t = std::thread::Builder::new()
                 .name(name.into())
-                .spawn(move || f(e))
+                .spawn(move || guarded(name, e, f))
                 .map_err(|e| EmuError::io("spawn thread", e))?;
             me.threads.push(t);
         }
@@ -283,6 +307,7 @@ impl MountedEmu {
         for t in self.threads.drain(..) {
             let _ = t.join();
         }
+        let died = crate::locks::lock(&self.emu.dead_threads, "dead threads").clone();
         // Blocked DESTROY_QUEUE callers get ENODEV instead of waiting forever.
         let mut effects = Effects::default();
         {
@@ -314,6 +339,10 @@ impl MountedEmu {
         };
         if let Some(session) = self.session.take() {
             self.finish_session(session);
+        }
+        if !died.is_empty() {
+            tracing::error!(?died, "unmounted an emulator whose threads had died");
+            return result.and(Err(EmuError::ThreadDied(died.join("; "))));
         }
         result
     }
@@ -368,6 +397,28 @@ mod tests {
         assert_eq!(unescape_mountinfo("/plain"), "/plain");
         assert_eq!(unescape_mountinfo("/x\\"), "/x\\");
         assert!(is_mount_point(Path::new("/")));
+    }
+
+    #[test]
+    fn a_dying_thread_is_recorded_and_shown() {
+        let config = EmuConfig::default();
+        let topo = Topology::build(&config).unwrap();
+        let emu = Arc::new(Emu::new(
+            config,
+            topo,
+            std::path::PathBuf::from("/nonexistent"),
+        ));
+        fn dies(_: Arc<Emu>) {
+            panic!("injected failure");
+        }
+        guarded("kfd-emu-cp", emu.clone(), dies);
+        assert_eq!(
+            crate::stats::snapshot(&emu).dead_threads,
+            vec!["kfd-emu-cp: injected failure".to_string()]
+        );
+        fn lives(_: Arc<Emu>) {}
+        guarded("kfd-emu-reaper", emu.clone(), lives);
+        assert_eq!(crate::stats::snapshot(&emu).dead_threads.len(), 1);
     }
 }
 

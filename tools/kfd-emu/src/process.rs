@@ -35,19 +35,11 @@ pub(crate) fn tgid_of(emu: &Emu, tid: u32) -> Option<u32> {
     if tid == 0 {
         return None;
     }
-    if let Some(t) = emu
-        .tgids
-        .lock()
-        .expect("kfd-emu tgid cache poisoned")
-        .get(&tid)
-    {
+    if let Some(t) = crate::locks::lock(&emu.tgids, "tgid cache").get(&tid) {
         return Some(*t);
     }
     let tgid = read_tgid(tid)?;
-    emu.tgids
-        .lock()
-        .expect("kfd-emu tgid cache poisoned")
-        .insert(tid, tgid);
+    crate::locks::lock(&emu.tgids, "tgid cache").insert(tid, tgid);
     Some(tgid)
 }
 
@@ -244,7 +236,7 @@ pub(crate) fn reaper_thread(emu: Arc<Emu>) {
             let st = emu
                 .cp_wake
                 .wait_timeout_while(st, REAP_PERIOD, |_| !emu.is_shutdown())
-                .expect("kfd-emu state mutex poisoned")
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
                 .0;
             drop(st);
         }
@@ -272,10 +264,7 @@ pub(crate) fn reaper_thread(emu: Arc<Emu>) {
             }
             effects.run(&emu);
         }
-        let tids: Vec<u32> = emu
-            .tgids
-            .lock()
-            .expect("kfd-emu tgid cache poisoned")
+        let tids: Vec<u32> = crate::locks::lock(&emu.tgids, "tgid cache")
             .keys()
             .copied()
             .collect();
@@ -284,7 +273,7 @@ pub(crate) fn reaper_thread(emu: Arc<Emu>) {
             .filter(|t| !std::path::Path::new(&format!("/proc/{t}")).exists())
             .collect();
         if !dead.is_empty() {
-            let mut cache = emu.tgids.lock().expect("kfd-emu tgid cache poisoned");
+            let mut cache = crate::locks::lock(&emu.tgids, "tgid cache");
             for t in dead {
                 cache.remove(&t);
             }

@@ -42,6 +42,8 @@ pub(crate) struct Emu {
     pub render_inos: OnceLock<Vec<u64>>,
     /// Kernels of the code objects clients loaded, by descriptor address.
     pub kernels: crate::code_object::KernelCache,
+    /// The emulator's own threads that panicked ("name: message").
+    pub dead_threads: Mutex<Vec<String>>,
 }
 
 impl Emu {
@@ -75,11 +77,12 @@ impl Emu {
             fuse_dev: OnceLock::new(),
             render_inos: OnceLock::new(),
             kernels: Default::default(),
+            dead_threads: Mutex::new(Vec::new()),
         }
     }
 
     pub fn lock(&self) -> MutexGuard<'_, State> {
-        self.state.lock().expect("kfd-emu state mutex poisoned")
+        crate::locks::lock(&self.state, "state")
     }
 
     /// Waits on `cp_wake` for at most `d`; true when woken rather than timed out.
@@ -478,9 +481,7 @@ impl Backing {
     }
 
     fn pages(&self) -> MutexGuard<'_, BTreeMap<u64, Box<[u8]>>> {
-        self.pages
-            .lock()
-            .expect("kfd-emu BO backing mutex poisoned")
+        crate::locks::lock(&self.pages, "BO backing")
     }
 
     /// Copies bytes at `offset` (within the BO) into `out`; unwritten bytes read 0.
@@ -524,17 +525,11 @@ pub(crate) struct BoStore {
 
 impl BoStore {
     pub fn insert(&self, offset: u64, backing: Arc<Backing>) {
-        self.map
-            .write()
-            .expect("kfd-emu BO store poisoned")
-            .insert(offset, backing);
+        crate::locks::write(&self.map, "BO store").insert(offset, backing);
     }
 
     pub fn remove(&self, offset: u64) {
-        self.map
-            .write()
-            .expect("kfd-emu BO store poisoned")
-            .remove(&offset);
+        crate::locks::write(&self.map, "BO store").remove(&offset);
     }
 
     /// Visits every (BO, offset in BO, range in the request) overlapping
@@ -548,7 +543,7 @@ impl BoStore {
         if len == 0 {
             return;
         }
-        let map = self.map.read().expect("kfd-emu BO store poisoned");
+        let map = crate::locks::read(&self.map, "BO store");
         let end = offset.saturating_add(len as u64);
         // The BO starting at or before `offset`, plus all starting inside the range.
         let first = map.range(..=offset).next_back();

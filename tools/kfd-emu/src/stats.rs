@@ -13,6 +13,9 @@ pub struct Stats {
     pub queues: Vec<QueueStats>,
     /// Every process with KFD state, ordered by pid.
     pub processes: Vec<ProcessStats>,
+    /// The emulator's own threads that died ("name: panic message"); empty while it is sound.
+    #[serde(default)]
+    pub dead_threads: Vec<String>,
 }
 
 /// HWS model of one partition (topology GPU node).
@@ -188,9 +191,11 @@ pub(crate) fn snapshot(emu: &Emu) -> Stats {
             dispatches_by_kernel: p.kernel_dispatches.clone(),
         });
     }
+    drop(st);
     Stats {
         partitions,
         queues,
         processes,
+        dead_threads: crate::locks::lock(&emu.dead_threads, "dead threads").clone(),
     }
 }
