@@ -13,7 +13,15 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use crate::gpu_mem::Vm;
+/// Memory of one process as the GPU sees it (implemented by `gpu_mem::Vm`).
+pub(crate) trait GpuMemory {
+    /// The process.
+    fn tgid(&self) -> u32;
+    /// Reads `buf.len()` bytes at GPU address `addr`.
+    fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), i32>;
+    /// Start of the mapping or BO `addr` lies in.
+    fn region_start(&self, addr: u64) -> Option<u64>;
+}
 
 /// How far below a kernel descriptor the ELF header of its image is searched.
 const SEARCH_LIMIT: u64 = 256 << 20;
@@ -64,8 +72,8 @@ pub(crate) struct KernelCache {
 
 impl KernelCache {
     /// The kernel whose descriptor is at `kernel_object` in process `tgid`.
-    pub fn lookup(&self, vm: &Vm<'_>, kernel_object: u64) -> Option<Arc<Kernel>> {
-        let tgid = vm.tgid;
+    pub fn lookup(&self, vm: &dyn GpuMemory, kernel_object: u64) -> Option<Arc<Kernel>> {
+        let tgid = vm.tgid();
         if let Some(k) = self.lock().get(&(tgid, kernel_object)) {
             return k.clone();
         }
@@ -93,7 +101,7 @@ impl KernelCache {
     }
 }
 
-fn read(vm: &Vm<'_>, addr: u64, len: u64) -> Option<Vec<u8>> {
+fn read(vm: &dyn GpuMemory, addr: u64, len: u64) -> Option<Vec<u8>> {
     let mut b = vec![0u8; usize::try_from(len).ok()?];
     vm.read(addr, &mut b).ok()?;
     Some(b)
@@ -118,7 +126,7 @@ struct Image {
 }
 
 /// The AMDGPU ELF image starting at `base`, if there is one.
-fn image_at(vm: &Vm<'_>, base: u64) -> Option<Image> {
+fn image_at(vm: &dyn GpuMemory, base: u64) -> Option<Image> {
     let eh = read(vm, base, 64)?;
     if eh[..4] != *b"\x7fELF" || eh[4] != 2 || u16_at(&eh, 0x12)? != EM_AMDGPU {
         return None;
@@ -142,7 +150,7 @@ fn image_at(vm: &Vm<'_>, base: u64) -> Option<Image> {
 }
 
 /// The name of the symbol whose value is `value` (a `.kd` symbol), from the dynamic table.
-fn symbol_at(vm: &Vm<'_>, img: &Image, value: u64) -> Option<String> {
+fn symbol_at(vm: &dyn GpuMemory, img: &Image, value: u64) -> Option<String> {
     let &(_, dyn_va, dyn_size) = img.segments.iter().find(|s| s.0 == PT_DYNAMIC)?;
     let dynamic = read(vm, img.base + dyn_va, dyn_size.min(64 << 10))?;
     let mut tags = HashMap::new();
@@ -175,7 +183,7 @@ fn symbol_at(vm: &Vm<'_>, img: &Image, value: u64) -> Option<String> {
 }
 
 /// The argument list of kernel `name` from the image's metadata note.
-fn metadata_args(vm: &Vm<'_>, img: &Image, name: &str) -> Vec<Arg> {
+fn metadata_args(vm: &dyn GpuMemory, img: &Image, name: &str) -> Vec<Arg> {
     let notes = img
         .segments
         .iter()
@@ -237,7 +245,7 @@ pub(crate) fn args_from_msgpack(mut desc: &[u8], name: &str) -> Option<Vec<Arg>>
 /// Finds the image holding the descriptor at `kernel_object` and the kernel's name and
 /// arguments. Only the memory region (client mapping or BO) holding the descriptor is searched,
 /// from the descriptor down, at most `SEARCH_LIMIT` bytes.
-fn resolve(vm: &Vm<'_>, kernel_object: u64) -> Option<Kernel> {
+fn resolve(vm: &dyn GpuMemory, kernel_object: u64) -> Option<Kernel> {
     let floor = vm.region_start(kernel_object)?;
     let top = kernel_object & !(PAGE - 1);
     let mut page = top;

@@ -244,6 +244,34 @@ pub(crate) struct GpuNode {
     pub cu_per_xcc: u32,
 }
 
+/// The model's shape of a topology node.
+pub(crate) fn model_shape(g: &GpuNode) -> gfx_model::Shape {
+    let prop = |k: &str, d: u64| g.props.get(k).copied().unwrap_or(d);
+    let waves = prop("max_waves_per_simd", 8) * prop("simd_per_cu", 4);
+    gfx_model::Shape {
+        num_xcc: g.num_xcc,
+        cus_per_xcc: g.cu_per_xcc,
+        waves_per_cu: u32::try_from(waves).unwrap_or(u32::MAX),
+        resident_queues: g.num_cp_queues,
+    }
+}
+
+/// The model's parameters from the emulator's configuration (the rest keep the model's
+/// documented defaults).
+pub(crate) fn model_params(c: &EmuConfig) -> gfx_model::Params {
+    gfx_model::Params {
+        arbitration: c.effective_arbitration(),
+        default_wg_ns: c.default_packet_ns,
+        preempt_fixed_ns: c.preempt_cost_us.saturating_mul(1000),
+        quantum_ns: c.quantum_us.max(1).saturating_mul(1000),
+        ..gfx_model::Params::default()
+    }
+}
+
+/// GPU clock counter frequency in Hz: the emulated counter runs at 100 MHz (GET_CLOCK_COUNTERS,
+/// SDMA timestamps, and `DEV_INFO.gpu_counter_freq` in kHz on the render node).
+pub(crate) const GPU_COUNTER_HZ: u64 = 100_000_000;
+
 /// HBM of one MI300X / MI308X GPU.
 const VRAM_BYTES: u64 = 192 << 30;
 

@@ -20,21 +20,18 @@ use gfx_model::Dispatch;
 use crate::blit;
 use crate::client_mem;
 use crate::code_object::Kernel;
+use crate::completion;
+use crate::events;
 use crate::gpu_mem::Vm;
 use crate::hws;
-use crate::ioctl::events;
 use crate::sdma;
-use crate::state::{Emu, Finished, KernelEffect, Pending, QueueKey, State};
+use crate::state::{Emu, KernelEffect, Pending, QueueKey, State};
 
 /// AQL packet types (low byte of the 16-bit header).
 const PKT_INVALID: u8 = 1;
 const PKT_KERNEL_DISPATCH: u8 = 2;
 /// AQL packet size in bytes.
 const PKT_SIZE: u64 = 64;
-/// Byte offsets in `amd_signal_t`: the value, the event mailbox pointer and the event id.
-const SIGNAL_VALUE: u64 = 8;
-const SIGNAL_MAILBOX: u64 = 0x10;
-const SIGNAL_EVENT_ID: u64 = 0x18;
 /// Packets fetched per queue per poll.
 const FETCH_MAX: u64 = 64;
 /// Poll period while a queue has packets in flight.
@@ -43,107 +40,6 @@ const POLL: Duration = Duration::from_micros(200);
 const IDLE_POLL_MAX: Duration = Duration::from_micros(1600);
 /// Longest sleep with no active queue (a runlist change wakes the CP earlier).
 const IDLE_SLEEP: Duration = Duration::from_secs(1);
-
-/// Completes packet `index` of queue `key`: decrements its completion signal, counts it, and
-/// publishes the read index (every packet before it completed). The one place a completion is
-/// written to the client.
-pub(crate) fn complete(st: &mut State, key: QueueKey, index: u64) {
-    let Some(q) = st.queue_mut(key) else {
-        return;
-    };
-    let gpu = q.gpu;
-    let Some(Pending { signal, effect }) = q.pending.remove(&index) else {
-        return;
-    };
-    q.packets_done += 1;
-    let frontier = q.pending.keys().next().copied().unwrap_or(q.fetch_index);
-    let rptr = (frontier > q.read_index).then(|| {
-        q.read_index = frontier;
-        (q.rptr_addr, frontier)
-    });
-    st.finished.push(Finished {
-        key,
-        gpu,
-        effect,
-        signal,
-        rptr,
-    });
-}
-
-/// Does the memory work of completed packets, in completion order, without the state lock
-/// (client memory may be render-node pages whose faults and writeback are served by FUSE
-/// threads that may be waiting for that lock): the copy a runtime kernel stands for, the
-/// completion signal's decrement, the read index; then, under the lock, the end-of-kernel
-/// interrupts of interrupt signals (their mailbox is set) and the stops of queues whose memory
-/// could not be written; then the acknowledgements of the interrupts' signal slots.
-pub(crate) fn finish_completed(emu: &Emu) {
-    let work = std::mem::take(&mut emu.lock().finished);
-    if work.is_empty() {
-        return;
-    }
-    let mut interrupts = Vec::new();
-    let mut failed = Vec::new();
-    for f in work {
-        let pid = f.key.0;
-        if let Some(e) = &f.effect {
-            let vm = Vm {
-                emu,
-                tgid: pid,
-                gpu: f.gpu,
-            };
-            if let Err(errno) = blit::perform(&vm, e) {
-                tracing::warn!(
-                    ?e,
-                    errno,
-                    "a runtime copy kernel's memory could not be reached"
-                );
-            }
-        }
-        if f.signal != 0 {
-            if let Some(id) = complete_signal(pid, f.signal) {
-                interrupts.push((pid, id));
-            }
-        }
-        if let Some((addr, value)) = f.rptr
-            && client_mem::write_u64(pid, addr, value).is_err()
-        {
-            failed.push(f.key);
-        }
-    }
-    let mut acks = Vec::new();
-    {
-        let mut st = emu.lock();
-        for key in failed {
-            if let Some(q) = st.queue_mut(key) {
-                q.cp_failed = true;
-            }
-        }
-        for (pid, id) in interrupts {
-            if let Some(p) = st.processes.get_mut(&pid)
-                && let Some(slot) = events::interrupt(p, id)
-            {
-                acks.push(slot);
-            }
-        }
-    }
-    events::acknowledge(&acks);
-}
-
-/// Decrements a completion signal; for an interrupt signal (its event mailbox is set) writes
-/// the event id to the mailbox and returns the id (the interrupt to raise).
-fn complete_signal(pid: u32, signal: u64) -> Option<u32> {
-    let at = signal.wrapping_add(SIGNAL_VALUE);
-    if let Ok(v) = client_mem::read_u64(pid, at) {
-        let _ = client_mem::write_u64(pid, at, (v as i64).wrapping_sub(1) as u64);
-    }
-    let mailbox = client_mem::read_u64(pid, signal.wrapping_add(SIGNAL_MAILBOX)).ok()?;
-    if mailbox == 0 {
-        return None;
-    }
-    let id = client_mem::read_u32s(pid, signal.wrapping_add(SIGNAL_EVENT_ID), 1).ok()?[0];
-    let _ = client_mem::write_u64(pid, mailbox, u64::from(id));
-    Some(id)
-}
 
 /// One queue the CP reads this round.
 struct Job {
@@ -403,7 +299,7 @@ pub(crate) fn cp_thread(emu: Arc<Emu>) {
     loop {
         // Completions found by anyone (this thread, or an ioctl's runlist change) get their
         // memory work done here, without the lock.
-        finish_completed(&emu);
+        completion::finish_completed(&emu);
         let (jobs, sdma_jobs) = {
             let mut st = emu.lock();
             loop {

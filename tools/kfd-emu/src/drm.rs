@@ -8,10 +8,9 @@ use fuser::ReplyIoctl;
 use libc::{EFAULT, EINVAL};
 
 use crate::client_mem;
-use crate::config::GpuNode;
-use crate::ioctl::device::GPU_COUNTER_HZ;
-use crate::ioctl::send_reply;
+use crate::config::{GPU_COUNTER_HZ, GpuNode};
 use crate::process;
+use crate::reply::send_reply;
 use crate::state::Emu;
 
 /// `DRM_IOWR(0x00, struct drm_version)` (64 bytes).

@@ -18,7 +18,7 @@ use serde::Serialize;
 use crate::config::EmuConfig;
 use crate::state::Emu;
 use crate::state::PAGE;
-use crate::{drm, ioctl, kfd_mmap, locks, process, stats, topology};
+use crate::{drm, ioctl, kfd_mmap, locks, process, stats, sysfs_topology};
 
 /// Attribute/entry cache time of the static tree.
 const STATIC_TTL: Duration = Duration::from_secs(60);
@@ -214,7 +214,7 @@ impl KfdFs {
         let kfd_class = b.dir(class, "kfd");
         let kfd = b.dir(kfd_class, "kfd");
         let topo = b.dir(kfd, "topology");
-        for f in topology::topology_files(&emu.topo, emu.config.buffer_checks) {
+        for f in sysfs_topology::topology_files(&emu.topo, emu.config.buffer_checks) {
             let mut parent = topo;
             let (last, dirs) = f.path.split_last().expect("topology paths are never empty");
             for d in dirs {
@@ -519,7 +519,7 @@ impl Filesystem for KfdFs {
             Kind::Dir | Kind::ProcDir => reply.error(Errno::EISDIR),
             Kind::Kfd => match process::tgid_of(&self.emu, req.pid()) {
                 Some(tgid) => {
-                    process::open_kfd(&self.emu, tgid);
+                    ioctl::lifecycle::open_kfd(&self.emu, tgid);
                     reply.opened(
                         self.new_handle(Handle::Kfd { tgid }),
                         FopenFlags::FOPEN_KEEP_CACHE,
@@ -631,7 +631,7 @@ impl Filesystem for KfdFs {
     ) {
         let h = locks::lock(&self.handles, "handle table").remove(&fh.0);
         if let Some(Handle::Kfd { tgid }) = h {
-            process::release_kfd(&self.emu, tgid);
+            ioctl::lifecycle::release_kfd(&self.emu, tgid);
         }
         reply.ok();
     }

@@ -27,6 +27,20 @@ fn bo_offset(st: &State, tgid: u32, gpu: usize, addr: u64, len: u64) -> Option<u
     (bo.backed && off.checked_add(len)? <= bo.size).then_some(bo.mmap_offset + off)
 }
 
+impl crate::code_object::GpuMemory for Vm<'_> {
+    fn tgid(&self) -> u32 {
+        self.tgid
+    }
+
+    fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), i32> {
+        Vm::read(self, addr, buf)
+    }
+
+    fn region_start(&self, addr: u64) -> Option<u64> {
+        Vm::region_start(self, addr)
+    }
+}
+
 impl Vm<'_> {
     fn backing(&self, addr: u64, len: u64) -> Result<u64, i32> {
         bo_offset(&self.emu.lock(), self.tgid, self.gpu, addr, len).ok_or(client_mem::FAULT)

@@ -4,18 +4,10 @@
 //! preempt when a queue was mapped before it, exactly as amdkfd's `execute_queues_cpsch`.
 //! Residency, oversubscription rotation, CWSR costs and the counters all live in the model.
 
-use gfx_model::{Edit, Params, Shape};
+use gfx_model::Edit;
 
-use crate::config::{EmuConfig, GpuNode};
-use crate::state::{Emu, QueueKey, State};
-
-/// What the model was last told about a queue.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Mirror {
-    active: bool,
-    priority: u8,
-    cu_mask: Option<Vec<u32>>,
-}
+use crate::config::GpuNode;
+use crate::state::{Emu, Mirror, QueueKey, State};
 
 /// The model's key of a queue: owner tgid and queue id packed.
 pub(crate) fn model_key(key: QueueKey) -> gfx_model::QueueKey {
@@ -25,30 +17,6 @@ pub(crate) fn model_key(key: QueueKey) -> gfx_model::QueueKey {
 /// The queue of a model key.
 pub(crate) fn queue_key(k: gfx_model::QueueKey) -> QueueKey {
     ((k >> 32) as u32, k as u32)
-}
-
-/// The model's shape of a topology node.
-pub(crate) fn shape(g: &GpuNode) -> Shape {
-    let prop = |k: &str, d: u64| g.props.get(k).copied().unwrap_or(d);
-    let waves = prop("max_waves_per_simd", 8) * prop("simd_per_cu", 4);
-    Shape {
-        num_xcc: g.num_xcc,
-        cus_per_xcc: g.cu_per_xcc,
-        waves_per_cu: u32::try_from(waves).unwrap_or(u32::MAX),
-        resident_queues: g.num_cp_queues,
-    }
-}
-
-/// The model's parameters from the emulator's configuration (the rest keep the model's
-/// documented defaults).
-pub(crate) fn params(c: &EmuConfig) -> Params {
-    Params {
-        arbitration: c.effective_arbitration(),
-        default_wg_ns: c.default_packet_ns,
-        preempt_fixed_ns: c.preempt_cost_us.saturating_mul(1000),
-        quantum_ns: c.quantum_us.max(1).saturating_mul(1000),
-        ..Params::default()
-    }
 }
 
 /// Model time now: nanoseconds since the emulator started.
@@ -66,7 +34,7 @@ pub(crate) fn settle(emu: &Emu, st: &mut State, part: usize) {
 /// Completes, in client memory, the packets the model of `part` reported ended.
 pub(crate) fn complete_finished(st: &mut State, part: usize) {
     for c in st.partitions[part].model.take_completions() {
-        crate::cp::complete(st, queue_key(c.queue), c.tag);
+        crate::completion::complete(st, queue_key(c.queue), c.tag);
     }
 }
 

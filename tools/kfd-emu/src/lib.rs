@@ -19,13 +19,17 @@
 #![deny(missing_docs)]
 #![deny(clippy::undocumented_unsafe_blocks)]
 
+mod abi;
 mod blit;
 mod client_mem;
 mod code_object;
+mod completion;
 mod config;
 mod cp;
 mod drm;
+mod effects;
 mod error;
+mod events;
 mod fs;
 mod gpu_mem;
 mod hws;
@@ -33,12 +37,15 @@ mod ioctl;
 mod kfd_mmap;
 mod locks;
 mod mount;
+mod notify;
 mod privileged;
 mod process;
+mod reply;
 mod sandbox;
 mod sdma;
 mod state;
 mod stats;
+mod sysfs_topology;
 mod topology;
 
 pub use config::{EmuConfig, Preset};

@@ -18,11 +18,12 @@ use nix::errno::Errno;
 use nix::mount::{MntFlags, MsFlags};
 
 use crate::config::{EmuConfig, Topology};
+use crate::effects::Effects;
 use crate::error::EmuError;
 use crate::fs::KfdFs;
-use crate::state::{Effects, Emu};
+use crate::state::Emu;
 use crate::stats::{self, Stats};
-use crate::{cp, process};
+use crate::{cp, ioctl};
 
 /// FUSE event-loop threads (two, so a page fault on a FUSE-backed mapping taken while
 /// one thread serves a request can still be served).
@@ -244,7 +245,10 @@ impl MountedEmu {
         };
         for (name, f) in [
             ("kfd-emu-cp", cp::cp_thread as fn(Arc<Emu>)),
-            ("kfd-emu-reaper", process::reaper_thread as fn(Arc<Emu>)),
+            (
+                "kfd-emu-reaper",
+                ioctl::lifecycle::reaper_thread as fn(Arc<Emu>),
+            ),
         ] {
             let e = emu.clone();
             let t = std::thread::Builder::new()

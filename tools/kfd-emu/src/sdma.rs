@@ -176,7 +176,7 @@ fn execute(vm: &Vm<'_>, d: &[u32], traps: &mut Vec<u32>) -> Result<bool, i32> {
         }
         OP_TIMESTAMP if (d[0] >> 8) & 0xff != 0 => {
             let ns = u64::try_from(vm.emu.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX);
-            let ticks = ns / (1_000_000_000 / crate::ioctl::device::GPU_COUNTER_HZ);
+            let ticks = ns / (1_000_000_000 / crate::config::GPU_COUNTER_HZ);
             vm.write(addr(d[1], d[2]), &ticks.to_ne_bytes())?;
         }
         _ => {}
@@ -266,7 +266,7 @@ pub(crate) fn apply(st: &mut State, results: Vec<Done>) -> (bool, Vec<(u32, u64)
             acks.extend(
                 d.traps
                     .into_iter()
-                    .filter_map(|id| crate::ioctl::events::interrupt(p, id)),
+                    .filter_map(|id| crate::events::interrupt(p, id)),
             );
         }
     }

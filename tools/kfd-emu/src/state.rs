@@ -52,7 +52,10 @@ impl Emu {
             .gpus
             .iter()
             .map(|g| PartitionState {
-                model: gfx_model::Partition::new(crate::hws::shape(g), crate::hws::params(&config)),
+                model: gfx_model::Partition::new(
+                    crate::config::model_shape(g),
+                    crate::config::model_params(&config),
+                ),
                 known: BTreeMap::new(),
             })
             .collect();
@@ -142,7 +145,15 @@ impl State {
 /// queue (so a runlist update sends only the differences).
 pub(crate) struct PartitionState {
     pub model: gfx_model::Partition,
-    pub known: BTreeMap<gfx_model::QueueKey, crate::hws::Mirror>,
+    pub known: BTreeMap<gfx_model::QueueKey, Mirror>,
+}
+
+/// What the model was last told about a queue.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Mirror {
+    pub active: bool,
+    pub priority: u8,
+    pub cu_mask: Option<Vec<u32>>,
 }
 
 /// A blocked DESTROY_QUEUE: answered when the queue is resumed or the debugger goes.
@@ -569,30 +580,6 @@ impl BoStore {
     /// Render-node write (page-cache writeback of a BO mapping).
     pub fn write(&self, offset: u64, data: &[u8]) {
         self.overlapping(offset, data.len(), |b, at, r| b.write(at, &data[r]));
-    }
-}
-
-/// Work queued under the state lock and done after it is released.
-#[derive(Default)]
-pub(crate) struct Effects {
-    /// Deferred ioctl replies: (reply, argument bytes to copy out, result).
-    pub replies: Vec<(ReplyIoctl, Vec<u8>, Result<i32, i32>)>,
-    /// Debugger notifications: (process owning the fd, fd).
-    pub notify: Vec<(u32, u32)>,
-    pub wake_cp: bool,
-}
-
-impl Effects {
-    pub fn run(self, emu: &Emu) {
-        if self.wake_cp {
-            emu.cp_wake.notify_all();
-        }
-        for (reply, data, res) in self.replies {
-            crate::ioctl::send_reply(reply, &data, res);
-        }
-        for (owner, fd) in self.notify {
-            crate::process::notify_fd(owner, fd);
-        }
     }
 }
 

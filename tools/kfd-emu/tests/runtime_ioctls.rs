@@ -322,10 +322,12 @@ fn end_of_kernel_interrupt_fires_the_signal_event() {
         assert_eq!((r, res), (Ok(0), KFD_IOC_WAIT_RESULT_COMPLETE));
     });
     assert_eq!(signal.i64_at(8).load(Ordering::Acquire), 0);
-    assert_eq!(
-        page.u64_at(8 * ev.event_id as usize)
-            .load(Ordering::Acquire),
-        u64::MAX,
+    // The slot is acknowledged (rewritten unsignalled) once the emulator has released its lock,
+    // just after the waiters are answered.
+    let slot = page.u64_at(8 * ev.event_id as usize);
+    assert!(
+        wait_until(Duration::from_secs(10), || slot.load(Ordering::Acquire)
+            == u64::MAX),
         "the slot was acknowledged after the interrupt"
     );
 }

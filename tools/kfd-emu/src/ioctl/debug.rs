@@ -24,9 +24,10 @@ use libc::{EAGAIN, EALREADY, EBUSY, EEXIST, EINVAL, ENOMEM, EPERM, ESRCH};
 
 use super::{Ctx, KResult, bytes_of, load, store};
 use crate::client_mem;
+use crate::effects::Effects;
 use crate::hws;
 use crate::process;
-use crate::state::{DebugLink, Effects, Emu, QueueKey, State};
+use crate::state::{DebugLink, Emu, QueueKey, State};
 
 /// Offset of the per-op union in `kfd_ioctl_dbg_trap_args`.
 const UNION_AT: usize = 8;
@@ -94,7 +95,7 @@ pub(crate) fn dbg_trap(
     let mut guard = emu.lock();
     let st: &mut State = &mut guard;
     if op == KFD_IOC_DBG_TRAP_ENABLE && traced_by_caller {
-        process::ensure(emu, st, target, started, effects);
+        super::lifecycle::ensure(emu, st, target, started, effects);
     }
     let p = st.processes.get(&target).ok_or(ESRCH)?;
     if !is_self && op != KFD_IOC_DBG_TRAP_DISABLE && !traced_by_caller {

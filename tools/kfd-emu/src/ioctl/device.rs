@@ -14,7 +14,8 @@ use libc::{EBUSY, EINVAL, ESRCH};
 
 use super::{Ctx, KResult, bytes_of, load, store};
 use crate::client_mem;
-use crate::state::Effects;
+use crate::config::GPU_COUNTER_HZ;
+use crate::effects::Effects;
 
 /// gfx9 apertures (`kfd_init_apertures_v9`): LDS and scratch are 4 GiB windows at
 /// 1 << 48 and 2 << 48; the GPUVM range is the 47-bit user VA above the first 64 KiB.
@@ -23,10 +24,6 @@ const SCRATCH_BASE: u64 = 2 << 48;
 const APERTURE_LIMIT_LOW: u64 = 0xffff_ffff;
 const GPUVM_BASE: u64 = 1 << 16;
 const GPUVM_LIMIT: u64 = (1 << 47) - 1;
-
-/// GPU clock counter frequency in Hz: the emulated counter runs at 100 MHz (the value
-/// `DEV_INFO.gpu_counter_freq` reports, in kHz, on the render node).
-pub(crate) const GPU_COUNTER_HZ: u64 = 100_000_000;
 
 fn apertures(gpu_id: u32) -> kfd_process_device_apertures {
     kfd_process_device_apertures {

@@ -14,9 +14,10 @@ use libc::{EBUSY, EFAULT, EINVAL, ENOMEM, ESRCH};
 
 use super::{Ctx, KResult, load, store};
 use crate::client_mem;
+use crate::effects::Effects;
 use crate::kfd_mmap;
 use crate::process;
-use crate::state::{Backing, Bo, Effects, PAGE, State};
+use crate::state::{Backing, Bo, PAGE, State};
 
 /// Render-node mmap offsets stay below the emulator's doorbell mmap type (1 << 62).
 const MMAP_OFFSET_LIMIT: u64 = 1 << 62;

@@ -14,10 +14,10 @@ use libc::{EBUSY, EFAULT, EINVAL, ENOMEM, ENOSPC, ESRCH};
 use super::{Ctx, ENOTSUPP, KResult, access_ok, load, store};
 use crate::client_mem;
 use crate::config::GpuNode;
+use crate::effects::Effects;
 use crate::hws;
 use crate::state::{
-    BoKey, Effects, Emu, PAGE, PendingDestroy, Process, Queue, QueueKey, QueueKind, QueueRefs,
-    State,
+    BoKey, Emu, PAGE, PendingDestroy, Process, Queue, QueueKey, QueueKind, QueueRefs, State,
 };
 
 /// Queues per process per device on GC 9.4.3/9.4.4.

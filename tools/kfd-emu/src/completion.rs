@@ -1,0 +1,116 @@
+//! Completing packets: under the state lock a completed packet is counted and queued
+//! ([`complete`]); its memory work — the copy a runtime kernel stands for, the completion
+//! signal's decrement and interrupt, the read index — is done by the CP thread once the lock is
+//! released ([`finish_completed`]).
+
+use crate::blit;
+use crate::client_mem;
+use crate::events;
+use crate::gpu_mem::Vm;
+use crate::state::{Emu, Finished, Pending, QueueKey, State};
+
+/// Byte offsets in `amd_signal_t`: the value, the event mailbox pointer and the event id.
+const SIGNAL_VALUE: u64 = 8;
+const SIGNAL_MAILBOX: u64 = 0x10;
+const SIGNAL_EVENT_ID: u64 = 0x18;
+
+/// Completes packet `index` of queue `key`: decrements its completion signal, counts it, and
+/// publishes the read index (every packet before it completed). The one place a completion is
+/// written to the client.
+pub(crate) fn complete(st: &mut State, key: QueueKey, index: u64) {
+    let Some(q) = st.queue_mut(key) else {
+        return;
+    };
+    let gpu = q.gpu;
+    let Some(Pending { signal, effect }) = q.pending.remove(&index) else {
+        return;
+    };
+    q.packets_done += 1;
+    let frontier = q.pending.keys().next().copied().unwrap_or(q.fetch_index);
+    let rptr = (frontier > q.read_index).then(|| {
+        q.read_index = frontier;
+        (q.rptr_addr, frontier)
+    });
+    st.finished.push(Finished {
+        key,
+        gpu,
+        effect,
+        signal,
+        rptr,
+    });
+}
+
+/// Does the memory work of completed packets, in completion order, without the state lock
+/// (client memory may be render-node pages whose faults and writeback are served by FUSE
+/// threads that may be waiting for that lock): the copy a runtime kernel stands for, the
+/// completion signal's decrement, the read index; then, under the lock, the end-of-kernel
+/// interrupts of interrupt signals (their mailbox is set) and the stops of queues whose memory
+/// could not be written; then the acknowledgements of the interrupts' signal slots.
+pub(crate) fn finish_completed(emu: &Emu) {
+    let work = std::mem::take(&mut emu.lock().finished);
+    if work.is_empty() {
+        return;
+    }
+    let mut interrupts = Vec::new();
+    let mut failed = Vec::new();
+    for f in work {
+        let pid = f.key.0;
+        if let Some(e) = &f.effect {
+            let vm = Vm {
+                emu,
+                tgid: pid,
+                gpu: f.gpu,
+            };
+            if let Err(errno) = blit::perform(&vm, e) {
+                tracing::warn!(
+                    ?e,
+                    errno,
+                    "a runtime copy kernel's memory could not be reached"
+                );
+            }
+        }
+        if f.signal != 0 {
+            if let Some(id) = complete_signal(pid, f.signal) {
+                interrupts.push((pid, id));
+            }
+        }
+        if let Some((addr, value)) = f.rptr
+            && client_mem::write_u64(pid, addr, value).is_err()
+        {
+            failed.push(f.key);
+        }
+    }
+    let mut acks = Vec::new();
+    {
+        let mut st = emu.lock();
+        for key in failed {
+            if let Some(q) = st.queue_mut(key) {
+                q.cp_failed = true;
+            }
+        }
+        for (pid, id) in interrupts {
+            if let Some(p) = st.processes.get_mut(&pid)
+                && let Some(slot) = events::interrupt(p, id)
+            {
+                acks.push(slot);
+            }
+        }
+    }
+    events::acknowledge(&acks);
+}
+
+/// Decrements a completion signal; for an interrupt signal (its event mailbox is set) writes
+/// the event id to the mailbox and returns the id (the interrupt to raise).
+fn complete_signal(pid: u32, signal: u64) -> Option<u32> {
+    let at = signal.wrapping_add(SIGNAL_VALUE);
+    if let Ok(v) = client_mem::read_u64(pid, at) {
+        let _ = client_mem::write_u64(pid, at, (v as i64).wrapping_sub(1) as u64);
+    }
+    let mailbox = client_mem::read_u64(pid, signal.wrapping_add(SIGNAL_MAILBOX)).ok()?;
+    if mailbox == 0 {
+        return None;
+    }
+    let id = client_mem::read_u32s(pid, signal.wrapping_add(SIGNAL_EVENT_ID), 1).ok()?[0];
+    let _ = client_mem::write_u64(pid, mailbox, u64::from(id));
+    Some(id)
+}
