@@ -113,6 +113,12 @@ pub struct ProcessStats {
     /// WAIT_EVENTS calls of the process blocked right now.
     #[serde(default)]
     pub blocked_waits: u32,
+    /// DESTROY_QUEUE calls of the process blocked right now on a debugger-suspended queue.
+    #[serde(default)]
+    pub blocked_destroys: u32,
+    /// Open `dev/kfd` handles of the process.
+    #[serde(default)]
+    pub kfd_opens: u32,
     /// Kernel dispatches by kernel name, for dispatches whose code object was readable (real
     /// programs); the names are what `--kernel-times` takes.
     #[serde(default)]
@@ -188,6 +194,12 @@ pub(crate) fn snapshot(emu: &Emu) -> Stats {
             queues: p.queues.len() as u32,
             events: p.events.events.len() as u32,
             blocked_waits: p.events.waits.len() as u32,
+            blocked_destroys: st
+                .pending_destroys
+                .iter()
+                .filter(|d| d.key.0 == *pid)
+                .count() as u32,
+            kfd_opens: p.kfd_opens,
             dispatches_by_kernel: p.kernel_dispatches.clone(),
         });
     }

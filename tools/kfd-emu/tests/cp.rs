@@ -185,10 +185,9 @@ fn wave_state_reports_saved_work_of_inactive_queues() {
     );
     // A long dispatch in flight when the queue is deactivated leaves saved waves.
     submit(&bufs, 0, &[dispatch_packet(10_000_000_000, 0)]);
-    assert!(wait_until(Duration::from_secs(2), || {
-        std::thread::sleep(Duration::from_millis(20));
-        t.stats().queues[0].write_index == 1
-    }));
+    assert!(wait_until(Duration::from_secs(10), || t.stats().queues[0]
+        .write_index
+        == 1));
     s.kfd.update_queue(&q, 0, 7).unwrap();
     s.kfd
         .ioctl(AMDKFD_IOC_GET_QUEUE_WAVE_STATE, &mut ws)

@@ -182,7 +182,10 @@ fn destroy_blocks_while_debugger_suspended() {
     );
     std::thread::scope(|sc| {
         let h = sc.spawn(|| s.kfd.destroy_queue(q.id));
-        std::thread::sleep(Duration::from_millis(300));
+        assert!(wait_until(Duration::from_secs(10), || t.stats().processes
+            [0]
+        .blocked_destroys
+            == 1));
         assert!(
             !h.is_finished(),
             "DESTROY_QUEUE returned while the queue was suspended"
@@ -201,7 +204,10 @@ fn destroy_blocks_while_debugger_suspended() {
     // DISABLE also releases a blocked destroyer.
     std::thread::scope(|sc| {
         let h = sc.spawn(|| s.kfd.destroy_queue(q2.id));
-        std::thread::sleep(Duration::from_millis(200));
+        assert!(wait_until(Duration::from_secs(10), || t.stats().processes
+            [0]
+        .blocked_destroys
+            == 1));
         assert!(!h.is_finished());
         let mut none = 0u64;
         s.kfd

@@ -34,8 +34,13 @@ fn proc_dir_appears_and_disappears() {
     assert!(t.path(&format!("{dir}/queues")).is_dir());
     // A second open shares the process; closing one keeps it.
     let kfd2 = t.open_kfd();
+    assert_eq!(t.stats().processes[0].kfd_opens, 2);
     drop(kfd2);
-    std::thread::sleep(Duration::from_millis(100));
+    // The release reaches the emulator after close returns: wait for it, then the state is kept.
+    assert!(wait_until(Duration::from_secs(10), || t.stats().processes
+        [0]
+    .kfd_opens
+        == 1));
     assert!(t.path(&dir).is_dir());
     assert_eq!(t.stats().processes.len(), 1);
     drop(kfd);

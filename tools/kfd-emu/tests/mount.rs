@@ -156,7 +156,10 @@ fn unmount_does_not_hang_on_open_files_or_blocked_destroyers() {
     );
     std::thread::scope(|sc| {
         let h = sc.spawn(|| s.kfd.destroy_queue(q.id));
-        std::thread::sleep(Duration::from_millis(200));
+        assert!(wait_until(Duration::from_secs(10), || t.stats().processes
+            [0]
+        .blocked_destroys
+            == 1));
         assert!(!h.is_finished());
         let start = Instant::now();
         drop(t);
