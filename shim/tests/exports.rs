@@ -6,15 +6,17 @@ mod common;
 
 use std::process::Command;
 
-fn dyn_syms() -> Vec<String> {
+/// (binding, name with its version) of every function `lib` defines in its dynamic symbol table.
+fn defined_functions(lib: &std::path::Path) -> Vec<(String, String)> {
     let out = Command::new("readelf")
         .args(["--dyn-syms", "-W"])
-        .arg(common::shim_path())
+        .arg(lib)
         .output()
         .expect("run readelf (binutils)");
     assert!(
         out.status.success(),
-        "readelf failed: {}",
+        "readelf {}: {}",
+        lib.display(),
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8_lossy(&out.stdout)
@@ -22,9 +24,18 @@ fn dyn_syms() -> Vec<String> {
         .filter_map(|l| {
             let f: Vec<&str> = l.split_whitespace().collect();
             // Num: Value Size Type Bind Vis Ndx Name
-            (f.len() >= 8 && f[3] == "FUNC" && f[4] == "GLOBAL" && f[6] != "UND")
-                .then(|| f[7].to_string())
+            (f.len() >= 8 && f[3] == "FUNC" && f[6] != "UND")
+                .then(|| (f[4].to_string(), f[7].to_string()))
         })
+        .collect()
+}
+
+/// The shim's global functions as "name@@node" (or a bare name when unversioned).
+fn dyn_syms() -> Vec<String> {
+    defined_functions(&common::shim_path())
+        .into_iter()
+        .filter(|(bind, _)| bind == "GLOBAL")
+        .map(|(_, name)| name)
         .collect()
 }
 
@@ -169,24 +180,12 @@ fn version_definitions_cover_the_hip_node_chain() {
 
 /// `name -> node` of every default-versioned function a library defines.
 fn default_versions(lib: &std::path::Path) -> std::collections::BTreeMap<String, String> {
-    let out = Command::new("readelf")
-        .args(["--dyn-syms", "-W"])
-        .arg(lib)
-        .output()
-        .expect("run readelf (binutils)");
-    assert!(
-        out.status.success(),
-        "readelf {}: {}",
-        lib.display(),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter_map(|l| {
-            let f: Vec<&str> = l.split_whitespace().collect();
-            (f.len() >= 8 && f[3] == "FUNC" && f[6] != "UND").then(|| f[7].split_once("@@"))?
+    defined_functions(lib)
+        .into_iter()
+        .filter_map(|(_, name)| {
+            name.split_once("@@")
+                .map(|(n, v)| (n.to_string(), v.to_string()))
         })
-        .map(|(n, v)| (n.to_string(), v.to_string()))
         .collect()
 }
 

@@ -21,6 +21,25 @@ fn setup(test: &str) -> Option<(Emu, std::path::PathBuf, &'static sid::Built)> {
     Some((emu, root, built))
 }
 
+/// `argv` run in the root with the built programs' directory as `/work`, the working directory.
+fn in_work(emu: &Emu, root: &Path, built: &sid::Built, argv: &[&str]) -> std::process::Command {
+    let work = built.dir.path();
+    sid::command(
+        emu,
+        root,
+        &[(work, Path::new("/work"))],
+        Path::new("/work"),
+        argv,
+    )
+}
+
+/// The HIP program run to its holding point (every check done, its queues still there).
+fn held_hip_check(emu: &Emu, root: &Path, built: &sid::Built) -> Running {
+    let mut p = Running::start(in_work(emu, root, built, &["./hip_check", "--hold"]));
+    p.wait_line("hip_check: holding");
+    p
+}
+
 #[test]
 fn sid_rocminfo_lists_the_emulated_mi308x() {
     let Some((emu, root, _)) = setup("sid-rocminfo") else {
@@ -51,15 +70,7 @@ fn sid_a_hipcc_program_runs_on_the_real_runtime() {
     let Some((emu, root, built)) = setup("sid-hip") else {
         return;
     };
-    let work = built.dir.path();
-    let mut p = Running::start(sid::command(
-        &emu,
-        &root,
-        &[(work, Path::new("/work"))],
-        Path::new("/work"),
-        &["./hip_check", "--hold"],
-    ));
-    p.wait_line("hip_check: holding");
+    let p = held_hip_check(&emu, &root, built);
     for step in [
         "ok device",
         "ok streams",
@@ -399,16 +410,9 @@ fn sid_a_python_extension_on_the_null_stream_computes_the_same_under_the_shim() 
     let Some((emu, root, built)) = setup("sid-python") else {
         return;
     };
-    let work = built.dir.path();
-    let out = sid::command(
-        &emu,
-        &root,
-        &[(work, Path::new("/work"))],
-        Path::new("/work"),
-        &["python3", "hipext_check.py"],
-    )
-    .output()
-    .expect("run python3");
+    let out = in_work(&emu, &root, built, &["python3", "hipext_check.py"])
+        .output()
+        .expect("run python3");
     let (plain, _) = sid::finished("python3 hipext_check.py", out);
     assert!(
         plain.contains("device AMD Instinct MI308X gfx942"),
@@ -457,15 +461,7 @@ fn busy_with_kernel_time(test: &str, wg_ns: Option<u64>) -> Option<(u64, u64)> {
     }
     let emu = common::mount_with(test, config)?;
     let built = sid::built(&emu, &root);
-    let work = built.dir.path();
-    let mut p = Running::start(sid::command(
-        &emu,
-        &root,
-        &[(work, Path::new("/work"))],
-        Path::new("/work"),
-        &["./hip_check", "--hold"],
-    ));
-    p.wait_line("hip_check: holding");
+    let p = held_hip_check(&emu, &root, built);
     let busy: u64 = emu
         .queues_of(p.pid)
         .iter()

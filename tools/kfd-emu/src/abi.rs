@@ -79,3 +79,47 @@ pub(crate) fn bytes_of<T: Pod>(v: &T) -> Vec<u8> {
     store(&mut b, v);
     b
 }
+
+/// `_IOC_SIZE` of an ioctl request number: the argument size it encodes.
+pub(crate) const fn ioc_size(cmd: u32) -> usize {
+    ((cmd >> 16) & 0x3fff) as usize
+}
+
+// Fixed-width fields of byte buffers (uapi and DRM structs, AQL packets, kernel arguments, code
+// objects) in the host's byte order: the emulator serves x86-64 clients, whose order is also the
+// GPU's and the AMDGPU ELF format's (little-endian). `None` past the end of the buffer.
+
+/// The `u16` at byte `at` of `b`.
+pub(crate) fn u16_at(b: &[u8], at: usize) -> Option<u16> {
+    Some(u16::from_ne_bytes(
+        b.get(at..at.checked_add(2)?)?.try_into().ok()?,
+    ))
+}
+
+/// The `u32` at byte `at` of `b`.
+pub(crate) fn u32_at(b: &[u8], at: usize) -> Option<u32> {
+    Some(u32::from_ne_bytes(
+        b.get(at..at.checked_add(4)?)?.try_into().ok()?,
+    ))
+}
+
+/// The `u64` at byte `at` of `b`.
+pub(crate) fn u64_at(b: &[u8], at: usize) -> Option<u64> {
+    Some(u64::from_ne_bytes(
+        b.get(at..at.checked_add(8)?)?.try_into().ok()?,
+    ))
+}
+
+/// Writes `v` at byte `at` of `b` (nothing past the end).
+pub(crate) fn put_u32(b: &mut [u8], at: usize, v: u32) {
+    if let Some(d) = b.get_mut(at..at.saturating_add(4)) {
+        d.copy_from_slice(&v.to_ne_bytes());
+    }
+}
+
+/// Writes `v` at byte `at` of `b` (nothing past the end).
+pub(crate) fn put_u64(b: &mut [u8], at: usize, v: u64) {
+    if let Some(d) = b.get_mut(at..at.saturating_add(8)) {
+        d.copy_from_slice(&v.to_ne_bytes());
+    }
+}

@@ -19,6 +19,7 @@
 //! and destination advance together, the work-item count is the grid) is performed as that
 //! copy or fill.
 
+use crate::abi::{u32_at, u64_at};
 use crate::code_object::Kernel;
 use crate::gpu_mem::Vm;
 use crate::state::KernelEffect;
@@ -66,15 +67,14 @@ pub(crate) const ROCR_KERNARG_LEN: usize = 96;
 /// Work-group size of ROCr's blit kernels.
 const ROCR_BLIT_WG: u16 = 64;
 
+/// The `n` `u64`s at the front of `b`.
 fn u64s(b: &[u8], n: usize) -> Vec<u64> {
-    b.chunks_exact(8)
-        .take(n)
-        .map(|c| u64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]))
-        .collect()
+    (0..n).map(|i| u64_at(b, i * 8).unwrap_or(0)).collect()
 }
 
-fn u32_at(b: &[u8], at: usize) -> u32 {
-    u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
+/// The `u32` at byte `at` of ROCr's argument union (inside `ROCR_KERNARG_LEN`).
+fn u32_in(b: &[u8], at: usize) -> u32 {
+    u32_at(b, at).unwrap_or(0)
 }
 
 /// Source and destination phase addresses of a ROCr copy that advance together and never go
@@ -103,21 +103,21 @@ pub(crate) fn rocr_effect(kernarg: &[u8], grid_x: u32, wg_x: u16) -> Option<Kern
     }
     let a = u64s(kernarg, 10);
     // copy_aligned: 4 phases of (src, dst) starts, the (src, dst) ends, work-items at 80.
-    if u32_at(kernarg, 80) == grid_x {
+    if u32_in(kernarg, 80) == grid_x {
         let pairs: Vec<(u64, u64)> = a.chunks_exact(2).map(|p| (p[0], p[1])).collect();
         if let Some(e) = copy_phases(&pairs) {
             return Some(e);
         }
     }
     // copy_misaligned: 2 phases of (src, dst) starts, the ends, work-items at 48.
-    if u32_at(kernarg, 48) == grid_x {
+    if u32_in(kernarg, 48) == grid_x {
         let pairs: Vec<(u64, u64)> = a[..6].chunks_exact(2).map(|p| (p[0], p[1])).collect();
         if let Some(e) = copy_phases(&pairs) {
             return Some(e);
         }
     }
     // fill: phase 1 start, phase 2 start, end, the 32-bit value, work-items at 28.
-    if u32_at(kernarg, 28) == grid_x
+    if u32_in(kernarg, 28) == grid_x
         && a[0] <= a[1]
         && a[1] <= a[2]
         && a[2] > a[0]
@@ -126,7 +126,7 @@ pub(crate) fn rocr_effect(kernarg: &[u8], grid_x: u32, wg_x: u16) -> Option<Kern
         return Some(KernelEffect::Fill {
             dst: a[0],
             len: a[2] - a[0],
-            value: u32_at(kernarg, 24),
+            value: u32_in(kernarg, 24),
         });
     }
     None

@@ -13,6 +13,8 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
+use crate::abi::{u16_at, u32_at, u64_at};
+
 /// Memory of one process as the GPU sees it (implemented by `gpu_mem::Vm`).
 pub(crate) trait GpuMemory {
     /// The process.
@@ -105,18 +107,6 @@ fn read(vm: &dyn GpuMemory, addr: u64, len: u64) -> Option<Vec<u8>> {
     let mut b = vec![0u8; usize::try_from(len).ok()?];
     vm.read(addr, &mut b).ok()?;
     Some(b)
-}
-
-fn u16_at(b: &[u8], at: usize) -> Option<u16> {
-    Some(u16::from_le_bytes(b.get(at..at + 2)?.try_into().ok()?))
-}
-
-fn u32_at(b: &[u8], at: usize) -> Option<u32> {
-    Some(u32::from_le_bytes(b.get(at..at + 4)?.try_into().ok()?))
-}
-
-fn u64_at(b: &[u8], at: usize) -> Option<u64> {
-    Some(u64::from_le_bytes(b.get(at..at + 8)?.try_into().ok()?))
 }
 
 /// A loaded image: its base address and program headers (type, vaddr, memsz).

@@ -17,6 +17,7 @@ use std::time::Duration;
 
 use gfx_model::Dispatch;
 
+use crate::abi;
 use crate::blit;
 use crate::client_mem;
 use crate::code_object::Kernel;
@@ -88,20 +89,17 @@ fn collect_jobs(state: &State) -> Vec<Job> {
     jobs
 }
 
+// Fields of a 64-byte AQL packet (offsets are constants inside it).
 fn packet_u16(p: &[u8; 64], at: usize) -> u16 {
-    u16::from_ne_bytes([p[at], p[at + 1]])
+    abi::u16_at(p, at).unwrap_or(0)
 }
 
 fn packet_u32(p: &[u8; 64], at: usize) -> u32 {
-    let mut b = [0u8; 4];
-    b.copy_from_slice(&p[at..at + 4]);
-    u32::from_ne_bytes(b)
+    abi::u32_at(p, at).unwrap_or(0)
 }
 
 fn packet_u64(p: &[u8; 64], at: usize) -> u64 {
-    let mut b = [0u8; 8];
-    b.copy_from_slice(&p[at..at + 8]);
-    u64::from_ne_bytes(b)
+    abi::u64_at(p, at).unwrap_or(0)
 }
 
 /// The model's view of an AQL packet: a kernel dispatch's grid, work-group size and

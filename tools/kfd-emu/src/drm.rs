@@ -7,6 +7,7 @@
 use fuser::ReplyIoctl;
 use libc::{EFAULT, EINVAL};
 
+use crate::abi::{ioc_size, put_u32, put_u64, u32_at, u64_at};
 use crate::client_mem;
 use crate::config::{GPU_COUNTER_HZ, GpuNode};
 use crate::process;
@@ -47,24 +48,13 @@ const MMR_MAX: u32 = 128;
 /// System memory the GTT heap reports.
 const GTT_BYTES: u64 = 64 << 30;
 
-fn put_u32(b: &mut [u8], at: usize, v: u32) {
-    b[at..at + 4].copy_from_slice(&v.to_ne_bytes());
-}
-
-fn put_u64(b: &mut [u8], at: usize, v: u64) {
-    b[at..at + 8].copy_from_slice(&v.to_ne_bytes());
-}
-
+/// The `u32` / `u64` at byte `at` of a request's fixed-size argument (0 past its end).
 fn get_u32(b: &[u8], at: usize) -> u32 {
-    let mut x = [0u8; 4];
-    x.copy_from_slice(&b[at..at + 4]);
-    u32::from_ne_bytes(x)
+    u32_at(b, at).unwrap_or(0)
 }
 
 fn get_u64(b: &[u8], at: usize) -> u64 {
-    let mut x = [0u8; 8];
-    x.copy_from_slice(&b[at..at + 8]);
-    u64::from_ne_bytes(x)
+    u64_at(b, at).unwrap_or(0)
 }
 
 /// `struct drm_amdgpu_info_device` (440 bytes) of a node; unlisted fields are 0.
@@ -219,7 +209,7 @@ pub(crate) fn dispatch(
         return send_reply(reply, &[], Err(libc::ESRCH));
     };
     let g = &emu.topo.gpus[gpu];
-    let size = ((cmd >> 16) & 0x3fff) as usize;
+    let size = ioc_size(cmd);
     let mut b = vec![0u8; size];
     let n = in_data.len().min(size);
     b[..n].copy_from_slice(&in_data[..n]);

@@ -175,8 +175,7 @@ fn execute(vm: &Vm<'_>, d: &[u32], traps: &mut Vec<u32>) -> Result<bool, i32> {
             vm.fill(addr(d[1], d[2]), bytes, pattern)?;
         }
         OP_TIMESTAMP if (d[0] >> 8) & 0xff != 0 => {
-            let ns = u64::try_from(vm.emu.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX);
-            let ticks = ns / (1_000_000_000 / crate::config::GPU_COUNTER_HZ);
+            let ticks = vm.emu.gpu_counter();
             vm.write(addr(d[1], d[2]), &ticks.to_ne_bytes())?;
         }
         _ => {}

@@ -101,6 +101,13 @@ impl Emu {
         (g, !r.timed_out())
     }
 
+    /// The GPU clock counter now: ticks of `GPU_COUNTER_HZ` since the emulator started
+    /// (GET_CLOCK_COUNTERS, SDMA timestamps).
+    pub fn gpu_counter(&self) -> u64 {
+        let ns = u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        ns / (1_000_000_000 / crate::config::GPU_COUNTER_HZ)
+    }
+
     pub fn is_shutdown(&self) -> bool {
         self.shutdown.load(Ordering::Acquire)
     }

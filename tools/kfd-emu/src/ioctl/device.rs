@@ -14,7 +14,6 @@ use libc::{EBUSY, EINVAL, ESRCH};
 
 use super::{Ctx, KResult, bytes_of, load, store};
 use crate::client_mem;
-use crate::config::GPU_COUNTER_HZ;
 use crate::effects::Effects;
 
 /// gfx9 apertures (`kfd_init_apertures_v9`): LDS and scratch are 4 GiB windows at
@@ -106,9 +105,8 @@ pub(crate) fn clock_counters(
     _: &mut Effects,
 ) -> KResult<i32> {
     let mut a: kfd_ioctl_get_clock_counters_args = load(buf);
-    let elapsed = u64::try_from(ctx.emu.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX);
     a.gpu_clock_counter = if ctx.emu.topo.gpu_index(a.gpu_id).is_some() {
-        elapsed / (1_000_000_000 / GPU_COUNTER_HZ)
+        ctx.emu.gpu_counter()
     } else {
         0
     };

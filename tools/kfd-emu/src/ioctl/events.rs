@@ -12,6 +12,7 @@ use kfd_sys::{
 use libc::{EINVAL, ENOMEM, ENOSPC, ESRCH};
 
 use super::{Ctx, KResult, MAX_ARRAY, load, store};
+use crate::abi::{u32_at, u64_at};
 use crate::client_mem;
 use crate::effects::Effects;
 use crate::events::{EVENT_DATA_ID, EVENT_DATA_SIZE, begin_wait, destroy, gpu_signaled, set};
@@ -31,18 +32,14 @@ const TIMEOUT_INFINITE: u32 = u32::MAX;
 /// unsignalled. The slots are written before the state lock is taken (the page is usually a
 /// render-node mapping whose writeback FUSE threads serve).
 fn prepare_page(ctx: &Ctx<'_>, handle: u64) -> KResult<SignalPage> {
-    let gpu = ctx
-        .emu
-        .topo
-        .gpu_index((handle >> 32) as u32)
-        .ok_or(EINVAL)?;
+    let (gpu, id) = super::memory::split_handle(ctx, handle)?;
     let (va, size, backed, offset) = {
         let st = ctx.emu.lock();
         let p = st.processes.get(&ctx.tgid).ok_or(ESRCH)?;
         if p.events.page.is_some() {
             return Err(EINVAL);
         }
-        let bo = p.devices[gpu].bos.get(&(handle as u32)).ok_or(EINVAL)?;
+        let bo = p.devices[gpu].bos.get(&id).ok_or(EINVAL)?;
         (bo.va, bo.size, bo.backed, bo.mmap_offset)
     };
     let slots = u32::try_from(size / 8)
@@ -193,16 +190,11 @@ pub(crate) fn wait(
     let n = a.num_events as usize;
     let mut data = vec![0u8; n * EVENT_DATA_SIZE as usize];
     client_mem::read(ctx.tgid, a.events_ptr, &mut data)?;
-    let field = |i: usize, off: usize, len: usize| {
-        let at = i * EVENT_DATA_SIZE as usize + off;
-        let mut b = [0u8; 8];
-        b[..len].copy_from_slice(&data[at..at + len]);
-        u64::from_ne_bytes(b)
-    };
+    let entry = |i: usize| i * EVENT_DATA_SIZE as usize;
     let mut st = ctx.emu.lock();
     let p = st.processes.get_mut(&ctx.tgid).ok_or(ESRCH)?;
     let ids: Vec<u32> = (0..n)
-        .map(|i| field(i, EVENT_DATA_ID as usize, 4) as u32)
+        .map(|i| u32_at(&data, entry(i) + EVENT_DATA_ID as usize).unwrap_or(0))
         .collect();
     if ids.iter().any(|id| !p.events.events.contains_key(id)) {
         return Err(EINVAL);
@@ -211,7 +203,7 @@ pub(crate) fn wait(
     let mut w_queued = Vec::with_capacity(n);
     let mut w_age = Vec::with_capacity(n);
     for (i, id) in ids.iter().enumerate() {
-        let last_age = field(i, 0, 8);
+        let last_age = u64_at(&data, entry(i)).unwrap_or(0);
         let Some(ev) = p.events.events.get_mut(id) else {
             return Err(EINVAL);
         };

@@ -157,7 +157,7 @@ pub(crate) fn alloc(
 }
 
 /// Splits a BO handle into (GPU node index, BO id).
-fn split_handle(ctx: &Ctx<'_>, handle: u64) -> KResult<(usize, u32)> {
+pub(super) fn split_handle(ctx: &Ctx<'_>, handle: u64) -> KResult<(usize, u32)> {
     let gpu = ctx
         .emu
         .topo

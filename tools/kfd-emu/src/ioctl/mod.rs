@@ -21,7 +21,7 @@ use crate::effects::Effects;
 use crate::process;
 use crate::state::Emu;
 
-pub(crate) use crate::abi::{bytes_of, load, store};
+pub(crate) use crate::abi::{bytes_of, ioc_size, load, store};
 pub(crate) use crate::reply::{ENOTSUPP, KResult, send_reply};
 
 /// Largest user array (entries) an ioctl copies in; the kernel's kmalloc of a bigger
@@ -50,10 +50,6 @@ type Handler = fn(&Ctx<'_>, &mut [u8], &mut Option<ReplyIoctl>, &mut Effects) ->
 
 const fn ioc_nr(cmd: u32) -> u32 {
     cmd & 0xff
-}
-
-const fn ioc_size(cmd: u32) -> usize {
-    ((cmd >> 16) & 0x3fff) as usize
 }
 
 /// `_IOC_READ` of a command (the kernel copies the arguments back out).
