@@ -29,6 +29,7 @@ mod kfdqd_cli {
 }
 
 fn main() -> io::Result<()> {
+    skip_privileged_cfg();
     println!("cargo::rerun-if-changed=build.rs");
     println!("cargo::rerun-if-changed=src/bin/kfdq/args.rs");
     println!("cargo::rerun-if-changed=src/bin/kfdqd/args.rs");
@@ -98,3 +99,5 @@ fn write_man(dir: &Path, cmd: clap::Command, section: &str) -> io::Result<()> {
         .render(&mut text)?;
     fs::write(file, text)
 }
+
+include!("tools/test-support/skip_privileged_cfg.rs");

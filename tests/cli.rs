@@ -22,10 +22,8 @@ fn kfdq(root: &std::path::Path, args: &[&str]) -> (bool, String, String) {
 
 #[test]
 fn topology_json_matches_the_emulator() {
-    let Some(emu) = mount("topology_json_matches_the_emulator", Preset::Mi300xCpx) else {
-        return;
-    };
-    let (ok, out, err) = kfdq(emu.path(), &["topology", "--json"]);
+    let emu = mount_preset(Preset::Mi300xCpx);
+    let (ok, out, err) = kfdq(emu.root(), &["topology", "--json"]);
     assert!(ok, "{err}");
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(v["kfd_version"]["minor"], 17);
@@ -49,7 +47,7 @@ fn topology_json_matches_the_emulator() {
         assert_eq!(g["cwsr"]["source"], "sysfs");
     }
     // The table says the same for people.
-    let (ok, table, _) = kfdq(emu.path(), &["topology"]);
+    let (ok, table, _) = kfdq(emu.root(), &["topology"]);
     assert!(ok);
     assert!(
         table.contains("gfx942") && table.contains("8 GPU partition(s)"),
@@ -59,11 +57,9 @@ fn topology_json_matches_the_emulator() {
 
 #[test]
 fn ps_json_lists_another_process_queues() {
-    let Some(emu) = mount("ps_json_lists_another_process_queues", Preset::Mi308x) else {
-        return;
-    };
-    let holder = Holder::spawn(emu.path(), &["--queues", "3", "--priority", "11"]);
-    let (ok, out, err) = kfdq(emu.path(), &["ps", "--json"]);
+    let emu = mount_preset(Preset::Mi308x);
+    let holder = Holder::spawn(emu.root(), &["--queues", "3", "--priority", "11"]);
+    let (ok, out, err) = kfdq(emu.root(), &["ps", "--json"]);
     assert!(ok, "{err}");
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     let p = v
@@ -85,7 +81,7 @@ fn ps_json_lists_another_process_queues() {
         assert_eq!(q["type_name"], "compute");
         assert_eq!(q["ring_size"], 65536);
     }
-    let (ok, table, _) = kfdq(emu.path(), &["ps"]);
+    let (ok, table, _) = kfdq(emu.root(), &["ps"]);
     assert!(ok);
     assert!(
         table.contains("kfdq-demo") && table.contains("65536"),
@@ -95,7 +91,7 @@ fn ps_json_lists_another_process_queues() {
     assert!(holder.finish().success());
     // Its KFD state goes away with it.
     wait_for("process dir removal", || {
-        let (_, out, _) = kfdq(emu.path(), &["ps", "--json"]);
+        let (_, out, _) = kfdq(emu.root(), &["ps", "--json"]);
         let v: serde_json::Value = serde_json::from_str(&out).unwrap();
         v.as_array().unwrap().iter().all(|p| p["pid"] != pid)
     });
@@ -132,12 +128,7 @@ fn shim_library() -> std::path::PathBuf {
 
 #[test]
 fn run_puts_a_program_under_the_shim_and_ps_shows_its_streams() {
-    let Some(emu) = mount(
-        "run_puts_a_program_under_the_shim_and_ps_shows_its_streams",
-        Preset::Mi308x,
-    ) else {
-        return;
-    };
+    let emu = mount_preset(Preset::Mi308x);
     let dir = tempfile::tempdir().unwrap();
     let workload = dir.path().join("workload");
     let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("shim/examples/workload.c");
@@ -146,7 +137,7 @@ fn run_puts_a_program_under_the_shim_and_ps_shows_its_streams() {
     std::fs::create_dir(&state).unwrap();
     let child = Command::new(env!("CARGO_BIN_EXE_kfdq"))
         .arg("--root")
-        .arg(emu.path())
+        .arg(emu.root())
         .args(["run", "--class", "latency", "--shim"])
         .arg(shim_library())
         .arg("--")
@@ -161,7 +152,7 @@ fn run_puts_a_program_under_the_shim_and_ps_shows_its_streams() {
     wait_for("three streams mapped in kfdq ps", || {
         let out = Command::new(env!("CARGO_BIN_EXE_kfdq"))
             .arg("--root")
-            .arg(emu.path())
+            .arg(emu.root())
             .args(["ps", "--json"])
             .env("KFDQ_STATE_DIR", &state)
             .output()

@@ -10,13 +10,8 @@ use kfdq::kfd::{DispatchPacket, Kfd, QueueSpec, Signal};
 
 #[test]
 fn deactivated_queue_stops_while_active_one_continues() {
-    let Some(emu) = mount(
-        "deactivated_queue_stops_while_active_one_continues",
-        Preset::Mi308x,
-    ) else {
-        return;
-    };
-    let kfd = Kfd::open(&emu.root()).unwrap();
+    let emu = mount_preset(Preset::Mi308x);
+    let kfd = Kfd::open(&emu.kfd_root()).unwrap();
     let gpu = kfd.topology().gpus().next().and_then(|n| n.gpu_id).unwrap();
     let mut a = kfd.create_queue(QueueSpec::aql(gpu)).unwrap();
     let mut b = kfd.create_queue(QueueSpec::aql(gpu)).unwrap();
@@ -54,10 +49,8 @@ fn deactivated_queue_stops_while_active_one_continues() {
 
 #[test]
 fn deactivation_mid_stream_freezes_progress() {
-    let Some(emu) = mount("deactivation_mid_stream_freezes_progress", Preset::Mi308x) else {
-        return;
-    };
-    let kfd = Kfd::open(&emu.root()).unwrap();
+    let emu = mount_preset(Preset::Mi308x);
+    let kfd = Kfd::open(&emu.kfd_root()).unwrap();
     let gpu = kfd.topology().gpus().next().and_then(|n| n.gpu_id).unwrap();
     let mut q = kfd.create_queue(QueueSpec::aql(gpu)).unwrap();
     for _ in 0..200 {
@@ -81,10 +74,8 @@ fn deactivation_mid_stream_freezes_progress() {
 
 #[test]
 fn preempt_counter_follows_the_runlist_rule() {
-    let Some(emu) = mount("preempt_counter_follows_the_runlist_rule", Preset::Mi308x) else {
-        return;
-    };
-    let kfd = Kfd::open(&emu.root()).unwrap();
+    let emu = mount_preset(Preset::Mi308x);
+    let kfd = Kfd::open(&emu.kfd_root()).unwrap();
     let gpu = kfd.topology().gpus().next().and_then(|n| n.gpu_id).unwrap();
     let p = |e: &Emu| e.partition(gpu.0).preempts;
     // Inactive queues only: no runlist is mapped, so updates are not preempts.
@@ -116,10 +107,8 @@ fn preempt_counter_follows_the_runlist_rule() {
 
 #[test]
 fn oversubscription_is_reported() {
-    let Some(emu) = mount("oversubscription_is_reported", Preset::Mi308x) else {
-        return;
-    };
-    let kfd = Kfd::open(&emu.root()).unwrap();
+    let emu = mount_preset(Preset::Mi308x);
+    let kfd = Kfd::open(&emu.kfd_root()).unwrap();
     let node = kfd.topology().gpus().next().unwrap();
     let gpu = node.gpu_id.unwrap();
     let limit = node.resident_queue_limit();
@@ -154,10 +143,8 @@ fn oversubscription_is_reported() {
 /// cannot flake on a slow machine).
 #[test]
 fn idle_time_is_not_credited_to_later_packets() {
-    let Some(emu) = mount("idle_time_is_not_credited_to_later_packets", Preset::Mi308x) else {
-        return;
-    };
-    let kfd = Kfd::open(&emu.root()).unwrap();
+    let emu = mount_preset(Preset::Mi308x);
+    let kfd = Kfd::open(&emu.kfd_root()).unwrap();
     let gpu = kfd.topology().gpus().next().and_then(|n| n.gpu_id).unwrap();
     let mut q = kfd.create_queue(QueueSpec::aql(gpu)).unwrap();
     q.submit(&DispatchPacket::new(1, 64, 64).with_duration_ns(1_000))

@@ -15,10 +15,8 @@ use nix::unistd::Pid;
 
 #[test]
 fn runtime_enable_must_precede_queues() {
-    let Some(emu) = mount("runtime_enable_must_precede_queues", Preset::Mi308x) else {
-        return;
-    };
-    let kfd = Kfd::open(&emu.root()).unwrap();
+    let emu = mount_preset(Preset::Mi308x);
+    let kfd = Kfd::open(&emu.kfd_root()).unwrap();
     let gpu = kfd.topology().gpus().next().and_then(|n| n.gpu_id).unwrap();
     let _q = kfd.create_queue(QueueSpec::aql(gpu)).unwrap();
     let e = kfd.runtime_enable(0, false).unwrap_err();
@@ -32,13 +30,8 @@ fn runtime_enable_must_precede_queues() {
 
 #[test]
 fn runtime_enable_twice_is_busy_and_disable_works() {
-    let Some(emu) = mount(
-        "runtime_enable_twice_is_busy_and_disable_works",
-        Preset::Mi308x,
-    ) else {
-        return;
-    };
-    let kfd = Kfd::open(&emu.root()).unwrap();
+    let emu = mount_preset(Preset::Mi308x);
+    let kfd = Kfd::open(&emu.kfd_root()).unwrap();
     kfd.runtime_enable(0x1000, false).unwrap();
     assert_eq!(
         kfd.runtime_enable(0, false).unwrap_err().errno(),
@@ -62,11 +55,9 @@ fn runtime_enable_twice_is_busy_and_disable_works() {
 
 #[test]
 fn self_debug_suspend_resume() {
-    let Some(emu) = mount("self_debug_suspend_resume", Preset::Mi308x) else {
-        return;
-    };
+    let emu = mount_preset(Preset::Mi308x);
     let pid = std::process::id();
-    let kfd = Kfd::open(&emu.root()).unwrap();
+    let kfd = Kfd::open(&emu.kfd_root()).unwrap();
     kfd.runtime_enable(0x4242, false).unwrap();
     let gpu = kfd.topology().gpus().next().and_then(|n| n.gpu_id).unwrap();
     let a = kfd.create_queue(QueueSpec::aql(gpu)).unwrap();
@@ -139,11 +130,9 @@ fn self_debug_suspend_resume() {
 
 #[test]
 fn destroy_blocks_while_debugger_suspended() {
-    let Some(emu) = mount("destroy_blocks_while_debugger_suspended", Preset::Mi308x) else {
-        return;
-    };
+    let emu = mount_preset(Preset::Mi308x);
     let pid = std::process::id();
-    let kfd = Kfd::open(&emu.root()).unwrap();
+    let kfd = Kfd::open(&emu.kfd_root()).unwrap();
     kfd.runtime_enable(0, false).unwrap();
     let gpu = kfd.topology().gpus().next().and_then(|n| n.gpu_id).unwrap();
     let q = kfd.create_queue(QueueSpec::aql(gpu)).unwrap();
@@ -187,11 +176,9 @@ fn destroy_blocks_while_debugger_suspended() {
 
 #[test]
 fn dbg_trap_on_another_pid_needs_ptrace() {
-    let Some(emu) = mount("dbg_trap_on_another_pid_needs_ptrace", Preset::Mi308x) else {
-        return;
-    };
+    let emu = mount_preset(Preset::Mi308x);
     let holder = Holder::spawn(
-        emu.path(),
+        emu.root(),
         &[
             "--queues",
             "2",
@@ -202,7 +189,7 @@ fn dbg_trap_on_another_pid_needs_ptrace() {
             "2000",
         ],
     );
-    let kfd = Kfd::open(&emu.root()).unwrap(); // the debugger needs its own KFD context
+    let kfd = Kfd::open(&emu.kfd_root()).unwrap(); // the debugger needs its own KFD context
     // Without being its tracer: EPERM, with the rule in words.
     let e = kfd.dbg_enable(holder.pid, 0).unwrap_err();
     assert_eq!(e.errno(), Some(Errno::EPERM), "{e}");

@@ -11,10 +11,8 @@ use nix::errno::Errno;
 
 #[test]
 fn get_version_and_capabilities() {
-    let Some(emu) = mount("get_version_and_capabilities", Preset::Mi308x) else {
-        return;
-    };
-    let kfd = Kfd::open(&emu.root()).unwrap();
+    let emu = mount_preset(Preset::Mi308x);
+    let kfd = Kfd::open(&emu.kfd_root()).unwrap();
     assert_eq!(kfd.version().major, 1);
     assert_eq!(kfd.version().minor, 17);
     let caps = kfd.capabilities();
@@ -26,16 +24,11 @@ fn get_version_and_capabilities() {
 
 #[test]
 fn old_kfd_minor_disables_debugger_api() {
-    let Some(emu) = mount_with(
-        "old_kfd_minor_disables_debugger_api",
-        EmuConfig {
-            kfd_minor: 11,
-            ..EmuConfig::default()
-        },
-    ) else {
-        return;
-    };
-    let kfd = Kfd::open(&emu.root()).unwrap();
+    let emu = mount(EmuConfig {
+        kfd_minor: 11,
+        ..EmuConfig::default()
+    });
+    let kfd = Kfd::open(&emu.kfd_root()).unwrap();
     assert!(!kfd.capabilities().debugger_api);
     let e = kfd.runtime_enable(0, false).unwrap_err();
     assert!(e.to_string().contains("needs amdkfd interface 1.13"), "{e}");
@@ -43,10 +36,8 @@ fn old_kfd_minor_disables_debugger_api() {
 
 #[test]
 fn topology_of_mi308x_preset() {
-    let Some(emu) = mount("topology_of_mi308x_preset", Preset::Mi308x) else {
-        return;
-    };
-    let kfd = Kfd::open(&emu.root()).unwrap();
+    let emu = mount_preset(Preset::Mi308x);
+    let kfd = Kfd::open(&emu.kfd_root()).unwrap();
     let gpus: Vec<_> = kfd.topology().gpus().collect();
     assert_eq!(gpus.len(), 1);
     let n = gpus[0];
@@ -73,10 +64,8 @@ fn topology_of_mi308x_preset() {
 
 #[test]
 fn cpx_preset_has_eight_partitions() {
-    let Some(emu) = mount("cpx_preset_has_eight_partitions", Preset::Mi300xCpx) else {
-        return;
-    };
-    let kfd = Kfd::open(&emu.root()).unwrap();
+    let emu = mount_preset(Preset::Mi300xCpx);
+    let kfd = Kfd::open(&emu.kfd_root()).unwrap();
     let gpus: Vec<_> = kfd.topology().gpus().collect();
     assert_eq!(gpus.len(), 8);
     assert!(gpus.iter().all(|n| n.num_xcc() == 1 && n.cu_count() == 38));
@@ -92,10 +81,8 @@ fn legacy_kernel_sizes_come_from_the_formula() {
         buffer_checks: false,
         ..EmuConfig::default()
     };
-    let Some(emu) = mount_with("legacy_kernel_sizes_come_from_the_formula", cfg) else {
-        return;
-    };
-    let kfd = Kfd::open(&emu.root()).unwrap();
+    let emu = mount(cfg);
+    let kfd = Kfd::open(&emu.kfd_root()).unwrap();
     assert!(!kfd.capabilities().buffer_rules);
     let n = kfd.topology().gpus().next().unwrap();
     let s = n.cwsr_sizes().unwrap();

@@ -15,10 +15,8 @@ fn first_gpu(kfd: &Kfd) -> kfdq::kfd::GpuId {
 
 #[test]
 fn acquire_vm_once_per_gpu() {
-    let Some(emu) = mount("acquire_vm_once_per_gpu", Preset::Mi308x) else {
-        return;
-    };
-    let kfd = Kfd::open(&emu.root()).unwrap();
+    let emu = mount_preset(Preset::Mi308x);
+    let kfd = Kfd::open(&emu.kfd_root()).unwrap();
     let gpu = first_gpu(&kfd);
     assert!(!kfd.has_vm(gpu));
     kfd.acquire_vm(gpu).unwrap();
@@ -29,7 +27,7 @@ fn acquire_vm_once_per_gpu() {
     let other = File::options()
         .read(true)
         .write(true)
-        .open(emu.root().render_node(minor))
+        .open(emu.kfd_root().render_node(minor))
         .unwrap();
     let e = ioctl::acquire_vm(kfd.as_fd(), other.as_fd(), gpu).unwrap_err();
     assert_eq!(e.errno(), Some(Errno::EBUSY), "{e}");
@@ -38,13 +36,8 @@ fn acquire_vm_once_per_gpu() {
 
 #[test]
 fn acquire_vm_rejects_a_fd_that_is_not_the_render_node() {
-    let Some(emu) = mount(
-        "acquire_vm_rejects_a_fd_that_is_not_the_render_node",
-        Preset::Mi308x,
-    ) else {
-        return;
-    };
-    let kfd = Kfd::open(&emu.root()).unwrap();
+    let emu = mount_preset(Preset::Mi308x);
+    let kfd = Kfd::open(&emu.kfd_root()).unwrap();
     let gpu = first_gpu(&kfd);
     let not_render = File::open("/dev/null").unwrap();
     let e = ioctl::acquire_vm(kfd.as_fd(), not_render.as_fd(), gpu).unwrap_err();
@@ -53,10 +46,8 @@ fn acquire_vm_rejects_a_fd_that_is_not_the_render_node() {
 
 #[test]
 fn userptr_alloc_map_unmap_free() {
-    let Some(emu) = mount("userptr_alloc_map_unmap_free", Preset::Mi308x) else {
-        return;
-    };
-    let kfd = Kfd::open(&emu.root()).unwrap();
+    let emu = mount_preset(Preset::Mi308x);
+    let kfd = Kfd::open(&emu.kfd_root()).unwrap();
     let gpu = first_gpu(&kfd);
     // The library refuses before the syscall when ACQUIRE_VM is missing.
     let e = kfd
@@ -90,13 +81,8 @@ fn userptr_alloc_map_unmap_free() {
 
 #[test]
 fn gtt_buffer_is_cpu_visible_at_its_gpu_address() {
-    let Some(emu) = mount(
-        "gtt_buffer_is_cpu_visible_at_its_gpu_address",
-        Preset::Mi308x,
-    ) else {
-        return;
-    };
-    let kfd = Kfd::open(&emu.root()).unwrap();
+    let emu = mount_preset(Preset::Mi308x);
+    let kfd = Kfd::open(&emu.kfd_root()).unwrap();
     let gpu = first_gpu(&kfd);
     kfd.acquire_vm(gpu).unwrap();
     let a = kfd
@@ -125,10 +111,8 @@ fn gtt_buffer_is_cpu_visible_at_its_gpu_address() {
 
 #[test]
 fn bad_sizes_are_refused_before_the_call() {
-    let Some(emu) = mount("bad_sizes_are_refused_before_the_call", Preset::Mi308x) else {
-        return;
-    };
-    let kfd = Kfd::open(&emu.root()).unwrap();
+    let emu = mount_preset(Preset::Mi308x);
+    let kfd = Kfd::open(&emu.kfd_root()).unwrap();
     let gpu = first_gpu(&kfd);
     kfd.acquire_vm(gpu).unwrap();
     let e = kfd

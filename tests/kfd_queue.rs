@@ -9,17 +9,14 @@ use common::*;
 use kfdq::kfd::{CuMask, Kfd, Priority, QueueKind, QueueSpec, ioctl, procfs};
 use nix::errno::Errno;
 
-fn setup(test: &str, preset: Preset) -> Option<(Emu, u32)> {
-    let emu = mount(test, preset)?;
-    Some((emu, std::process::id()))
+fn setup(preset: Preset) -> (Emu, u32) {
+    (mount_preset(preset), std::process::id())
 }
 
 #[test]
 fn aql_queue_lifecycle() {
-    let Some((emu, pid)) = setup("aql_queue_lifecycle", Preset::Mi308x) else {
-        return;
-    };
-    let kfd = Kfd::open(&emu.root()).unwrap();
+    let (emu, pid) = setup(Preset::Mi308x);
+    let kfd = Kfd::open(&emu.kfd_root()).unwrap();
     let gpu = kfd.topology().gpus().next().and_then(|n| n.gpu_id).unwrap();
     let mut q = kfd
         .create_queue(QueueSpec::aql(gpu).priority(Priority::HIGH))
@@ -33,7 +30,7 @@ fn aql_queue_lifecycle() {
     assert_eq!(s.ring_size, q.ring_size());
     assert_eq!(s.ring_base_address, q.ring_address());
     // sysfs shows it too (world-readable proc/<pid>/queues).
-    let p = procfs::process(&emu.root(), pid).unwrap();
+    let p = procfs::process(&emu.kfd_root(), pid).unwrap();
     let pq = p
         .queues
         .iter()
@@ -73,16 +70,14 @@ fn aql_queue_lifecycle() {
             .iter()
             .all(|x| !(x.pid == pid && x.queue_id == id.0))
     );
-    let p = procfs::process(&emu.root(), pid).unwrap();
+    let p = procfs::process(&emu.kfd_root(), pid).unwrap();
     assert!(p.queues.iter().all(|x| x.queue_id != id));
 }
 
 #[test]
 fn pm4_queue_gets_an_eop_buffer() {
-    let Some((emu, pid)) = setup("pm4_queue_gets_an_eop_buffer", Preset::Mi308x) else {
-        return;
-    };
-    let kfd = Kfd::open(&emu.root()).unwrap();
+    let (emu, pid) = setup(Preset::Mi308x);
+    let kfd = Kfd::open(&emu.kfd_root()).unwrap();
     let gpu = kfd.topology().gpus().next().and_then(|n| n.gpu_id).unwrap();
     let mut q = kfd
         .create_queue(QueueSpec::aql(gpu).kind(QueueKind::ComputePm4))
@@ -97,10 +92,8 @@ fn pm4_queue_gets_an_eop_buffer() {
 
 #[test]
 fn inactive_at_creation() {
-    let Some((emu, pid)) = setup("inactive_at_creation", Preset::Mi308x) else {
-        return;
-    };
-    let kfd = Kfd::open(&emu.root()).unwrap();
+    let (emu, pid) = setup(Preset::Mi308x);
+    let kfd = Kfd::open(&emu.kfd_root()).unwrap();
     let gpu = kfd.topology().gpus().next().and_then(|n| n.gpu_id).unwrap();
     let q = kfd.create_queue(QueueSpec::aql(gpu).inactive()).unwrap();
     assert!(!q.is_active());
@@ -130,10 +123,8 @@ fn library_validates_before_the_syscall() {
         CuMask::from_words(vec![1; 33]).is_err(),
         "more than 1024 bits"
     );
-    let Some((emu, _)) = setup("library_validates_before_the_syscall", Preset::Mi308x) else {
-        return;
-    };
-    let kfd = Kfd::open(&emu.root()).unwrap();
+    let (emu, _) = setup(Preset::Mi308x);
+    let kfd = Kfd::open(&emu.kfd_root()).unwrap();
     let gpu = kfd.topology().gpus().next().and_then(|n| n.gpu_id).unwrap();
     let e = kfd
         .create_queue(QueueSpec::aql(gpu).ring_size(3000))
@@ -147,10 +138,8 @@ fn library_validates_before_the_syscall() {
 
 #[test]
 fn update_of_unknown_queue_names_the_rule() {
-    let Some((emu, _)) = setup("update_of_unknown_queue_names_the_rule", Preset::Mi308x) else {
-        return;
-    };
-    let kfd = Kfd::open(&emu.root()).unwrap();
+    let (emu, _) = setup(Preset::Mi308x);
+    let kfd = Kfd::open(&emu.kfd_root()).unwrap();
     let args = kfd_sys::kfd_ioctl_update_queue_args {
         queue_id: 77,
         queue_percentage: 100,
@@ -181,10 +170,8 @@ fn update_of_unknown_queue_names_the_rule() {
 
 #[test]
 fn the_256th_queue_on_one_gpu_is_refused() {
-    let Some((emu, _)) = setup("the_256th_queue_on_one_gpu_is_refused", Preset::Mi300xCpx) else {
-        return;
-    };
-    let kfd = Kfd::open(&emu.root()).unwrap();
+    let (emu, _) = setup(Preset::Mi300xCpx);
+    let kfd = Kfd::open(&emu.kfd_root()).unwrap();
     let gpu = kfd.topology().gpus().next().and_then(|n| n.gpu_id).unwrap();
     let mut qs = Vec::new();
     for _ in 0..255 {

@@ -40,9 +40,7 @@ fn total_preempts(emu: &Emu) -> u64 {
 
 #[test]
 fn a_busy_latency_process_preempts_the_batch_job_and_one_burst_costs_two_preempts() {
-    let Some(emu) = mount("agent-levels") else {
-        return;
-    };
+    let emu = mount();
     let agent = Agent::start(&emu, &two_classes("suspend"));
     let lp = flood(&emu, &agent, "batch", 3);
     let lp_queues = queue_ids(&lp);
@@ -110,9 +108,7 @@ fn a_busy_latency_process_preempts_the_batch_job_and_one_burst_costs_two_preempt
 
 #[test]
 fn a_held_process_whose_streams_wait_on_each_other_does_not_deadlock() {
-    let Some(emu) = mount("agent-deps") else {
-        return;
-    };
+    let emu = mount();
     let agent = Agent::start(&emu, &two_classes("hold"));
     let hp = flood(&emu, &agent, "latency", 1);
     agent.wait_connected(hp.pid, 1);
@@ -143,9 +139,7 @@ fn a_held_process_whose_streams_wait_on_each_other_does_not_deadlock() {
 
 #[test]
 fn the_residency_guard_keeps_the_latency_queues_resident() {
-    let Some(emu) = mount_with_slots("agent-residency", 4) else {
-        return;
-    };
+    let emu = mount_with_slots(4);
     // Holding the batch job would free no slot: the guard deactivates it instead.
     let agent = Agent::start(&emu, &two_classes("hold"));
     let lp = flood(&emu, &agent, "batch", 4);
@@ -171,9 +165,7 @@ fn the_residency_guard_keeps_the_latency_queues_resident() {
 
 #[test]
 fn kill_9_of_the_agent_releases_the_preempted_job_and_a_new_agent_picks_the_node_up() {
-    let Some(emu) = mount("agent-kill") else {
-        return;
-    };
+    let emu = mount();
     let mut agent = Agent::start(&emu, &two_classes("deactivate"));
     let lp = flood(&emu, &agent, "batch", 1);
     agent.wait_connected(lp.pid, 1);
@@ -205,9 +197,7 @@ fn kill_9_of_the_agent_releases_the_preempted_job_and_a_new_agent_picks_the_node
 
 #[test]
 fn a_process_that_exits_while_preempted_leaves_nothing_behind() {
-    let Some(emu) = mount("agent-exit") else {
-        return;
-    };
+    let emu = mount();
     let agent = Agent::start(&emu, &two_classes("suspend"));
     let mut lp = flood(&emu, &agent, "batch", 2);
     agent.wait_connected(lp.pid, 2);
@@ -234,9 +224,7 @@ fn a_process_that_exits_while_preempted_leaves_nothing_behind() {
 
 #[test]
 fn sigterm_releases_everything_and_sighup_reloads_only_a_valid_file() {
-    let Some(emu) = mount("agent-signals") else {
-        return;
-    };
+    let emu = mount();
     let mut agent = Agent::start(&emu, &two_classes("deactivate"));
     let lp = flood(&emu, &agent, "batch", 1);
     agent.wait_connected(lp.pid, 1);
@@ -289,9 +277,7 @@ fn reply_line(s: &mut LineReader<BufReader<UnixStream>>) -> Reply {
 
 #[test]
 fn bad_messages_get_error_replies_and_a_silent_peer_blocks_nobody() {
-    let Some(emu) = mount("agent-bad-input") else {
-        return;
-    };
+    let emu = mount();
     let mut agent = Agent::start(&emu, &two_classes("deactivate"));
     // A peer that connects and never speaks.
     let _silent = UnixStream::connect(&agent.sock).unwrap();
@@ -429,9 +415,7 @@ while True:
 
 #[test]
 fn users_control_only_their_own_processes_and_never_above_their_class_cap() {
-    let Some(emu) = mount("agent-authz") else {
-        return;
-    };
+    let emu = mount();
     // `latency` is not selectable with KFDQ_CLASS; `batch` (max priority 3) is.
     let cfg =
         two_classes("deactivate").replacen("match = { env = true }", "match = { uids = [0] }", 1);
@@ -489,9 +473,7 @@ fn users_control_only_their_own_processes_and_never_above_their_class_cap() {
 
 #[test]
 fn classes_with_a_cu_share_get_disjoint_cu_masks() {
-    let Some(emu) = mount("agent-cu-masks") else {
-        return;
-    };
+    let emu = mount();
     let cfg = two_classes("hold")
         .replacen("priority = 13\n", "priority = 13\ncu_share = 750\n", 1)
         .replacen("priority = 3\n", "priority = 3\ncu_share = 250\n", 1);

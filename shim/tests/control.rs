@@ -26,8 +26,8 @@ struct Setup {
     streams: std::collections::HashMap<String, (u64, u32)>,
 }
 
-fn setup(test: &str, lib: bool, extra_env: &[(&'static str, &str)]) -> Option<Setup> {
-    let emu = mount(test)?;
+fn setup(lib: bool, extra_env: &[(&'static str, &str)]) -> Setup {
+    let emu = mount();
     let sock_dir = tempfile::tempdir().unwrap();
     let (listener, path) = listen(sock_dir.path());
     let mut l = Launch::new(programs().get("worker"))
@@ -65,14 +65,14 @@ fn setup(test: &str, lib: bool, extra_env: &[(&'static str, &str)]) -> Option<Se
         let s = stream_by_handle(&reg, q["lib-low"].handle);
         streams.insert("lib".into(), (s.stream_id, q["lib-low"].queue_id));
     }
-    Some(Setup {
+    Setup {
         emu,
         app,
         conn,
         listener,
         _sock_dir: sock_dir,
         streams,
-    })
+    }
 }
 
 impl Setup {
@@ -127,9 +127,7 @@ impl Setup {
 
 #[test]
 fn level1_hold_and_release_one_stream() {
-    let Some(mut s) = setup("level1_hold_and_release_one_stream", false, &[]) else {
-        return;
-    };
+    let mut s = setup(false, &[]);
     let lo = s.sid("lo");
     let d = s.conn.ok(|seq| AgentMsg::Preempt {
         seq,
@@ -167,9 +165,7 @@ fn level1_hold_and_release_one_stream() {
 
 #[test]
 fn level2_deactivate_and_reactivate_one_queue() {
-    let Some(mut s) = setup("level2_deactivate_and_reactivate_one_queue", false, &[]) else {
-        return;
-    };
+    let mut s = setup(false, &[]);
     let (lo, pid) = (s.qid("lo"), s.app.pid);
     let preempts_before = s
         .emu
@@ -226,9 +222,7 @@ fn level2_deactivate_and_reactivate_one_queue() {
 
 #[test]
 fn level3_suspend_and_resume_by_stream() {
-    let Some(mut s) = setup("level3_suspend_and_resume_by_stream", false, &[]) else {
-        return;
-    };
+    let mut s = setup(false, &[]);
     let (lo_sid, lo, pid) = (s.sid("lo"), s.qid("lo"), s.app.pid);
     let d = s.conn.ok(|seq| AgentMsg::Preempt {
         seq,
@@ -264,13 +258,7 @@ fn level3_suspend_and_resume_by_stream() {
 
 #[test]
 fn level0_priority_and_command_errors_name_the_rule() {
-    let Some(mut s) = setup(
-        "level0_priority_and_command_errors_name_the_rule",
-        false,
-        &[],
-    ) else {
-        return;
-    };
+    let mut s = setup(false, &[]);
     let (hi, pid) = (s.qid("hi"), s.app.pid);
     s.conn.ok(|seq| AgentMsg::SetPriority {
         seq,
@@ -323,9 +311,7 @@ fn level0_priority_and_command_errors_name_the_rule() {
 
 #[test]
 fn closing_the_socket_releases_every_level() {
-    let Some(mut s) = setup("closing_the_socket_releases_every_level", false, &[]) else {
-        return;
-    };
+    let mut s = setup(false, &[]);
     let pid = s.app.pid;
     let (lo_sid, hi, null) = (s.sid("lo"), s.qid("hi"), s.qid("null"));
     s.conn.ok(|seq| AgentMsg::Preempt {
@@ -379,9 +365,7 @@ fn closing_the_socket_releases_every_level() {
 
 #[test]
 fn a_killed_agent_never_leaves_the_app_held() {
-    let Some(mut s) = setup("a_killed_agent_never_leaves_the_app_held", false, &[]) else {
-        return;
-    };
+    let mut s = setup(false, &[]);
     let pid = s.app.pid;
     s.conn.ok(|seq| AgentMsg::Preempt {
         seq,
@@ -439,13 +423,7 @@ fn a_killed_agent_never_leaves_the_app_held() {
 
 #[test]
 fn passthrough_library_launches_are_never_held() {
-    let Some(mut s) = setup(
-        "passthrough_library_launches_are_never_held",
-        true,
-        &[("KFDQ_PASSTHROUGH", "+libkfdqtest")],
-    ) else {
-        return;
-    };
+    let mut s = setup(true, &[("KFDQ_PASSTHROUGH", "+libkfdqtest")]);
     s.conn.ok(|seq| AgentMsg::Preempt {
         seq,
         level: Level::Hold,
@@ -464,9 +442,7 @@ fn passthrough_library_launches_are_never_held() {
 
 #[test]
 fn without_passthrough_the_library_is_held_too() {
-    let Some(mut s) = setup("without_passthrough_the_library_is_held_too", true, &[]) else {
-        return;
-    };
+    let mut s = setup(true, &[]);
     s.conn.ok(|seq| AgentMsg::Preempt {
         seq,
         level: Level::Hold,
@@ -485,9 +461,7 @@ fn without_passthrough_the_library_is_held_too() {
 
 #[test]
 fn runtime_update_queue_cannot_undo_the_shims_state() {
-    let Some(emu) = mount("runtime_update_queue_cannot_undo_the_shims_state") else {
-        return;
-    };
+    let emu = mount();
     let sock_dir = tempfile::tempdir().unwrap();
     let (listener, path) = listen(sock_dir.path());
     let mut app = Launch::new(programs().get("rocr_update"))
@@ -536,9 +510,7 @@ fn runtime_update_queue_cannot_undo_the_shims_state() {
 
 #[test]
 fn a_refusing_agent_stops_control_but_not_the_app() {
-    let Some(emu) = mount("a_refusing_agent_stops_control_but_not_the_app") else {
-        return;
-    };
+    let emu = mount();
     let sock_dir = tempfile::tempdir().unwrap();
     let (listener, path) = listen(sock_dir.path());
     let mut app = Launch::new(programs().get("streams"))
@@ -614,9 +586,7 @@ const FREE_CALLS: &[&str] = &[
 
 #[test]
 fn level1_holds_stream_ordered_work_but_not_synchronisation() {
-    let Some(emu) = mount("level1_holds_stream_ordered_work_but_not_synchronisation") else {
-        return;
-    };
+    let emu = mount();
     let sock_dir = tempfile::tempdir().unwrap();
     let (listener, path) = listen(sock_dir.path());
     let mut app = Launch::new(programs().get("ordered"))

@@ -8,9 +8,7 @@ use common::*;
 
 #[test]
 fn the_demo_reports_every_number_and_level_2_beats_no_control() {
-    if !privileged("demo") {
-        return;
-    }
+    test_support::require_root();
     // The demo looks for its workloads by name in --workloads.
     let dir = tempfile::tempdir().unwrap();
     for (name, program) in [("kfdq-latency", "latency"), ("kfdq-flood", "flood")] {

@@ -78,9 +78,7 @@ fn via_kfdq_run(
 #[test]
 fn without_an_agent_the_class_default_bounds_the_runtimes_queues() {
     let _serial = serial();
-    let Some(emu) = mount("hwq-defaults") else {
-        return;
-    };
+    let emu = mount();
     assert_eq!(
         queues_of(&emu, flood8("batch", None)),
         4,
@@ -106,9 +104,7 @@ fn without_an_agent_the_class_default_bounds_the_runtimes_queues() {
 #[test]
 fn kfdq_run_gives_the_command_its_class_hw_queues_from_the_agent() {
     let _serial = serial();
-    let Some(emu) = mount("hwq-run") else {
-        return;
-    };
+    let emu = mount();
     let agent = Agent::start(
         &emu,
         "[agent]\nhysteresis_ms = 20\n\n[[class]]\nname = \"latency\"\nrank = 2\npriority = 13\nhw_queues = 6\nmatch = { env = true }\n\n[[class]]\nname = \"batch\"\nrank = 0\npriority = 3\nhw_queues = 2\nmatch = { env = true }\n",
@@ -203,9 +199,7 @@ struct Row {
 #[test]
 fn more_active_queues_than_resident_slots_cost_the_latency_class_its_priority() {
     let _serial = serial();
-    let Some(emu) = mount_with_slots("hwq-slots", SLOTS) else {
-        return;
-    };
+    let emu = mount_with_slots(SLOTS);
     let (alone_mean, alone_p99) = latency(&emu, None, || {});
     let mut rows = Vec::new();
     for hw_queues in ["1", "4", "8"] {

@@ -107,10 +107,8 @@ fn codes(lines: &[String]) -> Vec<String> {
 }
 
 /// Runs `script` with and without the shim; checks codes, the registry and `kfdq ps`.
-fn managed_like_a_linked_program(test: &str, script: &str) {
-    let Some(emu) = mount(test) else {
-        return;
-    };
+fn managed_like_a_linked_program(script: &str) {
+    let emu = mount();
     let mut plain = python(&emu, script, false);
     plain.wait_line("CHECKPOINT end");
     plain.go();
@@ -182,28 +180,22 @@ fn managed_like_a_linked_program(test: &str, script: &str) {
 #[test]
 fn a_ctypes_library_loaded_rtld_local_is_managed() {
     let ops = built().ops.display().to_string();
-    managed_like_a_linked_program(
-        "python-ctypes",
-        &format!("lib = ctypes.CDLL({ops:?})\nprint('bad', lib.kfdq_ops_run(), flush=True)"),
-    );
+    managed_like_a_linked_program(&format!(
+        "lib = ctypes.CDLL({ops:?})\nprint('bad', lib.kfdq_ops_run(), flush=True)"
+    ));
 }
 
 #[test]
 fn a_cpython_extension_module_is_managed() {
     let dir = built().ext_dir.display().to_string();
-    managed_like_a_linked_program(
-        "python-extension",
-        &format!(
-            "sys.path.insert(0, {dir:?})\nimport kfdqtest_ext\nprint('bad', kfdqtest_ext.run(), flush=True)"
-        ),
-    );
+    managed_like_a_linked_program(&format!(
+        "sys.path.insert(0, {dir:?})\nimport kfdqtest_ext\nprint('bad', kfdqtest_ext.run(), flush=True)"
+    ));
 }
 
 #[test]
 fn debian_s_real_runtime_loaded_rtld_local_returns_its_own_codes() {
-    let Some(emu) = mount("python-real-hip") else {
-        return;
-    };
+    let emu = mount();
     let real = built().real.display().to_string();
     let script = format!("lib = ctypes.CDLL({real:?})\nlib.kfdq_real_main()");
     let run = |shim: bool| {

@@ -147,9 +147,7 @@ impl Drop for BadAgent {
 
 #[test]
 fn a_missing_socket_or_a_regular_file_gives_one_warning_and_changes_nothing() {
-    let Some(emu) = mount("quiet-socket") else {
-        return;
-    };
+    let emu = mount();
     let (alone, _) = deps_with(&emu, &[]);
     let dir = tempfile::tempdir().unwrap();
     let missing = dir.path().join("nothing.sock");
@@ -167,9 +165,7 @@ fn a_missing_socket_or_a_regular_file_gives_one_warning_and_changes_nothing() {
 
 #[test]
 fn an_agent_that_closes_at_once_is_retried_with_a_growing_backoff_and_named_once() {
-    let Some(emu) = mount("quiet-close") else {
-        return;
-    };
+    let emu = mount();
     let dir = tempfile::tempdir().unwrap();
     let sock = dir.path().join("kfdq.sock");
     let agent = BadAgent::start(&sock, "close");
@@ -197,9 +193,7 @@ fn an_agent_that_closes_at_once_is_retried_with_a_growing_backoff_and_named_once
 
 #[test]
 fn garbage_or_silence_instead_of_a_welcome_is_named_once_and_the_registry_is_written() {
-    let Some(emu) = mount("quiet-hello") else {
-        return;
-    };
+    let emu = mount();
     let dir = tempfile::tempdir().unwrap();
     let (alone, _) = deps_with(&emu, &[]);
     let sock = dir.path().join("garbage.sock");
@@ -234,9 +228,7 @@ fn garbage_or_silence_instead_of_a_welcome_is_named_once_and_the_registry_is_wri
 
 #[test]
 fn a_thousand_malformed_lines_give_one_warning() {
-    let Some(emu) = mount("quiet-malformed") else {
-        return;
-    };
+    let emu = mount();
     let dir = tempfile::tempdir().unwrap();
     let sock = dir.path().join("kfdq.sock");
     let agent = BadAgent::start(&sock, "malformed");
@@ -259,9 +251,7 @@ fn a_thousand_malformed_lines_give_one_warning() {
 
 #[test]
 fn an_unwritable_state_directory_is_named_once() {
-    let Some(emu) = mount("quiet-state") else {
-        return;
-    };
+    let emu = mount();
     let (alone, _) = deps_with(&emu, &[]);
     let (out, stderr) = deps_with(
         &emu,
@@ -277,9 +267,7 @@ fn an_unwritable_state_directory_is_named_once() {
 
 #[test]
 fn a_k_typed_ioctl_on_a_pipe_does_not_initialise_the_shim() {
-    let Some(emu) = mount("quiet-kpipe") else {
-        return;
-    };
+    let emu = mount();
     let run = |shim: bool| {
         let mut l = Launch::new(programs().get("kpipe"));
         l.preload = shim;

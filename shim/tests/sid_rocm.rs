@@ -14,11 +14,11 @@ use common::sid::{self, Running};
 use common::{Emu, mount, wait_for, workspace_bin};
 
 /// What a test needs: an emulator and the sid root with the programs built.
-fn setup(test: &str) -> Option<(Emu, std::path::PathBuf, &'static sid::Built)> {
-    let root = sid::root(test)?;
-    let emu = mount(test)?;
+fn setup() -> (Emu, std::path::PathBuf, &'static sid::Built) {
+    let root = sid::root();
+    let emu = mount();
     let built = sid::built(&emu, &root);
-    Some((emu, root, built))
+    (emu, root, built)
 }
 
 /// `argv` run in the root with the built programs' directory as `/work`, the working directory.
@@ -42,9 +42,7 @@ fn held_hip_check(emu: &Emu, root: &Path, built: &sid::Built) -> Running {
 
 #[test]
 fn sid_rocminfo_lists_the_emulated_mi308x() {
-    let Some((emu, root, _)) = setup("sid-rocminfo") else {
-        return;
-    };
+    let (emu, root, _) = setup();
     let out = sid::command(&emu, &root, &[], Path::new("/"), &["rocminfo"])
         .output()
         .expect("run rocminfo");
@@ -67,9 +65,7 @@ fn sid_rocminfo_lists_the_emulated_mi308x() {
 
 #[test]
 fn sid_a_hipcc_program_runs_on_the_real_runtime() {
-    let Some((emu, root, built)) = setup("sid-hip") else {
-        return;
-    };
+    let (emu, root, built) = setup();
     let p = held_hip_check(&emu, &root, built);
     for step in [
         "ok device",
@@ -225,9 +221,7 @@ fn under_kfdq(
 
 #[test]
 fn sid_under_kfdq_run_every_stream_is_on_a_queue_at_the_class_priority() {
-    let Some((emu, root, built)) = setup("sid-kfdq-run") else {
-        return;
-    };
+    let (emu, root, built) = setup();
     let agent = Agent::start(&emu, &two_classes("suspend"));
     for (class, prio) in [("latency", 13), ("batch", 3)] {
         let Shimmed { mut p, state } = under_kfdq(
@@ -281,10 +275,8 @@ fn sid_under_kfdq_run_every_stream_is_on_a_queue_at_the_class_priority() {
 /// A busy batch job and then a busy latency job under the real agent at `level`: while the
 /// latency job runs the batch job is preempted at that level; after it ends the batch job runs
 /// again and finishes cleanly.
-fn agent_level(test: &str, level: &str, check: impl Fn(&Emu, u32, &Path) -> bool, what: &str) {
-    let Some((emu, root, built)) = setup(test) else {
-        return;
-    };
+fn agent_level(level: &str, check: impl Fn(&Emu, u32, &Path) -> bool, what: &str) {
+    let (emu, root, built) = setup();
     let agent = Agent::start(&emu, &two_classes(level));
     let Shimmed {
         p: mut batch,
@@ -363,7 +355,6 @@ fn registry(state: &Path, pid: u32) -> Option<kfdq::proto::Registry> {
 #[test]
 fn sid_agent_level_1_holds_and_releases_the_real_runtime() {
     agent_level(
-        "sid-level-1",
         "hold",
         |_, pid, state| {
             registry(state, pid).is_some_and(|r| {
@@ -378,7 +369,6 @@ fn sid_agent_level_1_holds_and_releases_the_real_runtime() {
 #[test]
 fn sid_agent_level_2_deactivates_and_reactivates_the_real_runtime() {
     agent_level(
-        "sid-level-2",
         "deactivate",
         |emu, pid, _| {
             emu.queues_of(pid)
@@ -393,7 +383,6 @@ fn sid_agent_level_2_deactivates_and_reactivates_the_real_runtime() {
 #[test]
 fn sid_agent_level_3_suspends_and_resumes_the_real_runtime() {
     agent_level(
-        "sid-level-3",
         "suspend",
         |emu, pid, _| {
             emu.queues_of(pid)
@@ -407,9 +396,7 @@ fn sid_agent_level_3_suspends_and_resumes_the_real_runtime() {
 
 #[test]
 fn sid_a_python_extension_on_the_null_stream_computes_the_same_under_the_shim() {
-    let Some((emu, root, built)) = setup("sid-python") else {
-        return;
-    };
+    let (emu, root, built) = setup();
     let out = in_work(&emu, &root, built, &["python3", "hipext_check.py"])
         .output()
         .expect("run python3");
@@ -450,8 +437,8 @@ fn sid_a_python_extension_on_the_null_stream_computes_the_same_under_the_shim() 
 
 /// Model time of the compute queues of the HIP program when `add_one` takes `wg_ns` per
 /// work-group (`None`: the default per-work-group time).
-fn busy_with_kernel_time(test: &str, wg_ns: Option<u64>) -> Option<(u64, u64)> {
-    let root = sid::root(test)?;
+fn busy_with_kernel_time(wg_ns: Option<u64>) -> (u64, u64) {
+    let root = sid::root();
     let mut config = common::EmuConfig {
         preset: common::Preset::Mi308x,
         ..common::EmuConfig::default()
@@ -459,7 +446,7 @@ fn busy_with_kernel_time(test: &str, wg_ns: Option<u64>) -> Option<(u64, u64)> {
     if let Some(ns) = wg_ns {
         config.kernel_wg_ns.insert("_Z7add_onePim".into(), ns);
     }
-    let emu = common::mount_with(test, config)?;
+    let emu = common::mount_with(config);
     let built = sid::built(&emu, &root);
     let p = held_hip_check(&emu, &root, built);
     let busy: u64 = emu
@@ -476,17 +463,13 @@ fn busy_with_kernel_time(test: &str, wg_ns: Option<u64>) -> Option<(u64, u64)> {
         .and_then(|x| x.dispatches_by_kernel.get("_Z7add_onePim").copied())
         .unwrap_or(0);
     p.finish();
-    Some((busy, launches))
+    (busy, launches)
 }
 
 #[test]
 fn sid_kernel_times_set_the_model_time_of_named_kernels() {
-    let Some((default, n)) = busy_with_kernel_time("sid-kernel-times-default", None) else {
-        return;
-    };
-    let Some((slow, m)) = busy_with_kernel_time("sid-kernel-times-slow", Some(1_000_000)) else {
-        return;
-    };
+    let (default, n) = busy_with_kernel_time(None);
+    let (slow, m) = busy_with_kernel_time(Some(1_000_000));
     assert_eq!(
         (n, m),
         (24, 24),

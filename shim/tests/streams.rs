@@ -32,9 +32,7 @@ fn assert_emulator_agrees(emu: &Emu, pid: u32, reg: &Registry) {
 
 #[test]
 fn null_stream_pytorch_style() {
-    let Some(emu) = mount("null_stream_pytorch_style") else {
-        return;
-    };
+    let emu = mount();
     let mut app = Launch::new(programs().get("streams"))
         .arg("null")
         .start(&emu);
@@ -123,9 +121,7 @@ fn run_priorities(
 
 #[test]
 fn stream_priorities_default_class_and_clamping() {
-    let Some(emu) = mount("stream_priorities_default_class_and_clamping") else {
-        return;
-    };
+    let emu = mount();
     let (reg, q, stderr) = run_priorities(&emu, None, None);
     // ROCr mapping, unchanged without a class: high 11, normal 7, low 0; 3 and -12 are clamped
     // by HIP to low and high.
@@ -163,9 +159,7 @@ fn stream_priorities_default_class_and_clamping() {
 
 #[test]
 fn stream_priorities_latency_and_batch_classes() {
-    let Some(emu) = mount("stream_priorities_latency_and_batch_classes") else {
-        return;
-    };
+    let emu = mount();
     let (reg, q, _) = run_priorities(&emu, Some("latency"), None);
     assert_eq!(reg.class.as_deref(), Some("latency"));
     for (name, prio) in [("high", 15), ("normal", 13), ("low", 11), ("plain", 13)] {
@@ -193,9 +187,7 @@ fn stream_priorities_latency_and_batch_classes() {
 
 #[test]
 fn forced_priority_and_invalid_values_are_reported() {
-    let Some(emu) = mount("forced_priority_and_invalid_values_are_reported") else {
-        return;
-    };
+    let emu = mount();
     let (reg, q, _) = run_priorities(&emu, Some("batch"), Some("12"));
     for name in ["high", "normal", "low", "plain"] {
         assert_eq!(
@@ -225,9 +217,7 @@ fn forced_priority_and_invalid_values_are_reported() {
 
 #[test]
 fn per_thread_default_streams() {
-    let Some(emu) = mount("per_thread_default_streams") else {
-        return;
-    };
+    let emu = mount();
     let mut app = Launch::new(programs().get("streams"))
         .arg("spt")
         .start(&emu);
@@ -268,9 +258,7 @@ fn per_thread_default_streams() {
 
 #[test]
 fn hip_get_proc_address_returns_the_wrappers() {
-    let Some(emu) = mount("hip_get_proc_address_returns_the_wrappers") else {
-        return;
-    };
+    let emu = mount();
     let mut app = Launch::new(programs().get("streams"))
         .arg("procaddr")
         .env("KFDQ_CLASS", "latency")
@@ -324,9 +312,7 @@ fn hip_get_proc_address_returns_the_wrappers() {
 
 #[test]
 fn library_streams_are_attributed_to_the_library() {
-    let Some(emu) = mount("library_streams_are_attributed_to_the_library") else {
-        return;
-    };
+    let emu = mount();
     let lib = programs().lib();
     let mut app = Launch::new(programs().get("uselib"))
         .arg(lib.display().to_string())
@@ -372,9 +358,7 @@ fn library_streams_are_attributed_to_the_library() {
 
 #[test]
 fn streams_sharing_a_queue_are_found_and_reported() {
-    let Some(emu) = mount("streams_sharing_a_queue_are_found_and_reported") else {
-        return;
-    };
+    let emu = mount();
     let mut app = Launch::new(programs().get("streams"))
         .arg("shared")
         .env("GPU_MAX_HW_QUEUES", "1")
@@ -424,9 +408,7 @@ fn streams_sharing_a_queue_are_found_and_reported() {
 
 #[test]
 fn fork_child_starts_empty_and_registers_its_own_queues() {
-    let Some(emu) = mount("fork_child_starts_empty_and_registers_its_own_queues") else {
-        return;
-    };
+    let emu = mount();
     let mut app = Launch::new(programs().get("forkexec"))
         .arg("fork")
         .start(&emu);
@@ -465,9 +447,7 @@ fn fork_child_starts_empty_and_registers_its_own_queues() {
 
 #[test]
 fn exec_registers_the_new_image_once() {
-    let Some(emu) = mount("exec_registers_the_new_image_once") else {
-        return;
-    };
+    let emu = mount();
     let streams = programs().get("streams");
     let mut app = Launch::new(programs().get("forkexec"))
         .arg("exec")
@@ -557,9 +537,7 @@ fn first_operation_attributes(emu: &Emu, op: &str, name: &str, kind: StreamKind)
 
 #[test]
 fn first_operation_copy_or_fill_attributes_the_null_stream() {
-    let Some(emu) = mount("first_operation_copy_or_fill_attributes_the_null_stream") else {
-        return;
-    };
+    let emu = mount();
     for op in ["memcpy", "memset", "memcpy-legacy", "memcpy-sync"] {
         first_operation_attributes(&emu, op, "null", StreamKind::Null);
     }
@@ -567,17 +545,13 @@ fn first_operation_copy_or_fill_attributes_the_null_stream() {
 
 #[test]
 fn first_operation_fill_attributes_the_per_thread_stream() {
-    let Some(emu) = mount("first_operation_fill_attributes_the_per_thread_stream") else {
-        return;
-    };
+    let emu = mount();
     first_operation_attributes(&emu, "memset-spt", "spt", StreamKind::PerThread);
 }
 
 #[test]
 fn hip_get_proc_address_returns_the_stream_work_wrappers() {
-    let Some(emu) = mount("hip_get_proc_address_returns_the_stream_work_wrappers") else {
-        return;
-    };
+    let emu = mount();
     let mut app = Launch::new(programs().get("ordered"))
         .arg("procaddr")
         .start(&emu);

@@ -71,10 +71,7 @@ fn suspend(agent: &Agent, pid: u32, level: &str) -> std::process::Output {
 
 #[test]
 fn a_process_without_the_shim_is_suspended_resumed_and_left_untraced() {
-    let Some(emu) = mount("a_process_without_the_shim_is_suspended_resumed_and_left_untraced")
-    else {
-        return;
-    };
+    let emu = mount();
     let mut agent = Agent::start(&emu, CONFIG);
     let lp = shimless(&emu, "batch");
     let clock = shimless(&emu, "latency");
@@ -140,10 +137,7 @@ fn a_process_without_the_shim_is_suspended_resumed_and_left_untraced() {
 
 #[test]
 fn the_policy_suspends_a_traced_batch_job_while_a_traced_service_is_busy() {
-    let Some(emu) = mount("the_policy_suspends_a_traced_batch_job_while_a_traced_service_is_busy")
-    else {
-        return;
-    };
+    let emu = mount();
     // Both classes traced: the service's activity comes from sampling its queues. The batch
     // class asks for level 2, which the tracer does not have: its processes are suspended.
     let config = CONFIG
@@ -179,9 +173,7 @@ fn the_policy_suspends_a_traced_batch_job_while_a_traced_service_is_busy() {
 
 #[test]
 fn a_traced_process_gets_its_signals() {
-    let Some(emu) = mount("a_traced_process_gets_its_signals") else {
-        return;
-    };
+    let emu = mount();
     let agent = Agent::start(&emu, CONFIG);
     let mut lp = shimless(&emu, "batch");
     let tracer = wait_traced(&agent, lp.pid);
@@ -227,9 +219,7 @@ fn a_traced_process_gets_its_signals() {
 
 #[test]
 fn killing_the_agent_resumes_what_it_suspended() {
-    let Some(emu) = mount("killing_the_agent_resumes_what_it_suspended") else {
-        return;
-    };
+    let emu = mount();
     let mut agent = Agent::start(&emu, CONFIG);
     let lp = shimless(&emu, "batch");
     wait_traced(&agent, lp.pid);
@@ -252,9 +242,7 @@ fn killing_the_agent_resumes_what_it_suspended() {
 
 #[test]
 fn a_process_under_strace_is_left_alone_with_its_tracer_named() {
-    let Some(emu) = mount("a_process_under_strace_is_left_alone_with_its_tracer_named") else {
-        return;
-    };
+    let emu = mount();
     let strace = which("strace");
     let agent = Agent::start(&emu, CONFIG);
     let flood = programs().get("flood");
@@ -288,9 +276,7 @@ fn a_process_under_strace_is_left_alone_with_its_tracer_named() {
 
 #[test]
 fn the_shim_wins_over_the_tracer() {
-    let Some(emu) = mount("the_shim_wins_over_the_tracer") else {
-        return;
-    };
+    let emu = mount();
     let agent = Agent::start(&emu, CONFIG);
     let mut app = Launch::new(programs().get("flood"))
         .args(["2000", "64", "2"])

@@ -74,9 +74,7 @@ fn run_mode(emu: &Emu, mode: &str, n: u32, min_waits: u64) -> (u32, Option<u32>,
 
 #[test]
 fn host_functions_launching_from_inside_keep_working_at_the_window() {
-    let Some(emu) = mount("window-hostfunc") else {
-        return;
-    };
+    let emu = mount();
     let (count, window, waits) = run_mode(&emu, "hostfunc", 20, 10);
     assert_eq!(count, 20, "every host function ran");
     assert_eq!(window, Some(1));
@@ -85,9 +83,7 @@ fn host_functions_launching_from_inside_keep_working_at_the_window() {
 
 #[test]
 fn a_stream_waiting_on_the_windowed_stream_keeps_working() {
-    let Some(emu) = mount("window-events") else {
-        return;
-    };
+    let emu = mount();
     let (count, _, waits) = run_mode(&emu, "events", 20, 10);
     assert_eq!(count, 20);
     assert!(waits >= 10, "{waits}");
@@ -95,9 +91,7 @@ fn a_stream_waiting_on_the_windowed_stream_keeps_working() {
 
 #[test]
 fn synchronisation_from_another_thread_keeps_working_at_the_window() {
-    let Some(emu) = mount("window-sync") else {
-        return;
-    };
+    let emu = mount();
     let (count, _, waits) = run_mode(&emu, "sync", 30, 10);
     assert_eq!(count, 30, "the other thread synchronised meanwhile");
     assert!(waits >= 10, "{waits}");
@@ -105,9 +99,7 @@ fn synchronisation_from_another_thread_keeps_working_at_the_window() {
 
 #[test]
 fn fork_at_the_window_leaves_parent_and_child_working() {
-    let Some(emu) = mount("window-fork") else {
-        return;
-    };
+    let emu = mount();
     let (count, _, waits) = run_mode(&emu, "fork", 15, 10);
     assert_eq!(count, 30);
     assert!(waits >= 10, "{waits}");
@@ -175,16 +167,11 @@ struct Row {
 #[test]
 fn a_bounded_window_is_what_makes_level_1_hold_real_work() {
     // `equal` arbitration: priority buys nothing, so what the hold is worth shows alone.
-    let Some(emu) = mount_with(
-        "window-levels",
-        EmuConfig {
-            preset: Preset::Mi308x,
-            arbitration: Some(gfx_model::Arbitration::Equal),
-            ..EmuConfig::default()
-        },
-    ) else {
-        return;
-    };
+    let emu = mount_with(EmuConfig {
+        preset: Preset::Mi308x,
+        arbitration: Some(gfx_model::Arbitration::Equal),
+        ..EmuConfig::default()
+    });
     let (alone_mean, alone) = latency(&emu, None);
     let mut rows = Vec::new();
     let lp_alone = {

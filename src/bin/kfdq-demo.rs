@@ -1,9 +1,6 @@
 //! `kfdq-demo` — exercises the KFD layer end to end: queues at several priorities, a
 //! deactivation that visibly stops one queue, reactivation. Works on kfd-emu and on hardware.
-//!
-//! `kfdq-demo hold` keeps queues alive for another process to inspect or debug (tests use it).
 
-use std::io::{BufRead, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -35,24 +32,6 @@ enum Cmd {
         /// Create this file once the queues exist and are held.
         #[arg(long)]
         ready_file: Option<PathBuf>,
-    },
-    /// Create queues, print `{"pid":..,"queues":[..]}` on stdout, keep them until stdin closes.
-    Hold {
-        /// Number of queues.
-        #[arg(long, default_value_t = 1)]
-        queues: u32,
-        /// KFD priority of the queues.
-        #[arg(long, default_value_t = 7)]
-        priority: u32,
-        /// Call RUNTIME_ENABLE first (as ROCr does), so a debugger can suspend the queues.
-        #[arg(long)]
-        runtime_enable: bool,
-        /// Packets to submit to each queue.
-        #[arg(long, default_value_t = 0)]
-        packets: u32,
-        /// Modelled duration of each packet in microseconds (kfd-emu).
-        #[arg(long, default_value_t = 1000)]
-        packet_us: u64,
     },
 }
 
@@ -181,49 +160,6 @@ fn queues(
     Ok(())
 }
 
-fn hold(
-    kfd: &Kfd,
-    gpu: GpuId,
-    n: u32,
-    priority: u32,
-    runtime_enable: bool,
-    packets: u32,
-    packet_us: u64,
-) -> Result<(), String> {
-    if runtime_enable {
-        kfd.runtime_enable(0, false).map_err(|e| e.to_string())?;
-    }
-    let prio = Priority::new(priority).map_err(|e| e.to_string())?;
-    let mut qs = Vec::new();
-    for _ in 0..n {
-        qs.push(
-            kfd.create_queue(QueueSpec::aql(gpu).priority(prio))
-                .map_err(|e| e.to_string())?,
-        );
-    }
-    for q in &mut qs {
-        submit(q, packets, packet_us)?;
-    }
-    let ids: Vec<u32> = qs.iter().map(|q| q.id().0).collect();
-    let mut out = std::io::stdout().lock();
-    writeln!(
-        out,
-        "{}",
-        serde_json::json!({ "pid": std::process::id(), "gpu_id": gpu.0, "queues": ids })
-    )
-    .map_err(|e| e.to_string())?;
-    out.flush().map_err(|e| e.to_string())?;
-    // Hold until stdin closes (or says "exit").
-    for line in std::io::stdin().lock().lines() {
-        match line {
-            Ok(l) if l.trim() == "exit" => break,
-            Ok(_) => {}
-            Err(_) => break,
-        }
-    }
-    Ok(())
-}
-
 fn main() -> ExitCode {
     let args = Args::parse();
     let root = Root::new(&args.root);
@@ -236,21 +172,6 @@ fn main() -> ExitCode {
                 hold_secs,
                 ready_file,
             } => queues(&kfd, gpu, hold_secs, ready_file),
-            Cmd::Hold {
-                queues,
-                priority,
-                runtime_enable,
-                packets,
-                packet_us,
-            } => hold(
-                &kfd,
-                gpu,
-                queues,
-                priority,
-                runtime_enable,
-                packets,
-                packet_us,
-            ),
         }
     };
     match run() {

@@ -1,83 +1,31 @@
-//! Shared test harness: a private kfd-emu mount per test (FUSE, so root is needed).
-#![allow(dead_code)]
+//! The root crate's test harness: what tools/test-support shares (the privileged-test rule, a
+//! private kfd-emu mount per test, waiting on conditions), plus a `kfdq-test-hold` child, a
+//! separate process owning KFD queues.
+#![allow(dead_code, unused_imports)]
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
 use std::process::{Child, ChildStdin, Command, Stdio};
 
-pub use kfd_emu::{EmuConfig, MountedEmu, Preset, Stats};
+pub use test_support::bins::workspace_bin;
+pub use test_support::emu::{Emu, EmuConfig, MountedEmu, Preset, Stats, mount, mount_preset};
+pub use test_support::wait_for;
+
 use kfdq::kfd::Root;
 
-/// Whether a privileged test may run (root, or fail with the reason; `KFDQ_SKIP_PRIVILEGED=1`
-/// skips and says so).
-pub fn privileged(test: &str) -> bool {
-    kfd_emu::privileged_test(test)
+/// The emulator as kfdq's safe layer sees it.
+pub trait KfdRoot {
+    /// The mount point as a [`Root`].
+    fn kfd_root(&self) -> Root;
 }
 
-/// A mounted emulator in its own temporary directory.
-pub struct Emu {
-    pub emu: MountedEmu,
-    _dir: tempfile::TempDir,
-}
-
-impl Emu {
-    pub fn root(&self) -> Root {
-        Root::new(self.emu.root())
-    }
-
-    pub fn path(&self) -> &Path {
-        self.emu.root()
-    }
-
-    pub fn stats(&self) -> Stats {
-        self.emu.stats()
-    }
-
-    /// Stats of one queue of `pid`.
-    pub fn queue(&self, pid: u32, qid: u32) -> kfd_emu::QueueStats {
-        self.stats()
-            .queues
-            .into_iter()
-            .find(|q| q.pid == pid && q.queue_id == qid)
-            .unwrap_or_else(|| panic!("emulator has no queue {qid} of pid {pid}"))
-    }
-
-    /// Stats of the partition `gpu_id`.
-    pub fn partition(&self, gpu_id: u32) -> kfd_emu::PartitionStats {
-        self.stats()
-            .partitions
-            .into_iter()
-            .find(|p| p.gpu_id == gpu_id)
-            .expect("partition")
+impl KfdRoot for Emu {
+    fn kfd_root(&self) -> Root {
+        Root::new(self.root())
     }
 }
 
-/// Mounts kfd-emu with `config`; `None` when privileged tests are skipped.
-pub fn mount_with(test: &str, config: EmuConfig) -> Option<Emu> {
-    if !privileged(test) {
-        return None;
-    }
-    let dir = tempfile::Builder::new()
-        .prefix("kfdq-test-")
-        .tempdir()
-        .expect("tempdir");
-    let emu = MountedEmu::mount(dir.path(), config)
-        .unwrap_or_else(|e| panic!("mounting kfd-emu for {test}: {e}"));
-    Some(Emu { emu, _dir: dir })
-}
-
-/// Mounts kfd-emu with `preset` and defaults otherwise.
-pub fn mount(test: &str, preset: Preset) -> Option<Emu> {
-    mount_with(
-        test,
-        EmuConfig {
-            preset,
-            ..EmuConfig::default()
-        },
-    )
-}
-
-/// A `kfdq-demo hold` child: a separate process owning KFD queues.
+/// A `kfdq-test-hold` child: a separate process owning KFD queues.
 pub struct Holder {
     pub child: Child,
     stdin: Option<ChildStdin>,
@@ -88,16 +36,15 @@ pub struct Holder {
 
 impl Holder {
     pub fn spawn(root: &Path, args: &[&str]) -> Holder {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_kfdq-demo"))
+        let mut child = Command::new(workspace_bin("kfdq-test-hold"))
             .arg("--root")
             .arg(root)
-            .arg("hold")
             .args(args)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
-            .expect("spawn kfdq-demo hold");
+            .expect("spawn kfdq-test-hold");
         let mut line = String::new();
         BufReader::new(child.stdout.take().expect("stdout"))
             .read_line(&mut line)
@@ -131,17 +78,5 @@ impl Drop for Holder {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
-    }
-}
-
-/// Polls `cond` every 2 ms for up to 10 s.
-pub fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while !cond() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "timed out waiting for {what}"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(2));
     }
 }

@@ -12,6 +12,7 @@ use std::process::Command;
 const SONAME: &str = "libamdhip64.so.6";
 
 fn main() {
+    skip_privileged_cfg();
     let manifest =
         PathBuf::from(env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"));
     let out_dir = PathBuf::from(env::var("OUT_DIR").expect("cargo sets OUT_DIR"));
@@ -79,3 +80,5 @@ fn main() {
 
     println!("cargo:rustc-env=FAKEHIP_LIB_DIR={}", out_dir.display());
 }
+
+include!("../test-support/skip_privileged_cfg.rs");

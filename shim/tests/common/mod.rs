@@ -1,7 +1,7 @@
 //! Harness of the shim's tests: the built `libkfdq_shim.so`, the C test programs (compiled once
 //! per test binary against fakehip), a private kfd-emu mount, and a running program under the
 //! shim whose stdout lines, registry file and emulator queues the tests inspect.
-#![allow(dead_code)]
+#![allow(dead_code, unused_imports)]
 
 pub mod agent;
 pub mod kfdqd;
@@ -15,29 +15,13 @@ use std::sync::OnceLock;
 use std::sync::mpsc::{Receiver, RecvTimeoutError, channel};
 use std::time::{Duration, Instant};
 
-pub use kfd_emu::{EmuConfig, MountedEmu, Preset, QueueStats, Stats};
 #[allow(unused_imports)]
 pub use kfdq::proto::{Registry, StreamInfo, StreamKind};
 
-/// Whether a privileged test may run (root, or fail with the reason; `KFDQ_SKIP_PRIVILEGED=1`
-/// skips and says so).
-pub fn privileged(test: &str) -> bool {
-    kfd_emu::privileged_test(test)
-}
-
-/// The `libkfdq_shim.so` cargo built for this test run: `target/<profile>/deps/` (where the
-/// library is rebuilt before the integration tests; `cargo build` also copies it one level up).
-pub fn shim_path() -> PathBuf {
-    let exe = std::env::current_exe().expect("current_exe");
-    let deps = exe.parent().expect("target/<profile>/deps");
-    let p = deps.join("libkfdq_shim.so");
-    assert!(
-        p.is_file(),
-        "{} not found: build it with `cargo build -p kfdq-shim`",
-        p.display()
-    );
-    p
-}
+pub use test_support::bins::{shim_path, workspace_bin};
+pub use test_support::emu::{Emu, EmuConfig, MountedEmu, Preset, QueueStats, Stats};
+pub use test_support::output::read_output;
+pub use test_support::{mount as mount_with, mount_with_slots, wait_for};
 
 const PROGRAMS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/programs");
 
@@ -96,100 +80,9 @@ pub fn programs() -> &'static Programs {
     })
 }
 
-/// A kfd-emu mount in a temporary directory.
-pub struct Emu {
-    pub emu: MountedEmu,
-    _dir: tempfile::TempDir,
-}
-
-impl Emu {
-    pub fn root(&self) -> &Path {
-        self.emu.root()
-    }
-
-    pub fn stats(&self) -> Stats {
-        self.emu.stats()
-    }
-
-    /// The emulator's view of queue `qid` of `pid`.
-    pub fn queue(&self, pid: u32, qid: u32) -> QueueStats {
-        self.stats()
-            .queues
-            .into_iter()
-            .find(|q| q.pid == pid && q.queue_id == qid)
-            .unwrap_or_else(|| panic!("emulator has no queue {qid} of pid {pid}"))
-    }
-
-    /// Every queue of `pid`.
-    pub fn queues_of(&self, pid: u32) -> Vec<QueueStats> {
-        self.stats()
-            .queues
-            .into_iter()
-            .filter(|q| q.pid == pid)
-            .collect()
-    }
-}
-
-/// Mounts kfd-emu (MI308X preset); `None` when privileged tests are skipped.
-pub fn mount(test: &str) -> Option<Emu> {
-    mount_with(
-        test,
-        EmuConfig {
-            preset: Preset::Mi308x,
-            ..EmuConfig::default()
-        },
-    )
-}
-
-/// Mounts kfd-emu with `config`; `None` when privileged tests are skipped.
-pub fn mount_with(test: &str, config: EmuConfig) -> Option<Emu> {
-    if !privileged(test) {
-        return None;
-    }
-    let dir = tempfile::Builder::new()
-        .prefix("kfdq-shim-test-")
-        .tempdir()
-        .expect("tempdir");
-    let emu = MountedEmu::mount(dir.path(), config)
-        .unwrap_or_else(|e| panic!("mounting kfd-emu for {test}: {e}"));
-    Some(Emu { emu, _dir: dir })
-}
-
-/// Mounts kfd-emu (MI308X) with its partition keeping `slots` queues resident
-/// (`num_cp_queues`), so that a few processes can oversubscribe it; `None` when privileged
-/// tests are skipped. The topology file is read at mount time only.
-pub fn mount_with_slots(test: &str, slots: u32) -> Option<Emu> {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let topo = dir.path().join("topo.toml");
-    std::fs::write(
-        &topo,
-        format!("preset = \"mi308x\"\n[[node]]\n[node.properties]\nnum_cp_queues = {slots}\n"),
-    )
-    .expect("write the topology file");
-    mount_with(
-        test,
-        EmuConfig {
-            preset: Preset::Mi308x,
-            topology_file: Some(topo),
-            ..EmuConfig::default()
-        },
-    )
-}
-
-/// A binary of the workspace (`kfdq`, `kfdqd`) that cargo built next to the test's `deps/`.
-pub fn workspace_bin(name: &str) -> PathBuf {
-    let exe = std::env::current_exe().expect("current_exe");
-    let dir = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("target/<profile>");
-    let p = dir.join(name);
-    assert!(
-        p.is_file(),
-        "{} not found: `cargo test --workspace` builds it (or `cargo build --bin {name}`)",
-        p.display()
-    );
-    p
+/// Mounts kfd-emu (MI308X preset) for the running (privileged) test.
+pub fn mount() -> Emu {
+    test_support::mount_preset(Preset::Mi308x)
 }
 
 /// What the latency client (`programs/latency.c`) printed: each request's latency and its
@@ -238,28 +131,6 @@ pub struct ProgQueue {
     pub queue_id: u32,
     pub gpu_id: u32,
     pub handle: u64,
-}
-
-/// Threads that read a spawned child's piped output: its stdout line by line (the receiver) and
-/// its whole stderr (the handle's result).
-pub fn read_output(child: &mut Child) -> (Receiver<String>, std::thread::JoinHandle<String>) {
-    let out = child.stdout.take().expect("stdout piped");
-    let (tx, rx) = channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(out).lines() {
-            let Ok(line) = line else { break };
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
-    let mut err = child.stderr.take().expect("stderr piped");
-    let stderr = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = err.read_to_string(&mut s);
-        s
-    });
-    (rx, stderr)
 }
 
 /// A test program running under the shim.
@@ -568,15 +439,6 @@ pub fn effective(reg: &Registry, qid: u32) -> u32 {
         .find(|q| q.queue_id == qid)
         .unwrap_or_else(|| panic!("registry has no queue {qid}: {reg:#?}"))
         .effective_priority
-}
-
-/// Polls `cond` every 2 ms for up to 10 s.
-pub fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !cond() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(2));
-    }
 }
 
 /// The thread of `pid` named `comm` (`/proc/<pid>/task/<tid>`), if it runs.

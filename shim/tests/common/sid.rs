@@ -17,20 +17,19 @@ pub fn cache_dir() -> PathBuf {
     PathBuf::from(std::env::var("KFDQ_CACHE").unwrap_or_else(|_| "/var/cache/kfdq".into()))
 }
 
-/// The sid root, or `None` when privileged tests are skipped. Missing: the test fails and says
-/// how to build it (building needs root, like every test that runs in it).
-pub fn root(test: &str) -> Option<PathBuf> {
-    if !super::privileged(test) {
-        return None;
-    }
+/// The sid root. Missing: the test fails and says how to build it (building needs root, like
+/// every test that runs in it).
+pub fn root() -> PathBuf {
+    test_support::require_root();
     let root = cache_dir().join("sid-root");
     assert!(
         root.join("usr/bin/rocminfo").is_file(),
-        "{test}: the Debian sid root with the real ROCm user space is missing at {}: build it with \
+        "{}: the Debian sid root with the real ROCm user space is missing at {}: build it with \
          `scripts/sid-root.sh` as root (scripts/test.sh does), or set KFDQ_SKIP_PRIVILEGED=1 to skip",
+        test_support::privileged::current_test(),
         root.display()
     );
-    Some(root)
+    root
 }
 
 /// The package versions the root holds and what moved since the suite was checked

@@ -11,7 +11,7 @@
 //!   queues destroyed, CU masks, GPUs, processes). The emulator enforces the kernel's rules
 //!   (ACQUIRE_VM before queues, RUNTIME_ENABLE before the first queue, the 6.12 exact-size
 //!   queue buffers, EBADF on a KFD fd used after fork), so a fakehip that broke them would
-//!   fail there. These tests mount FUSE and need root (see [`common::privileged`]).
+//!   fail there. These tests mount FUSE and need root (see `test_support::require_root`).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
@@ -341,7 +341,7 @@ fn num<T: std::str::FromStr>(s: &str) -> T {
 
 #[test]
 fn a_topology_without_gpus_is_no_device() {
-    let emu = mount_or_skip!(mi308x());
+    let emu = common::mount(mi308x());
     // A root whose dev/kfd is the emulator's (GET_VERSION etc. work) but whose topology
     // lists only the emulator's CPU node.
     let dir = tempfile::tempdir().expect("temp dir");
@@ -369,7 +369,7 @@ fn a_topology_without_gpus_is_no_device() {
         &[("KFDQ_ROOT", &root_s), ("FAKEHIP_DEBUG", "1")],
         |cp| {
             cp.emu
-                .wait_for("fakehip released /dev/kfd after failing", |s| {
+                .wait_stats("fakehip released /dev/kfd after failing", |s| {
                     !s.processes.iter().any(|p| p.pid == cp.pid)
                 });
         },
@@ -393,7 +393,7 @@ fn a_topology_without_gpus_is_no_device() {
 
 #[test]
 fn basic_program_creates_one_queue_per_stream_with_rocr_priorities() {
-    let emu = mount_or_skip!(mi308x());
+    let emu = common::mount(mi308x());
     let gpu = emu.gpu_ids()[0];
     let r = emu.run("basic", &[], &[("FAKEHIP_DEBUG", "1")]);
     r.assert_ok();
@@ -475,7 +475,7 @@ fn basic_program_creates_one_queue_per_stream_with_rocr_priorities() {
 
 #[test]
 fn cwsr_sizes_come_from_sysfs_and_pass_the_6_12_checks() {
-    let emu = mount_or_skip!(mi308x());
+    let emu = common::mount(mi308x());
     let r = emu.run("scenarios", &["cwsr"], &[]);
     r.assert_ok();
     // MI308X node: cwsr_size / ctl_stack_size from sysfs; CWSR area =
@@ -501,7 +501,7 @@ fn cwsr_sizes_come_from_sysfs_and_pass_the_6_12_checks() {
 fn cwsr_sizes_follow_the_formula_when_sysfs_lacks_them() {
     // A pre-6.12 kernel: sysfs has no cwsr_size/ctl_stack_size. MI300X SPX is the worked
     // example of docs/kernel-interface.md §3.
-    let emu = mount_or_skip!(EmuConfig {
+    let emu = common::mount(EmuConfig {
         preset: Preset::Mi300xSpx,
         buffer_checks: false,
         ..EmuConfig::default()
@@ -556,14 +556,14 @@ fn cwsr_sizes_follow_the_formula_when_sysfs_lacks_them() {
 
 #[test]
 fn pools_cap_queues_and_share_the_least_used() {
-    let emu = mount_or_skip!(mi308x());
+    let emu = common::mount(mi308x());
     let r = emu.run_with(
         "scenarios",
         &["pools"],
         &[("GPU_MAX_HW_QUEUES", "2")],
         |cp| {
             if cp.name == "launched" {
-                cp.emu.wait_for("the five launches consumed", |s| {
+                cp.emu.wait_stats("the five launches consumed", |s| {
                     packets_done(&queues_of(s, cp.pid)) == 5
                 });
             }
@@ -606,7 +606,7 @@ fn pools_cap_queues_and_share_the_least_used() {
 
 #[test]
 fn priorities_are_clamped_like_hip() {
-    let emu = mount_or_skip!(mi308x());
+    let emu = common::mount(mi308x());
     let r = emu.run("scenarios", &["clamp"], &[]);
     r.assert_ok();
     let s = r.stdout();
@@ -631,7 +631,7 @@ fn assert_event_times(stdout: &str) {
 
 #[test]
 fn events_measure_the_emulated_kernel_time() {
-    let emu = mount_or_skip!(mi308x());
+    let emu = common::mount(mi308x());
     let r = emu.run("scenarios", &["elapsed"], &[]);
     r.assert_ok();
     assert_event_times(r.stdout());
@@ -643,7 +643,7 @@ fn events_measure_the_emulated_kernel_time() {
 
 #[test]
 fn strict_completion_mode_works() {
-    let emu = mount_or_skip!(mi308x());
+    let emu = common::mount(mi308x());
     let r = emu.run("scenarios", &["elapsed"], &[("FAKEHIP_SYNC", "signal")]);
     r.assert_ok();
     assert_event_times(r.stdout());
@@ -654,15 +654,16 @@ fn strict_completion_mode_works() {
 
 #[test]
 fn waits_are_bounded() {
-    let emu = mount_or_skip!(mi308x());
+    let emu = common::mount(mi308x());
     let r = emu.run_with(
         "scenarios",
         &["timeout"],
         &[("FAKEHIP_TIMEOUT_MS", "300"), ("FAKEHIP_RING_SIZE", "4096")],
         |cp| {
-            cp.emu.wait_for("the CP saw the 64 published packets", |s| {
-                queues_of(s, cp.pid).iter().any(|q| q.write_index == 64)
-            });
+            cp.emu
+                .wait_stats("the CP saw the 64 published packets", |s| {
+                    queues_of(s, cp.pid).iter().any(|q| q.write_index == 64)
+                });
         },
     );
     r.assert_ok();
@@ -689,14 +690,14 @@ fn waits_are_bounded() {
 
 #[test]
 fn forked_child_reopens_kfd() {
-    let emu = mount_or_skip!(mi308x());
+    let emu = common::mount(mi308x());
     let r = emu.run_with("scenarios", &["fork"], &[], |cp| {
         // (a child that failed printed no pid: the exit status below tells)
         let child = cp.stdout.lines().find_map(|l| l.strip_prefix("child pid "));
         if let (Some(line), "parent") = (child, cp.name) {
             let child: u32 = num(line.split_whitespace().next().unwrap_or_default());
             cp.emu
-                .wait_for("the exited child's KFD process is gone", |s| {
+                .wait_stats("the exited child's KFD process is gone", |s| {
                     !s.processes.iter().any(|p| p.pid == child)
                 });
         }
@@ -738,7 +739,7 @@ fn forked_child_reopens_kfd() {
 
 #[test]
 fn cu_masked_streams_get_their_own_queue() {
-    let emu = mount_or_skip!(mi308x());
+    let emu = common::mount(mi308x());
     let r = emu.run("scenarios", &["cumask"], &[]);
     r.assert_ok();
     let w = field(r.stdout(), "cumask queue ");
@@ -758,7 +759,7 @@ fn cu_masked_streams_get_their_own_queue() {
 
 #[test]
 fn devices_map_to_gpu_nodes_in_order() {
-    let emu = mount_or_skip!(EmuConfig {
+    let emu = common::mount(EmuConfig {
         gpus: 2,
         ..mi308x()
     });
@@ -793,7 +794,7 @@ fn devices_map_to_gpu_nodes_in_order() {
 
 #[test]
 fn graphs_and_capture_replay_kernels() {
-    let emu = mount_or_skip!(mi308x());
+    let emu = common::mount(mi308x());
     let r = emu.run("scenarios", &["graph"], &[]);
     r.assert_ok();
     let s = r.stdout();
@@ -819,9 +820,9 @@ fn graphs_and_capture_replay_kernels() {
 
 #[test]
 fn memory_operations_enqueue_barriers_and_create_the_null_queue_lazily() {
-    let emu = mount_or_skip!(mi308x());
+    let emu = common::mount(mi308x());
     let r = emu.run_with("scenarios", &["memops"], &[], |cp| {
-        cp.emu.wait_for("the four barrier packets consumed", |s| {
+        cp.emu.wait_stats("the four barrier packets consumed", |s| {
             packets_done(&queues_of(s, cp.pid)) == 4
         });
     });
@@ -846,7 +847,7 @@ fn memory_operations_enqueue_barriers_and_create_the_null_queue_lazily() {
 
 #[test]
 fn per_thread_streams_are_per_thread_and_released_at_exit() {
-    let emu = mount_or_skip!(mi308x());
+    let emu = common::mount(mi308x());
     let r = emu.run("scenarios", &["perthread"], &[("GPU_MAX_HW_QUEUES", "8")]);
     r.assert_ok();
     let s = r.stdout();
@@ -873,7 +874,7 @@ fn per_thread_streams_are_per_thread_and_released_at_exit() {
 
 #[test]
 fn device_reset_destroys_every_queue() {
-    let emu = mount_or_skip!(mi308x());
+    let emu = common::mount(mi308x());
     let r = emu.run("scenarios", &["reset"], &[]);
     r.assert_ok();
     // three streams at HIP priorities -1/0/1 and the null stream
@@ -892,7 +893,7 @@ fn device_reset_destroys_every_queue() {
 
 #[test]
 fn misc_api_behaviour() {
-    let emu = mount_or_skip!(mi308x());
+    let emu = common::mount(mi308x());
     let r = emu.run("scenarios", &["misc"], &[]);
     r.assert_ok();
     let s = r.stdout();
@@ -922,13 +923,13 @@ fn full_ring(emu: &common::Emu, ring: Option<&str>, ring_size: u32) {
 #[test]
 fn a_full_ring_waits_for_the_gpu() {
     // 3000 launches through the default 1024-packet ring
-    let emu = mount_or_skip!(mi308x());
+    let emu = common::mount(mi308x());
     full_ring(&emu, None, 65536);
 }
 
 #[test]
 fn a_small_ring_applies_back_pressure() {
     // FAKEHIP_RING_SIZE=4096: 64 packets, wrapped about 47 times
-    let emu = mount_or_skip!(mi308x());
+    let emu = common::mount(mi308x());
     full_ring(&emu, Some("4096"), 4096);
 }

@@ -1,7 +1,6 @@
 //! The HWS model and the CP thread: packets execute, inactive queues stop, the
 //! preempt counter follows the runlist rule, oversubscription rotates residency.
 
-#[macro_use]
 mod common;
 
 use std::collections::BTreeSet;
@@ -20,7 +19,7 @@ fn counters(t: &TestEmu) -> (u64, u64) {
 
 #[test]
 fn packets_execute_and_stop_while_percentage_is_zero() {
-    require_root!();
+    require_root();
     let t = mount_preset(Preset::Mi308x);
     let s = Session::new(&t, 0);
     let (q, bufs) = s.queue(100, 7);
@@ -78,7 +77,7 @@ fn packets_execute_and_stop_while_percentage_is_zero() {
 
 #[test]
 fn preempt_counter_follows_the_runlist_rule() {
-    require_root!();
+    require_root();
     let t = mount_preset(Preset::Mi308x);
     let s = Session::new(&t, 0);
     assert_eq!(counters(&t), (0, 0));
@@ -120,7 +119,7 @@ fn preempt_counter_follows_the_runlist_rule() {
 
 #[test]
 fn oversubscribed_partition_rotates_residency() {
-    require_root!();
+    require_root();
     let dir = tempfile::tempdir().unwrap();
     let topo = dir.path().join("topo.toml");
     std::fs::write(
@@ -169,7 +168,7 @@ fn oversubscribed_partition_rotates_residency() {
 
 #[test]
 fn wave_state_reports_saved_work_of_inactive_queues() {
-    require_root!();
+    require_root();
     let t = mount_preset(Preset::Mi308x);
     let s = Session::new(&t, 0);
     let (q, bufs) = s.queue(100, 7);

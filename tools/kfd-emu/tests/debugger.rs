@@ -1,7 +1,6 @@
 //! Debugger API: RUNTIME_ENABLE, DBG_TRAP enable/suspend/resume/snapshot/disable, the
 //! blocking destroy of a suspended queue, and the ptrace permission model.
 
-#[macro_use]
 mod common;
 
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -88,7 +87,7 @@ fn snapshot(s: &Session, target: u32, clear: u64) -> (u32, Vec<kfd_queue_snapsho
 
 #[test]
 fn suspend_resume_and_queue_new_rule() {
-    require_root!();
+    require_root();
     let t = mount_preset(Preset::Mi308x);
     let s = Session::new(&t, 0);
     s.kfd.runtime_enable().unwrap();
@@ -167,7 +166,7 @@ fn suspend_resume_and_queue_new_rule() {
 
 #[test]
 fn destroy_blocks_while_debugger_suspended() {
-    require_root!();
+    require_root();
     let t = mount_preset(Preset::Mi308x);
     let s = Session::new(&t, 0);
     s.kfd.runtime_enable().unwrap();
@@ -221,7 +220,7 @@ fn destroy_blocks_while_debugger_suspended() {
 
 #[test]
 fn debug_rules_for_self() {
-    require_root!();
+    require_root();
     let t = mount_preset(Preset::Mi308x);
     let s = Session::new(&t, 0);
     let mut none = [0u8; 24];
@@ -295,7 +294,7 @@ fn kfd_child(t: &TestEmu) -> Child {
 
 #[test]
 fn other_processes_need_the_ptrace_tracer() {
-    require_root!();
+    require_root();
     let t = mount_preset(Preset::Mi308x);
     let s = Session::new(&t, 0);
     let (_r, w) = pipe();
@@ -370,7 +369,7 @@ fn other_processes_need_the_ptrace_tracer() {
 
 #[test]
 fn tracer_creates_state_for_a_target_without_kfd_and_reaper_removes_it() {
-    require_root!();
+    require_root();
     let t = mount_preset(Preset::Mi308x);
     let s = Session::new(&t, 0);
     let (_r, w) = pipe();

@@ -3,7 +3,6 @@
 //! A forked child attaches to this process with PTRACE_SEIZE, enables debugging on
 //! it, suspends its queue and exits without DISABLE.
 
-#[macro_use]
 mod common;
 
 use std::ffi::CString;
@@ -39,7 +38,7 @@ fn dbg_args<T: Copy>(pid: u32, op: u32, op_args: &T) -> kfd_ioctl_dbg_trap_args 
 
 #[test]
 fn debugger_exit_resumes_its_suspended_queues() {
-    require_root!();
+    require_root();
     let t = mount_preset(Preset::Mi308x);
     let s = Session::new(&t, 0);
     s.kfd.runtime_enable().unwrap();

@@ -1,7 +1,6 @@
 //! Process lifetime: the sysfs process directory, cleanup on close and exit, and the
 //! post-fork EBADF rule.
 
-#[macro_use]
 mod common;
 
 use std::os::fd::AsRawFd;
@@ -17,7 +16,7 @@ use common::*;
 
 #[test]
 fn proc_dir_appears_and_disappears() {
-    require_root!();
+    require_root();
     let t = mount_preset(Preset::Mi308x);
     let pid = std::process::id();
     let dir = format!("sys/class/kfd/kfd/proc/{pid}");
@@ -52,7 +51,7 @@ fn proc_dir_appears_and_disappears() {
 
 #[test]
 fn exiting_process_loses_its_state_and_queues() {
-    require_root!();
+    require_root();
     let t = mount_preset(Preset::Mi308x);
     let mut child = Command::new("sh")
         .arg("-c")
@@ -72,7 +71,7 @@ fn exiting_process_loses_its_state_and_queues() {
 
 #[test]
 fn queues_of_a_closed_process_are_destroyed_and_counted() {
-    require_root!();
+    require_root();
     let t = mount_preset(Preset::Mi308x);
     {
         let s = Session::new(&t, 0);
@@ -92,7 +91,7 @@ fn queues_of_a_closed_process_are_destroyed_and_counted() {
 
 #[test]
 fn kfd_fd_used_after_fork_is_ebadf() {
-    require_root!();
+    require_root();
     let t = mount_preset(Preset::Mi308x);
     let kfd = t.open_kfd();
     let fd = kfd.file.as_raw_fd();

@@ -1,7 +1,6 @@
 //! Mount lifecycle: the binary, stale mounts, and unmounting while clients still hold
 //! files or are blocked in DESTROY_QUEUE.
 
-#[macro_use]
 mod common;
 
 use std::io::{BufRead, BufReader};
@@ -46,7 +45,7 @@ fn errno_of_readdir(p: &Path) -> Option<i32> {
 
 #[test]
 fn binary_serves_until_sigterm_and_unmounts() {
-    require_root!();
+    require_root();
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("m");
     let _cleanup = Detach(dir.clone());
@@ -70,7 +69,7 @@ fn binary_serves_until_sigterm_and_unmounts() {
 
 #[test]
 fn stale_mounts_are_detached() {
-    require_root!();
+    require_root();
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("m");
     let _cleanup = Detach(dir.clone());
@@ -122,7 +121,7 @@ fn help_documents_the_presets() {
 
 #[test]
 fn unmount_does_not_hang_on_open_files_or_blocked_destroyers() {
-    require_root!();
+    require_root();
     let t = mount_preset(Preset::Mi308x);
     let s = Session::new(&t, 0);
     s.kfd.runtime_enable().unwrap();

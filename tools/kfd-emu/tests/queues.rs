@@ -1,6 +1,5 @@
 //! Version, memory and queue ioctls through real syscalls on the FUSE mount.
 
-#[macro_use]
 mod common;
 
 use std::os::fd::AsRawFd;
@@ -14,7 +13,7 @@ const EINVAL: i32 = libc::EINVAL;
 
 #[test]
 fn get_version_reports_configured_minor() {
-    require_root!();
+    require_root();
     let t = mount_preset(Preset::Mi308x);
     assert_eq!(t.open_kfd().version(), (1, 17));
     let t = mount(EmuConfig {
@@ -34,7 +33,7 @@ fn get_version_reports_configured_minor() {
 
 #[test]
 fn unknown_ioctls_are_enotty() {
-    require_root!();
+    require_root();
     let t = mount_preset(Preset::Mi308x);
     let kfd = t.open_kfd();
     // CREATE_PROCESS (0x27, _IO) is not modelled at 1.17.
@@ -71,7 +70,7 @@ fn unknown_ioctls_are_enotty() {
 
 #[test]
 fn acquire_vm_rules() {
-    require_root!();
+    require_root();
     let t = mount_preset(Preset::Mi308x);
     let kfd = t.open_kfd();
     let node = t.gpu_nodes().remove(0);
@@ -95,7 +94,7 @@ fn acquire_vm_rules() {
 
 #[test]
 fn memory_ioctls() {
-    require_root!();
+    require_root();
     let t = mount_preset(Preset::Mi308x);
     let kfd = t.open_kfd();
     let node = t.gpu_nodes().remove(0);
@@ -171,7 +170,7 @@ fn memory_ioctls() {
 
 #[test]
 fn gtt_bo_is_readable_through_the_render_node() {
-    require_root!();
+    require_root();
     let t = mount_preset(Preset::Mi308x);
     let kfd = t.open_kfd();
     let node = t.gpu_nodes().remove(0);
@@ -225,7 +224,7 @@ fn gtt_bo_is_readable_through_the_render_node() {
 
 #[test]
 fn create_queue_happy_path() {
-    require_root!();
+    require_root();
     let t = mount_preset(Preset::Mi308x);
     let s = Session::new(&t, 0);
     let (q, bufs) = s.queue(100, 7);
@@ -292,7 +291,7 @@ fn create_queue_happy_path() {
 
 #[test]
 fn create_queue_rejections() {
-    require_root!();
+    require_root();
     let t = mount_preset(Preset::Mi308x);
     let kfd = t.open_kfd();
     let node = t.gpu_nodes().remove(0);
@@ -396,7 +395,7 @@ fn create_queue_rejections() {
 
 #[test]
 fn legacy_kernel_skips_buffer_validation() {
-    require_root!();
+    require_root();
     let t = mount(EmuConfig {
         preset: Preset::Mi308x,
         buffer_checks: false,
@@ -419,7 +418,7 @@ fn legacy_kernel_skips_buffer_validation() {
 
 #[test]
 fn the_256th_queue_on_a_gpu_is_enospc() {
-    require_root!();
+    require_root();
     let t = mount_preset(Preset::Mi300xCpx);
     let s = Session::new(&t, 0);
     // All queues share one set of exactly-sized buffers (allowed by the kernel).
@@ -445,7 +444,7 @@ fn the_256th_queue_on_a_gpu_is_enospc() {
 
 #[test]
 fn create_queue_accepts_the_88_byte_kfd_1_11_struct() {
-    require_root!();
+    require_root();
     let t = mount_preset(Preset::Mi308x);
     let s = Session::new(&t, 0);
     let bufs = QueueBufs::new(&s.kfd, &s.node, 4096);
@@ -475,7 +474,7 @@ fn create_queue_accepts_the_88_byte_kfd_1_11_struct() {
 
 #[test]
 fn update_queue_and_cu_mask() {
-    require_root!();
+    require_root();
     let t = mount_preset(Preset::Mi308x);
     let s = Session::new(&t, 0);
     let (q, _bufs) = s.queue(100, 7);

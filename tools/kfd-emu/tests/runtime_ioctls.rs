@@ -4,7 +4,6 @@
 //! through another path to the same render node, /dev/kfd offsets, the SDMA engine, and the
 //! sysfs files the thunk reads. All through real syscalls on the FUSE mount.
 
-#[macro_use]
 mod common;
 
 use std::os::fd::AsRawFd;
@@ -73,7 +72,7 @@ fn id_arg<T: Default>(f: impl FnOnce(&mut T)) -> T {
 
 #[test]
 fn apertures_policy_clocks_xnack_memory() {
-    require_root!();
+    require_root();
     let t = mount_preset(Preset::Mi300xCpx);
     let s = Session::new(&t, 0);
     let nodes = t.gpu_nodes();
@@ -187,7 +186,7 @@ fn apertures_policy_clocks_xnack_memory() {
 
 #[test]
 fn events_set_wait_age_and_destroy() {
-    require_root!();
+    require_root();
     let t = mount_preset(Preset::Mi308x);
     let s = Session::new(&t, 0);
     let page = Mapping::new(4096 * 8);
@@ -297,7 +296,7 @@ fn events_set_wait_age_and_destroy() {
 
 #[test]
 fn end_of_kernel_interrupt_fires_the_signal_event() {
-    require_root!();
+    require_root();
     let t = mount_preset(Preset::Mi308x);
     let s = Session::new(&t, 0);
     let page = Mapping::new(4096 * 8);
@@ -339,7 +338,7 @@ const DRM_IOCTL_AMDGPU_INFO: u32 = 0x4020_6445;
 
 #[test]
 fn render_node_drm_ioctls() {
-    require_root!();
+    require_root();
     let t = mount_preset(Preset::Mi308x);
     let node = t.gpu_nodes().remove(0);
     let render = t.open_render(&node);
@@ -405,7 +404,7 @@ fn render_node_drm_ioctls() {
 
 #[test]
 fn acquire_vm_recognises_the_render_node_behind_another_path() {
-    require_root!();
+    require_root();
     let t = mount_preset(Preset::Mi308x);
     let node = t.gpu_nodes().remove(0);
     // A bind mount of the render node elsewhere: same device and inode, another path.
@@ -440,7 +439,7 @@ fn acquire_vm_recognises_the_render_node_behind_another_path() {
 
 #[test]
 fn kfd_reads_only_at_doorbell_and_mmio_offsets() {
-    require_root!();
+    require_root();
     let t = mount_preset(Preset::Mi308x);
     let s = Session::new(&t, 0);
     let (q, _bufs) = s.queue(100, 7);
@@ -487,7 +486,7 @@ fn sdma_copy(src: u64, dst: u64, bytes: u32) -> Vec<u32> {
 
 #[test]
 fn sdma_queue_copies_fences_decrements_and_traps() {
-    require_root!();
+    require_root();
     let t = mount_preset(Preset::Mi308x);
     let s = Session::new(&t, 0);
     let page = Mapping::new(4096 * 8);
@@ -582,7 +581,7 @@ fn sdma_queue_copies_fences_decrements_and_traps() {
 
 #[test]
 fn sysfs_mem_banks_caches_and_module_state() {
-    require_root!();
+    require_root();
     let t = mount_preset(Preset::Mi308x);
     let node = &t.gpu_nodes()[0];
     let dir = format!("sys/class/kfd/kfd/topology/nodes/{}", node.node);

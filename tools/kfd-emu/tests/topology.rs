@@ -1,7 +1,6 @@
 //! sysfs topology served by the emulator: presets, the legacy-kernel mode, a TOML
 //! topology file, multiple GPUs.
 
-#[macro_use]
 mod common;
 
 use kfd_emu::{EmuConfig, Preset};
@@ -49,7 +48,7 @@ fn keys(text: &str) -> Vec<String> {
 
 #[test]
 fn mi300x_spx_topology_matches_preset() {
-    require_root!();
+    require_root();
     let t = mount_preset(Preset::Mi300xSpx);
     assert_eq!(t.read("sys/class/kfd/kfd/topology/generation_id"), "1\n");
     assert!(
@@ -128,7 +127,7 @@ fn mi300x_spx_topology_matches_preset() {
 
 #[test]
 fn mi300x_cpx_has_eight_partitions_per_gpu() {
-    require_root!();
+    require_root();
     let t = mount(EmuConfig {
         preset: Preset::Mi300xCpx,
         gpus: 2,
@@ -155,7 +154,7 @@ fn mi300x_cpx_has_eight_partitions_per_gpu() {
 
 #[test]
 fn mi308x_topology_matches_preset() {
-    require_root!();
+    require_root();
     let t = mount_preset(Preset::Mi308x);
     let nodes = t.gpu_nodes();
     assert_eq!(nodes.len(), 1);
@@ -172,7 +171,7 @@ fn mi308x_topology_matches_preset() {
 
 #[test]
 fn legacy_kernel_omits_cwsr_keys() {
-    require_root!();
+    require_root();
     let t = mount(EmuConfig {
         buffer_checks: false,
         ..EmuConfig::default()
@@ -188,7 +187,7 @@ fn legacy_kernel_omits_cwsr_keys() {
 
 #[test]
 fn toml_topology_file_overrides_preset() {
-    require_root!();
+    require_root();
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("topo.toml");
     std::fs::write(
@@ -254,7 +253,7 @@ fn bad_topology_file_is_rejected() {
 
 #[test]
 fn stats_and_config_json_are_served() {
-    require_root!();
+    require_root();
     let t = mount_preset(Preset::Mi308x);
     let stats: kfd_emu::Stats = serde_json::from_str(&t.read("kfd-emu/stats.json")).unwrap();
     assert_eq!(stats, t.stats());

@@ -7,48 +7,19 @@
 //! the emulator's stats at well-defined points of the program. Everything goes through real
 //! open/ioctl/mmap/read syscalls on the FUSE mount; there is no in-process stand-in for the
 //! kernel interface.
-#![allow(dead_code)]
+#![allow(dead_code, unused_imports)]
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::OnceLock;
-use std::sync::mpsc::{RecvTimeoutError, channel};
+use std::sync::mpsc::RecvTimeoutError;
 use std::time::{Duration, Instant};
 
-pub use kfd_emu::{EmuConfig, MountedEmu, Preset, QueueStats, Stats};
+pub use test_support::emu::{EmuConfig, MountedEmu, Preset, QueueStats, Stats};
 
 /// How long a program may run before the test kills it and fails.
 pub const PROGRAM_LIMIT: Duration = Duration::from_secs(120);
-/// How long [`Emu::wait_for`] waits for the emulator to reach a state.
-pub const WAIT_LIMIT: Duration = Duration::from_secs(30);
-
-/// Whether a privileged test may run (root, or fail with the reason; `KFDQ_SKIP_PRIVILEGED=1`
-/// skips and says so).
-pub fn privileged(test: &str) -> bool {
-    kfd_emu::privileged_test(test)
-}
-
-/// The name of the enclosing function (the test), for messages.
-macro_rules! test_name {
-    () => {{
-        fn f() {}
-        let name = std::any::type_name_of_val(&f);
-        let name = name.strip_suffix("::f").unwrap_or(name);
-        name.rsplit("::").next().unwrap_or(name)
-    }};
-}
-
-/// Mounts a private emulator with the given configuration, or returns from the test when
-/// privileged tests are skipped (see [`privileged`]).
-macro_rules! mount_or_skip {
-    ($config:expr) => {
-        match common::mount(test_name!(), $config) {
-            Some(emu) => emu,
-            None => return,
-        }
-    };
-}
 
 // ---------------------------------------------------------------------------------------
 // programs
@@ -147,22 +118,7 @@ fn drive(
     let mut running = Running { child, what };
     let pid = running.child.id();
     let mut stdin = running.child.stdin.take().expect("piped stdin");
-    let out = running.child.stdout.take().expect("piped stdout");
-    let mut err = running.child.stderr.take().expect("piped stderr");
-    let (tx, rx) = channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(out).lines() {
-            let Ok(line) = line else { break };
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
-    let stderr = std::thread::spawn(move || {
-        let mut v = Vec::new();
-        let _ = err.read_to_end(&mut v);
-        String::from_utf8_lossy(&v).into_owned()
-    });
+    let (rx, stderr) = test_support::output::read_output(&mut running.child);
     let deadline = Instant::now() + PROGRAM_LIMIT;
     let mut stdout = String::new();
     let mut checkpoints = Vec::new();
@@ -233,11 +189,14 @@ pub fn run(program: &Path, args: &[&str], envs: &[(&str, &str)]) -> Finished {
 // the emulator
 // ---------------------------------------------------------------------------------------
 
-/// A kfd-emu mount in its own temporary directory (unmounted when dropped).
-pub struct Emu {
-    // Field order: unmount before the directory is removed.
-    pub emu: MountedEmu,
-    _dir: tempfile::TempDir,
+/// A kfd-emu mount (tools/test-support) that runs fakehip's programs.
+pub struct Emu(pub test_support::Emu);
+
+impl std::ops::Deref for Emu {
+    type Target = test_support::Emu;
+    fn deref(&self) -> &test_support::Emu {
+        &self.0
+    }
 }
 
 /// MI308X (4 XCCs x 20 CUs, 24 HQDs per XCC), one GPU, Linux 6.12 buffer checks.
@@ -248,51 +207,12 @@ pub fn mi308x() -> EmuConfig {
     }
 }
 
-/// Mounts an emulator for `test`; `None` when privileged tests are skipped.
-pub fn mount(test: &str, config: EmuConfig) -> Option<Emu> {
-    if !privileged(test) {
-        return None;
-    }
-    let dir = tempfile::Builder::new()
-        .prefix("fakehip-test-")
-        .tempdir()
-        .expect("temp dir");
-    let emu = MountedEmu::mount(&dir.path().join("root"), config)
-        .unwrap_or_else(|e| panic!("mounting kfd-emu for {test}: {e}"));
-    Some(Emu { emu, _dir: dir })
+/// Mounts an emulator for the running (privileged) test.
+pub fn mount(config: EmuConfig) -> Emu {
+    Emu(test_support::mount(config))
 }
 
 impl Emu {
-    pub fn root(&self) -> &Path {
-        self.emu.root()
-    }
-
-    pub fn stats(&self) -> Stats {
-        self.emu.stats()
-    }
-
-    /// gpu_ids of the emulated partitions, in topology order.
-    pub fn gpu_ids(&self) -> Vec<u32> {
-        self.stats().partitions.iter().map(|p| p.gpu_id).collect()
-    }
-
-    /// Polls the stats until `f` holds; fails the test with `what` and the last stats after
-    /// [`WAIT_LIMIT`].
-    pub fn wait_for(&self, what: &str, mut f: impl FnMut(&Stats) -> bool) -> Stats {
-        let deadline = Instant::now() + WAIT_LIMIT;
-        loop {
-            let s = self.stats();
-            if f(&s) {
-                return s;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "emulator never reached: {what} (waited {WAIT_LIMIT:?}); last stats:\n{s:#?}"
-            );
-            std::thread::sleep(Duration::from_millis(5));
-        }
-    }
-
     /// Runs a program against this emulator (`KFDQ_ROOT` = the mount, checkpoints on,
     /// `FAKEHIP_TIMEOUT_MS=60000` and `FAKEHIP_DEBUG=1` unless `envs` says otherwise),
     /// recording the stats at every checkpoint after `on_checkpoint` returned.

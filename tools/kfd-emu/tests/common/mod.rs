@@ -2,7 +2,7 @@
 //! emulator in a temporary directory, raw ioctls, and queue buffers.
 //!
 //! Everything goes through real syscalls (open, ioctl, mmap, read) on the FUSE mount.
-#![allow(dead_code)]
+#![allow(dead_code, unused_imports)]
 
 use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
@@ -10,54 +10,29 @@ use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use kfd_emu::{EmuConfig, MountedEmu, Preset, Stats};
 use kfd_sys::*;
 
-/// Whether privileged tests may run. Not root: panics with the reason, unless
-/// `KFDQ_SKIP_PRIVILEGED=1`, in which case it prints that the test is skipped.
-pub fn privileged(module: &str) -> bool {
-    // libtest names each test's thread after the test.
-    let current = std::thread::current();
-    kfd_emu::privileged_test(current.name().unwrap_or(module))
+pub use test_support::emu::{Emu as TestEmu, mount, mount_preset};
+pub use test_support::{require_root, wait_until};
+
+/// What the kfd-emu tests open and read on a mount.
+pub trait KfdFiles {
+    /// `/dev/kfd` of the mount.
+    fn open_kfd(&self) -> Kfd;
+    /// GPU nodes from sysfs: (node number, gpu_id, properties).
+    fn gpu_nodes(&self) -> Vec<GpuNode>;
+    /// Opens the render node of a GPU node.
+    fn open_render(&self, node: &GpuNode) -> File;
 }
 
-/// Returns early from a test that cannot run without root.
-macro_rules! require_root {
-    () => {
-        if !common::privileged(module_path!()) {
-            return;
-        }
-    };
-}
-
-/// A mounted emulator in its own temporary directory.
-pub struct TestEmu {
-    // Field order matters: unmount before the directory is removed.
-    pub emu: MountedEmu,
-    pub dir: tempfile::TempDir,
-}
-
-impl TestEmu {
-    pub fn root(&self) -> &Path {
-        self.emu.root()
-    }
-
-    pub fn path(&self, rel: &str) -> PathBuf {
-        self.root().join(rel)
-    }
-
-    pub fn read(&self, rel: &str) -> String {
-        std::fs::read_to_string(self.path(rel)).unwrap_or_else(|e| panic!("read {rel}: {e}"))
-    }
-
-    pub fn open_kfd(&self) -> Kfd {
+impl KfdFiles for TestEmu {
+    fn open_kfd(&self) -> Kfd {
         Kfd {
             file: open_rw(&self.path("dev/kfd")),
         }
     }
 
-    /// GPU nodes from sysfs: (node number, gpu_id, properties).
-    pub fn gpu_nodes(&self) -> Vec<GpuNode> {
+    fn gpu_nodes(&self) -> Vec<GpuNode> {
         let mut out = Vec::new();
         for n in 1.. {
             let dir = format!("sys/class/kfd/kfd/topology/nodes/{n}");
@@ -75,12 +50,7 @@ impl TestEmu {
         out
     }
 
-    pub fn stats(&self) -> Stats {
-        self.emu.stats()
-    }
-
-    /// Opens the render node of a GPU node.
-    pub fn open_render(&self, node: &GpuNode) -> File {
+    fn open_render(&self, node: &GpuNode) -> File {
         open_rw(&self.path(&format!(
             "dev/dri/renderD{}",
             node.props["drm_render_minor"]
@@ -141,20 +111,6 @@ pub fn open_rw(p: &Path) -> File {
         .write(true)
         .open(p)
         .unwrap_or_else(|e| panic!("open {}: {e}", p.display()))
-}
-
-/// Mounts an emulator with `config` in a fresh temporary directory.
-pub fn mount(config: EmuConfig) -> TestEmu {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let emu = MountedEmu::mount(&dir.path().join("root"), config).expect("mount kfd-emu");
-    TestEmu { emu, dir }
-}
-
-pub fn mount_preset(preset: Preset) -> TestEmu {
-    mount(EmuConfig {
-        preset,
-        ..EmuConfig::default()
-    })
 }
 
 /// Builds an ioctl request number ('K', nr, size, direction bits 1=W 2=R).
@@ -474,18 +430,4 @@ pub fn submit(bufs: &QueueBufs, from: u64, packets: &[[u8; 64]]) -> u64 {
         .u64_at(WPTR_OFF)
         .store(to, std::sync::atomic::Ordering::Release);
     to
-}
-
-/// Polls `f` every 2 ms until it is true or `timeout` passes.
-pub fn wait_until(timeout: Duration, mut f: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + timeout;
-    loop {
-        if f() {
-            return true;
-        }
-        if Instant::now() > deadline {
-            return false;
-        }
-        std::thread::sleep(Duration::from_millis(2));
-    }
 }

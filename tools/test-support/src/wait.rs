@@ -1,0 +1,32 @@
+//! Waiting on conditions instead of sleeping for a fixed time: a condition is polled until it
+//! holds, with a deadline generous enough for a busy 2-core machine, and a timeout fails the
+//! test naming what never happened.
+
+use std::time::{Duration, Instant};
+
+/// How long [`wait_for`] waits before it fails the test.
+pub const WAIT_LIMIT: Duration = Duration::from_secs(30);
+
+/// How often a condition is polled.
+pub const POLL: Duration = Duration::from_millis(2);
+
+/// Polls `cond` until it holds; fails the test naming `what` after [`WAIT_LIMIT`].
+pub fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
+    if !wait_until(WAIT_LIMIT, &mut cond) {
+        panic!("timed out after {WAIT_LIMIT:?} waiting for {what}");
+    }
+}
+
+/// Polls `cond` until it holds (`true`) or `timeout` passes (`false`).
+pub fn wait_until(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if cond() {
+            return true;
+        }
+        if Instant::now() > deadline {
+            return false;
+        }
+        std::thread::sleep(POLL);
+    }
+}
