@@ -21,6 +21,7 @@ fn kfdq(root: &std::path::Path, args: &[&str]) -> (bool, String, String) {
 }
 
 #[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn topology_json_matches_the_emulator() {
     let emu = mount_preset(Preset::Mi300xCpx);
     let (ok, out, err) = kfdq(emu.root(), &["topology", "--json"]);
@@ -56,6 +57,7 @@ fn topology_json_matches_the_emulator() {
 }
 
 #[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn ps_json_lists_another_process_queues() {
     let emu = mount_preset(Preset::Mi308x);
     let holder = Holder::spawn(emu.root(), &["--queues", "3", "--priority", "11"]);
@@ -68,7 +70,7 @@ fn ps_json_lists_another_process_queues() {
         .iter()
         .find(|p| p["pid"] == holder.pid)
         .expect("holder listed");
-    assert_eq!(p["command"], "kfdq-demo");
+    assert_eq!(p["command"], "kfdq-test-hold");
     let ids: Vec<u32> = p["queues"]
         .as_array()
         .unwrap()
@@ -84,7 +86,7 @@ fn ps_json_lists_another_process_queues() {
     let (ok, table, _) = kfdq(emu.root(), &["ps"]);
     assert!(ok);
     assert!(
-        table.contains("kfdq-demo") && table.contains("65536"),
+        table.contains("kfdq-test-hold") && table.contains("65536"),
         "{table}"
     );
     let pid = holder.pid;
@@ -107,26 +109,8 @@ fn missing_root_gives_a_hint() {
     }
 }
 
-/// The shim cargo built in this workspace run (`cargo test --workspace` builds it before any
-/// test runs).
-fn shim_library() -> std::path::PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let deps = exe.parent().unwrap();
-    for p in [
-        deps.parent().unwrap().join("libkfdq_shim.so"),
-        deps.join("libkfdq_shim.so"),
-    ] {
-        if p.is_file() {
-            return p;
-        }
-    }
-    panic!(
-        "libkfdq_shim.so is not built next to {}: run `cargo build -p kfdq-shim` (cargo test --workspace builds it)",
-        deps.display()
-    );
-}
-
 #[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn run_puts_a_program_under_the_shim_and_ps_shows_its_streams() {
     let emu = mount_preset(Preset::Mi308x);
     let dir = tempfile::tempdir().unwrap();
@@ -139,7 +123,7 @@ fn run_puts_a_program_under_the_shim_and_ps_shows_its_streams() {
         .arg("--root")
         .arg(emu.root())
         .args(["run", "--class", "latency", "--shim"])
-        .arg(shim_library())
+        .arg(test_support::bins::shim_path())
         .arg("--")
         .arg(&workload)
         .arg("2")

@@ -51,6 +51,7 @@ fn works(v: &serde_json::Value, level: &str) -> bool {
 }
 
 #[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn doctor_gives_three_verdicts_for_three_kernels() {
     let configs = [
         ("current", EmuConfig::default()),

@@ -10,6 +10,7 @@ use kfdq::kfd::{self, GpuId, Kfd, QueueId, cwsr::SizeSource, ioctl};
 use nix::errno::Errno;
 
 #[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn get_version_and_capabilities() {
     let emu = mount_preset(Preset::Mi308x);
     let kfd = Kfd::open(&emu.kfd_root()).unwrap();
@@ -23,6 +24,7 @@ fn get_version_and_capabilities() {
 }
 
 #[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn old_kfd_minor_disables_debugger_api() {
     let emu = mount(EmuConfig {
         kfd_minor: 11,
@@ -35,6 +37,7 @@ fn old_kfd_minor_disables_debugger_api() {
 }
 
 #[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn topology_of_mi308x_preset() {
     let emu = mount_preset(Preset::Mi308x);
     let kfd = Kfd::open(&emu.kfd_root()).unwrap();
@@ -63,18 +66,19 @@ fn topology_of_mi308x_preset() {
 }
 
 #[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn cpx_preset_has_eight_partitions() {
     let emu = mount_preset(Preset::Mi300xCpx);
     let kfd = Kfd::open(&emu.kfd_root()).unwrap();
     let gpus: Vec<_> = kfd.topology().gpus().collect();
     assert_eq!(gpus.len(), 8);
     assert!(gpus.iter().all(|n| n.num_xcc() == 1 && n.cu_count() == 38));
-    let mut ids: Vec<_> = gpus.iter().map(|n| n.gpu_id.unwrap()).collect();
-    ids.dedup();
-    assert_eq!(ids.len(), 8, "distinct gpu_ids");
+    let ids: std::collections::BTreeSet<_> = gpus.iter().map(|n| n.gpu_id.unwrap()).collect();
+    assert_eq!(ids.len(), 8, "distinct gpu_ids: {ids:?}");
 }
 
 #[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn legacy_kernel_sizes_come_from_the_formula() {
     let cfg = EmuConfig {
         preset: Preset::Mi300xSpx,

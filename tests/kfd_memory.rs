@@ -14,6 +14,7 @@ fn first_gpu(kfd: &Kfd) -> kfdq::kfd::GpuId {
 }
 
 #[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn acquire_vm_once_per_gpu() {
     let emu = mount_preset(Preset::Mi308x);
     let kfd = Kfd::open(&emu.kfd_root()).unwrap();
@@ -35,6 +36,7 @@ fn acquire_vm_once_per_gpu() {
 }
 
 #[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn acquire_vm_rejects_a_fd_that_is_not_the_render_node() {
     let emu = mount_preset(Preset::Mi308x);
     let kfd = Kfd::open(&emu.kfd_root()).unwrap();
@@ -45,6 +47,7 @@ fn acquire_vm_rejects_a_fd_that_is_not_the_render_node() {
 }
 
 #[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn userptr_alloc_map_unmap_free() {
     let emu = mount_preset(Preset::Mi308x);
     let kfd = Kfd::open(&emu.kfd_root()).unwrap();
@@ -80,6 +83,7 @@ fn userptr_alloc_map_unmap_free() {
 }
 
 #[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn gtt_buffer_is_cpu_visible_at_its_gpu_address() {
     let emu = mount_preset(Preset::Mi308x);
     let kfd = Kfd::open(&emu.kfd_root()).unwrap();
@@ -110,6 +114,7 @@ fn gtt_buffer_is_cpu_visible_at_its_gpu_address() {
 }
 
 #[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn bad_sizes_are_refused_before_the_call() {
     let emu = mount_preset(Preset::Mi308x);
     let kfd = Kfd::open(&emu.kfd_root()).unwrap();

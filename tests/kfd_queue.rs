@@ -14,6 +14,7 @@ fn setup(preset: Preset) -> (Emu, u32) {
 }
 
 #[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn aql_queue_lifecycle() {
     let (emu, pid) = setup(Preset::Mi308x);
     let kfd = Kfd::open(&emu.kfd_root()).unwrap();
@@ -75,6 +76,7 @@ fn aql_queue_lifecycle() {
 }
 
 #[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn pm4_queue_gets_an_eop_buffer() {
     let (emu, pid) = setup(Preset::Mi308x);
     let kfd = Kfd::open(&emu.kfd_root()).unwrap();
@@ -91,6 +93,7 @@ fn pm4_queue_gets_an_eop_buffer() {
 }
 
 #[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn inactive_at_creation() {
     let (emu, pid) = setup(Preset::Mi308x);
     let kfd = Kfd::open(&emu.kfd_root()).unwrap();
@@ -101,6 +104,7 @@ fn inactive_at_creation() {
 }
 
 #[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn library_validates_before_the_syscall() {
     assert_eq!(
         Priority::new(16).unwrap_err().to_string(),
@@ -137,6 +141,7 @@ fn library_validates_before_the_syscall() {
 }
 
 #[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn update_of_unknown_queue_names_the_rule() {
     let (emu, _) = setup(Preset::Mi308x);
     let kfd = Kfd::open(&emu.kfd_root()).unwrap();
@@ -169,6 +174,7 @@ fn update_of_unknown_queue_names_the_rule() {
 }
 
 #[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn the_256th_queue_on_one_gpu_is_refused() {
     let (emu, _) = setup(Preset::Mi300xCpx);
     let kfd = Kfd::open(&emu.kfd_root()).unwrap();

@@ -39,6 +39,7 @@ fn total_preempts(emu: &Emu) -> u64 {
 }
 
 #[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn a_busy_latency_process_preempts_the_batch_job_and_one_burst_costs_two_preempts() {
     let emu = mount();
     let agent = Agent::start(&emu, &two_classes("suspend"));
@@ -107,6 +108,7 @@ fn a_busy_latency_process_preempts_the_batch_job_and_one_burst_costs_two_preempt
 }
 
 #[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn a_held_process_whose_streams_wait_on_each_other_does_not_deadlock() {
     let emu = mount();
     let agent = Agent::start(&emu, &two_classes("hold"));
@@ -138,6 +140,7 @@ fn a_held_process_whose_streams_wait_on_each_other_does_not_deadlock() {
 }
 
 #[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn the_residency_guard_keeps_the_latency_queues_resident() {
     let emu = mount_with_slots(4);
     // Holding the batch job would free no slot: the guard deactivates it instead.
@@ -164,6 +167,7 @@ fn the_residency_guard_keeps_the_latency_queues_resident() {
 }
 
 #[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn kill_9_of_the_agent_releases_the_preempted_job_and_a_new_agent_picks_the_node_up() {
     let emu = mount();
     let mut agent = Agent::start(&emu, &two_classes("deactivate"));
@@ -196,6 +200,7 @@ fn kill_9_of_the_agent_releases_the_preempted_job_and_a_new_agent_picks_the_node
 }
 
 #[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn a_process_that_exits_while_preempted_leaves_nothing_behind() {
     let emu = mount();
     let agent = Agent::start(&emu, &two_classes("suspend"));
@@ -223,6 +228,7 @@ fn a_process_that_exits_while_preempted_leaves_nothing_behind() {
 }
 
 #[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn sigterm_releases_everything_and_sighup_reloads_only_a_valid_file() {
     let emu = mount();
     let mut agent = Agent::start(&emu, &two_classes("deactivate"));
@@ -276,6 +282,7 @@ fn reply_line(s: &mut LineReader<BufReader<UnixStream>>) -> Reply {
 }
 
 #[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn bad_messages_get_error_replies_and_a_silent_peer_blocks_nobody() {
     let emu = mount();
     let mut agent = Agent::start(&emu, &two_classes("deactivate"));
@@ -414,6 +421,7 @@ while True:
 }
 
 #[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn users_control_only_their_own_processes_and_never_above_their_class_cap() {
     let emu = mount();
     // `latency` is not selectable with KFDQ_CLASS; `batch` (max priority 3) is.
@@ -472,6 +480,7 @@ fn users_control_only_their_own_processes_and_never_above_their_class_cap() {
 }
 
 #[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn classes_with_a_cu_share_get_disjoint_cu_masks() {
     let emu = mount();
     let cfg = two_classes("hold")

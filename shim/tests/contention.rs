@@ -39,6 +39,7 @@ fn latency_phase(emu: &Emu) -> Latency {
 }
 
 #[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn preempting_a_flooding_program_brings_the_latency_client_back_near_alone() {
     let emu = mount();
     let alone = latency_phase(&emu);

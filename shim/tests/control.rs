@@ -9,7 +9,6 @@ use std::io::{BufReader, Write};
 use std::os::fd::OwnedFd;
 use std::os::unix::net::UnixListener;
 use std::process::{Command, Stdio};
-use std::time::Duration;
 
 use common::agent::*;
 use common::*;
@@ -88,30 +87,36 @@ impl Setup {
         self.emu.queue(self.app.pid, self.qid(name)).packets_done
     }
 
-    /// Lets in-flight work drain, then asserts over 300 ms that the `frozen` streams' queues
-    /// complete nothing while the `running` ones progress.
+    /// Asserts that the `frozen` streams' queues complete nothing while the `running` ones
+    /// progress. No fixed window: first the frozen queues must be quiescent in the emulator
+    /// (inactive, suspended, or with nothing left in their ring), then the window lasts until
+    /// every running stream has completed 3 more packets, or, with none running, until a
+    /// witness process's queue has run 20 ms of packets on the same partition.
     fn assert_progress(&self, frozen: &[&str], running: &[&str]) {
-        std::thread::sleep(Duration::from_millis(150));
+        wait_for("the frozen streams' queues to be quiescent", || {
+            frozen.iter().all(|n| {
+                let q = self.emu.queue(self.app.pid, self.qid(n));
+                !q.active || q.suspended || q.read_index == q.write_index
+            })
+        });
         let before: Vec<u64> = frozen.iter().chain(running).map(|n| self.done(n)).collect();
-        std::thread::sleep(Duration::from_millis(300));
-        let after: Vec<u64> = frozen.iter().chain(running).map(|n| self.done(n)).collect();
-        for (i, n) in frozen.iter().chain(running).enumerate() {
-            if i < frozen.len() {
-                assert_eq!(
-                    after[i],
-                    before[i],
-                    "stream {n} (queue {}) must make no progress",
-                    self.qid(n)
-                );
-            } else {
-                assert!(
-                    after[i] > before[i],
-                    "stream {n} (queue {}) must keep making progress ({} -> {})",
-                    self.qid(n),
-                    before[i],
-                    after[i]
-                );
-            }
+        if running.is_empty() {
+            test_support::hold::cp_witness(&self.emu, 20, 1000);
+        } else {
+            wait_for("every running stream to complete 3 more packets", || {
+                running
+                    .iter()
+                    .enumerate()
+                    .all(|(i, n)| self.done(n) >= before[frozen.len() + i] + 3)
+            });
+        }
+        for (i, n) in frozen.iter().enumerate() {
+            assert_eq!(
+                self.done(n),
+                before[i],
+                "stream {n} (queue {}) must make no progress",
+                self.qid(n)
+            );
         }
     }
 
@@ -126,6 +131,7 @@ impl Setup {
 }
 
 #[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn level1_hold_and_release_one_stream() {
     let mut s = setup(false, &[]);
     let lo = s.sid("lo");
@@ -164,6 +170,7 @@ fn level1_hold_and_release_one_stream() {
 }
 
 #[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn level2_deactivate_and_reactivate_one_queue() {
     let mut s = setup(false, &[]);
     let (lo, pid) = (s.qid("lo"), s.app.pid);
@@ -221,6 +228,7 @@ fn level2_deactivate_and_reactivate_one_queue() {
 }
 
 #[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn level3_suspend_and_resume_by_stream() {
     let mut s = setup(false, &[]);
     let (lo_sid, lo, pid) = (s.sid("lo"), s.qid("lo"), s.app.pid);
@@ -257,6 +265,7 @@ fn level3_suspend_and_resume_by_stream() {
 }
 
 #[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn level0_priority_and_command_errors_name_the_rule() {
     let mut s = setup(false, &[]);
     let (hi, pid) = (s.qid("hi"), s.app.pid);
@@ -310,6 +319,7 @@ fn level0_priority_and_command_errors_name_the_rule() {
 }
 
 #[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn closing_the_socket_releases_every_level() {
     let mut s = setup(false, &[]);
     let pid = s.app.pid;
@@ -364,6 +374,7 @@ fn closing_the_socket_releases_every_level() {
 }
 
 #[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn a_killed_agent_never_leaves_the_app_held() {
     let mut s = setup(false, &[]);
     let pid = s.app.pid;
@@ -399,7 +410,8 @@ fn a_killed_agent_never_leaves_the_app_held() {
         .spawn()
         .expect("spawn peer");
     drop(conn);
-    std::thread::sleep(Duration::from_millis(200));
+    // The window: the app's own threads and a witness process run meanwhile.
+    test_support::hold::cp_witness(&emu, 20, 1000);
     assert!(
         emu.queue(pid, lo).suspended,
         "still suspended while the peer holds the socket"
@@ -422,6 +434,7 @@ fn a_killed_agent_never_leaves_the_app_held() {
 }
 
 #[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn passthrough_library_launches_are_never_held() {
     let mut s = setup(true, &[("KFDQ_PASSTHROUGH", "+libkfdqtest")]);
     s.conn.ok(|seq| AgentMsg::Preempt {
@@ -441,6 +454,7 @@ fn passthrough_library_launches_are_never_held() {
 }
 
 #[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn without_passthrough_the_library_is_held_too() {
     let mut s = setup(true, &[]);
     s.conn.ok(|seq| AgentMsg::Preempt {
@@ -460,6 +474,7 @@ fn without_passthrough_the_library_is_held_too() {
 }
 
 #[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn runtime_update_queue_cannot_undo_the_shims_state() {
     let emu = mount();
     let sock_dir = tempfile::tempdir().unwrap();
@@ -509,6 +524,7 @@ fn runtime_update_queue_cannot_undo_the_shims_state() {
 }
 
 #[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn a_refusing_agent_stops_control_but_not_the_app() {
     let emu = mount();
     let sock_dir = tempfile::tempdir().unwrap();
@@ -532,7 +548,9 @@ fn a_refusing_agent_stops_control_but_not_the_app() {
         Err(proto::DecodeError::Closed)
     ));
     app.wait_line("CHECKPOINT");
-    std::thread::sleep(Duration::from_millis(300));
+    // A shim that reconnects would try again after 20 ms (its first backoff); the window lasts
+    // until a witness process's queue has run 100 ms of packets.
+    test_support::hold::cp_witness(&emu, 50, 2000);
     assert!(
         listener.accept().is_err(),
         "a refused shim must not reconnect"
@@ -585,6 +603,7 @@ const FREE_CALLS: &[&str] = &[
 ];
 
 #[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn level1_holds_stream_ordered_work_but_not_synchronisation() {
     let emu = mount();
     let sock_dir = tempfile::tempdir().unwrap();
@@ -624,8 +643,10 @@ fn level1_holds_stream_ordered_work_but_not_synchronisation() {
     for c in FREE_CALLS {
         app.wait_line(&format!("done {c} "));
     }
-    // Generous: the free calls all returned; give the held ones time to (wrongly) return too.
-    app.collect_for(Duration::from_millis(300));
+    // The free calls all returned; the window in which the held ones could (wrongly) return
+    // too lasts until a witness process's queue has run 20 ms of packets.
+    test_support::hold::cp_witness(&emu, 20, 1000);
+    app.collect_pending();
     for c in HELD_CALLS {
         assert!(
             !app.has_line(&format!("done {c} ")),

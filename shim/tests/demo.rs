@@ -7,6 +7,7 @@ mod common;
 use common::*;
 
 #[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn the_demo_reports_every_number_and_level_2_beats_no_control() {
     test_support::require_root();
     // The demo looks for its workloads by name in --workloads.

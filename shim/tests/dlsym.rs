@@ -55,6 +55,7 @@ fn created(lines: &[String], what: &str) -> (i32, u64) {
 }
 
 #[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn functions_looked_up_on_the_runtime_handle_are_the_shim_s_wrappers() {
     let emu = mount();
     let mut app = Launch::new(PathBuf::from(PYTHON))

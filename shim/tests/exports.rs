@@ -235,6 +235,7 @@ fn nodes_match_debians_real_hip_5_2_3() {
 }
 
 #[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn sid_nodes_match_debians_real_hip_6_4_3() {
     let root = common::sid::root();
     let real = root.join("usr/lib/x86_64-linux-gnu/libamdhip64.so.6");

@@ -76,6 +76,7 @@ fn via_kfdq_run(
 }
 
 #[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn without_an_agent_the_class_default_bounds_the_runtimes_queues() {
     let _serial = serial();
     let emu = mount();
@@ -102,6 +103,7 @@ fn without_an_agent_the_class_default_bounds_the_runtimes_queues() {
 }
 
 #[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn kfdq_run_gives_the_command_its_class_hw_queues_from_the_agent() {
     let _serial = serial();
     let emu = mount();
@@ -197,6 +199,7 @@ struct Row {
 }
 
 #[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn more_active_queues_than_resident_slots_cost_the_latency_class_its_priority() {
     let _serial = serial();
     let emu = mount_with_slots(SLOTS);

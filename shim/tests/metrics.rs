@@ -9,7 +9,7 @@ use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::kfdqd::{Agent, two_classes};
 use common::*;
@@ -72,17 +72,6 @@ fn sample(text: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
         .then(|| value.parse().ok())
         .flatten()
     })
-}
-
-fn wait_for<T>(what: &str, deadline: Duration, mut f: impl FnMut() -> Option<T>) -> T {
-    let end = Instant::now() + deadline;
-    loop {
-        if let Some(v) = f() {
-            return v;
-        }
-        assert!(Instant::now() < end, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
 }
 
 struct Prometheus {
@@ -149,6 +138,7 @@ fn query(p: &Prometheus, q: &str) -> Option<f64> {
 }
 
 #[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn prometheus_scrapes_the_agent_and_reads_a_preempted_process_back() {
     let emu = mount();
     let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
@@ -167,7 +157,7 @@ fn prometheus_scrapes_the_agent_and_reads_a_preempted_process_back() {
     let pid = lp.pid.to_string();
 
     // Running: level 0, two queues, the class busy.
-    let text = wait_for(
+    let text = test_support::wait::wait_value(
         "the batch job's queues in a scrape",
         Duration::from_secs(30),
         || {
@@ -192,10 +182,11 @@ fn prometheus_scrapes_the_agent_and_reads_a_preempted_process_back() {
         level: Level::Deactivate,
     });
     assert!(matches!(r, Reply::Done { .. }), "{r:?}");
-    let text = wait_for("level 2 in a scrape", Duration::from_secs(30), || {
-        let (_, body) = get(addr, "/metrics");
-        (sample(&body, "kfdq_process_level", &[("pid", &pid)]) == Some(2.0)).then_some(body)
-    });
+    let text =
+        test_support::wait::wait_value("level 2 in a scrape", Duration::from_secs(30), || {
+            let (_, body) = get(addr, "/metrics");
+            (sample(&body, "kfdq_process_level", &[("pid", &pid)]) == Some(2.0)).then_some(body)
+        });
     assert!(
         sample(
             &text,
@@ -252,7 +243,7 @@ fn prometheus_scrapes_the_agent_and_reads_a_preempted_process_back() {
 
     // The real server scrapes it and answers for the series.
     let p = prometheus(addr);
-    let level = wait_for(
+    let level = test_support::wait::wait_value(
         "prometheus to scrape kfdqd and answer for kfdq_process_level",
         Duration::from_secs(120),
         || {
@@ -268,7 +259,7 @@ fn prometheus_scrapes_the_agent_and_reads_a_preempted_process_back() {
     // Resumed: the server sees level 0 on a later scrape.
     let r = agent.request(&Request::Resume { pid: lp.pid });
     assert!(matches!(r, Reply::Done { .. }), "{r:?}");
-    wait_for(
+    test_support::wait::wait_value(
         "prometheus to see the resume",
         Duration::from_secs(120),
         || (query(&p, &format!("kfdq_process_level{{pid=\"{pid}\"}}")) == Some(0.0)).then_some(()),
@@ -277,6 +268,7 @@ fn prometheus_scrapes_the_agent_and_reads_a_preempted_process_back() {
 }
 
 #[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn bad_http_requests_get_errors_and_the_agent_keeps_serving() {
     let emu = mount();
     let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();

@@ -178,6 +178,7 @@ fn managed_like_a_linked_program(script: &str) {
 }
 
 #[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn a_ctypes_library_loaded_rtld_local_is_managed() {
     let ops = built().ops.display().to_string();
     managed_like_a_linked_program(&format!(
@@ -186,6 +187,7 @@ fn a_ctypes_library_loaded_rtld_local_is_managed() {
 }
 
 #[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn a_cpython_extension_module_is_managed() {
     let dir = built().ext_dir.display().to_string();
     managed_like_a_linked_program(&format!(
@@ -194,6 +196,7 @@ fn a_cpython_extension_module_is_managed() {
 }
 
 #[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn debian_s_real_runtime_loaded_rtld_local_returns_its_own_codes() {
     let emu = mount();
     let real = built().real.display().to_string();

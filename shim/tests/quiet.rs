@@ -146,6 +146,7 @@ impl Drop for BadAgent {
 }
 
 #[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn a_missing_socket_or_a_regular_file_gives_one_warning_and_changes_nothing() {
     let emu = mount();
     let (alone, _) = deps_with(&emu, &[]);
@@ -164,6 +165,7 @@ fn a_missing_socket_or_a_regular_file_gives_one_warning_and_changes_nothing() {
 }
 
 #[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn an_agent_that_closes_at_once_is_retried_with_a_growing_backoff_and_named_once() {
     let emu = mount();
     let dir = tempfile::tempdir().unwrap();
@@ -192,6 +194,7 @@ fn an_agent_that_closes_at_once_is_retried_with_a_growing_backoff_and_named_once
 }
 
 #[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn garbage_or_silence_instead_of_a_welcome_is_named_once_and_the_registry_is_written() {
     let emu = mount();
     let dir = tempfile::tempdir().unwrap();
@@ -227,6 +230,7 @@ fn garbage_or_silence_instead_of_a_welcome_is_named_once_and_the_registry_is_wri
 }
 
 #[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn a_thousand_malformed_lines_give_one_warning() {
     let emu = mount();
     let dir = tempfile::tempdir().unwrap();
@@ -250,6 +254,7 @@ fn a_thousand_malformed_lines_give_one_warning() {
 }
 
 #[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn an_unwritable_state_directory_is_named_once() {
     let emu = mount();
     let (alone, _) = deps_with(&emu, &[]);
@@ -266,6 +271,7 @@ fn an_unwritable_state_directory_is_named_once() {
 }
 
 #[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn a_k_typed_ioctl_on_a_pipe_does_not_initialise_the_shim() {
     let emu = mount();
     let run = |shim: bool| {

@@ -70,6 +70,7 @@ fn measure(emu: &Emu, label: String, agent: Option<&Agent>, period: Option<u64>)
 }
 
 #[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn the_control_thread_wakes_once_per_activity_period_and_never_without_an_agent() {
     let emu = mount();
     let mut rows = Vec::new();

@@ -41,6 +41,7 @@ fn held_hip_check(emu: &Emu, root: &Path, built: &sid::Built) -> Running {
 }
 
 #[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn sid_rocminfo_lists_the_emulated_mi308x() {
     let (emu, root, _) = setup();
     let out = sid::command(&emu, &root, &[], Path::new("/"), &["rocminfo"])
@@ -64,6 +65,7 @@ fn sid_rocminfo_lists_the_emulated_mi308x() {
 }
 
 #[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn sid_a_hipcc_program_runs_on_the_real_runtime() {
     let (emu, root, built) = setup();
     let p = held_hip_check(&emu, &root, built);
@@ -220,6 +222,7 @@ fn under_kfdq(
 }
 
 #[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn sid_under_kfdq_run_every_stream_is_on_a_queue_at_the_class_priority() {
     let (emu, root, built) = setup();
     let agent = Agent::start(&emu, &two_classes("suspend"));
@@ -353,6 +356,7 @@ fn registry(state: &Path, pid: u32) -> Option<kfdq::proto::Registry> {
 }
 
 #[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn sid_agent_level_1_holds_and_releases_the_real_runtime() {
     agent_level(
         "hold",
@@ -367,6 +371,7 @@ fn sid_agent_level_1_holds_and_releases_the_real_runtime() {
 }
 
 #[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn sid_agent_level_2_deactivates_and_reactivates_the_real_runtime() {
     agent_level(
         "deactivate",
@@ -381,6 +386,7 @@ fn sid_agent_level_2_deactivates_and_reactivates_the_real_runtime() {
 }
 
 #[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn sid_agent_level_3_suspends_and_resumes_the_real_runtime() {
     agent_level(
         "suspend",
@@ -395,6 +401,7 @@ fn sid_agent_level_3_suspends_and_resumes_the_real_runtime() {
 }
 
 #[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn sid_a_python_extension_on_the_null_stream_computes_the_same_under_the_shim() {
     let (emu, root, built) = setup();
     let out = in_work(&emu, &root, built, &["python3", "hipext_check.py"])
@@ -467,6 +474,7 @@ fn busy_with_kernel_time(wg_ns: Option<u64>) -> (u64, u64) {
 }
 
 #[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn sid_kernel_times_set_the_model_time_of_named_kernels() {
     let (default, n) = busy_with_kernel_time(None);
     let (slow, m) = busy_with_kernel_time(Some(1_000_000));

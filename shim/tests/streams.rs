@@ -31,6 +31,7 @@ fn assert_emulator_agrees(emu: &Emu, pid: u32, reg: &Registry) {
 }
 
 #[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn null_stream_pytorch_style() {
     let emu = mount();
     let mut app = Launch::new(programs().get("streams"))
@@ -120,6 +121,7 @@ fn run_priorities(
 }
 
 #[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn stream_priorities_default_class_and_clamping() {
     let emu = mount();
     let (reg, q, stderr) = run_priorities(&emu, None, None);
@@ -158,6 +160,7 @@ fn stream_priorities_default_class_and_clamping() {
 }
 
 #[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn stream_priorities_latency_and_batch_classes() {
     let emu = mount();
     let (reg, q, _) = run_priorities(&emu, Some("latency"), None);
@@ -186,6 +189,7 @@ fn stream_priorities_latency_and_batch_classes() {
 }
 
 #[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn forced_priority_and_invalid_values_are_reported() {
     let emu = mount();
     let (reg, q, _) = run_priorities(&emu, Some("batch"), Some("12"));
@@ -216,6 +220,7 @@ fn forced_priority_and_invalid_values_are_reported() {
 }
 
 #[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn per_thread_default_streams() {
     let emu = mount();
     let mut app = Launch::new(programs().get("streams"))
@@ -257,6 +262,7 @@ fn per_thread_default_streams() {
 }
 
 #[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn hip_get_proc_address_returns_the_wrappers() {
     let emu = mount();
     let mut app = Launch::new(programs().get("streams"))
@@ -311,6 +317,7 @@ fn hip_get_proc_address_returns_the_wrappers() {
 }
 
 #[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn library_streams_are_attributed_to_the_library() {
     let emu = mount();
     let lib = programs().lib();
@@ -357,6 +364,7 @@ fn library_streams_are_attributed_to_the_library() {
 }
 
 #[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn streams_sharing_a_queue_are_found_and_reported() {
     let emu = mount();
     let mut app = Launch::new(programs().get("streams"))
@@ -407,6 +415,7 @@ fn streams_sharing_a_queue_are_found_and_reported() {
 }
 
 #[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn fork_child_starts_empty_and_registers_its_own_queues() {
     let emu = mount();
     let mut app = Launch::new(programs().get("forkexec"))
@@ -446,6 +455,7 @@ fn fork_child_starts_empty_and_registers_its_own_queues() {
 }
 
 #[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn exec_registers_the_new_image_once() {
     let emu = mount();
     let streams = programs().get("streams");
@@ -536,6 +546,7 @@ fn first_operation_attributes(emu: &Emu, op: &str, name: &str, kind: StreamKind)
 }
 
 #[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn first_operation_copy_or_fill_attributes_the_null_stream() {
     let emu = mount();
     for op in ["memcpy", "memset", "memcpy-legacy", "memcpy-sync"] {
@@ -544,12 +555,14 @@ fn first_operation_copy_or_fill_attributes_the_null_stream() {
 }
 
 #[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn first_operation_fill_attributes_the_per_thread_stream() {
     let emu = mount();
     first_operation_attributes(&emu, "memset-spt", "spt", StreamKind::PerThread);
 }
 
 #[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn hip_get_proc_address_returns_the_stream_work_wrappers() {
     let emu = mount();
     let mut app = Launch::new(programs().get("ordered"))

@@ -70,6 +70,7 @@ fn suspend(agent: &Agent, pid: u32, level: &str) -> std::process::Output {
 }
 
 #[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn a_process_without_the_shim_is_suspended_resumed_and_left_untraced() {
     let emu = mount();
     let mut agent = Agent::start(&emu, CONFIG);
@@ -136,6 +137,7 @@ fn a_process_without_the_shim_is_suspended_resumed_and_left_untraced() {
 }
 
 #[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn the_policy_suspends_a_traced_batch_job_while_a_traced_service_is_busy() {
     let emu = mount();
     // Both classes traced: the service's activity comes from sampling its queues. The batch
@@ -172,6 +174,7 @@ fn the_policy_suspends_a_traced_batch_job_while_a_traced_service_is_busy() {
 }
 
 #[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn a_traced_process_gets_its_signals() {
     let emu = mount();
     let agent = Agent::start(&emu, CONFIG);
@@ -218,6 +221,7 @@ fn a_traced_process_gets_its_signals() {
 }
 
 #[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn killing_the_agent_resumes_what_it_suspended() {
     let emu = mount();
     let mut agent = Agent::start(&emu, CONFIG);
@@ -241,6 +245,7 @@ fn killing_the_agent_resumes_what_it_suspended() {
 }
 
 #[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn a_process_under_strace_is_left_alone_with_its_tracer_named() {
     let emu = mount();
     let strace = which("strace");
@@ -275,6 +280,7 @@ fn a_process_under_strace_is_left_alone_with_its_tracer_named() {
 }
 
 #[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn the_shim_wins_over_the_tracer() {
     let emu = mount();
     let agent = Agent::start(&emu, CONFIG);

@@ -100,6 +100,7 @@ fn sample_row(emu: &Emu, activity_us: u64, tracees: usize) -> Row {
 }
 
 #[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn the_tracer_path_costs_are_measured() {
     let emu = mount();
     // Round trips: one traced and one shim process of the same class, same agent.

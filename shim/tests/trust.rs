@@ -159,6 +159,7 @@ fn deps(emu: &Emu, socket: Option<&Path>) -> (Vec<String>, String) {
 }
 
 #[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn an_impostor_as_another_uid_is_refused_and_commands_nothing() {
     let emu = mount();
     let dir = shared_dir();
@@ -230,6 +231,7 @@ fn an_impostor_as_another_uid_is_refused_and_commands_nothing() {
 }
 
 #[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn an_agent_uid_the_process_chose_to_trust_is_accepted() {
     let emu = mount();
     let dir = shared_dir();
@@ -250,6 +252,7 @@ fn an_agent_uid_the_process_chose_to_trust_is_accepted() {
 }
 
 #[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn root_s_agent_is_accepted_by_another_user_s_process() {
     let emu = mount();
     let agent = Agent::start(&emu, &two_classes("deactivate"));
@@ -298,6 +301,7 @@ fn kfdqd_in(emu: &Emu, dir: &Path) -> (bool, String) {
 }
 
 #[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn kfdqd_refuses_socket_directories_others_can_write() {
     let emu = mount();
     let base = tempfile::tempdir().expect("tempdir");

@@ -8,6 +8,7 @@ mod common;
 use common::*;
 
 #[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn work_no_stream_claims_is_reported_once_and_the_program_is_unchanged() {
     let emu = mount();
     let mut app = Launch::new(programs().get("deepbind"))

@@ -73,6 +73,7 @@ fn run_mode(emu: &Emu, mode: &str, n: u32, min_waits: u64) -> (u32, Option<u32>,
 }
 
 #[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn host_functions_launching_from_inside_keep_working_at_the_window() {
     let emu = mount();
     let (count, window, waits) = run_mode(&emu, "hostfunc", 20, 10);
@@ -82,6 +83,7 @@ fn host_functions_launching_from_inside_keep_working_at_the_window() {
 }
 
 #[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn a_stream_waiting_on_the_windowed_stream_keeps_working() {
     let emu = mount();
     let (count, _, waits) = run_mode(&emu, "events", 20, 10);
@@ -90,6 +92,7 @@ fn a_stream_waiting_on_the_windowed_stream_keeps_working() {
 }
 
 #[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn synchronisation_from_another_thread_keeps_working_at_the_window() {
     let emu = mount();
     let (count, _, waits) = run_mode(&emu, "sync", 30, 10);
@@ -98,6 +101,7 @@ fn synchronisation_from_another_thread_keeps_working_at_the_window() {
 }
 
 #[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn fork_at_the_window_leaves_parent_and_child_working() {
     let emu = mount();
     let (count, _, waits) = run_mode(&emu, "fork", 15, 10);
@@ -165,6 +169,7 @@ struct Row {
 }
 
 #[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn a_bounded_window_is_what_makes_level_1_hold_real_work() {
     // `equal` arbitration: priority buys nothing, so what the hold is worth shows alone.
     let emu = mount_with(EmuConfig {

@@ -7,6 +7,9 @@ use std::os::unix::net::UnixStream;
 
 use crate::proto::MAX_LINE;
 
+/// A connection, as the server numbers them.
+pub type ConnId = u64;
+
 /// Output a peer may leave unread before the agent drops it.
 pub const MAX_OUTPUT: usize = 4 << 20;
 /// Bytes read from one peer per wake-up (others are served in between).

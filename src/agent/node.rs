@@ -7,6 +7,7 @@ use std::collections::{BTreeMap, VecDeque};
 use std::time::{Duration, Instant};
 
 use super::config::AgentConfig;
+use super::conn::ConnId;
 use super::identity::{Classified, Identity, classify, may_set_class};
 use super::metrics::Recorder;
 use crate::policy::{Observation, PartitionObs, Policy, ProcessObs, QueueObs, Reason, Run};
@@ -15,9 +16,6 @@ use crate::proto::control::{
     ProcessStatus,
 };
 use crate::proto::{AgentMsg, CuMask, Level, Registry, Reply, Request, ShimMsg, Target};
-
-/// A connection, as the server numbers them.
-pub type ConnId = u64;
 
 /// How long a control request waits for the shims' acks.
 pub const ACK_TIMEOUT: Duration = Duration::from_secs(5);

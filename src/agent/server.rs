@@ -14,11 +14,11 @@ use nix::sys::signal::{SigSet, Signal};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
 
 use super::config::AgentConfig;
-use super::conn::{Conn, Frame};
+use super::conn::{Conn, ConnId, Frame};
 use super::discover::{self, Found};
 use super::http::Endpoint;
 use super::identity::Identity;
-use super::node::{ConnId, Node, Out};
+use super::node::{Node, Out};
 use super::notify::notify;
 use super::tracer::{Cmd, Event, Tracer};
 use super::{AgentError, socket};

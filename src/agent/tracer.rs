@@ -30,7 +30,7 @@ use nix::sys::signal::{SigSet, Signal};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
 use nix::sys::time::TimeSpec;
 
-use super::node::ConnId;
+use super::conn::ConnId;
 use crate::kfd::debug::{DebugAttachment, QueueSnapshot, QueueStatus};
 use crate::kfd::ptrace::{self, Stop};
 use crate::kfd::{EXCEPTION_QUEUE_NEW, Kfd, QueueId, Root};

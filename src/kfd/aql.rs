@@ -4,8 +4,8 @@ use serde::Serialize;
 
 use super::device::Kfd;
 use super::error::Result;
+use super::ids::GpuId;
 use super::memory::{AllocFlags, Allocation};
-use super::types::GpuId;
 
 /// Bytes per AQL packet.
 pub const PACKET_SIZE: u64 = 64;

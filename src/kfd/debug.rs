@@ -14,8 +14,8 @@ use serde::Serialize;
 
 use super::device::Kfd;
 use super::error::{Error, Result};
+use super::ids::{GpuId, QueueId};
 use super::ioctl;
-use super::types::{GpuId, QueueId};
 
 /// Exception mask bit of `EC_QUEUE_NEW`.
 pub const EXCEPTION_QUEUE_NEW: u64 = sys::kfd_ec_mask(sys::EC_QUEUE_NEW as u32);

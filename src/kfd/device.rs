@@ -6,12 +6,12 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::os::unix::fs::OpenOptionsExt;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use super::doorbell::DoorbellPage;
+use super::doorbell::{DOORBELL_PAGE_SIZE, DoorbellPage};
 use super::error::{Error, Result};
+use super::ids::GpuId;
 use super::ioctl;
 use super::paths::Root;
 use super::topology::{Node, Topology};
-use super::types::GpuId;
 
 /// The amdkfd interface version.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -177,5 +177,28 @@ impl AsFd for Kfd {
 impl AsRawFd for Kfd {
     fn as_raw_fd(&self) -> RawFd {
         self.fd.as_raw_fd()
+    }
+}
+
+impl Kfd {
+    /// The doorbell page of `gpu` for a queue whose CREATE_QUEUE returned `doorbell_offset`;
+    /// mapped on first use, then shared. Returns the page and the queue's offset in it.
+    pub(crate) fn doorbell_page(
+        &self,
+        gpu: GpuId,
+        doorbell_offset: u64,
+    ) -> Result<(Arc<DoorbellPage>, u64)> {
+        let in_page = doorbell_offset & (DOORBELL_PAGE_SIZE - 1);
+        let base = doorbell_offset & !(DOORBELL_PAGE_SIZE - 1);
+        let mut vms = self.vms();
+        let vm = vms.get_mut(&gpu).ok_or(Error::UnknownGpu(gpu))?;
+        if let Some(page) = &vm.doorbells
+            && page.mmap_offset() == base
+        {
+            return Ok((Arc::clone(page), in_page));
+        }
+        let page = Arc::new(DoorbellPage::map(self.as_fd(), base)?);
+        vm.doorbells = Some(Arc::clone(&page));
+        Ok((page, in_page))
     }
 }

@@ -1,13 +1,10 @@
 //! The per-(process, GPU) doorbell page: mapped once from `/dev/kfd`, shared by every queue.
 #![allow(unsafe_code)]
 
-use std::os::fd::AsRawFd;
-use std::sync::Arc;
+use std::os::fd::{AsRawFd, BorrowedFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use super::device::Kfd;
 use super::error::{Error, Result};
-use super::types::GpuId;
 
 /// Size of a process's doorbell slice on gfx9 (1024 doorbells of 8 bytes).
 pub const DOORBELL_PAGE_SIZE: u64 = 8192;
@@ -20,6 +17,23 @@ pub struct DoorbellPage {
 }
 
 impl DoorbellPage {
+    /// Maps the doorbell slice at mmap offset `base` (a multiple of [`DOORBELL_PAGE_SIZE`]) of
+    /// the `/dev/kfd` file `kfd`.
+    pub(crate) fn map(kfd: BorrowedFd<'_>, base: u64) -> Result<DoorbellPage> {
+        let map = memmap2::MmapOptions::new()
+            .offset(base)
+            .len(DOORBELL_PAGE_SIZE as usize)
+            .map_raw(kfd.as_raw_fd())
+            .map_err(|source| Error::Mmap {
+                what: "doorbell page",
+                source,
+            })?;
+        Ok(DoorbellPage {
+            map,
+            mmap_offset: base,
+        })
+    }
+
     /// The mmap offset this page was mapped at.
     pub fn mmap_offset(&self) -> u64 {
         self.mmap_offset
@@ -41,40 +55,6 @@ impl DoorbellPage {
             unsafe { &*(self.map.as_mut_ptr().add(offset_in_page as usize) as *const AtomicU64) };
         cell.store(value, Ordering::Release);
         Ok(())
-    }
-}
-
-impl Kfd {
-    /// The doorbell page of `gpu` for a queue whose CREATE_QUEUE returned `doorbell_offset`;
-    /// mapped on first use, then shared. Returns the page and the queue's offset in it.
-    pub(crate) fn doorbell_page(
-        &self,
-        gpu: GpuId,
-        doorbell_offset: u64,
-    ) -> Result<(Arc<DoorbellPage>, u64)> {
-        let in_page = doorbell_offset & (DOORBELL_PAGE_SIZE - 1);
-        let base = doorbell_offset & !(DOORBELL_PAGE_SIZE - 1);
-        let mut vms = self.vms();
-        let vm = vms.get_mut(&gpu).ok_or(Error::UnknownGpu(gpu))?;
-        if let Some(page) = &vm.doorbells
-            && page.mmap_offset == base
-        {
-            return Ok((Arc::clone(page), in_page));
-        }
-        let map = memmap2::MmapOptions::new()
-            .offset(base)
-            .len(DOORBELL_PAGE_SIZE as usize)
-            .map_raw(self.as_raw_fd())
-            .map_err(|source| Error::Mmap {
-                what: "doorbell page",
-                source,
-            })?;
-        let page = Arc::new(DoorbellPage {
-            map,
-            mmap_offset: base,
-        });
-        vm.doorbells = Some(Arc::clone(&page));
-        Ok((page, in_page))
     }
 }
 

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use nix::errno::Errno;
 
-use super::types::{GpuId, QueueId};
+use super::ids::{GpuId, QueueId};
 
 /// Result of the KFD layer.
 pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -13,7 +13,7 @@ use kfd_sys as sys;
 use nix::errno::Errno;
 
 use super::error::{IoctlContext, IoctlError, KfdIoctl, Result};
-use super::types::{GpuId, QueueId};
+use super::ids::{GpuId, QueueId};
 
 // One helper per request; the request numbers come from kfd-sys (bindgen expands AMDKFD_IO*),
 // and kfd-sys's tests check each against nix's own encoding.

@@ -17,8 +17,8 @@ use nix::sys::mman::{MapFlags, ProtFlags};
 
 use super::device::Kfd;
 use super::error::{Error, Result};
+use super::ids::GpuId;
 use super::ioctl;
-use super::types::GpuId;
 
 /// GPU page size used by the buffer rules.
 pub const PAGE_SIZE: u64 = 4096;

@@ -9,8 +9,8 @@ use std::path::Path;
 use serde::Serialize;
 
 use super::error::{Error, Result};
+use super::ids::{GpuId, QueueId};
 use super::paths::Root;
-use super::types::{GpuId, QueueId};
 
 /// One queue as sysfs shows it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

@@ -114,13 +114,34 @@ mod tests {
     use super::*;
 
     #[test]
-    fn this_process_is_not_traced_and_an_unknown_pid_has_no_tracer() {
-        // Under a debugger or strace this test is meaningless; it says so.
-        let me = tracer_of(std::process::id()).expect("own status");
-        if me != 0 {
-            eprintln!("traced by {me}: skipping the untraced check");
+    fn tracer_of_names_the_thread_that_traces_a_child() {
+        assert_eq!(
+            tracer_of(u32::MAX / 2),
+            None,
+            "an unknown pid has no status"
+        );
+        let mut child = std::process::Command::new("sleep")
+            .arg("60")
+            .spawn()
+            .expect("spawn sleep");
+        let pid = child.id();
+        let before = tracer_of(pid).expect("the child's status");
+        match nix::sys::ptrace::seize(
+            nix::unistd::Pid::from_raw(pid as i32),
+            nix::sys::ptrace::Options::empty(),
+        ) {
+            Ok(()) => {
+                assert_eq!(before, 0, "an untraced child");
+                // TracerPid is the tracing thread's id: this test's thread.
+                assert_eq!(tracer_of(pid), Some(nix::unistd::gettid().as_raw() as u32));
+            }
+            // Already traced (the test runs under `strace -f` or a debugger that follows
+            // children): then its status must name that tracer.
+            Err(Errno::EPERM) => assert_ne!(before, 0, "PTRACE_SEIZE refused an untraced child"),
+            Err(e) => panic!("PTRACE_SEIZE of our own child: {e}"),
         }
-        assert_eq!(tracer_of(u32::MAX / 2), None);
+        let _ = child.kill();
+        let _ = child.wait();
     }
 
     #[test]

@@ -21,9 +21,10 @@ use super::aql::{DispatchPacket, PACKET_SIZE};
 use super::device::Kfd;
 use super::doorbell::DoorbellPage;
 use super::error::{Error, Result};
+use super::ids::{GpuId, QueueId};
 use super::ioctl;
 use super::memory::{AllocFlags, Allocation, PAGE_SIZE};
-use super::types::{CuMask, GpuId, Percentage, Priority, QueueId, QueueKind};
+use super::types::{CuMask, Percentage, Priority, QueueKind};
 
 /// Offset of the 64-bit write index in the pointer page.
 pub const WRITE_INDEX_OFFSET: u64 = 0;

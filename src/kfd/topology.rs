@@ -10,8 +10,8 @@ use serde::Serialize;
 
 use super::cwsr::CwsrSizes;
 use super::error::{Error, Result};
+use super::ids::GpuId;
 use super::paths::Root;
-use super::types::GpuId;
 
 /// One topology node: a CPU, or a GPU partition (its own `gpu_id`, XCCs and HWS instance).
 #[derive(Debug, Clone, Serialize)]

@@ -1,34 +1,9 @@
-//! Typed values of the KFD interface: ids, priorities, percentages, CU masks.
+//! Typed values of the KFD interface that are checked on construction: priorities,
+//! percentages, CU masks, queue kinds.
 
 use std::fmt;
 
 use super::error::{Error, Result};
-
-/// Topology `gpu_id` of a GPU node (a partition on multi-partition parts).
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
-)]
-#[serde(transparent)]
-pub struct GpuId(pub u32);
-
-impl fmt::Display for GpuId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{:#x}", self.0)
-    }
-}
-
-/// Per-process KFD queue id (0..1024).
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
-)]
-#[serde(transparent)]
-pub struct QueueId(pub u32);
-
-impl fmt::Display for QueueId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "queue {}", self.0)
-    }
-}
 
 /// KFD queue priority, 0..=15 (`KFD_MAX_QUEUE_PRIORITY`).
 ///

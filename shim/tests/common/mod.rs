@@ -277,18 +277,10 @@ impl App {
         }
     }
 
-    /// Keeps reading stdout lines into `seen` for `d` (or until stdout closes).
-    pub fn collect_for(&mut self, d: Duration) {
-        let deadline = Instant::now() + d;
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return;
-            }
-            match self.lines.recv_timeout(left) {
-                Ok(l) => self.seen.push(l),
-                Err(_) => return,
-            }
+    /// Reads the lines the program has printed so far, without waiting.
+    pub fn collect_pending(&mut self) {
+        while let Ok(l) = self.lines.try_recv() {
+            self.seen.push(l);
         }
     }
 

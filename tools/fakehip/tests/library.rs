@@ -340,6 +340,7 @@ fn num<T: std::str::FromStr>(s: &str) -> T {
 }
 
 #[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn a_topology_without_gpus_is_no_device() {
     let emu = common::mount(mi308x());
     // A root whose dev/kfd is the emulator's (GET_VERSION etc. work) but whose topology
@@ -392,6 +393,7 @@ fn a_topology_without_gpus_is_no_device() {
 }
 
 #[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn basic_program_creates_one_queue_per_stream_with_rocr_priorities() {
     let emu = common::mount(mi308x());
     let gpu = emu.gpu_ids()[0];
@@ -474,6 +476,7 @@ fn basic_program_creates_one_queue_per_stream_with_rocr_priorities() {
 }
 
 #[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn cwsr_sizes_come_from_sysfs_and_pass_the_6_12_checks() {
     let emu = common::mount(mi308x());
     let r = emu.run("scenarios", &["cwsr"], &[]);
@@ -498,6 +501,7 @@ fn cwsr_sizes_come_from_sysfs_and_pass_the_6_12_checks() {
 }
 
 #[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn cwsr_sizes_follow_the_formula_when_sysfs_lacks_them() {
     // A pre-6.12 kernel: sysfs has no cwsr_size/ctl_stack_size. MI300X SPX is the worked
     // example of docs/kernel-interface.md §3.
@@ -555,6 +559,7 @@ fn cwsr_sizes_follow_the_formula_when_sysfs_lacks_them() {
 }
 
 #[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn pools_cap_queues_and_share_the_least_used() {
     let emu = common::mount(mi308x());
     let r = emu.run_with(
@@ -605,6 +610,7 @@ fn pools_cap_queues_and_share_the_least_used() {
 }
 
 #[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn priorities_are_clamped_like_hip() {
     let emu = common::mount(mi308x());
     let r = emu.run("scenarios", &["clamp"], &[]);
@@ -630,6 +636,7 @@ fn assert_event_times(stdout: &str) {
 }
 
 #[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn events_measure_the_emulated_kernel_time() {
     let emu = common::mount(mi308x());
     let r = emu.run("scenarios", &["elapsed"], &[]);
@@ -642,6 +649,7 @@ fn events_measure_the_emulated_kernel_time() {
 }
 
 #[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn strict_completion_mode_works() {
     let emu = common::mount(mi308x());
     let r = emu.run("scenarios", &["elapsed"], &[("FAKEHIP_SYNC", "signal")]);
@@ -653,6 +661,7 @@ fn strict_completion_mode_works() {
 }
 
 #[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn waits_are_bounded() {
     let emu = common::mount(mi308x());
     let r = emu.run_with(
@@ -689,6 +698,7 @@ fn waits_are_bounded() {
 }
 
 #[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn forked_child_reopens_kfd() {
     let emu = common::mount(mi308x());
     let r = emu.run_with("scenarios", &["fork"], &[], |cp| {
@@ -738,6 +748,7 @@ fn forked_child_reopens_kfd() {
 }
 
 #[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn cu_masked_streams_get_their_own_queue() {
     let emu = common::mount(mi308x());
     let r = emu.run("scenarios", &["cumask"], &[]);
@@ -758,6 +769,7 @@ fn cu_masked_streams_get_their_own_queue() {
 }
 
 #[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn devices_map_to_gpu_nodes_in_order() {
     let emu = common::mount(EmuConfig {
         gpus: 2,
@@ -793,6 +805,7 @@ fn devices_map_to_gpu_nodes_in_order() {
 }
 
 #[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn graphs_and_capture_replay_kernels() {
     let emu = common::mount(mi308x());
     let r = emu.run("scenarios", &["graph"], &[]);
@@ -819,6 +832,7 @@ fn graphs_and_capture_replay_kernels() {
 }
 
 #[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn memory_operations_enqueue_barriers_and_create_the_null_queue_lazily() {
     let emu = common::mount(mi308x());
     let r = emu.run_with("scenarios", &["memops"], &[], |cp| {
@@ -846,6 +860,7 @@ fn memory_operations_enqueue_barriers_and_create_the_null_queue_lazily() {
 }
 
 #[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn per_thread_streams_are_per_thread_and_released_at_exit() {
     let emu = common::mount(mi308x());
     let r = emu.run("scenarios", &["perthread"], &[("GPU_MAX_HW_QUEUES", "8")]);
@@ -873,6 +888,7 @@ fn per_thread_streams_are_per_thread_and_released_at_exit() {
 }
 
 #[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn device_reset_destroys_every_queue() {
     let emu = common::mount(mi308x());
     let r = emu.run("scenarios", &["reset"], &[]);
@@ -892,6 +908,7 @@ fn device_reset_destroys_every_queue() {
 }
 
 #[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn misc_api_behaviour() {
     let emu = common::mount(mi308x());
     let r = emu.run("scenarios", &["misc"], &[]);
@@ -921,6 +938,7 @@ fn full_ring(emu: &common::Emu, ring: Option<&str>, ring_size: u32) {
 }
 
 #[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn a_full_ring_waits_for_the_gpu() {
     // 3000 launches through the default 1024-packet ring
     let emu = common::mount(mi308x());
@@ -928,6 +946,7 @@ fn a_full_ring_waits_for_the_gpu() {
 }
 
 #[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn a_small_ring_applies_back_pressure() {
     // FAKEHIP_RING_SIZE=4096: 64 packets, wrapped about 47 times
     let emu = common::mount(mi308x());

@@ -18,6 +18,7 @@ fn counters(t: &TestEmu) -> (u64, u64) {
 }
 
 #[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn packets_execute_and_stop_while_percentage_is_zero() {
     require_root();
     let t = mount_preset(Preset::Mi308x);
@@ -41,7 +42,8 @@ fn packets_execute_and_stop_while_percentage_is_zero() {
     s.kfd.update_queue(&q, 0, 7).unwrap();
     value.store(2, Ordering::Release);
     let w = submit(&bufs, w, &[dispatch_packet(1_000_000, signal.addr()); 2]);
-    std::thread::sleep(Duration::from_millis(150));
+    // The window: another process's queue runs 20 packets of 1 ms meanwhile.
+    test_support::hold::cp_witness(&t, 20, 1000);
     assert_eq!(rptr.load(Ordering::Acquire), 4);
     assert_eq!(value.load(Ordering::Acquire), 2);
     assert!(!t.stats().queues[0].active);
@@ -57,7 +59,7 @@ fn packets_execute_and_stop_while_percentage_is_zero() {
     let mut pkt = dispatch_packet(0, 0);
     pkt[0] = 1;
     let w2 = submit(&bufs, w, &[pkt]);
-    std::thread::sleep(Duration::from_millis(50));
+    test_support::hold::cp_witness(&t, 10, 1000);
     assert_eq!(rptr.load(Ordering::Acquire), w);
     pkt[0] = 2;
     submit(&bufs, w, &[pkt]);
@@ -76,6 +78,7 @@ fn packets_execute_and_stop_while_percentage_is_zero() {
 }
 
 #[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn preempt_counter_follows_the_runlist_rule() {
     require_root();
     let t = mount_preset(Preset::Mi308x);
@@ -118,6 +121,7 @@ fn preempt_counter_follows_the_runlist_rule() {
 }
 
 #[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn oversubscribed_partition_rotates_residency() {
     require_root();
     let dir = tempfile::tempdir().unwrap();
@@ -167,6 +171,7 @@ fn oversubscribed_partition_rotates_residency() {
 }
 
 #[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn wave_state_reports_saved_work_of_inactive_queues() {
     require_root();
     let t = mount_preset(Preset::Mi308x);

@@ -86,6 +86,7 @@ fn snapshot(s: &Session, target: u32, clear: u64) -> (u32, Vec<kfd_queue_snapsho
 }
 
 #[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn suspend_resume_and_queue_new_rule() {
     require_root();
     let t = mount_preset(Preset::Mi308x);
@@ -165,6 +166,7 @@ fn suspend_resume_and_queue_new_rule() {
 }
 
 #[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn destroy_blocks_while_debugger_suspended() {
     require_root();
     let t = mount_preset(Preset::Mi308x);
@@ -219,6 +221,7 @@ fn destroy_blocks_while_debugger_suspended() {
 }
 
 #[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn debug_rules_for_self() {
     require_root();
     let t = mount_preset(Preset::Mi308x);
@@ -293,6 +296,7 @@ fn kfd_child(t: &TestEmu) -> Child {
 }
 
 #[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn other_processes_need_the_ptrace_tracer() {
     require_root();
     let t = mount_preset(Preset::Mi308x);
@@ -368,6 +372,7 @@ fn other_processes_need_the_ptrace_tracer() {
 }
 
 #[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn tracer_creates_state_for_a_target_without_kfd_and_reaper_removes_it() {
     require_root();
     let t = mount_preset(Preset::Mi308x);

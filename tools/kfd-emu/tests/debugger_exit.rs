@@ -37,6 +37,7 @@ fn dbg_args<T: Copy>(pid: u32, op: u32, op_args: &T) -> kfd_ioctl_dbg_trap_args 
 }
 
 #[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn debugger_exit_resumes_its_suspended_queues() {
     require_root();
     let t = mount_preset(Preset::Mi308x);

@@ -15,6 +15,7 @@ use nix::unistd::{ForkResult, fork};
 use common::*;
 
 #[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn proc_dir_appears_and_disappears() {
     require_root();
     let t = mount_preset(Preset::Mi308x);
@@ -50,6 +51,7 @@ fn proc_dir_appears_and_disappears() {
 }
 
 #[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn exiting_process_loses_its_state_and_queues() {
     require_root();
     let t = mount_preset(Preset::Mi308x);
@@ -70,6 +72,7 @@ fn exiting_process_loses_its_state_and_queues() {
 }
 
 #[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn queues_of_a_closed_process_are_destroyed_and_counted() {
     require_root();
     let t = mount_preset(Preset::Mi308x);
@@ -90,6 +93,7 @@ fn queues_of_a_closed_process_are_destroyed_and_counted() {
 }
 
 #[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn kfd_fd_used_after_fork_is_ebadf() {
     require_root();
     let t = mount_preset(Preset::Mi308x);

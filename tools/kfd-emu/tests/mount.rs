@@ -44,6 +44,7 @@ fn errno_of_readdir(p: &Path) -> Option<i32> {
 }
 
 #[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn binary_serves_until_sigterm_and_unmounts() {
     require_root();
     let tmp = tempfile::tempdir().unwrap();
@@ -68,6 +69,7 @@ fn binary_serves_until_sigterm_and_unmounts() {
 }
 
 #[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn stale_mounts_are_detached() {
     require_root();
     let tmp = tempfile::tempdir().unwrap();
@@ -120,6 +122,7 @@ fn help_documents_the_presets() {
 }
 
 #[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn unmount_does_not_hang_on_open_files_or_blocked_destroyers() {
     require_root();
     let t = mount_preset(Preset::Mi308x);

@@ -12,6 +12,7 @@ use common::*;
 const EINVAL: i32 = libc::EINVAL;
 
 #[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn get_version_reports_configured_minor() {
     require_root();
     let t = mount_preset(Preset::Mi308x);
@@ -32,6 +33,7 @@ fn get_version_reports_configured_minor() {
 }
 
 #[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn unknown_ioctls_are_enotty() {
     require_root();
     let t = mount_preset(Preset::Mi308x);
@@ -69,6 +71,7 @@ fn unknown_ioctls_are_enotty() {
 }
 
 #[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn acquire_vm_rules() {
     require_root();
     let t = mount_preset(Preset::Mi308x);
@@ -93,6 +96,7 @@ fn acquire_vm_rules() {
 }
 
 #[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn memory_ioctls() {
     require_root();
     let t = mount_preset(Preset::Mi308x);
@@ -169,6 +173,7 @@ fn memory_ioctls() {
 }
 
 #[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn gtt_bo_is_readable_through_the_render_node() {
     require_root();
     let t = mount_preset(Preset::Mi308x);
@@ -223,6 +228,7 @@ fn gtt_bo_is_readable_through_the_render_node() {
 }
 
 #[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn create_queue_happy_path() {
     require_root();
     let t = mount_preset(Preset::Mi308x);
@@ -290,6 +296,7 @@ fn create_queue_happy_path() {
 }
 
 #[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn create_queue_rejections() {
     require_root();
     let t = mount_preset(Preset::Mi308x);
@@ -394,6 +401,7 @@ fn create_queue_rejections() {
 }
 
 #[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn legacy_kernel_skips_buffer_validation() {
     require_root();
     let t = mount(EmuConfig {
@@ -417,6 +425,7 @@ fn legacy_kernel_skips_buffer_validation() {
 }
 
 #[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn the_256th_queue_on_a_gpu_is_enospc() {
     require_root();
     let t = mount_preset(Preset::Mi300xCpx);
@@ -443,6 +452,7 @@ fn the_256th_queue_on_a_gpu_is_enospc() {
 }
 
 #[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn create_queue_accepts_the_88_byte_kfd_1_11_struct() {
     require_root();
     let t = mount_preset(Preset::Mi308x);
@@ -473,6 +483,7 @@ fn create_queue_accepts_the_88_byte_kfd_1_11_struct() {
 }
 
 #[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn update_queue_and_cu_mask() {
     require_root();
     let t = mount_preset(Preset::Mi308x);

@@ -71,6 +71,7 @@ fn id_arg<T: Default>(f: impl FnOnce(&mut T)) -> T {
 }
 
 #[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn apertures_policy_clocks_xnack_memory() {
     require_root();
     let t = mount_preset(Preset::Mi300xCpx);
@@ -185,6 +186,7 @@ fn apertures_policy_clocks_xnack_memory() {
 }
 
 #[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn events_set_wait_age_and_destroy() {
     require_root();
     let t = mount_preset(Preset::Mi308x);
@@ -295,6 +297,7 @@ fn events_set_wait_age_and_destroy() {
 }
 
 #[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn end_of_kernel_interrupt_fires_the_signal_event() {
     require_root();
     let t = mount_preset(Preset::Mi308x);
@@ -337,6 +340,7 @@ const DRM_IOCTL_GET_CLIENT: u32 = 0xc028_6405;
 const DRM_IOCTL_AMDGPU_INFO: u32 = 0x4020_6445;
 
 #[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn render_node_drm_ioctls() {
     require_root();
     let t = mount_preset(Preset::Mi308x);
@@ -403,6 +407,7 @@ fn render_node_drm_ioctls() {
 }
 
 #[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn acquire_vm_recognises_the_render_node_behind_another_path() {
     require_root();
     let t = mount_preset(Preset::Mi308x);
@@ -438,6 +443,7 @@ fn acquire_vm_recognises_the_render_node_behind_another_path() {
 }
 
 #[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn kfd_reads_only_at_doorbell_and_mmio_offsets() {
     require_root();
     let t = mount_preset(Preset::Mi308x);
@@ -485,6 +491,7 @@ fn sdma_copy(src: u64, dst: u64, bytes: u32) -> Vec<u32> {
 }
 
 #[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn sdma_queue_copies_fences_decrements_and_traps() {
     require_root();
     let t = mount_preset(Preset::Mi308x);
@@ -580,6 +587,7 @@ fn sdma_queue_copies_fences_decrements_and_traps() {
 }
 
 #[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn sysfs_mem_banks_caches_and_module_state() {
     require_root();
     let t = mount_preset(Preset::Mi308x);

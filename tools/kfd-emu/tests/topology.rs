@@ -47,6 +47,7 @@ fn keys(text: &str) -> Vec<String> {
 }
 
 #[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn mi300x_spx_topology_matches_preset() {
     require_root();
     let t = mount_preset(Preset::Mi300xSpx);
@@ -126,6 +127,7 @@ fn mi300x_spx_topology_matches_preset() {
 }
 
 #[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn mi300x_cpx_has_eight_partitions_per_gpu() {
     require_root();
     let t = mount(EmuConfig {
@@ -153,6 +155,7 @@ fn mi300x_cpx_has_eight_partitions_per_gpu() {
 }
 
 #[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn mi308x_topology_matches_preset() {
     require_root();
     let t = mount_preset(Preset::Mi308x);
@@ -170,6 +173,7 @@ fn mi308x_topology_matches_preset() {
 }
 
 #[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn legacy_kernel_omits_cwsr_keys() {
     require_root();
     let t = mount(EmuConfig {
@@ -186,6 +190,7 @@ fn legacy_kernel_omits_cwsr_keys() {
 }
 
 #[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn toml_topology_file_overrides_preset() {
     require_root();
     let dir = tempfile::tempdir().unwrap();
@@ -236,6 +241,7 @@ capability2 = 7
 }
 
 #[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn bad_topology_file_is_rejected() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("topo.toml");
@@ -252,6 +258,7 @@ fn bad_topology_file_is_rejected() {
 }
 
 #[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn stats_and_config_json_are_served() {
     require_root();
     let t = mount_preset(Preset::Mi308x);

@@ -4,13 +4,14 @@
 //! (`kfdq::policy`, not a copy) configured from the real class configuration format
 //! (`kfdq.toml`), with a model of the host side: launch latency, the shim's activity sampling,
 //! the agent's decision and the command's trip to the shim ([`HostParams`]). Workloads are
-//! built-in shapes with arrival processes ([`workload`]). A [`scenario`] runs configurations
-//! (alone, native, priority only, levels 1-3) over seeds and [`report`]s HP latency and LP
+//! built-in shapes with arrival processes ([`workload`]). A [`scenario`] names configurations
+//! (alone, native, priority only, levels 1-3) and seeds; [`experiment`] runs them and [`report`]s HP latency and LP
 //! throughput normalised to alone, device-wide preempts and preemption latency.
 //! docs/experiments.md has the model, each parameter with its source, and the results.
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
+pub mod experiment;
 pub mod report;
 pub mod rng;
 pub mod scenario;

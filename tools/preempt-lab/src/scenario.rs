@@ -6,8 +6,7 @@ use kfdq::policy::PolicyConfig;
 use kfdq::proto::Level;
 use serde::Serialize;
 
-use crate::report::{Report, Row};
-use crate::sim::{self, Control, HostParams, RunResult, Setup, SetupError};
+use crate::sim::{Control, HostParams, Setup};
 use crate::workload::{Arrival, Shape, Workload};
 
 /// Built-in scenario names.
@@ -127,36 +126,6 @@ impl Scenario {
             duration_ns: duration,
             seed,
         }
-    }
-
-    /// Runs every configuration over every seed (plus each job alone per seed) and reports.
-    /// `progress` is told each run as it ends.
-    pub fn run(&self, mut progress: impl FnMut(&str, u64)) -> Result<Report, SetupError> {
-        let mut hp_alone = Vec::new();
-        let mut lp_alone = Vec::new();
-        let mut completions = 0u64;
-        for &seed in &self.seeds {
-            let r = sim::run(&self.setup(Control::Alone, seed, true, false))?;
-            completions += r.completions;
-            hp_alone.push(r);
-            progress("hp alone", seed);
-            let r = sim::run(&self.setup(Control::Alone, seed, false, true))?;
-            completions += r.completions;
-            lp_alone.push(r);
-            progress("lp alone", seed);
-        }
-        let mut rows = Vec::new();
-        for &c in &self.controls {
-            let mut runs: Vec<RunResult> = Vec::new();
-            for &seed in &self.seeds {
-                let r = sim::run(&self.setup(c, seed, true, true))?;
-                completions += r.completions;
-                runs.push(r);
-                progress(c.name(), seed);
-            }
-            rows.push(Row::new(c, &runs, &hp_alone, &lp_alone));
-        }
-        Ok(Report::new(self, &hp_alone, &lp_alone, rows, completions))
     }
 }
 

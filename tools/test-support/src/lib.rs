@@ -5,18 +5,22 @@
 //!   `KFDQ_SKIP_PRIVILEGED=1` it is compiled as an ignored test, so `cargo test` reports it as
 //!   ignored (never as passed).
 //! * [`emu`] — a private kfd-emu mount per test, and its statistics.
+//! * [`hold`] — a separate process owning KFD queues, and a witness that the CP ran.
 //! * [`wait`] — waiting on a condition with a generous deadline (never a fixed sleep).
 //! * [`output`] — reading a child's stdout lines and stderr while it runs.
 //! * [`bins`] — the workspace's binaries and libraries cargo built for this test run.
 //! * [`module_graph`] — a crate's modules import each other in one direction only.
+//! * [`skip_markers`] — every privileged test carries the marker that skips it visibly.
 //!
 //! The binary `kfdq-test-hold` is a process that owns KFD queues for tests to act on.
 
 pub mod bins;
 pub mod emu;
+pub mod hold;
 pub mod module_graph;
 pub mod output;
 pub mod privileged;
+pub mod skip_markers;
 pub mod wait;
 
 pub use emu::{Emu, mount, mount_preset, mount_with_slots};

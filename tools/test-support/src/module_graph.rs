@@ -2,7 +2,7 @@
 //! tree, the children of one module form no circle.
 //!
 //! The graph is read from the sources under `src/` (`src/bin/` holds separate crates and is
-//! left out; so is code after a file's `#[cfg(test)]`). A module's references are the paths it
+//! left out; so are comments, doc links included, and code after a file's `#[cfg(test)]`). A module's references are the paths it
 //! names that start with `crate::`, `super::`, `self::` or one of its own child modules,
 //! including `use` groups (`crate::{a, b::c}`). A reference from anywhere below child `a` of
 //! module `m` to anywhere below its sibling `b` is an edge `a -> b` among `m`'s children; a
@@ -50,10 +50,17 @@ pub fn modules(src: &Path) -> BTreeMap<String, String> {
             }
             let text =
                 std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("read {}: {e}", p.display()));
-            let text = text.split("#[cfg(test)]").next().unwrap_or("");
+            let code: String = text
+                .split("#[cfg(test)]")
+                .next()
+                .unwrap_or("")
+                .lines()
+                .map(|l| l.split("//").next().unwrap_or(""))
+                .collect::<Vec<_>>()
+                .join("\n");
             out.entry(parts.join("::"))
                 .or_insert_with(String::new)
-                .push_str(text);
+                .push_str(&code);
         }
     }
     out

@@ -30,3 +30,22 @@ pub fn wait_until(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
         std::thread::sleep(POLL);
     }
 }
+
+/// Polls `f` until it returns a value and returns it; fails the test naming `what` after
+/// `limit`. The poll interval grows from [`POLL`] to 50 ms, for conditions that cost a request
+/// (an HTTP scrape, a query).
+pub fn wait_value<T>(what: &str, limit: Duration, mut f: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + limit;
+    let mut poll = POLL;
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {limit:?} waiting for {what}"
+        );
+        std::thread::sleep(poll);
+        poll = (poll * 2).min(Duration::from_millis(50));
+    }
+}

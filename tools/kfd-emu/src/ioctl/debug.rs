@@ -22,6 +22,7 @@ use kfd_sys::{
 };
 use libc::{EAGAIN, EALREADY, EBUSY, EEXIST, EINVAL, ENOMEM, EPERM, ESRCH};
 
+use super::detach::disable;
 use super::{Ctx, KResult, bytes_of, load, store};
 use crate::client_mem;
 use crate::effects::Effects;
@@ -174,43 +175,6 @@ fn enable(ctx: &Ctx<'_>, st: &mut State, target: u32, is_self: bool, u: &mut [u8
     Ok(0)
 }
 
-/// DBG_TRAP DISABLE semantics (also used when a debugger or the target goes away):
-/// resumes every suspended queue of `target`, drops the debugger link, and lets
-/// blocked destroyers finish.
-pub(crate) fn disable(emu: &Emu, st: &mut State, target: u32, effects: &mut Effects) {
-    let Some(p) = st.processes.get(&target) else {
-        return;
-    };
-    if p.debug.is_none() {
-        return;
-    }
-    let suspended: Vec<(QueueKey, usize)> = p
-        .queues
-        .values()
-        .filter(|q| q.suspended)
-        .map(|q| ((target, q.qid), q.gpu))
-        .collect();
-    let parts: Vec<usize> = suspended.iter().map(|(_, g)| *g).collect();
-    let change = (!parts.is_empty()).then(|| hws::begin(emu, st, &parts));
-    for (key, _) in &suspended {
-        resume_one(st, *key);
-    }
-    if let Some(p) = st.processes.get_mut(&target) {
-        p.debug = None;
-    }
-    if let Some(c) = change {
-        hws::commit(emu, st, c);
-    }
-    super::queue::complete_pending(emu, st, effects);
-    tracing::debug!(target, "debug trap disabled");
-}
-
-fn resume_one(st: &mut State, key: QueueKey) {
-    if let Some(q) = st.queue_mut(key) {
-        q.suspended = false;
-    }
-}
-
 /// Queue id of an array entry (flag bits stripped).
 fn entry_id(raw: u32) -> u32 {
     raw & !(KFD_DBG_QUEUE_INVALID_MASK | KFD_DBG_QUEUE_ERROR_MASK)
@@ -291,7 +255,7 @@ fn resume(
         let parts: Vec<usize> = todo.iter().map(|(_, g)| *g).collect();
         let change = hws::begin(ctx.emu, st, &parts);
         for (key, _) in &todo {
-            resume_one(st, *key);
+            super::detach::resume_one(st, *key);
         }
         hws::commit(ctx.emu, st, change);
         super::queue::complete_pending(ctx.emu, st, effects);

@@ -82,14 +82,14 @@ pub(crate) fn destroy(emu: &Emu, state: &mut State, tgid: u32, effects: &mut Eff
         .map(|p| p.tgid)
         .collect();
     for target in debuggees {
-        super::debug::disable(emu, state, target, effects);
+        super::detach::disable(emu, state, target, effects);
     }
     if state
         .processes
         .get(&tgid)
         .is_some_and(|p| p.debug.is_some())
     {
-        super::debug::disable(emu, state, tgid, effects);
+        super::detach::disable(emu, state, tgid, effects);
     }
     // Blocked destroyers of this process: their queues go now.
     let mut i = 0;

@@ -9,6 +9,7 @@
 //! * the fd may only be used by the process that opened it (`EBADF` otherwise).
 
 pub(crate) mod debug;
+pub(crate) mod detach;
 pub(crate) mod device;
 pub(crate) mod events;
 pub(crate) mod lifecycle;

@@ -7,6 +7,7 @@ use std::time::Instant;
 
 use clap::{Parser, Subcommand};
 use kfdq::agent::AgentConfig;
+use preempt_lab::experiment;
 use preempt_lab::scenario::{Scenario, parse_control};
 use preempt_lab::workload::Shape;
 
@@ -159,12 +160,11 @@ fn run(cli: Cli) -> Result<(), String> {
             let runs = sc.seeds.len() * (sc.controls.len() + 2);
             let mut done = 0;
             let t0 = Instant::now();
-            let report = sc
-                .run(|what, seed| {
-                    done += 1;
-                    eprint!("\rpreempt-lab: {done}/{runs} runs ({what}, seed {seed})        ");
-                })
-                .map_err(|e| e.to_string())?;
+            let report = experiment::run(&sc, |what, seed| {
+                done += 1;
+                eprint!("\rpreempt-lab: {done}/{runs} runs ({what}, seed {seed})        ");
+            })
+            .map_err(|e| e.to_string())?;
             let secs = t0.elapsed().as_secs_f64();
             eprintln!(
                 "\rpreempt-lab: {runs} runs in {secs:.1} s: {} dispatch completions, {:.2} M/s",
