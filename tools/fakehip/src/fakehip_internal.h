@@ -27,7 +27,9 @@
  *                       read_dispatch_id >= N; "signal": additionally require
  *                       the per-queue completion signal to account for it
  *   FAKEHIP_DEBUG       1: one stderr line per queue creation, plus errors;
- *                       2: also stream-to-queue sharing decisions
+ *                       2: also stream-to-queue sharing decisions (a GPU
+ *                       node without the CWSR sizes in sysfs is reported
+ *                       whatever the level)
  *   FAKEHIP_NOOP_LAUNCH 1: the hipLaunchKernel family only validates its
  *                       arguments and returns hipSuccess (benchmarks)
  *
@@ -188,9 +190,9 @@ struct fh_dev {
 	uint32_t gpu_id;
 	uint32_t render_minor;
 	uint32_t num_xcc;
-	uint32_t cwsr_size;      /* per XCC */
-	uint32_t ctl_stack_size; /* per XCC */
-	uint32_t debug_memory_size;
+	uint32_t cwsr_size;         /* per XCC, from sysfs */
+	uint32_t ctl_stack_size;    /* per XCC, from sysfs */
+	uint32_t debug_memory_size; /* per XCC, computed (not in sysfs) */
 	int render_fd;
 	int vm_ready;
 	struct fh_dbpage db[4];
@@ -279,8 +281,11 @@ void free_all_objects(int talk_to_kfd);
 /* topology.c                                                         */
 /* ------------------------------------------------------------------ */
 
-/* Fill G.dev (G.ndev) from the sysfs topology. */
-void read_topology(void);
+/*
+ * Fill G.dev (G.ndev) from the sysfs topology. -1 (after a message on
+ * stderr) when a GPU node lacks cwsr_size or ctl_stack_size; else 0.
+ */
+int read_topology(void);
 
 /* ------------------------------------------------------------------ */
 /* memory.c                                                           */

@@ -206,7 +206,8 @@ static hipError_t init_locked(void)
 	}
 	G.kfd_major = ver.major_version;
 	G.kfd_minor = ver.minor_version;
-	read_topology();
+	if (read_topology())
+		goto fail;
 	if (G.ndev == 0) {
 		DBG(1, "no GPU nodes under %s/sys/class/kfd/kfd/topology/nodes", G.root);
 		goto fail;

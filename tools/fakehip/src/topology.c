@@ -2,7 +2,10 @@
  * topology.c: device discovery. GPUs are the nodes of the sysfs topology
  * ($KFDQ_ROOT/sys/class/kfd/kfd/topology/nodes/N) with a non-zero gpu_id,
  * in node order; their properties give the render minor and the CWSR sizes
- * queues are created with.
+ * queues are created with. cwsr_size and ctl_stack_size are read from sysfs
+ * only (Linux 6.12+ and kfd-emu publish them; the kernel's formula for them
+ * lives in kfdq's Rust code, not here): a GPU node without them fails
+ * discovery, and with it initialisation (hipErrorNoDevice).
  */
 #include "fakehip_internal.h"
 
@@ -14,7 +17,7 @@ struct fh_props {
 	int have_cwsr, have_ctl;
 	uint64_t cwsr_size, ctl_stack_size;
 	uint64_t simd_count, simd_per_cu, array_count, simd_arrays_per_engine;
-	uint64_t num_xcc, gfx_target_version, lds_size_in_kb, drm_render_minor;
+	uint64_t num_xcc, gfx_target_version, drm_render_minor;
 };
 
 static int read_u64_file(const char *path, uint64_t *out)
@@ -62,8 +65,6 @@ static int read_props(const char *path, struct fh_props *p)
 			p->num_xcc = v ? v : 1;
 		else if (!strcmp(key, "gfx_target_version"))
 			p->gfx_target_version = v;
-		else if (!strcmp(key, "lds_size_in_kb"))
-			p->lds_size_in_kb = v;
 		else if (!strcmp(key, "drm_render_minor"))
 			p->drm_render_minor = v;
 	}
@@ -72,21 +73,24 @@ static int read_props(const char *path, struct fh_props *p)
 }
 
 /*
- * CWSR sizes (docs/kernel-interface.md §3; same formula as the kernel and
- * libhsakmt). debug_memory_size is never exported by sysfs, so it is always
- * computed; cwsr_size / ctl_stack_size come from sysfs when present.
+ * debug_memory_size: the per-XCC debugger area after the CWSR areas (see
+ * q_create). The kernel computes it with the CWSR sizes
+ * (kfd_queue_ctx_save_restore_size, docs/kernel-interface.md §3) but does not
+ * publish it in sysfs, so fakehip derives it from the node's properties:
+ * ALIGN(wave_num * 32, 64), wave_num being the waves the node's CUs hold
+ * (32 per CU from gfx10 on; before, 40 per CU and at most 512 per shader
+ * engine). The CWSR sizes themselves are never computed here.
  */
-static void cwsr_sizes(const struct fh_props *p, struct fh_dev *d)
+static uint32_t debug_memory_size(const struct fh_props *p)
 {
 	uint64_t xcc = p->num_xcc ? p->num_xcc : 1;
 	uint64_t major = p->gfx_target_version / 10000;
-	uint64_t cu_num = 0, wave_num, ctl, wg, vgpr = 0x40000, lds = 0x10000, per_wave = 8;
+	uint64_t cu_num = 0, wave_num;
 
 	if (p->simd_per_cu)
 		cu_num = p->simd_count / p->simd_per_cu / xcc;
 	if (major >= 10) {
 		wave_num = cu_num * 32;
-		per_wave = 12;
 	} else {
 		uint64_t se = p->simd_arrays_per_engine ? p->array_count / p->simd_arrays_per_engine : 0;
 
@@ -94,28 +98,7 @@ static void cwsr_sizes(const struct fh_props *p, struct fh_dev *d)
 		if (se * 512 < wave_num)
 			wave_num = se * 512;
 	}
-	switch (p->gfx_target_version) {
-	case 90008: /* gfx908 */
-	case 90010: /* gfx90a */
-	case 90400: /* gfx940 */
-	case 90401: /* gfx941 */
-	case 90402: /* gfx942 */
-		vgpr = 0x80000;
-		break;
-	case 90500: /* gfx950 */
-		vgpr = 0x80000;
-		if (p->lds_size_in_kb)
-			lds = p->lds_size_in_kb * 1024;
-		break;
-	default:
-		break;
-	}
-	ctl = align_up(40 + wave_num * per_wave + 8, FH_PAGE);
-	wg = align_up(cu_num * (vgpr + 0x4000 + lds + 0x1000), FH_PAGE);
-	d->num_xcc = (uint32_t)xcc;
-	d->ctl_stack_size = (uint32_t)(p->have_ctl ? p->ctl_stack_size : ctl);
-	d->cwsr_size = (uint32_t)(p->have_cwsr ? p->cwsr_size : ctl + wg);
-	d->debug_memory_size = (uint32_t)align_up(wave_num * 32, 64);
+	return (uint32_t)align_up(wave_num * 32, 64);
 }
 
 static int cmp_u32(const void *a, const void *b)
@@ -125,7 +108,7 @@ static int cmp_u32(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
-void read_topology(void)
+int read_topology(void)
 {
 	char path[PATH_MAX + 128];
 	uint32_t ids[256];
@@ -136,7 +119,7 @@ void read_topology(void)
 	snprintf(path, sizeof(path), "%s/sys/class/kfd/kfd/topology/nodes", G.root);
 	dir = opendir(path);
 	if (!dir)
-		return;
+		return 0;
 	while ((de = readdir(dir)) && n < 256) {
 		char *end;
 		unsigned long v = strtoul(de->d_name, &end, 10);
@@ -158,12 +141,28 @@ void read_topology(void)
 			 ids[i]);
 		if (read_props(path, &p))
 			continue;
+		if (!p.have_cwsr || !p.have_ctl) {
+			const char *missing = p.have_cwsr ? "ctl_stack_size"
+					      : p.have_ctl ? "cwsr_size"
+							   : "cwsr_size or ctl_stack_size";
+
+			/* always said (not only with FAKEHIP_DEBUG): nothing else would tell why */
+			fh_log("fakehip: GPU node %u (gpu_id %llu) has no %s in its sysfs properties: fakehip "
+			       "takes the CWSR sizes from sysfs only and needs a kernel or emulator that "
+			       "publishes cwsr_size and ctl_stack_size (Linux 6.12+ or kfd-emu); read %s",
+			       ids[i], (unsigned long long)gpu_id, missing, path);
+			return -1;
+		}
 		memset(d, 0, sizeof(*d));
 		d->node = ids[i];
 		d->gpu_id = (uint32_t)gpu_id;
 		d->render_minor = (uint32_t)p.drm_render_minor;
 		d->render_fd = -1;
-		cwsr_sizes(&p, d);
+		d->num_xcc = (uint32_t)(p.num_xcc ? p.num_xcc : 1);
+		d->cwsr_size = (uint32_t)p.cwsr_size;
+		d->ctl_stack_size = (uint32_t)p.ctl_stack_size;
+		d->debug_memory_size = debug_memory_size(&p);
 		G.ndev++;
 	}
+	return 0;
 }
