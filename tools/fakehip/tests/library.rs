@@ -930,19 +930,62 @@ fn device_reset_destroys_every_queue() {
     assert_eq!(qs[0].packets_done, 1);
 }
 
+/// `host_cb` of the `misc` scenario (tests/programs/scenarios.c), run by hipLaunchHostFunc,
+/// adds 1 to the scenario's counter.
+const MISC_HOST_FN_ADDS: u32 = 1;
+/// `stream_cb`, run by hipStreamAddCallback (with hipSuccess), adds 10: the printed sum tells
+/// that each ran exactly once.
+const MISC_STREAM_CALLBACK_ADDS: u32 = 10;
+/// `misc` pushes `__hipPushCallConfiguration(G1, B64, 16, s)`: grid {1,1,1}, block {64,1,1},
+/// 16 bytes of dynamic shared memory, stream `s`; it prints "popped <grid.x> <block.x>
+/// <shared memory> <1 if the popped stream is s>".
+const MISC_PUSHED_GRID_X: u32 = 1;
+const MISC_PUSHED_BLOCK_X: u32 = 64;
+const MISC_PUSHED_SHARED_MEM: usize = 16;
+/// The launches of `misc` that succeed, each one AQL kernel-dispatch packet on `s`'s queue. Its
+/// four invalid launches (2048-thread block, NULL function, NULL module function, unknown
+/// stream) submit nothing; event records, host functions and callbacks add no packet, and
+/// waiting on an event from the null stream creates no queue.
+const MISC_SUCCESSFUL_LAUNCHES: [&str; 8] = [
+    "hipLaunchKernel(k_20ms)",
+    "hipLaunchKernel(k_short)",
+    "hipExtModuleLaunchKernel(k_short)",
+    "hipModuleLaunchCooperativeKernel(k_short)",
+    "hipLaunchCooperativeKernel(k_short)",
+    "hipLaunchCooperativeKernel_spt(k_short)",
+    "hipLaunchKernel(a plain function: FAKEHIP_KERNEL_NS)",
+    "hipLaunchKernel(a wild pointer)",
+];
+
 #[test]
 fn misc_api_behaviour() {
     let emu = mount_or_skip!(mi308x());
     let r = emu.run("scenarios", &["misc"], &[]);
     r.assert_ok();
     let s = r.stdout();
-    assert_eq!(field(s, "counter "), ["11"]);
-    assert_eq!(field(s, "popped "), ["1", "64", "16", "1"]);
-    // eight successful launches (four invalid ones submit nothing); waiting on an event
-    // from the null stream creates no queue
+    // the host function and the callback each ran once, before hipStreamQuery
+    assert_eq!(
+        field(s, "counter "),
+        [(MISC_HOST_FN_ADDS + MISC_STREAM_CALLBACK_ADDS).to_string()]
+    );
+    // the call configuration pops as pushed
+    assert_eq!(
+        field(s, "popped "),
+        [
+            MISC_PUSHED_GRID_X.to_string(),
+            MISC_PUSHED_BLOCK_X.to_string(),
+            MISC_PUSHED_SHARED_MEM.to_string(),
+            "1".to_string()
+        ]
+    );
     let qs = r.queues_at("done");
     assert_eq!(qs.len(), 1, "{qs:#?}");
-    assert_eq!((qs[0].packets_done, qs[0].write_index), (8, 8));
+    let launches = MISC_SUCCESSFUL_LAUNCHES.len() as u64;
+    assert_eq!(
+        (qs[0].packets_done, qs[0].write_index),
+        (launches, launches),
+        "one packet per successful launch: {MISC_SUCCESSFUL_LAUNCHES:?}"
+    );
 }
 
 fn full_ring(emu: &common::Emu, ring: Option<&str>, ring_size: u32) {
