@@ -1,6 +1,10 @@
 //! Compiles fakehip's C library into `$OUT_DIR/libamdhip64.so.6` (+ a `libamdhip64.so`
 //! symlink for `-lamdhip64`), with the real library's soname and symbol-version nodes.
 //!
+//! The sources are the C files of [`SOURCES`] in `src/`, which share `src/fakehip_internal.h`
+//! (the header comment there says which file holds what). They are compiled and linked in one
+//! compiler run.
+//!
 //! The C compiler is `$CC`, else `cc`. The kfd ABI header comes from the sibling
 //! `kfd-sys` crate (`kfd-sys/include/kfdq/kfd_abi.h`).
 
@@ -11,24 +15,55 @@ use std::process::Command;
 
 const SONAME: &str = "libamdhip64.so.6";
 
+/// The library's C files, in `src/`.
+const SOURCES: &[&str] = &[
+    "runtime.c",
+    "topology.c",
+    "memory.c",
+    "queue.c",
+    "stream.c",
+    "event.c",
+    "launch.c",
+    "api.c",
+];
+
 fn main() {
     skip_privileged_cfg();
     let manifest =
         PathBuf::from(env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"));
     let out_dir = PathBuf::from(env::var("OUT_DIR").expect("cargo sets OUT_DIR"));
-    let src = manifest.join("src/fakehip.c");
+    let src_dir = manifest.join("src");
+    let sources: Vec<PathBuf> = SOURCES.iter().map(|f| src_dir.join(f)).collect();
+    let internal_header = src_dir.join("fakehip_internal.h");
     let map = manifest.join("fakehip.map");
     let include = manifest.join("include");
     let header = include.join("hip/hip_runtime_api.h");
     let abi_include = manifest.join("../../kfd-sys/include");
     let abi_header = abi_include.join("kfdq/kfd_abi.h");
 
-    for p in [&src, &map, &header, &abi_header] {
+    for p in sources
+        .iter()
+        .chain([&internal_header, &map, &header, &abi_header])
+    {
         println!("cargo:rerun-if-changed={}", p.display());
     }
     println!("cargo:rerun-if-changed=build.rs");
     println!("cargo:rerun-if-env-changed=CC");
 
+    let mut found: Vec<String> = fs::read_dir(&src_dir)
+        .unwrap_or_else(|e| panic!("cannot list {}: {e}", src_dir.display()))
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|name| name.ends_with(".c"))
+        .collect();
+    found.sort();
+    let mut listed: Vec<&str> = SOURCES.to_vec();
+    listed.sort_unstable();
+    assert_eq!(
+        found,
+        listed,
+        "the C files in {} and build.rs's SOURCES differ",
+        src_dir.display()
+    );
     assert!(
         abi_header.exists(),
         "kfd ABI header not found at {}",
@@ -57,7 +92,7 @@ fn main() {
         .arg(format!("-Wl,-soname,{SONAME}"))
         .arg("-o")
         .arg(&lib)
-        .arg(&src)
+        .args(&sources)
         .args(["-ldl", "-lpthread"])
         .output()
         .unwrap_or_else(|e| panic!("cannot run the C compiler `{cc}`: {e}"));

@@ -1,7 +1,7 @@
 //! fakehip: a stand-in `libamdhip64.so.6` for kfdq's tests.
 //!
-//! The library itself is C (`src/fakehip.c`), compiled by this crate's build script
-//! into [`LIB_DIR`]. It exports a subset of the HIP runtime with the real library's
+//! The library itself is C (`src/*.c` around `src/fakehip_internal.h`, which lists what each
+//! file holds), compiled by this crate's build script into [`LIB_DIR`]. It exports a subset of the HIP runtime with the real library's
 //! soname and symbol-version nodes (`hip_4.2` .. `hip_6.4`, ROCm 6.4's chain) and drives amdkfd the way
 //! ROCr does: one KFD AQL queue per stream from three priority pools per device,
 //! USERPTR queue buffers, CWSR areas, doorbells, and AQL dispatch packets whose

@@ -339,43 +339,62 @@ fn num<T: std::str::FromStr>(s: &str) -> T {
         .unwrap_or_else(|_| panic!("{s:?} is not a number of the expected kind"))
 }
 
-#[test]
-#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
-fn a_topology_without_gpus_is_no_device() {
-    let emu = common::mount(mi308x());
-    // A root whose dev/kfd is the emulator's (GET_VERSION etc. work) but whose topology
-    // lists only the emulator's CPU node.
-    let dir = tempfile::tempdir().expect("temp dir");
-    let root = dir.path();
+const TOPOLOGY: &str = "sys/class/kfd/kfd/topology";
+
+/// The `properties` of topology node `node` under `root`, as (key, value) pairs.
+fn node_properties(root: &Path, node: u32) -> BTreeMap<String, u64> {
+    let path = root.join(TOPOLOGY).join(format!("nodes/{node}/properties"));
+    let text = fs::read_to_string(&path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
+    text.lines()
+        .filter_map(|l| l.split_once(' '))
+        .filter_map(|(k, v)| Some((k.to_string(), v.parse().ok()?)))
+        .collect()
+}
+
+/// Makes `root` a tree for `KFDQ_ROOT` whose `dev/kfd` is the emulator's (GET_VERSION etc.
+/// work) and whose topology holds copies of the emulator's nodes `nodes`, each node's
+/// `properties` text passed through `edit`.
+fn copy_topology(emu: &common::Emu, root: &Path, nodes: &[u32], edit: impl Fn(&str) -> String) {
     fs::create_dir_all(root.join("dev")).expect("mkdir dev");
     std::os::unix::fs::symlink(emu.root().join("dev/kfd"), root.join("dev/kfd"))
         .expect("symlink dev/kfd");
-    let topo = "sys/class/kfd/kfd/topology";
-    fs::create_dir_all(root.join(topo).join("nodes/0")).expect("mkdir node 0");
-    for f in [
-        "generation_id",
-        "system_properties",
-        "nodes/0/gpu_id",
-        "nodes/0/name",
-        "nodes/0/properties",
-    ] {
-        let from = emu.root().join(topo).join(f);
-        let bytes = fs::read(&from).unwrap_or_else(|e| panic!("read {}: {e}", from.display()));
-        fs::write(root.join(topo).join(f), bytes).expect("copy a topology file");
+    let mut files = vec!["generation_id".to_string(), "system_properties".to_string()];
+    for n in nodes {
+        fs::create_dir_all(root.join(TOPOLOGY).join(format!("nodes/{n}"))).expect("mkdir a node");
+        files.extend(["gpu_id", "name", "properties"].map(|f| format!("nodes/{n}/{f}")));
     }
-    let root_s = root.display().to_string();
-    let r = emu.run_with(
-        "nodevice",
-        &[],
-        &[("KFDQ_ROOT", &root_s), ("FAKEHIP_DEBUG", "1")],
-        |cp| {
-            cp.emu
-                .wait_stats("fakehip released /dev/kfd after failing", |s| {
-                    !s.processes.iter().any(|p| p.pid == cp.pid)
-                });
-        },
+    for f in &files {
+        let from = emu.root().join(TOPOLOGY).join(f);
+        let text =
+            fs::read_to_string(&from).unwrap_or_else(|e| panic!("read {}: {e}", from.display()));
+        let text = if f.ends_with("/properties") {
+            edit(&text)
+        } else {
+            text
+        };
+        fs::write(root.join(TOPOLOGY).join(f), text).expect("copy a topology file");
+    }
+}
+
+/// Runs `nodevice` against the emulator with `envs`; at its checkpoint waits until the
+/// emulator saw fakehip close /dev/kfd after its failed initialisation.
+fn run_nodevice(emu: &common::Emu, envs: &[(&str, &str)]) -> common::EmuRun {
+    emu.run_with("nodevice", &[], envs, |cp| {
+        cp.emu
+            .wait_stats("fakehip released /dev/kfd after failing", |s| {
+                !s.processes.iter().any(|p| p.pid == cp.pid)
+            });
+    })
+}
+
+/// Every device call of `nodevice` returned hipErrorNoDevice (and its own checks passed).
+fn assert_no_device(r: &common::EmuRun) {
+    assert!(
+        r.out.status.success(),
+        "stdout:\n{}\nstderr:\n{}",
+        r.stdout(),
+        r.stderr()
     );
-    r.assert_ok();
     for call in ["hipGetDeviceCount", "hipStreamCreate", "hipLaunchKernel"] {
         assert!(
             r.stdout().lines().any(|l| l == format!("{call} 100")),
@@ -383,13 +402,86 @@ fn a_topology_without_gpus_is_no_device() {
             r.stdout()
         );
     }
+    assert!(r.queues_at("done").is_empty());
+}
+
+#[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
+fn a_topology_without_gpus_is_no_device() {
+    let emu = common::mount(mi308x());
+    // A root whose dev/kfd is the emulator's but whose topology lists only the emulator's
+    // CPU node.
+    let dir = tempfile::tempdir().expect("temp dir");
+    copy_topology(&emu, dir.path(), &[0], str::to_string);
+    let root = dir.path().display().to_string();
+    let r = run_nodevice(&emu, &[("KFDQ_ROOT", &root), ("FAKEHIP_DEBUG", "1")]);
+    r.assert_ok();
+    assert_no_device(&r);
     // it got past GET_VERSION on the emulator's /dev/kfd and gave up on the topology
     assert!(
         r.stderr().contains("fakehip: no GPU nodes under"),
         "{}",
         r.stderr()
     );
-    assert!(r.queues_at("done").is_empty());
+}
+
+/// fakehip refused GPU node 1 (`gpu_id`) for lacking `missing` in its sysfs properties: one
+/// stderr line says so, without `FAKEHIP_DEBUG`, and names what fakehip needs.
+fn assert_cwsr_refusal(r: &common::EmuRun, gpu_id: u32, missing: &str) {
+    let lines: Vec<&str> = r.stderr().lines().collect();
+    assert_eq!(lines.len(), 1, "one line, once per process: {}", r.stderr());
+    let want = format!(
+        "fakehip: GPU node 1 (gpu_id {gpu_id}) has no {missing} in its sysfs properties: fakehip \
+         takes the CWSR sizes from sysfs only and needs a kernel or emulator that publishes \
+         cwsr_size and ctl_stack_size (Linux 6.12+ or kfd-emu); read "
+    );
+    assert!(lines[0].starts_with(&want), "{}", lines[0]);
+    assert!(lines[0].ends_with("/nodes/1/properties"), "{}", lines[0]);
+}
+
+#[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
+fn a_kernel_without_cwsr_sizes_in_sysfs_is_refused() {
+    // A pre-6.12 kernel: sysfs has no cwsr_size/ctl_stack_size. fakehip does not compute them
+    // (the kernel's formula lives in kfdq's Rust code): discovery fails, so does every device
+    // call.
+    let emu = common::mount(EmuConfig {
+        preset: Preset::Mi300xSpx,
+        buffer_checks: false,
+        ..EmuConfig::default()
+    });
+    let props = node_properties(emu.root(), 1);
+    assert!(
+        !props.contains_key("cwsr_size") && !props.contains_key("ctl_stack_size"),
+        "{props:?}"
+    );
+    let r = run_nodevice(&emu, &[("FAKEHIP_DEBUG", "0")]);
+    assert_no_device(&r);
+    assert_cwsr_refusal(&r, emu.gpu_ids()[0], "cwsr_size or ctl_stack_size");
+}
+
+#[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
+fn a_node_without_ctl_stack_size_is_refused_by_name() {
+    // The emulator's 6.12 topology with node 1's ctl_stack_size line removed (cwsr_size kept).
+    let emu = common::mount(mi308x());
+    let dir = tempfile::tempdir().expect("temp dir");
+    copy_topology(&emu, dir.path(), &[0, 1], |props| {
+        props
+            .lines()
+            .filter(|l| !l.starts_with("ctl_stack_size "))
+            .map(|l| format!("{l}\n"))
+            .collect()
+    });
+    let props = node_properties(dir.path(), 1);
+    assert!(
+        props.contains_key("cwsr_size") && !props.contains_key("ctl_stack_size"),
+        "{props:?}"
+    );
+    let root = dir.path().display().to_string();
+    let r = run_nodevice(&emu, &[("KFDQ_ROOT", &root), ("FAKEHIP_DEBUG", "0")]);
+    assert_no_device(&r);
+    assert_cwsr_refusal(&r, emu.gpu_ids()[0], "ctl_stack_size");
 }
 
 #[test]
@@ -494,65 +586,14 @@ fn cwsr_sizes_come_from_sysfs_and_pass_the_6_12_checks() {
             "48959488"
         ]
     );
+    // ... which are node 1's sysfs properties
+    let props = node_properties(emu.root(), 1);
+    assert_eq!(
+        (props["cwsr_size"], props["ctl_stack_size"]),
+        (12_214_272, 8_192),
+        "{props:?}"
+    );
     // the emulator validates exactly these sizes at CREATE_QUEUE (6.12 rules)
-    let qs = r.queues_at("done");
-    assert_eq!(qs.len(), 1, "{qs:#?}");
-    assert_eq!(qs[0].packets_done, 1);
-}
-
-#[test]
-#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
-fn cwsr_sizes_follow_the_formula_when_sysfs_lacks_them() {
-    // A pre-6.12 kernel: sysfs has no cwsr_size/ctl_stack_size. MI300X SPX is the worked
-    // example of docs/kernel-interface.md §3.
-    let emu = common::mount(EmuConfig {
-        preset: Preset::Mi300xSpx,
-        buffer_checks: false,
-        ..EmuConfig::default()
-    });
-    let props_text = fs::read_to_string(
-        emu.root()
-            .join("sys/class/kfd/kfd/topology/nodes/1/properties"),
-    )
-    .expect("read node 1 properties");
-    let props: BTreeMap<&str, u32> = props_text
-        .lines()
-        .filter_map(|l| l.split_once(' '))
-        .filter_map(|(k, v)| Some((k, v.parse().ok()?)))
-        .collect();
-    assert!(
-        !props.contains_key("cwsr_size") && !props.contains_key("ctl_stack_size"),
-        "{props_text}"
-    );
-    let r = emu.run("scenarios", &["cwsr"], &[]);
-    r.assert_ok();
-    assert_eq!(
-        field(r.stdout(), "cwsr "),
-        [
-            "ctx_save_restore_size",
-            "23203840",
-            "ctl_stack_size",
-            "12288",
-            "bytes",
-            "186019840"
-        ]
-    );
-    // the same numbers as the emulator's own implementation of the formula
-    let s = kfd_emu::cwsr_sizes(
-        props["simd_count"],
-        props["simd_per_cu"],
-        props["num_xcc"],
-        props["array_count"],
-        props["simd_arrays_per_engine"],
-        props["gfx_target_version"],
-        props["lds_size_in_kb"],
-    );
-    let total =
-        (u64::from(s.cwsr_size) + u64::from(s.debug_memory_size)) * u64::from(props["num_xcc"]);
-    assert_eq!(
-        (s.cwsr_size, s.ctl_stack_size, total.div_ceil(4096) * 4096),
-        (23_203_840, 12_288, 186_019_840)
-    );
     let qs = r.queues_at("done");
     assert_eq!(qs.len(), 1, "{qs:#?}");
     assert_eq!(qs[0].packets_done, 1);
@@ -907,6 +948,33 @@ fn device_reset_destroys_every_queue() {
     assert_eq!(qs[0].packets_done, 1);
 }
 
+/// `host_cb` of the `misc` scenario (tests/programs/scenarios.c), run by hipLaunchHostFunc,
+/// adds 1 to the scenario's counter.
+const MISC_HOST_FN_ADDS: u32 = 1;
+/// `stream_cb`, run by hipStreamAddCallback (with hipSuccess), adds 10: the printed sum tells
+/// that each ran exactly once.
+const MISC_STREAM_CALLBACK_ADDS: u32 = 10;
+/// `misc` pushes `__hipPushCallConfiguration(G1, B64, 16, s)`: grid {1,1,1}, block {64,1,1},
+/// 16 bytes of dynamic shared memory, stream `s`; it prints "popped <grid.x> <block.x>
+/// <shared memory> <1 if the popped stream is s>".
+const MISC_PUSHED_GRID_X: u32 = 1;
+const MISC_PUSHED_BLOCK_X: u32 = 64;
+const MISC_PUSHED_SHARED_MEM: usize = 16;
+/// The launches of `misc` that succeed, each one AQL kernel-dispatch packet on `s`'s queue. Its
+/// four invalid launches (2048-thread block, NULL function, NULL module function, unknown
+/// stream) submit nothing; event records, host functions and callbacks add no packet, and
+/// waiting on an event from the null stream creates no queue.
+const MISC_SUCCESSFUL_LAUNCHES: [&str; 8] = [
+    "hipLaunchKernel(k_20ms)",
+    "hipLaunchKernel(k_short)",
+    "hipExtModuleLaunchKernel(k_short)",
+    "hipModuleLaunchCooperativeKernel(k_short)",
+    "hipLaunchCooperativeKernel(k_short)",
+    "hipLaunchCooperativeKernel_spt(k_short)",
+    "hipLaunchKernel(a plain function: FAKEHIP_KERNEL_NS)",
+    "hipLaunchKernel(a wild pointer)",
+];
+
 #[test]
 #[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn misc_api_behaviour() {
@@ -914,13 +982,29 @@ fn misc_api_behaviour() {
     let r = emu.run("scenarios", &["misc"], &[]);
     r.assert_ok();
     let s = r.stdout();
-    assert_eq!(field(s, "counter "), ["11"]);
-    assert_eq!(field(s, "popped "), ["1", "64", "16", "1"]);
-    // eight successful launches (four invalid ones submit nothing); waiting on an event
-    // from the null stream creates no queue
+    // the host function and the callback each ran once, before hipStreamQuery
+    assert_eq!(
+        field(s, "counter "),
+        [(MISC_HOST_FN_ADDS + MISC_STREAM_CALLBACK_ADDS).to_string()]
+    );
+    // the call configuration pops as pushed
+    assert_eq!(
+        field(s, "popped "),
+        [
+            MISC_PUSHED_GRID_X.to_string(),
+            MISC_PUSHED_BLOCK_X.to_string(),
+            MISC_PUSHED_SHARED_MEM.to_string(),
+            "1".to_string()
+        ]
+    );
     let qs = r.queues_at("done");
     assert_eq!(qs.len(), 1, "{qs:#?}");
-    assert_eq!((qs[0].packets_done, qs[0].write_index), (8, 8));
+    let launches = MISC_SUCCESSFUL_LAUNCHES.len() as u64;
+    assert_eq!(
+        (qs[0].packets_done, qs[0].write_index),
+        (launches, launches),
+        "one packet per successful launch: {MISC_SUCCESSFUL_LAUNCHES:?}"
+    );
 }
 
 fn full_ring(emu: &common::Emu, ring: Option<&str>, ring_size: u32) {
