@@ -88,28 +88,43 @@ impl Setup {
     }
 
     /// Asserts that the `frozen` streams' queues complete nothing while the `running` ones
-    /// progress. No fixed window: first the frozen queues must be quiescent in the emulator
-    /// (inactive, suspended, or with nothing left in their ring), then the window lasts until
-    /// every running stream has completed 3 more packets, or, with none running, until a
-    /// witness process's queue has run 20 ms of packets on the same partition.
+    /// progress. No fixed window: a window lasts until every running stream has completed 3
+    /// more packets, or, with none running, until a witness process's queue has run 20 ms of
+    /// packets on the same partition. First the frozen streams must settle: work launched
+    /// before the command (already past the shim, or written but not yet signalled by the
+    /// runtime) completes, so windows repeat until the frozen counts stay put over one; then one
+    /// more window is the assertion.
     fn assert_progress(&self, frozen: &[&str], running: &[&str]) {
-        wait_for("the frozen streams' queues to be quiescent", || {
-            frozen.iter().all(|n| {
-                let q = self.emu.queue(self.app.pid, self.qid(n));
-                !q.active || q.suspended || q.read_index == q.write_index
-            })
-        });
-        let before: Vec<u64> = frozen.iter().chain(running).map(|n| self.done(n)).collect();
-        if running.is_empty() {
-            test_support::hold::cp_witness(&self.emu, 20, 1000);
-        } else {
-            wait_for("every running stream to complete 3 more packets", || {
-                running
-                    .iter()
-                    .enumerate()
-                    .all(|(i, n)| self.done(n) >= before[frozen.len() + i] + 3)
-            });
+        let counts = || -> Vec<u64> { frozen.iter().map(|n| self.done(n)).collect() };
+        let window = || {
+            if running.is_empty() {
+                test_support::hold::cp_witness(&self.emu, 20, 1000);
+            } else {
+                let start: Vec<u64> = running.iter().map(|n| self.done(n)).collect();
+                wait_for("every running stream to complete 3 more packets", || {
+                    running
+                        .iter()
+                        .zip(&start)
+                        .all(|(n, s)| self.done(n) >= s + 3)
+                });
+            }
+        };
+        let mut before = counts();
+        let mut settled = false;
+        for _ in 0..20 {
+            window();
+            let now = counts();
+            settled = now == before;
+            before = now;
+            if settled {
+                break;
+            }
         }
+        assert!(
+            settled,
+            "the frozen streams {frozen:?} never settled: {before:?}"
+        );
+        window();
         for (i, n) in frozen.iter().enumerate() {
             assert_eq!(
                 self.done(n),
