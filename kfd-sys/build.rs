@@ -10,6 +10,12 @@
 //!
 //! The chosen header is reported as a cargo warning and exported to the crate as
 //! `KFD_SYS_HEADER` / `KFD_SYS_HEADER_MINOR`.
+//!
+//! The structs named in `build/derives.rs` also derive zerocopy's byte conversions (the rule is
+//! there); the same list works for every supported header.
+
+#[path = "build/derives.rs"]
+mod derives;
 
 use std::env;
 use std::fs;
@@ -53,6 +59,7 @@ fn main() {
     println!("cargo:rerun-if-changed={}", own.display());
     println!("cargo:rerun-if-changed={SYSTEM_HEADER}");
     println!("cargo:rerun-if-changed=build.rs");
+    println!("cargo:rerun-if-changed=build/derives.rs");
 
     let (header, why) = match env::var_os("KFD_IOCTL_H") {
         Some(p) => {
@@ -99,6 +106,7 @@ fn main() {
     println!("cargo:include={}", manifest.join("include/kfdq").display());
 
     let out = PathBuf::from(env::var("OUT_DIR").expect("cargo sets OUT_DIR"));
+    let byte_derives = derives::ByteDerives::default();
     let bindings = bindgen::Builder::default()
         .header(header.to_string_lossy())
         .clang_arg(format!("-I{}", stub.display()))
@@ -122,8 +130,16 @@ fn main() {
         // `kfd_ioctl_svm_args` in real headers) get their own unsafe blocks, as Rust 2024's
         // unsafe_op_in_unsafe_fn wants.
         .wrap_unsafe_ops(true)
+        .parse_callbacks(Box::new(byte_derives.clone()))
         .generate()
         .unwrap_or_else(|e| panic!("bindgen failed on {}: {e}", header.display()));
+    let missing = byte_derives.missing();
+    assert!(
+        missing.is_empty(),
+        "{} declares no struct {} named in kfd-sys/build/derives.rs",
+        header.display(),
+        missing.join(", ")
+    );
     bindings
         .write_to_file(out.join("bindings.rs"))
         .expect("write bindings.rs to OUT_DIR");

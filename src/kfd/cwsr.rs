@@ -1,21 +1,15 @@
 //! Compute-wave save/restore (CWSR) sizes and the context-save-area header.
 //!
 //! Linux 6.12+ publishes `cwsr_size` and `ctl_stack_size` per node and checks queue buffers
-//! against them; older kernels do not, and both the kernel and libhsakmt then derive the sizes
-//! from the node's shape (docs/kernel-interface.md §3). The debug area is never published.
+//! against them; older kernels do not, and user space then derives the sizes from the node's
+//! shape with the kernel's formula, `kfd_sys::cwsr` (docs/kernel-interface.md §3). The debug
+//! area is never published.
 
+use kfd_sys::cwsr::{self, NodeProperties};
 use serde::Serialize;
 
 use super::error::{Error, Result};
 use super::topology::Node;
-
-const PAGE: u64 = 4096;
-/// Size of the CWSR header that precedes the control stack.
-const CTL_STACK_HEADER: u64 = 40;
-
-fn align(v: u64, a: u64) -> u64 {
-    v.div_ceil(a) * a
-}
 
 /// Where a size came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -47,54 +41,50 @@ pub struct CwsrSizes {
 impl CwsrSizes {
     /// Sizes for `node`: sysfs values when published, the formula otherwise.
     pub fn for_node(node: &Node) -> Result<Self> {
-        let need = |k: &str| {
-            node.prop(k).ok_or_else(|| Error::Sysfs {
-                path: format!("topology node {}", node.index).into(),
-                what: format!("missing property {k}, needed to size the CWSR area"),
-            })
-        };
-        let num_xcc = u64::from(node.num_xcc());
-        let simd_per_cu = need("simd_per_cu")?.max(1);
-        let cu_num = need("simd_count")? / simd_per_cu / num_xcc;
-        let gfx = node.gfx_version().ok_or_else(|| Error::Sysfs {
+        let missing = |what: String| Error::Sysfs {
             path: format!("topology node {}", node.index).into(),
-            what: "missing gfx_target_version".into(),
-        })?;
-        let gfx10_plus = gfx.major >= 10;
-        let wave_num = if gfx10_plus {
-            cu_num * 32
-        } else {
-            let arrays = need("array_count")? / need("simd_arrays_per_engine")?.max(1);
-            (cu_num * 40).min(arrays * 512)
+            what,
         };
-        let wave_size = if gfx10_plus { 12 } else { 8 };
-        let ctl_formula = align(CTL_STACK_HEADER + wave_num * wave_size + 8, PAGE);
-        let vgpr = if gfx.major == 9
-            && (gfx.minor == 4
-                || gfx.minor == 5
-                || (gfx.minor == 0 && (gfx.stepping == 8 || gfx.stepping == 0xa)))
-        {
-            0x80000
-        } else {
-            0x40000
+        let need = |k: &str| {
+            let v = node.prop(k).ok_or_else(|| {
+                missing(format!(
+                    "missing property {k}, needed to size the CWSR area"
+                ))
+            })?;
+            u32::try_from(v)
+                .map_err(|_| missing(format!("property {k} = {v} does not fit in 32 bits")))
         };
-        let lds = if gfx.major == 9 && gfx.minor == 5 {
-            node.prop("lds_size_in_kb").unwrap_or(64) * 1024
-        } else {
-            0x10000
-        };
-        let wg_data = align(cu_num * (vgpr + 0x4000 + lds + 0x1000), PAGE);
-        let debug_memory_size = align(wave_num * 32, 64);
+        let gfx_target_version = need("gfx_target_version")?;
+        if gfx_target_version == 0 {
+            return Err(missing("missing gfx_target_version".into()));
+        }
+        let num_xcc = node.num_xcc();
+        let formula = cwsr::ctx_save_restore_size(&NodeProperties {
+            gfx_target_version,
+            simd_count: need("simd_count")?,
+            simd_per_cu: need("simd_per_cu")?,
+            array_count: need("array_count")?,
+            simd_arrays_per_engine: need("simd_arrays_per_engine")?,
+            // 64 KiB when absent: the formula reads it for gfx950 only.
+            lds_size_in_kb: node
+                .prop("lds_size_in_kb")
+                .map_or(Ok(64), |_| need("lds_size_in_kb"))?,
+            num_xcc,
+        });
         let (cwsr_size, ctl_stack_size, source) =
             match (node.prop("cwsr_size"), node.prop("ctl_stack_size")) {
                 (Some(c), Some(s)) => (c, s, SizeSource::Sysfs),
-                _ => (ctl_formula + wg_data, ctl_formula, SizeSource::Formula),
+                _ => (
+                    u64::from(formula.cwsr_size),
+                    u64::from(formula.ctl_stack_size),
+                    SizeSource::Formula,
+                ),
             };
         Ok(CwsrSizes {
             cwsr_size,
             ctl_stack_size,
-            debug_memory_size,
-            num_xcc: num_xcc as u32,
+            debug_memory_size: u64::from(formula.debug_memory_size),
+            num_xcc,
             eop_buffer_size: 4096,
             source,
         })
@@ -102,10 +92,7 @@ impl CwsrSizes {
 
     /// Bytes of the whole CWSR allocation: `ALIGN((cwsr + debug) x num_xcc, 4096)`.
     pub fn total(&self) -> u64 {
-        align(
-            (self.cwsr_size + self.debug_memory_size) * u64::from(self.num_xcc),
-            PAGE,
-        )
+        cwsr::total_cwsr_size(self.cwsr_size, self.debug_memory_size, self.num_xcc)
     }
 
     /// The context-save-area header of XCC `xcc` (libhsakmt's layout rule).

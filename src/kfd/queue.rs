@@ -15,6 +15,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use kfd_sys as sys;
+use kfd_sys::zerocopy::IntoBytes;
 use serde::Serialize;
 
 use super::aql::{DispatchPacket, PACKET_SIZE};
@@ -142,7 +143,7 @@ impl Kfd {
         let mut cwsr = self.alloc_userptr(spec.gpu, sizes.total(), rw)?;
         for xcc in 0..sizes.num_xcc {
             let h = sizes.header(xcc);
-            cwsr.write_bytes(u64::from(xcc) * sizes.cwsr_size, &header_bytes(&h))?;
+            cwsr.write_bytes(u64::from(xcc) * sizes.cwsr_size, h.as_bytes())?;
         }
         let eop = if spec.kind == QueueKind::ComputeAql && node.is_gfx94x() {
             None
@@ -202,25 +203,6 @@ impl Kfd {
             eop,
         })
     }
-}
-
-fn header_bytes(h: &sys::kfd_context_save_area_header) -> Vec<u8> {
-    let w = &h.wave_state;
-    let mut v = Vec::with_capacity(40);
-    for x in [
-        w.control_stack_offset,
-        w.control_stack_size,
-        w.wave_state_offset,
-        w.wave_state_size,
-        h.debug_offset,
-        h.debug_size,
-    ] {
-        v.extend_from_slice(&x.to_le_bytes());
-    }
-    v.extend_from_slice(&h.err_payload_addr.to_le_bytes());
-    v.extend_from_slice(&h.err_event_id.to_le_bytes());
-    v.extend_from_slice(&h.reserved1.to_le_bytes());
-    v
 }
 
 impl<'k> Queue<'k> {

@@ -1,83 +1,28 @@
-//! Argument structs as bytes: the plain-old-data kfd uapi structs the handlers read from and
-//! write to the raw argument buffers FUSE passes.
+//! Argument structs as bytes: the kfd uapi structs the handlers read from and write to the raw
+//! argument buffers FUSE passes. The conversions are the zerocopy derives kfd-sys gives the
+//! structs it lists (kfd-sys/build/derives.rs), so a struct used here must be on that list.
 
-/// Plain-old-data argument structs that may be read from and written to raw bytes.
-///
-/// # Safety
-/// Implementors must be `repr(C)` structs made only of integers (possibly in
-/// unions of such structs), so that every byte pattern is a valid value.
-pub(crate) unsafe trait Pod: Copy + Default {}
-
-macro_rules! pod {
-    ($($t:ty),* $(,)?) => {
-        // SAFETY: bindgen-generated repr(C) structs of __u32/__u64 fields only.
-        $(unsafe impl Pod for $t {})*
-    };
-}
-
-pod!(
-    kfd_sys::kfd_ioctl_get_version_args,
-    kfd_sys::kfd_ioctl_create_queue_args,
-    kfd_sys::kfd_ioctl_destroy_queue_args,
-    kfd_sys::kfd_ioctl_update_queue_args,
-    kfd_sys::kfd_ioctl_set_cu_mask_args,
-    kfd_sys::kfd_ioctl_get_queue_wave_state_args,
-    kfd_sys::kfd_ioctl_acquire_vm_args,
-    kfd_sys::kfd_ioctl_alloc_memory_of_gpu_args,
-    kfd_sys::kfd_ioctl_free_memory_of_gpu_args,
-    kfd_sys::kfd_ioctl_map_memory_to_gpu_args,
-    kfd_sys::kfd_ioctl_unmap_memory_from_gpu_args,
-    kfd_sys::kfd_ioctl_runtime_enable_args,
-    kfd_sys::kfd_runtime_info,
-    kfd_sys::kfd_ioctl_dbg_trap_args,
-    kfd_sys::kfd_ioctl_dbg_trap_enable_args,
-    kfd_sys::kfd_ioctl_dbg_trap_set_exceptions_enabled_args,
-    kfd_sys::kfd_ioctl_dbg_trap_suspend_queues_args,
-    kfd_sys::kfd_ioctl_dbg_trap_resume_queues_args,
-    kfd_sys::kfd_ioctl_dbg_trap_query_debug_event_args,
-    kfd_sys::kfd_ioctl_dbg_trap_queue_snapshot_args,
-    kfd_sys::kfd_ioctl_dbg_trap_device_snapshot_args,
-    kfd_sys::kfd_queue_snapshot_entry,
-    kfd_sys::kfd_process_device_apertures,
-    kfd_sys::kfd_ioctl_get_process_apertures_new_args,
-    kfd_sys::kfd_ioctl_set_memory_policy_args,
-    kfd_sys::kfd_ioctl_get_clock_counters_args,
-    kfd_sys::kfd_ioctl_set_scratch_backing_va_args,
-    kfd_sys::kfd_ioctl_get_available_memory_args,
-    kfd_sys::kfd_ioctl_set_trap_handler_args,
-    kfd_sys::kfd_ioctl_set_xnack_mode_args,
-    kfd_sys::kfd_ioctl_create_event_args,
-    kfd_sys::kfd_ioctl_destroy_event_args,
-    kfd_sys::kfd_ioctl_wait_events_args,
-);
+use kfd_sys::zerocopy::{FromBytes, Immutable, IntoBytes};
 
 /// Reads a `T` from the front of `buf` (missing trailing bytes read as zero).
-pub(crate) fn load<T: Pod>(buf: &[u8]) -> T {
-    let mut v = T::default();
-    let n = buf.len().min(size_of::<T>());
-    // SAFETY: `v` is a valid T of size_of::<T>() bytes, n <= that size and <= buf.len();
-    // T is Pod, so any bytes form a valid value.
-    unsafe {
-        std::ptr::copy_nonoverlapping(buf.as_ptr(), (&raw mut v).cast::<u8>(), n);
-    }
+pub(crate) fn load<T: FromBytes + IntoBytes>(buf: &[u8]) -> T {
+    let mut v = T::new_zeroed();
+    let b = v.as_mut_bytes();
+    let n = buf.len().min(b.len());
+    b[..n].copy_from_slice(&buf[..n]);
     v
 }
 
 /// Writes `v` to the front of `buf` (truncated to `buf.len()`).
-pub(crate) fn store<T: Pod>(buf: &mut [u8], v: &T) {
-    let n = buf.len().min(size_of::<T>());
-    // SAFETY: reads n <= size_of::<T>() bytes of `*v` and writes n <= buf.len() bytes;
-    // Pod types have no padding-dependent invariants and the regions do not overlap.
-    unsafe {
-        std::ptr::copy_nonoverlapping((&raw const *v).cast::<u8>(), buf.as_mut_ptr(), n);
-    }
+pub(crate) fn store<T: IntoBytes + Immutable>(buf: &mut [u8], v: &T) {
+    let b = v.as_bytes();
+    let n = buf.len().min(b.len());
+    buf[..n].copy_from_slice(&b[..n]);
 }
 
-/// The bytes of a Pod value.
-pub(crate) fn bytes_of<T: Pod>(v: &T) -> Vec<u8> {
-    let mut b = vec![0u8; size_of::<T>()];
-    store(&mut b, v);
-    b
+/// The bytes of a value.
+pub(crate) fn bytes_of<T: IntoBytes + Immutable>(v: &T) -> Vec<u8> {
+    v.as_bytes().to_vec()
 }
 
 /// `_IOC_SIZE` of an ioctl request number: the argument size it encodes.

@@ -285,9 +285,11 @@ impl GpuNode {
     /// `ALIGN((ctx_save_restore_size + debug_memory_size) * num_xcc, 4096)`: the exact
     /// CWSR mapping size CREATE_QUEUE wants for a given per-XCC save area size.
     pub fn cwsr_total(&self, ctx_save_restore_size: u32) -> u64 {
-        let raw = (u64::from(ctx_save_restore_size) + u64::from(self.sizes.debug_memory_size))
-            * u64::from(self.num_xcc);
-        raw.div_ceil(4096) * 4096
+        kfd_sys::cwsr::total_cwsr_size(
+            ctx_save_restore_size.into(),
+            self.sizes.debug_memory_size.into(),
+            self.num_xcc,
+        )
     }
 }
 

@@ -1,8 +1,9 @@
 //! The KFD topology's property keys (what a node's `properties` file lists, in the kernel's
-//! order) and the CWSR size formula the kernel and libhsakmt use when sysfs lacks the sizes.
-//! The sysfs text itself is `sysfs_topology`.
+//! order) and the CWSR sizes a node publishes, which the kernel's formula gives
+//! (`kfd_sys::cwsr`). The sysfs text itself is `sysfs_topology`.
 
-use serde::{Deserialize, Serialize};
+pub use kfd_sys::cwsr::CwsrSizes;
+use kfd_sys::cwsr::{NodeProperties, ctx_save_restore_size};
 
 /// Keys printed for every node, in the kernel's `node_show` order.
 pub(crate) const COMMON_KEYS: [&str; 29] = [
@@ -71,27 +72,11 @@ pub(crate) fn is_known_key(key: &str) -> bool {
 
 /// Caches listed under each GPU node's `caches/` (L1 vector, L2, MALL).
 pub(crate) const GPU_CACHES: u32 = 3;
-/// Context-save sizes of one node (all per XCC).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct CwsrSizes {
-    /// Control stack size (sysfs `ctl_stack_size`).
-    pub ctl_stack_size: u32,
-    /// Work-group state size (VGPR + SGPR + LDS + HWREG per CU).
-    pub wg_data_size: u32,
-    /// `ctl_stack_size + wg_data_size` (sysfs `cwsr_size`).
-    pub cwsr_size: u32,
-    /// Debugger memory per XCC (not exported in sysfs).
-    pub debug_memory_size: u32,
-}
 
-fn align(v: u64, a: u64) -> u64 {
-    v.div_ceil(a) * a
-}
-
-/// The kernel's `kfd_queue_ctx_save_restore_size` formula (gfx9 family; gfx10+ uses
-/// 32 waves per CU and 12-byte control-stack entries).
+/// The per-XCC CWSR sizes of a node with these properties: the kernel's
+/// `kfd_queue_ctx_save_restore_size` formula (`kfd_sys::cwsr::ctx_save_restore_size`).
 ///
-/// `simd_count` and `array_count` are partition totals; the result is per XCC.
+/// `simd_count` and `array_count` are partition totals.
 pub fn cwsr_sizes(
     simd_count: u32,
     simd_per_cu: u32,
@@ -101,64 +86,46 @@ pub fn cwsr_sizes(
     gfx_target_version: u32,
     lds_size_in_kb: u32,
 ) -> CwsrSizes {
-    let gfx10_plus = gfx_target_version >= 100_100;
-    let cu_num = u64::from(simd_count) / u64::from(simd_per_cu.max(1)) / u64::from(num_xcc.max(1));
-    let wave_num = if gfx10_plus {
-        cu_num * 32
-    } else {
-        (cu_num * 40).min(u64::from(array_count / simd_arrays_per_engine.max(1)) * 512)
-    };
-    let wave_entry = if gfx10_plus { 12 } else { 8 };
-    let ctl_stack_size = align(40 + wave_num * wave_entry + 8, 4096);
-    let big_vgpr =
-        matches!(gfx_target_version, 90008 | 90010 | 90500) || gfx_target_version / 100 == 904;
-    let vgpr: u64 = if big_vgpr { 0x80000 } else { 0x40000 };
-    let lds: u64 = if gfx_target_version == 90500 {
-        u64::from(lds_size_in_kb) * 1024
-    } else {
-        0x10000
-    };
-    let wg_data_size = align(cu_num * (vgpr + 0x4000 + lds + 0x1000), 4096);
-    let cwsr_size = align(ctl_stack_size + wg_data_size, 4096);
-    let debug_memory_size = align(wave_num * 32, 64);
-    let clamp = |v: u64| u32::try_from(v).unwrap_or(u32::MAX);
-    CwsrSizes {
-        ctl_stack_size: clamp(ctl_stack_size),
-        wg_data_size: clamp(wg_data_size),
-        cwsr_size: clamp(cwsr_size),
-        debug_memory_size: clamp(debug_memory_size),
-    }
+    ctx_save_restore_size(&NodeProperties {
+        gfx_target_version,
+        simd_count,
+        simd_per_cu,
+        array_count,
+        simd_arrays_per_engine,
+        lds_size_in_kb,
+        num_xcc,
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    // The formula's known values are kfd-sys's tests (kfd-sys/tests/cwsr_known_sizes.rs); here
+    // only that each argument reaches its property.
     #[test]
-    fn worked_example_mi300x_spx() {
-        let s = cwsr_sizes(1216, 4, 8, 32, 1, 90402, 64);
-        assert_eq!(s.ctl_stack_size, 12_288);
-        assert_eq!(s.wg_data_size, 23_191_552);
-        assert_eq!(s.cwsr_size, 23_203_840);
-        assert_eq!(s.debug_memory_size, 48_640);
-        let total = align(
-            (u64::from(s.cwsr_size) + u64::from(s.debug_memory_size)) * 8,
-            4096,
-        );
-        assert_eq!(total, 186_019_840);
-    }
-
-    #[test]
-    fn mi308x_and_cpx_sizes() {
-        let s = cwsr_sizes(320, 4, 4, 16, 1, 90402, 64);
-        assert_eq!(
-            (s.ctl_stack_size, s.cwsr_size, s.debug_memory_size),
-            (8192, 12_214_272, 25_600)
-        );
-        let s = cwsr_sizes(152, 4, 1, 4, 1, 90402, 64);
-        assert_eq!(
-            (s.ctl_stack_size, s.cwsr_size, s.debug_memory_size),
-            (12_288, 23_203_840, 48_640)
-        );
+    fn arguments_are_the_properties_in_order() {
+        let by_name = ctx_save_restore_size(&NodeProperties {
+            gfx_target_version: 90500,
+            simd_count: 480,
+            simd_per_cu: 4,
+            array_count: 3,
+            simd_arrays_per_engine: 2,
+            lds_size_in_kb: 160,
+            num_xcc: 2,
+        });
+        assert_eq!(cwsr_sizes(480, 4, 2, 3, 2, 90500, 160), by_name);
+        // every argument matters in this case
+        for changed in [
+            cwsr_sizes(240, 4, 2, 3, 2, 90500, 160),
+            cwsr_sizes(480, 2, 2, 3, 2, 90500, 160),
+            cwsr_sizes(480, 4, 1, 3, 2, 90500, 160),
+            cwsr_sizes(480, 4, 2, 6, 2, 90500, 160),
+            cwsr_sizes(480, 4, 2, 3, 1, 90500, 160),
+            cwsr_sizes(480, 4, 2, 3, 2, 90402, 160),
+            cwsr_sizes(480, 4, 2, 3, 2, 90500, 64),
+        ] {
+            assert_ne!(changed, by_name);
+        }
     }
 }

@@ -21,17 +21,23 @@ use kfd_sys::{
     kfd_ioctl_runtime_enable_args, kfd_queue_snapshot_entry, kfd_runtime_info,
 };
 use libc::{EAGAIN, EALREADY, EBUSY, EEXIST, EINVAL, ENOMEM, EPERM, ESRCH};
+use std::mem::offset_of;
 
 use super::detach::disable;
 use super::{Ctx, KResult, bytes_of, load, store};
+use crate::abi::u32_at;
 use crate::client_mem;
 use crate::effects::Effects;
 use crate::hws;
 use crate::process;
 use crate::state::{DebugLink, Emu, QueueKey, State};
 
-/// Offset of the per-op union in `kfd_ioctl_dbg_trap_args`.
-const UNION_AT: usize = 8;
+// `kfd_ioctl_dbg_trap_args` is `pid`, `op` and a union of the operations' arguments. The union's
+// members differ in size, so kfd-sys gives the struct no byte conversions: its fields are read at
+// their offsets, and each operation's arguments from the union's bytes.
+const PID_AT: usize = offset_of!(kfd_ioctl_dbg_trap_args, pid);
+const OP_AT: usize = offset_of!(kfd_ioctl_dbg_trap_args, op);
+const UNION_AT: usize = offset_of!(kfd_ioctl_dbg_trap_args, __bindgen_anon_1);
 
 /// AMDKFD_IOC_RUNTIME_ENABLE: enable (mode_mask bit 0) or disable the runtime.
 pub(crate) fn runtime_enable(
@@ -81,12 +87,12 @@ pub(crate) fn dbg_trap(
     effects: &mut Effects,
 ) -> KResult<i32> {
     let emu = ctx.emu;
-    let a: kfd_ioctl_dbg_trap_args = load(buf);
-    let op = a.op;
-    if a.pid == 0 {
+    let pid = u32_at(buf, PID_AT).unwrap_or(0);
+    let op = u32_at(buf, OP_AT).unwrap_or(0);
+    if pid == 0 {
         return Err(ESRCH);
     }
-    let target = process::tgid_of(emu, a.pid).ok_or(ESRCH)?;
+    let target = process::tgid_of(emu, pid).ok_or(ESRCH)?;
     if !process::is_alive(target, None) {
         return Err(ESRCH);
     }
