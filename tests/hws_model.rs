@@ -1,5 +1,5 @@
 //! Through the emulator's HWS model: a deactivated queue stops consuming packets while an
-//! active one continues, and the device-wide preempt counter moves as §3.1 says.
+//! active one continues, and the device-wide preempt counter moves as docs/kernel-interface.md §2 says.
 
 mod common;
 

@@ -234,7 +234,7 @@ fn dbg_trap_on_another_pid_needs_ptrace() {
             .any(|p| p.pid == holder.pid && p.debugger_pid == Some(std::process::id()))
     );
 
-    // When the debugger's KFD context goes away, the target's queues are resumed (§5.2a).
+    // When the debugger's KFD context goes away, the target's queues are resumed (docs/kernel-interface.md §4).
     drop(att);
     drop(kfd);
     wait_for("resume after the debugger left", || {

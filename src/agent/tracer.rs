@@ -14,7 +14,7 @@
 //! the agent stops) is DBG_TRAP DISABLE, which resumes whatever was suspended, then
 //! `PTRACE_INTERRUPT` and `PTRACE_DETACH` at the stop. If the agent dies instead, the kernel
 //! does both: it drops the ptrace link, and releasing the agent's KFD context disables
-//! debugging of every process it debugged (docs/kernel-interface.md §5.2a).
+//! debugging of every process it debugged (docs/kernel-interface.md §4).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs::File;

@@ -9,7 +9,6 @@ use kfd_sys::cwsr::{self, NodeProperties};
 use serde::Serialize;
 
 use super::error::{Error, Result};
-use super::topology::Node;
 
 /// Where a size came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -39,14 +38,20 @@ pub struct CwsrSizes {
 }
 
 impl CwsrSizes {
-    /// Sizes for `node`: sysfs values when published, the formula otherwise.
-    pub fn for_node(node: &Node) -> Result<Self> {
+    /// Sizes for topology node `index` with `num_xcc` XCCs whose properties `prop` reads:
+    /// sysfs values when published, the formula otherwise. (`topology::Node::cwsr_sizes`
+    /// calls it.)
+    pub(crate) fn from_properties(
+        index: u32,
+        num_xcc: u32,
+        prop: impl Fn(&str) -> Option<u64>,
+    ) -> Result<Self> {
         let missing = |what: String| Error::Sysfs {
-            path: format!("topology node {}", node.index).into(),
+            path: format!("topology node {index}").into(),
             what,
         };
         let need = |k: &str| {
-            let v = node.prop(k).ok_or_else(|| {
+            let v = prop(k).ok_or_else(|| {
                 missing(format!(
                     "missing property {k}, needed to size the CWSR area"
                 ))
@@ -58,7 +63,6 @@ impl CwsrSizes {
         if gfx_target_version == 0 {
             return Err(missing("missing gfx_target_version".into()));
         }
-        let num_xcc = node.num_xcc();
         let formula = cwsr::ctx_save_restore_size(&NodeProperties {
             gfx_target_version,
             simd_count: need("simd_count")?,
@@ -66,20 +70,18 @@ impl CwsrSizes {
             array_count: need("array_count")?,
             simd_arrays_per_engine: need("simd_arrays_per_engine")?,
             // 64 KiB when absent: the formula reads it for gfx950 only.
-            lds_size_in_kb: node
-                .prop("lds_size_in_kb")
-                .map_or(Ok(64), |_| need("lds_size_in_kb"))?,
+            lds_size_in_kb: prop("lds_size_in_kb").map_or(Ok(64), |_| need("lds_size_in_kb"))?,
             num_xcc,
         });
-        let (cwsr_size, ctl_stack_size, source) =
-            match (node.prop("cwsr_size"), node.prop("ctl_stack_size")) {
-                (Some(c), Some(s)) => (c, s, SizeSource::Sysfs),
-                _ => (
-                    u64::from(formula.cwsr_size),
-                    u64::from(formula.ctl_stack_size),
-                    SizeSource::Formula,
-                ),
-            };
+        let (cwsr_size, ctl_stack_size, source) = match (prop("cwsr_size"), prop("ctl_stack_size"))
+        {
+            (Some(c), Some(s)) => (c, s, SizeSource::Sysfs),
+            _ => (
+                u64::from(formula.cwsr_size),
+                u64::from(formula.ctl_stack_size),
+                SizeSource::Formula,
+            ),
+        };
         Ok(CwsrSizes {
             cwsr_size,
             ctl_stack_size,

@@ -1,5 +1,5 @@
 //! Being the ptrace tracer that DBG_TRAP on another process requires (docs/kernel-interface.md
-//! §5): the kernel allows SUSPEND/RESUME of a process's queues only to the *thread* that is the
+//! §4): the kernel allows SUSPEND/RESUME of a process's queues only to the *thread* that is the
 //! ptrace parent of its leader. A tracer attached with `PTRACE_SEIZE` does not stop the tracee,
 //! but it must then answer every stop the tracee enters so the tracee behaves as untraced:
 //! signal-delivery stops re-inject the signal, group-stops (`SIGSTOP`, `SIGTSTP`, ...) are

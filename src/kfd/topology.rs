@@ -123,7 +123,7 @@ impl Node {
 
     /// CWSR, control-stack, debug-area and EOP sizes of a compute queue on this node.
     pub fn cwsr_sizes(&self) -> Result<CwsrSizes> {
-        CwsrSizes::for_node(self)
+        CwsrSizes::from_properties(self.index, self.num_xcc(), |k| self.prop(k))
     }
 }
 

@@ -1,4 +1,4 @@
-//! §5.2a: when the debugger process exits, the queues it suspended are resumed.
+//! docs/kernel-interface.md §4: when the debugger process exits, the queues it suspended are resumed.
 //!
 //! A forked child attaches to this process with PTRACE_SEIZE, enables debugging on
 //! it, suspends its queue and exits without DISABLE.

@@ -73,7 +73,7 @@ impl GpuNode {
         self.props["ctl_stack_size"] as u32
     }
 
-    /// Exact CWSR allocation per queue (§6.2 formula, debug memory computed).
+    /// Exact CWSR allocation per queue (the kernel's formula, docs/kernel-interface.md §3; debug memory computed).
     pub fn cwsr_total(&self) -> u64 {
         let p = &self.props;
         let s = kfd_emu::cwsr_sizes(
