@@ -72,8 +72,8 @@ pub fn functions(text: &str) -> Vec<Function> {
         out.push(Function {
             name,
             line: i + 1,
-            is_test: attrs.iter().any(|a| *a == "#[test]"),
-            marked: attrs.iter().any(|a| *a == SKIP_MARKER),
+            is_test: attrs.contains(&"#[test]"),
+            marked: attrs.contains(&SKIP_MARKER),
             body: lines[i..=end].join("\n"),
         });
     }
