@@ -118,18 +118,7 @@ impl Agent {
 
     /// Waits (20 s) until the status satisfies `cond`.
     pub fn wait(&self, what: &str, cond: impl Fn(&NodeStatus) -> bool) -> NodeStatus {
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            let s = self.status();
-            if cond(&s) {
-                return s;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "timed out waiting for {what}; last status: {s:#?}"
-            );
-            std::thread::sleep(Duration::from_millis(25));
-        }
+        test_support::wait::wait_state(what, Duration::from_secs(20), || self.status(), cond)
     }
 
     /// Waits until `pid` is connected with `queues` queues.

@@ -2,12 +2,11 @@
 //! says about it (its `stats.json`).
 
 use std::path::{Path, PathBuf};
-use std::time::Instant;
 
 pub use kfd_emu::{EmuConfig, MountedEmu, PartitionStats, Preset, QueueStats, Stats};
 
 use crate::privileged::require_root;
-use crate::wait::{POLL, WAIT_LIMIT};
+use crate::wait::WAIT_LIMIT;
 
 /// A mounted emulator; unmounted, and its directory removed, when dropped.
 pub struct Emu {
@@ -120,19 +119,8 @@ impl Emu {
 
     /// Polls the statistics until `f` holds and returns them; fails the test with `what` and
     /// the last statistics after [`WAIT_LIMIT`].
-    pub fn wait_stats(&self, what: &str, mut f: impl FnMut(&Stats) -> bool) -> Stats {
-        let deadline = Instant::now() + WAIT_LIMIT;
-        loop {
-            let s = self.stats();
-            if f(&s) {
-                return s;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "the emulator never reached: {what} (waited {WAIT_LIMIT:?}); last stats:\n{s:#?}"
-            );
-            std::thread::sleep(POLL);
-        }
+    pub fn wait_stats(&self, what: &str, f: impl FnMut(&Stats) -> bool) -> Stats {
+        crate::wait::wait_state(what, WAIT_LIMIT, || self.stats(), f)
     }
 }
 

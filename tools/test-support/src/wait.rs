@@ -49,3 +49,28 @@ pub fn wait_value<T>(what: &str, limit: Duration, mut f: impl FnMut() -> Option<
         poll = (poll * 2).min(Duration::from_millis(50));
     }
 }
+
+/// Reads a state with `get` until `cond` holds on it and returns it; fails the test naming
+/// `what` and showing the last state after `limit`. For states that cost a request, the poll
+/// interval grows like [`wait_value`]'s.
+pub fn wait_state<S: std::fmt::Debug>(
+    what: &str,
+    limit: Duration,
+    mut get: impl FnMut() -> S,
+    mut cond: impl FnMut(&S) -> bool,
+) -> S {
+    let deadline = Instant::now() + limit;
+    let mut poll = POLL;
+    loop {
+        let s = get();
+        if cond(&s) {
+            return s;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {limit:?} waiting for {what}; last state:\n{s:#?}"
+        );
+        std::thread::sleep(poll);
+        poll = (poll * 2).min(Duration::from_millis(50));
+    }
+}
