@@ -1,6 +1,7 @@
 //! The shim's environment, read once at the first intercepted call.
 
 use std::path::PathBuf;
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use kfdq::policy::class::PriorityPolicy;
@@ -29,6 +30,13 @@ pub const DEFAULT_PASSTHROUGH: &[&str] = &[
 
 /// `DEBUG_HIP_DYNAMIC_QUEUES` unless the user chose: 2 gives the null stream a queue of its own.
 pub const DEFAULT_DYNAMIC_QUEUES: &str = "2";
+
+static CONFIG: OnceLock<Config> = OnceLock::new();
+
+/// The configuration (read from the environment on first use).
+pub fn config() -> &'static Config {
+    CONFIG.get_or_init(Config::from_env)
+}
 
 /// Everything the shim reads from its environment.
 #[derive(Debug, Clone)]

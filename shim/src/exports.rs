@@ -347,7 +347,7 @@ unsafe fn substitute_wrapper(r: HipError, pfn: *mut *mut c_void) {
     if got == 0 {
         return;
     }
-    let found = crate::launch::guarded(|| {
+    let found = crate::guard::guarded(|| {
         WRAPPERS
             .iter()
             .find(|(real, _)| real.get() == Some(got))
@@ -375,7 +375,7 @@ unsafe fn substitute_wrapper(r: HipError, pfn: *mut *mut c_void) {
 pub unsafe extern "C" fn ioctl(fd: c_int, request: c_ulong, arg: *mut c_void) -> c_int {
     if !crate::hook::is_kfd(request) {
         // SAFETY: forwarded unchanged.
-        return unsafe { crate::hook::forward(fd, request, arg) };
+        return unsafe { crate::libc_ioctl::forward(fd, request, arg) };
     }
     // SAFETY: the caller's amdkfd request.
     unsafe { crate::hook::kfd_ioctl(fd, request, arg) }

@@ -8,71 +8,20 @@
 //! * DESTROY_QUEUE: forwarded, then the queue is dropped from the registry.
 //!
 //! The shim's own ioctls (through `kfdq::kfd`, which calls libc's `ioctl` and so lands in this
-//! same export) set [`BYPASS`] and go straight to libc.
+//! same export) set the bypass flag (`bypass.rs`) and go straight to libc.
 
 use std::cell::Cell;
 use std::ffi::{c_int, c_ulong, c_void};
-use std::sync::atomic::{AtomicI32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicI32, Ordering};
 
 use kfd_sys as sys;
 
-use crate::launch::{CTX, NO_STREAM, guarded};
-use crate::state::{F_DISABLED, FLAGS, QUEUES_CREATED, Queue, STATE};
-
-thread_local! {
-    /// Set while the shim itself issues KFD ioctls.
-    pub static BYPASS: Cell<bool> = const { Cell::new(false) };
-}
-
-/// Runs `f` with [`BYPASS`] set on this thread.
-pub fn with_bypass<R>(f: impl FnOnce() -> R) -> R {
-    struct Restore(bool);
-    impl Drop for Restore {
-        fn drop(&mut self) {
-            BYPASS.with(|b| b.set(self.0));
-        }
-    }
-    let _restore = Restore(BYPASS.with(|b| b.replace(true)));
-    f()
-}
-
-/// libc's `ioctl` (variadic in C; calling a C-variadic function pointer is stable Rust).
-type LibcIoctl = unsafe extern "C" fn(c_int, c_ulong, ...) -> c_int;
-
-static REAL_IOCTL: AtomicUsize = AtomicUsize::new(0);
-/// Marker: libc's `ioctl` could not be resolved; use the raw system call.
-const USE_SYSCALL: usize = 1;
-
-/// Forwards to libc's `ioctl`.
-///
-/// # Safety
-/// `arg` must be what the request expects (the caller's contract with the kernel).
-#[inline(always)]
-pub unsafe fn forward(fd: c_int, request: c_ulong, arg: *mut c_void) -> c_int {
-    let p = REAL_IOCTL.load(Ordering::Relaxed);
-    if p > USE_SYSCALL {
-        // SAFETY: `p` is libc's `ioctl` (resolved below); arguments are the caller's.
-        return unsafe { std::mem::transmute::<usize, LibcIoctl>(p)(fd, request, arg) };
-    }
-    // SAFETY: as above.
-    unsafe { forward_cold(fd, request, arg) }
-}
-
-#[cold]
-#[inline(never)]
-unsafe fn forward_cold(fd: c_int, request: c_ulong, arg: *mut c_void) -> c_int {
-    let mut p = REAL_IOCTL.load(Ordering::Relaxed);
-    if p == 0 {
-        p = crate::sys::resolve_next(c"ioctl", Some(c"GLIBC_2.2.5")).unwrap_or(USE_SYSCALL);
-        REAL_IOCTL.store(p, Ordering::Relaxed);
-    }
-    if p > USE_SYSCALL {
-        // SAFETY: `p` is libc's `ioctl`.
-        return unsafe { std::mem::transmute::<usize, LibcIoctl>(p)(fd, request, arg) };
-    }
-    // SAFETY: the raw system call with the caller's arguments; errno is set by `syscall`.
-    unsafe { libc::syscall(libc::SYS_ioctl, fd, request, arg) as c_int }
-}
+use crate::bypass::BYPASS;
+use crate::context::{CTX, NO_STREAM};
+use crate::guard::guarded;
+use crate::kfd_fd::KfdFd;
+use crate::libc_ioctl::forward;
+use crate::state::{CreatedQueue, F_DISABLED, FLAGS, QUEUES_CREATED, STATE};
 
 const IOC_WRITE: c_ulong = 1;
 const IOC_READ_WRITE: c_ulong = 3;
@@ -219,31 +168,30 @@ unsafe fn create_queue(fd: c_int, request: c_ulong, arg: *mut c_void, size: usiz
 }
 
 fn record_queue(fd: c_int, a: &sys::kfd_ioctl_create_queue_args, requested: u32, effective: u32) {
+    // The file the runtime's fd is open on now: commands check it is still the same (kfd_fd.rs).
+    let kfd_fd = KfdFd::identify(fd);
+    if let Err(e) = &kfd_fd {
+        crate::log::debug(|| format!("CREATE_QUEUE on fd {fd}: {e}"));
+    }
     let mut st = STATE.lock();
-    st.kfd_fd = fd;
-    st.queues.retain(|q| q.id != a.queue_id);
-    st.queues.push(Queue {
+    st.kfd_fd = kfd_fd.ok();
+    let created = CreatedQueue {
         id: a.queue_id,
         gpu_id: a.gpu_id,
         requested,
         effective,
-        override_priority: None,
         ring_base: a.ring_base_address,
         ring_size: a.ring_size,
         wptr: a.write_pointer_address,
         rptr: a.read_pointer_address,
         runtime_percentage: a.queue_percentage,
-        deactivated: false,
-        suspended: false,
-        busy: false,
-        dying: false,
         compute: is_compute(a.queue_type),
-        streams: Vec::new(),
-        claimed: false,
-        unclaimed_work: None,
-        window_waits: 0,
-        window_stalls: 0,
-    });
+    };
+    // SAFETY: the index addresses are the ones the runtime gave this CREATE_QUEUE, which just
+    // succeeded on its /dev/kfd fd (`is_kfd_fd`); `st` is the registry, and the runtime's
+    // DESTROY_QUEUE of the queue passes `destroy_queue` below, which removes it before returning
+    // (once control has stopped and that is no longer so, the registry reads no indices).
+    unsafe { st.add_queue(created) };
     QUEUES_CREATED.fetch_add(1, Ordering::Relaxed);
     let sid = CTX.with(Cell::get);
     let attributed =
@@ -337,7 +285,7 @@ unsafe fn destroy_queue(fd: c_int, request: c_ulong, arg: *mut c_void) -> c_int 
         let suspended = st.queue(id).is_some_and(|q| q.suspended);
         if suspended {
             // KFD blocks DESTROY_QUEUE while a debugger holds the queue suspended: resume it.
-            if let Err(e) = crate::control::resume(&mut st, &[id]) {
+            if let Err(e) = crate::levels::resume(&mut st, &[id]) {
                 crate::log::warn_always(&format!(
                     "resuming queue {id} before its destruction: {e}"
                 ));
@@ -347,7 +295,7 @@ unsafe fn destroy_queue(fd: c_int, request: c_ulong, arg: *mut c_void) -> c_int 
             q.dying = true;
         }
         // Launch paths must not read this queue's indices from their caches any more.
-        crate::window::WINDOW_GEN.fetch_add(1, Ordering::AcqRel);
+        crate::window_setting::WINDOW_GEN.fetch_add(1, Ordering::AcqRel);
     });
     // SAFETY: forwarded unchanged.
     let r = unsafe { forward(fd, request, arg) };

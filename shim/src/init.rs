@@ -1,12 +1,11 @@
 //! Lazy initialisation (never in a constructor: docs/field-reports.md, lesson 4), fork and exit handling.
 
 use std::cell::Cell;
-use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 
-use crate::config::{Config, DEFAULT_DYNAMIC_QUEUES};
-use crate::launch::guarded;
-use crate::state::{F_READY, FLAGS, FORK_GEN, STATE, State};
+use crate::config::{DEFAULT_DYNAMIC_QUEUES, config};
+use crate::guard::guarded;
+use crate::state::{F_READY, FLAGS, FORK_GEN, STATE};
 
 static INIT: AtomicU8 = AtomicU8::new(0);
 const INIT_NONE: u8 = 0;
@@ -14,15 +13,9 @@ const INIT_RUNNING: u8 = 1;
 const INIT_DONE: u8 = 2;
 
 static HANDLERS: AtomicBool = AtomicBool::new(false);
-static CONFIG: OnceLock<Config> = OnceLock::new();
 
 thread_local! {
     static IN_INIT: Cell<bool> = const { Cell::new(false) };
-}
-
-/// The configuration (read from the environment on first use).
-pub fn config() -> &'static Config {
-    CONFIG.get_or_init(Config::from_env)
 }
 
 /// Initialises the shim on first use. Re-entrant: a call from inside initialisation on the
@@ -96,7 +89,7 @@ fn do_init() {
     {
         let mut st = STATE.lock();
         st.policy = cfg.policy;
-        crate::window::set(cfg.window);
+        crate::window_setting::set(cfg.window);
         st.class = cfg.policy.class.map(|c| c.name().to_string());
         for w in &cfg.warnings {
             st.report(w.clone());
@@ -125,17 +118,17 @@ fn do_init() {
 /// thread, and initialises again on its next HIP call.
 extern "C" fn after_fork_child() {
     // SAFETY: pthread_atfork child handler: the calling thread is the only one.
-    unsafe { STATE.reset_after_fork(State::new()) };
+    unsafe { crate::state::reset_after_fork() };
     FORK_GEN.fetch_add(1, Ordering::Relaxed);
     // The parent's queue indices are private copies in the child: never wait on them.
-    crate::window::WINDOW_GEN.fetch_add(1, Ordering::AcqRel);
+    crate::window_setting::WINDOW_GEN.fetch_add(1, Ordering::AcqRel);
     FLAGS.store(0, Ordering::Release);
     INIT.store(INIT_NONE, Ordering::Release);
     crate::control::STARTED.store(false, Ordering::Release);
-    crate::control::WROTE_PID.store(0, Ordering::Relaxed);
-    crate::launch::reset_thread_after_fork();
+    crate::registry_file::WROTE_PID.store(0, Ordering::Relaxed);
+    crate::context::reset_thread_after_fork();
 }
 
 extern "C" fn at_exit() {
-    let _ = std::panic::catch_unwind(crate::control::remove_registry_file);
+    let _ = std::panic::catch_unwind(crate::registry_file::remove_registry_file);
 }

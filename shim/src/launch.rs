@@ -15,33 +15,23 @@
 //!   runtime created a queue for during the call is registered afterwards.
 
 use std::cell::Cell;
-use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use kfdq::policy::class::clamp_hip_priority;
 use kfdq::proto::StreamKind;
 
+use crate::context::{CTX, NO_STREAM, SPT};
+use crate::guard::guarded;
 use crate::state::{
     F_CREATED_PENDING, F_DISABLED, F_HOLDS, F_NULL_PENDING, F_READY, F_WINDOW, FLAGS, FORK_GEN,
     MAX_ATTEMPTS, NULL_STREAM_ID, QUEUES_CREATED, STATE, State,
 };
 
-/// "No stream" in the thread-local context.
-pub const NO_STREAM: u64 = u64::MAX;
-
 /// `hipStreamLegacy`.
 const HIP_STREAM_LEGACY: usize = 1;
 /// `hipStreamPerThread`.
 const HIP_STREAM_PER_THREAD: usize = 2;
-
-thread_local! {
-    /// Stream whose call this thread is forwarding right now: a CREATE_QUEUE seen meanwhile on
-    /// this thread belongs to it.
-    pub static CTX: Cell<u64> = const { Cell::new(NO_STREAM) };
-    /// This thread's per-thread default stream: (fork generation, stream id, queue known).
-    static SPT: Cell<(u64, u64, bool)> = const { Cell::new((u64::MAX, NO_STREAM, false)) };
-}
 
 /// The stream argument of a call, and whether the entry point is a `_spt` variant (where the
 /// null handle means the per-thread stream).
@@ -84,35 +74,6 @@ impl StreamRef {
             h => Which::Created(h),
         }
     }
-}
-
-/// Runs `f`, turning a panic into "stop controlling" (never unwinds into C).
-pub fn guarded<R>(f: impl FnOnce() -> R) -> Option<R> {
-    match catch_unwind(AssertUnwindSafe(f)) {
-        Ok(r) => Some(r),
-        Err(_) => {
-            disable("internal error (panic) in the shim");
-            None
-        }
-    }
-}
-
-/// Stops controlling: releases everything (fail open) and forwards every call untouched from
-/// now on.
-pub fn disable(why: &str) {
-    let was = FLAGS.fetch_or(F_DISABLED, Ordering::AcqRel);
-    if was & F_DISABLED != 0 {
-        return;
-    }
-    crate::log::warn_always(&format!(
-        "{why}; kfdq control stopped for this process, calls are forwarded unchanged"
-    ));
-    let _ = catch_unwind(|| {
-        let mut st = STATE.lock();
-        crate::control::fail_open(&mut st);
-        st.warn(format!("control stopped: {why}"));
-    });
-    STATE.notify_all();
 }
 
 /// A kernel or graph launch on stream `s`.
@@ -316,10 +277,10 @@ fn prepare(s: StreamRef, probe: bool) -> Prep {
         st = STATE.lock();
     }
     let before = if probe && st.stream(sid).is_some_and(|x| x.queue.is_none()) {
-        st.queues
+        st.queues()
             .iter()
             .filter(|q| !q.dying && q.compute)
-            .map(|q| (q.id, q.indices().0))
+            .map(|q| (q.id, st.indices(q.id).0))
             .collect()
     } else {
         Vec::new()
@@ -348,12 +309,15 @@ fn window_target(s: StreamRef) -> crate::window::Target {
         sid.and_then(|id| st.stream(id))
             .and_then(|x| x.queue)
             .and_then(|q| st.queue(q))
-            .filter(|q| q.compute && !q.dying && q.wptr != 0 && q.rptr != 0)
-            .filter(|q| q.wptr % 8 == 0 && q.rptr % 8 == 0)
-            .map_or(crate::window::Target::NONE, |q| crate::window::Target {
-                queue: q.id,
-                wptr: q.wptr as usize,
-                rptr: q.rptr as usize,
+            .filter(|q| q.compute && !q.dying)
+            .map(|q| (q.id, q.index_addresses()))
+            .filter(|(_, (w, r))| *w != 0 && *r != 0 && w % 8 == 0 && r % 8 == 0)
+            .map_or(crate::window::Target::NONE, |(queue, (w, r))| {
+                crate::window::Target {
+                    queue,
+                    wptr: w as usize,
+                    rptr: r as usize,
+                }
             })
     })
     .unwrap_or(crate::window::Target::NONE)
@@ -385,7 +349,7 @@ fn finish(p: Prep, result: i32, probe: bool) {
             .iter()
             .filter_map(|(qid, w0)| {
                 st.queue(*qid)
-                    .filter(|q| !q.dying && q.indices().0 > *w0)
+                    .filter(|q| !q.dying && st.indices(q.id).0 > *w0)
                     .map(|q| q.id)
             })
             .collect();
@@ -514,7 +478,7 @@ fn caller_is_passthrough() -> bool {
     let pass = obj.as_ref().is_some_and(|o| {
         !o.main_program
             && (crate::config::is_hip_runtime(&o.file)
-                || crate::config::is_passthrough(&crate::init::config().passthrough, &o.file))
+                || crate::config::is_passthrough(&crate::config::config().passthrough, &o.file))
     });
     crate::log::debug(|| {
         format!(
@@ -536,10 +500,4 @@ fn caller_is_passthrough() -> bool {
         }
     }
     pass
-}
-
-/// Fork child: this thread's per-thread stream and context belong to the parent's registry.
-pub fn reset_thread_after_fork() {
-    CTX.with(|c| c.set(NO_STREAM));
-    SPT.with(|c| c.set((u64::MAX, NO_STREAM, false)));
 }

@@ -13,24 +13,53 @@
 //!   deactivate (UPDATE_QUEUE percentage 0), level 3 suspend (DBG_TRAP on itself); it releases
 //!   everything when the agent goes away.
 //!
-//! Module map: `exports` (entry points), `launch` (fast/slow path, attribution, level-1 gate),
-//! `hook` (ioctl observer), `control` (agent session, levels 0-3, registry file), `state` (the
-//! registry), `window` (the in-flight window), `init` (lazy init, fork, exit), `config` (environment), `real` (resolution of the
-//! real functions), `dl` (`dlsym`/`dlvsym` on runtime handles), `sys` (pthread mutex, dladdr, backtrace), `log`. See `docs/shim.md`.
+//! Modules, in layers: each uses only modules of the layers below it (and of its own layer where
+//! listed in that order), so that they import each other in no circle
+//! (`tools/test-support/tests/module_graph.rs` checks it). See `docs/shim.md`.
+//!
+//! 1. Ground: `log` (diagnostics), `libc_dlsym` (glibc's own `dlsym`/`dlvsym`), `sys` (fork-safe
+//!    pthread mutex, loaded objects, symbol resolution, caller lookup), `config` (environment),
+//!    `kfd_fd` (the runtime's `/dev/kfd` fd, re-validated per command), `window_setting` (the
+//!    in-flight window's size and cache generation), `bypass` (the shim's own ioctls pass the
+//!    hook), `libc_ioctl` (libc's `ioctl`, `forward`), `context` (a thread's stream context).
+//! 2. `state`: the registry behind its lock.
+//! 3. `targets` (what an agent's target names), then `levels` (levels 0-3, CU masks, the agent's
+//!    window, fail open), and `registry_file` (the registry published for `kfdq ps`).
+//! 4. `guard`: panics never unwind into C; a panic stops control (fail open).
+//! 5. `commands` (an agent message answered), then `control` (the control thread: agent session,
+//!    activity sampling).
+//! 6. `init`: lazy initialisation, fork and exit.
+//! 7. `real` (the real HIP functions), `window` (the in-flight window's wait), `launch`
+//!    (fast/slow path, attribution, level-1 gate), `hook` (ioctl observer).
+//! 8. Entry points: `exports` (HIP functions and `ioctl`), `dl` (`dlsym`/`dlvsym`).
 #![deny(clippy::undocumented_unsafe_blocks)]
 // The unit-test build leaves out the exported entry points (see `exports`), so much is unused there.
 #![cfg_attr(test, allow(dead_code))]
 
+mod bypass;
+mod commands;
 mod config;
+mod context;
 mod control;
+// The entry points are not in the unit-test binary: exported there, they would interpose on the
+// test harness.
+#[cfg(not(test))]
 mod dl;
 #[cfg(not(test))]
 mod exports;
+mod guard;
 mod hook;
 mod init;
+mod kfd_fd;
 mod launch;
+mod levels;
+mod libc_dlsym;
+mod libc_ioctl;
 mod log;
 mod real;
+mod registry_file;
 mod state;
 mod sys;
+mod targets;
 mod window;
+mod window_setting;

@@ -70,7 +70,7 @@ impl Real {
                 self.node.to_str().unwrap_or("?")
             );
             crate::log::warn_always(&msg);
-            let _ = crate::launch::guarded(|| crate::state::STATE.lock().warn(msg.clone()));
+            let _ = crate::guard::guarded(|| crate::state::STATE.lock().warn(msg.clone()));
         }
         HIP_ERROR_NOT_SUPPORTED
     }

@@ -3,12 +3,22 @@
 //!
 //! Everything here is plain data behind one [`PMutex`]; the exported wrappers and the ioctl hook
 //! take it only on slow paths.
+//!
+//! The registry lock guards the queues' index addresses too (the runtime's memory, read by
+//! [`State::indices`]), and the types make every such read happen under it: the only [`State`]
+//! outside this module is the one behind [`STATE`] (`State::new` is private, `State` is neither
+//! `Clone` nor `Default`), so a `&State` exists only while the lock is held; and a queue's
+//! index addresses never leave the registry (the address fields are private, [`Queue`] is not
+//! `Clone`, a queue is added only by [`State::add_queue`] — `unsafe`, the caller vouches for
+//! the addresses — and the list is private), so no copy can be read after the lock is dropped
+//! or after the queue was destroyed. The unit tests assert the missing traits.
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use kfdq::policy::class::PriorityPolicy;
 use kfdq::proto::{self, StreamKind};
 
+use crate::kfd_fd::KfdFd;
 use crate::sys::PMutex;
 
 /// `FLAGS` bit: initialisation finished.
@@ -21,7 +31,7 @@ pub const F_NULL_PENDING: u32 = 4;
 pub const F_CREATED_PENDING: u32 = 8;
 /// `FLAGS` bit: control stopped after an internal error; everything is forwarded untouched.
 pub const F_DISABLED: u32 = 16;
-/// `FLAGS` bit: an in-flight window is in effect (`crate::window`).
+/// `FLAGS` bit: an in-flight window is in effect (`window.rs`).
 pub const F_WINDOW: u32 = 32;
 
 /// Fast-path flags: one relaxed load decides whether a launch needs the slow path.
@@ -78,8 +88,9 @@ pub struct Stream {
 /// shim saw created). The stream then leaves the slow path and is reported.
 pub const MAX_ATTEMPTS: u32 = 64;
 
-/// A KFD queue observed through CREATE_QUEUE.
-#[derive(Debug, Clone)]
+/// A KFD queue observed through CREATE_QUEUE. Made only by [`State::add_queue`], never copied:
+/// its index addresses are valid only while it is registered.
+#[derive(Debug)]
 pub struct Queue {
     /// KFD queue id.
     pub id: u32,
@@ -95,10 +106,10 @@ pub struct Queue {
     pub ring_base: u64,
     /// Ring bytes.
     pub ring_size: u32,
-    /// Address of the 64-bit write index.
-    pub wptr: u64,
-    /// Address of the 64-bit read index.
-    pub rptr: u64,
+    /// Address of the 64-bit write index (private: see the module).
+    wptr: u64,
+    /// Address of the 64-bit read index (private: see the module).
+    rptr: u64,
     /// Percentage word the runtime wants (restored on release of level 2).
     pub runtime_percentage: u32,
     /// Deactivated by the shim (level 2).
@@ -125,22 +136,37 @@ pub struct Queue {
 }
 
 impl Queue {
-    /// Current (write index, read index), read from the runtime's memory.
+    /// The addresses (not the values) of the 64-bit write and read indices, as the runtime gave
+    /// them to CREATE_QUEUE (0: none). Reading the memory they name is [`State::indices`]'s
+    /// business, or the in-flight window's, which caches them under its own rule (`window.rs`).
+    pub fn index_addresses(&self) -> (u64, u64) {
+        (self.wptr, self.rptr)
+    }
+
+    /// Current (write index, read index), read from the runtime's memory; (0, 0) when the queue
+    /// is dying, has no (aligned) index addresses, or control stopped.
     ///
-    /// Only valid while the queue is registered and not `dying`: the runtime frees the memory
-    /// only after DESTROY_QUEUE, whose hook marks the queue dying under the registry lock first.
-    pub fn indices(&self) -> (u64, u64) {
+    /// Private to this module: callers reach it through [`State::indices`] (a `&State` proves the
+    /// registry lock is held) or from a `State` method on one of `self.queues`.
+    fn read_indices(&self) -> (u64, u64) {
         if self.dying
             || self.wptr == 0
             || self.rptr == 0
             || self.wptr % 8 != 0
             || self.rptr % 8 != 0
+            // Control stopped: the ioctl hook forwards DESTROY_QUEUE without removing the queue.
+            || FLAGS.load(Ordering::Relaxed) & F_DISABLED != 0
         {
             return (0, 0);
         }
-        // SAFETY: the addresses were handed to KFD by the runtime as the queue's 64-bit
-        // write/read indices, aligned (checked) and mapped for the queue's lifetime, which the
-        // registry lock (held by our caller) brackets; volatile because the GPU/CP writes them.
+        // SAFETY: the addresses are the queue's 64-bit write/read indices as the runtime handed
+        // them to a CREATE_QUEUE that succeeded (`State::add_queue`'s contract), 8-byte aligned
+        // (checked). The runtime keeps that memory until its DESTROY_QUEUE of the queue returns,
+        // and the ioctl hook removes the queue from the registry, under the registry lock, before
+        // that DESTROY_QUEUE returns to the runtime (while control runs, checked above). `self`
+        // is in the registry and the lock is held: only `State`'s methods call this, on a queue of
+        // `self.queues`, and a `&State` exists only behind the lock (see the module). Volatile
+        // because the GPU/CP writes them.
         unsafe {
             (
                 std::ptr::read_volatile(self.wptr as *const u64),
@@ -150,13 +176,38 @@ impl Queue {
     }
 }
 
+/// What a successful CREATE_QUEUE tells about the new queue.
+#[derive(Debug)]
+pub struct CreatedQueue {
+    /// KFD queue id.
+    pub id: u32,
+    /// GPU node.
+    pub gpu_id: u32,
+    /// Priority the runtime asked for.
+    pub requested: u32,
+    /// Priority in effect.
+    pub effective: u32,
+    /// Ring address.
+    pub ring_base: u64,
+    /// Ring bytes.
+    pub ring_size: u32,
+    /// Address of the 64-bit write index.
+    pub wptr: u64,
+    /// Address of the 64-bit read index.
+    pub rptr: u64,
+    /// Percentage word the runtime asked for.
+    pub runtime_percentage: u32,
+    /// A compute queue (see [`Queue::compute`]).
+    pub compute: bool,
+}
+
 /// The whole registry.
 #[derive(Debug)]
 pub struct State {
     /// Streams.
     pub streams: Vec<Stream>,
-    /// Queues.
-    pub queues: Vec<Queue>,
+    /// Queues (private: see the module; [`Self::queues`], [`Self::queue_mut`]).
+    queues: Vec<Queue>,
     /// Queues created during a stream-creation call whose stream is not registered yet.
     pub inflight: Vec<(u64, u32)>,
     /// Warnings.
@@ -165,8 +216,8 @@ pub struct State {
     pub next_stream_id: u64,
     /// Bumped on every change the agent or `kfdq ps` should see.
     pub generation: u64,
-    /// The runtime's `/dev/kfd` fd (-1 until its first CREATE_QUEUE).
-    pub kfd_fd: i32,
+    /// The runtime's `/dev/kfd` fd (`None` until its first CREATE_QUEUE).
+    pub kfd_fd: Option<KfdFd>,
     /// Level-3 attachment: DBG_TRAP ENABLE on this process (holds KFD's event pipe).
     pub debug: Option<kfdq::kfd::DebugAttachment>,
     /// Streams registered from now on start held (level 1 on `All`).
@@ -178,8 +229,8 @@ pub struct State {
 }
 
 impl State {
-    /// Empty registry.
-    pub const fn new() -> State {
+    /// Empty registry: private, so that the one behind [`STATE`] is the only one (see the module).
+    const fn new() -> State {
         State {
             streams: Vec::new(),
             queues: Vec::new(),
@@ -187,7 +238,7 @@ impl State {
             warnings: Vec::new(),
             next_stream_id: 1,
             generation: 1,
-            kfd_fd: -1,
+            kfd_fd: None,
             debug: None,
             hold_new: false,
             policy: PriorityPolicy {
@@ -198,10 +249,60 @@ impl State {
         }
     }
 
+    /// The queues.
+    pub fn queues(&self) -> &[Queue] {
+        &self.queues
+    }
+
+    /// Registers a queue the runtime just created, in place of any stale entry with its id.
+    ///
+    /// # Safety
+    /// `q.wptr` and `q.rptr` are 0, or the addresses of the queue's 64-bit write and read
+    /// indices as the runtime handed them to a CREATE_QUEUE on its `/dev/kfd` fd that succeeded
+    /// (memory the runtime keeps until its DESTROY_QUEUE of the queue returns) and `self` is the
+    /// registry behind [`STATE`], whose ioctl hook sees that DESTROY_QUEUE and removes the queue
+    /// before it returns.
+    pub unsafe fn add_queue(&mut self, q: CreatedQueue) {
+        self.queues.retain(|x| x.id != q.id);
+        self.queues.push(Queue {
+            id: q.id,
+            gpu_id: q.gpu_id,
+            requested: q.requested,
+            effective: q.effective,
+            override_priority: None,
+            ring_base: q.ring_base,
+            ring_size: q.ring_size,
+            wptr: q.wptr,
+            rptr: q.rptr,
+            runtime_percentage: q.runtime_percentage,
+            deactivated: false,
+            suspended: false,
+            busy: false,
+            dying: false,
+            compute: q.compute,
+            streams: Vec::new(),
+            claimed: false,
+            unclaimed_work: None,
+            window_waits: 0,
+            window_stalls: 0,
+        });
+    }
+
+    /// Current (write index, read index) of queue `qid`, read from the runtime's memory; (0, 0)
+    /// when no such queue is registered, it is dying, has no (aligned) index addresses, or
+    /// control stopped.
+    ///
+    /// The registry lock is part of the signature: a `&State` exists only behind [`STATE`]'s
+    /// lock, and the queue is looked up in it, so the read happens under the lock on a queue
+    /// that is registered (see the module).
+    pub fn indices(&self, qid: u32) -> (u64, u64) {
+        self.queue(qid).map_or((0, 0), Queue::read_indices)
+    }
+
     /// Marks a change.
     pub fn changed(&mut self) {
         self.generation += 1;
-        crate::window::WINDOW_GEN.fetch_add(1, Ordering::AcqRel);
+        crate::window_setting::WINDOW_GEN.fetch_add(1, Ordering::AcqRel);
         // Wakes the control thread when it has no agent (it publishes the registry file);
         // callers hold the registry lock, under which broadcasting is allowed.
         STATE.notify_all();
@@ -235,7 +336,7 @@ impl State {
                 continue;
             }
             match q.unclaimed_work {
-                None if q.indices().0 > 0 => {
+                None if q.read_indices().0 > 0 => {
                     q.unclaimed_work = Some(now);
                     watching = true;
                 }
@@ -257,6 +358,21 @@ impl State {
             });
         }
         watching
+    }
+
+    /// Samples every live queue's activity: busy (write index > read index) transitions since
+    /// the last sample, as (queue, busy).
+    pub fn sample_busy(&mut self) -> Vec<(u32, bool)> {
+        let mut out = Vec::new();
+        for q in self.queues.iter_mut().filter(|q| !q.dying) {
+            let (w, r) = q.read_indices();
+            let busy = w > r;
+            if busy != q.busy {
+                q.busy = busy;
+                out.push((q.id, busy));
+            }
+        }
+        out
     }
 
     /// Adds a warning and prints it on stderr, unless the same text was reported before.
@@ -464,7 +580,7 @@ impl State {
         {
             set |= F_CREATED_PENDING;
         }
-        if crate::window::get().is_some() {
+        if crate::window_setting::get().is_some() {
             set |= F_WINDOW;
         }
         let mask = F_HOLDS | F_NULL_PENDING | F_CREATED_PENDING | F_WINDOW;
@@ -512,15 +628,26 @@ impl State {
                 })
                 .collect(),
             warnings: self.warnings.clone(),
-            window: crate::window::get(),
+            window: crate::window_setting::get(),
         }
     }
 }
 
-impl Default for State {
-    fn default() -> Self {
-        State::new()
-    }
+/// In a `fork` child: an empty registry, with a fresh lock (the parent's state is left behind,
+/// see [`PMutex::reset_after_fork`]).
+///
+/// # Safety
+/// Only in the child handler of `pthread_atfork`, where the calling thread is the only one.
+pub unsafe fn reset_after_fork() {
+    // SAFETY: per this function's contract.
+    unsafe { STATE.reset_after_fork(State::new()) };
+}
+
+/// A registry of its own for other modules' unit tests (index addresses 0 only: nothing adds a
+/// queue with real ones there).
+#[cfg(test)]
+pub fn registry_for_tests() -> State {
+    State::new()
 }
 
 #[cfg(test)]
@@ -550,6 +677,42 @@ mod tests {
             window_waits: 0,
             window_stalls: 0,
         }
+    }
+
+    /// The compile-time half of the module's guarantee: `Queue` and `State` are not `Clone`,
+    /// `State` is not `Default`. `check` below is ambiguous, and the test does not compile, for
+    /// a type that has either trait.
+    #[test]
+    fn queues_and_the_registry_cannot_be_copied_or_made() {
+        trait Lacks<Which> {
+            fn check() {}
+        }
+        struct Neither;
+        struct HasClone;
+        struct HasDefault;
+        impl<T> Lacks<Neither> for T {}
+        impl<T: Clone> Lacks<HasClone> for T {}
+        impl<T: Default> Lacks<HasDefault> for T {}
+        <Queue as Lacks<_>>::check();
+        <State as Lacks<_>>::check();
+    }
+
+    #[test]
+    fn indices_are_read_from_registered_live_queues_only() {
+        let idx = Box::new([5u64, 2]);
+        let base = idx.as_ptr() as u64;
+        let mut st = State::new();
+        let mut q = queue(1);
+        q.wptr = base;
+        q.rptr = base + 8;
+        st.queues.push(q);
+        assert_eq!(st.indices(1), (5, 2));
+        assert_eq!(st.indices(2), (0, 0), "not registered");
+        st.queue_mut(1).unwrap().dying = true;
+        assert_eq!(st.indices(1), (0, 0), "DESTROY_QUEUE in flight");
+        st.remove_queue(1);
+        assert_eq!(st.indices(1), (0, 0), "destroyed");
+        drop(idx);
     }
 
     #[test]

@@ -243,10 +243,10 @@ pub fn resolve_in_loaded_runtime(name: &CStr, node: Option<&CStr>) -> Option<usi
         // glibc's own functions: the exported dlsym would hand back the shim's wrapper.
         let mut p: *mut c_void = std::ptr::null_mut();
         if let Some(node) = node {
-            p = crate::dl::dlvsym_real(h, name, node);
+            p = crate::libc_dlsym::dlvsym_real(h, name, node);
         }
         if p.is_null() {
-            p = crate::dl::dlsym_real(h, name);
+            p = crate::libc_dlsym::dlsym_real(h, name);
         }
         if !p.is_null() && object_of(p as usize).is_none_or(|o| o.base != me) {
             return Some(p as usize);

@@ -1,10 +1,11 @@
-//! The in-flight window: at most [`WINDOW`] AQL packets outstanding per compute queue, so that a
-//! level-1 hold holds the batch job's work instead of only its future launches.
+//! The in-flight window: at most `WINDOW` (`window_setting.rs`) AQL packets outstanding per
+//! compute queue, so that a level-1 hold holds the batch job's work instead of only its future
+//! launches.
 //!
 //! A launch (or other stream-ordered call) on a windowed process compares its queue's write
 //! and read indices — the 64-bit words whose addresses the runtime gave CREATE_QUEUE — and,
 //! while `write - read >= window`, waits in its wrapper, before the real call, holding no lock.
-//! The indices' addresses are cached per thread (a few entries, invalidated by [`WINDOW_GEN`])
+//! The indices' addresses are cached per thread (a few entries, invalidated by `WINDOW_GEN`)
 //! so that a launch under the window costs two loads and a compare on top of the fast path.
 //!
 //! The wait is bounded: each time the read index advances the wait goes on, but when it has not
@@ -14,17 +15,11 @@
 //! deadlock on the window.
 
 use std::cell::Cell;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use crate::state::STATE;
-
-/// The window in packets; 0 = unbounded (no window).
-pub static WINDOW: AtomicU32 = AtomicU32::new(0);
-
-/// Bumped whenever a cached stream -> queue index mapping may have changed (the registry
-/// changed, a queue is being destroyed, the process forked, the window changed).
-pub static WINDOW_GEN: AtomicU64 = AtomicU64::new(1);
+use crate::window_setting::{WINDOW, WINDOW_GEN};
 
 /// How long a queue's read index may stand still before a waiting launch goes ahead anyway.
 /// Named guess: longer than any single dispatch of a well-behaved training loop (GEMMs and
@@ -66,21 +61,6 @@ thread_local! {
     /// recent first.
     static CACHE: [Cell<(u64, usize, Target)>; SLOTS] =
         const { [const { Cell::new((0, usize::MAX, Target::NONE)) }; SLOTS] };
-}
-
-/// Sets the window (`None`: unbounded) and returns the previous one.
-pub fn set(window: Option<u32>) -> Option<u32> {
-    let prev = WINDOW.swap(window.unwrap_or(0), Ordering::AcqRel);
-    WINDOW_GEN.fetch_add(1, Ordering::AcqRel);
-    (prev != 0).then_some(prev)
-}
-
-/// The window in effect (`None`: unbounded).
-pub fn get() -> Option<u32> {
-    match WINDOW.load(Ordering::Relaxed) {
-        0 => None,
-        w => Some(w),
-    }
 }
 
 /// Reads a queue index the runtime keeps.
@@ -239,7 +219,7 @@ pub unsafe fn wait_for_room(
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;
-    use std::sync::atomic::AtomicBool;
+    use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64};
 
     use super::*;
 

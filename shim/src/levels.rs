@@ -1,0 +1,441 @@
+//! The preemption levels (and the other settings an agent makes) executed on this process's
+//! own queues and streams, under the registry lock:
+//!
+//! * Level 0: UPDATE_QUEUE with a new priority (agent's `SetPriority`); CU masks (SET_CU_MASK).
+//! * Level 1: hold / release streams (launches and other stream-ordered calls wait in the
+//!   wrappers).
+//! * Level 2: UPDATE_QUEUE percentage 0 / restore, same ring, size and priority; one call per
+//!   queue, issued back to back per GPU.
+//! * Level 3: DBG_TRAP on this process itself: ENABLE once (with a pipe), GET_QUEUE_SNAPSHOT to
+//!   clear `EC_QUEUE_NEW`, SUSPEND_QUEUES with the grace period, RESUME_QUEUES.
+//! * The in-flight window the agent sets for the process's class.
+//! * Fail open: everything above undone at once.
+//!
+//! The ioctls go through the runtime's `/dev/kfd` fd, re-validated for each command
+//! (`kfd_fd.rs`), with the bypass flag set so that the ioctl hook passes them through.
+
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+
+use kfd_sys as sys;
+use kfdq::kfd::debug::{QueueStatus, dbg_enable, queue_snapshot, resume_queues, suspend_queues};
+use kfdq::kfd::{EXCEPTION_QUEUE_NEW, QueueId};
+use kfdq::policy::class::KFD_PRIORITY_MAX;
+use kfdq::proto::{self, Target};
+
+use crate::bypass::with_bypass;
+use crate::state::State;
+use crate::targets::queues_of;
+
+/// Level 1 on `sids` (and, with `all`, on streams registered from now on).
+pub fn hold(st: &mut State, sids: &[u64], all: bool) -> String {
+    for s in st.streams.iter_mut().filter(|s| sids.contains(&s.id)) {
+        s.held = true;
+    }
+    if all {
+        st.hold_new = true;
+    }
+    st.changed();
+    st.refresh_flags();
+    format!(
+        "level 1: holding launches and stream-ordered work of stream(s) {sids:?}{}",
+        if all {
+            " and of streams created from now on"
+        } else {
+            ""
+        }
+    )
+}
+
+/// Undoes level 1 on `sids` (and, with `all`, for streams registered from now on).
+pub fn release(st: &mut State, sids: &[u64], all: bool) -> String {
+    for s in st.streams.iter_mut().filter(|s| sids.contains(&s.id)) {
+        s.held = false;
+    }
+    if all {
+        st.hold_new = false;
+    }
+    st.changed();
+    st.refresh_flags();
+    format!("level 1: released stream(s) {sids:?}")
+}
+
+/// A duplicate of the runtime's `/dev/kfd` fd, checked to be open on the file its last
+/// CREATE_QUEUE used, for one command: the command acts through it and closes it when it ends
+/// (`kfd_fd.rs`). A closed or replaced fd refuses the command before it changes anything.
+fn kfd_fd(st: &State) -> Result<OwnedFd, String> {
+    let Some(kfd) = st.kfd_fd else {
+        return Err("no KFD queue observed yet (the runtime has not created one), so there is no /dev/kfd fd to act on".into());
+    };
+    kfd.open().map_err(|e| e.to_string())
+}
+
+fn update(
+    fd: BorrowedFd<'_>,
+    q: &crate::state::Queue,
+    percentage: u32,
+    priority: u32,
+) -> Result<(), String> {
+    let args = sys::kfd_ioctl_update_queue_args {
+        ring_base_address: q.ring_base,
+        queue_id: q.id,
+        ring_size: q.ring_size,
+        queue_percentage: percentage,
+        queue_priority: priority,
+    };
+    // SAFETY: ring base and size are the ones the runtime created the queue with (recorded
+    // from its CREATE_QUEUE and from every UPDATE_QUEUE it made since), so the GPU keeps reading
+    // the runtime's own ring; only percentage and priority change.
+    with_bypass(|| unsafe { kfdq::kfd::ioctl::update_queue(fd, &args) })
+        .map_err(|e| format!("queue {}: {e}", q.id))
+}
+
+/// Queue ids sorted by GPU (stable), so the calls for one partition go back to back.
+fn by_gpu(st: &State, qids: &[u32]) -> Vec<u32> {
+    let mut v: Vec<(u32, u32)> = qids
+        .iter()
+        .filter_map(|id| st.queue(*id).map(|q| (q.gpu_id, q.id)))
+        .collect();
+    v.sort_by_key(|(g, _)| *g);
+    v.into_iter().map(|(_, id)| id).collect()
+}
+
+/// Level 0: the queues `t` names at KFD priority `priority` (overriding the class mapping).
+pub fn set_priority(st: &mut State, t: &Target, priority: u32) -> Result<String, String> {
+    if priority > KFD_PRIORITY_MAX {
+        return Err(format!(
+            "queue priority {priority} is out of range 0..={KFD_PRIORITY_MAX}"
+        ));
+    }
+    let qids = queues_of(st, t)?;
+    let kfd = kfd_fd(st)?;
+    let fd = kfd.as_fd();
+    let mut errs = Vec::new();
+    for id in by_gpu(st, &qids) {
+        let Some(q) = st.queue_mut(id) else { continue };
+        let pct = if q.deactivated {
+            q.runtime_percentage & !0xff
+        } else {
+            q.runtime_percentage
+        };
+        match update(fd, q, pct, priority) {
+            Ok(()) => {
+                q.override_priority = Some(priority);
+                q.effective = priority;
+            }
+            Err(e) => errs.push(e),
+        }
+    }
+    st.changed();
+    if errs.is_empty() {
+        Ok(format!("level 0: queue(s) {qids:?} at priority {priority}"))
+    } else {
+        Err(format!("UPDATE_QUEUE failed: {}", errs.join("; ")))
+    }
+}
+
+/// SET_CU_MASK on the queues `t` names, each with its partition's mask.
+pub fn set_cu_masks(
+    st: &mut State,
+    t: &Target,
+    masks: &[kfdq::proto::CuMask],
+) -> Result<String, String> {
+    let qids = queues_of(st, t)?;
+    let kfd = kfd_fd(st)?;
+    let fd = kfd.as_fd();
+    let mut done = Vec::new();
+    let mut errs = Vec::new();
+    for id in by_gpu(st, &qids) {
+        let Some(q) = st.queue(id) else { continue };
+        let Some(m) = masks.iter().find(|m| m.gpu_id == q.gpu_id) else {
+            continue;
+        };
+        match with_bypass(|| kfdq::kfd::ioctl::set_cu_mask(fd, QueueId(id), &m.words)) {
+            Ok(()) => done.push(id),
+            Err(e) => errs.push(format!("queue {id}: {e}")),
+        }
+    }
+    if errs.is_empty() {
+        Ok(format!("CU masks set on queue(s) {done:?}"))
+    } else {
+        Err(format!(
+            "SET_CU_MASK failed: {}; set on {done:?}",
+            errs.join("; ")
+        ))
+    }
+}
+
+/// The agent's in-flight window for this process (a class setting).
+pub fn set_window(st: &mut State, dispatches: Option<u32>) -> Result<String, String> {
+    if let Some(w) = dispatches
+        && !(1..=proto::MAX_WINDOW).contains(&w)
+    {
+        return Err(format!(
+            "window {w} is out of range 1..={} (omit it for an unbounded window)",
+            proto::MAX_WINDOW
+        ));
+    }
+    let prev = crate::window_setting::set(dispatches);
+    st.refresh_flags();
+    st.changed();
+    let show = |w: Option<u32>| w.map_or_else(|| "unbounded".to_string(), |w| w.to_string());
+    Ok(format!(
+        "in-flight window {} (was {})",
+        show(dispatches),
+        show(prev)
+    ))
+}
+
+/// Level 2 on `qids`.
+pub fn deactivate(st: &mut State, qids: &[u32]) -> Result<String, String> {
+    let kfd = kfd_fd(st)?;
+    let fd = kfd.as_fd();
+    set_level2(st, fd, qids, true)
+        .map(|done| format!("level 2: deactivated queue(s) {done:?} (UPDATE_QUEUE percentage 0)"))
+        .map_err(|(errs, done)| {
+            format!("level 2 (UPDATE_QUEUE percentage 0) failed: {errs}; deactivated {done:?}")
+        })
+}
+
+/// Undoes level 2 on `qids`: the runtime's own percentage comes back.
+pub fn activate(st: &mut State, qids: &[u32]) -> Result<String, String> {
+    let kfd = kfd_fd(st)?;
+    let fd = kfd.as_fd();
+    set_level2(st, fd, qids, false)
+        .map(|done| format!("level 2: reactivated queue(s) {done:?}"))
+        .map_err(|(errs, done)| format!("level 2 release failed: {errs}; reactivated {done:?}"))
+}
+
+/// UPDATE_QUEUE on each of `qids` (grouped by GPU) that is not already in the requested state:
+/// percentage 0 (keeping the runtime's `pm4_target_xcc` bits) when `deactivate`, else the
+/// runtime's own percentage; always the managed priority. Returns the queues changed, or the
+/// joined errors and the queues changed anyway.
+fn set_level2(
+    st: &mut State,
+    fd: BorrowedFd<'_>,
+    qids: &[u32],
+    deactivate: bool,
+) -> Result<Vec<u32>, (String, Vec<u32>)> {
+    let mut done = Vec::new();
+    let mut errs = Vec::new();
+    for id in by_gpu(st, qids) {
+        let Some(q) = st.queue_mut(id) else { continue };
+        if q.deactivated == deactivate || (deactivate && q.dying) {
+            continue;
+        }
+        let percentage = if deactivate {
+            q.runtime_percentage & !0xff
+        } else {
+            q.runtime_percentage
+        };
+        match update(fd, q, percentage, q.effective) {
+            Ok(()) => {
+                q.deactivated = deactivate;
+                done.push(id);
+            }
+            Err(e) => errs.push(e),
+        }
+    }
+    st.changed();
+    if errs.is_empty() {
+        Ok(done)
+    } else {
+        Err((errs.join("; "), done))
+    }
+}
+
+/// DBG_TRAP ENABLE on this process, once.
+fn ensure_debug(st: &mut State, fd: BorrowedFd<'_>) -> Result<(), String> {
+    if st.debug.is_none() {
+        let att = with_bypass(|| dbg_enable(fd, std::process::id(), 0)).map_err(|e| {
+            format!(
+                "level 3 needs DBG_TRAP ENABLE on this process (KFD >= 1.13, RUNTIME_ENABLE done by the runtime before its first queue, no other debugger attached): {e}"
+            )
+        })?;
+        crate::log::debug(|| {
+            format!(
+                "DBG_TRAP ENABLE on self (runtime state {})",
+                att.runtime.runtime_state
+            )
+        });
+        st.debug = Some(att);
+    }
+    Ok(())
+}
+
+fn status_errors(ids: &[u32], statuses: &[QueueStatus]) -> Vec<String> {
+    ids.iter()
+        .zip(statuses)
+        .filter_map(|(id, s)| match s {
+            QueueStatus::Ok => None,
+            QueueStatus::Invalid => Some(format!("queue {id}: KFD refused it (missing, still carrying EC_QUEUE_NEW, or being destroyed)")),
+            QueueStatus::Error => Some(format!("queue {id}: the hardware failed to preempt or restore it")),
+        })
+        .collect()
+}
+
+/// Records what SUSPEND/RESUME_QUEUES did to each of `todo` (`suspended` is the state a queue
+/// reported `Ok` is now in) and turns the other statuses into one error naming `op`.
+fn record_level3(
+    st: &mut State,
+    todo: &[u32],
+    statuses: &[QueueStatus],
+    suspended: bool,
+    op: &str,
+) -> Result<(), String> {
+    for (id, s) in todo.iter().zip(statuses) {
+        if *s == QueueStatus::Ok
+            && let Some(q) = st.queue_mut(*id)
+        {
+            q.suspended = suspended;
+        }
+    }
+    st.changed();
+    let errs = status_errors(todo, statuses);
+    if errs.is_empty() {
+        Ok(())
+    } else {
+        Err(format!("level 3: {op}: {}", errs.join("; ")))
+    }
+}
+
+/// Level 3 on `qids`.
+pub fn suspend(st: &mut State, qids: &[u32], grace_period: u32) -> Result<String, String> {
+    let kfd = kfd_fd(st)?;
+    let fd = kfd.as_fd();
+    ensure_debug(st, fd)?;
+    let todo: Vec<u32> = qids
+        .iter()
+        .copied()
+        .filter(|id| st.queue(*id).is_some_and(|q| !q.suspended && !q.dying))
+        .collect();
+    if todo.is_empty() {
+        return Ok(format!("level 3: queue(s) {qids:?} already suspended"));
+    }
+    // Freshly created queues carry EC_QUEUE_NEW and cannot be suspended until it is cleared.
+    with_bypass(|| queue_snapshot(fd, std::process::id(), EXCEPTION_QUEUE_NEW))
+        .map_err(|e| format!("level 3: GET_QUEUE_SNAPSHOT (clearing EC_QUEUE_NEW): {e}"))?;
+    let ids: Vec<QueueId> = todo.iter().map(|q| QueueId(*q)).collect();
+    let (_, statuses) =
+        with_bypass(|| suspend_queues(fd, std::process::id(), &ids, grace_period, 0))
+            .map_err(|e| format!("level 3: SUSPEND_QUEUES: {e}"))?;
+    record_level3(st, &todo, &statuses, true, "SUSPEND_QUEUES").map(|()| {
+        format!("level 3: suspended queue(s) {todo:?} (DBG_TRAP SUSPEND_QUEUES, grace period {grace_period})")
+    })
+}
+
+/// Undoes level 3 on `qids`.
+pub fn resume(st: &mut State, qids: &[u32]) -> Result<String, String> {
+    let todo: Vec<u32> = qids
+        .iter()
+        .copied()
+        .filter(|id| st.queue(*id).is_some_and(|q| q.suspended))
+        .collect();
+    if todo.is_empty() {
+        return Ok(format!("level 3: queue(s) {qids:?} not suspended"));
+    }
+    let kfd = kfd_fd(st)?;
+    let fd = kfd.as_fd();
+    let ids: Vec<QueueId> = todo.iter().map(|q| QueueId(*q)).collect();
+    let (_, statuses) = with_bypass(|| resume_queues(fd, std::process::id(), &ids))
+        .map_err(|e| format!("level 3: RESUME_QUEUES: {e}"))?;
+    record_level3(st, &todo, &statuses, false, "RESUME_QUEUES")
+        .map(|()| format!("level 3: resumed queue(s) {todo:?}"))
+}
+
+/// Fail open: releases every hold, reactivates every deactivated queue, resumes every
+/// suspended one. Returns what failed.
+pub fn fail_open(st: &mut State) -> Vec<String> {
+    let mut errors = Vec::new();
+    let all: Vec<u64> = st.streams.iter().map(|s| s.id).collect();
+    release(st, &all, true);
+    let suspended: Vec<u32> = st
+        .queues()
+        .iter()
+        .filter(|q| q.suspended)
+        .map(|q| q.id)
+        .collect();
+    if !suspended.is_empty()
+        && let Err(e) = resume(st, &suspended)
+    {
+        errors.push(e);
+    }
+    let deactivated: Vec<u32> = st
+        .queues()
+        .iter()
+        .filter(|q| q.deactivated)
+        .map(|q| q.id)
+        .collect();
+    if !deactivated.is_empty()
+        && let Err(e) = activate(st, &deactivated)
+    {
+        errors.push(e);
+    }
+    // The agent's window goes with it: back to the process's own (KFDQ_WINDOW, else none).
+    if crate::window_setting::get() != crate::config::config().window {
+        crate::window_setting::set(crate::config::config().window);
+        st.refresh_flags();
+        st.changed();
+    }
+    errors
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::fd::AsRawFd;
+
+    use super::*;
+    use crate::kfd_fd::KfdFd;
+    use crate::state::{CreatedQueue, registry_for_tests};
+
+    /// A registry with queue 1 and the runtime's "/dev/kfd" fd recorded on `kfd`.
+    fn registry(kfd: &std::fs::File) -> State {
+        let mut st = registry_for_tests();
+        // SAFETY: no index addresses (0): nothing is read through them.
+        unsafe {
+            st.add_queue(CreatedQueue {
+                id: 1,
+                gpu_id: 1,
+                requested: 7,
+                effective: 7,
+                ring_base: 0x1000,
+                ring_size: 4096,
+                wptr: 0,
+                rptr: 0,
+                runtime_percentage: 100,
+                compute: true,
+            })
+        };
+        st.kfd_fd = Some(KfdFd::identify(kfd.as_raw_fd()).expect("identify"));
+        st
+    }
+
+    #[test]
+    fn commands_on_a_replaced_kfd_fd_are_refused_and_change_nothing() {
+        let kfd = tempfile::tempfile().expect("tempfile");
+        let other = tempfile::tempfile().expect("tempfile");
+        let mut st = registry(&kfd);
+        // The runtime closes its fd and the number is reused for another file.
+        // SAFETY: dup2 onto a number `kfd` owns (and keeps owning: it closes it once).
+        let r = unsafe { libc::dup2(other.as_raw_fd(), kfd.as_raw_fd()) };
+        assert_eq!(r, kfd.as_raw_fd());
+        let generation = st.generation;
+        let refused = [
+            set_priority(&mut st, &Target::All, 3),
+            deactivate(&mut st, &[1]),
+            suspend(&mut st, &[1], 0),
+            set_cu_masks(&mut st, &Target::All, &[]),
+        ];
+        for r in refused {
+            let e = r.expect_err("refused");
+            assert!(
+                e.contains("/dev/kfd fd") && e.contains("replaced") && e.contains("no ioctl"),
+                "{e}"
+            );
+        }
+        let q = st.queue(1).expect("queue 1");
+        assert!(!q.deactivated && !q.suspended && q.override_priority.is_none());
+        assert_eq!(q.effective, 7);
+        assert!(st.debug.is_none(), "no DBG_TRAP ENABLE");
+        assert_eq!(st.generation, generation, "nothing changed");
+    }
+}

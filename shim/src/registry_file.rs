@@ -1,0 +1,88 @@
+//! The registry published as a file for `kfdq ps`: `shim-<pid>.json` in the state directory,
+//! rewritten when the registry changes, removed at exit.
+
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+
+use kfdq::proto;
+
+use crate::state::STATE;
+
+/// Set by the exit handler: stop publishing.
+pub static EXITING: AtomicBool = AtomicBool::new(false);
+/// Pid whose registry file this process wrote (0 = none).
+pub static WROTE_PID: AtomicU32 = AtomicU32::new(0);
+
+/// Where the registry is published: `$KFDQ_STATE_DIR`, else `/run/kfdq` when it can be
+/// created and written, else `/tmp/kfdq-<uid>`.
+pub fn state_dir() -> Option<&'static Path> {
+    static DIR: OnceLock<Option<PathBuf>> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let usable = |d: &Path| std::fs::create_dir_all(d).is_ok() && writable(d);
+        // An explicit directory is used or nothing; the defaults are tried in order.
+        match proto::state::state_dir_override() {
+            Some(d) => {
+                let ok = usable(&d);
+                if !ok {
+                    crate::log::warn_always(&format!(
+                        "KFDQ_STATE_DIR={} cannot be created or written: this process's registry is not published, \
+                         so `kfdq ps` shows its queues without streams or class; control by the agent still works. \
+                         Fix: make the directory writable for uid {}, or unset KFDQ_STATE_DIR (default /run/kfdq, else /tmp/kfdq-<uid>)",
+                        d.display(),
+                        crate::sys::effective_uid()
+                    ));
+                }
+                ok.then_some(d)
+            }
+            None => proto::state::default_state_dirs()
+                .into_iter()
+                .find(|d| usable(d)),
+        }
+    })
+    .as_deref()
+}
+
+fn writable(d: &Path) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    let Ok(c) = std::ffi::CString::new(d.as_os_str().as_bytes()) else {
+        return false;
+    };
+    // SAFETY: NUL-terminated path.
+    unsafe { libc::access(c.as_ptr(), libc::W_OK) == 0 }
+}
+
+/// Writes `shim-<pid>.json` when the registry changed since `last`.
+pub fn publish_file(last: &mut u64) {
+    if EXITING.load(Ordering::Relaxed) {
+        return;
+    }
+    let (gen_now, reg) = {
+        let st = STATE.lock();
+        if st.generation == *last {
+            return;
+        }
+        (st.generation, st.to_proto(std::process::id()))
+    };
+    let Some(dir) = state_dir() else { return };
+    let name = proto::state::registry_file_name(std::process::id());
+    let tmp = dir.join(format!(".{name}.tmp"));
+    let Ok(json) = serde_json::to_vec_pretty(&reg) else {
+        return;
+    };
+    if std::fs::write(&tmp, json).is_ok() && std::fs::rename(&tmp, dir.join(&name)).is_ok() {
+        WROTE_PID.store(std::process::id(), Ordering::Relaxed);
+        *last = gen_now;
+    }
+}
+
+/// Exit handler: removes this process's registry file (best effort).
+pub fn remove_registry_file() {
+    EXITING.store(true, Ordering::Relaxed);
+    let me = std::process::id();
+    if WROTE_PID.load(Ordering::Relaxed) == me
+        && let Some(dir) = state_dir()
+    {
+        let _ = std::fs::remove_file(dir.join(proto::state::registry_file_name(me)));
+    }
+}

@@ -1,0 +1,88 @@
+//! Which streams (level 1) or queues (levels 0, 2, 3) an agent's target names in this process's
+//! registry, or why it names none.
+
+use kfdq::proto::Target;
+
+use crate::state::State;
+
+/// Stream ids a target names (level 1).
+pub fn streams_of(st: &State, t: &Target) -> Result<Vec<u64>, String> {
+    match t {
+        Target::All => Ok(st.streams.iter().map(|s| s.id).collect()),
+        Target::Streams(ids) => {
+            let unknown: Vec<u64> = ids
+                .iter()
+                .copied()
+                .filter(|i| st.stream(*i).is_none())
+                .collect();
+            if unknown.is_empty() {
+                Ok(ids.clone())
+            } else {
+                Err(format!(
+                    "no stream {unknown:?} in this process (see the registry for stream ids)"
+                ))
+            }
+        }
+        Target::Queues(qs) => {
+            let unknown: Vec<u32> = qs
+                .iter()
+                .copied()
+                .filter(|q| st.queue(*q).is_none())
+                .collect();
+            if !unknown.is_empty() {
+                return Err(format!("no KFD queue {unknown:?} in this process"));
+            }
+            Ok(st
+                .streams
+                .iter()
+                .filter(|s| s.queue.is_some_and(|q| qs.contains(&q)))
+                .map(|s| s.id)
+                .collect())
+        }
+    }
+}
+
+/// Queue ids a target names (levels 0, 2, 3).
+pub fn queues_of(st: &State, t: &Target) -> Result<Vec<u32>, String> {
+    match t {
+        Target::All => Ok(st
+            .queues()
+            .iter()
+            .filter(|q| !q.dying)
+            .map(|q| q.id)
+            .collect()),
+        Target::Queues(qs) => {
+            let unknown: Vec<u32> = qs
+                .iter()
+                .copied()
+                .filter(|q| st.queue(*q).is_none())
+                .collect();
+            if unknown.is_empty() {
+                Ok(qs.clone())
+            } else {
+                Err(format!("no KFD queue {unknown:?} in this process"))
+            }
+        }
+        Target::Streams(ids) => {
+            let mut out = Vec::new();
+            for id in ids {
+                match st.stream(*id) {
+                    None => return Err(format!("no stream {id} in this process")),
+                    Some(s) => match s.queue {
+                        None => {
+                            return Err(format!(
+                                "stream {id} has no KFD queue yet (it has not launched any work); levels 2 and 3 act on queues"
+                            ));
+                        }
+                        Some(q) => {
+                            if !out.contains(&q) {
+                                out.push(q);
+                            }
+                        }
+                    },
+                }
+            }
+            Ok(out)
+        }
+    }
+}
