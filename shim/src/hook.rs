@@ -10,6 +10,7 @@
 //! The shim's own ioctls (through `kfdq::kfd`, which calls libc's `ioctl` and so lands in this
 //! same export) set the bypass flag (`bypass.rs`) and go straight to libc.
 
+use kfd_sys::zerocopy::{FromBytes, IntoBytes};
 use std::cell::Cell;
 use std::ffi::{c_int, c_ulong, c_void};
 use std::sync::atomic::{AtomicI32, Ordering};
@@ -69,20 +70,21 @@ fn classify(request: c_ulong) -> Option<(Op, usize)> {
     }
 }
 
-/// Copies the caller's `size` bytes of argument into a zeroed `T`.
+/// Copies the first `size` bytes of the caller's argument into a zeroed `T` (the rest stay
+/// zero). `T` is one of kfd-sys's plain argument structs (the derives say so: no padding, any
+/// bytes valid).
 ///
 /// # Safety
-/// `arg` must be readable for `size` bytes, `size <= size_of::<T>()`, and `T` plain data.
-unsafe fn read_arg<T: Default>(arg: *const c_void, size: usize) -> T {
-    let mut v = T::default();
-    // SAFETY: caller guarantees `arg` readable for `size` bytes and `size` fits in `T`.
-    unsafe {
-        std::ptr::copy_nonoverlapping(
-            arg as *const u8,
-            &mut v as *mut T as *mut u8,
-            size.min(size_of::<T>()),
-        )
-    };
+/// `arg` must be non-null and readable for `size` bytes, and not written while this runs.
+unsafe fn read_arg<T: FromBytes + IntoBytes>(arg: *const c_void, size: usize) -> T {
+    let mut v = T::new_zeroed();
+    let dst = v.as_mut_bytes();
+    let n = size.min(dst.len());
+    // SAFETY: by the caller's contract `arg` is non-null and readable for `size >= n` bytes, and
+    // nothing writes them meanwhile; bytes need no alignment; `dst` is our own value, so the
+    // two do not overlap.
+    let src = unsafe { std::slice::from_raw_parts(arg.cast::<u8>(), n) };
+    dst[..n].copy_from_slice(src);
     v
 }
 
