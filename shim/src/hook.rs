@@ -10,12 +10,12 @@
 //! The shim's own ioctls (through `kfdq::kfd`, which calls libc's `ioctl` and so lands in this
 //! same export) set the bypass flag (`bypass.rs`) and go straight to libc.
 
-use kfd_sys::zerocopy::{FromBytes, IntoBytes};
 use std::cell::Cell;
 use std::ffi::{c_int, c_ulong, c_void};
 use std::sync::atomic::{AtomicI32, Ordering};
 
 use kfd_sys as sys;
+use kfd_sys::zerocopy::{FromBytes, IntoBytes};
 
 use crate::bypass::BYPASS;
 use crate::context::{CTX, NO_STREAM};
