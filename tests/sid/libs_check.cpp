@@ -11,7 +11,8 @@
  * --loop N     N GEMMs (rocBLAS SGEMM on the created stream) instead of one.
  * --threads N  N threads each run the workload with their own handles and streams.
  * --pause STEP print "libs_check: paused STEP" and wait for a line on stdin before STEP (create:
- *              before the first handle is created; gemm: before the GEMM loop).
+ *              before the first handle is created; gemm: before the GEMM loop); with several
+ *              threads all of them wait there.
  * --hold       print "libs_check: holding" after the work, before anything is destroyed, and
  *              wait for a line on stdin.
  *
@@ -51,12 +52,44 @@ static void say(int t, const char *fmt, ...)
     pthread_mutex_unlock(&out_lock);
 }
 
+/* A control line (what the tests wait for), never prefixed. */
+static void control(const char *line)
+{
+    pthread_mutex_lock(&out_lock);
+    printf("%s\n", line);
+    fflush(stdout);
+    pthread_mutex_unlock(&out_lock);
+}
+
 static void wait_stdin(void)
 {
     char line[64];
     if (!fgets(line, sizeof line, stdin)) {
         /* end of input: go on */
     }
+}
+
+/* --pause: every thread stops at the step; thread 0 prints the line and reads stdin, then
+ * lets them all go. */
+static pthread_mutex_t pause_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t pause_cond = PTHREAD_COND_INITIALIZER;
+static int pause_released = 0;
+
+static void pause_at(int t, const char *line)
+{
+    if (t == 0) {
+        control(line);
+        wait_stdin();
+        pthread_mutex_lock(&pause_lock);
+        pause_released = 1;
+        pthread_cond_broadcast(&pause_cond);
+        pthread_mutex_unlock(&pause_lock);
+        return;
+    }
+    pthread_mutex_lock(&pause_lock);
+    while (!pause_released)
+        pthread_cond_wait(&pause_cond, &pause_lock);
+    pthread_mutex_unlock(&pause_lock);
 }
 
 struct opts {
@@ -116,10 +149,8 @@ static int workload(int t, const struct opts *o)
     HIP(t, "hipMemset", hipMemset(a, 0, N * N * sizeof(float)));
     HIP(t, "hipMemset", hipMemset(b, 0, N * N * sizeof(float)));
     HIP(t, "hipStreamCreate", hipStreamCreate(&s));
-    if (o->pause && strcmp(o->pause, "create") == 0 && t == 0) {
-        say(t, "libs_check: paused create");
-        wait_stdin();
-    }
+    if (o->pause && strcmp(o->pause, "create") == 0)
+        pause_at(t, "libs_check: paused create");
 
     if (want(o, "rocblas")) {
         LIB(t, "rocblas_create_handle", rocblas_create_handle(&rh), rocblas_status_success);
@@ -135,10 +166,8 @@ static int workload(int t, const struct opts *o)
             rocblas_status_success);
         HIP(t, "hipDeviceSynchronize", hipDeviceSynchronize());
         LIB(t, "rocblas_set_stream", rocblas_set_stream(rh, s), rocblas_status_success);
-        if (o->pause && strcmp(o->pause, "gemm") == 0 && t == 0) {
-            say(t, "libs_check: paused gemm");
-            wait_stdin();
-        }
+        if (o->pause && strcmp(o->pause, "gemm") == 0)
+            pause_at(t, "libs_check: paused gemm");
         for (i = 0; i < o->loop; i++) {
             rocblas_status st = rocblas_sgemm(rh, rocblas_operation_none, rocblas_operation_none,
                                               N, N, N, &one, a, N, b, N, &zero, c, N);
@@ -298,7 +327,7 @@ static int workload(int t, const struct opts *o)
 
     HIP(t, "hipDeviceSynchronize", hipDeviceSynchronize());
     if (o->hold && t == 0) {
-        say(t, "libs_check: holding");
+        control("libs_check: holding");
         wait_stdin();
     }
     if (mh)
