@@ -36,7 +36,7 @@ fn plain_statuses(emu: &Emu, root: &Path, built: &Built, argv: &[&str]) -> Vec<S
     let text = libs::finished(&argv.join(" "), out);
     let lines: Vec<&str> = text.lines().collect();
     assert!(
-        lines.iter().any(|l| *l == "libs_check: done"),
+        lines.contains(&"libs_check: done"),
         "{text}\n{}",
         libs::packages()
     );
