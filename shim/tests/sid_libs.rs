@@ -220,6 +220,25 @@ fn sid_libs_a_python_extension_under_kfdq_run_batch() {
 struct Held {
     while_held: Vec<String>,
     finished_while_held: bool,
+    /// Tensile GEMM kernels (`Cijk_*`) the emulator dispatched for the job while it was held
+    /// (`None`: it had ended, and the emulator forgot it).
+    gemms_while_held: Option<u64>,
+}
+
+/// The Tensile GEMM kernels (`Cijk_*`) the emulator has dispatched for `pid` (`None`: no such
+/// process any more).
+fn tensile_dispatches(emu: &Emu, pid: u32) -> Option<u64> {
+    emu.stats()
+        .processes
+        .iter()
+        .find(|x| x.pid == pid)
+        .map(|p| {
+            p.dispatches_by_kernel
+                .iter()
+                .filter(|(k, _)| k.starts_with("Cijk_"))
+                .map(|(_, n)| *n)
+                .sum()
+        })
 }
 
 /// A batch job running `args` (which pause at `pause` until released), held by the real agent
@@ -275,9 +294,13 @@ fn level_1(args: &[&str], pause: &str, passthrough: Option<&str>) -> Held {
         },
     );
     // Go on into the libraries while held.
+    let gemms_before = tensile_dispatches(&emu, batch.pid);
     batch.release();
     let while_held: Vec<String> = batch.lines_for(Duration::from_secs(3));
     let finished_while_held = while_held.iter().any(|l| l == "libs_check: done");
+    let gemms_while_held = tensile_dispatches(&emu, batch.pid)
+        .zip(gemms_before)
+        .map(|(after, before)| after - before);
     let lines = latency.finish();
     assert_eq!(lines.last().map(String::as_str), Some("hip_check: done"));
     agent.wait("the batch job released", |s| {
@@ -296,6 +319,7 @@ fn level_1(args: &[&str], pause: &str, passthrough: Option<&str>) -> Held {
     Held {
         while_held: libs::statuses(&while_held),
         finished_while_held,
+        gemms_while_held,
     }
 }
 
@@ -307,8 +331,10 @@ fn level_1(args: &[&str], pause: &str, passthrough: Option<&str>) -> Held {
 fn level_1_both_ways(args: &[&str], pause: &str) {
     let none = level_1(args, pause, Some(""));
     eprintln!(
-        "{args:?} held at {pause}, KFDQ_PASSTHROUGH=: {} status lines while held, the last {:?}",
+        "{args:?} held at {pause}, KFDQ_PASSTHROUGH=: {} status lines and {:?} Tensile GEMM \
+         dispatches while held, the last line {:?}",
         none.while_held.len(),
+        none.gemms_while_held,
         none.while_held.last()
     );
     assert!(
@@ -317,8 +343,10 @@ fn level_1_both_ways(args: &[&str], pause: &str) {
     );
     let default = level_1(args, pause, None);
     eprintln!(
-        "{args:?} held at {pause}, default passthrough: {} status lines while held, finished: {}",
+        "{args:?} held at {pause}, default passthrough: {} status lines and {:?} Tensile GEMM \
+         dispatches while held, finished: {}",
         default.while_held.len(),
+        default.gemms_while_held,
         default.finished_while_held
     );
 }

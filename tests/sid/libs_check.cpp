@@ -267,7 +267,10 @@ static int workload(int t, const struct opts *o)
         int found = 0, on, oc, oh, ow;
         size_t ws_size = 0;
         void *ws = NULL, *x, *w, *y;
-        LIB(t, "miopenCreateWithStream", miopenCreateWithStream(&mh, s), miopenStatusSuccess);
+        /* PyTorch's order: a handle of its own (MIOpen creates a stream for it), then the
+         * caller's stream set on it. */
+        LIB(t, "miopenCreate", miopenCreate(&mh), miopenStatusSuccess);
+        LIB(t, "miopenSetStream", miopenSetStream(mh, s), miopenStatusSuccess);
         LIB(t, "miopenCreateTensorDescriptor", miopenCreateTensorDescriptor(&xd),
             miopenStatusSuccess);
         LIB(t, "miopenCreateTensorDescriptor", miopenCreateTensorDescriptor(&wd),
