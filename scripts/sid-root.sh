@@ -8,24 +8,46 @@
 #   scripts/sid-root.sh            build the root when it is missing, print its path
 #   scripts/sid-root.sh --rebuild  build it again (the cached one is replaced when the new one is ready)
 #   scripts/sid-root.sh --versions print the packages the cached root holds, and what moved
+#   scripts/sid-root.sh --libs [--rebuild | --versions]
+#                                  the same for the second root, sid-libs-root: the base packages
+#                                  plus the ROCm math libraries PyTorch reaches (rocBLAS, hipBLAS,
+#                                  hipBLASLt, MIOpen) and their headers, for shim/tests/sid_libs.rs
+#                                  (about 450 MB to download and 5.5 GB installed: built only when
+#                                  a test or a person asks for it)
 #
-# The root lives in $KFDQ_CACHE (default /var/cache/kfdq)/sid-root and is built with mmdebstrap
-# from the Debian mirror this machine's apt already uses. Building needs root. Each build records
-# the exact versions of the packages the tests depend on in sid-root.versions; tests/sid/versions.txt
-# holds the versions the suite was last checked with, and every difference is named.
+# The root lives in $KFDQ_CACHE (default /var/cache/kfdq)/sid-root (sid-libs-root) and is built with
+# mmdebstrap from the Debian mirror this machine's apt already uses. Building needs root. Each build
+# records the exact versions of the packages the tests depend on in sid-root.versions
+# (sid-libs-root.versions); tests/sid/versions.txt (libs-versions.txt) holds the versions the suite
+# was last checked with, and every difference is named.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
 
 cache=${KFDQ_CACHE:-/var/cache/kfdq}
-root=$cache/sid-root
-versions=$cache/sid-root.versions
+name=sid-root
 expected=tests/sid/versions.txt
 # What the tests use. The versions of these (and of the libraries they pull that the runtime
 # loads) are recorded.
 include=(rocminfo libamdhip64-6 libamdhip64-dev libhsa-runtime64-1 hipcc python3-dev gcc libc6-dev)
 recorded=(rocminfo libamdhip64-6 libamdhip64-dev libhsa-runtime64-1 hipcc clang-21 lld-21
     rocm-device-libs-21 libamd-comgr3 libdrm-amdgpu1 libc6 libstdc++6 python3-dev gcc)
+# The file whose presence says the root is complete.
+ready=usr/bin/rocminfo
+cost="about a minute and 1 GB"
+if [[ ${1:-} == --libs ]]; then
+    shift
+    name=sid-libs-root
+    expected=tests/sid/libs-versions.txt
+    # The -dev packages pull the libraries (librocblas4, libhipblas2, libhipblaslt1, libmiopen1).
+    include+=(librocblas-dev libhipblas-dev libhipblaslt-dev libmiopen-dev)
+    recorded+=(librocblas4 librocblas-dev libhipblas2 libhipblas-dev libhipblaslt1 libhipblaslt-dev
+        libmiopen1 libmiopen-dev libhiprtc6 libhiprtc-builtins6)
+    ready=usr/include/miopen/miopen.h
+    cost="several minutes, 450 MB to download and 5.5 GB"
+fi
+root=$cache/$name
+versions=$cache/$name.versions
 
 # moved: names every recorded package whose version differs from the ones the suite was checked with.
 moved() {
@@ -49,10 +71,10 @@ build() {
     local url new log start=$SECONDS
     url=$(mirror)
     new=$root.new
-    log=$cache/sid-root.log
+    log=$cache/$name.log
     rm -rf "$new"
     mkdir -p "$cache"
-    step "building the sid root in $root from $url (about a minute and 1 GB; log: $log)" >&2
+    step "building the sid root in $root from $url ($cost; log: $log)" >&2
     # sid's Release file can be past its Valid-Until date on a mirror: accept it (the packages are
     # still checked against the Release file's signed hashes).
     if ! mmdebstrap --variant=apt --mode=root \
@@ -77,7 +99,7 @@ build() {
 }
 
 mkdir -p "$cache"
-exec 9>"$cache/sid-root.lock"
+exec 9>"$cache/$name.lock"
 flock 9
 case ${1:-} in
 --rebuild) build ;;
@@ -88,10 +110,10 @@ case ${1:-} in
     exit 0
     ;;
 "") ;;
-*) die "unknown option $1" "use no option, --rebuild or --versions" ;;
+*) die "unknown option $1" "use no option, --rebuild or --versions (after --libs for the libraries' root)" ;;
 esac
 
-if [[ ! -x $root/usr/bin/rocminfo || ! -f $versions ]]; then
+if [[ ! -e $root/$ready || ! -f $versions ]]; then
     build
 fi
 moved >&2

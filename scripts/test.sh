@@ -11,6 +11,9 @@ scripts/setup.sh --tests
 step "the Debian sid root with the real ROCm 6.4 user space (built once, cached: scripts/sid-root.sh)"
 scripts/sid-root.sh >/dev/null
 scripts/sid-root.sh --versions
+step "the second sid root with rocBLAS, hipBLAS, hipBLASLt and MIOpen (built once, cached: scripts/sid-root.sh --libs)"
+scripts/sid-root.sh --libs >/dev/null
+scripts/sid-root.sh --libs --versions
 
 step "building every package and test target"
 cargo build --quiet --workspace --all-targets ||

@@ -6,6 +6,7 @@
 pub mod agent;
 pub mod kfdqd;
 pub mod sid;
+pub mod sid_libs;
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read};

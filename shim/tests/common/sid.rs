@@ -198,6 +198,26 @@ impl Running {
         }
     }
 
+    /// The lines printed within `d` (a window in which the program may be held); a "FAIL" line
+    /// fails the test.
+    pub fn lines_for(&mut self, d: Duration) -> Vec<String> {
+        let deadline = Instant::now() + d;
+        let mut got = Vec::new();
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(l) => {
+                    self.seen.push(l.clone());
+                    if l.starts_with("FAIL") {
+                        self.fail("the program failed");
+                    }
+                    got.push(l);
+                }
+                Err(_) => return got,
+            }
+        }
+    }
+
     fn fail(&mut self, why: &str) -> ! {
         let _ = self.child.kill();
         let _ = self.child.wait();

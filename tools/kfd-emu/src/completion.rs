@@ -9,10 +9,14 @@ use crate::events;
 use crate::gpu_mem::Vm;
 use crate::state::{Emu, Finished, Pending, QueueKey, State};
 
-/// Byte offsets in `amd_signal_t`: the value, the event mailbox pointer and the event id.
+/// Byte offsets in `amd_signal_t` (ROCr `inc/amd_hsa_signal.h`): the value, the event mailbox
+/// pointer, the event id, and the start and end timestamps the CP writes for a queue with
+/// profiling enabled.
 const SIGNAL_VALUE: u64 = 8;
 const SIGNAL_MAILBOX: u64 = 0x10;
 const SIGNAL_EVENT_ID: u64 = 0x18;
+const SIGNAL_START_TS: u64 = 0x20;
+const SIGNAL_END_TS: u64 = 0x28;
 
 /// Completes packet `index` of queue `key`: decrements its completion signal, counts it, and
 /// publishes the read index (every packet before it completed). The one place a completion is
@@ -22,7 +26,12 @@ pub(crate) fn complete(st: &mut State, key: QueueKey, index: u64) {
         return;
     };
     let gpu = q.gpu;
-    let Some(Pending { signal, effect }) = q.pending.remove(&index) else {
+    let Some(Pending {
+        signal,
+        effect,
+        start_ts,
+    }) = q.pending.remove(&index)
+    else {
         return;
     };
     q.packets_done += 1;
@@ -36,6 +45,7 @@ pub(crate) fn complete(st: &mut State, key: QueueKey, index: u64) {
         gpu,
         effect,
         signal,
+        start_ts,
         rptr,
     });
 }
@@ -70,6 +80,15 @@ pub(crate) fn finish_completed(emu: &Emu) {
             }
         }
         if f.signal != 0 {
+            if let Some(start) = f.start_ts {
+                // The CP writes the packet's timestamps (GPU counter ticks) before the signal's
+                // value: the runtime reads them once the signal completes (ROCr's
+                // hsa_amd_profiling_get_dispatch_time, HIP's event timing). The end is after the
+                // start even when both fall in one counter tick.
+                let end = emu.gpu_counter().max(start + 1);
+                let _ = client_mem::write_u64(pid, f.signal.wrapping_add(SIGNAL_START_TS), start);
+                let _ = client_mem::write_u64(pid, f.signal.wrapping_add(SIGNAL_END_TS), end);
+            }
             if let Some(id) = complete_signal(pid, f.signal) {
                 interrupts.push((pid, id));
             }

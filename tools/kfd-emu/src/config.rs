@@ -38,11 +38,20 @@ pub enum Preset {
     /// MI308X: one node with 4 XCCs, 80 CUs (layout ASSUMED: 4 XCDs x 20 CUs, unverified).
     #[serde(rename = "mi308x")]
     Mi308x,
+    /// MI210 (gfx90a, Aldebaran, MI200 class): one node with one XCC, 104 CUs, 64 GiB HBM2e.
+    /// The gfx target Debian's rocBLAS, hipBLASLt and MIOpen ship kernels for (not gfx942).
+    #[serde(rename = "mi210")]
+    Mi210,
 }
 
 impl Preset {
     /// Every preset, in `--help` order.
-    pub const ALL: [Preset; 3] = [Preset::Mi300xSpx, Preset::Mi300xCpx, Preset::Mi308x];
+    pub const ALL: [Preset; 4] = [
+        Preset::Mi300xSpx,
+        Preset::Mi300xCpx,
+        Preset::Mi308x,
+        Preset::Mi210,
+    ];
 
     /// The name used on the command line and in `config.json`.
     pub fn name(self) -> &'static str {
@@ -50,14 +59,33 @@ impl Preset {
             Preset::Mi300xSpx => "mi300x-spx",
             Preset::Mi300xCpx => "mi300x-cpx",
             Preset::Mi308x => "mi308x",
+            Preset::Mi210 => "mi210",
         }
     }
 
     /// Topology nodes (partitions) per physical GPU.
     pub fn nodes_per_gpu(self) -> u32 {
         match self {
-            Preset::Mi300xSpx | Preset::Mi308x => 1,
+            Preset::Mi300xSpx | Preset::Mi308x | Preset::Mi210 => 1,
             Preset::Mi300xCpx => 8,
+        }
+    }
+
+    /// HBM of one GPU: 192 GiB of HBM3 on MI300X and MI308X (in CPX mode with NPS1 every
+    /// partition sees the whole memory), 64 GiB of HBM2e on MI210.
+    pub fn vram_bytes(self) -> u64 {
+        match self {
+            Preset::Mi300xSpx | Preset::Mi300xCpx | Preset::Mi308x => 192 << 30,
+            Preset::Mi210 => 64 << 30,
+        }
+    }
+
+    /// The PCI revision the render node's DEV_INFO reports: libdrm's `amdgpu.ids` names a
+    /// device by (device id, revision), and lists 0x740F only with revision 02 (MI210).
+    pub fn pci_rev(self) -> u32 {
+        match self {
+            Preset::Mi210 => 2,
+            _ => 0,
         }
     }
 
@@ -68,6 +96,21 @@ impl Preset {
             Preset::Mi300xSpx => (1216, 32, 10, 0x74a1, 8),
             Preset::Mi300xCpx => (152, 4, 10, 0x74a1, 1),
             Preset::Mi308x => (320, 16, 5, 0x74a2, 4),
+            // 104 CUs x 4 SIMDs; 8 shader engines of one shader array (ASSUMED, as rocminfo
+            // reports MI200 parts); 0x740F (libdrm amdgpu.ids: "AMD Instinct MI210").
+            Preset::Mi210 => (416, 8, 16, 0x740f, 1),
+        };
+        // What differs between GC 9.4.3 (gfx942) and GC 9.4.2 (gfx90a), docs/kfd-emulator.md:
+        // (gfx_target_version, num_sdma_xgmi_engines, max_engine_clk_fcompute, fw_version,
+        // debug_prop).
+        let (gfx_target_version, xgmi_sdma, fcompute, fw_version, debug_prop) = match self {
+            Preset::Mi300xSpx | Preset::Mi300xCpx | Preset::Mi308x => (90402, 14, 2100, 177, 0x5c7),
+            // kfd_device.c: IP_VERSION(9, 4, 2) -> 90010. Aldebaran has 5 SDMA instances, 2 of
+            // them PCIe (kfd_get_num_sdma_engines), 3 XGMI. 1700 MHz peak engine clock. MEC
+            // firmware >= 51 has the debugger support (kfd_topology_set_dbg_firmware_support).
+            // debug_prop: watch-address mask bits 6 and 29 (HSA_DBG_WATCH_ADDR_MASK_LO_BIT_GFX9,
+            // _HI_BIT); no DISPATCH_INFO_ALWAYS_VALID from GC 9.4.2 on.
+            Preset::Mi210 => (90010, 3, 1700, 78, 0x1d6),
         };
         let pairs: [(&str, u64); 36] = [
             ("cpu_cores_count", 0),
@@ -88,7 +131,7 @@ impl Preset {
             ("cu_per_simd_array", cu_per_simd_array),
             ("simd_per_cu", 4),
             ("max_slots_scratch_cu", 32),
-            ("gfx_target_version", 90402),
+            ("gfx_target_version", gfx_target_version),
             ("vendor_id", 4098),
             ("device_id", device_id),
             ("location_id", 0),
@@ -96,22 +139,23 @@ impl Preset {
             ("drm_render_minor", u64::from(RENDER_MINOR_BASE)),
             ("hive_id", HIVE_ID),
             ("num_sdma_engines", 2),
-            ("num_sdma_xgmi_engines", 14),
+            ("num_sdma_xgmi_engines", xgmi_sdma),
             ("num_sdma_queues_per_engine", 8),
             ("num_cp_queues", 24),
-            ("max_engine_clk_fcompute", 2100),
-            // The kernel prints 0 here since memory moved to mem_banks/ (see VRAM_BYTES).
+            ("max_engine_clk_fcompute", fcompute),
+            // The kernel prints 0 here since memory moved to mem_banks/ (see Preset::vram_bytes).
             ("local_mem_size", 0),
-            ("fw_version", 177),
+            ("fw_version", fw_version),
             // QUEUE_SIZE_POW2 | WATCH_POINTS_SUPPORTED | 4 watch bits | doorbell type 2.0
             // | TRAP_DEBUG_SUPPORT | WAVE_LAUNCH_TRAP_OVERRIDE | WAVE_LAUNCH_MODE
             // | PRECISE_MEMORY_OPERATIONS | MEM_EDC | RAS event notify | SRAM_EDC
             // | TRAP_DEBUG_FIRMWARE_SUPPORTED (what kfd_topology_set_capabilities reports for
             // GC 9.4.3 with current firmware; the thunk calls RUNTIME_ENABLE only when every GPU
             // node has the firmware bit). Bit 27, the SVM API, is clear: the emulator does not
-            // implement AMDKFD_IOC_SVM.
+            // implement AMDKFD_IOC_SVM. GC 9.4.2 gets the same bits (PRECISE_MEMORY_OPERATIONS
+            // from 9.4.2 on).
             ("capability", 0x2437_a488),
-            ("debug_prop", 0x5c7),
+            ("debug_prop", debug_prop),
             ("sdma_fw_version", 19),
             ("num_xcc", num_xcc),
         ];
@@ -238,6 +282,10 @@ pub(crate) struct GpuNode {
     pub num_xcc: u32,
     pub num_cp_queues: u32,
     pub render_minor: u32,
+    /// HBM of the node in bytes (the preset's).
+    pub vram: u64,
+    /// PCI revision (render node DEV_INFO).
+    pub pci_rev: u32,
     pub sizes: CwsrSizes,
     pub eop_buffer_size: u32,
     /// Compute units of XCC 0 (used by the wave-state model).
@@ -272,14 +320,10 @@ pub(crate) fn model_params(c: &EmuConfig) -> gfx_model::Params {
 /// SDMA timestamps, and `DEV_INFO.gpu_counter_freq` in kHz on the render node).
 pub(crate) const GPU_COUNTER_HZ: u64 = 100_000_000;
 
-/// HBM of one MI300X / MI308X GPU.
-const VRAM_BYTES: u64 = 192 << 30;
-
 impl GpuNode {
-    /// VRAM of the node in bytes (its `mem_banks/0` size): 192 GiB of HBM3 on MI300X and
-    /// MI308X; in CPX mode with NPS1 every partition sees the whole memory.
+    /// VRAM of the node in bytes (its `mem_banks/0` size, `Preset::vram_bytes`).
     pub fn vram_bytes(&self) -> u64 {
-        VRAM_BYTES
+        self.vram
     }
 
     /// `ALIGN((ctx_save_restore_size + debug_memory_size) * num_xcc, 4096)`: the exact
@@ -470,6 +514,8 @@ fn build_node(
         num_xcc,
         num_cp_queues,
         render_minor,
+        vram: preset.vram_bytes(),
+        pci_rev: preset.pci_rev(),
         sizes,
         eop_buffer_size: EOP_BUFFER_SIZE,
         cu_per_xcc,
@@ -541,6 +587,18 @@ mod tests {
         let t = Topology::build(&cfg).unwrap();
         assert_eq!(t.gpus[0].sizes.cwsr_size, 12_214_272);
         assert_eq!(t.gpus[0].props["device_id"], 0x74a2);
+        cfg.preset = Preset::Mi210;
+        let t = Topology::build(&cfg).unwrap();
+        let g = &t.gpus[0];
+        assert_eq!((g.num_xcc, g.cu_per_xcc, g.num_cp_queues), (1, 104, 24));
+        assert_eq!(g.props["gfx_target_version"], 90010);
+        assert_eq!((g.props["device_id"], g.pci_rev), (0x740f, 2));
+        assert_eq!(g.vram_bytes(), 64 << 30);
+        assert_eq!(
+            (g.sizes.ctl_stack_size, g.sizes.cwsr_size),
+            (36_864, 63_508_480)
+        );
+        assert_eq!(g.cwsr_total(g.sizes.cwsr_size), 63_639_552);
     }
 
     #[test]

@@ -58,7 +58,16 @@ struct Fetched {
     key: QueueKey,
     wptr: Result<u64, i32>,
     packets: Vec<FetchedPacket>,
+    /// GPU counter at the fetch when the queue has profiling enabled.
+    profiling_ts: Option<u64>,
 }
+
+/// `amd_queue_t.queue_properties` relative to `read_dispatch_id`, the read pointer the runtime
+/// gives CREATE_QUEUE (byte 180 and 128 of ROCr's `inc/amd_hsa_queue.h`), and its
+/// `AMD_QUEUE_PROPERTIES_ENABLE_PROFILING` bit: with it set the CP writes every packet's start
+/// and end timestamps to its completion signal.
+const QUEUE_PROPERTIES_FROM_RPTR: u64 = 180 - 128;
+const QUEUE_PROPERTIES_ENABLE_PROFILING: u32 = 1 << 3;
 
 /// One packet read from a ring, with its kernel when the dispatch's code object was readable.
 struct FetchedPacket {
@@ -134,8 +143,17 @@ fn fetch(emu: &Emu, job: &Job) -> Fetched {
     let pid = job.key.0;
     let wptr = client_mem::read_u64(pid, job.wptr_addr);
     let mut packets = Vec::new();
+    let mut profiling_ts = None;
     if let Ok(w) = wptr {
         let _ = client_mem::read_u64(pid, job.rptr_addr);
+        let props = client_mem::read_u32s(
+            pid,
+            job.rptr_addr.wrapping_add(QUEUE_PROPERTIES_FROM_RPTR),
+            1,
+        );
+        if props.is_ok_and(|v| v[0] & QUEUE_PROPERTIES_ENABLE_PROFILING != 0) {
+            profiling_ts = Some(emu.gpu_counter());
+        }
         let end = w.min(job.next_fetch.saturating_add(FETCH_MAX));
         let mut idx = job.next_fetch;
         while idx < end {
@@ -166,6 +184,7 @@ fn fetch(emu: &Emu, job: &Job) -> Fetched {
         key: job.key,
         wptr,
         packets,
+        profiling_ts,
     }
 }
 
@@ -238,6 +257,7 @@ fn apply(emu: &Emu, state: &mut State, fetched: Vec<Fetched>) -> bool {
                 Pending {
                     signal: packet_u64(&fp.bytes, 56),
                     effect: fp.effect,
+                    start_ts: f.profiling_ts,
                 },
             );
             q.fetch_index += 1;

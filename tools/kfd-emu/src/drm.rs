@@ -65,6 +65,7 @@ fn dev_info(g: &GpuNode) -> Vec<u8> {
     let engines =
         u32::try_from(prop("array_count") / prop("simd_arrays_per_engine").max(1)).unwrap_or(0);
     put_u32(&mut b, 0, u32::try_from(prop("device_id")).unwrap_or(0));
+    put_u32(&mut b, 12, g.pci_rev);
     put_u32(&mut b, 16, FAMILY_AI);
     put_u32(&mut b, 20, engines);
     put_u32(

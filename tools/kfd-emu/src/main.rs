@@ -29,12 +29,14 @@ The mount contains:
 Point kfdq at it with --root DIR or KFDQ_ROOT=DIR. Unmodified ROCm (rocminfo,
 HIP, PyTorch) sees it at /dev/kfd and /sys/... through `kfd-emu run`.
 
-Presets (gfx942, gfx_target_version 90402, 24 HQDs per XCC):
-  mi300x-spx  1 node per GPU: 8 XCCs, 304 CUs (simd_count 1216), 0x74a1
-  mi300x-cpx  8 nodes per GPU: 1 XCC, 38 CUs each (simd_count 152), 0x74a1
-  mi308x      1 node per GPU: 4 XCCs, 80 CUs (simd_count 320), 0x74a2
+Presets (24 HQDs per XCC):
+  mi300x-spx  gfx942: 1 node per GPU: 8 XCCs, 304 CUs (simd_count 1216), 0x74a1
+  mi300x-cpx  gfx942: 8 nodes per GPU: 1 XCC, 38 CUs each (simd_count 152), 0x74a1
+  mi308x      gfx942: 1 node per GPU: 4 XCCs, 80 CUs (simd_count 320), 0x74a2
               The MI308X layout (4 XCDs x 20 CUs) is ASSUMED from
               third-party data and unverified.
+  mi210       gfx90a (gfx_target_version 90010): 1 node, 1 XCC, 104 CUs,
+              0x740f, 64 GiB HBM2e
 
 Dispatches run on a model of the partition (crate gfx-model, docs/gfx-model.md):
 their work-groups (grid / work-group size from the AQL packet) compete for the
@@ -124,7 +126,7 @@ struct ServeArgs {
     /// Directory to mount at (created if missing; a stale FUSE mount there is detached)
     #[arg(long, value_name = "DIR")]
     mount: Option<PathBuf>,
-    /// Machine layout: mi300x-spx, mi300x-cpx or mi308x (mi308x layout assumed)
+    /// Machine layout: mi300x-spx, mi300x-cpx, mi308x (layout assumed) or mi210 (gfx90a)
     #[arg(long, default_value = "mi300x-spx", value_parser = parse_preset)]
     preset: Preset,
     /// Number of physical GPUs; each repeats the preset's (or topology file's) nodes

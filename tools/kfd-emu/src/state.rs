@@ -409,6 +409,9 @@ pub(crate) struct Pending {
     pub signal: u64,
     /// Done to memory when the packet completes.
     pub effect: Option<KernelEffect>,
+    /// GPU counter when the CP took the packet, on a queue with profiling enabled (the
+    /// packet's `start_ts`, written to its completion signal with `end_ts` when it completes).
+    pub start_ts: Option<u64>,
 }
 
 /// A completed packet's memory work (see `cp::finish_completed`).
@@ -419,6 +422,8 @@ pub(crate) struct Finished {
     pub effect: Option<KernelEffect>,
     /// Completion signal address (0: none).
     pub signal: u64,
+    /// `start_ts` of a packet of a profiling queue (see `Pending`).
+    pub start_ts: Option<u64>,
     /// Read index to publish: (address, value).
     pub rptr: Option<(u64, u64)>,
 }

@@ -213,3 +213,40 @@ fn wave_state_reports_saved_work_of_inactive_queues() {
         Err(libc::EFAULT)
     );
 }
+
+/// A queue whose `amd_queue_t.queue_properties` (52 bytes after the read index) has
+/// `AMD_QUEUE_PROPERTIES_ENABLE_PROFILING` gets each packet's start and end GPU timestamps in
+/// its completion signal (`amd_signal_t.start_ts` / `end_ts`, bytes 0x20 and 0x28), as the CP
+/// writes them for the runtime's event timing; a queue without it gets none.
+#[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
+fn profiling_queues_get_packet_timestamps() {
+    require_root();
+    let t = mount_preset(Preset::Mi210);
+    let s = Session::new(&t, 0);
+    // Both queues stay alive (their buffers' addresses are not reused).
+    let queues = [s.queue(100, 7), s.queue(100, 7)];
+    let signals = [Mapping::new(4096), Mapping::new(4096)];
+    for (k, profiling) in [false, true].into_iter().enumerate() {
+        let bufs = &queues[k].1;
+        let signal = &signals[k];
+        if profiling {
+            // queue_properties is a u32 at byte 180 of amd_queue_t, read_dispatch_id at 128.
+            let word = bufs.ptrs.u64_at(RPTR_OFF + 48);
+            word.store(8 << 32, Ordering::Release);
+        }
+        signal.i64_at(8).store(1, Ordering::Release);
+        let rptr = bufs.ptrs.u64_at(RPTR_OFF);
+        let w = submit(bufs, 0, &[dispatch_packet(100_000, signal.addr())]);
+        assert!(wait_until(Duration::from_secs(5), || rptr
+            .load(Ordering::Acquire)
+            == w));
+        let start = signal.u64_at(0x20).load(Ordering::Acquire);
+        let end = signal.u64_at(0x28).load(Ordering::Acquire);
+        if profiling {
+            assert!(start > 0 && end > start, "start {start} end {end}");
+        } else {
+            assert_eq!((start, end), (0, 0));
+        }
+    }
+}

@@ -47,9 +47,9 @@ fn unknown_ioctls_are_enotty() {
         ),
         Err(libc::ENOTTY)
     );
-    // GET_TILE_CONFIG (0x12, not modelled) and a number past the table.
+    // GET_DMABUF_INFO (0x1c, not modelled) and a number past the table.
     let mut buf = [0u8; 32];
-    for nr in [0x12, 0x60] {
+    for nr in [0x1c, 0x60] {
         assert_eq!(
             raw_ioctl(
                 kfd.file.as_raw_fd(),
@@ -68,6 +68,50 @@ fn unknown_ioctls_are_enotty() {
     )
     .unwrap();
     assert_eq!(&big[..2], &[1, 17]);
+}
+
+/// GET_TILE_CONFIG as `kfd_ioctl_get_tile_config` answers on gfx9: the address config, no banks
+/// or ranks, the caller's counts cut to 32 tile and 16 macro-tile modes, all zero; an unknown
+/// GPU is EINVAL. (ROCr's image manager asserts on it at HIP start-up on gfx90a.)
+#[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
+fn get_tile_config_reports_gfx9_values() {
+    require_root();
+    let t = mount_preset(Preset::Mi210);
+    let kfd = t.open_kfd();
+    let node = t.gpu_nodes().remove(0);
+    let mut tiles = [0xffff_ffffu32; 40];
+    let mut macros = [0xffff_ffffu32; 20];
+    let mut args = [0u32; 10];
+    let put64 = |a: &mut [u32; 10], at: usize, v: u64| {
+        a[at] = v as u32;
+        a[at + 1] = (v >> 32) as u32;
+    };
+    put64(&mut args, 0, tiles.as_mut_ptr() as u64);
+    put64(&mut args, 2, macros.as_mut_ptr() as u64);
+    args[4] = 40;
+    args[5] = 20;
+    args[6] = node.gpu_id;
+    raw_ioctl(
+        kfd.file.as_raw_fd(),
+        kfd_cmd(3, 0x12, 40),
+        args.as_mut_ptr().cast(),
+    )
+    .unwrap();
+    assert_eq!((args[4], args[5]), (32, 16), "counts cut to the kernel's");
+    assert_eq!(args[7], 0x2201_4042, "gb_addr_config");
+    assert_eq!((args[8], args[9]), (0, 0), "no banks or ranks on gfx9");
+    assert!(tiles[..32].iter().all(|v| *v == 0) && tiles[32] == 0xffff_ffff);
+    assert!(macros[..16].iter().all(|v| *v == 0) && macros[16] == 0xffff_ffff);
+    args[6] = 0x1;
+    assert_eq!(
+        raw_ioctl(
+            kfd.file.as_raw_fd(),
+            kfd_cmd(3, 0x12, 40),
+            args.as_mut_ptr().cast()
+        ),
+        Err(EINVAL)
+    );
 }
 
 #[test]

@@ -10,7 +10,7 @@ use kfd_sys::{
     kfd_ioctl_set_scratch_backing_va_args, kfd_ioctl_set_trap_handler_args,
     kfd_ioctl_set_xnack_mode_args, kfd_process_device_apertures,
 };
-use libc::{EBUSY, EINVAL, ESRCH};
+use libc::{EBUSY, EFAULT, EINVAL, ESRCH};
 
 use super::{Ctx, KResult, bytes_of, load, store};
 use crate::client_mem;
@@ -128,6 +128,71 @@ pub(crate) fn scratch_backing(
     let a: kfd_ioctl_set_scratch_backing_va_args = load(buf);
     gpu(ctx, a.gpu_id)?;
     ctx.emu.lock().processes.get(&ctx.tgid).ok_or(ESRCH)?;
+    Ok(0)
+}
+
+/// `struct kfd_ioctl_get_tile_config_args` (`linux/kfd_ioctl.h`; kfdq's own 1.17 ABI header,
+/// which kfd-sys may bind, leaves it out).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct TileConfigArgs {
+    tile_config_ptr: u64,
+    macro_tile_config_ptr: u64,
+    num_tile_configs: u32,
+    num_macro_tile_configs: u32,
+    gpu_id: u32,
+    gb_addr_config: u32,
+    num_banks: u32,
+    num_ranks: u32,
+}
+
+// SAFETY: repr(C), u32/u64 fields only, no padding (40 bytes).
+unsafe impl crate::abi::Pod for TileConfigArgs {}
+
+/// `AMDKFD_IOC_GET_TILE_CONFIG`: `AMDKFD_IOWR(0x12, struct kfd_ioctl_get_tile_config_args)`.
+pub(crate) const AMDKFD_IOC_GET_TILE_CONFIG: u32 =
+    (3 << 30) | ((size_of::<TileConfigArgs>() as u32) << 16) | ((b'K' as u32) << 8) | 0x12;
+
+/// `GB_ADDR_CONFIG` as amdgpu sets it for GC 9.4.1 and 9.4.2 (`gfx_v9_0_gpu_early_init`: the
+/// register with 0x22014042 forced into the fields it sets; the register's other bits are 0 here).
+const GB_ADDR_CONFIG: u32 = 0x2201_4042;
+/// `ARRAY_SIZE(adev->gfx.config.tile_mode_array)` and `macrotile_mode_array` (amdgpu_gfx.h):
+/// the counts `amdgpu_amdkfd_get_tile_config` reports; gfx9 leaves both arrays zero.
+const TILE_CONFIGS: u32 = 32;
+const MACRO_TILE_CONFIGS: u32 = 16;
+
+/// AMDKFD_IOC_GET_TILE_CONFIG (`kfd_ioctl_get_tile_config`): the device's `gb_addr_config`,
+/// `num_banks` and `num_ranks` (0: not set from gfx9 on), and up to the caller's counts of the
+/// tile and macro-tile mode arrays (zeros on gfx9), the counts cut to the kernel's. ROCr's image
+/// manager asks for it when the image extension starts (`ImageManagerKv::Initialize` asserts
+/// that it succeeds), on gfx90a during HIP start-up.
+pub(crate) fn tile_config(
+    ctx: &Ctx<'_>,
+    buf: &mut [u8],
+    _: &mut Option<ReplyIoctl>,
+    _: &mut Effects,
+) -> KResult<i32> {
+    let mut a: TileConfigArgs = load(buf);
+    gpu(ctx, a.gpu_id)?;
+    ctx.emu.lock().processes.get(&ctx.tgid).ok_or(EINVAL)?;
+    a.gb_addr_config = GB_ADDR_CONFIG;
+    a.num_banks = 0;
+    a.num_ranks = 0;
+    a.num_tile_configs = a.num_tile_configs.min(TILE_CONFIGS);
+    let zeros = vec![0u8; 4 * a.num_tile_configs as usize];
+    if client_mem::write(ctx.tgid, a.tile_config_ptr, &zeros).is_err() {
+        a.num_tile_configs = 0;
+        store(buf, &a);
+        return Err(EFAULT);
+    }
+    a.num_macro_tile_configs = a.num_macro_tile_configs.min(MACRO_TILE_CONFIGS);
+    let zeros = vec![0u8; 4 * a.num_macro_tile_configs as usize];
+    if client_mem::write(ctx.tgid, a.macro_tile_config_ptr, &zeros).is_err() {
+        a.num_macro_tile_configs = 0;
+        store(buf, &a);
+        return Err(EFAULT);
+    }
+    store(buf, &a);
     Ok(0)
 }
 

@@ -62,7 +62,7 @@ const NR_RUNTIME_ENABLE: u32 = ioc_nr(kfd_sys::AMDKFD_IOC_RUNTIME_ENABLE);
 const NR_DBG_TRAP: u32 = ioc_nr(kfd_sys::AMDKFD_IOC_DBG_TRAP);
 
 /// The modelled ioctls: the kernel's command and the handler.
-const TABLE: [(u32, Handler); 25] = [
+const TABLE: [(u32, Handler); 26] = [
     (kfd_sys::AMDKFD_IOC_GET_VERSION, get_version),
     (kfd_sys::AMDKFD_IOC_SET_MEMORY_POLICY, device::memory_policy),
     (
@@ -79,6 +79,7 @@ const TABLE: [(u32, Handler); 25] = [
         device::scratch_backing,
     ),
     (kfd_sys::AMDKFD_IOC_SET_TRAP_HANDLER, device::trap_handler),
+    (device::AMDKFD_IOC_GET_TILE_CONFIG, device::tile_config),
     (
         kfd_sys::AMDKFD_IOC_GET_PROCESS_APERTURES_NEW,
         device::apertures_new,

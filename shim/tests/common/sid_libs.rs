@@ -1,0 +1,267 @@
+//! The second sid root, `sid-libs-root` (`scripts/sid-root.sh --libs`): the base root plus
+//! rocBLAS, hipBLAS, hipBLASLt and MIOpen with their headers. Their kernels are for gfx90a, so
+//! the emulator runs the `mi210` preset. The programs (libs_check, the libsext CPython
+//! extension, hip_check for gfx90a as the latency job) are compiled once per test binary.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::OnceLock;
+
+use super::kfdqd::Agent;
+use super::sid::{self, Running};
+use super::{Emu, EmuConfig, Preset, mount_with, workspace_bin};
+
+/// The libraries' root. Missing: the test fails and says how to build it.
+pub fn root() -> PathBuf {
+    test_support::require_root();
+    let root = sid::cache_dir().join("sid-libs-root");
+    assert!(
+        root.join("usr/include/miopen/miopen.h").is_file(),
+        "{}: the Debian sid root with the ROCm math libraries is missing at {}: build it with \
+         `scripts/sid-root.sh --libs` as root (about 100 s, 690 MB download, 5.5 GB), or set \
+         KFDQ_SKIP_PRIVILEGED=1 to skip",
+        test_support::privileged::current_test(),
+        root.display()
+    );
+    root
+}
+
+/// The package versions the root holds and what moved (`scripts/sid-root.sh --libs --versions`).
+pub fn packages() -> &'static str {
+    static TEXT: OnceLock<String> = OnceLock::new();
+    TEXT.get_or_init(|| {
+        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts/sid-root.sh");
+        match Command::new("bash")
+            .arg(script)
+            .args(["--libs", "--versions"])
+            .output()
+        {
+            Ok(o) => format!(
+                "sid-libs-root packages:\n{}{}",
+                String::from_utf8_lossy(&o.stdout),
+                String::from_utf8_lossy(&o.stderr)
+            ),
+            Err(e) => format!("sid-libs-root packages: unknown ({e})"),
+        }
+    })
+}
+
+/// An emulated MI210 (gfx90a).
+pub fn mount() -> Emu {
+    mount_with(EmuConfig {
+        preset: Preset::Mi210,
+        ..EmuConfig::default()
+    })
+}
+
+/// The environment every library run gets. `HOME=/tmp`: MIOpen's user databases and comgr's
+/// cache go to the run's private /tmp, not into the shared root. MIOpen: only the GEMM solvers
+/// (rocBLAS), because Debian's MIOpen 6.4.3 cannot build its other solvers' kernels at run time
+/// (HIP kernels: `-isystem /usr/include` hides math.h from libstdc++'s <cmath>; OpenCL kernels:
+/// the compiler path is the build tree's) and its find step then fails with
+/// miopenStatusUnknownError, with or without the shim.
+pub const ENV: [(&str, &str); 5] = [
+    ("HOME", "/tmp"),
+    ("MIOPEN_DEBUG_CONV_DIRECT", "0"),
+    ("MIOPEN_DEBUG_CONV_WINOGRAD", "0"),
+    ("MIOPEN_DEBUG_CONV_IMPLICIT_GEMM", "0"),
+    ("MIOPEN_DEBUG_CONV_FFT", "0"),
+];
+
+/// The compiled programs, in a directory bound at `/work`.
+pub struct Built {
+    pub dir: tempfile::TempDir,
+}
+
+const SOURCES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/sid");
+
+/// Compiles libs_check, the libsext extension and hip_check (gfx90a) in the root (once).
+pub fn built(emu: &Emu, root: &Path) -> &'static Built {
+    static BUILT: OnceLock<Built> = OnceLock::new();
+    BUILT.get_or_init(|| {
+        let dir = tempfile::Builder::new()
+            .prefix("kfdq-sid-libs-")
+            .tempdir()
+            .expect("tempdir");
+        for f in [
+            "libs_check.cpp",
+            "libsext.cpp",
+            "libsext_check.py",
+            "hip_check.hip",
+        ] {
+            std::fs::copy(Path::new(SOURCES).join(f), dir.path().join(f))
+                .expect("copy a sid source");
+        }
+        let script = "set -e; L='-lrocblas -lhipblas -lhipblaslt -lMIOpen -lpthread'; \
+            hipcc -O1 -o libs_check libs_check.cpp $L; \
+            hipcc -O1 -shared -fPIC $(python3-config --includes) \
+              -o libsext$(python3-config --extension-suffix) libsext.cpp $L; \
+            hipcc --offload-arch=gfx90a -O2 -o hip_check hip_check.hip";
+        let out = sid::command(
+            emu,
+            root,
+            &[(dir.path(), Path::new("/work"))],
+            Path::new("/work"),
+            &["sh", "-c", script],
+        )
+        .output()
+        .expect("run hipcc in the libs root");
+        assert!(
+            out.status.success(),
+            "hipcc in the libs root failed: {}\n{}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr),
+            packages()
+        );
+        Built { dir }
+    })
+}
+
+/// `argv` in the root, the programs' directory as `/work` (the working directory), with [`ENV`].
+pub fn in_work(emu: &Emu, root: &Path, built: &Built, argv: &[&str]) -> Command {
+    let mut cmd = sid::command(
+        emu,
+        root,
+        &[(built.dir.path(), Path::new("/work"))],
+        Path::new("/work"),
+        argv,
+    );
+    cmd.envs(ENV);
+    cmd
+}
+
+/// The outcome of a program that ran to its end: stdout; panics with both streams when it failed.
+pub fn finished(what: &str, out: Output) -> String {
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(
+        out.status.success(),
+        "{what} failed ({}):\n--- stdout\n{stdout}\n--- stderr\n{stderr}\n{}",
+        out.status,
+        packages()
+    );
+    stdout
+}
+
+/// The "status <step> <value>" lines of an output, in order (with several threads, sorted: the
+/// threads interleave).
+pub fn statuses<S: AsRef<str>>(lines: &[S]) -> Vec<String> {
+    let mut v: Vec<String> = lines
+        .iter()
+        .map(|l| l.as_ref())
+        .filter(|l| l.starts_with("status ") || l.contains("] status "))
+        .map(str::to_string)
+        .collect();
+    if v.iter().any(|l| l.starts_with('[')) {
+        v.sort();
+    }
+    v
+}
+
+/// A program started by `kfdq run` inside the root, and the directory its shim publishes its
+/// registry in.
+pub struct Shimmed {
+    pub p: Running,
+    pub state: tempfile::TempDir,
+}
+
+/// `kfdq run --class CLASS` of `argv` inside the root, reaching `agent`, with [`ENV`] and `env`.
+pub fn under_kfdq(
+    emu: &Emu,
+    root: &Path,
+    built: &Built,
+    agent: &Agent,
+    class: &str,
+    env: &[(&str, &str)],
+    argv: &[&str],
+) -> Shimmed {
+    let bin = workspace_bin("kfdq");
+    let bindir = bin.parent().unwrap();
+    let shim = super::shim_path();
+    let deps = shim.parent().unwrap();
+    let work = built.dir.path();
+    let sock = agent.sock.display().to_string();
+    let (bin_s, shim_s) = (bin.display().to_string(), shim.display().to_string());
+    let mut v = vec![
+        bin_s.as_str(),
+        "run",
+        "--class",
+        class,
+        "--socket",
+        &sock,
+        "--shim",
+        &shim_s,
+        "--",
+    ];
+    v.extend_from_slice(argv);
+    let agent_dir = agent.dir.path();
+    let state = tempfile::Builder::new()
+        .prefix("kfdq-sid-libs-state-")
+        .tempdir()
+        .expect("tempdir");
+    let s = state.path();
+    let mut cmd = sid::command(
+        emu,
+        root,
+        &[
+            (work, Path::new("/work")),
+            (bindir, bindir),
+            (deps, deps),
+            (agent_dir, agent_dir),
+            (s, s),
+        ],
+        Path::new("/work"),
+        &v,
+    );
+    cmd.envs(ENV).envs(env.iter().copied());
+    cmd.env("KFDQ_STATE_DIR", s);
+    Shimmed {
+        p: Running::start(cmd),
+        state,
+    }
+}
+
+/// `kfdq ps --json` on the host over `emu`, reading the registries in `state`: this process's
+/// entry.
+pub fn ps_entry(emu: &Emu, agent: &Agent, state: &Path, pid: u32) -> serde_json::Value {
+    let out = Command::new(workspace_bin("kfdq"))
+        .args(["ps", "--json", "--agent"])
+        .arg(&agent.sock)
+        .env("KFDQ_ROOT", emu.root())
+        .env("KFDQ_STATE_DIR", state)
+        .output()
+        .expect("run kfdq ps");
+    let text = super::kfdqd::text(&out);
+    assert!(out.status.success(), "kfdq ps: {text}");
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).expect("kfdq ps --json");
+    doc.as_array()
+        .and_then(|a| a.iter().find(|x| x["pid"] == pid))
+        .cloned()
+        .unwrap_or_else(|| panic!("pid {pid} not in kfdq ps: {text}"))
+}
+
+/// The stream kinds (`null`, `created`, ...) `kfdq ps` lists on each queue of an entry.
+pub fn ps_stream_kinds(entry: &serde_json::Value) -> Vec<Vec<String>> {
+    entry["queues"]
+        .as_array()
+        .expect("queues")
+        .iter()
+        .map(|q| {
+            q["streams"]
+                .as_array()
+                .map(|s| {
+                    s.iter()
+                        .filter_map(|x| x["kind"].as_str().map(str::to_string))
+                        .collect()
+                })
+                .unwrap_or_default()
+        })
+        .collect()
+}
+
+/// The registry the shim of `pid` published in `state`.
+pub fn registry(state: &Path, pid: u32) -> Option<kfdq::proto::Registry> {
+    let text = std::fs::read_to_string(state.join(format!("shim-{pid}.json"))).ok()?;
+    serde_json::from_str(&text).ok()
+}
