@@ -51,6 +51,7 @@ const BYTE_STRUCTS: &[&str] = &[
     "kfd_process_device_apertures",
     "kfd_ioctl_get_process_apertures_new_args",
     "kfd_ioctl_get_clock_counters_args",
+    "kfd_ioctl_get_tile_config_args",
     "kfd_ioctl_set_trap_handler_args",
     // events
     "kfd_ioctl_create_event_args",

@@ -8,25 +8,17 @@ use kfdq::policy::class::PriorityPolicy;
 use kfdq::proto::MAX_WINDOW;
 use kfdq::proto::peer::{AGENT_UID_ENV, AgentTrust};
 
-/// Libraries whose own calls are never held (docs/field-reports.md, lesson 3: scheduling hipBLAS / MIOpen's
-/// internal calls broke their initialisation). Prefix match on the file name of the object the
+/// Libraries whose own calls are never held. Prefix match on the file name of the object the
 /// call comes from.
-pub const DEFAULT_PASSTHROUGH: &[&str] = &[
-    "libhipblas",
-    "librocblas",
-    "libhipblaslt",
-    "libMIOpen",
-    "libmigraphx",
-    "librccl",
-    "librocfft",
-    "libhipfft",
-    "librocsparse",
-    "libhipsparse",
-    "librocsolver",
-    "libhipsolver",
-    "librocrand",
-    "libhiprand",
-];
+///
+/// The math libraries (rocBLAS, hipBLAS, hipBLASLt, MIOpen and the others that reach HIP the
+/// same way) are not on it: held at level 1 with the real libraries, their calls wait and, when
+/// released, complete with unchanged statuses and no deadlock (docs/real-rocm.md, "The
+/// libraries' root"), so a training job's GEMMs and convolutions are held like the rest of its work.
+/// RCCL stays: a collective kernel spins on the GPU until every rank's kernel runs, so holding
+/// one rank's launch while the others' already spin keeps their CUs busy instead of freeing
+/// them, and ranks in other processes may not be held at all.
+pub const DEFAULT_PASSTHROUGH: &[&str] = &["librccl"];
 
 /// `DEBUG_HIP_DYNAMIC_QUEUES` unless the user chose: 2 gives the null stream a queue of its own.
 pub const DEFAULT_DYNAMIC_QUEUES: &str = "2";
@@ -207,7 +199,7 @@ mod tests {
             passthrough_list(Some("libfoo, libbar")),
             vec!["libfoo", "libbar"]
         );
-        let ext = passthrough_list(Some("+libfoo,+libhipblas"));
+        let ext = passthrough_list(Some("+libfoo,+librccl"));
         assert_eq!(ext.len(), DEFAULT_PASSTHROUGH.len() + 1);
         assert!(ext.iter().any(|e| e == "libfoo"));
         assert!(passthrough_list(Some("")).is_empty());
@@ -215,7 +207,7 @@ mod tests {
 
     #[test]
     fn passthrough_matches_file_name_prefixes() {
-        let l = passthrough_list(None);
+        let l = passthrough_list(Some("libhipblas,librocblas,libMIOpen"));
         assert!(is_passthrough(&l, "libhipblaslt.so.0"));
         assert!(is_passthrough(&l, "librocblas.so.4.2"));
         assert!(is_passthrough(&l, "libMIOpen.so.1"));
@@ -225,6 +217,20 @@ mod tests {
             !is_passthrough(&l, "libmiopen.so.1"),
             "prefixes are case-sensitive, as file names are"
         );
+    }
+
+    #[test]
+    fn the_default_list_holds_the_math_libraries_and_passes_rccl() {
+        let l = passthrough_list(None);
+        for lib in [
+            "librocblas.so.4",
+            "libhipblaslt.so.1",
+            "libMIOpen.so.1",
+            "libhipblas.so.2",
+        ] {
+            assert!(!is_passthrough(&l, lib), "{lib} is held at level 1");
+        }
+        assert!(is_passthrough(&l, "librccl.so.1"));
     }
 
     #[test]

@@ -177,6 +177,22 @@ exports! {
         [launch stream false]
         (f: Handle, gx: u32, gy: u32, gz: u32, lx: u32, ly: u32, lz: u32, shared: usize, stream: Handle,
          params: *mut *mut c_void, extra: *mut *mut c_void, start: Handle, stop: Handle, flags: u32);
+    // The C names of the same launches (ROCm 6.x exports both): rocBLAS, hipBLASLt and MIOpen
+    // import the C `hipExtModuleLaunchKernel` for their GEMM and convolution kernels
+    // (docs/real-rocm.md, "The libraries' root").
+    R_EXT_MODULE_LAUNCH_C shim_hipExtModuleLaunchKernel_c "hipExtModuleLaunchKernel" "hip_4.2"
+        [launch stream false]
+        (f: Handle, gx: u32, gy: u32, gz: u32, lx: u32, ly: u32, lz: u32, shared: usize, stream: Handle,
+         params: *mut *mut c_void, extra: *mut *mut c_void, start: Handle, stop: Handle, flags: u32);
+    R_HCC_MODULE_LAUNCH shim_hipHccModuleLaunchKernel "hipHccModuleLaunchKernel" "hip_4.2"
+        [launch stream false]
+        (f: Handle, gx: u32, gy: u32, gz: u32, lx: u32, ly: u32, lz: u32, shared: usize, stream: Handle,
+         params: *mut *mut c_void, extra: *mut *mut c_void, start: Handle, stop: Handle);
+    R_HCC_MODULE_LAUNCH_CXX shim_hipHccModuleLaunchKernel_cxx
+        "_Z24hipHccModuleLaunchKernelP18ihipModuleSymbol_tjjjjjjmP12ihipStream_tPPvS4_P11ihipEvent_tS6_" "hip_4.2"
+        [launch stream false]
+        (f: Handle, gx: u32, gy: u32, gz: u32, lx: u32, ly: u32, lz: u32, shared: usize, stream: Handle,
+         params: *mut *mut c_void, extra: *mut *mut c_void, start: Handle, stop: Handle);
     R_GRAPH_LAUNCH shim_hipGraphLaunch "hipGraphLaunch" "hip_4.3" [launch stream false]
         (exec: Handle, stream: Handle);
     R_GRAPH_LAUNCH_SPT shim_hipGraphLaunch_spt "hipGraphLaunch_spt" "hip_5.3" [launch stream true]

@@ -324,13 +324,27 @@ fn window_target(s: StreamRef) -> crate::window::Target {
 }
 
 /// Blocks while stream `sid` is held (level 1). Woken by release, fail-open and fork.
+/// While it waits, the stream's `held_calls` counts it (published in the registry, so that
+/// `kfdq ps` and tests see work blocked at level 1).
 fn wait_released(sid: u64) {
     crate::log::debug(|| format!("call on held stream {sid} waits"));
     let mut st = STATE.lock();
+    let count = |st: &mut crate::state::State, up: bool| {
+        if let Some(s) = st.stream_mut(sid) {
+            s.held_calls = if up {
+                s.held_calls.saturating_add(1)
+            } else {
+                s.held_calls.saturating_sub(1)
+            };
+            st.changed();
+        }
+    };
+    count(&mut st, true);
     while st.stream(sid).is_some_and(|s| s.held) && FLAGS.load(Ordering::Relaxed) & F_DISABLED == 0
     {
         st.wait_timeout(Duration::from_millis(50));
     }
+    count(&mut st, false);
     crate::log::debug(|| format!("stream {sid} released"));
 }
 

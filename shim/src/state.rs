@@ -77,6 +77,8 @@ pub struct Stream {
     pub creator: Option<String>,
     /// Held at level 1.
     pub held: bool,
+    /// Calls waiting for the release of this stream (level 1) right now.
+    pub held_calls: u32,
     /// Launches that ended without revealing the stream's queue.
     pub attempts: u32,
     /// Attribution gave up (see [`MAX_ATTEMPTS`]): the stream no longer keeps the slow path.
@@ -398,6 +400,11 @@ impl State {
     }
 
     /// The stream with `id`.
+    pub fn stream_mut(&mut self, id: u64) -> Option<&mut Stream> {
+        self.streams.iter_mut().find(|s| s.id == id)
+    }
+
+    /// Stream `id`, if registered.
     pub fn stream(&self, id: u64) -> Option<&Stream> {
         self.streams.iter().find(|s| s.id == id)
     }
@@ -444,6 +451,7 @@ impl State {
             queue: None,
             creator,
             held,
+            held_calls: 0,
         });
         let pending: Vec<u32> = self
             .inflight
@@ -607,6 +615,7 @@ impl State {
                     queue_id: s.queue,
                     creator: s.creator.clone(),
                     held: s.held,
+                    held_calls: s.held_calls,
                 })
                 .collect(),
             queues: self

@@ -43,6 +43,10 @@ pub struct StreamInfo {
     pub creator: Option<String>,
     /// Held at level 1 right now.
     pub held: bool,
+    /// Calls on this stream waiting in the shim for a level-1 release right now (0 in
+    /// registries written before this field existed).
+    #[serde(default)]
+    pub held_calls: u32,
 }
 
 /// Stream kinds.

@@ -167,6 +167,17 @@ struct kfd_ioctl_set_memory_policy_args {
 	__u32 pad;
 };
 
+struct kfd_ioctl_get_tile_config_args {
+	__u64 tile_config_ptr;		/* to KFD: tile array */
+	__u64 macro_tile_config_ptr;	/* to KFD: macro tile array */
+	__u32 num_tile_configs;		/* to KFD: array size; from KFD: entries filled */
+	__u32 num_macro_tile_configs;	/* to KFD: array size; from KFD: entries filled */
+	__u32 gpu_id;			/* to KFD */
+	__u32 gb_addr_config;		/* from KFD */
+	__u32 num_banks;		/* from KFD */
+	__u32 num_ranks;		/* from KFD */
+};
+
 struct kfd_ioctl_get_clock_counters_args {
 	__u64 gpu_clock_counter;
 	__u64 cpu_clock_counter;
@@ -520,6 +531,7 @@ struct kfd_context_save_area_header {
 #define AMDKFD_IOC_RESET_EVENT AMDKFD_IOW(0x0B, struct kfd_ioctl_reset_event_args)
 #define AMDKFD_IOC_WAIT_EVENTS AMDKFD_IOWR(0x0C, struct kfd_ioctl_wait_events_args)
 #define AMDKFD_IOC_SET_SCRATCH_BACKING_VA AMDKFD_IOWR(0x11, struct kfd_ioctl_set_scratch_backing_va_args)
+#define AMDKFD_IOC_GET_TILE_CONFIG AMDKFD_IOWR(0x12, struct kfd_ioctl_get_tile_config_args)
 #define AMDKFD_IOC_SET_TRAP_HANDLER AMDKFD_IOW(0x13, struct kfd_ioctl_set_trap_handler_args)
 #define AMDKFD_IOC_GET_PROCESS_APERTURES_NEW AMDKFD_IOWR(0x14, struct kfd_ioctl_get_process_apertures_new_args)
 #define AMDKFD_IOC_ACQUIRE_VM AMDKFD_IOW(0x15, struct kfd_ioctl_acquire_vm_args)

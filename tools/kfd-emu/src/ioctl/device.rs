@@ -131,23 +131,8 @@ pub(crate) fn scratch_backing(
     Ok(0)
 }
 
-/// `struct kfd_ioctl_get_tile_config_args` (`linux/kfd_ioctl.h`; kfdq's own 1.17 ABI header,
-/// which kfd-sys may bind, leaves it out).
-#[repr(C)]
-#[derive(Debug, Clone, Copy, Default)]
-pub(crate) struct TileConfigArgs {
-    tile_config_ptr: u64,
-    macro_tile_config_ptr: u64,
-    num_tile_configs: u32,
-    num_macro_tile_configs: u32,
-    gpu_id: u32,
-    gb_addr_config: u32,
-    num_banks: u32,
-    num_ranks: u32,
-}
-
-// SAFETY: repr(C), u32/u64 fields only, no padding (40 bytes).
-unsafe impl crate::abi::Pod for TileConfigArgs {}
+/// `struct kfd_ioctl_get_tile_config_args` (`linux/kfd_ioctl.h`).
+type TileConfigArgs = kfd_sys::kfd_ioctl_get_tile_config_args;
 
 /// `AMDKFD_IOC_GET_TILE_CONFIG`: `AMDKFD_IOWR(0x12, struct kfd_ioctl_get_tile_config_args)`.
 pub(crate) const AMDKFD_IOC_GET_TILE_CONFIG: u32 =
