@@ -669,6 +669,15 @@ fn level1_holds_stream_ordered_work_but_not_synchronisation() {
             app.seen
         );
     }
+    // They wait in the shim: the registry counts them, and `kfdq ps` says so.
+    app.wait_registry(pid, "the held calls counted", |r| {
+        r.streams.iter().map(|s| s.held_calls).sum::<u32>() > 0
+    });
+    let ps = app.kfdq_ps(&emu);
+    assert!(
+        ps.contains(" call(s) waiting"),
+        "kfdq ps shows the waiting calls: {ps}"
+    );
     assert_eq!(
         done("a"),
         a_before,

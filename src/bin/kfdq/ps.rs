@@ -191,21 +191,25 @@ pub(super) fn run(root: &Root, agent: &std::path::Path, json: bool) -> Result<()
                         format!("{} (asked {})", m.effective_priority, m.requested_priority)
                     },
                     if m.suspended {
-                        "suspended"
+                        "suspended".to_string()
                     } else if m.deactivated {
-                        "deactivated"
+                        "deactivated".to_string()
                     } else if q.streams.iter().any(|s| s.held) {
-                        "held"
+                        // Calls of the program waiting in the shim for the release.
+                        match q.streams.iter().map(|s| s.held_calls).sum::<u32>() {
+                            0 => "held".to_string(),
+                            n => format!("held, {n} call(s) waiting"),
+                        }
                     } else {
-                        "active"
+                        "active".to_string()
                     },
                 ),
                 // Without the shim, the agent's tracer knows whether it suspended the queue.
-                None if q.traced_suspended => ("?".into(), "suspended"),
+                None if q.traced_suspended => ("?".into(), "suspended".to_string()),
                 None if p.agent.is_some_and(|a| a.control == Control::Tracer) => {
-                    ("?".into(), "active")
+                    ("?".into(), "active".to_string())
                 }
-                None => ("?".into(), "?"),
+                None => ("?".into(), "?".to_string()),
             };
             let streams = if q.streams.is_empty() {
                 "-".to_string()
