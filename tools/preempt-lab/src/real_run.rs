@@ -328,8 +328,11 @@ pub fn run(opts: &RunOptions, mut progress: impl FnMut(&str)) -> Result<Report, 
     });
     let mut tail: Vec<String> = Vec::new();
     if let Some(err) = child.stderr.take() {
+        // Progress lines pass on as they come; the rest (its error) ends up in ours.
         for line in BufReader::new(err).lines().map_while(Result::ok) {
-            progress(&line);
+            if line.starts_with("kfdq demo:") {
+                progress(&line);
+            }
             tail.push(line);
             if tail.len() > 20 {
                 tail.remove(0);
