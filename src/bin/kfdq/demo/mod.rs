@@ -130,8 +130,7 @@ fn agent_config(dir: &Path, level: Option<Level>) -> Result<PathBuf, CliError> {
     Ok(p)
 }
 
-/// A workload's command line, and whether it is the built-in one (whose arguments the demo
-/// chooses).
+/// A workload's command line as run, and whether it is the built-in one.
 struct Workload {
     argv: Vec<String>,
     builtin: bool,
@@ -213,13 +212,6 @@ fn run_phase(env: &Env<'_>, phase: Phase, tag: &str) -> Result<PhaseResult, CliE
     let mut lp = None;
     if phase.lp() {
         let mut cmd = env.lp.command();
-        if env.lp.builtin {
-            cmd.args([
-                LP_WG_US.to_string(),
-                LP_WGS.to_string(),
-                LP_IN_FLIGHT.to_string(),
-            ]);
-        }
         cmd.env("KFDQ_DEMO_STOP", &stop)
             .env("KFDQ_TEST_STOP", &stop)
             .env("KFDQ_FLOOD_PROGRESS", "1");
@@ -239,15 +231,6 @@ fn run_phase(env: &Env<'_>, phase: Phase, tag: &str) -> Result<PhaseResult, CliE
         let go = dir.path().join("go");
         let args = env.args;
         let mut cmd = env.hp.command();
-        if env.hp.builtin {
-            cmd.args([
-                args.requests.to_string(),
-                format!("{:.3}", 1000.0 / args.rate),
-                HP_KERNELS.to_string(),
-                HP_WG_US.to_string(),
-                HP_WGS.to_string(),
-            ]);
-        }
         cmd.env("KFDQ_DEMO_GO", &go)
             .env("KFDQ_TEST_GO", &go)
             .env("KFDQ_DEMO_REQUESTS", args.requests.to_string())
@@ -347,10 +330,10 @@ fn run_phase(env: &Env<'_>, phase: Phase, tag: &str) -> Result<PhaseResult, CliE
     })
 }
 
-/// A workload from `--hp-command` / `--lp-command`, or the built-in `name`.
+/// A workload from `--hp-command` / `--lp-command`, or the built-in `name` with `args`.
 fn workload(
     given: Option<&str>,
-    name: &str,
+    (name, args): (&str, Vec<String>),
     dir: Option<&Path>,
     flag: &str,
 ) -> Result<Workload, CliError> {
@@ -363,7 +346,9 @@ fn workload(
             })
         }
         None => Ok(Workload {
-            argv: vec![find_exe(name, dir)?.display().to_string()],
+            argv: std::iter::once(find_exe(name, dir)?.display().to_string())
+                .chain(args)
+                .collect(),
             builtin: true,
         }),
     }
@@ -409,13 +394,29 @@ pub(super) fn run(root: &Path, args: DemoArgs, json: bool) -> Result<(), CliErro
     };
     let hp = workload(
         args.hp_command.as_deref(),
-        "kfdq-latency",
+        (
+            "kfdq-latency",
+            vec![
+                args.requests.to_string(),
+                format!("{:.3}", 1000.0 / args.rate),
+                HP_KERNELS.to_string(),
+                HP_WG_US.to_string(),
+                HP_WGS.to_string(),
+            ],
+        ),
         workloads.as_deref(),
         "--hp-command",
     )?;
     let lp = workload(
         args.lp_command.as_deref(),
-        "kfdq-flood",
+        (
+            "kfdq-flood",
+            vec![
+                LP_WG_US.to_string(),
+                LP_WGS.to_string(),
+                LP_IN_FLIGHT.to_string(),
+            ],
+        ),
         workloads.as_deref(),
         "--lp-command",
     )?;
