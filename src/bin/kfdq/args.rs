@@ -190,6 +190,21 @@ pub struct DemoArgs {
     /// Keep every process's stderr here (default: a temporary directory, removed at the end).
     #[arg(long, value_name = "DIR")]
     pub log_dir: Option<PathBuf>,
+    /// The latency-critical (HP) workload as one command line, run instead of kfdq-latency
+    /// (split into words without a shell; '...' and "..." quote). It prints `ready`, waits for
+    /// the file $KFDQ_DEMO_GO, then issues $KFDQ_DEMO_REQUESTS requests at $KFDQ_DEMO_RATE per
+    /// second, printing `request <i> <latency_us>` for each (docs/demo.md, "Your own workloads").
+    #[arg(long, value_name = "\"CMD ARGS\"")]
+    pub hp_command: Option<String>,
+    /// The batch (LP) workload as one command line, run instead of kfdq-flood. It prints
+    /// `ready` once its work is queued, `done <t_us>` (CLOCK_MONOTONIC) per unit of work
+    /// completed, and exits once the file $KFDQ_DEMO_STOP exists.
+    #[arg(long, value_name = "\"CMD ARGS\"")]
+    pub lp_command: Option<String>,
+    /// Run the phases this many times (each repetition against its own alone phases); the
+    /// table shows medians and the P99 ratio's spread, --json every repetition.
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    pub repeat: u32,
 }
 
 /// One phase of the demo.

@@ -6,12 +6,15 @@
 //! the agent's decision and the command's trip to the shim ([`HostParams`]). Workloads are
 //! built-in shapes with arrival processes ([`workload`]). A [`scenario`] names configurations
 //! (alone, native, priority only, levels 1-3) and seeds; [`experiment`] runs them and [`report`]s HP latency and LP
-//! throughput normalised to alone, device-wide preempts and preemption latency.
+//! throughput normalised to alone, device-wide preempts and preemption latency. [`real_run`]
+//! (`preempt-lab run`) measures the same with real processes through `kfdq demo` and reports
+//! it with the same code.
 //! docs/experiments.md has the model, each parameter with its source, and the results.
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
 pub mod experiment;
+pub mod real_run;
 pub mod report;
 pub mod rng;
 pub mod scenario;

@@ -170,17 +170,39 @@ pub struct Baseline {
     pub lp_kernels_per_s: f64,
 }
 
+/// What `preempt-lab run` ran (absent from `sim` reports): the processes, not the model.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RunInfo {
+    /// The kfdq binary whose `demo` ran the phases.
+    pub kfdq: String,
+    /// The HP workload's command line as run.
+    pub hp_command: Vec<String>,
+    /// The LP workload's command line as run.
+    pub lp_command: Vec<String>,
+    /// On the built-in emulator (`kfd-emu`), with this preset; `None`: on /dev/kfd.
+    pub emulator_preset: Option<String>,
+    /// What a queue priority buys on the kernel it ran on.
+    pub priority_note: String,
+    /// Requests per second asked of the HP workload.
+    pub rate_per_s: f64,
+}
+
 /// A scenario's results.
 #[derive(Debug, Clone, Serialize)]
 pub struct Report {
-    /// The scenario as run (workloads, classes' origin, parameters, seeds).
+    /// The scenario as run (workloads, classes' origin, parameters, seeds). For `run`: the
+    /// matching `sim` scenario's, its seeds the repetitions.
     pub scenario: Scenario,
     /// The jobs alone.
     pub alone: Baseline,
     /// One row per configuration.
     pub rows: Vec<Row>,
-    /// Dispatches completed over all runs (the simulation's work).
+    /// Dispatches completed over all runs (the simulation's work; for `run`: HP requests and
+    /// LP units of work).
     pub completions: u64,
+    /// For `run`: what ran.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub run: Option<RunInfo>,
 }
 
 impl Report {
@@ -205,25 +227,51 @@ impl Report {
             },
             rows,
             completions,
+            run: None,
+        }
+    }
+
+    /// The first line of the table: the scenario, or for `run` the processes.
+    fn title(&self) -> String {
+        let s = &self.scenario;
+        match &self.run {
+            None => format!(
+                "scenario {}: HP {} ({}), LP {} ({}), {} requests x {} seeds; classes: {} ({} / {})",
+                s.name,
+                s.hp.shape.name(),
+                s.hp.arrival,
+                s.lp.shape.name(),
+                s.lp.arrival,
+                s.requests,
+                s.seeds.len(),
+                s.classes_from,
+                s.hp_class,
+                s.lp_class,
+            ),
+            Some(r) => format!(
+                "run on {}: HP `{}` ({}/s), LP `{}`, {} requests x {} repetitions; classes: {} ({} / {})\n\
+                 preempt us: kfdqd's command -> the shim's ack (p50 / max), not the model's decision -> LP off the GPU",
+                r.emulator_preset
+                    .as_ref()
+                    .map_or_else(|| "/dev/kfd".into(), |p| format!("kfd-emu ({p})")),
+                r.hp_command.join(" "),
+                r.rate_per_s,
+                r.lp_command.join(" "),
+                s.requests,
+                s.seeds.len(),
+                s.classes_from,
+                s.hp_class,
+                s.lp_class,
+            ),
         }
     }
 
     /// The report as a table.
     pub fn table(&self) -> String {
-        let s = &self.scenario;
         let mut out = format!(
-            "scenario {}: HP {} ({}), LP {} ({}), {} requests x {} seeds; classes: {} ({} / {})\n\
+            "{}\n\
              alone: HP P50 {:.2} ms, P99 {:.2} ms, max {:.2} ms; LP {:.1} kernels/s\n\n",
-            s.name,
-            s.hp.shape.name(),
-            s.hp.arrival,
-            s.lp.shape.name(),
-            s.lp.arrival,
-            s.requests,
-            s.seeds.len(),
-            s.classes_from,
-            s.hp_class,
-            s.lp_class,
+            self.title(),
             self.alone.hp_p50_us / 1e3,
             self.alone.hp_p99_us / 1e3,
             self.alone.hp_max_us / 1e3,

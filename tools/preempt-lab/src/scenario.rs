@@ -2,7 +2,7 @@
 //! configuration of a seed shares that seed's arrivals, so the ratios compare like with like.
 
 use gfx_model::{Params, Shape as GpuShape};
-use kfdq::policy::PolicyConfig;
+use kfdq::policy::{ClassRule, PolicyConfig};
 use kfdq::proto::Level;
 use serde::Serialize;
 
@@ -10,7 +10,7 @@ use crate::sim::{Control, HostParams, Setup};
 use crate::workload::{Arrival, Shape, Workload};
 
 /// Built-in scenario names.
-pub const SCENARIOS: [&str; 1] = ["field"];
+pub const SCENARIOS: [&str; 2] = ["field", "demo"];
 
 /// Every configuration a scenario compares, in table order.
 pub const CONTROLS: [Control; 5] = [
@@ -97,10 +97,27 @@ impl Scenario {
         }
     }
 
-    /// A built-in scenario by name.
-    pub fn named(name: &str, lp_wg_us: f64) -> Result<Scenario, String> {
+    /// `kfdq demo`'s scenario (docs/demo.md), for setting `sim` beside `preempt-lab run`: its
+    /// latency client (4 dispatches x 80 work-groups x 2 ms, periodic 15/s) next to its batch
+    /// job (2560 work-groups x `lp_wg_us`, default 20 ms, 4 in flight) on an MI308X
+    /// partition, with the classes the demo gives kfdqd ([`demo_policy`]).
+    pub fn demo(lp_wg_us: Option<f64>) -> Scenario {
+        Scenario {
+            name: "demo".into(),
+            hp: Workload::new(Shape::DemoRequest, None, Arrival::Periodic { rate: 15.0 }),
+            lp: Workload::new(Shape::DemoBatch, lp_wg_us, Arrival::ClosedLoop { depth: 4 }),
+            requests: 60,
+            policy: demo_policy(),
+            classes_from: "kfdq demo's classes".into(),
+            ..Scenario::field(1000.0)
+        }
+    }
+
+    /// A built-in scenario by name; `lp_wg_us` overrides the batch work-group time.
+    pub fn named(name: &str, lp_wg_us: Option<f64>) -> Result<Scenario, String> {
         match name {
-            "field" => Ok(Scenario::field(lp_wg_us)),
+            "field" => Ok(Scenario::field(lp_wg_us.unwrap_or(1000.0))),
+            "demo" => Ok(Scenario::demo(lp_wg_us)),
             other => Err(format!(
                 "unknown scenario {other:?}: built-in scenarios are {}",
                 SCENARIOS.join(", ")
@@ -129,6 +146,28 @@ impl Scenario {
     }
 }
 
+/// The classes `kfdq demo` writes into kfdqd's configuration (src/bin/kfdq/demo,
+/// `agent_config`): `latency` rank 2 priority 13, never preempted; `batch` rank 0 priority 3,
+/// its level set by each configuration, no window and no starvation guard; hysteresis 20 ms,
+/// 1 ms between device-wide preempts.
+pub fn demo_policy() -> PolicyConfig {
+    let class = |name: &str, rank, priority| ClassRule {
+        name: name.into(),
+        rank,
+        priority,
+        level: None,
+        starvation: None,
+        cu_share_permille: None,
+        window: None,
+        hw_queues: None,
+    };
+    PolicyConfig {
+        classes: vec![class("latency", 2, 13), class("batch", 0, 3)],
+        hysteresis_ns: 20_000_000,
+        min_preempt_interval_ns: 1_000_000,
+    }
+}
+
 fn hp_rate(w: &Workload) -> f64 {
     match w.arrival {
         Arrival::Periodic { rate } | Arrival::Poisson { rate } => rate,
@@ -145,6 +184,17 @@ mod tests {
         assert_eq!(parse_control("L2"), Ok(Control::Level(Level::Deactivate)));
         assert_eq!(parse_control("priority"), Ok(Control::PriorityOnly));
         assert!(parse_control("l4").unwrap_err().contains("l3"));
-        assert!(Scenario::named("nope", 1.0).unwrap_err().contains("field"));
+        assert!(
+            Scenario::named("nope", None)
+                .unwrap_err()
+                .contains("field, demo")
+        );
+        assert!(demo_policy().validate().is_ok());
+        let d = Scenario::named("demo", None).unwrap();
+        assert_eq!(d.lp.kernels[0].wg_ns, 20_000_000);
+        assert_eq!(
+            Scenario::named("field", None).unwrap().lp.kernels[0].wg_ns,
+            1_000_000
+        );
     }
 }

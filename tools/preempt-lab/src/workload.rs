@@ -37,15 +37,26 @@ pub enum Shape {
     /// One LLM decode step: 32 layers x 4 kernels x 32 work-groups x 15 µs (about 1.9 ms per
     /// token), 16 tokens per request.
     LlmDecode,
+    /// `kfdq demo`'s latency client (kfdq-latency): 4 dispatches x 80 work-groups x 2 ms per
+    /// request, 8 ms alone (docs/demo.md).
+    DemoRequest,
+    /// `kfdq demo`'s batch job (kfdq-flood): dispatches of 2560 work-groups x 20 ms, 80 ms
+    /// alone (four rounds of an MI308X partition's wave slots).
+    DemoBatch,
+    /// A user's command run by `preempt-lab run` (`--hp-command`, `--lp-command`): its kernels
+    /// are whatever it launches, so it has none here.
+    External,
 }
 
 impl Shape {
-    /// Every shape, for `--help` and listings.
-    pub const ALL: [Shape; 4] = [
+    /// Every shape with kernels, for `--help` and listings.
+    pub const ALL: [Shape; 6] = [
         Shape::Resnet18,
         Shape::Resnet50Batch,
         Shape::Bert,
         Shape::LlmDecode,
+        Shape::DemoRequest,
+        Shape::DemoBatch,
     ];
 
     /// Its name on the command line.
@@ -55,6 +66,9 @@ impl Shape {
             Shape::Resnet50Batch => "resnet50-batch",
             Shape::Bert => "bert",
             Shape::LlmDecode => "llm-decode",
+            Shape::DemoRequest => "demo-request",
+            Shape::DemoBatch => "demo-batch",
+            Shape::External => "external",
         }
     }
 
@@ -89,6 +103,9 @@ impl Shape {
             Shape::Resnet50Batch => k(1, 20_480, 1000.0),
             Shape::Bert => k(72, 96, 25.0),
             Shape::LlmDecode => k(32 * 4 * 16, 32, 15.0),
+            Shape::DemoRequest => k(4, 80, 2000.0),
+            Shape::DemoBatch => k(1, 2560, 20_000.0),
+            Shape::External => Vec::new(),
         }
     }
 }
@@ -146,6 +163,15 @@ impl Workload {
         }
     }
 
+    /// A user's command (`preempt-lab run`) arriving as `arrival`: no kernels of its own here.
+    pub fn external(arrival: Arrival) -> Workload {
+        Workload {
+            shape: Shape::External,
+            kernels: Vec::new(),
+            arrival,
+        }
+    }
+
     /// Time of one request or iteration alone on `slots` wave slots (each kernel in
     /// ceil(waves / slots) rounds of its work-group time), in ns.
     pub fn alone_ns(&self, slots: u64) -> u64 {
@@ -180,5 +206,11 @@ mod tests {
         assert_eq!(lp.kernels[0].wg_ns, 250_000);
         // 81920 waves on 2560 slots: 32 rounds.
         assert_eq!(lp.alone_ns(2560), 32 * 250_000);
+        // kfdq demo's workloads: 8 ms a request, 80 ms a batch dispatch (docs/demo.md).
+        let hp = Workload::new(Shape::DemoRequest, None, Arrival::Periodic { rate: 15.0 });
+        assert_eq!(hp.alone_ns(2560), 8_000_000);
+        let lp = Workload::new(Shape::DemoBatch, None, Arrival::ClosedLoop { depth: 4 });
+        assert_eq!(lp.alone_ns(2560), 80_000_000);
+        assert!(Shape::parse("external").is_err());
     }
 }

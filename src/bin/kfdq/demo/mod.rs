@@ -3,31 +3,21 @@
 //! the shim — on the built-in emulator when the node has no AMD GPU. docs/demo.md explains the
 //! workloads, the phases and every column.
 
+mod lines;
 mod procs;
+mod report;
+mod words;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::Duration;
-
-use clap::ValueEnum;
-use serde::{Serialize, Serializer};
+use std::time::{Duration, Instant};
 
 use self::procs::{Child, Emulator, wait_until};
+use self::report::{DemoReport, Latency, PhaseResult, aggregate, relate, render};
 use super::args::{DemoArgs, Phase};
-use super::table::Table;
 use super::{CliError, client, print_json};
 use kfdq::kfd::Root;
 use kfdq::proto::Level;
-
-impl Serialize for Phase {
-    /// As on the command line (`lp-alone`, `level1`, ...).
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        match self.to_possible_value() {
-            Some(v) => s.serialize_str(v.get_name()),
-            None => Err(serde::ser::Error::custom("a demo phase without a name")),
-        }
-    }
-}
 
 impl Phase {
     const ALL: [Phase; 7] = [
@@ -88,68 +78,6 @@ const LP_WGS: u32 = 2560;
 const LP_WG_US: u32 = 20000;
 const LP_IN_FLIGHT: u32 = 4;
 
-/// Latency figures of one phase, µs.
-#[derive(Debug, Clone, Copy, Serialize)]
-pub struct Latency {
-    /// Requests.
-    pub n: usize,
-    /// Median.
-    pub p50_us: f64,
-    /// 99th percentile (nearest rank).
-    pub p99_us: f64,
-    /// Maximum.
-    pub max_us: f64,
-}
-
-/// One phase's numbers.
-#[derive(Debug, Clone, Serialize)]
-pub struct PhaseResult {
-    /// Which phase.
-    pub phase: Phase,
-    /// Its label in the table.
-    pub label: String,
-    /// The measured window, seconds.
-    pub window_s: f64,
-    /// The latency client's requests.
-    pub hp: Option<Latency>,
-    /// HP P50 / P50 alone.
-    pub hp_p50_rel: Option<f64>,
-    /// HP P99 / P99 alone.
-    pub hp_p99_rel: Option<f64>,
-    /// HP max / max alone.
-    pub hp_max_rel: Option<f64>,
-    /// The batch job's dispatches completed per second in the window.
-    pub lp_dispatches_per_s: Option<f64>,
-    /// That relative to the batch job alone.
-    pub lp_rel: Option<f64>,
-    /// Agent command -> shim ack, µs (median, max): the control path of a preemption, the
-    /// ioctl included.
-    pub preempt_rtt_us: Option<(f64, f64)>,
-    /// Device-wide preempts per second in the window, as the emulator counted them.
-    pub preempts_per_s: Option<f64>,
-    /// Device-wide preempts per second the agent's commands caused, by its own estimate.
-    pub agent_preempts_per_s: Option<f64>,
-}
-
-/// The whole demo.
-#[derive(Debug, Clone, Serialize)]
-pub struct DemoReport {
-    /// Ran on the built-in emulator.
-    pub emulator: bool,
-    /// Emulator preset.
-    pub preset: Option<String>,
-    /// What a queue priority buys on this kernel.
-    pub priority_note: String,
-    /// Requests per phase and per second.
-    pub requests: u32,
-    /// See `requests`.
-    pub rate_per_s: f64,
-    /// The workloads, in words.
-    pub workloads: String,
-    /// Phases in the order run.
-    pub phases: Vec<PhaseResult>,
-}
-
 fn find_exe(name: &str, dir: Option<&Path>) -> Result<PathBuf, CliError> {
     let mut tried = Vec::new();
     let mut dirs: Vec<PathBuf> = Vec::new();
@@ -180,13 +108,6 @@ fn find_exe(name: &str, dir: Option<&Path>) -> Result<PathBuf, CliError> {
     )))
 }
 
-fn quantile(sorted: &[f64], q: f64) -> f64 {
-    if sorted.is_empty() {
-        return 0.0;
-    }
-    sorted[((sorted.len() - 1) as f64 * q).round() as usize]
-}
-
 fn monotonic_us() -> f64 {
     nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC)
         .map(|t| t.tv_sec() as f64 * 1e6 + t.tv_nsec() as f64 / 1e3)
@@ -209,33 +130,61 @@ fn agent_config(dir: &Path, level: Option<Level>) -> Result<PathBuf, CliError> {
     Ok(p)
 }
 
+/// A workload's command line as run, and whether it is the built-in one.
+struct Workload {
+    argv: Vec<String>,
+    builtin: bool,
+}
+
+impl Workload {
+    fn command(&self) -> Command {
+        let mut cmd = Command::new(&self.argv[0]);
+        cmd.args(&self.argv[1..]);
+        cmd
+    }
+}
+
 struct Env<'a> {
     root: &'a Path,
     shim: PathBuf,
     kfdqd: PathBuf,
-    latency: PathBuf,
-    flood: PathBuf,
+    hp: Workload,
+    lp: Workload,
     logs: &'a Path,
     emu: Option<&'a Emulator>,
     args: &'a DemoArgs,
 }
 
-fn connected(sock: &Path, pid: u32) -> bool {
+/// The agent sees a process of `class` with queues (the workload may be a process tree: a
+/// shell, a Python launcher).
+fn connected(sock: &Path, class: &str) -> bool {
     client::status(sock).is_ok_and(|s| {
         s.processes
             .iter()
-            .any(|p| p.pid == pid && !p.queues.is_empty())
+            .any(|p| p.class == class && !p.queues.is_empty())
     })
 }
 
-fn run_phase(env: &Env<'_>, phase: Phase, n: usize) -> Result<PhaseResult, CliError> {
+/// A workload that never said `ready`: the rule, after what happened.
+fn ready_hint(e: CliError) -> CliError {
+    CliError::Usage(format!(
+        "{e}\n  a workload prints `ready` on stdout once its GPU queues exist ({})",
+        lines::DOC
+    ))
+}
+
+fn write_file(p: &Path) -> Result<(), CliError> {
+    std::fs::write(p, b"").map_err(|e| CliError::Output(format!("{}: {e}", p.display())))
+}
+
+fn run_phase(env: &Env<'_>, phase: Phase, tag: &str) -> Result<PhaseResult, CliError> {
     let dir = tempfile::Builder::new()
         .prefix("kfdq-demo-")
         .tempdir()
         .map_err(|e| CliError::Output(format!("temporary directory: {e}")))?;
     let log = |what: &str| {
         env.logs
-            .join(format!("{n}-{phase:?}-{what}.log").to_lowercase())
+            .join(format!("{tag}-{phase:?}-{what}.log").to_lowercase())
     };
     let wait = Duration::from_secs(30);
     let mut agent = None;
@@ -262,21 +211,17 @@ fn run_phase(env: &Env<'_>, phase: Phase, n: usize) -> Result<PhaseResult, CliEr
     let stop = dir.path().join("stop");
     let mut lp = None;
     if phase.lp() {
-        let mut cmd = Command::new(&env.flood);
-        cmd.args([
-            LP_WG_US.to_string(),
-            LP_WGS.to_string(),
-            LP_IN_FLIGHT.to_string(),
-        ])
-        .env("KFDQ_TEST_STOP", &stop)
-        .env("KFDQ_FLOOD_PROGRESS", "1");
+        let mut cmd = env.lp.command();
+        cmd.env("KFDQ_DEMO_STOP", &stop)
+            .env("KFDQ_TEST_STOP", &stop)
+            .env("KFDQ_FLOOD_PROGRESS", "1");
         shim_env(&mut cmd, "batch");
-        let mut c = Child::spawn("the batch job (kfdq-flood)", cmd, &log("lp"))?;
-        c.wait_line("flooding", wait)?;
+        let mut c = Child::spawn("the batch job (LP)", cmd, &log("lp"))?;
+        c.wait_line("ready", lines::lp_ready, wait)
+            .map_err(ready_hint)?;
         if agent.is_some() {
-            let pid = c.pid();
             wait_until("the batch job connecting to kfdqd", wait, || {
-                connected(&sock, pid)
+                connected(&sock, "batch")
             })?;
         }
         lp = Some(c);
@@ -285,50 +230,40 @@ fn run_phase(env: &Env<'_>, phase: Phase, n: usize) -> Result<PhaseResult, CliEr
     let (window, hp) = if phase.hp() {
         let go = dir.path().join("go");
         let args = env.args;
-        let mut cmd = Command::new(&env.latency);
-        cmd.args([
-            args.requests.to_string(),
-            format!("{:.3}", 1000.0 / args.rate),
-            HP_KERNELS.to_string(),
-            HP_WG_US.to_string(),
-            HP_WGS.to_string(),
-        ])
-        .env("KFDQ_TEST_GO", &go);
+        let mut cmd = env.hp.command();
+        cmd.env("KFDQ_DEMO_GO", &go)
+            .env("KFDQ_TEST_GO", &go)
+            .env("KFDQ_DEMO_REQUESTS", args.requests.to_string())
+            .env("KFDQ_DEMO_RATE", args.rate.to_string());
         shim_env(&mut cmd, "latency");
-        let mut c = Child::spawn("the latency client (kfdq-latency)", cmd, &log("hp"))?;
-        c.wait_line("CHECKPOINT ready", wait)?;
+        let mut c = Child::spawn("the latency client (HP)", cmd, &log("hp"))?;
+        c.wait_line("ready", lines::hp_ready, wait)
+            .map_err(ready_hint)?;
         if agent.is_some() {
-            let pid = c.pid();
             wait_until("the latency client connecting to kfdqd", wait, || {
-                connected(&sock, pid)
+                connected(&sock, "latency")
             })?;
         }
-        std::fs::write(&go, b"").map_err(|e| CliError::Output(format!("{}: {e}", go.display())))?;
+        let go_us = monotonic_us();
+        write_file(&go)?;
         let budget = Duration::from_secs_f64(60.0 + 10.0 * f64::from(args.requests) / args.rate);
-        let lines = c.finish(budget)?;
-        let mut lat: Vec<f64> = lines
-            .iter()
-            .filter_map(|l| l.strip_prefix("request "))
-            .filter_map(|l| l.split_whitespace().nth(1)?.parse().ok())
-            .collect();
-        lat.sort_by(f64::total_cmp);
-        let window = lines
-            .iter()
-            .find_map(|l| {
-                let mut w = l.strip_prefix("window ")?.split_whitespace();
-                Some((
-                    w.next()?.parse::<f64>().ok()?,
-                    w.next()?.parse::<f64>().ok()?,
-                ))
-            })
-            .ok_or_else(|| CliError::Usage("the latency client printed no window line".into()))?;
-        let hp = Latency {
-            n: lat.len(),
-            p50_us: quantile(&lat, 0.5),
-            p99_us: quantile(&lat, 0.99),
-            max_us: quantile(&lat, 1.0),
-        };
-        (window, Some(hp))
+        let out = c.finish(budget)?;
+        let end_us = monotonic_us();
+        let hp = lines::parse_hp(&out)
+            .map_err(|e| CliError::Usage(format!("the latency client (HP): {e}")))?;
+        if hp.latencies_us.is_empty() {
+            return Err(CliError::Usage(format!(
+                "the latency client (HP) printed no `request <i> <latency_us>` line: an HP workload prints one per timed request ({}); its stdout had {} lines (log {})",
+                lines::DOC,
+                out.len(),
+                log("hp").display()
+            )));
+        }
+        let lat = Latency::of(&hp.latencies_us);
+        (
+            hp.window.unwrap_or((go_us, end_us)),
+            Some((lat, hp.latencies_us)),
+        )
     } else {
         // The batch job alone, over as long as a latency phase takes.
         let start = monotonic_us();
@@ -339,21 +274,27 @@ fn run_phase(env: &Env<'_>, phase: Phase, n: usize) -> Result<PhaseResult, CliEr
     };
     let window_s = (window.1 - window.0) / 1e6;
     let preempts = match (preempts0, env.emu.and_then(Emulator::preempts)) {
-        (Some(a), Some(b)) if window_s > 0.0 => Some(b.saturating_sub(a) as f64 / window_s),
+        (Some(a), Some(b)) => Some(b.saturating_sub(a)),
         _ => None,
     };
     let status = agent.as_ref().and_then(|_| client::status(&sock).ok());
-    let mut lp_rate = None;
+    let mut lp_done = None;
     if let Some(c) = lp {
-        std::fs::write(&stop, b"")
-            .map_err(|e| CliError::Output(format!("{}: {e}", stop.display())))?;
-        let lines = c.finish(Duration::from_secs(120))?;
-        let done = lines
-            .iter()
-            .filter_map(|l| l.strip_prefix("done ")?.trim().parse::<f64>().ok())
+        write_file(&stop)?;
+        let out = c.finish(Duration::from_secs(120))?;
+        let done = lines::parse_lp(&out)
+            .map_err(|e| CliError::Usage(format!("the batch job (LP): {e}")))?
+            .into_iter()
             .filter(|t| (window.0..=window.1).contains(t))
-            .count();
-        lp_rate = Some(done as f64 / window_s.max(1e-9));
+            .count() as u64;
+        if done == 0 && phase == Phase::LpAlone {
+            return Err(CliError::Usage(format!(
+                "the batch job (LP) alone printed no `done <t_us>` line inside the {window_s:.1} s window: an LP workload prints one per unit of work completed, with CLOCK_MONOTONIC times ({}); log {}",
+                lines::DOC,
+                log("lp").display()
+            )));
+        }
+        lp_done = Some(done);
     }
     if let Some(mut a) = agent {
         a.terminate();
@@ -366,6 +307,8 @@ fn run_phase(env: &Env<'_>, phase: Phase, n: usize) -> Result<PhaseResult, CliEr
         Some(_) => (None, Some(0.0)),
         None => (None, None),
     };
+    let per_s = |n: u64| n as f64 / window_s.max(1e-9);
+    let (hp, hp_latency_us) = hp.map_or((None, Vec::new()), |(l, v)| (Some(l), v));
     Ok(PhaseResult {
         phase,
         label: phase.label().into(),
@@ -374,93 +317,41 @@ fn run_phase(env: &Env<'_>, phase: Phase, n: usize) -> Result<PhaseResult, CliEr
         hp_p50_rel: None,
         hp_p99_rel: None,
         hp_max_rel: None,
-        lp_dispatches_per_s: lp_rate,
+        hp_p99_rel_min: None,
+        hp_p99_rel_max: None,
+        lp_dispatches_per_s: lp_done.map(per_s),
         lp_rel: None,
         preempt_rtt_us: rtt,
-        preempts_per_s: preempts,
+        preempts_per_s: preempts.filter(|_| window_s > 0.0).map(per_s),
         agent_preempts_per_s: agent_rate,
+        hp_latency_us,
+        lp_done,
+        preempts,
     })
 }
 
-fn relate(results: &mut [PhaseResult]) {
-    let alone = results
-        .iter()
-        .find(|r| r.phase == Phase::Alone)
-        .and_then(|r| r.hp);
-    let lp_alone = results
-        .iter()
-        .find(|r| r.phase == Phase::LpAlone)
-        .and_then(|r| r.lp_dispatches_per_s);
-    for r in results {
-        if let (Some(h), Some(a)) = (r.hp, alone) {
-            r.hp_p50_rel = Some(h.p50_us / a.p50_us);
-            r.hp_p99_rel = Some(h.p99_us / a.p99_us);
-            r.hp_max_rel = Some(h.max_us / a.max_us);
+/// A workload from `--hp-command` / `--lp-command`, or the built-in `name` with `args`.
+fn workload(
+    given: Option<&str>,
+    (name, args): (&str, Vec<String>),
+    dir: Option<&Path>,
+    flag: &str,
+) -> Result<Workload, CliError> {
+    match given {
+        Some(line) => {
+            let argv = words::split(line).map_err(|e| CliError::Usage(format!("{flag}: {e}")))?;
+            Ok(Workload {
+                argv,
+                builtin: false,
+            })
         }
-        if let (Some(l), Some(a)) = (r.lp_dispatches_per_s, lp_alone)
-            && a > 0.0
-        {
-            r.lp_rel = Some(l / a);
-        }
+        None => Ok(Workload {
+            argv: std::iter::once(find_exe(name, dir)?.display().to_string())
+                .chain(args)
+                .collect(),
+            builtin: true,
+        }),
     }
-}
-
-fn opt(v: Option<f64>, f: impl Fn(f64) -> String) -> String {
-    v.map_or_else(|| "-".into(), f)
-}
-
-fn render(r: &DemoReport) -> String {
-    let mut t = Table::new(&[
-        "PHASE",
-        ">HP P50 ms",
-        ">P99 ms",
-        ">MAX ms",
-        ">P50 x",
-        ">P99 x",
-        ">MAX x",
-        ">LP disp/s",
-        ">LP x",
-        ">PREEMPT RTT µs",
-        ">PREEMPTS/s",
-    ]);
-    for p in &r.phases {
-        t.row(vec![
-            p.label.clone(),
-            opt(p.hp.map(|h| h.p50_us), |v| format!("{:.1}", v / 1e3)),
-            opt(p.hp.map(|h| h.p99_us), |v| format!("{:.1}", v / 1e3)),
-            opt(p.hp.map(|h| h.max_us), |v| format!("{:.1}", v / 1e3)),
-            opt(p.hp_p50_rel, |v| format!("{v:.2}")),
-            opt(p.hp_p99_rel, |v| format!("{v:.2}")),
-            opt(p.hp_max_rel, |v| format!("{v:.2}")),
-            opt(p.lp_dispatches_per_s, |v| format!("{v:.2}")),
-            opt(p.lp_rel, |v| format!("{v:.2}")),
-            p.preempt_rtt_us
-                .map_or_else(|| "-".into(), |(a, b)| format!("{a:.0} / {b:.0}")),
-            opt(p.preempts_per_s.or(p.agent_preempts_per_s), |v| {
-                format!("{v:.1}")
-            }),
-        ]);
-    }
-    let mut out = format!(
-        "kfdq demo{}: {} latency requests per phase at {}/s\n{}\npriorities: {}\n\n",
-        if r.emulator {
-            format!(
-                " on the built-in emulator ({})",
-                r.preset.as_deref().unwrap_or("?")
-            )
-        } else {
-            String::new()
-        },
-        r.requests,
-        r.rate_per_s,
-        r.workloads,
-        r.priority_note
-    );
-    out += &t.render();
-    out += "\nx = relative to alone (HP: latency; LP: dispatches per second). PREEMPT RTT: agent command -> shim ack\n\
-            (p50 / max), the ioctl included. PREEMPTS/s: device-wide preempts in the window (the emulator's\n\
-            count; on hardware the agent's estimate). docs/demo.md explains every column.\n";
-    out
 }
 
 /// Runs the demo.
@@ -477,22 +368,58 @@ pub(super) fn run(root: &Path, args: DemoArgs, json: bool) -> Result<(), CliErro
             args.rate
         )));
     }
+    if !(1..=100).contains(&args.repeat) {
+        return Err(CliError::Usage(format!(
+            "--repeat {} is out of range: 1 to 100 repetitions of every phase",
+            args.repeat
+        )));
+    }
     let phases: Vec<Phase> = if args.phases.is_empty() {
         Phase::ALL.to_vec()
     } else {
         args.phases.clone()
     };
     let use_emu = args.emulator || !root.join("dev/kfd").exists();
+    let builtin = args.hp_command.is_none() || args.lp_command.is_none();
     let workloads = match (&args.workloads, use_emu) {
         (Some(d), _) => Some(d.clone()),
         (None, true) => None,
+        (None, false) if !builtin => None,
         (None, false) => {
             return Err(CliError::Usage(format!(
-                "{} has a /dev/kfd: on a real GPU the demo needs workloads built for it (kfdq-latency and kfdq-flood with the same command line, built against your ROCm); pass --workloads DIR, or --emulator to run on the built-in emulator",
+                "{} has a /dev/kfd: on a real GPU the demo needs workloads built for it: give --hp-command and --lp-command (docs/demo.md, \"Your own workloads\"), or --workloads DIR with kfdq-latency and kfdq-flood built against your ROCm, or --emulator to run on the built-in emulator",
                 root.display()
             )));
         }
     };
+    let hp = workload(
+        args.hp_command.as_deref(),
+        (
+            "kfdq-latency",
+            vec![
+                args.requests.to_string(),
+                format!("{:.3}", 1000.0 / args.rate),
+                HP_KERNELS.to_string(),
+                HP_WG_US.to_string(),
+                HP_WGS.to_string(),
+            ],
+        ),
+        workloads.as_deref(),
+        "--hp-command",
+    )?;
+    let lp = workload(
+        args.lp_command.as_deref(),
+        (
+            "kfdq-flood",
+            vec![
+                LP_WG_US.to_string(),
+                LP_WGS.to_string(),
+                LP_IN_FLIGHT.to_string(),
+            ],
+        ),
+        workloads.as_deref(),
+        "--lp-command",
+    )?;
     let tmp = tempfile::Builder::new()
         .prefix("kfdq-demo-")
         .tempdir()
@@ -507,8 +434,6 @@ pub(super) fn run(root: &Path, args: DemoArgs, json: bool) -> Result<(), CliErro
     };
     let shim = super::run::find_shim(None)?;
     let kfdqd = find_exe("kfdqd", None)?;
-    let latency = find_exe("kfdq-latency", workloads.as_deref())?;
-    let flood = find_exe("kfdq-flood", workloads.as_deref())?;
     let emu = if use_emu {
         let kfd_emu = find_exe("kfd-emu", None)?;
         let mnt = tmp.path().join("emu");
@@ -529,47 +454,64 @@ pub(super) fn run(root: &Path, args: DemoArgs, json: bool) -> Result<(), CliErro
     let root_dir = emu
         .as_ref()
         .map_or_else(|| root.to_owned(), |e| e.root.clone());
+    let workloads_text = match (hp.builtin, lp.builtin) {
+        (true, true) => format!(
+            "HP: {HP_KERNELS} dispatches x {HP_WGS} work-groups x {} ms on the null stream per request (~8 ms alone; the field's ResNet-18: 2.65 ms, so time runs ~3x slower here). LP: dispatches of {LP_WGS} work-groups x {} ms, {LP_IN_FLIGHT} in flight (a ResNet-50 training loop).",
+            HP_WG_US / 1000,
+            LP_WG_US / 1000
+        ),
+        _ => format!("HP: `{}`. LP: `{}`.", hp.argv.join(" "), lp.argv.join(" ")),
+    };
     let env = Env {
         root: &root_dir,
         shim,
         kfdqd,
-        latency,
-        flood,
+        hp,
+        lp,
         logs: &logs,
         emu: emu.as_ref(),
         args: &args,
     };
-    let mut results = Vec::new();
-    for (i, phase) in phases.iter().enumerate() {
-        eprint!(
-            "kfdq demo: [{}/{}] {} ... ",
-            i + 1,
-            phases.len(),
-            phase.label()
-        );
-        let t = std::time::Instant::now();
-        let r = run_phase(&env, *phase, i + 1).inspect_err(|_| eprintln!("failed"))?;
-        eprintln!(
-            "{:.1} s{}",
-            t.elapsed().as_secs_f64(),
-            r.hp.map(|h| format!(", HP P99 {:.1} ms", h.p99_us / 1e3))
-                .unwrap_or_default()
-        );
-        results.push(r);
+    let total = phases.len() * args.repeat as usize;
+    let mut runs = Vec::new();
+    for rep in 1..=args.repeat {
+        let mut results = Vec::new();
+        for (i, phase) in phases.iter().enumerate() {
+            let k = (rep as usize - 1) * phases.len() + i + 1;
+            eprint!("kfdq demo: [{k}/{total}] {} ... ", phase.label());
+            let t = Instant::now();
+            let tag = if args.repeat > 1 {
+                format!("r{rep}-{}", i + 1)
+            } else {
+                (i + 1).to_string()
+            };
+            let r = run_phase(&env, *phase, &tag).inspect_err(|_| eprintln!("failed"))?;
+            eprintln!(
+                "{:.1} s{}",
+                t.elapsed().as_secs_f64(),
+                r.hp.map(|h| format!(", HP P99 {:.1} ms", h.p99_us / 1e3))
+                    .unwrap_or_default()
+            );
+            results.push(r);
+        }
+        relate(&mut results);
+        runs.push(results);
     }
-    relate(&mut results);
+    let phases_med = (0..phases.len())
+        .map(|i| aggregate(&runs.iter().map(|r| &r[i]).collect::<Vec<_>>()))
+        .collect();
     let report = DemoReport {
         emulator: emu.is_some(),
         preset: emu.as_ref().map(|_| args.preset.clone()),
         priority_note: kfdq::doctor::priority_note(&Root::new(&root_dir)),
         requests: args.requests,
         rate_per_s: args.rate,
-        workloads: format!(
-            "HP: {HP_KERNELS} dispatches x {HP_WGS} work-groups x {} ms on the null stream per request (~8 ms alone; the field's ResNet-18: 2.65 ms, so time runs ~3x slower here). LP: dispatches of {LP_WGS} work-groups x {} ms, {LP_IN_FLIGHT} in flight (a ResNet-50 training loop).",
-            HP_WG_US / 1000,
-            LP_WG_US / 1000
-        ),
-        phases: results,
+        workloads: workloads_text,
+        hp_command: env.hp.argv.clone(),
+        lp_command: env.lp.argv.clone(),
+        repeat: args.repeat,
+        phases: phases_med,
+        runs,
     };
     drop(emu);
     if json {

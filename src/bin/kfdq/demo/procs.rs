@@ -59,11 +59,6 @@ impl Child {
         })
     }
 
-    /// Its pid.
-    pub fn pid(&self) -> u32 {
-        self.child.id()
-    }
-
     fn stderr_tail(&self) -> String {
         let text = std::fs::read_to_string(&self.log).unwrap_or_default();
         let lines: Vec<&str> = text.lines().collect();
@@ -75,9 +70,14 @@ impl Child {
         }
     }
 
-    /// Waits for a stdout line starting with `prefix`.
-    pub fn wait_line(&mut self, prefix: &str, timeout: Duration) -> Result<String, CliError> {
-        if let Some(l) = self.seen.iter().find(|l| l.starts_with(prefix)) {
+    /// Waits for a stdout line for which `is` holds; `what` names it in errors.
+    pub fn wait_line(
+        &mut self,
+        what: &str,
+        is: impl Fn(&str) -> bool,
+        timeout: Duration,
+    ) -> Result<String, CliError> {
+        if let Some(l) = self.seen.iter().find(|l| is(l)) {
             return Ok(l.clone());
         }
         let deadline = Instant::now() + timeout;
@@ -85,7 +85,7 @@ impl Child {
             let left = deadline.saturating_duration_since(Instant::now());
             match self.lines.recv_timeout(left) {
                 Ok(l) => {
-                    let hit = l.starts_with(prefix);
+                    let hit = is(&l);
                     self.seen.push(l.clone());
                     if hit {
                         return Ok(l);
@@ -93,7 +93,7 @@ impl Child {
                 }
                 Err(RecvTimeoutError::Timeout) => {
                     return Err(fail(format!(
-                        "{} printed no `{prefix}` line within {} s; {}",
+                        "{} printed no `{what}` line within {} s; {}",
                         self.name,
                         timeout.as_secs(),
                         self.stderr_tail()
@@ -102,7 +102,7 @@ impl Child {
                 Err(RecvTimeoutError::Disconnected) => {
                     let status = self.child.wait().map(|s| s.to_string()).unwrap_or_default();
                     return Err(fail(format!(
-                        "{} exited ({status}) before printing `{prefix}`; {}",
+                        "{} exited ({status}) before printing `{what}`; {}",
                         self.name,
                         self.stderr_tail()
                     )));

@@ -7,9 +7,9 @@ use std::time::Instant;
 
 use clap::{Parser, Subcommand};
 use kfdq::agent::AgentConfig;
-use preempt_lab::experiment;
 use preempt_lab::scenario::{Scenario, parse_control};
 use preempt_lab::workload::Shape;
+use preempt_lab::{experiment, real_run};
 
 #[derive(Parser)]
 #[command(
@@ -32,7 +32,8 @@ enum Cmd {
     ///
     /// Example: `preempt-lab sim --scenario field --lp-wg-us 4000 --json`
     Sim {
-        /// Built-in scenario (field: ResNet-18-like requests at 20/s next to a ResNet-50-batch-like loop).
+        /// Built-in scenario (field: ResNet-18-like requests at 20/s next to a ResNet-50-batch-like loop;
+        /// demo: kfdq demo's workloads, to set beside `preempt-lab run`).
         #[arg(long, default_value = "field")]
         scenario: String,
         /// Seeds: one run per configuration and seed (at least 1; 5 or more for a spread worth reading).
@@ -41,9 +42,10 @@ enum Cmd {
         /// HP requests per run.
         #[arg(long, default_value_t = 200)]
         requests: usize,
-        /// The batch job's work-group time in µs (the parameter results depend on most).
-        #[arg(long, default_value_t = 1000.0)]
-        lp_wg_us: f64,
+        /// The batch job's work-group time in µs (the parameter results depend on most;
+        /// default: the scenario's, field 1000, demo 20000).
+        #[arg(long)]
+        lp_wg_us: Option<f64>,
         /// Configurations to compare, comma-separated: native, priority, l1, l2, l3.
         #[arg(
             long,
@@ -75,6 +77,48 @@ enum Cmd {
         /// Print the rows as CSV.
         #[arg(long)]
         csv: bool,
+    },
+    /// The same experiment with real processes: `kfdq demo` runs the HP and LP workloads alone
+    /// and under each configuration with a real kfdqd (on kfd-emu without a GPU), repeated;
+    /// the report has sim's columns, each ratio against the same repetition's alone runs.
+    ///
+    /// Example: `preempt-lab run --repeat 3 --controls native,l2 -- --log-dir /tmp/logs`.
+    /// Your own workloads print the line format of docs/demo.md ("Your own workloads").
+    Run {
+        /// Configurations to compare, comma-separated: native, priority, l1, l2, l3.
+        #[arg(
+            long,
+            value_delimiter = ',',
+            default_value = "native,priority,l1,l2,l3"
+        )]
+        controls: Vec<String>,
+        /// Repetitions of every phase (the spread is over them).
+        #[arg(long, default_value_t = 3)]
+        repeat: u32,
+        /// HP requests per phase.
+        #[arg(long, default_value_t = 60)]
+        requests: u32,
+        /// HP requests per second.
+        #[arg(long, default_value_t = 15.0)]
+        rate: f64,
+        /// The HP workload as one command line (default: kfdq demo's latency client).
+        #[arg(long, value_name = "\"CMD ARGS\"")]
+        hp_command: Option<String>,
+        /// The LP workload as one command line (default: kfdq demo's batch job).
+        #[arg(long, value_name = "\"CMD ARGS\"")]
+        lp_command: Option<String>,
+        /// The kfdq binary (default: next to preempt-lab, then $PATH).
+        #[arg(long, value_name = "PATH")]
+        kfdq: Option<PathBuf>,
+        /// Print the report as JSON.
+        #[arg(long, conflicts_with = "csv")]
+        json: bool,
+        /// Print the rows as CSV.
+        #[arg(long)]
+        csv: bool,
+        /// Further arguments for `kfdq demo` (--emulator, --preset, --workloads DIR, --log-dir DIR).
+        #[arg(last = true, value_name = "DEMO ARGS")]
+        demo_args: Vec<String>,
     },
     /// List the built-in workload shapes.
     Shapes,
@@ -112,6 +156,44 @@ fn run(cli: Cli) -> Result<(), String> {
             }
             Ok(())
         }
+        Cmd::Run {
+            controls,
+            repeat,
+            requests,
+            rate,
+            hp_command,
+            lp_command,
+            kfdq,
+            json,
+            csv,
+            demo_args,
+        } => {
+            let opts = real_run::RunOptions {
+                kfdq,
+                controls: controls
+                    .iter()
+                    .map(|c| parse_control(c))
+                    .collect::<Result<_, _>>()?,
+                repeat,
+                requests,
+                rate,
+                hp_command,
+                lp_command,
+                demo_args,
+            };
+            let report = real_run::run(&opts, |l| eprintln!("{l}")).map_err(|e| e.to_string())?;
+            if json {
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?
+                );
+            } else if csv {
+                print!("{}", report.csv());
+            } else {
+                print!("{}", report.table());
+            }
+            Ok(())
+        }
         Cmd::Sim {
             scenario,
             seeds,
@@ -130,8 +212,10 @@ fn run(cli: Cli) -> Result<(), String> {
             if seeds == 0 || requests == 0 {
                 return Err("--seeds and --requests must be at least 1".into());
             }
-            if !(lp_wg_us.is_finite() && lp_wg_us > 0.0) {
-                return Err(format!("--lp-wg-us {lp_wg_us} must be above 0"));
+            if let Some(v) = lp_wg_us
+                && !(v.is_finite() && v > 0.0)
+            {
+                return Err(format!("--lp-wg-us {v} must be above 0"));
             }
             let mut sc = Scenario::named(&scenario, lp_wg_us)?;
             sc.seeds = (1..=seeds).collect();

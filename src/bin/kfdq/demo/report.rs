@@ -1,0 +1,313 @@
+//! The demo's numbers: one phase's results, each repetition's ratios against its own alone
+//! runs, the medians over repetitions with the P99 ratio's spread, and the table.
+
+use serde::{Serialize, Serializer};
+
+use super::super::args::Phase;
+use super::super::table::Table;
+use clap::ValueEnum;
+
+impl Serialize for Phase {
+    /// As on the command line (`lp-alone`, `level1`, ...).
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self.to_possible_value() {
+            Some(v) => s.serialize_str(v.get_name()),
+            None => Err(serde::ser::Error::custom("a demo phase without a name")),
+        }
+    }
+}
+
+/// Latency figures of one phase, µs.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct Latency {
+    /// Requests.
+    pub n: usize,
+    /// Median.
+    pub p50_us: f64,
+    /// 99th percentile (nearest rank).
+    pub p99_us: f64,
+    /// Maximum.
+    pub max_us: f64,
+}
+
+impl Latency {
+    /// The figures of `lat` (any order).
+    pub fn of(lat: &[f64]) -> Latency {
+        let mut s = lat.to_vec();
+        s.sort_by(f64::total_cmp);
+        Latency {
+            n: s.len(),
+            p50_us: quantile(&s, 0.5),
+            p99_us: quantile(&s, 0.99),
+            max_us: quantile(&s, 1.0),
+        }
+    }
+}
+
+/// One phase's numbers (of one repetition, or the medians over repetitions).
+#[derive(Debug, Clone, Serialize)]
+pub struct PhaseResult {
+    /// Which phase.
+    pub phase: Phase,
+    /// Its label in the table.
+    pub label: String,
+    /// The measured window, seconds.
+    pub window_s: f64,
+    /// The latency client's requests.
+    pub hp: Option<Latency>,
+    /// HP P50 / P50 alone.
+    pub hp_p50_rel: Option<f64>,
+    /// HP P99 / P99 alone.
+    pub hp_p99_rel: Option<f64>,
+    /// HP max / max alone.
+    pub hp_max_rel: Option<f64>,
+    /// Smallest P99 ratio over the repetitions.
+    pub hp_p99_rel_min: Option<f64>,
+    /// Largest P99 ratio over the repetitions.
+    pub hp_p99_rel_max: Option<f64>,
+    /// The batch job's dispatches (units of work: its `done` lines) completed per second in
+    /// the window.
+    pub lp_dispatches_per_s: Option<f64>,
+    /// That relative to the batch job alone.
+    pub lp_rel: Option<f64>,
+    /// Agent command -> shim ack, µs (median, max): the control path of a preemption, the
+    /// ioctl included.
+    pub preempt_rtt_us: Option<(f64, f64)>,
+    /// Device-wide preempts per second in the window, as the emulator counted them.
+    pub preempts_per_s: Option<f64>,
+    /// Device-wide preempts per second the agent's commands caused, by its own estimate.
+    pub agent_preempts_per_s: Option<f64>,
+    /// Each request's latency in the order printed, µs (per repetition, in `runs`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub hp_latency_us: Vec<f64>,
+    /// The batch job's units completed in the window (per repetition).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lp_done: Option<u64>,
+    /// Device-wide preempts in the window, the emulator's count (per repetition).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub preempts: Option<u64>,
+}
+
+/// The whole demo.
+#[derive(Debug, Clone, Serialize)]
+pub struct DemoReport {
+    /// Ran on the built-in emulator.
+    pub emulator: bool,
+    /// Emulator preset.
+    pub preset: Option<String>,
+    /// What a queue priority buys on this kernel.
+    pub priority_note: String,
+    /// Requests per phase and per second.
+    pub requests: u32,
+    /// See `requests`.
+    pub rate_per_s: f64,
+    /// The workloads, in words.
+    pub workloads: String,
+    /// The HP workload's command line as run.
+    pub hp_command: Vec<String>,
+    /// The LP workload's command line as run.
+    pub lp_command: Vec<String>,
+    /// How many times every phase ran.
+    pub repeat: u32,
+    /// Phases in the order run: each number the median over the repetitions.
+    pub phases: Vec<PhaseResult>,
+    /// Every repetition's phases, with each request's latency.
+    pub runs: Vec<Vec<PhaseResult>>,
+}
+
+/// Nearest-rank quantile of sorted `v` (empty: 0).
+pub fn quantile(sorted: &[f64], q: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    sorted[((sorted.len() - 1) as f64 * q).round() as usize]
+}
+
+/// Relates one repetition's phases to its own HP-alone and LP-alone phases.
+pub fn relate(results: &mut [PhaseResult]) {
+    let alone = results
+        .iter()
+        .find(|r| r.phase == Phase::Alone)
+        .and_then(|r| r.hp);
+    let lp_alone = results
+        .iter()
+        .find(|r| r.phase == Phase::LpAlone)
+        .and_then(|r| r.lp_dispatches_per_s);
+    for r in results {
+        if let (Some(h), Some(a)) = (r.hp, alone) {
+            r.hp_p50_rel = Some(h.p50_us / a.p50_us);
+            r.hp_p99_rel = Some(h.p99_us / a.p99_us);
+            r.hp_max_rel = Some(h.max_us / a.max_us);
+            r.hp_p99_rel_min = r.hp_p99_rel;
+            r.hp_p99_rel_max = r.hp_p99_rel;
+        }
+        if let (Some(l), Some(a)) = (r.lp_dispatches_per_s, lp_alone)
+            && a > 0.0
+        {
+            r.lp_rel = Some(l / a);
+        }
+    }
+}
+
+fn median(v: impl Iterator<Item = f64>) -> Option<f64> {
+    let mut v: Vec<f64> = v.collect();
+    v.sort_by(f64::total_cmp);
+    (!v.is_empty()).then(|| quantile(&v, 0.5))
+}
+
+/// One phase over its repetitions (each already related): medians, and the P99 ratio's
+/// smallest and largest value. The per-repetition details (latencies, counts) stay in `runs`.
+pub fn aggregate(reps: &[&PhaseResult]) -> PhaseResult {
+    let first = reps[0];
+    let med = |f: &dyn Fn(&PhaseResult) -> Option<f64>| median(reps.iter().filter_map(|r| f(r)));
+    let hp = reps.iter().any(|r| r.hp.is_some()).then(|| Latency {
+        n: reps.iter().filter_map(|r| r.hp).map(|h| h.n).sum(),
+        p50_us: med(&|r| r.hp.map(|h| h.p50_us)).unwrap_or(0.0),
+        p99_us: med(&|r| r.hp.map(|h| h.p99_us)).unwrap_or(0.0),
+        max_us: med(&|r| r.hp.map(|h| h.max_us)).unwrap_or(0.0),
+    });
+    let p99: Vec<f64> = reps.iter().filter_map(|r| r.hp_p99_rel).collect();
+    PhaseResult {
+        phase: first.phase,
+        label: first.label.clone(),
+        window_s: med(&|r| Some(r.window_s)).unwrap_or(0.0),
+        hp,
+        hp_p50_rel: med(&|r| r.hp_p50_rel),
+        hp_p99_rel: med(&|r| r.hp_p99_rel),
+        hp_max_rel: med(&|r| r.hp_max_rel),
+        hp_p99_rel_min: p99.iter().copied().reduce(f64::min),
+        hp_p99_rel_max: p99.iter().copied().reduce(f64::max),
+        lp_dispatches_per_s: med(&|r| r.lp_dispatches_per_s),
+        lp_rel: med(&|r| r.lp_rel),
+        preempt_rtt_us: med(&|r| r.preempt_rtt_us.map(|x| x.0))
+            .zip(med(&|r| r.preempt_rtt_us.map(|x| x.1))),
+        preempts_per_s: med(&|r| r.preempts_per_s),
+        agent_preempts_per_s: med(&|r| r.agent_preempts_per_s),
+        hp_latency_us: Vec::new(),
+        lp_done: None,
+        preempts: None,
+    }
+}
+
+fn opt(v: Option<f64>, f: impl Fn(f64) -> String) -> String {
+    v.map_or_else(|| "-".into(), f)
+}
+
+/// The report as a table for people.
+pub fn render(r: &DemoReport) -> String {
+    let mut cols = vec![
+        "PHASE",
+        ">HP P50 ms",
+        ">P99 ms",
+        ">MAX ms",
+        ">P50 x",
+        ">P99 x",
+        ">MAX x",
+    ];
+    if r.repeat > 1 {
+        cols.push(">P99 x SPREAD");
+    }
+    cols.extend([">LP disp/s", ">LP x", ">PREEMPT RTT µs", ">PREEMPTS/s"]);
+    let mut t = Table::new(&cols);
+    for p in &r.phases {
+        let mut row = vec![
+            p.label.clone(),
+            opt(p.hp.map(|h| h.p50_us), |v| format!("{:.1}", v / 1e3)),
+            opt(p.hp.map(|h| h.p99_us), |v| format!("{:.1}", v / 1e3)),
+            opt(p.hp.map(|h| h.max_us), |v| format!("{:.1}", v / 1e3)),
+            opt(p.hp_p50_rel, |v| format!("{v:.2}")),
+            opt(p.hp_p99_rel, |v| format!("{v:.2}")),
+            opt(p.hp_max_rel, |v| format!("{v:.2}")),
+        ];
+        if r.repeat > 1 {
+            row.push(match (p.hp_p99_rel_min, p.hp_p99_rel_max) {
+                (Some(a), Some(b)) => format!("{a:.2}-{b:.2}"),
+                _ => "-".into(),
+            });
+        }
+        row.extend([
+            opt(p.lp_dispatches_per_s, |v| format!("{v:.2}")),
+            opt(p.lp_rel, |v| format!("{v:.2}")),
+            p.preempt_rtt_us
+                .map_or_else(|| "-".into(), |(a, b)| format!("{a:.0} / {b:.0}")),
+            opt(p.preempts_per_s.or(p.agent_preempts_per_s), |v| {
+                format!("{v:.1}")
+            }),
+        ]);
+        t.row(row);
+    }
+    let mut out = format!(
+        "kfdq demo{}: {} latency requests per phase at {}/s{}\n{}\npriorities: {}\n\n",
+        if r.emulator {
+            format!(
+                " on the built-in emulator ({})",
+                r.preset.as_deref().unwrap_or("?")
+            )
+        } else {
+            String::new()
+        },
+        r.requests,
+        r.rate_per_s,
+        if r.repeat > 1 {
+            format!(", {} repetitions (medians)", r.repeat)
+        } else {
+            String::new()
+        },
+        r.workloads,
+        r.priority_note
+    );
+    out += &t.render();
+    out += "\nx = relative to alone (HP: latency; LP: dispatches per second). PREEMPT RTT: agent command -> shim ack\n\
+            (p50 / max), the ioctl included. PREEMPTS/s: device-wide preempts in the window (the emulator's\n\
+            count; on hardware the agent's estimate). docs/demo.md explains every column.\n";
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn phase(phase: Phase, hp: Option<&[f64]>, lp: Option<f64>) -> PhaseResult {
+        PhaseResult {
+            phase,
+            label: format!("{phase:?}"),
+            window_s: 1.0,
+            hp: hp.map(Latency::of),
+            hp_p50_rel: None,
+            hp_p99_rel: None,
+            hp_max_rel: None,
+            hp_p99_rel_min: None,
+            hp_p99_rel_max: None,
+            lp_dispatches_per_s: lp,
+            lp_rel: None,
+            preempt_rtt_us: None,
+            preempts_per_s: None,
+            agent_preempts_per_s: None,
+            hp_latency_us: hp.map(<[f64]>::to_vec).unwrap_or_default(),
+            lp_done: None,
+            preempts: None,
+        }
+    }
+
+    #[test]
+    fn each_repetition_is_related_to_its_own_alone_and_the_medians_keep_the_spread() {
+        let rep = |alone: f64, shared: f64| {
+            let mut v = vec![
+                phase(Phase::Alone, Some(&[alone, alone]), None),
+                phase(Phase::LpAlone, None, Some(10.0)),
+                phase(Phase::Level2, Some(&[shared, shared]), Some(5.0)),
+            ];
+            relate(&mut v);
+            v
+        };
+        let reps = [rep(10.0, 20.0), rep(10.0, 40.0), rep(20.0, 20.0)];
+        let l2: Vec<&PhaseResult> = reps.iter().map(|r| &r[2]).collect();
+        assert_eq!(l2[1].hp_p99_rel, Some(4.0));
+        assert_eq!(l2[2].lp_rel, Some(0.5));
+        let a = aggregate(&l2);
+        assert_eq!(a.hp_p99_rel, Some(2.0));
+        assert_eq!((a.hp_p99_rel_min, a.hp_p99_rel_max), (Some(1.0), Some(4.0)));
+        assert_eq!(a.hp.map(|h| h.n), Some(6));
+        assert!(a.hp_latency_us.is_empty());
+    }
+}
