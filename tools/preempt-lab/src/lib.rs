@@ -12,10 +12,12 @@
 #![deny(missing_docs)]
 
 pub mod experiment;
+pub mod plot;
 pub mod report;
 pub mod rng;
 pub mod scenario;
 pub mod sim;
+pub mod timeline;
 pub mod workload;
 
 pub use sim::{Control, HostParams, RunResult, Setup};

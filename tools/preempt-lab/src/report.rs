@@ -215,9 +215,9 @@ impl Report {
             "scenario {}: HP {} ({}), LP {} ({}), {} requests x {} seeds; classes: {} ({} / {})\n\
              alone: HP P50 {:.2} ms, P99 {:.2} ms, max {:.2} ms; LP {:.1} kernels/s\n\n",
             s.name,
-            s.hp.shape.name(),
+            s.hp.name(),
             s.hp.arrival,
-            s.lp.shape.name(),
+            s.lp.name(),
             s.lp.arrival,
             s.requests,
             s.seeds.len(),

@@ -125,6 +125,7 @@ impl Scenario {
             requests: self.requests,
             duration_ns: duration,
             seed,
+            timeline: false,
         }
     }
 }

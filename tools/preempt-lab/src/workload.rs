@@ -37,15 +37,21 @@ pub enum Shape {
     /// One LLM decode step: 32 layers x 4 kernels x 32 work-groups x 15 µs (about 1.9 ms per
     /// token), 16 tokens per request.
     LlmDecode,
+    /// ResNet-152 inference at batch 8 (XSched's MI50 experiment, docs/experiments.md): 515
+    /// dispatches x 240 work-groups x 4 waves x 56 µs, 28.8 ms alone on an MI50.
+    Resnet152B8,
+    /// The dispatches of a user's trace file (`--hp-trace`, `--lp-trace`; [`crate::trace`]).
+    Trace,
 }
 
 impl Shape {
     /// Every shape, for `--help` and listings.
-    pub const ALL: [Shape; 4] = [
+    pub const ALL: [Shape; 5] = [
         Shape::Resnet18,
         Shape::Resnet50Batch,
         Shape::Bert,
         Shape::LlmDecode,
+        Shape::Resnet152B8,
     ];
 
     /// Its name on the command line.
@@ -55,6 +61,8 @@ impl Shape {
             Shape::Resnet50Batch => "resnet50-batch",
             Shape::Bert => "bert",
             Shape::LlmDecode => "llm-decode",
+            Shape::Resnet152B8 => "resnet152-b8",
+            Shape::Trace => "trace",
         }
     }
 
@@ -89,6 +97,8 @@ impl Shape {
             Shape::Resnet50Batch => k(1, 20_480, 1000.0),
             Shape::Bert => k(72, 96, 25.0),
             Shape::LlmDecode => k(32 * 4 * 16, 32, 15.0),
+            Shape::Resnet152B8 => k(515, 240, 56.0),
+            Shape::Trace => Vec::new(),
         }
     }
 }
@@ -130,10 +140,18 @@ impl std::fmt::Display for Arrival {
 pub struct Workload {
     /// The shape.
     pub shape: Shape,
-    /// Its kernels.
+    /// Its kernels: one request's (built-in shapes), or every dispatch of a trace file in order.
     pub kernels: Vec<Kernel>,
     /// When it submits.
     pub arrival: Arrival,
+    /// The trace file the kernels came from.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub trace: Option<String>,
+    /// Where each request ends in `kernels` (exclusive), from a trace file; empty: one request
+    /// of every kernel. A latency-critical job submits request `i mod n` as its `i`-th; a batch
+    /// job cycles through the kernels regardless.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub request_ends: Vec<usize>,
 }
 
 impl Workload {
@@ -143,6 +161,26 @@ impl Workload {
             shape,
             kernels: shape.kernels(wg_us),
             arrival,
+            trace: None,
+            request_ends: Vec::new(),
+        }
+    }
+
+    /// The kernels (indices into `kernels`) of the `i`-th request.
+    pub fn request(&self, i: usize) -> std::ops::Range<usize> {
+        if self.request_ends.is_empty() {
+            return 0..self.kernels.len();
+        }
+        let n = i % self.request_ends.len();
+        let start = if n == 0 { 0 } else { self.request_ends[n - 1] };
+        start..self.request_ends[n]
+    }
+
+    /// Its name in reports: the shape, or the trace file.
+    pub fn name(&self) -> String {
+        match &self.trace {
+            Some(f) => format!("trace {f}"),
+            None => self.shape.name().into(),
         }
     }
 

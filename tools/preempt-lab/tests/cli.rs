@@ -146,3 +146,85 @@ fn a_kfdq_toml_supplies_the_classes_and_bad_input_is_refused() {
     assert!(String::from_utf8_lossy(&o.stderr).contains("built-in scenarios are field"));
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// A fresh directory under the system's temporary directory for one test.
+fn scratch(name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("preempt-lab-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// Width and height from a PNG's IHDR chunk, after checking the signature.
+fn png_size(bytes: &[u8]) -> (u32, u32) {
+    assert_eq!(&bytes[..8], b"\x89PNG\r\n\x1a\n", "not a PNG signature");
+    assert_eq!(&bytes[12..16], b"IHDR");
+    let be = |b: &[u8]| u32::from_be_bytes([b[0], b[1], b[2], b[3]]);
+    (be(&bytes[16..20]), be(&bytes[20..24]))
+}
+
+#[test]
+fn plots_are_written_as_svg_and_png_naming_every_configuration() {
+    let dir = scratch("plots");
+    let d = dir.display().to_string();
+    let o = quick(&["--plots", &d]);
+    ok(&o);
+    for chart in ["field-hp-latency-cdf", "field-lp-throughput"] {
+        let svg = std::fs::read_to_string(dir.join(format!("{chart}.svg"))).unwrap();
+        assert!(
+            svg.trim_start().starts_with("<svg"),
+            "{chart}: {}",
+            &svg[..80]
+        );
+        assert!(svg.trim_end().ends_with("</svg>"), "{chart}");
+        for c in ["native", "priority", "level 1", "level 2", "level 3"] {
+            assert!(svg.contains(c), "{chart}.svg does not name {c}");
+        }
+        let png = std::fs::read(dir.join(format!("{chart}.png"))).unwrap();
+        let (w, h) = png_size(&png);
+        assert!(w >= 800 && h >= 500, "{chart}.png is {w}x{h}");
+        // A blank image compresses to almost nothing; text and curves do not.
+        assert!(
+            png.len() > 20_000,
+            "{chart}.png is only {} bytes",
+            png.len()
+        );
+    }
+    // The CDF also shows the job alone; the throughput chart has a panel per configuration.
+    let cdf = std::fs::read_to_string(dir.join("field-hp-latency-cdf.svg")).unwrap();
+    assert!(cdf.contains("alone") && cdf.contains("log scale"));
+    let tp = std::fs::read(dir.join("field-lp-throughput.png")).unwrap();
+    let o = quick(&["--plots", &d, "--controls", "native,l2"]);
+    ok(&o);
+    let (_, h2) = png_size(&std::fs::read(dir.join("field-lp-throughput.png")).unwrap());
+    let (_, h5) = png_size(&tp);
+    assert!(h2 < h5, "2 panels ({h2} px) not shorter than 5 ({h5} px)");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn plots_without_a_font_fail_with_the_fix() {
+    let dir = scratch("nofont");
+    let o = Command::new(env!("CARGO_BIN_EXE_preempt-lab"))
+        .args([
+            "sim",
+            "--seeds",
+            "1",
+            "--requests",
+            "5",
+            "--lp-wg-us",
+            "4000",
+        ])
+        .arg("--plots")
+        .arg(&dir)
+        .env("PREEMPT_LAB_FONT", dir.join("missing.ttf"))
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        e.contains("missing.ttf") && e.contains("fonts-dejavu-core"),
+        "{e}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}

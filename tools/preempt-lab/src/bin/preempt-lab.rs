@@ -7,9 +7,9 @@ use std::time::Instant;
 
 use clap::{Parser, Subcommand};
 use kfdq::agent::AgentConfig;
-use preempt_lab::experiment;
 use preempt_lab::scenario::{Scenario, parse_control};
 use preempt_lab::workload::Shape;
+use preempt_lab::{experiment, plot};
 
 #[derive(Parser)]
 #[command(
@@ -26,6 +26,8 @@ struct Cli {
     cmd: Cmd,
 }
 
+// Parsed once per process: the size difference between the variants costs nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand)]
 enum Cmd {
     /// Simulate a scenario over seeds and print the report.
@@ -75,6 +77,10 @@ enum Cmd {
         /// Print the rows as CSV.
         #[arg(long)]
         csv: bool,
+        /// Also write plots (SVG and PNG) into this directory: HP latency CDF per configuration,
+        /// LP throughput over time with its preemptions (docs/experiments.md, "Plots").
+        #[arg(long, value_name = "DIR")]
+        plots: Option<PathBuf>,
     },
     /// List the built-in workload shapes.
     Shapes,
@@ -126,6 +132,7 @@ fn run(cli: Cli) -> Result<(), String> {
             preempt_us,
             json,
             csv,
+            plots,
         } => {
             if seeds == 0 || requests == 0 {
                 return Err("--seeds and --requests must be at least 1".into());
@@ -157,10 +164,13 @@ fn run(cli: Cli) -> Result<(), String> {
             if let Some(v) = preempt_us {
                 sc.params.preempt_fixed_ns = v * 1000;
             }
+            if plots.is_some() {
+                plot::font::ensure().map_err(|e| e.to_string())?;
+            }
             let runs = sc.seeds.len() * (sc.controls.len() + 2);
             let mut done = 0;
             let t0 = Instant::now();
-            let report = experiment::run(&sc, |what, seed| {
+            let (report, series) = experiment::run_with_series(&sc, |what, seed| {
                 done += 1;
                 eprint!("\rpreempt-lab: {done}/{runs} runs ({what}, seed {seed})        ");
             })
@@ -171,6 +181,15 @@ fn run(cli: Cli) -> Result<(), String> {
                 report.completions,
                 report.completions as f64 / secs / 1e6
             );
+            if let Some(dir) = &plots {
+                let files =
+                    plot::write_all(dir, &sc.name, &sc.name, &series).map_err(|e| e.to_string())?;
+                eprintln!(
+                    "preempt-lab: wrote {} plot files into {}",
+                    files.len(),
+                    dir.display()
+                );
+            }
             if json {
                 println!(
                     "{}",
