@@ -17,7 +17,9 @@ pub mod report;
 pub mod rng;
 pub mod scenario;
 pub mod sim;
+pub mod sweep;
 pub mod timeline;
+pub mod trace;
 pub mod workload;
 
 pub use sim::{Control, HostParams, RunResult, Setup};
