@@ -7,6 +7,8 @@
 //! built-in shapes with arrival processes ([`workload`]). A [`scenario`] names configurations
 //! (alone, native, priority only, levels 1-3) and seeds; [`experiment`] runs them and [`report`]s HP latency and LP
 //! throughput normalised to alone, device-wide preempts and preemption latency.
+//! [`trace`] reads user trace files, [`sweep`] runs a scenario per value of one parameter, and
+//! [`plot`] draws the latency CDFs and throughput timelines ([`timeline`]) as SVG and PNG.
 //! docs/experiments.md has the model, each parameter with its source, and the results.
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]

@@ -38,7 +38,9 @@ pub enum Shape {
     /// token), 16 tokens per request.
     LlmDecode,
     /// ResNet-152 inference at batch 8 (XSched's MI50 experiment, docs/experiments.md): 515
-    /// dispatches x 240 work-groups x 4 waves x 56 µs, 28.8 ms alone on an MI50.
+    /// dispatches (155 convolutions, their batch norms and ReLUs, 50 additions, pooling, the
+    /// classifier: PyTorch eager) x 600 work-groups x 4 waves (one full round of an MI50's 60
+    /// CUs x 40 slots) x 56 µs: 28.8 ms alone on an MI50, the artifact's 29.2 ms P99 alone.
     Resnet152B8,
     /// The dispatches of a user's trace file (`--hp-trace`, `--lp-trace`; [`crate::trace`]).
     Trace,
@@ -97,7 +99,7 @@ impl Shape {
             Shape::Resnet50Batch => k(1, 20_480, 1000.0),
             Shape::Bert => k(72, 96, 25.0),
             Shape::LlmDecode => k(32 * 4 * 16, 32, 15.0),
-            Shape::Resnet152B8 => k(515, 240, 56.0),
+            Shape::Resnet152B8 => k(515, 600, 56.0),
             Shape::Trace => Vec::new(),
         }
     }
