@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Installs what a fresh Debian 12 machine lacks to build and run kfdq; with --tests also what the
+# Installs what a fresh Debian 12 machine lacks to build and run kfdq (fonts-dejavu-core: the font of
+# preempt-lab's PNG plots); with --tests also what the
 # tests use (man-db renders the man pages, prometheus scrapes the agent, zsh checks its
 # completion, strace is the debugger the tracer tests meet, mmdebstrap builds the Debian sid
 # root with the real ROCm user space: scripts/sid-root.sh). Idempotent: installs only missing
@@ -7,7 +8,7 @@
 set -euo pipefail
 
 pkgs=(libclang1-14 libclang-common-14-dev fuse3 gcc libc6-dev linux-libc-dev libamdhip64-5 binutils
-    python3-venv python3-dev systemd)
+    python3-venv python3-dev systemd fonts-dejavu-core)
 case ${1:-} in
 --tests) pkgs+=(man-db prometheus zsh strace mmdebstrap) ;;
 "") ;;

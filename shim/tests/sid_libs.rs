@@ -246,7 +246,14 @@ fn tensile_dispatches(emu: &Emu, pid: u32) -> Option<u64> {
 fn level_1(args: &[&str], pause: &str, passthrough: Option<&str>) -> Held {
     let (emu, root, built) = setup();
     let plain = plain_statuses(&emu, &root, built, args);
-    let agent = Agent::start(&emu, &two_classes("hold"));
+    // The latency job stays busy until told to stop, but a loaded machine can starve it for
+    // longer than the usual 20 ms hysteresis, and the agent would release and re-hold the batch
+    // job meanwhile: a 1 s hysteresis keeps one hold for the whole test, and the window below
+    // checks that no command was sent during it.
+    let agent = Agent::start(
+        &emu,
+        &two_classes("hold").replace("hysteresis_ms = 20", "hysteresis_ms = 1000"),
+    );
     let mut argv = args.to_vec();
     argv.extend_from_slice(&["--pause", pause]);
     let Shimmed {
@@ -310,7 +317,14 @@ fn level_1(args: &[&str], pause: &str, passthrough: Option<&str>) -> Held {
         // Held means held: over a window in which another process's queue runs 100 ms of
         // packets, no GEMM of the job reaches the GPU and it does not end.
         let gemms_blocked = tensile_dispatches(&emu, batch.pid);
+        let commands = agent.status().counters.commands;
         test_support::hold::cp_witness(&emu, 50, 2000);
+        assert_eq!(
+            agent.status().counters.commands,
+            commands,
+            "the agent changed its commands during the window (the latency job looked idle \
+             for the hysteresis): the window does not show one hold"
+        );
         while_held.extend(batch.lines_so_far());
         assert!(
             !while_held.iter().any(|l| l == "libs_check: done"),

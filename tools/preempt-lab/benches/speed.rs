@@ -30,6 +30,8 @@ fn main() {
             wg_ns: 5_000,
         }],
         arrival: closed,
+        trace: None,
+        request_ends: Vec::new(),
     };
     let cases = [
         (
@@ -70,17 +72,26 @@ fn main() {
         "completions/s",
         "wg events/s"
     );
-    for (name, s) in cases {
-        let t = Instant::now();
-        let r = sim::run(&s).expect("setup");
-        let secs = t.elapsed().as_secs_f64();
-        println!(
-            "{name:<48} {:>12} {:>14} {:>10.2} {:>15.2}M {:>13.1}M",
-            r.completions,
-            r.wg_events,
-            secs,
-            r.completions as f64 / secs / 1e6,
-            r.wg_events as f64 / secs / 1e6
-        );
+    // Each case as `sim` runs most seeds, then recording the timeline as the plots' seed does.
+    for (name, mut s) in cases {
+        for timeline in [false, true] {
+            s.timeline = timeline;
+            let name = if timeline {
+                "  + timeline (plots)"
+            } else {
+                name
+            };
+            let t = Instant::now();
+            let r = sim::run(&s).expect("setup");
+            let secs = t.elapsed().as_secs_f64();
+            println!(
+                "{name:<48} {:>12} {:>14} {:>10.2} {:>15.2}M {:>13.1}M",
+                r.completions,
+                r.wg_events,
+                secs,
+                r.completions as f64 / secs / 1e6,
+                r.wg_events as f64 / secs / 1e6
+            );
+        }
     }
 }

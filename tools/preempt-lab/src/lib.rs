@@ -6,19 +6,25 @@
 //! the agent's decision and the command's trip to the shim ([`HostParams`]). Workloads are
 //! built-in shapes with arrival processes ([`workload`]). A [`scenario`] names configurations
 //! (alone, native, priority only, levels 1-3) and seeds; [`experiment`] runs them and [`report`]s HP latency and LP
-//! throughput normalised to alone, device-wide preempts and preemption latency. [`real_run`]
-//! (`preempt-lab run`) measures the same with real processes through `kfdq demo` and reports
-//! it with the same code.
+//! throughput normalised to alone, device-wide preempts and preemption latency.
+//! [`trace`] reads user trace files, [`sweep`] runs a scenario per value of one parameter, and
+//! [`plot`] draws the latency CDFs and throughput timelines ([`timeline`]) as SVG and PNG.
+//! [`real_run`] (`preempt-lab run`) measures the same with real processes through `kfdq demo`
+//! and reports it with the same code.
 //! docs/experiments.md has the model, each parameter with its source, and the results.
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
 pub mod experiment;
+pub mod plot;
 pub mod real_run;
 pub mod report;
 pub mod rng;
 pub mod scenario;
 pub mod sim;
+pub mod sweep;
+pub mod timeline;
+pub mod trace;
 pub mod workload;
 
 pub use sim::{Control, HostParams, RunResult, Setup};

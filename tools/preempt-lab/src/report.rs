@@ -238,9 +238,9 @@ impl Report {
             None => format!(
                 "scenario {}: HP {} ({}), LP {} ({}), {} requests x {} seeds; classes: {} ({} / {})",
                 s.name,
-                s.hp.shape.name(),
+                s.hp.name(),
                 s.hp.arrival,
-                s.lp.shape.name(),
+                s.lp.name(),
                 s.lp.arrival,
                 s.requests,
                 s.seeds.len(),
@@ -289,18 +289,23 @@ impl Report {
             "preempt us p50/99"
         );
         for r in &self.rows {
-            let [p50, p99, max, lo, hi, lp, pps, l50, l99] = r.numbers();
-            let lat = if l50 > 0.0 {
-                format!("{l50:.0} / {l99:.0}")
-            } else {
-                "-".into()
-            };
-            out += &format!(
-                "{:<10} {p50:>8.2}x {p99:>8.2}x {max:>8.2}x {lo:>7.2}-{hi:<7.2} {lp:>7.3} {pps:>11.1} {lat:>18}\n",
-                r.control
-            );
+            out += &Report::table_row(r);
         }
         out
+    }
+
+    /// One row of the table (with its newline).
+    pub fn table_row(r: &Row) -> String {
+        let [p50, p99, max, lo, hi, lp, pps, l50, l99] = r.numbers();
+        let lat = if l50 > 0.0 {
+            format!("{l50:.0} / {l99:.0}")
+        } else {
+            "-".into()
+        };
+        format!(
+            "{:<10} {p50:>8.2}x {p99:>8.2}x {max:>8.2}x {lo:>7.2}-{hi:<7.2} {lp:>7.3} {pps:>11.1} {lat:>18}\n",
+            r.control
+        )
     }
 
     /// The rows as CSV (header first).

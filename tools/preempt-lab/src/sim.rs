@@ -16,6 +16,7 @@ use kfdq::proto::Level;
 use serde::Serialize;
 
 use crate::rng::Rng;
+use crate::timeline::{Mark, Timeline};
 use crate::workload::{Arrival, Workload};
 
 /// The host side's timings. Each is a named parameter; docs/experiments.md gives its source or
@@ -111,6 +112,8 @@ pub struct Setup {
     pub duration_ns: u64,
     /// Seed of the arrivals and the sampling phase.
     pub seed: u64,
+    /// Record the run's [`Timeline`] (LP completions, preempts and releases) for plots.
+    pub timeline: bool,
 }
 
 /// What a run measured.
@@ -131,6 +134,9 @@ pub struct RunResult {
     pub completions: u64,
     /// Work-group starts and ends the partition model processed (its cost).
     pub wg_events: u64,
+    /// LP completions and preempt marks over time, when the setup asked for them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub timeline: Option<Timeline>,
 }
 
 /// Errors in a setup.
@@ -153,11 +159,12 @@ const GPU: u32 = 1;
 /// The runtime's default queue priority (HIP's normal stream priority maps to KFD 7).
 const DEFAULT_PRIORITY: u8 = 7;
 
-#[derive(Debug, Clone, Copy)]
-struct Command {
-    from: Run,
-    to: Run,
-    decided: u64,
+#[derive(Debug, Clone)]
+enum Command {
+    /// The LP process moves between running and a preemption level.
+    Run { from: Run, to: Run, decided: u64 },
+    /// A process's queue gets the CU mask its class's `cu_share` gives it (None: every CU).
+    CuMask { queue: u64, mask: Option<Vec<u32>> },
 }
 
 struct Sim<'a> {
@@ -168,6 +175,7 @@ struct Sim<'a> {
     tag: u64,
     // HP
     next_arrival: Option<u64>,
+    next_request: usize,
     arrivals: BTreeMap<u64, u64>,
     /// Last tag of each request in flight -> its arrival.
     hp_last: BTreeMap<u64, u64>,
@@ -183,6 +191,8 @@ struct Sim<'a> {
     policy_due: Option<u64>,
     commands: BTreeMap<(u64, u64), Command>,
     cmd_seq: u64,
+    /// The CU mask last sent per queue (policy targets repeat it every decision).
+    masks: BTreeMap<u64, Option<Vec<u32>>>,
     r: RunResult,
 }
 
@@ -283,6 +293,7 @@ impl<'a> Sim<'a> {
             rng,
             tag: 0,
             next_arrival: None,
+            next_request: 0,
             arrivals: BTreeMap::new(),
             hp_last: BTreeMap::new(),
             lp_limit: window.map_or(depth, |w| w.min(depth)),
@@ -295,6 +306,7 @@ impl<'a> Sim<'a> {
             policy_due: None,
             commands: BTreeMap::new(),
             cmd_seq: 0,
+            masks: BTreeMap::new(),
             r: RunResult {
                 hp_latency_us: Vec::with_capacity(s.requests),
                 lp_kernels: 0,
@@ -303,6 +315,7 @@ impl<'a> Sim<'a> {
                 preempt_latency_us: Vec::new(),
                 completions: 0,
                 wg_events: 0,
+                timeline: s.timeline.then(Timeline::default),
             },
         };
         sim.next_arrival = sim.gap_ns();
@@ -379,11 +392,11 @@ impl<'a> Sim<'a> {
                 self.arrivals.remove(&at);
                 self.submit_request(arrival);
             }
-            while let Some((&key, &cmd)) = self.commands.iter().next() {
-                if key.0 > t {
+            while let Some(entry) = self.commands.first_entry() {
+                if entry.key().0 > t {
                     break;
                 }
-                self.commands.remove(&key);
+                let cmd = entry.remove();
                 self.apply(t, cmd);
             }
             if self.next_tick == Some(t) {
@@ -403,15 +416,19 @@ impl<'a> Sim<'a> {
         self.r.elapsed_ns = self.p.now();
         self.r.device_preempts = self.p.stats().device_preempts - preempts_before;
         self.r.wg_events = self.p.stats().wg_events;
+        if let Some(tl) = self.r.timeline.as_mut() {
+            tl.end_ns = self.r.elapsed_ns;
+        }
     }
 
     fn submit_request(&mut self, arrival: u64) {
         let Some(hp) = self.s.hp.as_ref() else {
             return;
         };
-        let kernels = hp.kernels.clone();
-        for k in kernels {
-            let d = self.dispatch(k);
+        let range = hp.request(self.next_request);
+        self.next_request += 1;
+        for i in range {
+            let d = self.dispatch(hp.kernels[i]);
             self.p.submit(HP, d);
         }
         self.hp_last.insert(self.tag, arrival);
@@ -426,6 +443,9 @@ impl<'a> Sim<'a> {
                 }
             } else {
                 self.r.lp_kernels += 1;
+                if let Some(tl) = self.r.timeline.as_mut() {
+                    tl.lp_done_ns.push(c.end_ns);
+                }
                 self.lp_in_flight = self.lp_in_flight.saturating_sub(1);
                 if self.held
                     && self.p.pending_packets(LP) == 0
@@ -477,6 +497,18 @@ impl<'a> Sim<'a> {
         });
         self.policy_due = d.next_ns.filter(|n| *n > t);
         let at = t + self.s.host.decision_ns + self.s.host.command_ns;
+        for target in &d.targets {
+            let queue = u64::from(target.pid);
+            let mask = target.cu_masks.get(&GPU).cloned();
+            if self.masks.get(&queue) != Some(&mask)
+                && (mask.is_some() || self.masks.contains_key(&queue))
+            {
+                self.masks.insert(queue, mask.clone());
+                self.cmd_seq += 1;
+                self.commands
+                    .insert((at, self.cmd_seq), Command::CuMask { queue, mask });
+            }
+        }
         for ch in d.changes {
             if u64::from(ch.pid) != LP {
                 continue;
@@ -484,7 +516,7 @@ impl<'a> Sim<'a> {
             self.cmd_seq += 1;
             self.commands.insert(
                 (at, self.cmd_seq),
-                Command {
+                Command::Run {
                     from: ch.from,
                     to: ch.to,
                     decided: t,
@@ -494,8 +526,30 @@ impl<'a> Sim<'a> {
     }
 
     fn apply(&mut self, t: u64, cmd: Command) {
+        let (from, to, decided) = match cmd {
+            Command::Run { from, to, decided } => (from, to, decided),
+            Command::CuMask { queue, mask } => {
+                self.p.update_runlist(&[Edit::SetCuMask(queue, mask)], None);
+                return;
+            }
+        };
         let mut edits = Vec::new();
-        if let Run::Preempted(l) = cmd.from {
+        if let Some(tl) = self.r.timeline.as_mut() {
+            for (run, preempted) in [(from, false), (to, true)] {
+                if let Run::Preempted(l) = run {
+                    tl.marks.push(Mark {
+                        at_ns: t,
+                        level: match l {
+                            Level::Hold => 1,
+                            Level::Deactivate => 2,
+                            Level::Suspend => 3,
+                        },
+                        preempted,
+                    });
+                }
+            }
+        }
+        if let Run::Preempted(l) = from {
             match l {
                 Level::Hold => {
                     self.held = false;
@@ -506,16 +560,14 @@ impl<'a> Sim<'a> {
         }
         let mut grace = None;
         let mut preempting = false;
-        if let Run::Preempted(l) = cmd.to {
+        if let Run::Preempted(l) = to {
             match l {
                 Level::Hold => {
                     self.held = true;
                     if self.p.pending_packets(LP) == 0 {
-                        self.r
-                            .preempt_latency_us
-                            .push((t - cmd.decided) as f64 / 1e3);
+                        self.r.preempt_latency_us.push((t - decided) as f64 / 1e3);
                     } else {
-                        self.hold_since = Some(cmd.decided);
+                        self.hold_since = Some(decided);
                     }
                 }
                 Level::Deactivate => {
@@ -536,7 +588,7 @@ impl<'a> Sim<'a> {
             if preempting {
                 self.r
                     .preempt_latency_us
-                    .push((cost.resume_ns.max(t) - cmd.decided) as f64 / 1e3);
+                    .push((cost.resume_ns.max(t) - decided) as f64 / 1e3);
             }
         }
         self.top_up_lp();

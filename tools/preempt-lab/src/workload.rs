@@ -43,20 +43,28 @@ pub enum Shape {
     /// `kfdq demo`'s batch job (kfdq-flood): dispatches of 2560 work-groups x 20 ms, 80 ms
     /// alone (four rounds of an MI308X partition's wave slots).
     DemoBatch,
+    /// ResNet-152 inference at batch 8 (XSched's MI50 experiment, docs/experiments.md): 515
+    /// dispatches (155 convolutions, their batch norms and ReLUs, 50 additions, pooling, the
+    /// classifier: PyTorch eager) x 600 work-groups x 4 waves (one full round of an MI50's 60
+    /// CUs x 40 slots) x 56 µs: 28.8 ms alone on an MI50, the artifact's 29.2 ms P99 alone.
+    Resnet152B8,
+    /// The dispatches of a user's trace file (`--hp-trace`, `--lp-trace`; [`crate::trace`]).
+    Trace,
     /// A user's command run by `preempt-lab run` (`--hp-command`, `--lp-command`): its kernels
     /// are whatever it launches, so it has none here.
     External,
 }
 
 impl Shape {
-    /// Every shape with kernels, for `--help` and listings.
-    pub const ALL: [Shape; 6] = [
+    /// Every built-in shape (with kernels of its own), for `--help` and listings.
+    pub const ALL: [Shape; 7] = [
         Shape::Resnet18,
         Shape::Resnet50Batch,
         Shape::Bert,
         Shape::LlmDecode,
         Shape::DemoRequest,
         Shape::DemoBatch,
+        Shape::Resnet152B8,
     ];
 
     /// Its name on the command line.
@@ -68,6 +76,8 @@ impl Shape {
             Shape::LlmDecode => "llm-decode",
             Shape::DemoRequest => "demo-request",
             Shape::DemoBatch => "demo-batch",
+            Shape::Resnet152B8 => "resnet152-b8",
+            Shape::Trace => "trace",
             Shape::External => "external",
         }
     }
@@ -105,7 +115,8 @@ impl Shape {
             Shape::LlmDecode => k(32 * 4 * 16, 32, 15.0),
             Shape::DemoRequest => k(4, 80, 2000.0),
             Shape::DemoBatch => k(1, 2560, 20_000.0),
-            Shape::External => Vec::new(),
+            Shape::Resnet152B8 => k(515, 600, 56.0),
+            Shape::Trace | Shape::External => Vec::new(),
         }
     }
 }
@@ -147,10 +158,18 @@ impl std::fmt::Display for Arrival {
 pub struct Workload {
     /// The shape.
     pub shape: Shape,
-    /// Its kernels.
+    /// Its kernels: one request's (built-in shapes), or every dispatch of a trace file in order.
     pub kernels: Vec<Kernel>,
     /// When it submits.
     pub arrival: Arrival,
+    /// The trace file the kernels came from.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub trace: Option<String>,
+    /// Where each request ends in `kernels` (exclusive), from a trace file; empty: one request
+    /// of every kernel. A latency-critical job submits request `i mod n` as its `i`-th; a batch
+    /// job cycles through the kernels regardless.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub request_ends: Vec<usize>,
 }
 
 impl Workload {
@@ -160,6 +179,26 @@ impl Workload {
             shape,
             kernels: shape.kernels(wg_us),
             arrival,
+            trace: None,
+            request_ends: Vec::new(),
+        }
+    }
+
+    /// The kernels (indices into `kernels`) of the `i`-th request.
+    pub fn request(&self, i: usize) -> std::ops::Range<usize> {
+        if self.request_ends.is_empty() {
+            return 0..self.kernels.len();
+        }
+        let n = i % self.request_ends.len();
+        let start = if n == 0 { 0 } else { self.request_ends[n - 1] };
+        start..self.request_ends[n]
+    }
+
+    /// Its name in reports: the shape, or the trace file.
+    pub fn name(&self) -> String {
+        match &self.trace {
+            Some(f) => format!("trace {f}"),
+            None => self.shape.name().into(),
         }
     }
 
@@ -169,6 +208,8 @@ impl Workload {
             shape: Shape::External,
             kernels: Vec::new(),
             arrival,
+            trace: None,
+            request_ends: Vec::new(),
         }
     }
 

@@ -146,3 +146,208 @@ fn a_kfdq_toml_supplies_the_classes_and_bad_input_is_refused() {
     assert!(String::from_utf8_lossy(&o.stderr).contains("built-in scenarios are field"));
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// A fresh directory under the system's temporary directory for one test.
+fn scratch(name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("preempt-lab-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// Width and height from a PNG's IHDR chunk, after checking the signature.
+fn png_size(bytes: &[u8]) -> (u32, u32) {
+    assert_eq!(&bytes[..8], b"\x89PNG\r\n\x1a\n", "not a PNG signature");
+    assert_eq!(&bytes[12..16], b"IHDR");
+    let be = |b: &[u8]| u32::from_be_bytes([b[0], b[1], b[2], b[3]]);
+    (be(&bytes[16..20]), be(&bytes[20..24]))
+}
+
+#[test]
+fn plots_are_written_as_svg_and_png_naming_every_configuration() {
+    let dir = scratch("plots");
+    let d = dir.display().to_string();
+    let o = quick(&["--plots", &d]);
+    ok(&o);
+    for chart in ["field-hp-latency-cdf", "field-lp-throughput"] {
+        let svg = std::fs::read_to_string(dir.join(format!("{chart}.svg"))).unwrap();
+        assert!(
+            svg.trim_start().starts_with("<svg"),
+            "{chart}: {}",
+            &svg[..80]
+        );
+        assert!(svg.trim_end().ends_with("</svg>"), "{chart}");
+        for c in ["native", "priority", "level 1", "level 2", "level 3"] {
+            assert!(svg.contains(c), "{chart}.svg does not name {c}");
+        }
+        let png = std::fs::read(dir.join(format!("{chart}.png"))).unwrap();
+        let (w, h) = png_size(&png);
+        assert!(w >= 800 && h >= 500, "{chart}.png is {w}x{h}");
+        // A blank image compresses to almost nothing; text and curves do not.
+        assert!(
+            png.len() > 20_000,
+            "{chart}.png is only {} bytes",
+            png.len()
+        );
+    }
+    // The CDF also shows the job alone; the throughput chart has a panel per configuration.
+    let cdf = std::fs::read_to_string(dir.join("field-hp-latency-cdf.svg")).unwrap();
+    assert!(cdf.contains("alone") && cdf.contains("log scale"));
+    let tp = std::fs::read(dir.join("field-lp-throughput.png")).unwrap();
+    let o = quick(&["--plots", &d, "--controls", "native,l2"]);
+    ok(&o);
+    let (_, h2) = png_size(&std::fs::read(dir.join("field-lp-throughput.png")).unwrap());
+    let (_, h5) = png_size(&tp);
+    assert!(h2 < h5, "2 panels ({h2} px) not shorter than 5 ({h5} px)");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn plots_without_a_font_fail_with_the_fix() {
+    let dir = scratch("nofont");
+    let o = Command::new(env!("CARGO_BIN_EXE_preempt-lab"))
+        .args([
+            "sim",
+            "--seeds",
+            "1",
+            "--requests",
+            "5",
+            "--lp-wg-us",
+            "4000",
+        ])
+        .arg("--plots")
+        .arg(&dir)
+        .env("PREEMPT_LAB_FONT", dir.join("missing.ttf"))
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        e.contains("missing.ttf") && e.contains("fonts-dejavu-core"),
+        "{e}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// The example trace files shipped with preempt-lab.
+fn example(name: &str) -> String {
+    format!("{}/examples/traces/{name}", env!("CARGO_MANIFEST_DIR"))
+}
+
+#[test]
+fn trace_files_replace_the_jobs_and_bad_ones_name_line_and_field() {
+    let hp = example("inference.csv");
+    let lp = example("training-step.json");
+    let v: serde_json::Value = serde_json::from_str(&ok(&quick(&[
+        "--hp-trace",
+        &hp,
+        "--lp-trace",
+        &lp,
+        "--json",
+    ])))
+    .unwrap();
+    assert_eq!(v["scenario"]["hp"]["trace"], hp.as_str());
+    assert_eq!(
+        v["scenario"]["hp"]["request_ends"],
+        serde_json::json!([20, 50])
+    );
+    assert_eq!(v["scenario"]["lp"]["kernels"].as_array().unwrap().len(), 4);
+    // The two request kinds alone: 20 x 40 µs and 15 + 29 x 25 µs.
+    let p50 = v["alone"]["hp_p50_us"].as_f64().unwrap();
+    assert!((700.0..900.0).contains(&p50), "{p50}");
+    let dir = scratch("traces");
+    let bad = dir.join("bad.csv");
+    std::fs::write(
+        &bad,
+        "workgroups,waves_per_wg,wg_us,stream,barrier\n64,4,40,0,0\n64,4,0,0,1\n",
+    )
+    .unwrap();
+    let o = quick(&["--hp-trace", bad.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2));
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        e.contains("bad.csv:3: field wg_us: \"0\" is not a number above 0"),
+        "{e}"
+    );
+    let bad = dir.join("bad.json");
+    std::fs::write(
+        &bad,
+        "{\"dispatches\": [\n {\"workgroups\": 64, \"waves_per_wg\": 99, \"wg_us\": 1, \"stream\": 0, \"barrier\": true}\n]}\n",
+    )
+    .unwrap();
+    let o = quick(&["--lp-trace", bad.to_str().unwrap()]);
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        e.contains("bad.json:2:") && e.contains("field waves_per_wg"),
+        "{e}"
+    );
+    let o = quick(&["--lp-trace", dir.join("none.csv").to_str().unwrap()]);
+    assert!(String::from_utf8_lossy(&o.stderr).contains("cannot read"));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn a_sweep_has_one_row_per_value_and_configuration() {
+    let csv = ok(&quick(&[
+        "--sweep",
+        "arbitration",
+        "--controls",
+        "native,priority,l2",
+        "--csv",
+    ]));
+    let lines: Vec<&str> = csv.lines().collect();
+    assert!(lines[0].starts_with("scenario,sweep,value,control,hp_p50_rel"));
+    assert_eq!(lines.len(), 1 + 3 * 3, "{csv}");
+    for v in ["equal", "pipe", "strict"] {
+        for c in ["native", "priority", "level 2"] {
+            let row = format!("field,arbitration,{v},{c},");
+            assert_eq!(
+                lines.iter().filter(|l| l.starts_with(&row)).count(),
+                1,
+                "{row}"
+            );
+        }
+    }
+    // Under the `equal` hypothesis priorities buy nothing; under `pipe` they do.
+    let p99 = |v: &str, c: &str| -> f64 {
+        let row = lines
+            .iter()
+            .find(|l| l.starts_with(&format!("field,arbitration,{v},{c},")))
+            .unwrap();
+        row.split(',').nth(5).unwrap().parse().unwrap()
+    };
+    assert!(p99("equal", "priority") > 3.0 * p99("pipe", "priority"));
+    let v: serde_json::Value = serde_json::from_str(&ok(&quick(&[
+        "--sweep",
+        "cu-split=none,25/75",
+        "--controls",
+        "priority",
+        "--json",
+    ])))
+    .unwrap();
+    assert_eq!(v["sweep"], "cu-split");
+    let pts = v["points"].as_array().unwrap();
+    assert_eq!(pts.len(), 2);
+    assert_eq!(pts[1]["value"], "25/75");
+    // A quarter of the CUs for the batch job's neighbour costs the batch job throughput.
+    let lp = |i: usize| pts[i]["report"]["rows"][0]["lp_rel"].as_f64().unwrap();
+    assert!(lp(1) < lp(0), "{} {}", lp(1), lp(0));
+    let t = ok(&quick(&["--sweep", "level=native,l3"]));
+    assert_eq!(t.lines().filter(|l| l.starts_with("l3 ")).count(), 2, "{t}");
+    let o = quick(&["--sweep", "size"]);
+    assert!(String::from_utf8_lossy(&o.stderr).contains("unknown sweep \"size\""));
+    let o = quick(&["--sweep", "cu-split=80/80"]);
+    assert!(String::from_utf8_lossy(&o.stderr).contains("at most 100 together"));
+}
+
+#[test]
+fn sweeps_and_traces_keep_json_byte_identical() {
+    let args = [
+        "--sweep",
+        "hp-rate=10,40",
+        "--hp-trace",
+        &example("inference.csv"),
+        "--json",
+    ];
+    assert_eq!(ok(&quick(&args)), ok(&quick(&args)));
+}

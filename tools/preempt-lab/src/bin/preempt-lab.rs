@@ -8,8 +8,9 @@ use std::time::Instant;
 use clap::{Parser, Subcommand};
 use kfdq::agent::AgentConfig;
 use preempt_lab::scenario::{Scenario, parse_control};
+use preempt_lab::sweep::{self, Sweep, SweepReport};
 use preempt_lab::workload::Shape;
-use preempt_lab::{experiment, real_run};
+use preempt_lab::{plot, real_run, trace};
 
 #[derive(Parser)]
 #[command(
@@ -26,6 +27,8 @@ struct Cli {
     cmd: Cmd,
 }
 
+// Parsed once per process: the size difference between the variants costs nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand)]
 enum Cmd {
     /// Simulate a scenario over seeds and print the report.
@@ -77,6 +80,24 @@ enum Cmd {
         /// Print the rows as CSV.
         #[arg(long)]
         csv: bool,
+        /// Also write plots (SVG and PNG) into this directory: HP latency CDF per configuration,
+        /// LP throughput over time with its preemptions (docs/experiments.md, "Plots").
+        #[arg(long, value_name = "DIR")]
+        plots: Option<PathBuf>,
+        /// The HP job's dispatches from a trace file (CSV, or JSON if it ends in .json; format in
+        /// docs/experiments.md); its arrivals stay the scenario's.
+        #[arg(long, value_name = "FILE")]
+        hp_trace: Option<PathBuf>,
+        /// The LP job's dispatches from a trace file, run in a closed loop (--lp-wg-us is then unused).
+        #[arg(long, value_name = "FILE")]
+        lp_trace: Option<PathBuf>,
+        /// The HP job's request rate per second (the scenario's arrival process stays).
+        #[arg(long)]
+        hp_rate: Option<f64>,
+        /// Run once per value of one parameter: level, hp-rate, lp-size, lp-wg-us, arbitration or
+        /// cu-split, with its default values or KIND=V1,V2,... (e.g. cu-split=none,25/75).
+        #[arg(long, value_name = "KIND[=VALUES]")]
+        sweep: Option<String>,
     },
     /// The same experiment with real processes: `kfdq demo` runs the HP and LP workloads alone
     /// and under each configuration with a real kfdqd (on kfd-emu without a GPU), repeated;
@@ -208,6 +229,11 @@ fn run(cli: Cli) -> Result<(), String> {
             preempt_us,
             json,
             csv,
+            plots,
+            hp_trace,
+            lp_trace,
+            hp_rate,
+            sweep,
         } => {
             if seeds == 0 || requests == 0 {
                 return Err("--seeds and --requests must be at least 1".into());
@@ -241,20 +267,69 @@ fn run(cli: Cli) -> Result<(), String> {
             if let Some(v) = preempt_us {
                 sc.params.preempt_fixed_ns = v * 1000;
             }
-            let runs = sc.seeds.len() * (sc.controls.len() + 2);
+            if let Some(r) = hp_rate {
+                sc = Sweep::parse("hp-rate")?.apply(&sc, &r.to_string())?;
+            }
+            trace::apply(&mut sc, hp_trace.as_deref(), lp_trace.as_deref())?;
+            let sweep = sweep.as_deref().map(Sweep::parse).transpose()?;
+            if let Some(sw) = &sweep {
+                for v in &sw.values {
+                    sw.apply(&sc, v)?;
+                }
+            }
+            if plots.is_some() {
+                plot::font::ensure().map_err(|e| e.to_string())?;
+            }
+            let runs = sweep::runs(&sc, sweep.as_ref());
             let mut done = 0;
+            let mut files = 0;
             let t0 = Instant::now();
-            let report = experiment::run(&sc, |what, seed| {
-                done += 1;
-                eprint!("\rpreempt-lab: {done}/{runs} runs ({what}, seed {seed})        ");
-            })
-            .map_err(|e| e.to_string())?;
+            let mut points = sweep::run(
+                &sc,
+                sweep.as_ref(),
+                |value, what, seed| {
+                    done += 1;
+                    eprint!(
+                        "\rpreempt-lab: {done}/{runs} runs ({value} {what}, seed {seed})        "
+                    );
+                },
+                |prefix, title, series| {
+                    if let Some(dir) = &plots {
+                        files += plot::write_all(dir, prefix, title, series)
+                            .map_err(|e| e.to_string())?
+                            .len();
+                    }
+                    Ok(())
+                },
+            )?;
             let secs = t0.elapsed().as_secs_f64();
+            let completions: u64 = points.iter().map(|p| p.report.completions).sum();
             eprintln!(
-                "\rpreempt-lab: {runs} runs in {secs:.1} s: {} dispatch completions, {:.2} M/s",
-                report.completions,
-                report.completions as f64 / secs / 1e6
+                "\rpreempt-lab: {runs} runs in {secs:.1} s: {completions} dispatch completions, {:.2} M/s",
+                completions as f64 / secs / 1e6
             );
+            if let Some(dir) = &plots {
+                eprintln!(
+                    "preempt-lab: wrote {files} plot files into {}",
+                    dir.display()
+                );
+            }
+            if let Some(sw) = sweep {
+                let r = SweepReport {
+                    sweep: sw.kind,
+                    points,
+                };
+                if json {
+                    let j = serde_json::to_string_pretty(&r).map_err(|e| e.to_string())?;
+                    println!("{j}");
+                } else if csv {
+                    print!("{}", r.csv());
+                } else {
+                    print!("{}", r.table());
+                }
+                return Ok(());
+            }
+            let report = points.remove(0).report;
             if json {
                 println!(
                     "{}",

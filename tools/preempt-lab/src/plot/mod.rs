@@ -1,0 +1,105 @@
+//! Plots of a scenario's runs, as SVG and PNG (`sim --plots DIR`): the HP latency CDF of every
+//! configuration ([`cdf`]) and the LP job's throughput over time with its preemptions
+//! ([`throughput`]). Drawn with plotters; text is measured (both formats) and rasterised
+//! (PNG) with a TrueType font read from the system ([`font`]).
+
+pub mod cdf;
+pub mod font;
+pub mod throughput;
+
+use std::path::{Path, PathBuf};
+
+use plotters::backend::DrawingBackend;
+use plotters::coord::Shift;
+use plotters::prelude::{BitMapBackend, DrawingArea, IntoDrawingArea, SVGBackend};
+use plotters::style::RGBColor;
+
+use crate::experiment::Series;
+
+/// Errors while writing plots.
+#[derive(Debug, thiserror::Error)]
+pub enum PlotError {
+    /// The font for text could not be read.
+    #[error("{0}")]
+    Font(String),
+    /// The directory could not be created.
+    #[error("cannot create {0}: {1}")]
+    Dir(PathBuf, std::io::Error),
+    /// Drawing or writing a file failed.
+    #[error("cannot write {0}: {1}")]
+    Draw(PathBuf, String),
+}
+
+/// A chart that can be drawn on any plotters backend.
+pub trait Chart {
+    /// Its size in pixels.
+    fn size(&self) -> (u32, u32);
+    /// Draws it on `area` (already white).
+    fn draw<DB: DrawingBackend>(&self, area: &DrawingArea<DB, Shift>) -> Result<(), String>;
+}
+
+/// Each configuration's colour and whether its line is dashed (level 3 dashed: with one LP
+/// queue it costs what level 2 costs, and its curve would hide level 2's).
+pub fn style_of(control: &str) -> (RGBColor, bool) {
+    match control {
+        "alone" => (RGBColor(0, 0, 0), false),
+        "native" => (RGBColor(213, 62, 79), false),
+        "priority" => (RGBColor(230, 130, 20), false),
+        "level 1" => (RGBColor(50, 110, 200), false),
+        "level 2" => (RGBColor(40, 160, 80), false),
+        "level 3" => (RGBColor(140, 70, 170), true),
+        _ => (RGBColor(100, 100, 100), false),
+    }
+}
+
+/// Writes every plot of `series` into `dir` (created if missing), file names starting with
+/// `prefix` (the scenario's name), `title` heading each; returns the files written.
+pub fn write_all(
+    dir: &Path,
+    prefix: &str,
+    title: &str,
+    series: &Series,
+) -> Result<Vec<PathBuf>, PlotError> {
+    font::ensure()?;
+    std::fs::create_dir_all(dir).map_err(|e| PlotError::Dir(dir.to_path_buf(), e))?;
+    let mut out = Vec::new();
+    out.extend(render(
+        &dir.join(format!("{prefix}-hp-latency-cdf")),
+        &cdf::Cdf { title, series },
+    )?);
+    out.extend(render(
+        &dir.join(format!("{prefix}-lp-throughput")),
+        &throughput::Throughput { title, series },
+    )?);
+    Ok(out)
+}
+
+/// Draws `chart` into `base.svg` and `base.png`.
+fn render(base: &Path, chart: &impl Chart) -> Result<Vec<PathBuf>, PlotError> {
+    let size = chart.size();
+    let svg = base.with_extension("svg");
+    {
+        let area = SVGBackend::new(&svg, size).into_drawing_area();
+        draw_and_present(&area, chart).map_err(|e| PlotError::Draw(svg.clone(), e))?;
+    }
+    let png = base.with_extension("png");
+    {
+        let area = BitMapBackend::new(&png, size).into_drawing_area();
+        draw_and_present(&area, chart).map_err(|e| PlotError::Draw(png.clone(), e))?;
+    }
+    Ok(vec![svg, png])
+}
+
+fn draw_and_present<DB: DrawingBackend>(
+    area: &DrawingArea<DB, Shift>,
+    chart: &impl Chart,
+) -> Result<(), String> {
+    area.fill(&plotters::style::WHITE).map_err(err)?;
+    chart.draw(area)?;
+    area.present().map_err(err)
+}
+
+/// A drawing error as text.
+pub(crate) fn err<E: std::fmt::Debug>(e: E) -> String {
+    format!("{e:?}")
+}

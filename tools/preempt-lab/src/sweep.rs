@@ -1,0 +1,379 @@
+//! Sweeps (`sim --sweep KIND[=V1,V2,...]`): one scenario run per value of one parameter, every
+//! configuration over every seed at each, reported as the usual rows with the swept value in
+//! front. Every knob is an existing parameter of the scenario, the policy's classes or the
+//! partition model; nothing is modelled here.
+
+use serde::Serialize;
+
+use crate::experiment::{self, Series};
+use crate::report::{Report, Row};
+use crate::scenario::{Scenario, parse_control};
+use crate::workload::{Arrival, Shape};
+use gfx_model::Arbitration;
+
+/// What a sweep varies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SweepKind {
+    /// The configuration (native, priority, levels 1-3): one row per value.
+    Level,
+    /// The HP job's request rate (requests/s; the arrival process stays).
+    HpRate,
+    /// Work-groups per LP dispatch (the batch size's proxy: 20480 for the field's batch 1024).
+    LpSize,
+    /// The LP work-group time, µs (the guessed parameter results depend on most).
+    LpWgUs,
+    /// The dispatcher's arbitration hypothesis (gfx-model `Arbitration`).
+    Arbitration,
+    /// CU masks from the classes' `cu_share`: HP/LP percent of the partition's CUs.
+    CuSplit,
+}
+
+impl SweepKind {
+    /// Every kind, in `--help` order.
+    pub const ALL: [SweepKind; 6] = [
+        SweepKind::Level,
+        SweepKind::HpRate,
+        SweepKind::LpSize,
+        SweepKind::LpWgUs,
+        SweepKind::Arbitration,
+        SweepKind::CuSplit,
+    ];
+
+    /// Its name on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            SweepKind::Level => "level",
+            SweepKind::HpRate => "hp-rate",
+            SweepKind::LpSize => "lp-size",
+            SweepKind::LpWgUs => "lp-wg-us",
+            SweepKind::Arbitration => "arbitration",
+            SweepKind::CuSplit => "cu-split",
+        }
+    }
+
+    /// The values swept when none are given.
+    pub fn defaults(self) -> &'static [&'static str] {
+        match self {
+            SweepKind::Level => &["native", "priority", "l1", "l2", "l3"],
+            SweepKind::HpRate => &["5", "10", "20", "40", "80"],
+            SweepKind::LpSize => &["2560", "5120", "10240", "20480", "40960"],
+            SweepKind::LpWgUs => &["250", "1000", "4000"],
+            SweepKind::Arbitration => &["equal", "pipe", "strict"],
+            SweepKind::CuSplit => &["none", "10/90", "25/75", "50/50"],
+        }
+    }
+}
+
+/// A parsed `--sweep`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Sweep {
+    /// What it varies.
+    pub kind: SweepKind,
+    /// The values, as given.
+    pub values: Vec<String>,
+}
+
+impl Sweep {
+    /// Parses `KIND` or `KIND=V1,V2,...`.
+    pub fn parse(spec: &str) -> Result<Sweep, String> {
+        let (kind, values) = match spec.split_once('=') {
+            Some((k, v)) => (k.trim(), Some(v)),
+            None => (spec.trim(), None),
+        };
+        let kind = SweepKind::ALL
+            .into_iter()
+            .find(|k| k.name() == kind)
+            .ok_or_else(|| {
+                format!(
+                    "unknown sweep {kind:?}: use one of {} (optionally =V1,V2,...)",
+                    SweepKind::ALL.map(SweepKind::name).join(", ")
+                )
+            })?;
+        let values: Vec<String> = match values {
+            Some(v) => v
+                .split(',')
+                .map(|x| x.trim().to_string())
+                .filter(|x| !x.is_empty())
+                .collect(),
+            None => kind.defaults().iter().map(|s| s.to_string()).collect(),
+        };
+        if values.is_empty() {
+            return Err(format!("--sweep {}= names no value", kind.name()));
+        }
+        Ok(Sweep { kind, values })
+    }
+
+    /// The scenario at one value of the sweep, from `base`.
+    pub fn apply(&self, base: &Scenario, value: &str) -> Result<Scenario, String> {
+        let mut sc = base.clone();
+        let bad = |rule: &str| format!("--sweep {}: {value:?} {rule}", self.kind.name());
+        match self.kind {
+            SweepKind::Level => sc.controls = vec![parse_control(value)?],
+            SweepKind::HpRate => {
+                let r: f64 = value
+                    .parse()
+                    .ok()
+                    .filter(|r: &f64| r.is_finite() && *r > 0.0)
+                    .ok_or_else(|| bad("is not a rate above 0 (requests/s)"))?;
+                sc.hp.arrival = match sc.hp.arrival {
+                    Arrival::Periodic { .. } => Arrival::Periodic { rate: r },
+                    _ => Arrival::Poisson { rate: r },
+                };
+            }
+            SweepKind::LpSize => {
+                let n: u64 = value
+                    .parse()
+                    .ok()
+                    .filter(|n| *n >= 1)
+                    .ok_or_else(|| bad("is not a work-group count of at least 1"))?;
+                if sc.lp.shape == Shape::Trace {
+                    return Err(bad("applies to a built-in LP shape, not a trace file"));
+                }
+                for k in &mut sc.lp.kernels {
+                    k.workgroups = n;
+                }
+            }
+            SweepKind::LpWgUs => {
+                let us: f64 = value
+                    .parse()
+                    .ok()
+                    .filter(|x: &f64| x.is_finite() && *x > 0.0)
+                    .ok_or_else(|| bad("is not a work-group time above 0 µs"))?;
+                if sc.lp.shape == Shape::Trace {
+                    return Err(bad("applies to a built-in LP shape, not a trace file"));
+                }
+                for k in &mut sc.lp.kernels {
+                    k.wg_ns = ((us * 1000.0) as u64).max(1);
+                }
+            }
+            SweepKind::Arbitration => {
+                sc.params.arbitration = match value {
+                    "equal" => Arbitration::Equal,
+                    "pipe" => Arbitration::PipePriority,
+                    "strict" => Arbitration::StrictPriority,
+                    _ => return Err(bad("is not equal, pipe or strict")),
+                }
+            }
+            SweepKind::CuSplit => {
+                let shares = if value == "none" {
+                    None
+                } else {
+                    let (h, l) = value
+                        .split_once('/')
+                        .and_then(|(h, l)| Some((h.parse::<u16>().ok()?, l.parse::<u16>().ok()?)))
+                        .filter(|(h, l)| *h >= 1 && *l >= 1 && h + l <= 100)
+                        .ok_or_else(|| {
+                            bad("is not none or HP/LP percent of the CUs (each at least 1, at most 100 together)")
+                        })?;
+                    Some((h * 10, l * 10))
+                };
+                for c in &mut sc.policy.classes {
+                    if c.name == sc.hp_class {
+                        c.cu_share_permille = shares.map(|s| s.0);
+                    } else if c.name == sc.lp_class {
+                        c.cu_share_permille = shares.map(|s| s.1);
+                    } else if shares.is_some() {
+                        // Another class with a share would take CUs before ours.
+                        c.cu_share_permille = None;
+                    }
+                }
+            }
+        }
+        Ok(sc)
+    }
+}
+
+/// Runs `sc` at every value of `sweep` (once, with an empty value, without one). Each
+/// value's series goes to `on_series` with a file-name prefix and a title for its plots;
+/// `progress` is told each run as it ends.
+pub fn run(
+    sc: &Scenario,
+    sweep: Option<&Sweep>,
+    mut progress: impl FnMut(&str, &str, u64),
+    mut on_series: impl FnMut(&str, &str, &Series) -> Result<(), String>,
+) -> Result<Vec<Point>, String> {
+    let points: Vec<(String, Scenario)> = match sweep {
+        Some(sw) => sw
+            .values
+            .iter()
+            .map(|v| Ok((v.clone(), sw.apply(sc, v)?)))
+            .collect::<Result<_, String>>()?,
+        None => vec![(String::new(), sc.clone())],
+    };
+    let mut out = Vec::new();
+    for (value, point) in &points {
+        let (report, series) =
+            experiment::run_with_series(point, |what, seed| progress(value, what, seed))
+                .map_err(|e| e.to_string())?;
+        let (prefix, title) = match sweep {
+            Some(sw) => (
+                format!(
+                    "{}-{}-{}",
+                    point.name,
+                    sw.kind.name(),
+                    value.replace('/', "-")
+                ),
+                format!("{}, {} {value}", point.name, sw.kind.name()),
+            ),
+            None => (point.name.clone(), point.name.clone()),
+        };
+        on_series(&prefix, &title, &series)?;
+        out.push(Point {
+            value: value.clone(),
+            report,
+        });
+    }
+    Ok(out)
+}
+
+/// Runs per scenario of [`run`]: each configuration and each job alone, per seed.
+pub fn runs(sc: &Scenario, sweep: Option<&Sweep>) -> usize {
+    let one = |c: usize| sc.seeds.len() * (c + 2);
+    match sweep {
+        Some(sw) if sw.kind == SweepKind::Level => sw.values.len() * one(1),
+        Some(sw) => sw.values.len() * one(sc.controls.len()),
+        None => one(sc.controls.len()),
+    }
+}
+
+/// One value's results.
+#[derive(Debug, Clone, Serialize)]
+pub struct Point {
+    /// The value.
+    pub value: String,
+    /// The scenario's report at that value.
+    pub report: Report,
+}
+
+/// A sweep's results.
+#[derive(Debug, Clone, Serialize)]
+pub struct SweepReport {
+    /// What was swept.
+    pub sweep: SweepKind,
+    /// One per value, in the order given.
+    pub points: Vec<Point>,
+}
+
+impl SweepReport {
+    /// The rows as a table: the swept value, then each configuration's row; each value's
+    /// baseline (the jobs alone) on a line above its rows.
+    pub fn table(&self) -> String {
+        let mut out = String::new();
+        if let Some(p) = self.points.first() {
+            let s = &p.report.scenario;
+            out += &format!(
+                "scenario {} swept over {}: HP {} ({}), LP {} ({}), {} requests x {} seeds; classes: {} ({} / {})\n\n",
+                s.name,
+                self.sweep.name(),
+                s.hp.name(),
+                s.hp.arrival,
+                s.lp.name(),
+                s.lp.arrival,
+                s.requests,
+                s.seeds.len(),
+                s.classes_from,
+                s.hp_class,
+                s.lp_class
+            );
+        }
+        out += &format!(
+            "{:<12} {:<10} {:>9} {:>9} {:>9} {:>15} {:>7} {:>11} {:>18}\n",
+            self.sweep.name(),
+            "config",
+            "P50 x",
+            "P99 x",
+            "max x",
+            "P99 x spread",
+            "LP x",
+            "preempts/s",
+            "preempt us p50/99"
+        );
+        for p in &self.points {
+            let a = &p.report.alone;
+            out += &format!(
+                "{:<12} alone: HP P50 {:.2} ms, P99 {:.2} ms; LP {:.1} kernels/s\n",
+                p.value,
+                a.hp_p50_us / 1e3,
+                a.hp_p99_us / 1e3,
+                a.lp_kernels_per_s
+            );
+            for r in &p.report.rows {
+                out += &format!("{:<12} {}", p.value, Report::table_row(r));
+            }
+        }
+        out
+    }
+
+    /// The rows as CSV (header first), the swept parameter and value before each row.
+    pub fn csv(&self) -> String {
+        let mut out = format!("scenario,sweep,value,control,{}\n", Row::COLUMNS.join(","));
+        for p in &self.points {
+            for r in &p.report.rows {
+                let nums: Vec<String> = r.numbers().iter().map(f64::to_string).collect();
+                out += &format!(
+                    "{},{},{},{},{}\n",
+                    p.report.scenario.name,
+                    self.sweep.name(),
+                    p.value,
+                    r.control,
+                    nums.join(",")
+                );
+            }
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sweeps_parse_and_apply_existing_knobs() {
+        let base = Scenario::field(1000.0);
+        let s = Sweep::parse("hp-rate").unwrap();
+        assert_eq!(s.values, ["5", "10", "20", "40", "80"]);
+        let sc = s.apply(&base, "40").unwrap();
+        assert_eq!(sc.hp.arrival, Arrival::Poisson { rate: 40.0 });
+        let s = Sweep::parse("arbitration=equal,strict").unwrap();
+        assert_eq!(
+            s.apply(&base, "equal").unwrap().params.arbitration,
+            Arbitration::Equal
+        );
+        assert!(
+            s.apply(&base, "fifo")
+                .unwrap_err()
+                .contains("equal, pipe or strict")
+        );
+        let s = Sweep::parse("cu-split").unwrap();
+        let sc = s.apply(&base, "25/75").unwrap();
+        let share = |sc: &Scenario, n: &str| {
+            sc.policy
+                .classes
+                .iter()
+                .find(|c| c.name == n)
+                .unwrap()
+                .cu_share_permille
+        };
+        assert_eq!(
+            (share(&sc, "latency"), share(&sc, "batch")),
+            (Some(250), Some(750))
+        );
+        assert_eq!(share(&s.apply(&base, "none").unwrap(), "latency"), None);
+        assert!(s.apply(&base, "60/60").is_err());
+        let sc = Sweep::parse("lp-size")
+            .unwrap()
+            .apply(&base, "5120")
+            .unwrap();
+        assert_eq!(sc.lp.kernels[0].workgroups, 5120);
+        let sc = Sweep::parse("level").unwrap().apply(&base, "l2").unwrap();
+        assert_eq!(sc.controls.len(), 1);
+        assert!(
+            Sweep::parse("size")
+                .unwrap_err()
+                .contains("hp-rate, lp-size")
+        );
+        assert!(Sweep::parse("hp-rate=").is_err());
+    }
+}
