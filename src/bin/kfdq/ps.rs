@@ -230,7 +230,7 @@ pub(super) fn run(root: &Root, agent: &std::path::Path, json: bool) -> Result<()
                 q.queue.ring_size.to_string(),
                 prio,
                 streams,
-                state.into(),
+                state,
                 p.agent
                     .and_then(|a| a.queues.iter().find(|x| x.queue_id == q.queue.queue_id.0))
                     .map_or("-", |x| if x.busy { "yes" } else { "no" })
