@@ -10,7 +10,7 @@ mod common;
 use std::path::Path;
 
 use common::kfdqd::{Agent, two_classes};
-use common::sid::{self, Running};
+use common::sid::{self, Running, Shimmed};
 use common::{Emu, mount, wait_for, workspace_bin};
 
 /// What a test needs: an emulator and the sid root with the programs built.
@@ -114,13 +114,6 @@ fn sid_a_hipcc_program_runs_on_the_real_runtime() {
     assert_eq!(lines.last().map(String::as_str), Some("hip_check: done"));
 }
 
-/// A program started by `kfdq run` inside the root, with the directory its shim publishes its
-/// registry in (the same path inside and outside).
-struct Shimmed {
-    p: Running,
-    state: tempfile::TempDir,
-}
-
 /// `kfdq ps --json` on the host over `emu`, reading the registries in `state`: this process's
 /// entry.
 fn ps_entry(emu: &Emu, agent: &Agent, state: &Path, pid: u32) -> serde_json::Value {
@@ -166,8 +159,6 @@ fn ps_queues(entry: &serde_json::Value) -> Vec<(u64, u64, Vec<String>)> {
         .collect()
 }
 
-/// `kfdq run` of `argv` inside the root, reaching `agent` (its socket directory, the binaries,
-/// the registry directory and the work directory are visible at the same paths inside).
 fn under_kfdq(
     emu: &Emu,
     root: &Path,
@@ -176,49 +167,7 @@ fn under_kfdq(
     class: &str,
     argv: &[&str],
 ) -> Shimmed {
-    let bin = workspace_bin("kfdq");
-    let bindir = bin.parent().unwrap();
-    let shim = common::shim_path();
-    let deps = shim.parent().unwrap();
-    let work = built.dir.path();
-    let sock = agent.sock.display().to_string();
-    let (bin_s, shim_s) = (bin.display().to_string(), shim.display().to_string());
-    let mut v = vec![
-        bin_s.as_str(),
-        "run",
-        "--class",
-        class,
-        "--socket",
-        &sock,
-        "--shim",
-        &shim_s,
-        "--",
-    ];
-    v.extend_from_slice(argv);
-    let agent_dir = agent.dir.path();
-    let state = tempfile::Builder::new()
-        .prefix("kfdq-sid-state-")
-        .tempdir()
-        .expect("tempdir");
-    let s = state.path();
-    let mut cmd = sid::command(
-        emu,
-        root,
-        &[
-            (work, Path::new("/work")),
-            (bindir, bindir),
-            (deps, deps),
-            (agent_dir, agent_dir),
-            (s, s),
-        ],
-        Path::new("/work"),
-        &v,
-    );
-    cmd.env("KFDQ_STATE_DIR", s);
-    Shimmed {
-        p: Running::start(cmd),
-        state,
-    }
+    sid::under_kfdq(emu, root, built.dir.path(), agent, class, &[], argv)
 }
 
 #[test]

@@ -10,6 +10,7 @@ use std::sync::OnceLock;
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
+use super::kfdqd::Agent;
 use super::{Emu, workspace_bin};
 
 /// Where `scripts/sid-root.sh` keeps the root (`$KFDQ_CACHE`, default `/var/cache/kfdq`).
@@ -95,36 +96,121 @@ const SOURCES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/sid");
 pub fn built(emu: &Emu, root: &Path) -> &'static Built {
     static BUILT: OnceLock<Built> = OnceLock::new();
     BUILT.get_or_init(|| {
-        let dir = tempfile::Builder::new()
-            .prefix("kfdq-sid-")
-            .tempdir()
-            .expect("tempdir");
-        for f in ["hip_check.hip", "hipext.hip", "hipext_check.py"] {
-            std::fs::copy(Path::new(SOURCES).join(f), dir.path().join(f))
-                .expect("copy a sid source");
-        }
         let script = "set -e; \
             hipcc --offload-arch=gfx942 -O2 -o hip_check hip_check.hip; \
             hipcc --offload-arch=gfx942 -O2 -shared -fPIC $(python3-config --includes) \
               -o hipext$(python3-config --extension-suffix) hipext.hip";
-        let out = command(
-            emu,
-            root,
-            &[(dir.path(), Path::new("/work"))],
-            Path::new("/work"),
-            &["sh", "-c", script],
-        )
-        .output()
-        .expect("run hipcc in the sid root");
-        assert!(
-            out.status.success(),
-            "hipcc in the sid root failed: {}\n{}\n{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr),
-            packages()
-        );
-        Built { dir }
+        Built {
+            dir: compile_in_root(
+                emu,
+                root,
+                &["hip_check.hip", "hipext.hip", "hipext_check.py"],
+                script,
+                packages(),
+            ),
+        }
     })
+}
+
+/// Copies `sources` (from tests/sid) into a new directory, runs `script` there inside `root`
+/// (bound at `/work`) and returns the directory; a failing build fails the test with its output
+/// and `packages` (the root's package versions).
+pub fn compile_in_root(
+    emu: &Emu,
+    root: &Path,
+    sources: &[&str],
+    script: &str,
+    packages: &str,
+) -> tempfile::TempDir {
+    let dir = tempfile::Builder::new()
+        .prefix("kfdq-sid-")
+        .tempdir()
+        .expect("tempdir");
+    for f in sources {
+        std::fs::copy(Path::new(SOURCES).join(f), dir.path().join(f)).expect("copy a sid source");
+    }
+    let out = command(
+        emu,
+        root,
+        &[(dir.path(), Path::new("/work"))],
+        Path::new("/work"),
+        &["sh", "-c", script],
+    )
+    .output()
+    .expect("run hipcc in the root");
+    assert!(
+        out.status.success(),
+        "hipcc in {} failed: {}\n{}\n{packages}",
+        root.display(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    dir
+}
+
+/// A program started by `kfdq run` inside the root, and the directory its shim publishes its
+/// registry in.
+pub struct Shimmed {
+    pub p: Running,
+    pub state: tempfile::TempDir,
+}
+
+/// `kfdq run --class CLASS` of `argv` inside `root` with `env`, reaching `agent`: the work
+/// directory `work` is bound at `/work` (the working directory); the agent's socket directory,
+/// the binaries and the registry directory are visible at the same paths inside.
+#[allow(clippy::too_many_arguments)]
+pub fn under_kfdq(
+    emu: &Emu,
+    root: &Path,
+    work: &Path,
+    agent: &Agent,
+    class: &str,
+    env: &[(&str, &str)],
+    argv: &[&str],
+) -> Shimmed {
+    let bin = workspace_bin("kfdq");
+    let bindir = bin.parent().expect("target/<profile>");
+    let shim = super::shim_path();
+    let deps = shim.parent().expect("target/<profile>/deps");
+    let sock = agent.sock.display().to_string();
+    let (bin_s, shim_s) = (bin.display().to_string(), shim.display().to_string());
+    let mut v = vec![
+        bin_s.as_str(),
+        "run",
+        "--class",
+        class,
+        "--socket",
+        &sock,
+        "--shim",
+        &shim_s,
+        "--",
+    ];
+    v.extend_from_slice(argv);
+    let agent_dir = agent.dir.path();
+    let state = tempfile::Builder::new()
+        .prefix("kfdq-sid-state-")
+        .tempdir()
+        .expect("tempdir");
+    let s = state.path();
+    let mut cmd = command(
+        emu,
+        root,
+        &[
+            (work, Path::new("/work")),
+            (bindir, bindir),
+            (deps, deps),
+            (agent_dir, agent_dir),
+            (s, s),
+        ],
+        Path::new("/work"),
+        &v,
+    );
+    cmd.envs(env.iter().copied());
+    cmd.env("KFDQ_STATE_DIR", s);
+    Shimmed {
+        p: Running::start(cmd),
+        state,
+    }
 }
 
 /// The outcome of a program that ran to its end: (stdout, stderr); panics with both (and the

@@ -9,6 +9,7 @@ use std::process::{Command, Output};
 use std::sync::OnceLock;
 
 use super::kfdqd::Agent;
+pub use super::sid::Shimmed;
 use super::sid::{self, Running};
 use super::{Emu, EmuConfig, Preset, mount_with, workspace_bin};
 
@@ -80,41 +81,25 @@ const SOURCES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/sid");
 pub fn built(emu: &Emu, root: &Path) -> &'static Built {
     static BUILT: OnceLock<Built> = OnceLock::new();
     BUILT.get_or_init(|| {
-        let dir = tempfile::Builder::new()
-            .prefix("kfdq-sid-libs-")
-            .tempdir()
-            .expect("tempdir");
-        for f in [
-            "libs_check.cpp",
-            "libsext.cpp",
-            "libsext_check.py",
-            "hip_check.hip",
-        ] {
-            std::fs::copy(Path::new(SOURCES).join(f), dir.path().join(f))
-                .expect("copy a sid source");
-        }
         let script = "set -e; L='-lrocblas -lhipblas -lhipblaslt -lMIOpen -lpthread'; \
             hipcc -O1 -o libs_check libs_check.cpp $L; \
             hipcc -O1 -shared -fPIC $(python3-config --includes) \
               -o libsext$(python3-config --extension-suffix) libsext.cpp $L; \
             hipcc --offload-arch=gfx90a -O2 -o hip_check hip_check.hip";
-        let out = sid::command(
-            emu,
-            root,
-            &[(dir.path(), Path::new("/work"))],
-            Path::new("/work"),
-            &["sh", "-c", script],
-        )
-        .output()
-        .expect("run hipcc in the libs root");
-        assert!(
-            out.status.success(),
-            "hipcc in the libs root failed: {}\n{}\n{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr),
-            packages()
-        );
-        Built { dir }
+        Built {
+            dir: sid::compile_in_root(
+                emu,
+                root,
+                &[
+                    "libs_check.cpp",
+                    "libsext.cpp",
+                    "libsext_check.py",
+                    "hip_check.hip",
+                ],
+                script,
+                packages(),
+            ),
+        }
     })
 }
 
@@ -159,14 +144,8 @@ pub fn statuses<S: AsRef<str>>(lines: &[S]) -> Vec<String> {
     v
 }
 
-/// A program started by `kfdq run` inside the root, and the directory its shim publishes its
-/// registry in.
-pub struct Shimmed {
-    pub p: Running,
-    pub state: tempfile::TempDir,
-}
-
-/// `kfdq run --class CLASS` of `argv` inside the root, reaching `agent`, with [`ENV`] and `env`.
+/// `kfdq run --class CLASS` of `argv` inside the libraries' root, reaching `agent`, with
+/// [`ENV`] and `env`.
 pub fn under_kfdq(
     emu: &Emu,
     root: &Path,
@@ -176,50 +155,8 @@ pub fn under_kfdq(
     env: &[(&str, &str)],
     argv: &[&str],
 ) -> Shimmed {
-    let bin = workspace_bin("kfdq");
-    let bindir = bin.parent().unwrap();
-    let shim = super::shim_path();
-    let deps = shim.parent().unwrap();
-    let work = built.dir.path();
-    let sock = agent.sock.display().to_string();
-    let (bin_s, shim_s) = (bin.display().to_string(), shim.display().to_string());
-    let mut v = vec![
-        bin_s.as_str(),
-        "run",
-        "--class",
-        class,
-        "--socket",
-        &sock,
-        "--shim",
-        &shim_s,
-        "--",
-    ];
-    v.extend_from_slice(argv);
-    let agent_dir = agent.dir.path();
-    let state = tempfile::Builder::new()
-        .prefix("kfdq-sid-libs-state-")
-        .tempdir()
-        .expect("tempdir");
-    let s = state.path();
-    let mut cmd = sid::command(
-        emu,
-        root,
-        &[
-            (work, Path::new("/work")),
-            (bindir, bindir),
-            (deps, deps),
-            (agent_dir, agent_dir),
-            (s, s),
-        ],
-        Path::new("/work"),
-        &v,
-    );
-    cmd.envs(ENV).envs(env.iter().copied());
-    cmd.env("KFDQ_STATE_DIR", s);
-    Shimmed {
-        p: Running::start(cmd),
-        state,
-    }
+    let all: Vec<(&str, &str)> = ENV.iter().chain(env).copied().collect();
+    sid::under_kfdq(emu, root, built.dir.path(), agent, class, &all, argv)
 }
 
 /// `kfdq ps --json` on the host over `emu`, reading the registries in `state`: this process's

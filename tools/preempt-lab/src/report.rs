@@ -235,19 +235,7 @@ impl Report {
     fn title(&self) -> String {
         let s = &self.scenario;
         match &self.run {
-            None => format!(
-                "scenario {}: HP {} ({}), LP {} ({}), {} requests x {} seeds; classes: {} ({} / {})",
-                s.name,
-                s.hp.name(),
-                s.hp.arrival,
-                s.lp.name(),
-                s.lp.arrival,
-                s.requests,
-                s.seeds.len(),
-                s.classes_from,
-                s.hp_class,
-                s.lp_class,
-            ),
+            None => format!("scenario {}: {}", s.name, s.describe()),
             Some(r) => format!(
                 "run on {}: HP `{}` ({}/s), LP `{}`, {} requests x {} repetitions; classes: {} ({} / {})\n\
                  preempt us: kfdqd's command -> the shim's ack (p50 / max), not the model's decision -> LP off the GPU",
@@ -277,8 +265,18 @@ impl Report {
             self.alone.hp_max_us / 1e3,
             self.alone.lp_kernels_per_s,
         );
-        out += &format!(
-            "{:<10} {:>9} {:>9} {:>9} {:>15} {:>7} {:>11} {:>18}\n",
+        out += &Report::table_header();
+        out.push('\n');
+        for r in &self.rows {
+            out += &Report::table_row(r);
+        }
+        out
+    }
+
+    /// The table's column names (no newline).
+    pub fn table_header() -> String {
+        format!(
+            "{:<10} {:>9} {:>9} {:>9} {:>15} {:>7} {:>11} {:>18}",
             "config",
             "P50 x",
             "P99 x",
@@ -287,11 +285,7 @@ impl Report {
             "LP x",
             "preempts/s",
             "preempt us p50/99"
-        );
-        for r in &self.rows {
-            out += &Report::table_row(r);
-        }
-        out
+        )
     }
 
     /// One row of the table (with its newline).

@@ -126,6 +126,22 @@ impl Scenario {
         sc
     }
 
+    /// What it runs, for report titles: the jobs, their arrivals, requests x seeds, classes.
+    pub fn describe(&self) -> String {
+        format!(
+            "HP {} ({}), LP {} ({}), {} requests x {} seeds; classes: {} ({} / {})",
+            self.hp.name(),
+            self.hp.arrival,
+            self.lp.name(),
+            self.lp.arrival,
+            self.requests,
+            self.seeds.len(),
+            self.classes_from,
+            self.hp_class,
+            self.lp_class
+        )
+    }
+
     /// A built-in scenario by name; `lp_wg_us` overrides the batch work-group time (unused by
     /// xsched-mi50, whose background job is the foreground's model).
     pub fn named(name: &str, lp_wg_us: Option<f64>) -> Result<Scenario, String> {

@@ -263,32 +263,13 @@ impl SweepReport {
         if let Some(p) = self.points.first() {
             let s = &p.report.scenario;
             out += &format!(
-                "scenario {} swept over {}: HP {} ({}), LP {} ({}), {} requests x {} seeds; classes: {} ({} / {})\n\n",
+                "scenario {} swept over {}: {}\n\n",
                 s.name,
                 self.sweep.name(),
-                s.hp.name(),
-                s.hp.arrival,
-                s.lp.name(),
-                s.lp.arrival,
-                s.requests,
-                s.seeds.len(),
-                s.classes_from,
-                s.hp_class,
-                s.lp_class
+                s.describe()
             );
         }
-        out += &format!(
-            "{:<12} {:<10} {:>9} {:>9} {:>9} {:>15} {:>7} {:>11} {:>18}\n",
-            self.sweep.name(),
-            "config",
-            "P50 x",
-            "P99 x",
-            "max x",
-            "P99 x spread",
-            "LP x",
-            "preempts/s",
-            "preempt us p50/99"
-        );
+        out += &format!("{:<12} {}\n", self.sweep.name(), Report::table_header());
         for p in &self.points {
             let a = &p.report.alone;
             out += &format!(

@@ -10,13 +10,7 @@ fn lab(args: &[&str]) -> Output {
 }
 
 fn ok(o: &Output) -> String {
-    assert!(
-        o.status.success(),
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
-    String::from_utf8_lossy(&o.stdout).into_owned()
+    test_support::output::success_stdout(o)
 }
 
 /// Small and quick (the tests run a debug build): 20 requests, 2 seeds, 4 ms batch

@@ -28,13 +28,7 @@ fn lab_shim(args: &[&str]) -> Output {
 }
 
 fn ok(o: &Output) -> String {
-    assert!(
-        o.status.success(),
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
-    String::from_utf8_lossy(&o.stdout).into_owned()
+    test_support::output::success_stdout(o)
 }
 
 fn refused(o: &Output) -> String {

@@ -30,3 +30,16 @@ pub fn read_output(child: &mut Child) -> (Receiver<String>, JoinHandle<String>) 
     });
     (rx, stderr)
 }
+
+/// The stdout of a finished command that must have succeeded; otherwise fails the test with
+/// its stdout and stderr.
+pub fn success_stdout(o: &std::process::Output) -> String {
+    assert!(
+        o.status.success(),
+        "the command failed ({}):\n{}{}",
+        o.status,
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}

@@ -203,17 +203,7 @@ fn run(cli: Cli) -> Result<(), String> {
                 demo_args,
             };
             let report = real_run::run(&opts, |l| eprintln!("{l}")).map_err(|e| e.to_string())?;
-            if json {
-                println!(
-                    "{}",
-                    serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?
-                );
-            } else if csv {
-                print!("{}", report.csv());
-            } else {
-                print!("{}", report.table());
-            }
-            Ok(())
+            print_report(&report, json, csv)
         }
         Cmd::Sim {
             scenario,
@@ -330,17 +320,22 @@ fn run(cli: Cli) -> Result<(), String> {
                 return Ok(());
             }
             let report = points.remove(0).report;
-            if json {
-                println!(
-                    "{}",
-                    serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?
-                );
-            } else if csv {
-                print!("{}", report.csv());
-            } else {
-                print!("{}", report.table());
-            }
-            Ok(())
+            print_report(&report, json, csv)
         }
     }
+}
+
+/// Prints a report as JSON, CSV or the table.
+fn print_report(report: &preempt_lab::report::Report, json: bool, csv: bool) -> Result<(), String> {
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(report).map_err(|e| e.to_string())?
+        );
+    } else if csv {
+        print!("{}", report.csv());
+    } else {
+        print!("{}", report.table());
+    }
+    Ok(())
 }
