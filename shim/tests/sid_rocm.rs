@@ -10,8 +10,8 @@ mod common;
 use std::path::Path;
 
 use common::kfdqd::{Agent, two_classes};
-use common::sid::{self, Running, Shimmed};
-use common::{Emu, mount, wait_for, workspace_bin};
+use common::sid::{self, Running, Shimmed, ps_entry};
+use common::{Emu, mount, wait_for};
 
 /// What a test needs: an emulator and the sid root with the programs built.
 fn setup() -> (Emu, std::path::PathBuf, &'static sid::Built) {
@@ -112,25 +112,6 @@ fn sid_a_hipcc_program_runs_on_the_real_runtime() {
     );
     let lines = p.finish();
     assert_eq!(lines.last().map(String::as_str), Some("hip_check: done"));
-}
-
-/// `kfdq ps --json` on the host over `emu`, reading the registries in `state`: this process's
-/// entry.
-fn ps_entry(emu: &Emu, agent: &Agent, state: &Path, pid: u32) -> serde_json::Value {
-    let out = std::process::Command::new(workspace_bin("kfdq"))
-        .args(["ps", "--json", "--agent"])
-        .arg(&agent.sock)
-        .env("KFDQ_ROOT", emu.root())
-        .env("KFDQ_STATE_DIR", state)
-        .output()
-        .expect("run kfdq ps");
-    let text = common::kfdqd::text(&out);
-    assert!(out.status.success(), "kfdq ps: {text}");
-    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).expect("kfdq ps --json");
-    doc.as_array()
-        .and_then(|a| a.iter().find(|x| x["pid"] == pid))
-        .cloned()
-        .unwrap_or_else(|| panic!("pid {pid} not in kfdq ps: {text}"))
 }
 
 /// The (queue id, effective priority, stream kinds) of every queue in a `kfdq ps` entry.

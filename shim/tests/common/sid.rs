@@ -38,17 +38,40 @@ pub fn root() -> PathBuf {
 /// sid upload names the package that changed.
 pub fn packages() -> &'static str {
     static TEXT: OnceLock<String> = OnceLock::new();
-    TEXT.get_or_init(|| {
-        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts/sid-root.sh");
-        match Command::new("bash").arg(script).arg("--versions").output() {
-            Ok(o) => format!(
-                "sid root packages:\n{}{}",
-                String::from_utf8_lossy(&o.stdout),
-                String::from_utf8_lossy(&o.stderr)
-            ),
-            Err(e) => format!("sid root packages: unknown ({e})"),
-        }
-    })
+    TEXT.get_or_init(|| versions_text("sid root", &["--versions"]))
+}
+
+/// `scripts/sid-root.sh ARGS` (a `--versions` form) as text headed by `what`, for failure
+/// messages.
+pub fn versions_text(what: &str, args: &[&str]) -> String {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts/sid-root.sh");
+    match Command::new("bash").arg(script).args(args).output() {
+        Ok(o) => format!(
+            "{what} packages:\n{}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        ),
+        Err(e) => format!("{what} packages: unknown ({e})"),
+    }
+}
+
+/// `kfdq ps --json` on the host over `emu`, reading the registries in `state`: this process's
+/// entry.
+pub fn ps_entry(emu: &Emu, agent: &Agent, state: &Path, pid: u32) -> serde_json::Value {
+    let out = Command::new(workspace_bin("kfdq"))
+        .args(["ps", "--json", "--agent"])
+        .arg(&agent.sock)
+        .env("KFDQ_ROOT", emu.root())
+        .env("KFDQ_STATE_DIR", state)
+        .output()
+        .expect("run kfdq ps");
+    let text = super::kfdqd::text(&out);
+    assert!(out.status.success(), "kfdq ps: {text}");
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).expect("kfdq ps --json");
+    doc.as_array()
+        .and_then(|a| a.iter().find(|x| x["pid"] == pid))
+        .cloned()
+        .unwrap_or_else(|| panic!("pid {pid} not in kfdq ps: {text}"))
 }
 
 /// `kfd-emu run` for `argv` inside the sid root against `emu`, with `binds` (host path, path

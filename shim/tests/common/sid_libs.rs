@@ -31,21 +31,7 @@ pub fn root() -> PathBuf {
 /// The package versions the root holds and what moved (`scripts/sid-root.sh --libs --versions`).
 pub fn packages() -> &'static str {
     static TEXT: OnceLock<String> = OnceLock::new();
-    TEXT.get_or_init(|| {
-        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts/sid-root.sh");
-        match Command::new("bash")
-            .arg(script)
-            .args(["--libs", "--versions"])
-            .output()
-        {
-            Ok(o) => format!(
-                "sid-libs-root packages:\n{}{}",
-                String::from_utf8_lossy(&o.stdout),
-                String::from_utf8_lossy(&o.stderr)
-            ),
-            Err(e) => format!("sid-libs-root packages: unknown ({e})"),
-        }
-    })
+    TEXT.get_or_init(|| sid::versions_text("sid-libs-root", &["--libs", "--versions"]))
 }
 
 /// An emulated MI210 (gfx90a).
@@ -159,24 +145,7 @@ pub fn under_kfdq(
     sid::under_kfdq(emu, root, built.dir.path(), agent, class, &all, argv)
 }
 
-/// `kfdq ps --json` on the host over `emu`, reading the registries in `state`: this process's
-/// entry.
-pub fn ps_entry(emu: &Emu, agent: &Agent, state: &Path, pid: u32) -> serde_json::Value {
-    let out = Command::new(workspace_bin("kfdq"))
-        .args(["ps", "--json", "--agent"])
-        .arg(&agent.sock)
-        .env("KFDQ_ROOT", emu.root())
-        .env("KFDQ_STATE_DIR", state)
-        .output()
-        .expect("run kfdq ps");
-    let text = super::kfdqd::text(&out);
-    assert!(out.status.success(), "kfdq ps: {text}");
-    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).expect("kfdq ps --json");
-    doc.as_array()
-        .and_then(|a| a.iter().find(|x| x["pid"] == pid))
-        .cloned()
-        .unwrap_or_else(|| panic!("pid {pid} not in kfdq ps: {text}"))
-}
+pub use super::sid::ps_entry;
 
 /// The stream kinds (`null`, `created`, ...) `kfdq ps` lists on each queue of an entry.
 pub fn ps_stream_kinds(entry: &serde_json::Value) -> Vec<Vec<String>> {
