@@ -12,7 +12,7 @@
 
 use std::cell::Cell;
 use std::ffi::{c_int, c_ulong, c_void};
-use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::atomic::Ordering;
 
 use kfd_sys as sys;
 use kfd_sys::zerocopy::{FromBytes, IntoBytes};
@@ -118,23 +118,14 @@ pub unsafe fn kfd_ioctl(fd: c_int, request: c_ulong, arg: *mut c_void) -> c_int 
     }
 }
 
-/// The last fd seen to be `/dev/kfd` (-1: none yet).
-static KFD_FD: AtomicI32 = AtomicI32::new(-1);
-
 /// True when `fd` is open on amdkfd's device (`…/dev/kfd`: the real node, or kfd-emu's under its
 /// mount point): the 'K' type byte alone is not enough (any driver or a pipe may be asked for
 /// it), and the shim must not initialise for a process that never opened KFD. One `readlink`
-/// per new fd; the answer for the KFD fd is cached.
+/// per queue ioctl (they are rare: creation, update, destruction), never a cached answer: a
+/// number the runtime closed may be open on another file by the next call.
 fn is_kfd_fd(fd: c_int) -> bool {
-    if fd >= 0 && KFD_FD.load(Ordering::Relaxed) == fd {
-        return true;
-    }
-    let target = std::fs::read_link(format!("/proc/self/fd/{fd}"));
-    let yes = target.is_ok_and(|p| p.ends_with("dev/kfd"));
-    if yes {
-        KFD_FD.store(fd, Ordering::Relaxed);
-    }
-    yes
+    fd >= 0
+        && std::fs::read_link(format!("/proc/self/fd/{fd}")).is_ok_and(|p| p.ends_with("dev/kfd"))
 }
 
 /// A compute queue type (PM4 or AQL): the kind a stream runs on. SDMA queues (the runtime's
@@ -316,6 +307,26 @@ unsafe fn destroy_queue(fd: c_int, request: c_ulong, arg: *mut c_void) -> c_int 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::fd::AsRawFd;
+
+    #[test]
+    fn a_reused_fd_number_is_not_taken_for_kfd() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        std::fs::create_dir(dir.path().join("dev")).expect("mkdir");
+        // A file whose path ends in dev/kfd passes (kfd-emu's node is such a path).
+        let kfd = std::fs::File::create(dir.path().join("dev/kfd")).expect("create");
+        let other = std::fs::File::create(dir.path().join("other")).expect("create");
+        let fd = kfd.as_raw_fd();
+        assert!(is_kfd_fd(fd));
+        assert!(!is_kfd_fd(other.as_raw_fd()));
+        // The same number, now open on another file (the runtime closed it and it was
+        // reused): no longer KFD.
+        // SAFETY: both are open fds this test owns; dup2 replaces `fd`'s file description,
+        // which `kfd` still owns and closes at drop (closing the other file then, harmlessly).
+        assert_eq!(unsafe { libc::dup2(other.as_raw_fd(), fd) }, fd);
+        assert!(!is_kfd_fd(fd));
+        assert!(!is_kfd_fd(-1));
+    }
 
     #[test]
     fn classifies_kfd_requests() {
