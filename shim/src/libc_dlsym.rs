@@ -78,15 +78,20 @@ fn default_definition(elf: &[u8], name: &[u8]) -> Option<usize> {
     })
 }
 
+/// The address in `slot`, after a first [`bootstrap`] if it is not known yet (0: not found).
+fn found(slot: &AtomicUsize) -> usize {
+    match slot.load(Ordering::Acquire) {
+        0 => {
+            bootstrap();
+            slot.load(Ordering::Acquire)
+        }
+        p => p,
+    }
+}
+
 /// glibc's `dlsym`, for the shim's own lookups on real handles (no substitution).
 pub fn dlsym_real(handle: *mut c_void, name: &CStr) -> *mut c_void {
-    let p = REAL_DLSYM.load(Ordering::Acquire);
-    let p = if p == 0 {
-        bootstrap();
-        REAL_DLSYM.load(Ordering::Acquire)
-    } else {
-        p
-    };
+    let p = found(&REAL_DLSYM);
     if p == 0 {
         return std::ptr::null_mut();
     }
@@ -98,13 +103,7 @@ pub fn dlsym_real(handle: *mut c_void, name: &CStr) -> *mut c_void {
 
 /// glibc's `dlvsym`, for the shim's own lookups on real handles (no substitution).
 pub fn dlvsym_real(handle: *mut c_void, name: &CStr, version: &CStr) -> *mut c_void {
-    let p = REAL_DLVSYM.load(Ordering::Acquire);
-    let p = if p == 0 {
-        bootstrap();
-        REAL_DLVSYM.load(Ordering::Acquire)
-    } else {
-        p
-    };
+    let p = found(&REAL_DLVSYM);
     if p == 0 {
         return std::ptr::null_mut();
     }

@@ -5,6 +5,20 @@ use kfdq::proto::Target;
 
 use crate::state::State;
 
+/// Every queue id of `qs` is one of this process's KFD queues, or the error naming the others.
+fn known_queues(st: &State, qs: &[u32]) -> Result<(), String> {
+    let unknown: Vec<u32> = qs
+        .iter()
+        .copied()
+        .filter(|q| st.queue(*q).is_none())
+        .collect();
+    if unknown.is_empty() {
+        Ok(())
+    } else {
+        Err(format!("no KFD queue {unknown:?} in this process"))
+    }
+}
+
 /// Stream ids a target names (level 1).
 pub fn streams_of(st: &State, t: &Target) -> Result<Vec<u64>, String> {
     match t {
@@ -24,14 +38,7 @@ pub fn streams_of(st: &State, t: &Target) -> Result<Vec<u64>, String> {
             }
         }
         Target::Queues(qs) => {
-            let unknown: Vec<u32> = qs
-                .iter()
-                .copied()
-                .filter(|q| st.queue(*q).is_none())
-                .collect();
-            if !unknown.is_empty() {
-                return Err(format!("no KFD queue {unknown:?} in this process"));
-            }
+            known_queues(st, qs)?;
             Ok(st
                 .streams
                 .iter()
@@ -52,16 +59,8 @@ pub fn queues_of(st: &State, t: &Target) -> Result<Vec<u32>, String> {
             .map(|q| q.id)
             .collect()),
         Target::Queues(qs) => {
-            let unknown: Vec<u32> = qs
-                .iter()
-                .copied()
-                .filter(|q| st.queue(*q).is_none())
-                .collect();
-            if unknown.is_empty() {
-                Ok(qs.clone())
-            } else {
-                Err(format!("no KFD queue {unknown:?} in this process"))
-            }
+            known_queues(st, qs)?;
+            Ok(qs.clone())
         }
         Target::Streams(ids) => {
             let mut out = Vec::new();

@@ -14,7 +14,7 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use common::kfdqd::{Agent, two_classes};
+use common::kfdqd::{Agent, two_classes, two_classes_with_hysteresis};
 use common::sid::{self, Running};
 use common::sid_libs::{self as libs, Built, Shimmed};
 use common::{Emu, shim_path, wait_for};
@@ -250,10 +250,7 @@ fn level_1(args: &[&str], pause: &str, passthrough: Option<&str>) -> Held {
     // longer than the usual 20 ms hysteresis, and the agent would release and re-hold the batch
     // job meanwhile: a 1 s hysteresis keeps one hold for the whole test, and the window below
     // checks that no command was sent during it.
-    let agent = Agent::start(
-        &emu,
-        &two_classes("hold").replace("hysteresis_ms = 20", "hysteresis_ms = 1000"),
-    );
+    let agent = Agent::start(&emu, &two_classes_with_hysteresis("hold", 1000));
     let mut argv = args.to_vec();
     argv.extend_from_slice(&["--pause", pause]);
     let Shimmed {

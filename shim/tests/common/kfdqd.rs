@@ -18,8 +18,14 @@ use super::{Emu, workspace_bin};
 /// Two classes: `latency` (rank 2, never preempted) above `batch` (rank 0) preempted at
 /// `level`; both selectable with KFDQ_CLASS; 20 ms hysteresis.
 pub fn two_classes(level: &str) -> String {
+    two_classes_with_hysteresis(level, 20)
+}
+
+/// [`two_classes`] with a hysteresis of `ms` (how long the latency class must stay idle before
+/// the batch class is released).
+pub fn two_classes_with_hysteresis(level: &str, ms: u32) -> String {
     format!(
-        "[agent]\nhysteresis_ms = 20\nmin_preempt_interval_ms = 1\n\n[[class]]\nname = \"latency\"\nrank = 2\npriority = 13\nmatch = {{ env = true }}\n\n[[class]]\nname = \"batch\"\nrank = 0\npriority = 3\nlevel = \"{level}\"\nmatch = {{ env = true }}\n"
+        "[agent]\nhysteresis_ms = {ms}\nmin_preempt_interval_ms = 1\n\n[[class]]\nname = \"latency\"\nrank = 2\npriority = 13\nmatch = {{ env = true }}\n\n[[class]]\nname = \"batch\"\nrank = 0\npriority = 3\nlevel = \"{level}\"\nmatch = {{ env = true }}\n"
     )
 }
 

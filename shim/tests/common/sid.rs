@@ -107,8 +107,9 @@ pub fn command(
     cmd
 }
 
-/// The test programs compiled in the root with its hipcc (once per test binary): `hip_check`
-/// and the Python extension `hipext`, in a directory bound at `/work`.
+/// Test programs compiled in a root with its hipcc (once per test binary), in a directory bound
+/// at `/work`: here `hip_check` and the Python extension `hipext`; the libraries' root's in
+/// `sid_libs`.
 pub struct Built {
     pub dir: tempfile::TempDir,
 }

@@ -9,8 +9,8 @@ use std::process::{Command, Output};
 use std::sync::OnceLock;
 
 use super::kfdqd::Agent;
-pub use super::sid::Shimmed;
 use super::sid::{self, Running};
+pub use super::sid::{Built, Shimmed};
 use super::{Emu, EmuConfig, Preset, mount_with, workspace_bin};
 
 /// The libraries' root. Missing: the test fails and says how to build it.
@@ -55,13 +55,6 @@ pub const ENV: [(&str, &str); 5] = [
     ("MIOPEN_DEBUG_CONV_IMPLICIT_GEMM", "0"),
     ("MIOPEN_DEBUG_CONV_FFT", "0"),
 ];
-
-/// The compiled programs, in a directory bound at `/work`.
-pub struct Built {
-    pub dir: tempfile::TempDir,
-}
-
-const SOURCES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/sid");
 
 /// Compiles libs_check, the libsext extension and hip_check (gfx90a) in the root (once).
 pub fn built(emu: &Emu, root: &Path) -> &'static Built {

@@ -13,7 +13,7 @@ pub struct Emu {
     // Field order: unmount before the directory is removed.
     /// The mount itself.
     pub emu: MountedEmu,
-    dir: tempfile::TempDir,
+    _dir: tempfile::TempDir,
 }
 
 /// Mounts kfd-emu with `config` for the running test (which must be privileged: see
@@ -30,7 +30,7 @@ pub fn mount(config: EmuConfig) -> Emu {
             crate::privileged::current_test()
         )
     });
-    Emu { emu, dir }
+    Emu { emu, _dir: dir }
 }
 
 /// Mounts kfd-emu with `preset` and defaults otherwise.
@@ -77,11 +77,6 @@ impl Emu {
     /// A file below the mount point, as text.
     pub fn read(&self, rel: &str) -> String {
         std::fs::read_to_string(self.path(rel)).unwrap_or_else(|e| panic!("read {rel}: {e}"))
-    }
-
-    /// A scratch directory beside the mount, removed with it.
-    pub fn scratch(&self) -> &Path {
-        self.dir.path()
     }
 
     /// The emulator's statistics now.

@@ -31,23 +31,30 @@ pub fn wait_until(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
     }
 }
 
+/// Calls `step` until it succeeds or `limit` passes, the interval growing from [`POLL`] to
+/// 50 ms; the last failure after the deadline.
+fn poll_growing<T, E>(limit: Duration, mut step: impl FnMut() -> Result<T, E>) -> Result<T, E> {
+    let deadline = Instant::now() + limit;
+    let mut poll = POLL;
+    loop {
+        let failed = match step() {
+            Ok(v) => return Ok(v),
+            Err(e) => e,
+        };
+        if Instant::now() >= deadline {
+            return Err(failed);
+        }
+        std::thread::sleep(poll);
+        poll = (poll * 2).min(Duration::from_millis(50));
+    }
+}
+
 /// Polls `f` until it returns a value and returns it; fails the test naming `what` after
 /// `limit`. The poll interval grows from [`POLL`] to 50 ms, for conditions that cost a request
 /// (an HTTP scrape, a query).
 pub fn wait_value<T>(what: &str, limit: Duration, mut f: impl FnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + limit;
-    let mut poll = POLL;
-    loop {
-        if let Some(v) = f() {
-            return v;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "timed out after {limit:?} waiting for {what}"
-        );
-        std::thread::sleep(poll);
-        poll = (poll * 2).min(Duration::from_millis(50));
-    }
+    poll_growing(limit, || f().ok_or(()))
+        .unwrap_or_else(|()| panic!("timed out after {limit:?} waiting for {what}"))
 }
 
 /// Reads a state with `get` until `cond` holds on it and returns it; fails the test naming
@@ -59,18 +66,9 @@ pub fn wait_state<S: std::fmt::Debug>(
     mut get: impl FnMut() -> S,
     mut cond: impl FnMut(&S) -> bool,
 ) -> S {
-    let deadline = Instant::now() + limit;
-    let mut poll = POLL;
-    loop {
+    poll_growing(limit, || {
         let s = get();
-        if cond(&s) {
-            return s;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "timed out after {limit:?} waiting for {what}; last state:\n{s:#?}"
-        );
-        std::thread::sleep(poll);
-        poll = (poll * 2).min(Duration::from_millis(50));
-    }
+        if cond(&s) { Ok(s) } else { Err(s) }
+    })
+    .unwrap_or_else(|s| panic!("timed out after {limit:?} waiting for {what}; last state:\n{s:#?}"))
 }
