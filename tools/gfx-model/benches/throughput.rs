@@ -1,14 +1,24 @@
-//! How fast the model simulates: work-group events and dispatch completions per second of this
-//! machine's time. `cargo bench -p gfx-model` prints a table (docs/performance.md).
+//! How fast the model simulates: work-group and batch events and dispatch completions per second
+//! of this machine's time, batched (`Partition::new`) and one work-group at a time
+//! (`Partition::per_workgroup`). `cargo bench -p gfx-model` prints a table
+//! (docs/performance.md).
 
 use std::time::Instant;
 
-use gfx_model::{Dispatch, Edit, Params, Partition, Shape};
+use gfx_model::{Dispatch, Edit, Params, Partition, PartitionStats, Shape};
 
 /// One scenario: `queues` queues on an MI308X partition, each keeping `depth` packets of
-/// `wgs` one-wave work-groups of `wg_ns` queued, until `packets` packets completed.
-fn run(queues: u64, depth: u64, wgs: u64, wg_ns: u64, packets: u64) -> (u64, u64, f64) {
-    let mut p = Partition::new(Shape::mi308x(), Params::default());
+/// `wgs` work-groups of `waves` waves and `wg_ns` queued, until `packets` packets completed.
+/// Returns the model's counters, the packets completed and the seconds it took.
+fn run(
+    batched: bool,
+    (queues, depth, wgs, waves, wg_ns, packets): (u64, u64, u64, u32, u64, u64),
+) -> (PartitionStats, u64, f64) {
+    let mut p = if batched {
+        Partition::new(Shape::mi308x(), Params::default())
+    } else {
+        Partition::per_workgroup(Shape::mi308x(), Params::default())
+    };
     let edits: Vec<Edit> = (0..queues)
         .map(|q| Edit::Add {
             queue: q,
@@ -20,7 +30,7 @@ fn run(queues: u64, depth: u64, wgs: u64, wg_ns: u64, packets: u64) -> (u64, u64
     let d = |tag| Dispatch {
         tag,
         workgroups: wgs,
-        waves_per_wg: 1,
+        waves_per_wg: waves,
         wg_ns,
         barrier: true,
     };
@@ -43,35 +53,53 @@ fn run(queues: u64, depth: u64, wgs: u64, wg_ns: u64, packets: u64) -> (u64, u64
         }
     }
     let secs = start.elapsed().as_secs_f64();
-    (p.stats().wg_events, done, secs)
+    (p.stats(), done, secs)
 }
 
 fn main() {
     println!("gfx-model throughput (release build; MI308X partition: 80 CUs x 32 wave slots)");
     println!(
-        "{:<44} {:>12} {:>12} {:>14} {:>16}",
-        "scenario", "wg events", "packets", "wg events/s", "completions/s"
+        "{:<46} {:<14} {:>11} {:>12} {:>9} {:>8} {:>15} {:>15}",
+        "scenario",
+        "stepping",
+        "wg events",
+        "batch events",
+        "packets",
+        "wall s",
+        "batch events/s",
+        "completions/s"
     );
-    for (name, queues, depth, wgs, wg_ns, packets) in [
-        ("4 queues, 1024-group dispatches", 4, 2, 1024, 50_000, 4_000),
-        ("24 queues, 64-group dispatches", 24, 4, 64, 20_000, 40_000),
+    for (name, case) in [
+        (
+            "1 queue, 20480 4-wave groups of 1 ms",
+            (1, 2, 20_480, 4, 1_000_000, 200),
+        ),
+        (
+            "4 queues, 1024-group dispatches",
+            (4, 2, 1024, 1, 50_000, 4_000),
+        ),
+        (
+            "24 queues, 64-group dispatches",
+            (24, 4, 64, 1, 20_000, 40_000),
+        ),
         (
             "8 queues, 1-group dispatches (launch bound)",
-            8,
-            8,
-            1,
-            5_000,
-            1_000_000,
+            (8, 8, 1, 1, 5_000, 1_000_000),
         ),
     ] {
-        let (events, done, secs) = run(queues, depth, wgs, wg_ns, packets);
-        println!(
-            "{:<44} {:>12} {:>12} {:>14.3e} {:>16.3e}",
-            name,
-            events,
-            done,
-            events as f64 / secs,
-            done as f64 / secs
-        );
+        for batched in [true, false] {
+            let (stats, done, secs) = run(batched, case);
+            println!(
+                "{:<46} {:<14} {:>11} {:>12} {:>9} {:>8.3} {:>15.3e} {:>15.3e}",
+                name,
+                if batched { "batched" } else { "per work-group" },
+                stats.wg_events,
+                stats.batch_events,
+                done,
+                secs,
+                stats.batch_events as f64 / secs,
+                done as f64 / secs
+            );
+        }
     }
 }

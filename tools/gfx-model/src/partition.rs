@@ -3,6 +3,15 @@
 //! Time is virtual nanoseconds and only moves when the caller says so ([`Partition::advance_to`]);
 //! everything a call does happens at the model's current time. The same calls give the same
 //! events, in the same order.
+//!
+//! Work-groups are simulated in batches: the work-groups of one packet that one dispatch turn
+//! places together start at the same time, run for the same time and so end together, and the
+//! model keeps them as one entry (one heap event, one placement pass over the CUs) instead of
+//! one per work-group. A batch forms where the one-at-a-time dispatcher would have launched
+//! those work-groups in a row: the queue is the only one of the highest arbitration rank with
+//! work (otherwise the queues take turns, one work-group each, as before). The results are the
+//! per-work-group model's, event for event ([`Partition::per_workgroup`] steps that way and the
+//! tests compare the two).
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap, VecDeque};
@@ -58,11 +67,13 @@ struct Packet {
     start: Option<u64>,
 }
 
+/// Context-saved work-groups of one packet, waiting to be restored in order.
 #[derive(Debug, Clone, Copy)]
 struct Saved {
     pseq: u64,
     remaining: u64,
     waves: u32,
+    count: u64,
 }
 
 #[derive(Debug, Clone)]
@@ -74,8 +85,10 @@ struct Queue {
     mask: Option<Vec<bool>>,
     packets: VecDeque<Packet>,
     next_pseq: u64,
+    /// The first packet not fully launched: every earlier one has launched all its work-groups.
+    launch_pseq: u64,
     saved: VecDeque<Saved>,
-    running: u32,
+    running: u64,
     busy_since: u64,
     stats: QueueStats,
 }
@@ -89,10 +102,9 @@ impl Queue {
 
     /// Index of the next packet that may launch a work-group now, if any.
     fn launchable(&self, now: u64) -> Option<usize> {
-        let i = self.packets.iter().position(|p| {
-            p.launched < p.d.workgroups || (p.d.workgroups == 0 && p.start.is_none())
-        })?;
-        let p = &self.packets[i];
+        let front = self.packets.front()?.pseq;
+        let i = usize::try_from(self.launch_pseq.checked_sub(front)?).ok()?;
+        let p = self.packets.get(i)?;
         if p.submit > now {
             return None;
         }
@@ -107,13 +119,16 @@ impl Queue {
     }
 }
 
-#[derive(Debug, Clone, Copy)]
+/// Work-groups of one packet that started together and end together, with where they run.
+#[derive(Debug, Clone)]
 struct Running {
     queue: QueueKey,
     pseq: u64,
-    cu: u32,
     waves: u32,
     end: u64,
+    count: u64,
+    /// (CU, work-groups on it).
+    cus: Vec<(u32, u32)>,
 }
 
 /// One GPU partition: queues, runlist, CUs and the work-groups running on them.
@@ -124,11 +139,28 @@ pub struct Partition {
     now: u64,
     queues: Vec<Queue>,
     cu_free: Vec<u32>,
+    /// Bit c: CU c has a free wave slot (so a search for room skips full CUs a word at a time).
+    room: Vec<u64>,
     free_total: u64,
     slots_per_cu: u32,
     cu_cursor: usize,
+    /// Running batches by the sequence number of their last work-group (launch order).
     running: BTreeMap<u64, Running>,
     heap: BinaryHeap<Reverse<(u64, u64)>>,
+    /// Whether a dispatch turn may place several work-groups at once (false: one at a time).
+    batching: bool,
+    /// Batches started by the dispatch pass under way, keyed like `running`.
+    pending: Vec<(u64, Running)>,
+    /// Per queue, its batch in `pending` that a further work-group of the same packet joins.
+    open: Vec<Option<usize>>,
+    /// Scratch of `place`: per CU, how many work-groups of the size being placed it can take;
+    /// the CUs by that number; and the first by free slots for `fit_waves`-wave work-groups.
+    fits: Vec<u32>,
+    fit_counts: Vec<u64>,
+    fit_of: Vec<u32>,
+    fit_waves: u32,
+    /// Placement lists of ended batches, kept for new ones.
+    spare_cus: Vec<Vec<(u32, u32)>>,
     next_seq: u64,
     stall_until: u64,
     rr: usize,
@@ -158,11 +190,29 @@ impl Partition {
             now: 0,
             queues: Vec::new(),
             cu_free: vec![slots; cus],
+            room: (0..cus.div_ceil(64))
+                .map(|w| {
+                    let bits = (cus - w * 64).min(64);
+                    if bits == 64 {
+                        u64::MAX
+                    } else {
+                        (1u64 << bits) - 1
+                    }
+                })
+                .collect(),
             free_total: u64::from(slots) * cus as u64,
             slots_per_cu: slots,
             cu_cursor: 0,
             running: BTreeMap::new(),
             heap: BinaryHeap::new(),
+            batching: true,
+            pending: Vec::new(),
+            open: Vec::new(),
+            fits: Vec::new(),
+            fit_counts: Vec::new(),
+            fit_of: Vec::new(),
+            fit_waves: 0,
+            spare_cus: Vec::new(),
             next_seq: 0,
             stall_until: 0,
             rr: 0,
@@ -174,6 +224,15 @@ impl Partition {
             occ_since: 0,
             occupancy: None,
             stats: PartitionStats::default(),
+        }
+    }
+
+    /// The same model, stepped one work-group at a time: every work-group is its own event.
+    /// Slower, with the same results as [`Partition::new`]'s batches; the tests check that.
+    pub fn per_workgroup(shape: Shape, params: Params) -> Self {
+        Partition {
+            batching: false,
+            ..Self::new(shape, params)
         }
     }
 
@@ -217,9 +276,9 @@ impl Partition {
     }
 
     /// Work-groups of the queue now running, and saved (waiting to be restored).
-    pub fn queue_load(&self, queue: QueueKey) -> Option<(u32, usize)> {
+    pub fn queue_load(&self, queue: QueueKey) -> Option<(u64, u64)> {
         let q = self.queues.iter().find(|q| q.key == queue)?;
-        Some((q.running, q.saved.len()))
+        Some((q.running, q.saved.iter().map(|s| s.count).sum()))
     }
 
     /// Packets submitted to the queue and not yet complete.
@@ -349,29 +408,44 @@ impl Partition {
         self.dispatch();
     }
 
-    fn free(&mut self, r: &Running) {
+    fn free(&mut self, r: &mut Running) {
         self.account_occupancy();
-        self.cu_free[r.cu as usize] += r.waves;
-        self.free_total += u64::from(r.waves);
+        let mut cus = std::mem::take(&mut r.cus);
+        // The room bits are gathered per word: the list runs in CU order from some CU on.
+        let (mut word, mut bits) = (0usize, 0u64);
+        for &(cu, n) in &cus {
+            let cu = cu as usize;
+            self.cu_free[cu] += n * r.waves;
+            if cu / 64 != word {
+                self.room[word] |= bits;
+                (word, bits) = (cu / 64, 0);
+            }
+            bits |= 1 << (cu % 64);
+        }
+        self.room[word] |= bits;
+        cus.clear();
+        self.spare_cus.push(cus);
+        self.free_total += r.count * u64::from(r.waves);
         self.note_occupancy();
+        self.stats.batch_events += 1;
     }
 
-    fn finish(&mut self, r: Running) {
-        self.free(&r);
+    fn finish(&mut self, mut r: Running) {
+        self.free(&mut r);
         let now = self.now;
         let Some(i) = self.index(r.queue) else {
             return;
         };
         let q = &mut self.queues[i];
-        q.running -= 1;
+        q.running -= r.count;
         if q.running == 0 {
             q.stats.busy_ns += now - q.busy_since;
         }
-        q.stats.wgs_completed += 1;
+        q.stats.wgs_completed += r.count;
         if let Some(p) = q.packet_mut(r.pseq) {
-            p.done += 1;
+            p.done += r.count;
         }
-        self.stats.wg_events += 1;
+        self.stats.wg_events += r.count;
         self.retire(i, r.pseq);
     }
 
@@ -460,14 +534,14 @@ impl Partition {
             .collect();
         let mut waves = 0u64;
         for seq in seqs {
-            let Some(r) = self.running.remove(&seq) else {
+            let Some(mut r) = self.running.remove(&seq) else {
                 continue;
             };
-            self.free(&r);
+            self.free(&mut r);
             let now = self.now;
             if let Some(i) = self.index(r.queue) {
                 let q = &mut self.queues[i];
-                q.running -= 1;
+                q.running -= r.count;
                 if q.running == 0 {
                     q.stats.busy_ns += now - q.busy_since;
                 }
@@ -475,9 +549,10 @@ impl Partition {
                     pseq: r.pseq,
                     remaining: r.end.saturating_sub(at).max(1),
                     waves: r.waves,
+                    count: r.count,
                 });
-                q.stats.wgs_saved += 1;
-                waves += u64::from(r.waves);
+                q.stats.wgs_saved += r.count;
+                waves += r.count * u64::from(r.waves);
             }
         }
         // Lazily drop the heap entries of saved work-groups.
@@ -524,7 +599,7 @@ impl Partition {
                 .iter()
                 .filter(|q| q.active && q.resident)
                 .flat_map(|q| q.saved.iter())
-                .map(|s| u64::from(s.waves))
+                .map(|s| s.count * u64::from(s.waves))
                 .sum();
             cost.resume_ns = self.now
                 + self.params.preempt_fixed_ns
@@ -552,6 +627,7 @@ impl Partition {
                         mask: None,
                         packets: VecDeque::new(),
                         next_pseq: 0,
+                        launch_pseq: 0,
                         saved: VecDeque::new(),
                         running: 0,
                         busy_since: 0,
@@ -570,8 +646,8 @@ impl Partition {
                         .map(|(s, _)| *s)
                         .collect();
                     for s in seqs {
-                        if let Some(r) = self.running.remove(&s) {
-                            self.free(&r);
+                        if let Some(mut r) = self.running.remove(&s) {
+                            self.free(&mut r);
                         }
                     }
                     self.queues.remove(i);
@@ -603,9 +679,10 @@ impl Partition {
         }
     }
 
-    /// Picks the next queue to launch a work-group from, among resident, active, unblocked
-    /// queues with work, by the arbitration rule.
-    fn pick(&self) -> Option<usize> {
+    /// Picks the next queue to launch from, among resident, active, unblocked queues with work,
+    /// by the arbitration rule; and whether it is the only one of its rank (then it keeps the
+    /// dispatcher until it runs out of work or of room).
+    fn pick(&self) -> Option<(usize, bool)> {
         let n = self.queues.len();
         let eligible = |i: usize| {
             let q = &self.queues[i];
@@ -620,33 +697,148 @@ impl Partition {
             }
         };
         let mut best: Option<(u8, usize)> = None;
-        for k in 0..n {
-            let i = (self.rr + k) % n;
+        let mut alone = true;
+        let rr = if n == 0 { 0 } else { self.rr % n };
+        for i in (rr..n).chain(0..rr) {
             if !eligible(i) {
                 continue;
             }
             let r = rank(i);
-            if best.is_none_or(|(b, _)| r > b) {
-                best = Some((r, i));
+            match best {
+                Some((b, _)) if r < b => {}
+                Some((b, _)) if r == b => alone = false,
+                _ => {
+                    best = Some((r, i));
+                    alone = true;
+                }
             }
         }
-        best.map(|(_, i)| i)
+        best.map(|(_, i)| (i, alone))
     }
 
-    fn find_cu(&mut self, i: usize, waves: u32) -> Option<usize> {
-        if u64::from(waves) > self.free_total || waves > self.slots_per_cu {
-            return None;
+    /// Places up to `want` work-groups of `waves` waves for queue `i` on the CUs its mask
+    /// allows, exactly where the dispatcher would put them one after the other: each on the next
+    /// CU, from the cursor on, that has room, so a pass around the CUs gives each CU with room
+    /// one work-group. Returns how many were placed and where.
+    fn place(&mut self, i: usize, waves: u32, want: u64) -> (u64, Vec<(u32, u32)>) {
+        if want == 0 || u64::from(waves) > self.free_total || waves > self.slots_per_cu {
+            return (0, Vec::new());
         }
+        // Occupancy is integrated up to now before the slots change (splitting it is exact).
+        self.account_occupancy();
         let n = self.cu_free.len();
+        let start = self.cu_cursor;
         let mask = self.queues[i].mask.as_deref();
-        for k in 0..n {
-            let c = (self.cu_cursor + k) % n;
-            if self.cu_free[c] >= waves && mask.is_none_or(|m| m[c]) {
-                self.cu_cursor = (c + 1) % n;
-                return Some(c);
+        let allowed = |c: usize| mask.is_none_or(|m| m[c]);
+        let mut cus = self.spare_cus.pop().unwrap_or_default();
+        if want == 1 {
+            // One work-group: the first CU from the cursor with room.
+            let (room, cu_free) = (&self.room, &self.cu_free);
+            let fits = |c: usize| cu_free[c] >= waves && allowed(c);
+            let Some(c) = first_with_room(room, start, n, fits)
+                .or_else(|| first_with_room(room, 0, start, fits))
+            else {
+                self.spare_cus.push(cus);
+                return (0, Vec::new());
+            };
+            self.cu_free[c] -= waves;
+            self.set_room(c);
+            self.free_total -= u64::from(waves);
+            self.cu_cursor = if c + 1 == n { 0 } else { c + 1 };
+            cus.push((c as u32, 1));
+            return (1, cus);
+        }
+        // How many work-groups of this size each CU can take (a table by free slots, so no
+        // division per CU), and fit_counts[v]: the CUs that can take exactly v.
+        if self.fit_waves != waves {
+            self.fit_waves = waves;
+            self.fit_of = (0..=self.slots_per_cu).map(|f| f / waves).collect();
+        }
+        let most = (self.slots_per_cu / waves) as usize;
+        self.fit_counts.clear();
+        self.fit_counts.resize(most + 1, 0);
+        self.fits.clear();
+        // Counted in runs of equal values: CUs mostly have the same room.
+        let (mut run_fit, mut run_len) = (0u32, 0u64);
+        for (c, &free) in self.cu_free.iter().enumerate() {
+            let f = if mask.is_none_or(|m| m[c]) {
+                self.fit_of[free as usize]
+            } else {
+                0
+            };
+            self.fits.push(f);
+            if f != run_fit {
+                self.fit_counts[run_fit as usize] += run_len;
+                (run_fit, run_len) = (f, 0);
+            }
+            run_len += 1;
+        }
+        self.fit_counts[run_fit as usize] += run_len;
+        // Whole passes: pass k places one work-group on each CU with room for more than k.
+        let mut left = want;
+        let mut passes = 0u32;
+        let mut in_pass = n as u64 - self.fit_counts[0];
+        while in_pass > 0 && left >= in_pass {
+            left -= in_pass;
+            passes += 1;
+            in_pass -= self.fit_counts[passes as usize];
+        }
+        // Then a partial pass of `left` work-groups, unless every CU is full.
+        let mut partial = if in_pass > 0 { left } else { 0 };
+        let placed = want - left + partial;
+        if placed == 0 {
+            self.spare_cus.push(cus);
+            return (0, Vec::new());
+        }
+        // The last work-group goes to the partial pass's last CU, or else to the last CU (from
+        // the cursor on) that took a whole pass's work-group.
+        let mut last = None;
+        // CUs left full lose their room bit; the bits are gathered per word (CU order).
+        let (mut word, mut full) = (start / 64, 0u64);
+        cus.reserve(n);
+        for range in [start..n, 0..start] {
+            for c in range {
+                let f = self.fits[c];
+                let mut give = f.min(passes);
+                if partial > 0 && f > passes {
+                    partial -= 1;
+                    give += 1;
+                    if partial == 0 {
+                        last = Some(c);
+                    }
+                }
+                if give > 0 {
+                    self.cu_free[c] -= give * waves;
+                    if c / 64 != word {
+                        self.room[word] &= !full;
+                        (word, full) = (c / 64, 0);
+                    }
+                    full |= u64::from(self.cu_free[c] == 0) << (c % 64);
+                    cus.push((c as u32, give));
+                }
             }
         }
-        None
+        self.room[word] &= !full;
+        let last = last.unwrap_or_else(|| {
+            (start..n)
+                .chain(0..start)
+                .rev()
+                .find(|&c| self.fits[c] >= passes)
+                .unwrap_or(start)
+        });
+        self.free_total -= placed * u64::from(waves);
+        self.cu_cursor = if last + 1 == n { 0 } else { last + 1 };
+        (placed, cus)
+    }
+
+    /// Updates CU `c`'s bit in `room` after its free slots changed.
+    fn set_room(&mut self, c: usize) {
+        let bit = 1u64 << (c % 64);
+        if self.cu_free[c] > 0 {
+            self.room[c / 64] |= bit;
+        } else {
+            self.room[c / 64] &= !bit;
+        }
     }
 
     /// Launches work-groups while slots and eligible queues allow.
@@ -654,102 +846,198 @@ impl Partition {
         if self.unmapping || self.now < self.stall_until {
             return;
         }
+        let n = self.queues.len();
         self.blocked.clear();
-        self.blocked.resize(self.queues.len(), false);
-        while let Some(i) = self.pick() {
-            if self.launch_one(i) {
-                self.rr = (i + 1) % self.queues.len().max(1);
-            } else {
+        self.blocked.resize(n, false);
+        self.open.clear();
+        self.open.resize(n, None);
+        while let Some((i, alone)) = self.pick() {
+            let limit = if self.batching && alone { u64::MAX } else { 1 };
+            let (launched, blocked) = self.launch(i, limit);
+            if launched {
+                self.rr = (i + 1) % n.max(1);
+            }
+            if blocked || !launched {
                 self.blocked[i] = true;
             }
         }
+        for (seq, r) in self.pending.drain(..) {
+            self.heap.push(Reverse((r.end, seq)));
+            self.running.insert(seq, r);
+        }
     }
 
-    fn start_wg(&mut self, i: usize, cu: usize, pseq: u64, waves: u32, ns: u64) {
-        self.account_occupancy();
-        self.cu_free[cu] -= waves;
-        self.free_total -= u64::from(waves);
+    /// Starts `count` work-groups of packet `pseq` of queue `i`, placed on `cus`, each running
+    /// `ns`: a new batch, or more of the one the queue started in this pass for the same packet
+    /// with the same end.
+    fn start_batch(
+        &mut self,
+        i: usize,
+        pseq: u64,
+        waves: u32,
+        ns: u64,
+        count: u64,
+        cus: Vec<(u32, u32)>,
+    ) {
         self.note_occupancy();
         let used = self.used_slots();
         self.stats.peak_occupied_slots = self
             .stats
             .peak_occupied_slots
             .max(u32::try_from(used).unwrap_or(u32::MAX));
-        self.stats.wg_events += 1;
+        self.stats.wg_events += count;
         let now = self.now;
+        let end = now + ns.max(1);
         let q = &mut self.queues[i];
         if q.running == 0 {
             q.busy_since = now;
         }
-        q.running += 1;
-        let seq = self.next_seq;
-        self.next_seq += 1;
-        let end = now + ns.max(1);
-        self.running.insert(
+        q.running += count;
+        let key = q.key;
+        self.next_seq += count;
+        let seq = self.next_seq - 1;
+        if self.batching
+            && let Some(k) = self.open[i]
+            && let (_, b) = &mut self.pending[k]
+            && b.pseq == pseq
+            && b.waves == waves
+            && b.end == end
+        {
+            b.count += count;
+            b.cus.extend(cus);
+            self.pending[k].0 = seq;
+            return;
+        }
+        self.stats.batch_events += 1;
+        self.open[i] = Some(self.pending.len());
+        self.pending.push((
             seq,
             Running {
-                queue: q.key,
+                queue: key,
                 pseq,
-                cu: cu as u32,
                 waves,
                 end,
+                count,
+                cus,
             },
-        );
-        self.heap.push(Reverse((end, seq)));
+        ));
     }
 
-    /// Launches one work-group of queue `i` (a saved one first). False: it has none that fits.
-    fn launch_one(&mut self, i: usize) -> bool {
-        if let Some(s) = self.queues[i].saved.front().copied() {
-            let Some(cu) = self.find_cu(i, s.waves) else {
-                return false;
+    /// Launches up to `limit` work-groups of queue `i`: its saved ones first, then its packets
+    /// in order, the work-groups of each placed together. Returns whether it launched any, and
+    /// whether it stopped because the next one did not fit.
+    fn launch(&mut self, i: usize, limit: u64) -> (bool, bool) {
+        let mut left = limit;
+        let mut launched = false;
+        while left > 0 {
+            if let Some(s) = self.queues[i].saved.front().copied() {
+                let want = s.count.min(left);
+                let (n, cus) = self.place(i, s.waves, want);
+                if n == 0 {
+                    return (launched, true);
+                }
+                let q = &mut self.queues[i];
+                match q.saved.front_mut() {
+                    Some(f) if f.count > n => f.count -= n,
+                    _ => {
+                        q.saved.pop_front();
+                    }
+                }
+                q.stats.wgs_restored += n;
+                self.stats.waves_restored += n * u64::from(s.waves);
+                self.start_batch(i, s.pseq, s.waves, s.remaining, n, cus);
+                launched = true;
+                left -= n;
+                if n < want {
+                    return (true, true);
+                }
+                continue;
+            }
+            let now = self.now;
+            let Some(pi) = self.queues[i].launchable(now) else {
+                return (launched, false);
             };
-            self.queues[i].saved.pop_front();
-            self.queues[i].stats.wgs_restored += 1;
-            self.stats.waves_restored += u64::from(s.waves);
-            self.start_wg(i, cu, s.pseq, s.waves, s.remaining);
-            return true;
-        }
-        let now = self.now;
-        let Some(pi) = self.queues[i].launchable(now) else {
-            return false;
-        };
-        let (pseq, waves, ns, empty) = {
-            let p = &self.queues[i].packets[pi];
-            let ns = if p.d.wg_ns == 0 {
-                self.params.default_wg_ns
-            } else {
-                p.d.wg_ns
+            let (pseq, waves, ns, todo) = {
+                let p = &self.queues[i].packets[pi];
+                let ns = if p.d.wg_ns == 0 {
+                    self.params.default_wg_ns
+                } else {
+                    p.d.wg_ns
+                };
+                (
+                    p.pseq,
+                    p.d.waves_per_wg.max(1),
+                    ns,
+                    p.d.workgroups - p.launched,
+                )
             };
-            (p.pseq, p.d.waves_per_wg.max(1), ns, p.d.workgroups == 0)
-        };
-        if empty {
-            // No work-groups: it completes as soon as it may start.
+            if todo == 0 {
+                // No work-groups: it completes as soon as it may start.
+                let q = &mut self.queues[i];
+                q.launch_pseq = pseq + 1;
+                let p = &mut q.packets[pi];
+                p.start = Some(now);
+                p.done = COMPLETED;
+                let c = Completion {
+                    queue: q.key,
+                    tag: p.d.tag,
+                    submit_ns: p.submit,
+                    start_ns: now,
+                    end_ns: now,
+                };
+                q.stats.packets_completed += 1;
+                self.completions.push(c);
+                self.retire(i, pseq);
+                launched = true;
+                left -= 1;
+                continue;
+            }
+            let want = todo.min(left);
+            let (n, cus) = self.place(i, waves, want);
+            if n == 0 {
+                return (launched, true);
+            }
             let q = &mut self.queues[i];
             let p = &mut q.packets[pi];
-            p.start = Some(now);
-            p.done = COMPLETED;
-            let c = Completion {
-                queue: q.key,
-                tag: p.d.tag,
-                submit_ns: p.submit,
-                start_ns: now,
-                end_ns: now,
-            };
-            q.stats.packets_completed += 1;
-            self.completions.push(c);
-            self.retire(i, pseq);
-            return true;
+            p.launched += n;
+            p.start.get_or_insert(now);
+            if p.launched == p.d.workgroups {
+                q.launch_pseq = pseq + 1;
+            }
+            q.stats.wgs_launched += n;
+            self.start_batch(i, pseq, waves, ns, n, cus);
+            launched = true;
+            left -= n;
+            if n < want {
+                return (true, true);
+            }
         }
-        let Some(cu) = self.find_cu(i, waves) else {
-            return false;
-        };
-        let q = &mut self.queues[i];
-        let p = &mut q.packets[pi];
-        p.launched += 1;
-        p.start.get_or_insert(now);
-        q.stats.wgs_launched += 1;
-        self.start_wg(i, cu, pseq, waves, ns);
-        true
+        (launched, false)
     }
+}
+
+/// The first CU in `lo..hi` whose bit in `room` is set and that `fits` accepts.
+fn first_with_room(
+    room: &[u64],
+    lo: usize,
+    hi: usize,
+    fits: impl Fn(usize) -> bool,
+) -> Option<usize> {
+    let mut c = lo;
+    while c < hi {
+        let word = room[c / 64] >> (c % 64);
+        if word == 0 {
+            c = (c / 64 + 1) * 64;
+            continue;
+        }
+        let candidate = c + word.trailing_zeros() as usize;
+        if candidate >= hi {
+            return None;
+        }
+        if fits(candidate) {
+            return Some(candidate);
+        }
+        c = candidate + 1;
+    }
+    None
 }

@@ -49,8 +49,12 @@ pub struct PartitionStats {
     pub waves_saved: u64,
     /// Waves restored.
     pub waves_restored: u64,
-    /// Work-group starts and ends processed (the simulation's unit of work).
+    /// Work-group starts and ends: each work-group counts, also where the model moved it in a
+    /// batch.
     pub wg_events: u64,
+    /// Batch starts and ends: the simulation's unit of work (a batch is the work-groups of one
+    /// packet that start on one dispatch turn and end together; see `Partition`).
+    pub batch_events: u64,
     /// Integral of occupied wave slots over time (slot-ns): divided by
     /// `elapsed x total slots`, the mean occupancy.
     pub occupied_slot_ns: u128,

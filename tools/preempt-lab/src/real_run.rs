@@ -206,6 +206,7 @@ impl DemoPhase {
             preempt_latency_us: Vec::new(),
             completions: self.hp_latency_us.len() as u64 + self.lp_done.unwrap_or(0),
             wg_events: 0,
+            batch_events: 0,
             // A real run records no model timeline (its plots would need the workloads' own
             // timestamps).
             timeline: None,

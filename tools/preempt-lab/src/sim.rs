@@ -132,8 +132,11 @@ pub struct RunResult {
     pub preempt_latency_us: Vec<f64>,
     /// Dispatches completed (both jobs): the simulation's unit of work.
     pub completions: u64,
-    /// Work-group starts and ends the partition model processed (its cost).
+    /// Work-group starts and ends the partition model accounted for.
     pub wg_events: u64,
+    /// Batch starts and ends the partition model processed (its cost; a batch is work-groups
+    /// that start together and end together).
+    pub batch_events: u64,
     /// LP completions and preempt marks over time, when the setup asked for them.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub timeline: Option<Timeline>,
@@ -315,6 +318,7 @@ impl<'a> Sim<'a> {
                 preempt_latency_us: Vec::new(),
                 completions: 0,
                 wg_events: 0,
+                batch_events: 0,
                 timeline: s.timeline.then(Timeline::default),
             },
         };
@@ -415,7 +419,9 @@ impl<'a> Sim<'a> {
         }
         self.r.elapsed_ns = self.p.now();
         self.r.device_preempts = self.p.stats().device_preempts - preempts_before;
-        self.r.wg_events = self.p.stats().wg_events;
+        let stats = self.p.stats();
+        self.r.wg_events = stats.wg_events;
+        self.r.batch_events = stats.batch_events;
         if let Some(tl) = self.r.timeline.as_mut() {
             tl.end_ns = self.r.elapsed_ns;
         }
