@@ -6,15 +6,20 @@ mod common;
 
 use common::*;
 
-#[test]
-#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
-fn the_demo_reports_every_number_and_level_2_beats_no_control() {
-    test_support::require_root();
-    // The demo looks for its workloads by name in --workloads.
+/// The demo looks for its workloads by name in --workloads: the fakehip programs, linked there.
+fn workloads() -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
     for (name, program) in [("kfdq-latency", "latency"), ("kfdq-flood", "flood")] {
         std::os::unix::fs::symlink(programs().get(program), dir.path().join(name)).unwrap();
     }
+    dir
+}
+
+#[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
+fn the_demo_reports_every_number_and_level_2_beats_no_control() {
+    test_support::require_root();
+    let dir = workloads();
     let out = std::process::Command::new(workspace_bin("kfdq"))
         .args([
             "demo",
@@ -35,6 +40,10 @@ fn the_demo_reports_every_number_and_level_2_beats_no_control() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "kfdq demo failed:\n{stderr}");
     assert!(stderr.contains("[4/4]"), "progress on stderr: {stderr}");
+    assert!(
+        !stderr.contains("logs are kept"),
+        "a successful demo removes its temporary logs: {stderr}"
+    );
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON on stdout");
     assert_eq!(v["emulator"], true);
     let phases = v["phases"].as_array().unwrap();
@@ -85,5 +94,47 @@ fn the_demo_reports_every_number_and_level_2_beats_no_control() {
     assert!(
         ctl < 0.6 * unc,
         "level 2 P99 x{ctl:.2} vs uncontrolled x{unc:.2}"
+    );
+}
+
+/// A workload that fails: the demo fails naming its log, and without --log-dir it keeps the
+/// temporary directory that log is in (and says where) instead of removing it.
+#[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
+fn a_failed_demo_keeps_the_logs_its_error_names() {
+    test_support::require_root();
+    let dir = workloads();
+    let out = std::process::Command::new(workspace_bin("kfdq"))
+        .args([
+            "demo",
+            "--requests",
+            "2",
+            "--phases",
+            "alone",
+            "--hp-command",
+            "sh -c 'echo broken-workload-output >&2; exit 3'",
+            "--workloads",
+        ])
+        .arg(dir.path())
+        .env("KFDQ_SHIM", shim_path())
+        .env_remove("KFDQ_ROOT")
+        .output()
+        .expect("run kfdq demo");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "the demo should fail: {stderr}");
+    let kept = stderr
+        .lines()
+        .find_map(|l| l.strip_prefix("kfdq demo: the logs are kept in "))
+        .and_then(|rest| rest.split(" (").next())
+        .unwrap_or_else(|| panic!("no kept directory on stderr: {stderr}"));
+    let kept = std::path::Path::new(kept);
+    let logs: Vec<String> = std::fs::read_dir(kept)
+        .unwrap_or_else(|e| panic!("{}: {e}\n{stderr}", kept.display()))
+        .filter_map(|e| std::fs::read_to_string(e.ok()?.path()).ok())
+        .collect();
+    std::fs::remove_dir_all(kept).unwrap();
+    assert!(
+        logs.iter().any(|l| l.contains("broken-workload-output")),
+        "the HP workload's stderr is in a kept log: {logs:?}\n{stderr}"
     );
 }

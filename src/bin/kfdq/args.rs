@@ -187,7 +187,8 @@ pub struct DemoArgs {
     /// scripts/run.sh builds them there against fakehip).
     #[arg(long, value_name = "DIR")]
     pub workloads: Option<PathBuf>,
-    /// Keep every process's stderr here (default: a temporary directory, removed at the end).
+    /// Keep every process's stderr here (default: a temporary directory, removed when the demo
+    /// succeeds and kept, with its path printed, when it fails).
     #[arg(long, value_name = "DIR")]
     pub log_dir: Option<PathBuf>,
     /// The latency-critical (HP) workload as one command line, run instead of kfdq-latency

@@ -420,23 +420,33 @@ pub(super) fn run(root: &Path, args: DemoArgs, json: bool) -> Result<(), CliErro
         workloads.as_deref(),
         "--lp-command",
     )?;
+    // The programs first: an error naming a missing one leaves no directory behind.
+    let shim = super::run::find_shim(None)?;
+    let kfdqd = find_exe("kfdqd", None)?;
+    let kfd_emu = if use_emu {
+        Some(find_exe("kfd-emu", None)?)
+    } else {
+        None
+    };
     let tmp = tempfile::Builder::new()
         .prefix("kfdq-demo-")
         .tempdir()
         .map_err(|e| CliError::Output(format!("temporary directory: {e}")))?;
+    let mut tmp = TempLogs {
+        dir: Some(tmp),
+        keep: args.log_dir.is_none(),
+    };
+    let tmp_path = tmp.path();
     let logs = match &args.log_dir {
         Some(d) => {
             std::fs::create_dir_all(d)
                 .map_err(|e| CliError::Output(format!("{}: {e}", d.display())))?;
             d.clone()
         }
-        None => tmp.path().to_owned(),
+        None => tmp_path.clone(),
     };
-    let shim = super::run::find_shim(None)?;
-    let kfdqd = find_exe("kfdqd", None)?;
-    let emu = if use_emu {
-        let kfd_emu = find_exe("kfd-emu", None)?;
-        let mnt = tmp.path().join("emu");
+    let emu = if let Some(kfd_emu) = kfd_emu {
+        let mnt = tmp_path.join("emu");
         eprintln!(
             "kfdq demo: mounting the emulator ({}) at {}",
             args.preset,
@@ -514,10 +524,41 @@ pub(super) fn run(root: &Path, args: DemoArgs, json: bool) -> Result<(), CliErro
         runs,
     };
     drop(emu);
+    // It worked: the temporary logs are not needed.
+    tmp.keep = false;
     if json {
         print_json(&report)
     } else {
         print!("{}", render(&report));
         Ok(())
+    }
+}
+
+/// The demo's temporary directory: removed when the demo succeeds, kept (and its path printed)
+/// when it fails without `--log-dir`, because the error names log files in it.
+struct TempLogs {
+    dir: Option<tempfile::TempDir>,
+    keep: bool,
+}
+
+impl TempLogs {
+    fn path(&self) -> PathBuf {
+        self.dir
+            .as_ref()
+            .map(|d| d.path().to_owned())
+            .unwrap_or_default()
+    }
+}
+
+impl Drop for TempLogs {
+    fn drop(&mut self) {
+        if self.keep
+            && let Some(dir) = self.dir.take()
+        {
+            eprintln!(
+                "kfdq demo: the logs are kept in {} (remove it when done; --log-dir DIR chooses the place)",
+                dir.keep().display()
+            );
+        }
     }
 }
