@@ -6,38 +6,39 @@ mod common;
 
 use common::*;
 
-/// The demo looks for its workloads by name in --workloads: the fakehip programs, linked there.
-fn workloads() -> tempfile::TempDir {
+/// Runs `kfdq demo ARGS` under the workspace's shim, with the fakehip workloads (the demo looks
+/// for them by name in --workloads, so they are linked into a directory given there).
+fn demo(args: &[&str]) -> (std::process::Output, String) {
     let dir = tempfile::tempdir().unwrap();
     for (name, program) in [("kfdq-latency", "latency"), ("kfdq-flood", "flood")] {
         std::os::unix::fs::symlink(programs().get(program), dir.path().join(name)).unwrap();
     }
-    dir
+    let out = std::process::Command::new(workspace_bin("kfdq"))
+        .arg("demo")
+        .args(args)
+        .arg("--workloads")
+        .arg(dir.path())
+        .env("KFDQ_SHIM", shim_path())
+        .env_remove("KFDQ_ROOT")
+        .output()
+        .expect("run kfdq demo");
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    (out, stderr)
 }
 
 #[test]
 #[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn the_demo_reports_every_number_and_level_2_beats_no_control() {
     test_support::require_root();
-    let dir = workloads();
-    let out = std::process::Command::new(workspace_bin("kfdq"))
-        .args([
-            "demo",
-            "--json",
-            "--requests",
-            "12",
-            "--rate",
-            "15",
-            "--phases",
-            "alone,lp-alone,uncontrolled,level2",
-            "--workloads",
-        ])
-        .arg(dir.path())
-        .env("KFDQ_SHIM", shim_path())
-        .env_remove("KFDQ_ROOT")
-        .output()
-        .expect("run kfdq demo");
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let (out, stderr) = demo(&[
+        "--json",
+        "--requests",
+        "12",
+        "--rate",
+        "15",
+        "--phases",
+        "alone,lp-alone,uncontrolled,level2",
+    ]);
     assert!(out.status.success(), "kfdq demo failed:\n{stderr}");
     assert!(stderr.contains("[4/4]"), "progress on stderr: {stderr}");
     assert!(
@@ -103,24 +104,14 @@ fn the_demo_reports_every_number_and_level_2_beats_no_control() {
 #[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn a_failed_demo_keeps_the_logs_its_error_names() {
     test_support::require_root();
-    let dir = workloads();
-    let out = std::process::Command::new(workspace_bin("kfdq"))
-        .args([
-            "demo",
-            "--requests",
-            "2",
-            "--phases",
-            "alone",
-            "--hp-command",
-            "sh -c 'echo broken-workload-output >&2; exit 3'",
-            "--workloads",
-        ])
-        .arg(dir.path())
-        .env("KFDQ_SHIM", shim_path())
-        .env_remove("KFDQ_ROOT")
-        .output()
-        .expect("run kfdq demo");
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let (out, stderr) = demo(&[
+        "--requests",
+        "2",
+        "--phases",
+        "alone",
+        "--hp-command",
+        "sh -c 'echo broken-workload-output >&2; exit 3'",
+    ]);
     assert!(!out.status.success(), "the demo should fail: {stderr}");
     let kept = stderr
         .lines()
