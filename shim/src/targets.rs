@@ -5,13 +5,14 @@ use kfdq::proto::Target;
 
 use crate::state::State;
 
+/// The ids of `ids` that `known` rejects, in order.
+fn unknown<T: Copy>(ids: &[T], known: impl Fn(T) -> bool) -> Vec<T> {
+    ids.iter().copied().filter(|&id| !known(id)).collect()
+}
+
 /// Every queue id of `qs` is one of this process's KFD queues, or the error naming the others.
 fn known_queues(st: &State, qs: &[u32]) -> Result<(), String> {
-    let unknown: Vec<u32> = qs
-        .iter()
-        .copied()
-        .filter(|q| st.queue(*q).is_none())
-        .collect();
+    let unknown = unknown(qs, |q| st.queue(q).is_some());
     if unknown.is_empty() {
         Ok(())
     } else {
@@ -24,11 +25,7 @@ pub fn streams_of(st: &State, t: &Target) -> Result<Vec<u64>, String> {
     match t {
         Target::All => Ok(st.streams.iter().map(|s| s.id).collect()),
         Target::Streams(ids) => {
-            let unknown: Vec<u64> = ids
-                .iter()
-                .copied()
-                .filter(|i| st.stream(*i).is_none())
-                .collect();
+            let unknown = unknown(ids, |i| st.stream(i).is_some());
             if unknown.is_empty() {
                 Ok(ids.clone())
             } else {

@@ -411,7 +411,8 @@ impl Partition {
     fn free(&mut self, r: &mut Running) {
         self.account_occupancy();
         let mut cus = std::mem::take(&mut r.cus);
-        // The room bits are gathered per word: the list runs in CU order from some CU on.
+        // The room bits are gathered per word (a list mostly runs in CU order, so the word
+        // rarely changes).
         let (mut word, mut bits) = (0usize, 0u64);
         for &(cu, n) in &cus {
             let cu = cu as usize;
@@ -761,7 +762,7 @@ impl Partition {
         // Counted in runs of equal values: CUs mostly have the same room.
         let (mut run_fit, mut run_len) = (0u32, 0u64);
         for (c, &free) in self.cu_free.iter().enumerate() {
-            let f = if mask.is_none_or(|m| m[c]) {
+            let f = if allowed(c) {
                 self.fit_of[free as usize]
             } else {
                 0
@@ -930,13 +931,42 @@ impl Partition {
         let mut left = limit;
         let mut launched = false;
         while left > 0 {
-            if let Some(s) = self.queues[i].saved.front().copied() {
-                let want = s.count.min(left);
-                let (n, cus) = self.place(i, s.waves, want);
-                if n == 0 {
-                    return (launched, true);
+            let now = self.now;
+            // The next work-groups: (packet, waves, run time, how many) and whether saved.
+            let (pseq, waves, ns, todo, saved) = match self.queues[i].saved.front() {
+                Some(s) => (s.pseq, s.waves, s.remaining, s.count, true),
+                None => {
+                    let Some(pi) = self.queues[i].launchable(now) else {
+                        return (launched, false);
+                    };
+                    let p = &self.queues[i].packets[pi];
+                    if p.d.workgroups == 0 {
+                        self.complete_empty(i, pi);
+                        launched = true;
+                        left -= 1;
+                        continue;
+                    }
+                    let ns = if p.d.wg_ns == 0 {
+                        self.params.default_wg_ns
+                    } else {
+                        p.d.wg_ns
+                    };
+                    (
+                        p.pseq,
+                        p.d.waves_per_wg.max(1),
+                        ns,
+                        p.d.workgroups - p.launched,
+                        false,
+                    )
                 }
-                let q = &mut self.queues[i];
+            };
+            let want = todo.min(left);
+            let (n, cus) = self.place(i, waves, want);
+            if n == 0 {
+                return (launched, true);
+            }
+            let q = &mut self.queues[i];
+            if saved {
                 match q.saved.front_mut() {
                     Some(f) if f.count > n => f.count -= n,
                     _ => {
@@ -944,67 +974,15 @@ impl Partition {
                     }
                 }
                 q.stats.wgs_restored += n;
-                self.stats.waves_restored += n * u64::from(s.waves);
-                self.start_batch(i, s.pseq, s.waves, s.remaining, n, cus);
-                launched = true;
-                left -= n;
-                if n < want {
-                    return (true, true);
+                self.stats.waves_restored += n * u64::from(waves);
+            } else if let Some(p) = q.packet_mut(pseq) {
+                p.launched += n;
+                p.start.get_or_insert(now);
+                if p.launched == p.d.workgroups {
+                    q.launch_pseq = pseq + 1;
                 }
-                continue;
+                q.stats.wgs_launched += n;
             }
-            let now = self.now;
-            let Some(pi) = self.queues[i].launchable(now) else {
-                return (launched, false);
-            };
-            let (pseq, waves, ns, todo) = {
-                let p = &self.queues[i].packets[pi];
-                let ns = if p.d.wg_ns == 0 {
-                    self.params.default_wg_ns
-                } else {
-                    p.d.wg_ns
-                };
-                (
-                    p.pseq,
-                    p.d.waves_per_wg.max(1),
-                    ns,
-                    p.d.workgroups - p.launched,
-                )
-            };
-            if todo == 0 {
-                // No work-groups: it completes as soon as it may start.
-                let q = &mut self.queues[i];
-                q.launch_pseq = pseq + 1;
-                let p = &mut q.packets[pi];
-                p.start = Some(now);
-                p.done = COMPLETED;
-                let c = Completion {
-                    queue: q.key,
-                    tag: p.d.tag,
-                    submit_ns: p.submit,
-                    start_ns: now,
-                    end_ns: now,
-                };
-                q.stats.packets_completed += 1;
-                self.completions.push(c);
-                self.retire(i, pseq);
-                launched = true;
-                left -= 1;
-                continue;
-            }
-            let want = todo.min(left);
-            let (n, cus) = self.place(i, waves, want);
-            if n == 0 {
-                return (launched, true);
-            }
-            let q = &mut self.queues[i];
-            let p = &mut q.packets[pi];
-            p.launched += n;
-            p.start.get_or_insert(now);
-            if p.launched == p.d.workgroups {
-                q.launch_pseq = pseq + 1;
-            }
-            q.stats.wgs_launched += n;
             self.start_batch(i, pseq, waves, ns, n, cus);
             launched = true;
             left -= n;
@@ -1013,6 +991,27 @@ impl Partition {
             }
         }
         (launched, false)
+    }
+
+    /// Completes packet `pi` of queue `i`, which has no work-groups, as soon as it may start.
+    fn complete_empty(&mut self, i: usize, pi: usize) {
+        let now = self.now;
+        let q = &mut self.queues[i];
+        let p = &mut q.packets[pi];
+        let pseq = p.pseq;
+        q.launch_pseq = pseq + 1;
+        p.start = Some(now);
+        p.done = COMPLETED;
+        let c = Completion {
+            queue: q.key,
+            tag: p.d.tag,
+            submit_ns: p.submit,
+            start_ns: now,
+            end_ns: now,
+        };
+        q.stats.packets_completed += 1;
+        self.completions.push(c);
+        self.retire(i, pseq);
     }
 }
 

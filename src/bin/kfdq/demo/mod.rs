@@ -432,11 +432,11 @@ pub(super) fn run(root: &Path, args: DemoArgs, json: bool) -> Result<(), CliErro
         .prefix("kfdq-demo-")
         .tempdir()
         .map_err(|e| CliError::Output(format!("temporary directory: {e}")))?;
+    let tmp_path = tmp.path().to_owned();
     let mut tmp = TempLogs {
         dir: Some(tmp),
         keep: args.log_dir.is_none(),
     };
-    let tmp_path = tmp.path();
     let logs = match &args.log_dir {
         Some(d) => {
             std::fs::create_dir_all(d)
@@ -539,15 +539,6 @@ pub(super) fn run(root: &Path, args: DemoArgs, json: bool) -> Result<(), CliErro
 struct TempLogs {
     dir: Option<tempfile::TempDir>,
     keep: bool,
-}
-
-impl TempLogs {
-    fn path(&self) -> PathBuf {
-        self.dir
-            .as_ref()
-            .map(|d| d.path().to_owned())
-            .unwrap_or_default()
-    }
 }
 
 impl Drop for TempLogs {
