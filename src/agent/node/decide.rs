@@ -2,7 +2,6 @@
 //! one reconcile step per process, and the commands sent (numbered, counted, in partition
 //! order).
 
-use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use super::command::Command;
@@ -37,10 +36,9 @@ impl Node {
         self.next_decide = decision
             .next_ns
             .map(|t| self.started + Duration::from_nanos(t));
-        let mut wants = self.wants(decision);
-        let mut steps: Vec<(u32, u32, Step)> = Vec::new();
-        for (pid, p) in &mut self.procs {
-            let want = wants.remove(pid).unwrap_or_default();
+        let wants = self.wants(decision);
+        let mut steps: Vec<(u32, u32, Step)> = Vec::with_capacity(wants.len());
+        for ((pid, p), want) in self.procs.iter_mut().zip(wants) {
             let step = reconcile(p, want, now);
             if let Some(at) = step.retry_at {
                 self.next_decide = Some(self.next_decide.map_or(at, |n| n.min(at)));
@@ -71,21 +69,17 @@ impl Node {
 
     /// What the node wants of each process: the policy's decision, a manual preemption in its
     /// place, level 3 for a traced process preempted at any level (the tracer's only level),
-    /// and its class's settings.
-    fn wants(&self, decision: Decision) -> BTreeMap<u32, Want> {
-        let mut wants: BTreeMap<u32, Want> = BTreeMap::new();
-        for t in decision.targets {
-            wants.insert(
-                t.pid,
-                Want {
-                    run: Some((t.run, reason_text(&t.reason))),
-                    cu_masks: t.cu_masks,
-                    ..Want::default()
-                },
-            );
-        }
+    /// and its class's settings. One per process, in pid order.
+    fn wants(&self, decision: Decision) -> Vec<Want> {
+        // The decision's targets are in pid order, a subset of the processes.
+        let mut targets = decision.targets.into_iter().peekable();
+        let mut wants = Vec::with_capacity(self.procs.len());
         for (pid, p) in &self.procs {
-            let w = wants.entry(*pid).or_default();
+            let mut w = Want::default();
+            if let Some(t) = targets.next_if(|t| t.pid == *pid) {
+                w.run = Some((t.run, reason_text(&t.reason)));
+                w.cu_masks = t.cu_masks;
+            }
             if let Some(l) = p.manual
                 && !p.leaving
             {
@@ -100,6 +94,7 @@ impl Node {
             }
             w.priority = self.wanted_priority(p);
             w.window = self.cfg.policy.class(p.class()).and_then(|c| c.window);
+            wants.push(w);
         }
         wants
     }
@@ -121,15 +116,17 @@ impl Node {
     }
 
     /// Sends the steps' commands phase by phase: preempts and releases in partition order
-    /// (`(first gpu, pid, step)`), then priorities, windows and CU masks in pid order.
+    /// (`(first gpu, pid, step)`, given in pid order), then priorities, windows and CU masks in
+    /// pid order.
     fn send_steps(&mut self, mut steps: Vec<(u32, u32, Step)>, now: Instant, out: &mut Vec<Out>) {
-        steps.sort_by_key(|(gpu, pid, _)| (*gpu, *pid));
-        for (_, pid, step) in &mut steps {
+        let mut by_partition: Vec<usize> = (0..steps.len()).collect();
+        by_partition.sort_by_key(|&i| (steps[i].0, steps[i].1));
+        for i in by_partition {
+            let (_, pid, step) = &mut steps[i];
             for cmd in std::mem::take(&mut step.run) {
                 self.send(*pid, cmd, now, out);
             }
         }
-        steps.sort_by_key(|(_, pid, _)| *pid);
         let phases: [fn(&mut Step) -> Option<Command>; 3] = [
             |s| s.priority.take(),
             |s| s.window.take(),
