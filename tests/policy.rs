@@ -2,7 +2,7 @@
 
 use kfdq::policy::{
     ClassRule, Observation, PartitionObs, Policy, PolicyConfig, PolicyError, ProcessObs, QueueObs,
-    Reason, Run, Starvation,
+    Reason, Release, Run, Starvation,
 };
 use kfdq::proto::Level;
 
@@ -78,26 +78,56 @@ fn a_busy_higher_class_preempts_lower_classes_at_their_levels() {
     assert_eq!(d.total_preempts(), 2);
 }
 
+/// The built-in classes with the fixed hysteresis (`hysteresis_ms` in the agent's file).
+fn with_hysteresis() -> Policy {
+    let mut config = PolicyConfig::builtin();
+    config.release = Release::Hysteresis;
+    Policy::new(config).unwrap()
+}
+
 #[test]
 fn lower_classes_resume_only_after_the_hysteresis() {
-    let mut p = builtin();
+    let mut p = with_hysteresis();
     let parts = part(24);
     let busy = [proc(10, "latency", &[true]), proc(30, "batch", &[true])];
     let idle = [proc(10, "latency", &[false]), proc(30, "batch", &[true])];
     decide(&mut p, 0, &parts, &busy);
+    // The latency class is seen idle at 5 ms: the hysteresis runs from that idle edge.
     let h = p.config().hysteresis_ns;
-    let d = decide(&mut p, h - 1, &parts, &idle);
+    decide(&mut p, 5 * MS, &parts, &idle);
+    let d = decide(&mut p, 5 * MS + h - 1, &parts, &idle);
     assert_eq!(p.state_of(30), Some(Run::Preempted(Level::Deactivate)));
     assert!(matches!(d.targets[1].reason, Reason::Hysteresis(_)));
     assert_eq!(
         d.next_ns,
-        Some(h),
+        Some(5 * MS + h),
         "decide again when the hysteresis runs out"
     );
-    let d = decide(&mut p, h, &parts, &idle);
+    let d = decide(&mut p, 5 * MS + h, &parts, &idle);
     assert_eq!(p.state_of(30), Some(Run::Running));
     assert_eq!(d.changes.len(), 1);
     assert_eq!(d.total_preempts(), 1);
+}
+
+#[test]
+fn the_hysteresis_runs_from_the_idle_edge_not_the_busy_one() {
+    // An agent decides on news only: a latency request longer than the hysteresis is seen busy
+    // once, at its start, and idle once, at its end. The batch job stays preempted for the
+    // hysteresis after the end (an earlier version counted from the busy edge and released at
+    // once).
+    let mut p = with_hysteresis();
+    let parts = part(24);
+    let h = p.config().hysteresis_ns;
+    decide(
+        &mut p,
+        0,
+        &parts,
+        &[proc(10, "latency", &[true]), proc(30, "batch", &[true])],
+    );
+    let idle = [proc(10, "latency", &[false]), proc(30, "batch", &[true])];
+    let d = decide(&mut p, 3 * h, &parts, &idle);
+    assert_eq!(p.state_of(30), Some(Run::Preempted(Level::Deactivate)));
+    assert_eq!(d.next_ns, Some(4 * h));
 }
 
 #[test]
@@ -224,6 +254,7 @@ fn the_starvation_guard_lets_a_preempted_class_run_its_share() {
 #[test]
 fn changes_wait_for_the_minimum_interval_between_preempts() {
     let mut config = PolicyConfig::builtin();
+    config.release = Release::Hysteresis;
     config.hysteresis_ns = 0;
     config.min_preempt_interval_ns = 5 * MS;
     let mut p = Policy::new(config).unwrap();
@@ -325,6 +356,7 @@ fn bad_configurations_are_refused_with_the_rule() {
     assert_eq!(
         Policy::new(PolicyConfig {
             classes: vec![],
+            release: Release::Hysteresis,
             hysteresis_ns: 0,
             min_preempt_interval_ns: 0
         })

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 
 use super::tracer::TracerSettings;
-use crate::policy::{ClassRule, PolicyConfig, Starvation};
+use crate::policy::{ClassRule, CostRelease, PolicyConfig, Release, Starvation};
 use crate::proto::Level;
 use crate::proto::control::Control;
 
@@ -125,7 +125,14 @@ struct FileAgent {
     socket_mode: Option<String>,
     admin_group: Option<String>,
     default_class: Option<toml::Spanned<String>>,
+    release: Option<String>,
     hysteresis_ms: Option<f64>,
+    preempt_round_trip_us: Option<f64>,
+    release_k: Option<f64>,
+    release_epsilon: Option<f64>,
+    release_max_hold_ms: Option<f64>,
+    release_history: Option<u32>,
+    release_min_history: Option<u32>,
     min_preempt_interval_ms: Option<f64>,
     grace_period: Option<u32>,
     max_connections: Option<usize>,
@@ -231,6 +238,73 @@ fn ms(v: f64, what: &str) -> Result<u64, String> {
     } else {
         Err(format!("{what} = {v} is out of range 0..=3600000 ms"))
     }
+}
+
+/// The release rule of `[agent]`: `release = "cost"` (the default) with its parameters, or
+/// `"hysteresis"`, which `hysteresis_ms` alone also selects (the old fixed rule).
+fn release(a: &FileAgent) -> Result<Release, String> {
+    let cost_keys = [
+        ("preempt_round_trip_us", a.preempt_round_trip_us.is_some()),
+        ("release_k", a.release_k.is_some()),
+        ("release_epsilon", a.release_epsilon.is_some()),
+        ("release_max_hold_ms", a.release_max_hold_ms.is_some()),
+        ("release_history", a.release_history.is_some()),
+        ("release_min_history", a.release_min_history.is_some()),
+    ];
+    let named: Option<&str> = a.release.as_deref().map(str::trim);
+    let hysteresis = match named {
+        None => a.hysteresis_ms.is_some(),
+        Some(r) if r.eq_ignore_ascii_case("hysteresis") => true,
+        Some(r) if r.eq_ignore_ascii_case("cost") => {
+            if a.hysteresis_ms.is_some() {
+                return Err(
+                    "release = \"cost\" and hysteresis_ms contradict each other: hysteresis_ms sets the fixed rule; remove one"
+                        .into(),
+                );
+            }
+            false
+        }
+        Some(r) => {
+            return Err(format!(
+                "release = {r:?} is not cost (weigh the higher class's idle gaps against a preempt's cost) or hysteresis (a fixed hold, hysteresis_ms)"
+            ));
+        }
+    };
+    if hysteresis {
+        if let Some((key, _)) = cost_keys.iter().find(|(_, set)| *set) {
+            return Err(format!(
+                "{key} belongs to the cost release rule, but the fixed hysteresis is in effect (hysteresis_ms or release = \"hysteresis\"); remove one"
+            ));
+        }
+        return Ok(Release::Hysteresis);
+    }
+    let mut c = CostRelease::default();
+    if let Some(v) = a.preempt_round_trip_us {
+        if !(v.is_finite() && (0.0..=1e6).contains(&v)) {
+            return Err(format!(
+                "preempt_round_trip_us = {v} is out of range 0..=1000000 µs (one device-wide preempt and its restore)"
+            ));
+        }
+        c.round_trip_ns = (v * 1e3) as u64;
+    }
+    if let Some(v) = a.release_k {
+        c.k = v;
+    }
+    if let Some(v) = a.release_epsilon {
+        c.epsilon = v;
+    }
+    if let Some(v) = a.release_max_hold_ms {
+        c.max_hold_ns = ms(v, "release_max_hold_ms")?;
+    }
+    if let Some(v) = a.release_history {
+        c.history = v;
+        c.min_history = c.min_history.min(v);
+    }
+    if let Some(v) = a.release_min_history {
+        c.min_history = v;
+    }
+    c.validate()?;
+    Ok(Release::Cost(c))
 }
 
 fn group_id(name: &str) -> Result<u32, String> {
@@ -346,6 +420,7 @@ impl AgentConfig {
         if let Some(g) = &a.admin_group {
             cfg.admin_group = Some((g.clone(), group_id(g).map_err(at_agent)?));
         }
+        cfg.policy.release = release(a).map_err(at_agent)?;
         if let Some(v) = a.hysteresis_ms {
             cfg.policy.hysteresis_ns = ms(v, "hysteresis_ms").map_err(at_agent)?;
         }
@@ -586,6 +661,79 @@ starvation = { run_ms = 10, after_ms = 500 }
         assert_eq!(c.class_names(), ["serving", "batch"]);
         assert_eq!(c.rule("batch").unwrap().level, Some(Level::Suspend));
         assert_eq!(c.class("serving").unwrap().matcher.uids, [1000]);
+    }
+
+    #[test]
+    fn the_release_rule_is_cost_by_default_and_hysteresis_ms_selects_the_fixed_one() {
+        let cost = |c: &AgentConfig| match c.policy.release {
+            Release::Cost(c) => c,
+            Release::Hysteresis => panic!("the fixed rule"),
+        };
+        assert_eq!(
+            cost(&AgentConfig::builtin()),
+            CostRelease::default(),
+            "built in"
+        );
+        let c = AgentConfig::parse("[agent]\nmin_preempt_interval_ms = 1\n", None).unwrap();
+        assert_eq!(cost(&c), CostRelease::default(), "a file without a rule");
+        let c = AgentConfig::parse("[agent]\nhysteresis_ms = 20\n", None).unwrap();
+        assert_eq!(c.policy.release, Release::Hysteresis);
+        assert_eq!(c.policy.hysteresis_ns, 20_000_000);
+        let c = AgentConfig::parse("[agent]\nrelease = \"hysteresis\"\n", None).unwrap();
+        assert_eq!(c.policy.release, Release::Hysteresis);
+        let c = AgentConfig::parse(
+            "[agent]\nrelease = \"cost\"\npreempt_round_trip_us = 350\nrelease_k = 2.5\nrelease_epsilon = 0.05\nrelease_max_hold_ms = 8\nrelease_history = 4\n",
+            None,
+        )
+        .unwrap();
+        assert_eq!(
+            cost(&c),
+            CostRelease {
+                round_trip_ns: 350_000,
+                k: 2.5,
+                epsilon: 0.05,
+                max_hold_ns: 8_000_000,
+                history: 4,
+                min_history: 4,
+            },
+            "a shorter history lowers the default minimum with it"
+        );
+    }
+
+    #[test]
+    fn bad_release_settings_are_refused_with_the_rule() {
+        for (text, want) in [
+            ("release = \"fast\"", "is not cost"),
+            ("release = \"cost\"\nhysteresis_ms = 20", "contradict"),
+            (
+                "hysteresis_ms = 20\nrelease_k = 2",
+                "release_k belongs to the cost",
+            ),
+            (
+                "release = \"hysteresis\"\npreempt_round_trip_us = 100",
+                "preempt_round_trip_us belongs",
+            ),
+            ("preempt_round_trip_us = -1", "0..=1000000 µs"),
+            ("release_k = 0", "release_k = 0 is out of range"),
+            ("release_epsilon = 1", "0 <= epsilon < 1"),
+            ("release_max_hold_ms = -3", "release_max_hold_ms = -3"),
+            (
+                "release_history = 0",
+                "release_history = 0 is out of range 1..=1024",
+            ),
+            (
+                "release_history = 8\nrelease_min_history = 9",
+                "release_min_history = 9 is out of range 1..=release_history (8)",
+            ),
+        ] {
+            let e = AgentConfig::parse(&format!("\n[agent]\n{text}\n"), None)
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.contains(":2: [agent]: ") && e.contains(want),
+                "{text}: {e}"
+            );
+        }
     }
 
     #[test]

@@ -3,9 +3,9 @@
 //! preempted at its class's level — and what the decision costs in device-wide preempts.
 //!
 //! Rules (docs/policy.md):
-//! * Highest class first: while a class of higher rank is busy on a partition (or was, within
-//!   the hysteresis), processes of lower classes with a level that have queues there are
-//!   preempted at their class's level.
+//! * Highest class first: while a class of higher rank is busy on a partition (or went idle
+//!   there less than its release rule's hold ago, [`super::release`]), processes of lower
+//!   classes with a level that have queues there are preempted at their class's level.
 //! * Whole processes: a process is running or preempted as a whole, never stream by stream
 //!   (holding one stream while another of the same process waits on it deadlocks).
 //! * Starvation guard: a class with one runs for `run_ns` after `after_ns` preempted.
@@ -21,6 +21,7 @@
 
 use std::collections::BTreeMap;
 
+use super::release::{Edges, Release};
 use super::rules::{ClassRule, PolicyConfig, PolicyError};
 use crate::proto::Level;
 
@@ -86,7 +87,8 @@ pub enum Reason {
     Unpreemptible,
     /// This higher class is busy on a partition it shares.
     HigherClassBusy(String),
-    /// The higher class is idle, but not yet for the hysteresis.
+    /// The higher class is idle, but not yet for its release rule's hold (the fixed hysteresis,
+    /// or the cost rule's).
     Hysteresis(String),
     /// The starvation guard lets it run.
     StarvationGuard,
@@ -153,12 +155,12 @@ struct ProcState {
     granted_until: Option<u64>,
 }
 
-/// The policy with its memory (when each class was last busy, each process's state, the last
-/// device-wide preempt per partition).
+/// The policy with its memory (each class's busy/idle edges and idle gaps per partition, each
+/// process's state, the last device-wide preempt per partition).
 #[derive(Debug, Clone)]
 pub struct Policy {
     config: PolicyConfig,
-    last_busy: BTreeMap<(u32, u8), u64>,
+    edges: BTreeMap<(u32, u8), Edges>,
     procs: BTreeMap<u32, ProcState>,
     last_preempt: BTreeMap<u32, u64>,
 }
@@ -189,7 +191,7 @@ impl Policy {
         config.validate()?;
         Ok(Policy {
             config,
-            last_busy: BTreeMap::new(),
+            edges: BTreeMap::new(),
             procs: BTreeMap::new(),
             last_preempt: BTreeMap::new(),
         })
@@ -227,13 +229,8 @@ impl Policy {
     /// Decides what every process should be now.
     pub fn decide(&mut self, obs: &Observation<'_>) -> Decision {
         let now = obs.now_ns;
-        let hysteresis = self.config.hysteresis_ns;
         let rules: Vec<ClassRule> = obs.processes.iter().map(|p| self.rule(&p.class)).collect();
-        for (p, rule) in obs.processes.iter().zip(&rules) {
-            for q in p.queues.iter().filter(|q| q.busy) {
-                self.last_busy.insert((q.gpu_id, rule.rank), now);
-            }
-        }
+        self.observe_edges(obs, &rules);
         // Forget processes that are gone.
         self.procs
             .retain(|pid, _| obs.processes.iter().any(|p| p.pid == *pid));
@@ -245,36 +242,13 @@ impl Policy {
                 wanted.push((Run::Running, Reason::Unpreemptible));
                 continue;
             };
-            // The highest class above this one busy (or within its hysteresis) on a partition
-            // this process has queues on.
-            let mut blocker: Option<(u8, u64)> = None;
-            for q in &p.queues {
-                for (&(gpu, rank), &at) in &self.last_busy {
-                    if gpu == q.gpu_id
-                        && rank > rule.rank
-                        && now < at.saturating_add(hysteresis).max(at + 1)
-                        && blocker.is_none_or(|(r, a)| (rank, at) > (r, a))
-                    {
-                        blocker = Some((rank, at));
-                    }
-                }
-            }
-            let Some((rank, at)) = blocker else {
+            let Some((reason, until)) = self.blocker(p, rule, level, now) else {
                 wanted.push((Run::Running, Reason::Free));
                 continue;
             };
-            let name = self
-                .config
-                .classes
-                .iter()
-                .find(|c| c.rank == rank)
-                .map_or_else(|| format!("rank {rank}"), |c| c.name.clone());
-            let reason = if at == now {
-                Reason::HigherClassBusy(name)
-            } else {
-                next = later(next, at + hysteresis);
-                Reason::Hysteresis(name)
-            };
+            if let Some(until) = until {
+                next = later(next, until);
+            }
             // Starvation guard.
             if let Some(s) = rule.starvation
                 && let Some(st) = self.procs.get_mut(&p.pid)
@@ -408,6 +382,84 @@ impl Policy {
         decision.changes.sort_by_key(|c| c.pid);
         decision.next_ns = next;
         decision
+    }
+
+    /// Takes the busy/idle edge of every class on every partition from `obs` (a class without a
+    /// busy queue there, or whose processes are gone, is idle).
+    fn observe_edges(&mut self, obs: &Observation<'_>, rules: &[ClassRule]) {
+        let history = match self.config.release {
+            Release::Cost(c) => c.history as usize,
+            Release::Hysteresis => 1,
+        };
+        let mut busy: Vec<(u32, u8)> = Vec::new();
+        for (p, rule) in obs.processes.iter().zip(rules) {
+            for q in p.queues.iter().filter(|q| q.busy) {
+                busy.push((q.gpu_id, rule.rank));
+            }
+        }
+        busy.sort_unstable();
+        busy.dedup();
+        for key in &busy {
+            self.edges
+                .entry(*key)
+                .or_insert_with(|| Edges::busy_at(obs.now_ns))
+                .observe(obs.now_ns, true, history);
+        }
+        for (key, e) in &mut self.edges {
+            if busy.binary_search(key).is_err() {
+                e.observe(obs.now_ns, false, history);
+            }
+        }
+    }
+
+    /// Why `p` (class `rule`, preempted at `level`) must be preempted now, if it must: the
+    /// highest class above it busy on a partition it has queues on, else the class above it whose
+    /// release hold there runs out last, with the time it runs out.
+    fn blocker(
+        &self,
+        p: &ProcessObs,
+        rule: &ClassRule,
+        level: Level,
+        now: u64,
+    ) -> Option<(Reason, Option<u64>)> {
+        let mut busy: Option<u8> = None;
+        let mut held: Option<(u64, u8)> = None;
+        for (&(gpu, rank), e) in &self.edges {
+            if rank <= rule.rank {
+                continue;
+            }
+            let queues = p.queues.iter().filter(|q| q.gpu_id == gpu).count() as u32;
+            if queues == 0 {
+                continue;
+            }
+            let Some(idle) = e.idle_since() else {
+                busy = busy.max(Some(rank));
+                continue;
+            };
+            let hold = match &self.config.release {
+                Release::Hysteresis => self.config.hysteresis_ns,
+                Release::Cost(c) => {
+                    let preempts = preempt_cost(Run::Preempted(level), queues);
+                    c.hold_ns(e, c.round_trip_ns.saturating_mul(u64::from(preempts)))
+                }
+            };
+            let until = idle.saturating_add(hold);
+            if now < until && held.is_none_or(|h| (until, rank) > h) {
+                held = Some((until, rank));
+            }
+        }
+        let name = |rank: u8| {
+            self.config
+                .classes
+                .iter()
+                .find(|c| c.rank == rank)
+                .map_or_else(|| format!("rank {rank}"), |c| c.name.clone())
+        };
+        match (busy, held) {
+            (Some(rank), _) => Some((Reason::HigherClassBusy(name(rank)), None)),
+            (None, Some((until, rank))) => Some((Reason::Hysteresis(name(rank)), Some(until))),
+            (None, None) => None,
+        }
     }
 
     /// The CU masks of a process whose class has a CU share: classes with a share get

@@ -5,10 +5,12 @@
 
 pub mod class;
 mod decide;
+pub mod release;
 mod rules;
 
 pub use decide::{
     Change, Decision, Observation, PartitionObs, Policy, ProcessObs, QueueObs, Reason, Run, Target,
     preempt_cost,
 };
+pub use release::{CostRelease, Release};
 pub use rules::{ClassRule, PolicyConfig, PolicyError, Starvation};

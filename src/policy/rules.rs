@@ -1,7 +1,8 @@
 //! What the policy is told: the classes (rank, priority, preemption level, starvation guard, CU
-//! share) and its timing (hysteresis, minimum interval between device-wide preempts).
+//! share) and its timing (release rule, minimum interval between device-wide preempts).
 
 use crate::policy::class::{Class, MAX_HW_QUEUES};
+use crate::policy::release::{CostRelease, Release};
 use crate::proto::Level;
 
 /// One class of processes.
@@ -40,11 +41,14 @@ pub struct Starvation {
 }
 
 /// The policy's configuration.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct PolicyConfig {
     /// The classes; a process whose class is not listed is treated as the lowest-ranked class.
     pub classes: Vec<ClassRule>,
-    /// A higher class must be idle this long before lower classes resume.
+    /// When lower classes resume after a higher class goes idle.
+    pub release: Release,
+    /// With [`Release::Hysteresis`]: a higher class must be idle this long before lower classes
+    /// resume.
     pub hysteresis_ns: u64,
     /// Least time between two device-wide preempts on one partition (changes wait for it).
     pub min_preempt_interval_ns: u64,
@@ -81,14 +85,18 @@ pub enum PolicyError {
     /// A starvation guard that never runs.
     #[error("class {0:?}: the starvation guard's run time must be above 0")]
     Starvation(String),
+    /// A parameter of the cost release rule out of range (the message names it).
+    #[error("release rule: {0}")]
+    Release(String),
 }
 
 impl PolicyConfig {
     /// kfdq's built-in classes: `latency` (rank 2, priority 13, never preempted), `normal`
     /// (rank 1, priority 8, held at level 1) and `batch` (rank 0, priority 3, deactivated at
     /// level 2, guaranteed 10 ms of running after 500 ms preempted, window 2); hardware queues per
-    /// [`Class::hw_queues`]; 20 ms hysteresis, 1 ms
-    /// between device-wide preempts.
+    /// [`Class::hw_queues`]; the cost release rule with its defaults ([`CostRelease::default`];
+    /// the hysteresis, 20 ms, applies only when [`Release::Hysteresis`] is chosen); 1 ms between
+    /// device-wide preempts.
     pub fn builtin() -> PolicyConfig {
         PolicyConfig {
             classes: vec![
@@ -126,6 +134,7 @@ impl PolicyConfig {
                     hw_queues: Some(Class::Batch.hw_queues()),
                 },
             ],
+            release: Release::Cost(CostRelease::default()),
             hysteresis_ns: 20_000_000,
             min_preempt_interval_ns: 1_000_000,
         }
@@ -135,6 +144,9 @@ impl PolicyConfig {
     pub fn validate(&self) -> Result<(), PolicyError> {
         if self.classes.is_empty() {
             return Err(PolicyError::NoClasses);
+        }
+        if let Release::Cost(c) = &self.release {
+            c.validate().map_err(PolicyError::Release)?;
         }
         for (i, c) in self.classes.iter().enumerate() {
             if c.priority > 15 {

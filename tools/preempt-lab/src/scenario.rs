@@ -2,7 +2,7 @@
 //! configuration of a seed shares that seed's arrivals, so the ratios compare like with like.
 
 use gfx_model::{Params, Shape as GpuShape};
-use kfdq::policy::{ClassRule, PolicyConfig};
+use kfdq::policy::{ClassRule, PolicyConfig, Release};
 use kfdq::proto::Level;
 use serde::Serialize;
 
@@ -180,8 +180,8 @@ impl Scenario {
 
 /// The classes `kfdq demo` writes into kfdqd's configuration (src/bin/kfdq/demo,
 /// `agent_config`): `latency` rank 2 priority 13, never preempted; `batch` rank 0 priority 3,
-/// its level set by each configuration, no window and no starvation guard; hysteresis 20 ms,
-/// 1 ms between device-wide preempts.
+/// its level set by each configuration, no window and no starvation guard; the fixed 20 ms
+/// hysteresis (`hysteresis_ms = 20`), 1 ms between device-wide preempts.
 pub fn demo_policy() -> PolicyConfig {
     let class = |name: &str, rank, priority| ClassRule {
         name: name.into(),
@@ -195,6 +195,7 @@ pub fn demo_policy() -> PolicyConfig {
     };
     PolicyConfig {
         classes: vec![class("latency", 2, 13), class("batch", 0, 3)],
+        release: Release::Hysteresis,
         hysteresis_ns: 20_000_000,
         min_preempt_interval_ns: 1_000_000,
     }

@@ -1,0 +1,215 @@
+//! The commands the agent sends a shim, built into messages in one place, and the one place
+//! that counts what they cost in device-wide preempts.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::time::{Duration, Instant};
+
+use crate::policy::{Run, preempt_cost};
+use crate::proto::{AgentMsg, CuMask, Level, Registry, Target};
+
+/// How long preempts count towards the rate `kfdq status` shows.
+const RATE_WINDOW: Duration = Duration::from_secs(10);
+
+/// A command for one process, before it has a sequence number.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) enum Command {
+    /// Preempt all its queues (or streams, level 1) at this level.
+    Preempt(Level),
+    /// Release all of them from this level.
+    Release(Level),
+    /// Level 0: this KFD priority on all its queues.
+    SetPriority(u32),
+    /// The in-flight window (`None`: unbounded).
+    SetWindow(Option<u32>),
+    /// These CU masks on these queues.
+    SetCuMask {
+        /// The queues that do not have the masks yet.
+        queues: Vec<u32>,
+        /// One per partition.
+        masks: Vec<CuMask>,
+    },
+}
+
+impl Command {
+    /// The message that carries it as command `seq` (`grace_period`: the level-3 grace period
+    /// in µs).
+    pub(super) fn message(&self, seq: u64, grace_period: u32) -> AgentMsg {
+        match self {
+            Command::Preempt(level) => AgentMsg::Preempt {
+                seq,
+                level: *level,
+                target: Target::All,
+                grace_period,
+            },
+            Command::Release(level) => AgentMsg::Release {
+                seq,
+                level: *level,
+                target: Target::All,
+            },
+            Command::SetPriority(priority) => AgentMsg::SetPriority {
+                seq,
+                target: Target::All,
+                priority: *priority,
+            },
+            Command::SetWindow(dispatches) => AgentMsg::SetWindow {
+                seq,
+                dispatches: *dispatches,
+            },
+            Command::SetCuMask { queues, masks } => AgentMsg::SetCuMask {
+                seq,
+                target: Target::Queues(queues.clone()),
+                masks: masks.clone(),
+            },
+        }
+    }
+
+    /// Its level, if it preempts or releases, and whether it preempts.
+    pub(super) fn kind(&self) -> (Option<Level>, bool) {
+        match self {
+            Command::Preempt(l) => (Some(*l), true),
+            Command::Release(l) => (Some(*l), false),
+            _ => (None, false),
+        }
+    }
+
+    /// Device-wide preempts it costs on each partition of a process with `reg`: a level-2/3
+    /// command counts only the queues it changes (those not yet at the level for a preempt,
+    /// those at it for a release), as the shim skips the others; each SET_CU_MASK is an
+    /// UPDATE_QUEUE in amdkfd, one per queue; holds, priorities and windows cost none here.
+    pub(super) fn cost(&self, reg: &Registry) -> BTreeMap<u32, u32> {
+        let mut per: BTreeMap<u32, u32> = BTreeMap::new();
+        match self {
+            Command::Preempt(l) | Command::Release(l) => {
+                let preempt = matches!(self, Command::Preempt(_));
+                for q in &reg.queues {
+                    let at_level = match l {
+                        Level::Deactivate => q.deactivated,
+                        Level::Suspend => q.suspended,
+                        Level::Hold => continue,
+                    };
+                    if at_level != preempt {
+                        *per.entry(q.gpu_id).or_default() += 1;
+                    }
+                }
+                for n in per.values_mut() {
+                    *n = preempt_cost(Run::Preempted(*l), *n);
+                }
+            }
+            Command::SetCuMask { queues, .. } => {
+                for q in reg.queues.iter().filter(|q| queues.contains(&q.queue_id)) {
+                    *per.entry(q.gpu_id).or_default() += 1;
+                }
+            }
+            Command::SetPriority(_) | Command::SetWindow(_) => {}
+        }
+        per.retain(|_, c| *c > 0);
+        per
+    }
+}
+
+/// Device-wide preempts the agent's commands caused: in all, per partition, and over the last
+/// [`RATE_WINDOW`] for the rate.
+#[derive(Debug, Default)]
+pub(super) struct Preempts {
+    total: u64,
+    per_partition: BTreeMap<u32, u64>,
+    recent: VecDeque<(Instant, u32)>,
+}
+
+impl Preempts {
+    /// Counts a command's cost (see [`Command::cost`]), sent at `now`.
+    pub(super) fn count(&mut self, cost: &BTreeMap<u32, u32>, now: Instant) {
+        for (gpu, c) in cost {
+            *self.per_partition.entry(*gpu).or_default() += u64::from(*c);
+            self.total += u64::from(*c);
+            self.recent.push_back((now, *c));
+        }
+    }
+
+    /// Forgets what is older than the rate's window.
+    pub(super) fn trim(&mut self, now: Instant) {
+        while self
+            .recent
+            .front()
+            .is_some_and(|(t, _)| now.duration_since(*t) > RATE_WINDOW)
+        {
+            self.recent.pop_front();
+        }
+    }
+
+    /// All preempts counted.
+    pub(super) fn total(&self) -> u64 {
+        self.total
+    }
+
+    /// Preempts counted on partition `gpu_id`.
+    pub(super) fn on_partition(&self, gpu_id: u32) -> u64 {
+        self.per_partition.get(&gpu_id).copied().unwrap_or(0)
+    }
+
+    /// Preempts per second over what is kept (at least 1 s, at most the window).
+    pub(super) fn per_s(&self, now: Instant) -> f64 {
+        let window = self
+            .recent
+            .front()
+            .map_or(0.0, |(t, _)| now.duration_since(*t).as_secs_f64())
+            .clamp(1.0, RATE_WINDOW.as_secs_f64());
+        self.recent.iter().map(|(_, c)| f64::from(*c)).sum::<f64>() / window
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::agent::node::tests::queue;
+    use crate::proto::QueueInfo;
+
+    fn on(gpu_id: u32, q: QueueInfo) -> QueueInfo {
+        QueueInfo { gpu_id, ..q }
+    }
+
+    #[test]
+    fn a_command_costs_only_the_queues_it_changes() {
+        let reg = Registry {
+            queues: vec![
+                on(10, queue(1, 7)),
+                QueueInfo {
+                    deactivated: true,
+                    ..on(10, queue(2, 7))
+                },
+                on(20, queue(3, 7)),
+            ],
+            ..Registry::default()
+        };
+        let level2 = Command::Preempt(Level::Deactivate).cost(&reg);
+        assert_eq!(level2, BTreeMap::from([(10, 1), (20, 1)]));
+        let release = Command::Release(Level::Deactivate).cost(&reg);
+        assert_eq!(release, BTreeMap::from([(10, 1)]));
+        // Level 3: one runlist update per partition, whatever the number of queues.
+        let level3 = Command::Preempt(Level::Suspend).cost(&reg);
+        assert_eq!(level3, BTreeMap::from([(10, 1), (20, 1)]));
+        assert!(Command::Preempt(Level::Hold).cost(&reg).is_empty());
+        assert!(Command::SetPriority(3).cost(&reg).is_empty());
+        let cu = Command::SetCuMask {
+            queues: vec![1, 2],
+            masks: vec![],
+        };
+        assert_eq!(cu.cost(&reg), BTreeMap::from([(10, 2)]));
+    }
+
+    #[test]
+    fn the_rate_covers_the_last_ten_seconds() {
+        let t0 = Instant::now();
+        let mut p = Preempts::default();
+        p.count(&BTreeMap::from([(10, 4), (20, 1)]), t0);
+        p.count(&BTreeMap::from([(10, 5)]), t0 + Duration::from_secs(5));
+        assert_eq!(
+            (p.total(), p.on_partition(10), p.on_partition(30)),
+            (10, 9, 0)
+        );
+        assert_eq!(p.per_s(t0 + Duration::from_secs(5)), 2.0);
+        p.trim(t0 + Duration::from_secs(12));
+        assert_eq!(p.per_s(t0 + Duration::from_secs(12)), 5.0 / 7.0);
+        assert_eq!(p.total(), 10);
+    }
+}

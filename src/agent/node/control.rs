@@ -1,0 +1,172 @@
+//! Control requests from `kfdq` (status, priority, suspend/resume, class): who may do what,
+//! and the reply, now or once the shims acknowledged what the request caused.
+
+use std::time::Instant;
+
+use super::super::conn::ConnId;
+use super::super::identity::{Identity, may_set_class};
+use super::process::Proc;
+use super::status::level_name;
+use super::waiters::{ACK_TIMEOUT, Waiter};
+use super::{Node, Out};
+use crate::proto::control::Control;
+use crate::proto::{Level, Reply, Request};
+
+impl Node {
+    /// Runs a control request from `who` on control connection `conn`. The reply comes now,
+    /// or once the shims acknowledged the commands it caused.
+    pub fn control(
+        &mut self,
+        conn: ConnId,
+        who: &Identity,
+        req: Request,
+        now: Instant,
+        out: &mut Vec<Out>,
+    ) {
+        let reply = match self.control_inner(conn, who, req, now, out) {
+            Ok(Some(detail)) => Reply::Done { detail },
+            Ok(None) => return,
+            Err(error) => Reply::Error { error },
+        };
+        out.push(Out::Control(conn, reply));
+    }
+
+    fn target(&self, who: &Identity, pid: u32) -> Result<&Proc, String> {
+        let p = self.procs.get(&pid).ok_or_else(|| {
+            format!(
+                "no GPU process with pid {pid} is connected to the agent: `kfdq status` lists those it controls (a process is controlled when it runs under the shim, e.g. `kfdq run`, with KFDQ_SOCKET set to the agent's socket)"
+            )
+        })?;
+        if !who.is_admin(&self.cfg) && who.uid != p.id.uid {
+            return Err(format!(
+                "permission: process {pid} belongs to uid {}, and uid {} may control only its own processes; root or members of the admin group{} control any",
+                p.id.uid,
+                who.uid,
+                self.cfg
+                    .admin_group
+                    .as_ref()
+                    .map(|(n, _)| format!(" ({n})"))
+                    .unwrap_or_else(|| " (none configured: [agent] admin_group)".into())
+            ));
+        }
+        Ok(p)
+    }
+
+    fn control_inner(
+        &mut self,
+        conn: ConnId,
+        who: &Identity,
+        req: Request,
+        now: Instant,
+        out: &mut Vec<Out>,
+    ) -> Result<Option<String>, String> {
+        let (pid, undo_manual, what) = match req {
+            Request::Status => {
+                out.push(Out::Control(
+                    conn,
+                    Reply::Status(Box::new(self.status(now))),
+                ));
+                return Ok(None);
+            }
+            Request::SetPriority { pid, priority } => {
+                if priority > 15 {
+                    return Err(format!(
+                        "priority {priority} is out of range 0..=15 (KFD's queue priorities; 0-6 low, 7-10 medium, 11-15 high pipe)"
+                    ));
+                }
+                let p = self.target(who, pid)?;
+                if p.via == Control::Tracer {
+                    return Err(format!(
+                        "process {pid} runs without the shim: only a process itself may change its queues' priority (UPDATE_QUEUE); run it under the shim (kfdq run) to set one"
+                    ));
+                }
+                if !who.is_admin(&self.cfg) {
+                    let cap = self
+                        .cfg
+                        .class(&p.classified.entitled)
+                        .map_or(0, |c| u32::from(c.max_priority));
+                    if priority > cap {
+                        return Err(format!(
+                            "class cap: process {pid}'s class {} allows priorities up to {cap} for its users; root or the admin group may set more",
+                            p.classified.entitled
+                        ));
+                    }
+                }
+                if let Some(p) = self.procs.get_mut(&pid) {
+                    p.priority_override = Some(priority);
+                    p.priority_sent = None;
+                }
+                (pid, false, format!("priority {priority}"))
+            }
+            Request::Suspend { pid, level } => {
+                let p = self.target(who, pid)?;
+                if p.via == Control::Tracer && level != Level::Suspend {
+                    return Err(format!(
+                        "process {pid} runs without the shim and is controlled through the tracer, which can only suspend its queues (level 3): use --level suspend, or run it under the shim (kfdq run) for levels 1 and 2"
+                    ));
+                }
+                if let Some(p) = self.procs.get_mut(&pid) {
+                    if p.manual == Some(level) {
+                        return Ok(Some(format!(
+                            "process {pid} is already preempted at {level:?} by hand"
+                        )));
+                    }
+                    p.manual = Some(level);
+                    p.failed = None;
+                }
+                (pid, true, format!("{level:?}"))
+            }
+            Request::Resume { pid } => {
+                self.target(who, pid)?;
+                if let Some(p) = self.procs.get_mut(&pid) {
+                    if p.manual.is_none() {
+                        return Ok(Some(format!(
+                            "process {pid} was not preempted by hand; it is {} ({})",
+                            level_name(p.applied),
+                            p.reason
+                        )));
+                    }
+                    p.manual = None;
+                }
+                (pid, false, "resume".into())
+            }
+            Request::SetClass { pid, class } => {
+                let p = self.target(who, pid)?;
+                may_set_class(&self.cfg, who, &p.classified.entitled, &class)?;
+                if let Some(p) = self.procs.get_mut(&pid) {
+                    p.class_override = Some(class.clone());
+                    p.priority_override = None;
+                    p.priority_sent = None;
+                }
+                (pid, false, format!("class {class}"))
+            }
+        };
+        let before = self.seq;
+        self.decide(now, out);
+        let seqs: Vec<u64> = self
+            .procs
+            .get(&pid)
+            .map(|p| p.pending.keys().copied().filter(|s| *s > before).collect())
+            .unwrap_or_default();
+        let state = self
+            .procs
+            .get(&pid)
+            .map(|p| format!("{} ({})", level_name(p.applied), p.reason))
+            .unwrap_or_default();
+        if seqs.is_empty() {
+            return Ok(Some(format!(
+                "process {pid}: {what}; nothing to send, it is {state}"
+            )));
+        }
+        self.waiters.push(Waiter {
+            conn,
+            pid,
+            seqs,
+            details: vec![format!("process {pid}: {what}; now {state}")],
+            failed: false,
+            deadline: now + ACK_TIMEOUT,
+            undo_manual,
+        });
+        Ok(None)
+    }
+}

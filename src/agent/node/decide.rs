@@ -1,0 +1,190 @@
+//! A decision: the policy on what the processes report, what the node wants of each process,
+//! one reconcile step per process, and the commands sent (numbered, counted, in partition
+//! order).
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use super::command::Command;
+use super::process::Proc;
+use super::reconcile::{Step, Want, reconcile};
+use super::status::reason_text;
+use super::{Node, Out};
+use crate::policy::{Decision, Observation, ProcessObs, Run};
+use crate::proto::Level;
+use crate::proto::control::Control;
+
+impl Node {
+    /// Decides what every process should be and returns the commands that get it there (in
+    /// partition order, so a partition's commands go out back to back).
+    pub fn decide(&mut self, now: Instant, out: &mut Vec<Out>) {
+        self.counters.decisions += 1;
+        self.account_busy(now);
+        self.waiters.expire(now, out);
+        self.end_tracer_sessions(out);
+        let observed: Vec<ProcessObs> = self
+            .procs
+            .iter()
+            .filter(|(_, p)| p.manual.is_none() && !p.leaving)
+            .map(|(pid, p)| p.observe(*pid))
+            .collect();
+        let now_ns = self.now_ns(now);
+        let decision = self.policy.decide(&Observation {
+            now_ns,
+            partitions: &self.partitions,
+            processes: &observed,
+        });
+        self.next_decide = decision
+            .next_ns
+            .map(|t| self.started + Duration::from_nanos(t));
+        let mut wants = self.wants(decision);
+        let mut steps: Vec<(u32, u32, Step)> = Vec::new();
+        for (pid, p) in &mut self.procs {
+            let want = wants.remove(pid).unwrap_or_default();
+            let step = reconcile(p, want, now);
+            if let Some(at) = step.retry_at {
+                self.next_decide = Some(self.next_decide.map_or(at, |n| n.min(at)));
+            }
+            if step.commands().next().is_some() {
+                steps.push((p.first_gpu(), *pid, step));
+            }
+        }
+        self.send_steps(steps, now, out);
+        self.preempts.trim(now);
+    }
+
+    /// Tracer sessions whose class no longer takes processes without the shim are ended.
+    fn end_tracer_sessions(&mut self, out: &mut Vec<Out>) {
+        for p in self.procs.values_mut() {
+            if p.via == Control::Tracer
+                && !p.leaving
+                && self.cfg.control(p.class()) != Control::Tracer
+            {
+                p.leaving = true;
+                out.push(Out::Untrace(
+                    p.conn,
+                    format!("its class {} no longer has control = \"tracer\"", p.class()),
+                ));
+            }
+        }
+    }
+
+    /// What the node wants of each process: the policy's decision, a manual preemption in its
+    /// place, level 3 for a traced process preempted at any level (the tracer's only level),
+    /// and its class's settings.
+    fn wants(&self, decision: Decision) -> BTreeMap<u32, Want> {
+        let mut wants: BTreeMap<u32, Want> = BTreeMap::new();
+        for t in decision.targets {
+            wants.insert(
+                t.pid,
+                Want {
+                    run: Some((t.run, reason_text(&t.reason))),
+                    cu_masks: t.cu_masks,
+                    ..Want::default()
+                },
+            );
+        }
+        for (pid, p) in &self.procs {
+            let w = wants.entry(*pid).or_default();
+            if let Some(l) = p.manual
+                && !p.leaving
+            {
+                w.run = Some((Run::Preempted(l), "kfdq suspend".into()));
+            }
+            if let Some((run, why)) = &mut w.run
+                && matches!(run, Run::Preempted(l) if *l != Level::Suspend)
+                && p.via == Control::Tracer
+            {
+                *run = Run::Preempted(Level::Suspend);
+                why.push_str(" (level 3: the tracer's only level)");
+            }
+            w.priority = self.wanted_priority(p);
+            w.window = self.cfg.policy.class(p.class()).and_then(|c| c.window);
+        }
+        wants
+    }
+
+    /// Level 0: the priority a process's queues should have, when the shim's own class band
+    /// does not already give it (the agent moved it to another class, the class is not one of
+    /// the shim's built-in bands, or a priority was set by hand).
+    fn wanted_priority(&self, p: &Proc) -> Option<u32> {
+        if let Some(v) = p.priority_override {
+            return Some(v);
+        }
+        let class = p.class();
+        let shim_class = p.registry.class.as_deref().or(p.requested.as_deref());
+        let builtin_band = crate::policy::class::Class::parse(class).is_ok();
+        if builtin_band && shim_class.is_some_and(|c| c.eq_ignore_ascii_case(class)) {
+            return None;
+        }
+        self.cfg.rule(class).map(|r| u32::from(r.priority))
+    }
+
+    /// Sends the steps' commands phase by phase: preempts and releases in partition order
+    /// (`(first gpu, pid, step)`), then priorities, windows and CU masks in pid order.
+    fn send_steps(&mut self, mut steps: Vec<(u32, u32, Step)>, now: Instant, out: &mut Vec<Out>) {
+        steps.sort_by_key(|(gpu, pid, _)| (*gpu, *pid));
+        for (_, pid, step) in &mut steps {
+            for cmd in std::mem::take(&mut step.run) {
+                self.send(*pid, cmd, now, out);
+            }
+        }
+        steps.sort_by_key(|(_, pid, _)| *pid);
+        let phases: [fn(&mut Step) -> Option<Command>; 3] = [
+            |s| s.priority.take(),
+            |s| s.window.take(),
+            |s| s.cu_mask.take(),
+        ];
+        for phase in phases {
+            for (_, pid, step) in &mut steps {
+                if let Some(cmd) = phase(step) {
+                    self.send(*pid, cmd, now, out);
+                }
+            }
+        }
+    }
+
+    /// Sends `cmd` to `pid`'s shim (or tracer session) as the next command, and counts it and
+    /// what it costs.
+    pub(super) fn send(
+        &mut self,
+        pid: u32,
+        cmd: Command,
+        now: Instant,
+        out: &mut Vec<Out>,
+    ) -> Option<u64> {
+        let p = self.procs.get_mut(&pid)?;
+        self.seq += 1;
+        let seq = self.seq;
+        p.sent(seq, &cmd, now);
+        if let Command::Preempt(l) = cmd {
+            self.rec.preempted(p.class(), l);
+        }
+        self.preempts.count(&cmd.cost(&p.registry), now);
+        self.counters.commands += 1;
+        let msg = cmd.message(seq, self.cfg.grace_period);
+        tracing::debug!(pid, "command {msg:?}");
+        out.push(Out::Shim(p.conn, msg));
+        Some(seq)
+    }
+
+    /// Releases every preempted process (shutdown). Returns how many commands were sent.
+    pub fn release_all(&mut self, now: Instant, out: &mut Vec<Out>) -> usize {
+        let held: Vec<(u32, Level)> = self
+            .procs
+            .iter_mut()
+            .filter_map(|(pid, p)| match p.applied {
+                Run::Preempted(l) => {
+                    p.applied = Run::Running;
+                    p.manual = None;
+                    Some((*pid, l))
+                }
+                Run::Running => None,
+            })
+            .collect();
+        for (pid, l) in &held {
+            self.send(*pid, Command::Release(*l), now, out);
+        }
+        held.len()
+    }
+}

@@ -1,0 +1,285 @@
+//! The agent's model of the node and its executor: every connected GPU process (identity,
+//! class, registry, activity), what it has been told (running, or preempted at a level), the
+//! policy's decision, and the commands that bring the shims to it. No I/O: the server feeds it
+//! messages and the time, and sends what it returns.
+//!
+//! * [`process`]: the process table's entry (what a process reported, what it was sent).
+//! * [`shim`]: what shims report (registry, activity, acks).
+//! * [`decide`]: a decision: the policy, what the node wants of each process, the commands.
+//! * [`reconcile`]: one process's step, what was sent against what is wanted -> commands.
+//! * [`command`]: the commands, built into messages and counted in preempts in one place.
+//! * [`waiters`]: control requests waiting for acks, and their deadlines.
+//! * [`control`]: control requests (who may do what).
+//! * [`status`] and [`samples`]: what `kfdq status` and the metrics show.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use super::config::AgentConfig;
+use super::conn::ConnId;
+use super::identity::{Identity, classify};
+use super::metrics::Recorder;
+use crate::policy::{PartitionObs, Policy};
+use crate::proto::control::{Control, Counters, LeftAlone};
+use crate::proto::{AgentMsg, Reply};
+
+mod command;
+mod control;
+mod decide;
+mod process;
+mod reconcile;
+mod samples;
+mod shim;
+mod status;
+#[cfg(test)]
+mod tests;
+mod waiters;
+
+use command::Preempts;
+use process::Proc;
+use samples::Samples;
+pub use waiters::ACK_TIMEOUT;
+use waiters::Waiters;
+
+/// A message for a connection.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Out {
+    /// To a shim.
+    Shim(ConnId, AgentMsg),
+    /// To a control client.
+    Control(ConnId, Reply),
+    /// Stop tracing the process of tracer session `ConnId` (resume and detach it), for the
+    /// reason given.
+    Untrace(ConnId, String),
+}
+
+/// The node.
+#[derive(Debug)]
+pub struct Node {
+    cfg: AgentConfig,
+    policy: Policy,
+    partitions: Vec<PartitionObs>,
+    priority_note: String,
+    procs: BTreeMap<u32, Proc>,
+    left_alone: BTreeMap<u32, LeftAlone>,
+    waiters: Waiters,
+    seq: u64,
+    started: Instant,
+    next_decide: Option<Instant>,
+    counters: Counters,
+    preempts: Preempts,
+    decision_us: Samples,
+    decide_us: Samples,
+    ack_us: Samples,
+    rec: Recorder,
+}
+
+impl Node {
+    /// A node with `cfg`, GPU partitions `partitions`, and a note on what a priority buys on
+    /// this kernel.
+    pub fn new(
+        cfg: AgentConfig,
+        partitions: Vec<PartitionObs>,
+        priority_note: String,
+        now: Instant,
+    ) -> Result<Node, crate::policy::PolicyError> {
+        Ok(Node {
+            policy: Policy::new(cfg.policy.clone())?,
+            cfg,
+            partitions,
+            priority_note,
+            procs: BTreeMap::new(),
+            left_alone: BTreeMap::new(),
+            waiters: Waiters::default(),
+            seq: 0,
+            started: now,
+            next_decide: None,
+            counters: Counters::default(),
+            preempts: Preempts::default(),
+            decision_us: Samples::default(),
+            decide_us: Samples::default(),
+            ack_us: Samples::default(),
+            rec: Recorder::default(),
+        })
+    }
+
+    /// The configuration in effect.
+    pub fn config(&self) -> &AgentConfig {
+        &self.cfg
+    }
+
+    /// Replaces the configuration (already validated); processes are classified again.
+    pub fn reload(&mut self, cfg: AgentConfig) -> Result<(), crate::policy::PolicyError> {
+        self.policy = Policy::new(cfg.policy.clone())?;
+        self.cfg = cfg;
+        for p in self.procs.values_mut() {
+            p.classified = classify(&self.cfg, &p.id, p.requested.as_deref());
+            if p.class_override
+                .as_deref()
+                .is_some_and(|c| self.cfg.class(c).is_none())
+            {
+                p.class_override = None;
+            }
+        }
+        self.counters.reloads += 1;
+        Ok(())
+    }
+
+    /// Counts a refused reload.
+    pub fn reload_failed(&mut self) {
+        self.counters.reload_failures += 1;
+    }
+
+    /// Counts a look for GPU processes without the shim.
+    pub fn scanned(&mut self) {
+        self.counters.tracer_scans += 1;
+    }
+
+    /// Counts an accepted connection.
+    pub fn connected(&mut self) {
+        self.counters.connections += 1;
+    }
+
+    /// Counts a malformed, oversized or truncated message.
+    pub fn bad_message(&mut self) {
+        self.counters.bad_messages += 1;
+    }
+
+    /// Records the latency of a decision that sent commands: from the wake-up to the commands
+    /// written (`total`), and the decision alone (`compute`).
+    pub fn record_decision(&mut self, total: Duration, compute: Duration) {
+        self.decision_us.push(total.as_secs_f64() * 1e6);
+        self.rec.decision(total.as_secs_f64());
+        self.decide_us.push(compute.as_secs_f64() * 1e6);
+    }
+
+    /// When [`Node::decide`] must run again even if nothing arrives.
+    pub fn deadline(&self) -> Option<Instant> {
+        let w = self.waiters.deadline();
+        match (self.next_decide, w) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// The pid a shim connection belongs to.
+    pub fn pid_of(&self, conn: ConnId) -> Option<u32> {
+        self.procs
+            .iter()
+            .find(|(_, p)| p.conn == conn)
+            .map(|(pid, _)| *pid)
+    }
+
+    /// A shim said hello on `conn`. `Err` is the refusal to send. A process the tracer
+    /// controls is handed to its shim (the shim wins): `out` gets the [`Out::Untrace`].
+    pub fn hello(
+        &mut self,
+        conn: ConnId,
+        id: Identity,
+        version: u32,
+        class: Option<String>,
+        claimed_pid: u32,
+        out: &mut Vec<Out>,
+    ) -> Result<(), String> {
+        if version != crate::proto::VERSION {
+            return Err(format!(
+                "protocol version {version} is not the agent's {}: run a shim and an agent from the same kfdq release",
+                crate::proto::VERSION
+            ));
+        }
+        if id.pid == 0 {
+            return Err(
+                "the agent cannot tell which process this is (SO_PEERCRED gave no pid)".into(),
+            );
+        }
+        if claimed_pid != id.pid {
+            tracing::debug!(
+                pid = id.pid,
+                claimed_pid,
+                "the shim's pid differs from SO_PEERCRED's (another pid namespace); using SO_PEERCRED's"
+            );
+        }
+        if let Some(old) = self.procs.get(&id.pid)
+            && old.via == Control::Tracer
+        {
+            out.push(Out::Untrace(
+                old.conn,
+                "its shim connected to the agent (the shim controls it from now on)".into(),
+            ));
+        }
+        self.insert(conn, Control::Shim, id, class);
+        Ok(())
+    }
+
+    /// The tracer took `id`'s process (a tracer session on `conn`), which asked for class
+    /// `requested` in its environment.
+    pub fn traced(&mut self, conn: ConnId, id: Identity, requested: Option<String>) {
+        self.left_alone.remove(&id.pid);
+        self.insert(conn, Control::Tracer, id, requested);
+    }
+
+    /// Whether a process found without the shim belongs to a class the tracer controls.
+    /// Returns its class when it does.
+    pub fn tracer_class(&self, id: &Identity, requested: Option<&str>) -> Option<String> {
+        let c = classify(&self.cfg, id, requested);
+        (self.cfg.control(&c.class) == Control::Tracer).then_some(c.class)
+    }
+
+    /// True when `pid` is connected through its shim or traced.
+    pub fn knows(&self, pid: u32) -> bool {
+        self.procs.contains_key(&pid)
+    }
+
+    /// The tracer could not take `pid` (of class `class`): shown by `kfdq status` until
+    /// [`Node::forget_left_alone`] drops it.
+    pub fn left_alone(&mut self, id: &Identity, class: String, reason: String) {
+        self.left_alone.insert(
+            id.pid,
+            LeftAlone {
+                pid: id.pid,
+                exe: id.exe.clone(),
+                class,
+                reason,
+            },
+        );
+    }
+
+    /// Forgets the left-alone processes `keep` says no to (those that exited).
+    pub fn forget_left_alone(&mut self, keep: impl Fn(u32) -> bool) {
+        self.left_alone.retain(|pid, _| keep(*pid));
+    }
+
+    fn insert(&mut self, conn: ConnId, via: Control, id: Identity, class: Option<String>) {
+        let classified = classify(&self.cfg, &id, class.as_deref());
+        let pid = id.pid;
+        tracing::info!(pid, uid = id.uid, exe = %id.exe, class = %classified.class, control = via.name(), "process connected ({})", classified.reason);
+        let p = Proc::new(conn, via, id, class, classified);
+        self.procs.insert(pid, p);
+    }
+
+    /// A shim's connection (or a tracer session) ended: the process exited, or its shim
+    /// stopped (it released everything on its side), or the tracer let it go. Forgets it.
+    pub fn gone(&mut self, conn: ConnId, out: &mut Vec<Out>) {
+        let Some(pid) = self.pid_of(conn) else {
+            return;
+        };
+        self.procs.remove(&pid);
+        self.policy.forget(pid);
+        tracing::info!(pid, "disconnected; forgotten");
+        self.waiters.process_gone(pid, out);
+    }
+
+    /// A control client went away: drop its waiters.
+    pub fn control_gone(&mut self, conn: ConnId) {
+        self.waiters.control_gone(conn);
+    }
+
+    fn now_ns(&self, now: Instant) -> u64 {
+        now.duration_since(self.started).as_nanos() as u64
+    }
+
+    /// Commands not yet acknowledged.
+    pub fn unacknowledged(&self) -> usize {
+        self.procs.values().map(|p| p.pending.len()).sum()
+    }
+}

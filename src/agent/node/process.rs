@@ -1,0 +1,173 @@
+//! The process table's entry: one GPU process the agent controls (through its shim or as its
+//! tracer), what it reported (registry, activity) and what it has been sent.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::time::Instant;
+
+use super::super::conn::ConnId;
+use super::super::identity::{Classified, Identity};
+use super::command::Command;
+use crate::policy::{ProcessObs, QueueObs, Run};
+use crate::proto::control::Control;
+use crate::proto::{CuMask, Level, Registry};
+
+/// Warnings kept per process.
+const WARNINGS: usize = 5;
+
+/// A command sent and not yet acknowledged.
+#[derive(Debug)]
+pub(super) struct Pending {
+    pub(super) sent: Instant,
+    pub(super) level: Option<Level>,
+    pub(super) preempt: bool,
+}
+
+/// One controlled process.
+#[derive(Debug)]
+pub(super) struct Proc {
+    pub(super) conn: ConnId,
+    /// Through its shim, or as its tracer (level 3 only).
+    pub(super) via: Control,
+    /// A tracer session being ended: out of the policy until the tracer confirms.
+    pub(super) leaving: bool,
+    pub(super) id: Identity,
+    pub(super) requested: Option<String>,
+    pub(super) classified: Classified,
+    pub(super) class_override: Option<String>,
+    pub(super) registry: Registry,
+    /// Registries received (to send a priority once per registry that shows it missing).
+    pub(super) registry_gen: u64,
+    pub(super) priority_sent: Option<(u32, u64)>,
+    /// `registry_gen` when the last preempt was sent (re-sent only for a newer registry).
+    pub(super) preempt_gen: u64,
+    /// CU masks last sent, and the queues they were sent for.
+    pub(super) cu_sent: Option<(Vec<CuMask>, Vec<u32>)>,
+    /// In-flight window last sent (`Some(None)`: unbounded was sent).
+    pub(super) window_sent: Option<Option<u32>>,
+    pub(super) busy: BTreeMap<u32, bool>,
+    pub(super) applied: Run,
+    pub(super) manual: Option<Level>,
+    pub(super) priority_override: Option<u32>,
+    pub(super) reason: String,
+    pub(super) pending: BTreeMap<u64, Pending>,
+    pub(super) failed: Option<(Level, Instant)>,
+    pub(super) warnings: VecDeque<String>,
+}
+
+impl Proc {
+    /// A process that just connected (or was just traced), running, nothing sent yet.
+    pub(super) fn new(
+        conn: ConnId,
+        via: Control,
+        id: Identity,
+        requested: Option<String>,
+        classified: Classified,
+    ) -> Proc {
+        let mut p = Proc {
+            conn,
+            via,
+            leaving: false,
+            id,
+            requested,
+            classified,
+            class_override: None,
+            registry: Registry::default(),
+            registry_gen: 0,
+            priority_sent: None,
+            preempt_gen: 0,
+            cu_sent: None,
+            window_sent: None,
+            busy: BTreeMap::new(),
+            applied: Run::Running,
+            manual: None,
+            priority_override: None,
+            reason: "connected".into(),
+            pending: BTreeMap::new(),
+            failed: None,
+            warnings: VecDeque::new(),
+        };
+        if let Some(r) = p.classified.refused.clone() {
+            p.warn(r);
+        }
+        p
+    }
+
+    /// The class in effect (`kfdq class` wins over the classification).
+    pub(super) fn class(&self) -> &str {
+        self.class_override
+            .as_deref()
+            .unwrap_or(&self.classified.class)
+    }
+
+    /// Logs a warning and keeps the last few for `kfdq status`.
+    pub(super) fn warn(&mut self, w: String) {
+        tracing::warn!(pid = self.id.pid, "{w}");
+        if self.warnings.len() == WARNINGS {
+            self.warnings.pop_front();
+        }
+        self.warnings.push_back(w);
+    }
+
+    /// The last activity sample of queue `qid`, else the registry's.
+    pub(super) fn queue_busy(&self, qid: u32) -> bool {
+        self.busy.get(&qid).copied().unwrap_or_else(|| {
+            self.registry
+                .queues
+                .iter()
+                .any(|q| q.queue_id == qid && q.busy)
+        })
+    }
+
+    /// Any of its queues is busy.
+    pub(super) fn any_busy(&self) -> bool {
+        self.registry
+            .queues
+            .iter()
+            .any(|q| self.queue_busy(q.queue_id))
+    }
+
+    /// The first partition it has queues on (`u32::MAX` for none): commands go out in
+    /// partition order.
+    pub(super) fn first_gpu(&self) -> u32 {
+        self.registry
+            .queues
+            .iter()
+            .map(|q| q.gpu_id)
+            .min()
+            .unwrap_or(u32::MAX)
+    }
+
+    /// What the policy sees of it.
+    pub(super) fn observe(&self, pid: u32) -> ProcessObs {
+        ProcessObs {
+            pid,
+            class: self.class().to_owned(),
+            queues: self
+                .registry
+                .queues
+                .iter()
+                .map(|q| QueueObs {
+                    queue_id: q.queue_id,
+                    gpu_id: q.gpu_id,
+                    busy: self.queue_busy(q.queue_id),
+                })
+                .collect(),
+        }
+    }
+
+    /// Records `cmd`, sent as `seq` at `now`, as waiting for its ack.
+    pub(super) fn sent(&mut self, seq: u64, cmd: &Command, now: Instant) {
+        let (level, preempt) = cmd.kind();
+        if preempt && matches!(level, Some(Level::Deactivate | Level::Suspend)) {
+            self.preempt_gen = self.registry_gen;
+        }
+        self.pending.insert(
+            seq,
+            Pending {
+                sent: now,
+                level,
+                preempt,
+            },
+        );
+    }
+}

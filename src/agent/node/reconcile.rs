@@ -1,0 +1,184 @@
+//! One reconcile step: what the node wants of a process (from the policy, a manual
+//! preemption, its class's settings) compared with what was sent to it, and the commands that
+//! close the gap. Pure: it reads and updates the process's "sent" state and returns
+//! [`Command`]s; the node numbers, counts and sends them.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use super::command::Command;
+use super::process::Proc;
+use crate::policy::Run;
+use crate::proto::control::Control;
+use crate::proto::{CuMask, Level};
+
+/// After a command failed, the same level is not retried on that process for this long.
+pub(super) const RETRY_AFTER: Duration = Duration::from_secs(5);
+
+/// What the node wants of one process now.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(super) struct Want {
+    /// Running or preempted, and why; `None`: this decision leaves its run state as it is
+    /// (a tracer session being ended, or a manual preemption of a process leaving).
+    pub(super) run: Option<(Run, String)>,
+    /// The KFD priority its queues should have, when the shim's own class band does not give
+    /// it.
+    pub(super) priority: Option<u32>,
+    /// Its class's in-flight window (`None`: unbounded).
+    pub(super) window: Option<u32>,
+    /// Its class's CU masks, partition -> 32-bit words (empty: no CU share).
+    pub(super) cu_masks: BTreeMap<u32, Vec<u32>>,
+}
+
+/// The commands one step sends one process, by phase: a decision sends each phase to every
+/// process before the next (preempts and releases first, in partition order).
+#[derive(Debug, Default, PartialEq)]
+pub(super) struct Step {
+    /// Releases and preempts.
+    pub(super) run: Vec<Command>,
+    /// Level 0.
+    pub(super) priority: Option<Command>,
+    /// The in-flight window.
+    pub(super) window: Option<Command>,
+    /// CU masks.
+    pub(super) cu_mask: Option<Command>,
+    /// Decide again then even if nothing arrives (a failed level may be retried).
+    pub(super) retry_at: Option<Instant>,
+}
+
+impl Step {
+    /// Every command, in the order they go out.
+    pub(super) fn commands(&self) -> impl Iterator<Item = &Command> {
+        self.run
+            .iter()
+            .chain(&self.priority)
+            .chain(&self.window)
+            .chain(&self.cu_mask)
+    }
+}
+
+/// Compares what was sent to `p` with `want` at `now`; returns the commands that bring it
+/// there and records them in `p` as sent.
+pub(super) fn reconcile(p: &mut Proc, want: Want, now: Instant) -> Step {
+    let mut step = Step::default();
+    if let Some((run, why)) = want.run {
+        step.retry_at = run_state(p, run, why, now, &mut step.run);
+    }
+    step.priority = want.priority.and_then(|w| priority(p, w));
+    step.window = window(p, want.window);
+    step.cu_mask = cu_mask(p, &want.cu_masks);
+    step
+}
+
+/// Running or preempted: a release of the level applied and a preempt of the level wanted
+/// when they differ; when they agree at level 2/3, a preempt again for queues created since
+/// (the shim skips those already at the level). A level whose command failed is not retried
+/// for [`RETRY_AFTER`]: the process runs meanwhile, and the returned time says when to look
+/// again.
+fn run_state(
+    p: &mut Proc,
+    run: Run,
+    why: String,
+    now: Instant,
+    cmds: &mut Vec<Command>,
+) -> Option<Instant> {
+    let mut want = run;
+    let mut retry_at = None;
+    if let (Run::Preempted(l), Some((fl, at))) = (want, p.failed)
+        && l == fl
+    {
+        if now.duration_since(at) < RETRY_AFTER {
+            want = Run::Running;
+            retry_at = Some(at + RETRY_AFTER);
+        } else {
+            p.failed = None;
+        }
+    }
+    p.reason = why;
+    let applied = p.applied;
+    if applied != want {
+        p.applied = want;
+        if let Run::Preempted(l) = applied {
+            cmds.push(Command::Release(l));
+        }
+        if let Run::Preempted(l) = want {
+            cmds.push(Command::Preempt(l));
+        }
+    } else if let Run::Preempted(l @ (Level::Deactivate | Level::Suspend)) = want {
+        let behind = p.registry.queues.iter().any(|q| match l {
+            Level::Deactivate => !q.deactivated,
+            _ => !q.suspended,
+        });
+        let in_flight = p.pending.values().any(|c| c.preempt);
+        if behind && !in_flight && p.registry_gen > p.preempt_gen {
+            cmds.push(Command::Preempt(l));
+        }
+    }
+    retry_at
+}
+
+/// Level 0: the priority, once per registry that shows a queue without it, and not while a
+/// priority (or another level-less command) is unacknowledged.
+fn priority(p: &mut Proc, want: u32) -> Option<Command> {
+    if p.via != Control::Shim {
+        return None;
+    }
+    let differs = p
+        .registry
+        .queues
+        .iter()
+        .any(|q| q.effective_priority != want);
+    let in_flight = p.pending.values().any(|c| c.level.is_none());
+    let sent = p.priority_sent == Some((want, p.registry_gen));
+    if !differs || in_flight || sent {
+        return None;
+    }
+    p.priority_sent = Some((want, p.registry_gen));
+    Some(Command::SetPriority(want))
+}
+
+/// The class's in-flight window, sent once per process and whenever it changes; a shim that
+/// never had one needs no "unbounded".
+fn window(p: &mut Proc, want: Option<u32>) -> Option<Command> {
+    if p.registry_gen == 0 || p.via != Control::Shim {
+        return None;
+    }
+    if p.window_sent.unwrap_or(p.registry.window) == want {
+        return None;
+    }
+    p.window_sent = Some(want);
+    Some(Command::SetWindow(want))
+}
+
+/// CU masks of a class with a CU share, once per registry that shows new queues: each
+/// SET_CU_MASK is an UPDATE_QUEUE in amdkfd (a device-wide preempt), so only queues without
+/// the mask get it.
+fn cu_mask(p: &mut Proc, want: &BTreeMap<u32, Vec<u32>>) -> Option<Command> {
+    if want.is_empty() || p.via == Control::Tracer {
+        return None;
+    }
+    let masks: Vec<CuMask> = want
+        .iter()
+        .map(|(g, w)| CuMask {
+            gpu_id: *g,
+            words: w.clone(),
+        })
+        .collect();
+    let queues: Vec<u32> = p.registry.queues.iter().map(|q| q.queue_id).collect();
+    let todo: Vec<u32> = match &p.cu_sent {
+        Some((m, done)) if *m == masks => queues
+            .iter()
+            .copied()
+            .filter(|q| !done.contains(q))
+            .collect(),
+        _ => queues.clone(),
+    };
+    if todo.is_empty() {
+        return None;
+    }
+    p.cu_sent = Some((masks.clone(), queues));
+    Some(Command::SetCuMask {
+        queues: todo,
+        masks,
+    })
+}

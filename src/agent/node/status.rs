@@ -1,0 +1,170 @@
+//! The node as `kfdq status` and a metrics scrape show it.
+
+use std::time::Instant;
+
+use super::Node;
+use crate::policy::{Reason, Run};
+use crate::proto::Level;
+use crate::proto::control::{
+    ClassStatus, NodeStatus, PartitionStatus, ProcessQueue, ProcessStatus,
+};
+
+/// A run state in words.
+pub(super) fn level_name(run: Run) -> String {
+    match run {
+        Run::Running => "running".into(),
+        Run::Preempted(Level::Hold) => "held (level 1)".into(),
+        Run::Preempted(Level::Deactivate) => "deactivated (level 2)".into(),
+        Run::Preempted(Level::Suspend) => "suspended (level 3)".into(),
+    }
+}
+
+/// The policy's reason in words.
+pub(super) fn reason_text(r: &Reason) -> String {
+    match r {
+        Reason::Free => "no higher class busy".into(),
+        Reason::Unpreemptible => "its class is never preempted".into(),
+        Reason::HigherClassBusy(c) => format!("class {c} is busy"),
+        Reason::Hysteresis(c) => format!("class {c} went idle less than the hysteresis ago"),
+        Reason::StarvationGuard => "starvation guard: running its share".into(),
+        Reason::ResidencyGuard(g) => {
+            format!("residency guard: more active queues than slots on gpu {g:#x}")
+        }
+        Reason::RateLimited => "waiting for the minimum interval between preempts".into(),
+    }
+}
+
+impl Node {
+    /// Accounts each class's busy time up to `now` (a class is busy while any queue of any of
+    /// its processes is).
+    pub(super) fn account_busy(&mut self, now: Instant) {
+        let busy: Vec<&str> = self
+            .procs
+            .values()
+            .filter(|p| p.any_busy())
+            .map(|p| p.class())
+            .collect();
+        self.rec.account_busy(now, busy);
+    }
+
+    /// A Prometheus scrape of the node (text format, [`super::super::metrics::CONTENT_TYPE`]).
+    pub fn metrics(&mut self, now: Instant) -> Result<String, std::fmt::Error> {
+        self.account_busy(now);
+        super::super::metrics::render(&self.status(now), &self.rec)
+    }
+    /// The node as `kfdq status` shows it.
+    pub fn status(&self, now: Instant) -> NodeStatus {
+        let mut classes: Vec<ClassStatus> = self
+            .cfg
+            .policy
+            .classes
+            .iter()
+            .map(|c| ClassStatus {
+                name: c.name.clone(),
+                rank: c.rank,
+                priority: c.priority,
+                level: c.level,
+                hw_queues: c.hw_queues,
+                control: self.cfg.control(&c.name),
+                processes: 0,
+                preempted: 0,
+            })
+            .collect();
+        classes.sort_by_key(|c| std::cmp::Reverse(c.rank));
+        let mut partitions: Vec<PartitionStatus> = self
+            .partitions
+            .iter()
+            .map(|p| PartitionStatus {
+                gpu_id: p.gpu_id,
+                resident_slots: p.resident_slots,
+                cus: p.cus,
+                queues: 0,
+                busy_queues: 0,
+                preempts: self.preempts.on_partition(p.gpu_id),
+            })
+            .collect();
+        let mut processes = Vec::new();
+        for (pid, p) in &self.procs {
+            if let Some(c) = classes.iter_mut().find(|c| c.name == p.class()) {
+                c.processes += 1;
+                c.preempted += u32::from(p.applied != Run::Running);
+            }
+            let queues: Vec<ProcessQueue> = p
+                .registry
+                .queues
+                .iter()
+                .map(|q| {
+                    let held = p
+                        .registry
+                        .streams
+                        .iter()
+                        .any(|s| s.held && s.queue_id == Some(q.queue_id));
+                    ProcessQueue {
+                        queue_id: q.queue_id,
+                        gpu_id: q.gpu_id,
+                        priority: q.effective_priority,
+                        busy: p.queue_busy(q.queue_id),
+                        preempted: if q.suspended {
+                            Some(Level::Suspend)
+                        } else if q.deactivated {
+                            Some(Level::Deactivate)
+                        } else if held {
+                            Some(Level::Hold)
+                        } else {
+                            None
+                        },
+                    }
+                })
+                .collect();
+            for q in &queues {
+                if let Some(part) = partitions.iter_mut().find(|x| x.gpu_id == q.gpu_id) {
+                    part.queues += 1;
+                    part.busy_queues += u32::from(q.busy);
+                }
+            }
+            processes.push(ProcessStatus {
+                pid: *pid,
+                control: p.via,
+                uid: p.id.uid,
+                exe: p.id.exe.clone(),
+                class: p.class().to_owned(),
+                class_reason: if p.class_override.is_some() {
+                    "kfdq class".into()
+                } else {
+                    p.classified.reason.clone()
+                },
+                state: level_name(p.applied),
+                level: match p.applied {
+                    Run::Running => None,
+                    Run::Preempted(l) => Some(l),
+                },
+                reason: p.reason.clone(),
+                manual: p.manual,
+                priority_override: p.priority_override,
+                queues,
+                warnings: p.warnings.iter().cloned().collect(),
+            });
+        }
+        let mut counters = self.counters.clone();
+        counters.preempts = self.preempts.total();
+        counters.preempts_per_s = self.preempts.per_s(now);
+        counters.decision_us_p50 = self.decision_us.quantile(0.5);
+        counters.decision_us_p99 = self.decision_us.quantile(0.99);
+        counters.decide_us_p50 = self.decide_us.quantile(0.5);
+        counters.decide_us_p99 = self.decide_us.quantile(0.99);
+        counters.ack_us_p50 = self.ack_us.quantile(0.5);
+        counters.ack_us_max = self.ack_us.quantile(1.0);
+        NodeStatus {
+            agent_pid: std::process::id(),
+            version: env!("CARGO_PKG_VERSION").into(),
+            config: self.cfg.source.as_ref().map(|p| p.display().to_string()),
+            uptime_s: now.duration_since(self.started).as_secs_f64(),
+            priority_note: self.priority_note.clone(),
+            partitions,
+            classes,
+            processes,
+            left_alone: self.left_alone.values().cloned().collect(),
+            counters,
+        }
+    }
+}

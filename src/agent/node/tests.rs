@@ -1,0 +1,323 @@
+//! The node as (messages, time) -> commands: no socket, no process; identities are given.
+
+use std::time::{Duration, Instant};
+
+use super::command::Command;
+use super::reconcile::{RETRY_AFTER, Want, reconcile};
+use super::*;
+use crate::agent::identity::Identity;
+use crate::policy::Run;
+use crate::proto::{Level, QueueInfo, Registry, Request, ShimMsg, Target};
+
+const CONFIG: &str = r#"
+[agent]
+hysteresis_ms = 0
+min_preempt_interval_ms = 0
+
+[[class]]
+name = "serving"
+rank = 2
+priority = 13
+match = { env = true }
+
+[[class]]
+name = "training"
+rank = 0
+priority = 3
+level = "deactivate"
+match = { env = true }
+"#;
+
+const GPU: u32 = 0x1000;
+const SERVING: u32 = 100;
+const TRAINING: u32 = 200;
+
+fn identity(pid: u32) -> Identity {
+    Identity {
+        pid,
+        uid: 0,
+        gid: 0,
+        groups: vec![],
+        exe: format!("/bin/p{pid}"),
+        cgroup: String::new(),
+    }
+}
+
+/// A queue on the test partition with this effective priority.
+pub(super) fn queue(queue_id: u32, priority: u32) -> QueueInfo {
+    QueueInfo {
+        queue_id,
+        gpu_id: GPU,
+        requested_priority: 7,
+        effective_priority: priority,
+        ring_base: 0,
+        ring_size: 4096,
+        streams: vec![],
+        deactivated: false,
+        suspended: false,
+        busy: false,
+        window_waits: 0,
+        window_stalls: 0,
+    }
+}
+
+fn registry(pid: u32, class: &str, queues: Vec<QueueInfo>) -> ShimMsg {
+    ShimMsg::Registry(Registry {
+        pid,
+        class: Some(class.into()),
+        queues,
+        ..Registry::default()
+    })
+}
+
+/// A node with a serving process (conn 1, one queue) and a training process (conn 2, two
+/// queues), both registered at `t0`, and the first decision taken.
+fn node(t0: Instant) -> Node {
+    let cfg = AgentConfig::parse(CONFIG, None).unwrap();
+    let parts = vec![PartitionObs {
+        gpu_id: GPU,
+        resident_slots: 32,
+        cus: 80,
+    }];
+    let mut n = Node::new(cfg, parts, String::new(), t0).unwrap();
+    let mut out = Vec::new();
+    for (conn, pid, class, queues) in [
+        (1, SERVING, "serving", vec![queue(1, 13)]),
+        (2, TRAINING, "training", vec![queue(1, 3), queue(2, 3)]),
+    ] {
+        n.hello(
+            conn,
+            identity(pid),
+            crate::proto::VERSION,
+            Some(class.into()),
+            pid,
+            &mut out,
+        )
+        .unwrap();
+        n.shim_message(pid, registry(pid, class, queues), t0, &mut out);
+    }
+    n.decide(t0, &mut out);
+    assert_eq!(out, [], "nothing to do while everything is idle");
+    n
+}
+
+/// Sends `msg` from `pid` at `now`, decides if it asks for it, and returns the commands.
+fn step(n: &mut Node, pid: u32, msg: ShimMsg, now: Instant) -> Vec<Out> {
+    let mut out = Vec::new();
+    if n.shim_message(pid, msg, now, &mut out) {
+        n.decide(now, &mut out);
+    }
+    out
+}
+
+fn busy(b: bool) -> ShimMsg {
+    ShimMsg::Activity {
+        queue_id: 1,
+        busy: b,
+    }
+}
+
+fn ack(seq: u64, ok: bool) -> ShimMsg {
+    ShimMsg::Ack {
+        seq,
+        ok,
+        detail: if ok { "done" } else { "EBUSY" }.into(),
+    }
+}
+
+fn preempt(seq: u64) -> Out {
+    Out::Shim(
+        2,
+        AgentMsg::Preempt {
+            seq,
+            level: Level::Deactivate,
+            target: Target::All,
+            grace_period: 0,
+        },
+    )
+}
+
+fn release(seq: u64) -> Out {
+    Out::Shim(
+        2,
+        AgentMsg::Release {
+            seq,
+            level: Level::Deactivate,
+            target: Target::All,
+        },
+    )
+}
+
+#[test]
+fn a_busy_higher_class_preempts_and_its_idle_releases() {
+    let t0 = Instant::now();
+    let mut n = node(t0);
+    assert_eq!(step(&mut n, SERVING, busy(true), t0), [preempt(1)]);
+    // The same activity again changes nothing.
+    assert_eq!(step(&mut n, SERVING, busy(true), t0), []);
+    assert_eq!(step(&mut n, TRAINING, ack(1, true), t0), []);
+    let t1 = t0 + Duration::from_millis(3);
+    assert_eq!(step(&mut n, SERVING, busy(false), t1), [release(2)]);
+    assert_eq!(n.unacknowledged(), 1);
+    let st = n.status(t1);
+    let training = st.processes.iter().find(|p| p.pid == TRAINING).unwrap();
+    assert_eq!(training.state, "running");
+    assert_eq!((st.counters.commands, st.counters.decisions), (2, 3));
+}
+
+#[test]
+fn preempts_are_counted_once_per_queue_changed() {
+    let t0 = Instant::now();
+    let mut n = node(t0);
+    step(&mut n, SERVING, busy(true), t0);
+    // Level 2: one UPDATE_QUEUE (a device-wide preempt) per queue.
+    assert_eq!(n.status(t0).counters.preempts, 2);
+    step(&mut n, TRAINING, ack(1, true), t0);
+    // The shim reports one queue deactivated and one created since: the new one is preempted
+    // again (the shim skips the one already at the level), once per registry.
+    let mut q1 = queue(1, 3);
+    q1.deactivated = true;
+    let reg = registry(TRAINING, "training", vec![q1.clone(), queue(2, 3)]);
+    assert_eq!(step(&mut n, TRAINING, reg, t0), [preempt(2)]);
+    assert_eq!(step(&mut n, SERVING, busy(true), t0), []);
+    let st = n.status(t0);
+    assert_eq!(st.counters.preempts, 3);
+    assert_eq!(st.partitions[0].preempts, 3);
+    assert_eq!(st.counters.preempts_per_s, 3.0);
+    step(&mut n, TRAINING, ack(2, true), t0);
+    // Releasing counts the queues at the level.
+    let t1 = t0 + Duration::from_secs(2);
+    let mut q2 = queue(2, 3);
+    q2.deactivated = true;
+    let reg = registry(TRAINING, "training", vec![q1, q2]);
+    assert_eq!(step(&mut n, TRAINING, reg, t1), []);
+    // (The policy saw the serving queue busy at t1: idle is news after it.)
+    let t2 = t1 + Duration::from_millis(1);
+    assert_eq!(step(&mut n, SERVING, busy(false), t2), [release(3)]);
+    assert_eq!(n.status(t2).counters.preempts, 5);
+}
+
+#[test]
+fn a_failed_level_is_not_retried_until_its_time() {
+    let t0 = Instant::now();
+    let mut n = node(t0);
+    step(&mut n, SERVING, busy(true), t0);
+    // The preempt failed: the process runs and nothing is sent until RETRY_AFTER.
+    assert_eq!(step(&mut n, TRAINING, ack(1, false), t0), []);
+    assert_eq!(n.deadline(), Some(t0 + RETRY_AFTER));
+    let st = n.status(t0);
+    let training = st.processes.iter().find(|p| p.pid == TRAINING).unwrap();
+    assert_eq!(
+        (training.state.as_str(), st.counters.command_failures),
+        ("running", 1)
+    );
+    assert_eq!(training.warnings, ["command failed: EBUSY"]);
+    let mut out = Vec::new();
+    n.decide(t0 + RETRY_AFTER, &mut out);
+    assert_eq!(out, [preempt(2)]);
+}
+
+#[test]
+fn a_manual_suspend_answers_once_acknowledged_or_at_its_deadline() {
+    let t0 = Instant::now();
+    let mut n = node(t0);
+    let root = identity(1);
+    let mut out = Vec::new();
+    let req = Request::Suspend {
+        pid: TRAINING,
+        level: Level::Deactivate,
+    };
+    n.control(9, &root, req.clone(), t0, &mut out);
+    assert_eq!(out, [preempt(1)], "the reply waits for the ack");
+    assert_eq!(n.deadline(), Some(t0 + ACK_TIMEOUT));
+    let out = step(&mut n, TRAINING, ack(1, true), t0);
+    assert!(
+        matches!(&out[..], [Out::Control(9, Reply::Done { detail })] if detail.contains("done")),
+        "{out:?}"
+    );
+    // Resume, never acknowledged: the reply says so at the deadline.
+    let mut out = Vec::new();
+    n.control(9, &root, Request::Resume { pid: TRAINING }, t0, &mut out);
+    assert_eq!(out, [release(2)]);
+    let mut out = Vec::new();
+    n.decide(t0 + ACK_TIMEOUT, &mut out);
+    assert!(
+        matches!(&out[..], [Out::Control(9, Reply::Error { error })] if error.contains("did not acknowledge")),
+        "{out:?}"
+    );
+}
+
+#[test]
+fn a_priority_is_sent_once_per_registry_that_lacks_it() {
+    let t0 = Instant::now();
+    let mut n = node(t0);
+    let mut out = Vec::new();
+    let req = Request::SetPriority {
+        pid: SERVING,
+        priority: 15,
+    };
+    n.control(9, &identity(1), req, t0, &mut out);
+    let set = Out::Shim(
+        1,
+        AgentMsg::SetPriority {
+            seq: 1,
+            target: Target::All,
+            priority: 15,
+        },
+    );
+    assert_eq!(out, [set]);
+    step(&mut n, SERVING, ack(1, true), t0);
+    let mut out = Vec::new();
+    n.decide(t0, &mut out);
+    assert_eq!(out, [], "sent for this registry already");
+    let out = step(
+        &mut n,
+        SERVING,
+        registry(SERVING, "serving", vec![queue(1, 13)]),
+        t0,
+    );
+    assert!(
+        matches!(
+            &out[..],
+            [Out::Shim(
+                1,
+                AgentMsg::SetPriority {
+                    seq: 2,
+                    priority: 15,
+                    ..
+                }
+            )]
+        ),
+        "{out:?}"
+    );
+}
+
+#[test]
+fn one_step_releases_the_old_level_before_preempting_at_the_new() {
+    let t0 = Instant::now();
+    let mut n = node(t0);
+    let p = n.procs.get_mut(&TRAINING).unwrap();
+    p.applied = Run::Preempted(Level::Hold);
+    let want = Want {
+        run: Some((Run::Preempted(Level::Deactivate), "why".into())),
+        ..Want::default()
+    };
+    let s = reconcile(p, want.clone(), t0);
+    assert_eq!(
+        s.run,
+        [
+            Command::Release(Level::Hold),
+            Command::Preempt(Level::Deactivate)
+        ]
+    );
+    assert_eq!(
+        (p.applied, p.reason.as_str()),
+        (Run::Preempted(Level::Deactivate), "why")
+    );
+    for (seq, c) in (10..).zip(s.commands()) {
+        p.sent(seq, c, t0);
+    }
+    // Sent: the same want again sends nothing (the preempt is in flight, and the registry is
+    // not newer than it).
+    assert_eq!(reconcile(p, want, t0).commands().count(), 0);
+}
