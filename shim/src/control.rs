@@ -353,7 +353,7 @@ fn session(stream: UnixStream, last_published: &mut u64, watch: &mut UnclaimedWa
         // While busy, say so again now and then: the agent takes a busy queue of a process that
         // has said nothing for a while as idle (a stopped process preempts nobody for long).
         let now = Instant::now();
-        if !busy.is_empty() && now.duration_since(last_renew) >= proto::BUSY_RENEW_PERIOD {
+        if edges && !busy.is_empty() && now.duration_since(last_renew) >= proto::BUSY_RENEW_PERIOD {
             last_renew = now;
             for &queue_id in &busy {
                 if !edges_seen.iter().any(|(q, _)| *q == queue_id) {

@@ -523,7 +523,7 @@ impl Server<'_> {
                     cid,
                     AgentMsg::Welcome {
                         version: proto::VERSION,
-                        lease_ms: None,
+                        lease_ms: Some(self.node.lease_ms()),
                     },
                 ));
                 true
