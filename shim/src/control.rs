@@ -269,7 +269,9 @@ fn session(stream: UnixStream, last_published: &mut u64, watch: &mut UnclaimedWa
     let fd = stream.as_raw_fd();
     let mut reader = LineReader::new(BufReader::new(stream));
     let welcome_lease = match reader.next::<AgentMsg>() {
-        Ok(AgentMsg::Welcome { lease_ms, .. }) => lease_ms.map(|ms| Duration::from_millis(ms.into())),
+        Ok(AgentMsg::Welcome { lease_ms, .. }) => {
+            lease_ms.map(|ms| Duration::from_millis(ms.into()))
+        }
         Ok(AgentMsg::Refused { reason }) => {
             crate::log::warn_always(&format!("the agent refused this process: {reason}"));
             return End::Refused(reason);

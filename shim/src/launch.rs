@@ -24,8 +24,8 @@ use kfdq::proto::StreamKind;
 use crate::context::{CTX, NO_STREAM, SPT};
 use crate::guard::guarded;
 use crate::state::{
-    F_CREATED_PENDING, F_DISABLED, F_EDGES, F_HOLDS, F_NULL_PENDING, F_READY, F_WINDOW, FLAGS, FORK_GEN,
-    MAX_ATTEMPTS, NULL_STREAM_ID, QUEUES_CREATED, STATE, State,
+    F_CREATED_PENDING, F_DISABLED, F_EDGES, F_HOLDS, F_NULL_PENDING, F_READY, F_WINDOW, FLAGS,
+    FORK_GEN, MAX_ATTEMPTS, NULL_STREAM_ID, QUEUES_CREATED, STATE, State,
 };
 
 /// `hipStreamLegacy`.

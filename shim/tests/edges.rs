@@ -146,10 +146,7 @@ fn renewals_keep_a_preemption_past_its_lease() {
     let until = Instant::now() + Duration::from_secs(3);
     while Instant::now() < until {
         c.send(&AgentMsg::Renew {});
-        assert!(
-            !emu.queue(app.pid, q).active,
-            "a renewed preemption holds"
-        );
+        assert!(!emu.queue(app.pid, q).active, "a renewed preemption holds");
         std::thread::sleep(Duration::from_millis(100));
     }
     c.ok(|seq| AgentMsg::Query { seq });
@@ -163,4 +160,206 @@ fn renewals_keep_a_preemption_past_its_lease() {
     assert!(emu.queue(app.pid, q).active);
     app.stop();
     app.finish();
+}
+
+// With the real agent.
+
+use common::kfdqd::{Agent, two_classes};
+use kfdq::proto::{LineReader, QueueInfo, Registry, ShimMsg, encode};
+use nix::sys::signal::Signal;
+use std::io::{BufReader, Write};
+
+fn total_preempts(emu: &Emu) -> u64 {
+    emu.stats().partitions.iter().map(|p| p.preempts).sum()
+}
+
+/// A batch flood (one stream) under the real agent; returns it with its queue id.
+fn batch_flood(emu: &Emu, agent: &Agent, class: &str) -> (App, u32) {
+    let mut app = Launch::new(programs().get("flood"))
+        .args(["20000", "2560", "2", "1"])
+        .env("KFDQ_CLASS", class)
+        .env("KFDQ_SOCKET", agent.sock.display().to_string())
+        .start(emu);
+    app.wait_line("flooding");
+    agent.wait_connected(app.pid, 1);
+    let q = app.queues().values().next().unwrap().queue_id;
+    (app, q)
+}
+
+#[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
+fn short_requests_preempt_the_batch_job_although_the_sampling_period_is_longer() {
+    let emu = mount();
+    let agent = Agent::start(&emu, &two_classes("deactivate"));
+    let (lp, _) = batch_flood(&emu, &agent, "batch");
+    // Three requests of one 40 ms dispatch, 300 ms apart, sampled every 100 ms: a sample
+    // would see fewer than half of them; the launches' edges report each.
+    let mut hp = latency_app(&emu, &agent.sock, ["3", "300", "1", "40000", "80"]);
+    hp.wait_line("CHECKPOINT ready");
+    agent.wait_connected(hp.pid, 1);
+    agent.wait("the batch job running", |s| {
+        s.processes
+            .iter()
+            .any(|p| p.pid == lp.pid && p.state == "running")
+    });
+    let before = total_preempts(&emu);
+    let edges_before = agent.status().counters.busy_edges;
+    hp.release("ready");
+    hp.wait_line("latency ");
+    let st = agent.wait("three busy edges", |s| {
+        s.counters.busy_edges >= edges_before + 3
+    });
+    // Each request preempted (one UPDATE_QUEUE) and released (another) the batch queue.
+    wait_for("three preempt/release pairs", || {
+        total_preempts(&emu) >= before + 6
+    });
+    let hp_class = st.classes.iter().find(|c| c.name == "latency").unwrap();
+    assert!(hp_class.busy_periods >= 3, "{hp_class:?}");
+    let lp_class = st.classes.iter().find(|c| c.name == "batch").unwrap();
+    assert!(lp_class.preempted_s > 0.0, "{lp_class:?}");
+    hp.release("done");
+    hp.finish();
+    lp.stop();
+    lp.finish();
+}
+
+/// A process that speaks the shim's protocol itself (no shim): hello as `class`, one queue on
+/// `gpu`, then whatever the test sends.
+struct ForgedShim {
+    w: std::os::unix::net::UnixStream,
+    _r: LineReader<BufReader<std::os::unix::net::UnixStream>>,
+}
+
+impl ForgedShim {
+    fn connect(sock: &std::path::Path, class: &str, gpu: u32) -> ForgedShim {
+        let s = std::os::unix::net::UnixStream::connect(sock).unwrap();
+        let mut w = s.try_clone().unwrap();
+        let mut r = LineReader::new(BufReader::new(s));
+        let pid = std::process::id();
+        w.write_all(&encode(&ShimMsg::Hello {
+            version: kfdq::proto::VERSION,
+            pid,
+            exe: "forger".into(),
+            class: Some(class.into()),
+            priority: None,
+        }))
+        .unwrap();
+        assert!(matches!(r.next::<AgentMsg>(), Ok(AgentMsg::Welcome { .. })));
+        let q = QueueInfo {
+            queue_id: 7,
+            gpu_id: gpu,
+            requested_priority: 7,
+            effective_priority: 3,
+            ring_base: 0,
+            ring_size: 4096,
+            streams: vec![],
+            deactivated: false,
+            suspended: false,
+            busy: false,
+            window_waits: 0,
+            window_stalls: 0,
+        };
+        w.write_all(&encode(&ShimMsg::Registry(Registry {
+            pid,
+            class: Some(class.into()),
+            queues: vec![q],
+            ..Registry::default()
+        })))
+        .unwrap();
+        ForgedShim { w, _r: r }
+    }
+
+    fn busy(&mut self) {
+        self.w
+            .write_all(&encode(&ShimMsg::Activity {
+                queue_id: 7,
+                busy: true,
+            }))
+            .unwrap();
+    }
+}
+
+#[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
+fn a_batch_process_that_forges_busy_edges_preempts_nobody() {
+    let emu = mount();
+    // latency > normal (level 1) > batch (level 2).
+    let config = "[agent]\nmin_preempt_interval_ms = 1\n\n[[class]]\nname = \"latency\"\nrank = 2\npriority = 13\nmatch = { env = true }\n\n[[class]]\nname = \"normal\"\nrank = 1\npriority = 8\nlevel = \"hold\"\nmatch = { env = true }\n\n[[class]]\nname = \"batch\"\nrank = 0\npriority = 3\nlevel = \"deactivate\"\nmatch = { env = true }\n";
+    let agent = Agent::start(&emu, config);
+    let (normal, q) = batch_flood(&emu, &agent, "normal");
+    let gpu = agent.process(normal.pid).unwrap().queues[0].gpu_id;
+    let mut forger = ForgedShim::connect(&agent.sock, "batch", gpu);
+    forger.busy();
+    // The agent decides on the forged edge before it answers a later status request.
+    let st = agent.wait("the forged busy queue seen", |s| {
+        s.processes
+            .iter()
+            .any(|p| p.pid == std::process::id() && p.queues.iter().any(|q| q.busy))
+    });
+    let p = st.processes.iter().find(|p| p.pid == normal.pid).unwrap();
+    assert_eq!(p.state, "running", "preempted by a batch process: {p:?}");
+    assert!(emu.queue(normal.pid, q).active);
+    let reg = normal.registry_of(normal.pid).unwrap();
+    assert!(reg.streams.iter().all(|s| !s.held), "{reg:#?}");
+    drop(forger);
+    normal.stop();
+    normal.finish();
+}
+
+/// The batch job deactivated by a busy latency flood; returns (latency, batch, batch queue).
+fn latency_over_batch(emu: &Emu, agent: &Agent) -> (App, App, u32) {
+    let (lp, q) = batch_flood(emu, agent, "batch");
+    let (hp, _) = batch_flood(emu, agent, "latency");
+    wait_for("the batch queue deactivated", || {
+        !emu.queue(lp.pid, q).active
+    });
+    (hp, lp, q)
+}
+
+#[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
+fn a_latency_process_killed_while_busy_releases_the_batch_job() {
+    let emu = mount();
+    let agent = Agent::start(&emu, &two_classes("deactivate"));
+    let (mut hp, lp, q) = latency_over_batch(&emu, &agent);
+    hp.child.kill().unwrap();
+    let _ = hp.child.wait();
+    wait_for("the batch queue active again", || {
+        emu.queue(lp.pid, q).active
+    });
+    agent.wait("the batch job running in the agent's view", |s| {
+        s.processes
+            .iter()
+            .any(|p| p.pid == lp.pid && p.state == "running")
+    });
+    lp.stop();
+    lp.finish();
+}
+
+#[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
+fn a_latency_process_stopped_while_busy_releases_the_batch_job_after_its_reports_go_stale() {
+    let emu = mount();
+    let agent = Agent::start(&emu, &two_classes("deactivate"));
+    let (hp, lp, q) = latency_over_batch(&emu, &agent);
+    let hp_pid = nix::unistd::Pid::from_raw(hp.pid as i32);
+    nix::sys::signal::kill(hp_pid, Signal::SIGSTOP).unwrap();
+    wait_for("the batch queue active again", || {
+        emu.queue(lp.pid, q).active
+    });
+    let st = agent.wait("the stale reports counted", |s| s.counters.stale_busy >= 1);
+    let p = st.processes.iter().find(|p| p.pid == hp.pid).unwrap();
+    assert!(
+        p.warnings.iter().any(|w| w.contains("said nothing")),
+        "{p:?}"
+    );
+    // Continued, it is busy again and preempts again.
+    nix::sys::signal::kill(hp_pid, Signal::SIGCONT).unwrap();
+    wait_for("the batch queue deactivated again", || {
+        !emu.queue(lp.pid, q).active
+    });
+    hp.stop();
+    hp.finish();
+    lp.stop();
+    lp.finish();
 }

@@ -32,18 +32,20 @@ fn a_hung_agent_leaves_the_batch_job_preempted_no_longer_than_its_lease() {
     let q = lp.queues().values().next().unwrap().queue_id;
     let hp = flood(&emu, &agent, "latency", 1);
     agent.wait_connected(hp.pid, 1);
-    wait_for("the batch queue deactivated while the latency flood is busy", || {
-        !emu.queue(lp.pid, q).active
-    });
+    wait_for(
+        "the batch queue deactivated while the latency flood is busy",
+        || !emu.queue(lp.pid, q).active,
+    );
 
     // The agent hangs (a deadlock, a stalled write, a debugger), then the latency job exits.
     agent.signal(Signal::SIGSTOP);
     hp.stop();
     hp.finish();
     let stopped = Instant::now();
-    wait_for("the batch queue active again (the shim's lease ran out)", || {
-        emu.queue(lp.pid, q).active
-    });
+    wait_for(
+        "the batch queue active again (the shim's lease ran out)",
+        || emu.queue(lp.pid, q).active,
+    );
     let took = stopped.elapsed();
     let reg = lp
         .wait_registry(lp.pid, "a lease expiry", |r| r.lease_expiries >= 1)
@@ -54,9 +56,10 @@ fn a_hung_agent_leaves_the_batch_job_preempted_no_longer_than_its_lease() {
         reg.warnings
     );
     let done = emu.queue(lp.pid, q).packets_done;
-    wait_for("the batch job completing work while the agent is stopped", || {
-        emu.queue(lp.pid, q).packets_done > done
-    });
+    wait_for(
+        "the batch job completing work while the agent is stopped",
+        || emu.queue(lp.pid, q).packets_done > done,
+    );
     eprintln!("released {took:?} after the agent stopped");
 
     // The agent comes back: it learns the shim released on its own, and the node agrees.

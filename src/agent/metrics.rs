@@ -169,7 +169,10 @@ impl Recorder {
             if busy.contains(&c.as_str()) {
                 return true;
             }
-            ended.push((c.clone(), now.saturating_duration_since(*start).as_secs_f64()));
+            ended.push((
+                c.clone(),
+                now.saturating_duration_since(*start).as_secs_f64(),
+            ));
             false
         });
         for c in busy {
@@ -460,7 +463,11 @@ mod tests {
         let mut r = Recorder::default();
         let t0 = Instant::now();
         r.account(t0, ["latency"], []);
-        let ended = r.account(t0 + Duration::from_millis(300), ["latency", "batch"], ["normal"]);
+        let ended = r.account(
+            t0 + Duration::from_millis(300),
+            ["latency", "batch"],
+            ["normal"],
+        );
         assert!(ended.is_empty());
         let ended = r.account(t0 + Duration::from_millis(500), ["batch"], ["normal"]);
         assert_eq!(ended, vec![("latency".to_string(), 0.5)], "one busy period");

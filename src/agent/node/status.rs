@@ -51,10 +51,7 @@ impl Node {
             .map(|p| p.class())
             .collect();
         for (class, s) in self.rec.account(now, busy, preempted) {
-            self.busy_periods
-                .entry(class)
-                .or_default()
-                .push(s * 1e3);
+            self.busy_periods.entry(class).or_default().push(s * 1e3);
         }
     }
 
@@ -80,8 +77,14 @@ impl Node {
                 processes: 0,
                 preempted: 0,
                 busy_periods: self.busy_periods.get(&c.name).map_or(0, |s| s.len() as u64),
-                busy_ms_p50: self.busy_periods.get(&c.name).map_or(0.0, |s| s.quantile(0.5)),
-                busy_ms_p99: self.busy_periods.get(&c.name).map_or(0.0, |s| s.quantile(0.99)),
+                busy_ms_p50: self
+                    .busy_periods
+                    .get(&c.name)
+                    .map_or(0.0, |s| s.quantile(0.5)),
+                busy_ms_p99: self
+                    .busy_periods
+                    .get(&c.name)
+                    .map_or(0.0, |s| s.quantile(0.99)),
                 busy_s: self.rec.busy_s(&c.name),
                 preempted_s: self.rec.preempted_s(&c.name),
             })
