@@ -67,6 +67,7 @@ fn client(sock: &str, class: &str, gpu: u32) {
         queues,
         warnings: vec![],
         window: None,
+        lease_expiries: 0,
     })))
     .unwrap();
     let mut out = std::io::stdout().lock();

@@ -28,6 +28,15 @@ pub fn handle(msg: AgentMsg) -> Vec<ShimMsg> {
     let mut st = STATE.lock();
     let out = match msg {
         AgentMsg::Welcome { .. } => vec![],
+        // The control thread's lease (control.rs) took it.
+        AgentMsg::Renew {} => vec![],
+        AgentMsg::Edges { on } => {
+            if st.edges != on {
+                st.edges = on;
+                st.refresh_flags();
+            }
+            vec![]
+        }
         AgentMsg::Refused { reason } => {
             crate::log::warn_always(&format!("the agent refused this process: {reason}"));
             vec![]

@@ -24,7 +24,7 @@ use crate::guard::guarded;
 use crate::levels::fail_open;
 use crate::log::Repeat;
 use crate::registry_file::{EXITING, publish_file};
-use crate::state::{F_DISABLED, FLAGS, STATE, State, UNCLAIMED_GRACE};
+use crate::state::{F_DISABLED, F_EDGES, FLAGS, STATE, State, UNCLAIMED_GRACE};
 
 /// Set once the control thread runs in this process (reset in a fork child).
 pub static STARTED: AtomicBool = AtomicBool::new(false);
@@ -223,6 +223,9 @@ impl std::fmt::Display for End {
 fn release_everything(why: &str) {
     let mut st = STATE.lock();
     let errors = fail_open(&mut st);
+    // Edges are reported to an agent only.
+    st.edges = false;
+    st.refresh_flags();
     drop(st);
     STATE.notify_all();
     crate::log::debug(|| format!("{why}: released everything"));
@@ -265,8 +268,10 @@ fn session(stream: UnixStream, last_published: &mut u64, watch: &mut UnclaimedWa
     let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
     let fd = stream.as_raw_fd();
     let mut reader = LineReader::new(BufReader::new(stream));
-    match reader.next::<AgentMsg>() {
-        Ok(AgentMsg::Welcome { .. }) => {}
+    let welcome_lease = match reader.next::<AgentMsg>() {
+        Ok(AgentMsg::Welcome { lease_ms, .. }) => {
+            lease_ms.map(|ms| Duration::from_millis(ms.into()))
+        }
         Ok(AgentMsg::Refused { reason }) => {
             crate::log::warn_always(&format!("the agent refused this process: {reason}"));
             return End::Refused(reason);
@@ -280,7 +285,7 @@ fn session(stream: UnixStream, last_published: &mut u64, watch: &mut UnclaimedWa
             return End::BeforeWelcome("closed the connection without answering hello".into());
         }
         Err(e) => return End::BeforeWelcome(format!("did not answer hello with a welcome ({e})")),
-    }
+    };
     let _ = reader.get_ref().get_ref().set_read_timeout(None);
     crate::log::debug(|| {
         format!(
@@ -293,15 +298,29 @@ fn session(stream: UnixStream, last_published: &mut u64, watch: &mut UnclaimedWa
         )
     });
     let mut sent_gen = 0u64;
+    let mut lease = Lease::new(welcome_lease);
+    let wake = crate::edges::wake_fd();
+    let mut last_renew = Instant::now();
     loop {
         if EXITING.load(Ordering::Relaxed) || FLAGS.load(Ordering::Relaxed) & F_DISABLED != 0 {
             return End::Error("shim stopped controlling".into());
         }
-        let readable =
-            !reader.get_ref().buffer().is_empty() || poll_readable(fd, cfg.activity_period);
+        let edges = FLAGS.load(Ordering::Relaxed) & F_EDGES != 0;
+        let period = if edges && crate::edges::armed() {
+            proto::BUSY_SAMPLE_PERIOD
+        } else {
+            cfg.activity_period
+        };
+        let timeout = lease.bound(period, Instant::now());
+        let readable = !reader.get_ref().buffer().is_empty()
+            || poll_readable(fd, wake.filter(|_| edges), timeout);
+        if let Some(w) = wake {
+            crate::edges::drain(w);
+        }
         if readable {
             match reader.next::<AgentMsg>() {
                 Ok(msg) => {
+                    lease.heard(&msg, Instant::now());
                     let replies = guarded(|| handle(msg)).unwrap_or_default();
                     for r in replies {
                         if let Err(e) = send(&mut w, &r) {
@@ -317,7 +336,34 @@ fn session(stream: UnixStream, last_published: &mut u64, watch: &mut UnclaimedWa
                 Err(e) => return End::Error(format!("protocol error: {e}")),
             }
         }
-        for (queue_id, busy) in sample_activity(watch) {
+        lease.check(Instant::now());
+        let (mut edges_seen, busy) = sample_activity(watch);
+        if edges {
+            if !busy.is_empty() {
+                crate::edges::arm();
+            } else if crate::edges::armed() {
+                // Every queue idle: the next launch wakes this thread again. One more sample
+                // catches a launch that saw the report still outstanding (edges.rs).
+                crate::edges::disarm();
+                let (again, busy) = sample_activity(watch);
+                edges_seen.extend(again);
+                if !busy.is_empty() {
+                    crate::edges::arm();
+                }
+            }
+        }
+        // While busy, say so again now and then: the agent takes a busy queue of a process that
+        // has said nothing for a while as idle (a stopped process preempts nobody for long).
+        let now = Instant::now();
+        if edges && !busy.is_empty() && now.duration_since(last_renew) >= proto::BUSY_RENEW_PERIOD {
+            last_renew = now;
+            for &queue_id in &busy {
+                if !edges_seen.iter().any(|(q, _)| *q == queue_id) {
+                    edges_seen.push((queue_id, true));
+                }
+            }
+        }
+        for (queue_id, busy) in edges_seen {
             if let Err(e) = send(&mut w, &ShimMsg::Activity { queue_id, busy }) {
                 return e;
             }
@@ -339,29 +385,112 @@ fn session(stream: UnixStream, last_published: &mut u64, watch: &mut UnclaimedWa
     }
 }
 
-fn poll_readable(fd: i32, timeout: Duration) -> bool {
-    let mut p = libc::pollfd {
-        fd,
-        events: libc::POLLIN,
-        revents: 0,
-    };
+/// The lease of this process's preemptions: every preempt command starts it and every
+/// `AgentMsg::Renew` extends it; when it runs out while anything is preempted, the shim
+/// releases everything on its own — the agent hung — and says so once (log, registry
+/// warning, the registry's `lease_expiries`).
+struct Lease {
+    length: Option<Duration>,
+    until: Option<Instant>,
+}
+
+impl Lease {
+    fn new(length: Option<Duration>) -> Lease {
+        Lease {
+            length,
+            until: None,
+        }
+    }
+
+    /// A message from the agent: a preempt starts the lease, a renewal extends it.
+    fn heard(&mut self, msg: &AgentMsg, now: Instant) {
+        if matches!(msg, AgentMsg::Preempt { .. } | AgentMsg::Renew {}) {
+            self.until = self.length.map(|l| now + l);
+        }
+    }
+
+    /// How long the control thread may sleep: `period`, or less when the lease runs out first.
+    fn bound(&self, period: Duration, now: Instant) -> Duration {
+        match self.until {
+            Some(u) => period.min(u.saturating_duration_since(now)),
+            None => period,
+        }
+    }
+
+    /// Releases everything if the lease ran out with anything preempted.
+    fn check(&mut self, now: Instant) {
+        let Some(until) = self.until else { return };
+        if now < until {
+            return;
+        }
+        self.until = None;
+        let mut st = STATE.lock();
+        if !preempted_anything(&st) {
+            return;
+        }
+        let errors = fail_open(&mut st);
+        st.lease_expiries += 1;
+        st.report(format!(
+            "{LEASE_WARNING}: the agent did not renew this process's preemption within {} ms (hung, stopped or \
+             overloaded); it runs uncontrolled until the agent preempts it again (check kfdqd: systemctl status kfdqd)",
+            self.length.map_or(0, |l| l.as_millis())
+        ));
+        st.changed();
+        drop(st);
+        STATE.notify_all();
+        for e in errors {
+            crate::log::warn_always(&format!("{LEASE_WARNING}; releasing: {e}"));
+        }
+    }
+}
+
+/// The start of the warning a lease that ran out leaves.
+pub const LEASE_WARNING: &str = "lease expired, released on its own";
+
+/// Anything held, deactivated or suspended in this process.
+fn preempted_anything(st: &State) -> bool {
+    st.held_count() > 0 || st.hold_new || st.queues().iter().any(|q| q.deactivated || q.suspended)
+}
+
+fn poll_readable(fd: i32, wake: Option<i32>, timeout: Duration) -> bool {
+    let mut p = [
+        libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        },
+        libc::pollfd {
+            // A negative fd is ignored by ppoll.
+            fd: wake.unwrap_or(-1),
+            events: libc::POLLIN,
+            revents: 0,
+        },
+    ];
     // Sub-millisecond periods need ppoll's timespec (poll's milliseconds would round 500 µs to
     // a busy loop).
     let ts = libc::timespec {
         tv_sec: timeout.as_secs() as libc::time_t,
         tv_nsec: libc::c_long::from(timeout.subsec_nanos() as i32),
     };
-    // SAFETY: one valid pollfd and timespec on the stack; `fd` is the open socket owned by the
-    // session's reader; a null signal mask pointer leaves the mask unchanged.
-    let n = unsafe { libc::ppoll(&mut p, 1, &ts, std::ptr::null()) };
-    n > 0 && p.revents != 0
+    // SAFETY: two valid pollfds and a timespec on the stack; `fd` is the open socket owned by
+    // the session's reader, the second the edges' eventfd (never closed) or -1 (ignored); a
+    // null signal mask pointer leaves the mask unchanged.
+    let n = unsafe { libc::ppoll(p.as_mut_ptr(), 2, &ts, std::ptr::null()) };
+    n > 0 && p[0].revents != 0
 }
 
-/// Busy (write index > read index) transitions since the last sample (and the unclaimed-work
-/// check of this tick).
-fn sample_activity(watch: &mut UnclaimedWatch) -> Vec<(u32, bool)> {
+/// Busy (write index > read index) transitions since the last sample, and the queues busy
+/// now (and the unclaimed-work check of this tick).
+fn sample_activity(watch: &mut UnclaimedWatch) -> (Vec<(u32, bool)>, Vec<u32>) {
     let mut st = STATE.lock();
     // The same tick looks for work that no stream claims, under the same lock.
     watch.check(&mut st, Instant::now());
-    st.sample_busy()
+    let edges = st.sample_busy();
+    let busy = st
+        .queues()
+        .iter()
+        .filter(|q| q.busy && !q.dying)
+        .map(|q| q.id)
+        .collect();
+    (edges, busy)
 }

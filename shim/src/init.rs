@@ -127,6 +127,7 @@ extern "C" fn after_fork_child() {
     crate::control::STARTED.store(false, Ordering::Release);
     crate::registry_file::WROTE_PID.store(0, Ordering::Relaxed);
     crate::context::reset_thread_after_fork();
+    crate::edges::reset_after_fork();
 }
 
 extern "C" fn at_exit() {

@@ -24,8 +24,8 @@ use kfdq::proto::StreamKind;
 use crate::context::{CTX, NO_STREAM, SPT};
 use crate::guard::guarded;
 use crate::state::{
-    F_CREATED_PENDING, F_DISABLED, F_HOLDS, F_NULL_PENDING, F_READY, F_WINDOW, FLAGS, FORK_GEN,
-    MAX_ATTEMPTS, NULL_STREAM_ID, QUEUES_CREATED, STATE, State,
+    F_CREATED_PENDING, F_DISABLED, F_EDGES, F_HOLDS, F_NULL_PENDING, F_READY, F_WINDOW, FLAGS,
+    FORK_GEN, MAX_ATTEMPTS, NULL_STREAM_ID, QUEUES_CREATED, STATE, State,
 };
 
 /// `hipStreamLegacy`.
@@ -99,13 +99,19 @@ fn ordered<const PROBE: bool>(s: StreamRef, call: impl FnOnce() -> i32) -> i32 {
         Which::Created(_) => (F_HOLDS | F_CREATED_PENDING, true),
         Which::PerThread => (F_HOLDS, spt_known()),
     };
-    if f & (F_READY | slow | F_WINDOW) == F_READY && spt_ok || f & F_DISABLED != 0 {
+    if f & (F_READY | slow | F_WINDOW | F_EDGES) == F_READY && spt_ok || f & F_DISABLED != 0 {
         return call();
     }
     if f & (F_READY | slow) == F_READY && spt_ok {
-        // Only the window: no lock, no registration.
-        crate::window::gate(s.key(), || window_target(s));
-        return call();
+        // Only the window or edges: no lock, no registration.
+        if f & F_WINDOW != 0 {
+            crate::window::gate(s.key(), || window_target(s));
+        }
+        let r = call();
+        if f & F_EDGES != 0 {
+            crate::edges::launched();
+        }
+        return r;
     }
     ordered_slow::<PROBE>(s, call)
 }
@@ -149,6 +155,9 @@ fn ordered_slow<const PROBE: bool>(s: StreamRef, call: impl FnOnce() -> i32) -> 
     let prev = CTX.with(|c| c.replace(prep.as_ref().map_or(NO_STREAM, |p| p.sid)));
     let r = call();
     CTX.with(|c| c.set(prev));
+    if FLAGS.load(Ordering::Relaxed) & F_EDGES != 0 {
+        crate::edges::launched();
+    }
     if let Some(p) = prep {
         guarded(|| finish(p, r, PROBE));
     }

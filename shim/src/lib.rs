@@ -21,7 +21,8 @@
 //!    pthread mutex, loaded objects, symbol resolution, caller lookup), `config` (environment),
 //!    `kfd_fd` (the runtime's `/dev/kfd` fd, re-validated per command), `window_setting` (the
 //!    in-flight window's size and cache generation), `bypass` (the shim's own ioctls pass the
-//!    hook), `libc_ioctl` (libc's `ioctl`, `forward`), `context` (a thread's stream context).
+//!    hook), `libc_ioctl` (libc's `ioctl`, `forward`), `context` (a thread's stream context),
+//!    `edges` (the launch's busy-edge wake-up).
 //! 2. `state`: the registry behind its lock.
 //! 3. `targets` (what an agent's target names), then `levels` (levels 0-3, CU masks, the agent's
 //!    window, fail open), and `registry_file` (the registry published for `kfdq ps`).
@@ -41,6 +42,7 @@ mod commands;
 mod config;
 mod context;
 mod control;
+mod edges;
 // The entry points are not in the unit-test binary: exported there, they would interpose on the
 // test harness.
 #[cfg(not(test))]

@@ -33,6 +33,9 @@ pub const F_CREATED_PENDING: u32 = 8;
 pub const F_DISABLED: u32 = 16;
 /// `FLAGS` bit: an in-flight window is in effect (`window.rs`).
 pub const F_WINDOW: u32 = 32;
+/// `FLAGS` bit: the agent asked for busy edges (`edges.rs`): stream-ordered calls report the
+/// launch that makes the process busy.
+pub const F_EDGES: u32 = 64;
 
 /// Fast-path flags: one relaxed load decides whether a launch needs the slow path.
 pub static FLAGS: AtomicU32 = AtomicU32::new(0);
@@ -228,6 +231,10 @@ pub struct State {
     pub policy: PriorityPolicy,
     /// Class name in effect.
     pub class: Option<String>,
+    /// The agent asked for busy edges (`AgentMsg::Edges`; sets [`F_EDGES`]).
+    pub edges: bool,
+    /// Leases that ran out (the control thread released everything on its own).
+    pub lease_expiries: u64,
 }
 
 impl State {
@@ -248,6 +255,8 @@ impl State {
                 forced: None,
             },
             class: None,
+            edges: false,
+            lease_expiries: 0,
         }
     }
 
@@ -591,7 +600,10 @@ impl State {
         if crate::window_setting::get().is_some() {
             set |= F_WINDOW;
         }
-        let mask = F_HOLDS | F_NULL_PENDING | F_CREATED_PENDING | F_WINDOW;
+        if self.edges {
+            set |= F_EDGES;
+        }
+        let mask = F_HOLDS | F_NULL_PENDING | F_CREATED_PENDING | F_WINDOW | F_EDGES;
         let cur = FLAGS.load(Ordering::Relaxed);
         if cur & F_DISABLED != 0 {
             return;
@@ -638,6 +650,7 @@ impl State {
                 .collect(),
             warnings: self.warnings.clone(),
             window: crate::window_setting::get(),
+            lease_expiries: self.lease_expiries,
         }
     }
 }

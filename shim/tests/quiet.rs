@@ -65,6 +65,7 @@ impl BadAgent {
     fn start(sock: &Path, mode: &str) -> BadAgent {
         let welcome = String::from_utf8(encode(&AgentMsg::Welcome {
             version: kfdq::proto::VERSION,
+            lease_ms: None,
         }))
         .unwrap();
         let query = String::from_utf8(encode(&AgentMsg::Query { seq: 7 })).unwrap();

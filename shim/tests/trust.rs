@@ -33,6 +33,7 @@ impl Impostor {
         let commands: Vec<u8> = [
             AgentMsg::Welcome {
                 version: kfdq::proto::VERSION,
+                lease_ms: None,
             },
             AgentMsg::Preempt {
                 seq: 1,

@@ -67,6 +67,9 @@ pub struct ClassConfig {
     pub control: Control,
 }
 
+/// Accepted `[agent] lease_ms` values.
+pub const LEASE_RANGE_MS: std::ops::RangeInclusive<u32> = 100..=60_000;
+
 /// The whole configuration.
 #[derive(Debug, Clone, PartialEq)]
 pub struct AgentConfig {
@@ -80,6 +83,12 @@ pub struct AgentConfig {
     pub default_class: String,
     /// Level-3 grace period (units of 1K GPU clocks).
     pub grace_period: u32,
+    /// Processes of classes that preempt others report their busy edges from the launch
+    /// (`[agent] edges`, default on); off, the agent learns of work from activity samples only.
+    pub edges: bool,
+    /// Every preemption's lease (`[agent] lease_ms`): a shim the agent stops renewing releases
+    /// its process after this long.
+    pub lease: std::time::Duration,
     /// Connections beyond this are closed at once.
     pub max_connections: usize,
     /// Control requests per second and peer (a burst of as many is allowed).
@@ -135,6 +144,8 @@ struct FileAgent {
     release_min_history: Option<u32>,
     min_preempt_interval_ms: Option<f64>,
     grace_period: Option<u32>,
+    edges: Option<bool>,
+    lease_ms: Option<u32>,
     max_connections: Option<usize>,
     control_requests_per_s: Option<f64>,
 }
@@ -359,6 +370,8 @@ impl AgentConfig {
             admin_group: None,
             default_class: "normal".into(),
             grace_period: 0,
+            edges: true,
+            lease: crate::proto::DEFAULT_LEASE,
             max_connections: 4096,
             control_rate: 50.0,
             metrics: None,
@@ -430,6 +443,20 @@ impl AgentConfig {
         }
         if let Some(v) = a.grace_period {
             cfg.grace_period = v;
+        }
+        if let Some(v) = a.edges {
+            cfg.edges = v;
+        }
+        if let Some(v) = a.lease_ms {
+            if !LEASE_RANGE_MS.contains(&v) {
+                return Err(at_agent(format!(
+                    "lease_ms = {v} is outside {}..={}: a shorter lease makes a loaded agent's preemptions flap, a longer one lets a hung agent starve preempted jobs (default {})",
+                    LEASE_RANGE_MS.start(),
+                    LEASE_RANGE_MS.end(),
+                    crate::proto::DEFAULT_LEASE.as_millis()
+                )));
+            }
+            cfg.lease = std::time::Duration::from_millis(v.into());
         }
         if let Some(v) = a.max_connections {
             if v == 0 {

@@ -83,11 +83,52 @@ fn level_number(l: Option<Level>) -> i64 {
     }
 }
 
+/// Time each class spent in a state (busy, preempted): accrued at every account.
+#[derive(Debug, Default)]
+struct TimeIn {
+    since: BTreeMap<String, Instant>,
+    total_s: BTreeMap<String, f64>,
+}
+
+impl TimeIn {
+    /// Accrues up to `now`; `classes` are in the state from now on. Returns the classes that
+    /// left it, with when they had entered it.
+    fn account(&mut self, now: Instant, classes: &[&str]) -> Vec<(String, Instant)> {
+        let mut left = Vec::new();
+        for (class, since) in &self.since {
+            *self.total_s.entry(class.clone()).or_default() +=
+                now.saturating_duration_since(*since).as_secs_f64();
+            if !classes.contains(&class.as_str()) {
+                left.push((class.clone(), *since));
+            }
+        }
+        for (c, _) in &left {
+            self.since.remove(c);
+        }
+        for (c, since) in &mut self.since {
+            let _ = c;
+            *since = now;
+        }
+        for c in classes {
+            self.since.entry((*c).to_owned()).or_insert(now);
+        }
+        left
+    }
+
+    fn total(&self, class: &str) -> f64 {
+        self.total_s.get(class).copied().unwrap_or(0.0)
+    }
+}
+
 /// What the node records between scrapes.
 #[derive(Debug)]
 pub struct Recorder {
-    busy_since: BTreeMap<String, Instant>,
-    busy_s: BTreeMap<String, f64>,
+    busy: TimeIn,
+    /// When each busy class's current busy period began (`busy` restarts its own clock at
+    /// every account).
+    period_start: BTreeMap<String, Instant>,
+    busy_periods: Family<ClassLabel, Histogram>,
+    preempted: TimeIn,
     preemptions: BTreeMap<(String, &'static str), u64>,
     preempt_latency: Family<LevelLabel, Histogram>,
     decision_latency: Histogram,
@@ -96,8 +137,10 @@ pub struct Recorder {
 impl Default for Recorder {
     fn default() -> Self {
         Recorder {
-            busy_since: BTreeMap::new(),
-            busy_s: BTreeMap::new(),
+            busy: TimeIn::default(),
+            period_start: BTreeMap::new(),
+            busy_periods: Family::new_with_constructor(|| Histogram::new(latency_buckets())),
+            preempted: TimeIn::default(),
             preemptions: BTreeMap::new(),
             preempt_latency: Family::new_with_constructor(|| Histogram::new(latency_buckets())),
             decision_latency: Histogram::new(latency_buckets()),
@@ -106,19 +149,53 @@ impl Default for Recorder {
 }
 
 impl Recorder {
-    /// Accounts busy time up to `now`; `busy` are the classes busy from now on (a class is busy
-    /// while any queue of any of its processes is).
-    pub fn account_busy<'a>(&mut self, now: Instant, busy: impl IntoIterator<Item = &'a str>) {
-        for (class, since) in &mut self.busy_since {
-            *self.busy_s.entry(class.clone()).or_default() +=
-                now.saturating_duration_since(*since).as_secs_f64();
-            *since = now;
-        }
+    /// Accounts busy and preempted time up to `now`; `busy` are the classes busy from now on
+    /// (a class is busy while any queue of any of its processes is), `preempted` those with a
+    /// process preempted from now on. Returns the busy periods that ended (class, seconds):
+    /// a class's busy period runs from the account that found it busy to the one that found
+    /// it idle, and each is observed in the busy-period histogram.
+    pub fn account<'a>(
+        &mut self,
+        now: Instant,
+        busy: impl IntoIterator<Item = &'a str>,
+        preempted: impl IntoIterator<Item = &'a str>,
+    ) -> Vec<(String, f64)> {
         let busy: Vec<&str> = busy.into_iter().collect();
-        self.busy_since.retain(|c, _| busy.contains(&c.as_str()));
+        let preempted: Vec<&str> = preempted.into_iter().collect();
+        self.busy.account(now, &busy);
+        self.preempted.account(now, &preempted);
+        let mut ended = Vec::new();
+        self.period_start.retain(|c, start| {
+            if busy.contains(&c.as_str()) {
+                return true;
+            }
+            ended.push((
+                c.clone(),
+                now.saturating_duration_since(*start).as_secs_f64(),
+            ));
+            false
+        });
         for c in busy {
-            self.busy_since.entry(c.to_owned()).or_insert(now);
+            self.period_start.entry(c.to_owned()).or_insert(now);
         }
+        for (class, s) in &ended {
+            self.busy_periods
+                .get_or_create(&ClassLabel {
+                    class: class.clone(),
+                })
+                .observe(*s);
+        }
+        ended
+    }
+
+    /// Seconds `class` was busy.
+    pub fn busy_s(&self, class: &str) -> f64 {
+        self.busy.total(class)
+    }
+
+    /// Seconds `class` had a process preempted.
+    pub fn preempted_s(&self, class: &str) -> f64 {
+        self.preempted.total(class)
     }
 
     /// A preempt command sent to a process of `class`.
@@ -190,7 +267,7 @@ pub fn render(status: &NodeStatus, rec: &Recorder) -> Result<String, std::fmt::E
     // Classes.
     let busy = Family::<ClassLabel, Counter<f64, std::sync::atomic::AtomicU64>>::default();
     for c in &status.classes {
-        let s = rec.busy_s.get(&c.name).copied().unwrap_or(0.0);
+        let s = rec.busy_s(&c.name);
         busy.get_or_create(&ClassLabel {
             class: c.name.clone(),
         })
@@ -201,6 +278,26 @@ pub fn render(status: &NodeStatus, rec: &Recorder) -> Result<String, std::fmt::E
         "Time any queue of any process of the class was busy (the shims' activity reports)",
         Unit::Seconds,
         busy,
+    );
+    let preempted = Family::<ClassLabel, Counter<f64, std::sync::atomic::AtomicU64>>::default();
+    for c in &status.classes {
+        preempted
+            .get_or_create(&ClassLabel {
+                class: c.name.clone(),
+            })
+            .inc_by(rec.preempted_s(&c.name));
+    }
+    r.register_with_unit(
+        "class_preempted",
+        "Time the class had a process preempted (what protecting the classes above costs it)",
+        Unit::Seconds,
+        preempted,
+    );
+    r.register_with_unit(
+        "class_busy_period",
+        "Busy periods of each class, edge to edge (a queue of the class busy to none busy): what protection buys the classes above",
+        Unit::Seconds,
+        rec.busy_periods.clone(),
     );
     gauge_family(
         &mut r,
@@ -365,12 +462,19 @@ mod tests {
     fn busy_time_accrues_only_while_busy() {
         let mut r = Recorder::default();
         let t0 = Instant::now();
-        r.account_busy(t0, ["latency"]);
-        r.account_busy(t0 + Duration::from_millis(300), ["latency", "batch"]);
-        r.account_busy(t0 + Duration::from_millis(500), ["batch"]);
-        r.account_busy(t0 + Duration::from_millis(900), []);
-        r.account_busy(t0 + Duration::from_millis(5000), []);
-        let s = |c: &str| r.busy_s.get(c).copied().unwrap_or(0.0);
+        r.account(t0, ["latency"], []);
+        let ended = r.account(
+            t0 + Duration::from_millis(300),
+            ["latency", "batch"],
+            ["normal"],
+        );
+        assert!(ended.is_empty());
+        let ended = r.account(t0 + Duration::from_millis(500), ["batch"], ["normal"]);
+        assert_eq!(ended, vec![("latency".to_string(), 0.5)], "one busy period");
+        r.account(t0 + Duration::from_millis(900), [], []);
+        r.account(t0 + Duration::from_millis(5000), [], []);
+        assert!((r.preempted_s("normal") - 0.6).abs() < 1e-9);
+        let s = |c: &str| r.busy_s(c);
         assert!((s("latency") - 0.5).abs() < 1e-9, "{}", s("latency"));
         assert!((s("batch") - 0.6).abs() < 1e-9, "{}", s("batch"));
     }

@@ -22,3 +22,50 @@ pub fn notify(state: &str) {
         tracing::warn!("sd_notify to {target}: {e}");
     }
 }
+
+/// systemd's watchdog (`WatchdogSec=` in the unit): systemd sets `WATCHDOG_USEC` (and
+/// `WATCHDOG_PID`), and kills the service if no `WATCHDOG=1` arrives within it. The event loop
+/// calls [`Watchdog::progress`] once per turn, so a loop that stops turning (a deadlock, a
+/// stalled write, SIGSTOP) stops the pings and systemd kills and restarts the agent — which
+/// also releases the tracer's processes (the kernel drops ptrace and the debug trap).
+#[derive(Debug)]
+pub struct Watchdog {
+    every: Option<std::time::Duration>,
+    next: std::time::Instant,
+}
+
+impl Watchdog {
+    /// From the environment: pings at half of `WATCHDOG_USEC` (systemd's advice), or never
+    /// without it (or when `WATCHDOG_PID` names another process).
+    pub fn from_env(now: std::time::Instant) -> Watchdog {
+        let usec = std::env::var("WATCHDOG_USEC")
+            .ok()
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .filter(|u| *u > 0);
+        let ours = std::env::var("WATCHDOG_PID")
+            .ok()
+            .and_then(|v| v.trim().parse::<u32>().ok())
+            .is_none_or(|p| p == std::process::id());
+        Watchdog {
+            every: usec
+                .filter(|_| ours)
+                .map(|u| std::time::Duration::from_micros(u / 2)),
+            next: now,
+        }
+    }
+
+    /// When the loop must turn next for the watchdog, if it is on.
+    pub fn deadline(&self) -> Option<std::time::Instant> {
+        self.every.map(|_| self.next)
+    }
+
+    /// The loop turned: pings if a ping is due.
+    pub fn progress(&mut self, now: std::time::Instant) {
+        if let Some(every) = self.every
+            && now >= self.next
+        {
+            notify("WATCHDOG=1");
+            self.next = now + every;
+        }
+    }
+}

@@ -19,7 +19,7 @@ use super::discover::{self, Found};
 use super::http::Endpoint;
 use super::identity::Identity;
 use super::node::{Node, Out};
-use super::notify::notify;
+use super::notify::{Watchdog, notify};
 use super::tracer::{Cmd, Event, Tracer};
 use super::{AgentError, socket};
 use crate::kfd::{Root, Topology};
@@ -175,18 +175,18 @@ fn serve(
     };
     let mut stopping: Option<Instant> = None;
     let mut tracer_told = false;
+    let mut watchdog = Watchdog::from_env(Instant::now());
     loop {
+        watchdog.progress(Instant::now());
         let ids: Vec<ConnId> = s.peers.keys().copied().collect();
         let deadline = match stopping {
             Some(t) => Some(t + SHUTDOWN_WAIT),
             None => {
                 let scan = s.node.config().uses_tracer().then_some(s.next_scan);
-                match (s.node.deadline(), scan) {
-                    (Some(a), Some(b)) => Some(a.min(b)),
-                    (a, b) => a.or(b),
-                }
+                [s.node.deadline(), scan].into_iter().flatten().min()
             }
         };
+        let deadline = [deadline, watchdog.deadline()].into_iter().flatten().min();
         let timeout = match deadline {
             None => PollTimeout::NONE,
             Some(d) => {
@@ -523,6 +523,7 @@ impl Server<'_> {
                     cid,
                     AgentMsg::Welcome {
                         version: proto::VERSION,
+                        lease_ms: Some(self.node.lease_ms()),
                     },
                 ));
                 true

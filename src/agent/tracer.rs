@@ -618,7 +618,14 @@ impl Thread {
                 seq,
                 Err("not possible through the tracer: only the process itself may change its queues (run it under the shim, e.g. `kfdq run`)".into()),
             ),
-            AgentMsg::Welcome { .. } | AgentMsg::Refused { .. } | AgentMsg::Error { .. } => {
+            // A tracee's preemption is the agent's own ptrace session: no lease (a hung agent is
+            // killed by systemd's watchdog, and the kernel then drops the debug trap), and the
+            // tracer samples, it sees no launches.
+            AgentMsg::Welcome { .. }
+            | AgentMsg::Refused { .. }
+            | AgentMsg::Error { .. }
+            | AgentMsg::Renew {}
+            | AgentMsg::Edges { .. } => {
                 return;
             }
         };
@@ -736,6 +743,7 @@ fn read_u64(mem: &File, addr: u64) -> Option<u64> {
 /// priorities (neither can be read from outside the process).
 fn registry(pid: u32, t: &Tracee) -> Registry {
     Registry {
+        lease_expiries: 0,
         pid,
         class: None,
         streams: Vec::new(),

@@ -104,7 +104,7 @@ pub struct PartitionStatus {
 }
 
 /// One class.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ClassStatus {
     /// Name.
     pub name: String,
@@ -125,6 +125,22 @@ pub struct ClassStatus {
     pub processes: u32,
     /// Of those, preempted now.
     pub preempted: u32,
+    /// Its busy periods (edge to edge) the agent saw, up to the last 4096.
+    #[serde(default)]
+    pub busy_periods: u64,
+    /// Their median length, ms.
+    #[serde(default)]
+    pub busy_ms_p50: f64,
+    /// Their 99th percentile, ms.
+    #[serde(default)]
+    pub busy_ms_p99: f64,
+    /// Time it was busy since the agent started, s.
+    #[serde(default)]
+    pub busy_s: f64,
+    /// Time it had a process preempted since the agent started, s (what protecting the
+    /// classes above cost it).
+    #[serde(default)]
+    pub preempted_s: f64,
 }
 
 /// How the agent controls a process.
@@ -248,4 +264,16 @@ pub struct Counters {
     pub reloads: u64,
     /// Configuration reloads refused (the old configuration stayed).
     pub reload_failures: u64,
+    /// Leases that ran out in shims (each released its process on its own: the agent did not
+    /// renew in time).
+    #[serde(default)]
+    pub lease_expiries: u64,
+    /// Busy edges received from processes of preempting classes (their launches' reports and
+    /// their fine samples while busy).
+    #[serde(default)]
+    pub busy_edges: u64,
+    /// Busy queues taken as idle because their process said nothing for
+    /// [`crate::proto::BUSY_STALE`] (stopped or hung while busy).
+    #[serde(default)]
+    pub stale_busy: u64,
 }

@@ -109,6 +109,10 @@ pub struct Registry {
     /// beyond it waits in its wrapper. `None`: unbounded.
     #[serde(default)]
     pub window: Option<u32>,
+    /// Leases that ran out in this process (the shim released everything on its own; see
+    /// [`AgentMsg::Welcome`]'s `lease_ms`).
+    #[serde(default)]
+    pub lease_expiries: u64,
 }
 
 /// The CUs a partition's queues may use.
@@ -169,6 +173,11 @@ pub enum AgentMsg {
     Welcome {
         /// Protocol version.
         version: u32,
+        /// Every preemption this agent orders holds only for this long unless renewed
+        /// ([`AgentMsg::Renew`]): a shim whose lease runs out releases its process on its own
+        /// (an agent that hangs cannot starve it). `None` (an agent before leases): no lease.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        lease_ms: Option<u32>,
     },
     /// The agent will not talk to this shim (version mismatch, not authorised).
     Refused {
@@ -231,5 +240,16 @@ pub enum AgentMsg {
     Query {
         /// Sequence number echoed in the ack.
         seq: u64,
+    },
+    /// The process's preemptions hold for another lease ([`AgentMsg::Welcome`]'s `lease_ms`)
+    /// from now. Not acknowledged.
+    Renew {},
+    /// Report busy edges at once (`on`): the process's class preempts others, so the launch that
+    /// makes one of its queues busy wakes the shim's control thread, which reports the edge
+    /// without waiting for the activity period, and samples every [`super::BUSY_SAMPLE_PERIOD`]
+    /// while a queue is busy. Not acknowledged.
+    Edges {
+        /// Report edges (else: sample at the activity period only).
+        on: bool,
     },
 }

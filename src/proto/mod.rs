@@ -35,3 +35,22 @@ pub const DEFAULT_ACTIVITY_PERIOD: std::time::Duration = std::time::Duration::fr
 /// Accepted activity periods, in µs: below 250 µs sampling costs a good share of a core; above
 /// 100 ms the agent reacts later than any request lasts.
 pub const ACTIVITY_RANGE_US: std::ops::RangeInclusive<u64> = 250..=100_000;
+
+/// While one of its queues is busy, a shim that reports edges ([`AgentMsg::Edges`]) samples at
+/// this period, so the busy -> idle edge reaches the agent within it (the idle -> busy edge
+/// is reported by the launch itself). A latency service is busy a small share of the time
+/// (the field: under 5 %), so the fine period costs little; measured in docs/performance.md.
+pub const BUSY_SAMPLE_PERIOD: std::time::Duration = std::time::Duration::from_micros(100);
+
+/// While a queue is busy, its shim says so again at this period: the agent takes a busy queue
+/// whose process has said nothing for [`BUSY_STALE`] as idle, so a process stopped (SIGSTOP) or
+/// hung while busy preempts nobody for longer than that.
+pub const BUSY_RENEW_PERIOD: std::time::Duration = std::time::Duration::from_millis(20);
+
+/// See [`BUSY_RENEW_PERIOD`]: five renewals missed.
+pub const BUSY_STALE: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// The default lease of every preemption ([`AgentMsg::Welcome`]'s `lease_ms`): a hung agent
+/// starves a preempted process for at most this long. The agent renews every quarter of it, so
+/// a loaded node whose agent is late by up to three quarters of a second does not flap.
+pub const DEFAULT_LEASE: std::time::Duration = std::time::Duration::from_millis(1000);

@@ -44,6 +44,11 @@ pub fn accept_raw(l: &UnixListener) -> UnixStream {
 }
 
 pub fn accept(l: &UnixListener) -> Conn {
+    accept_with_lease(l, None)
+}
+
+/// [`accept`], welcoming the shim with a lease of `lease_ms` on every preemption.
+pub fn accept_with_lease(l: &UnixListener, lease_ms: Option<u32>) -> Conn {
     let s = accept_raw(l);
     s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
     let w = s.try_clone().unwrap();
@@ -64,6 +69,7 @@ pub fn accept(l: &UnixListener) -> Conn {
     }
     c.send(&AgentMsg::Welcome {
         version: proto::VERSION,
+        lease_ms,
     });
     c
 }

@@ -37,12 +37,18 @@ pub struct Agent {
     pub config: PathBuf,
     pub log: PathBuf,
     root: PathBuf,
+    env: Vec<(String, String)>,
 }
 
 impl Agent {
     /// Starts kfdqd on `emu` with `config` (its `[agent] socket` is set to a directory of
     /// its own, mode 0755, so other users can reach it) and waits until it answers.
     pub fn start(emu: &Emu, config: &str) -> Agent {
+        Agent::start_with_env(emu, config, &[])
+    }
+
+    /// [`Agent::start`] with extra environment variables for kfdqd.
+    pub fn start_with_env(emu: &Emu, config: &str, env: &[(&str, String)]) -> Agent {
         let dir = tempfile::Builder::new()
             .prefix("kfdqd-test-")
             .tempdir()
@@ -61,8 +67,13 @@ impl Agent {
         );
         std::fs::write(&cfg, text).unwrap();
         let log = dir.path().join("kfdqd.log");
+        let env: Vec<(String, String)> = env
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), v.clone()))
+            .collect();
         let mut a = Agent {
-            child: spawn(&cfg, emu.root(), &log),
+            child: spawn(&cfg, emu.root(), &log, &env),
+            env,
             dir,
             sock,
             config: cfg,
@@ -91,7 +102,7 @@ impl Agent {
     /// Starts it again on the same socket and configuration (after a kill).
     pub fn restart(&mut self) {
         let _ = self.child.wait();
-        self.child = spawn(&self.config, &self.root, &self.log);
+        self.child = spawn(&self.config, &self.root, &self.log, &self.env);
         self.wait_ready();
     }
 
@@ -157,7 +168,7 @@ impl Agent {
     }
 }
 
-fn spawn(cfg: &Path, root: &Path, log: &Path) -> Child {
+fn spawn(cfg: &Path, root: &Path, log: &Path, env: &[(String, String)]) -> Child {
     let err = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
@@ -169,6 +180,7 @@ fn spawn(cfg: &Path, root: &Path, log: &Path) -> Child {
         .arg("--root")
         .arg(root)
         .env("KFDQ_LOG", "kfdq=debug")
+        .envs(env.iter().map(|(k, v)| (k, v)))
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::from(err))

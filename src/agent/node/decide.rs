@@ -18,9 +18,11 @@ impl Node {
     /// partition order, so a partition's commands go out back to back).
     pub fn decide(&mut self, now: Instant, out: &mut Vec<Out>) {
         self.counters.decisions += 1;
+        let stale_at = self.mark_stale(now);
         self.account_busy(now);
         self.waiters.expire(now, out);
         self.end_tracer_sessions(out);
+        self.edges(out);
         let observed: Vec<ProcessObs> = self
             .procs
             .iter()
@@ -47,8 +49,75 @@ impl Node {
                 steps.push((p.first_gpu(), *pid, step));
             }
         }
+        if let Some(at) = stale_at {
+            self.next_decide = Some(self.next_decide.map_or(at, |n| n.min(at)));
+        }
         self.send_steps(steps, now, out);
+        self.renew(now, out);
         self.preempts.trim(now);
+    }
+
+    /// Processes whose busy reports went stale (stopped or hung while busy) count as idle
+    /// from now; returns when the next one would go stale.
+    fn mark_stale(&mut self, now: Instant) -> Option<Instant> {
+        let mut next: Option<Instant> = None;
+        for (pid, p) in &mut self.procs {
+            let (stale, at) = p.staleness(now);
+            if stale && !p.stale {
+                self.counters.stale_busy += 1;
+                p.warn(format!(
+                    "said nothing for {} ms while busy (stopped or hung): its queues count as idle until it reports again",
+                    crate::proto::BUSY_STALE.as_millis()
+                ));
+                tracing::info!(pid, "busy reports stale");
+            }
+            p.stale = stale;
+            if let Some(at) = at {
+                next = Some(next.map_or(at, |n| n.min(at)));
+            }
+        }
+        next
+    }
+
+    /// Busy edges on for the shims of processes whose class preempts another, off for the
+    /// rest (and for all with `[agent] edges = false`).
+    fn edges(&mut self, out: &mut Vec<Out>) {
+        for p in self.procs.values_mut() {
+            if p.via != Control::Shim {
+                continue;
+            }
+            let on = self.cfg.edges && preempts_others(&self.cfg.policy, p.class());
+            if p.edges_sent != Some(on) && (on || p.edges_sent.is_some()) {
+                p.edges_sent = Some(on);
+                out.push(Out::Shim(p.conn, crate::proto::AgentMsg::Edges { on }));
+            }
+        }
+    }
+
+    /// Renews the leases of preempted processes every quarter lease.
+    fn renew(&mut self, now: Instant, out: &mut Vec<Out>) {
+        let preempted: Vec<_> = self
+            .procs
+            .values()
+            .filter(|p| {
+                p.via == Control::Shim
+                    && (p.applied != Run::Running || p.pending.values().any(|c| c.preempt))
+            })
+            .map(|p| p.conn)
+            .collect();
+        if preempted.is_empty() {
+            self.next_renew = None;
+            return;
+        }
+        let due = self.next_renew.is_none_or(|t| now >= t);
+        if !due {
+            return;
+        }
+        // A preempt sent in this decision started its lease already; renewing it too is free.
+        for conn in preempted {
+            out.push(Out::Shim(conn, crate::proto::AgentMsg::Renew {}));
+        }
+        self.next_renew = Some(now + self.cfg.lease / 4);
     }
 
     /// Tracer sessions whose class no longer takes processes without the shim are ended.
@@ -184,4 +253,15 @@ impl Node {
         }
         held.len()
     }
+}
+
+/// Whether `class` ranks above a class that has a preemption level.
+fn preempts_others(policy: &crate::policy::PolicyConfig, class: &str) -> bool {
+    let Some(rank) = policy.class(class).map(|c| c.rank) else {
+        return false;
+    };
+    policy
+        .classes
+        .iter()
+        .any(|c| c.rank < rank && c.level.is_some())
 }

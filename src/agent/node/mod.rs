@@ -72,6 +72,10 @@ pub struct Node {
     decide_us: Samples,
     ack_us: Samples,
     rec: Recorder,
+    /// Busy periods per class, ms (`kfdq status`).
+    busy_periods: BTreeMap<String, Samples>,
+    /// When the leases of the preempted processes are renewed next (`None`: none preempted).
+    next_renew: Option<Instant>,
 }
 
 impl Node {
@@ -100,6 +104,8 @@ impl Node {
             decide_us: Samples::default(),
             ack_us: Samples::default(),
             rec: Recorder::default(),
+            busy_periods: BTreeMap::new(),
+            next_renew: None,
         })
     }
 
@@ -155,11 +161,15 @@ impl Node {
 
     /// When [`Node::decide`] must run again even if nothing arrives.
     pub fn deadline(&self) -> Option<Instant> {
-        let w = self.waiters.deadline();
-        match (self.next_decide, w) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        [self.next_decide, self.waiters.deadline(), self.next_renew]
+            .into_iter()
+            .flatten()
+            .min()
+    }
+
+    /// The lease every preemption carries, for the shims' welcome.
+    pub fn lease_ms(&self) -> u32 {
+        u32::try_from(self.cfg.lease.as_millis()).unwrap_or(u32::MAX)
     }
 
     /// The pid a shim connection belongs to.

@@ -52,6 +52,13 @@ pub(super) struct Proc {
     pub(super) pending: BTreeMap<u64, Pending>,
     pub(super) failed: Option<(Level, Instant)>,
     pub(super) warnings: VecDeque<String>,
+    /// When its shim last said anything (`None`: nothing since hello).
+    pub(super) last_heard: Option<Instant>,
+    /// `AgentMsg::Edges` last sent (`None`: never).
+    pub(super) edges_sent: Option<bool>,
+    /// Its busy queues are taken as idle: it reports edges and said nothing for
+    /// [`crate::proto::BUSY_STALE`].
+    pub(super) stale: bool,
 }
 
 impl Proc {
@@ -85,6 +92,9 @@ impl Proc {
             pending: BTreeMap::new(),
             failed: None,
             warnings: VecDeque::new(),
+            last_heard: None,
+            edges_sent: None,
+            stale: false,
         };
         if let Some(r) = p.classified.refused.clone() {
             p.warn(r);
@@ -137,7 +147,22 @@ impl Proc {
             .unwrap_or(u32::MAX)
     }
 
-    /// What the policy sees of it.
+    /// Whether its busy reports have gone stale at `now`: it reports edges (so its shim says
+    /// "still busy" every [`crate::proto::BUSY_RENEW_PERIOD`]), some queue is busy, and it has
+    /// said nothing for [`crate::proto::BUSY_STALE`] (stopped or hung while busy). Also when
+    /// that will happen if nothing arrives.
+    pub(super) fn staleness(&self, now: Instant) -> (bool, Option<Instant>) {
+        if self.via != Control::Shim || self.edges_sent != Some(true) || !self.any_busy() {
+            return (false, None);
+        }
+        let Some(heard) = self.last_heard else {
+            return (false, None);
+        };
+        let at = heard + crate::proto::BUSY_STALE;
+        (now >= at, (now < at).then_some(at))
+    }
+
+    /// What the policy sees of it (no busy queue while its reports are [`Proc::stale`]).
     pub(super) fn observe(&self, pid: u32) -> ProcessObs {
         ProcessObs {
             pid,
@@ -149,7 +174,7 @@ impl Proc {
                 .map(|q| QueueObs {
                     queue_id: q.queue_id,
                     gpu_id: q.gpu_id,
-                    busy: self.queue_busy(q.queue_id),
+                    busy: !self.stale && self.queue_busy(q.queue_id),
                 })
                 .collect(),
         }

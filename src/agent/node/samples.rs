@@ -18,6 +18,11 @@ impl Samples {
         self.0.push_back(v);
     }
 
+    /// How many are kept.
+    pub(super) fn len(&self) -> usize {
+        self.0.len()
+    }
+
     /// The `q` quantile (0 with no samples).
     pub(super) fn quantile(&self, q: f64) -> f64 {
         if self.0.is_empty() {

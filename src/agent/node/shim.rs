@@ -18,26 +18,46 @@ impl Node {
         let Some(p) = self.procs.get_mut(&pid) else {
             return false;
         };
-        match msg {
-            ShimMsg::Hello { .. } => {
-                out.push(Out::Shim(
-                    p.conn,
-                    AgentMsg::Error {
-                        detail: "hello is only the first message of a session".into(),
-                    },
-                ));
-                false
+        p.last_heard = Some(now);
+        // News from a process whose reports had gone stale: it is live again.
+        let revived = std::mem::take(&mut p.stale);
+        revived
+            | match msg {
+                ShimMsg::Hello { .. } => {
+                    out.push(Out::Shim(
+                        p.conn,
+                        AgentMsg::Error {
+                            detail: "hello is only the first message of a session".into(),
+                        },
+                    ));
+                    false
+                }
+                ShimMsg::Registry(reg) => {
+                    p.busy
+                        .retain(|q, _| reg.queues.iter().any(|r| r.queue_id == *q));
+                    let expired = reg.lease_expiries.saturating_sub(p.registry.lease_expiries);
+                    if expired > 0 {
+                        // The shim released everything on its own: the agent's view follows, and
+                        // the next decision preempts it again if it still should be.
+                        self.counters.lease_expiries += expired;
+                        p.applied = Run::Running;
+                        p.warn(format!(
+                        "its shim released it on its own: {expired} lease(s) ran out before the agent renewed them (the agent was hung, stopped or overloaded)"
+                    ));
+                    }
+                    p.registry = reg;
+                    p.registry_gen += 1;
+                    true
+                }
+                ShimMsg::Activity { queue_id, busy } => {
+                    let changed = p.busy.insert(queue_id, busy) != Some(busy);
+                    if changed && busy && p.edges_sent == Some(true) {
+                        self.counters.busy_edges += 1;
+                    }
+                    changed
+                }
+                ShimMsg::Ack { seq, ok, detail } => self.ack(pid, seq, ok, detail, now, out),
             }
-            ShimMsg::Registry(reg) => {
-                p.busy
-                    .retain(|q, _| reg.queues.iter().any(|r| r.queue_id == *q));
-                p.registry = reg;
-                p.registry_gen += 1;
-                true
-            }
-            ShimMsg::Activity { queue_id, busy } => p.busy.insert(queue_id, busy) != Some(busy),
-            ShimMsg::Ack { seq, ok, detail } => self.ack(pid, seq, ok, detail, now, out),
-        }
     }
 
     /// `pid` acknowledged command `seq`. Returns whether a decision is due (a preempt failed:

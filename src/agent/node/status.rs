@@ -41,10 +41,18 @@ impl Node {
         let busy: Vec<&str> = self
             .procs
             .values()
-            .filter(|p| p.any_busy())
+            .filter(|p| !p.stale && p.any_busy())
             .map(|p| p.class())
             .collect();
-        self.rec.account_busy(now, busy);
+        let preempted: Vec<&str> = self
+            .procs
+            .values()
+            .filter(|p| p.applied != crate::policy::Run::Running)
+            .map(|p| p.class())
+            .collect();
+        for (class, s) in self.rec.account(now, busy, preempted) {
+            self.busy_periods.entry(class).or_default().push(s * 1e3);
+        }
     }
 
     /// A Prometheus scrape of the node (text format, [`super::super::metrics::CONTENT_TYPE`]).
@@ -68,6 +76,17 @@ impl Node {
                 control: self.cfg.control(&c.name),
                 processes: 0,
                 preempted: 0,
+                busy_periods: self.busy_periods.get(&c.name).map_or(0, |s| s.len() as u64),
+                busy_ms_p50: self
+                    .busy_periods
+                    .get(&c.name)
+                    .map_or(0.0, |s| s.quantile(0.5)),
+                busy_ms_p99: self
+                    .busy_periods
+                    .get(&c.name)
+                    .map_or(0.0, |s| s.quantile(0.99)),
+                busy_s: self.rec.busy_s(&c.name),
+                preempted_s: self.rec.preempted_s(&c.name),
             })
             .collect();
         classes.sort_by_key(|c| std::cmp::Reverse(c.rank));

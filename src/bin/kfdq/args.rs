@@ -221,9 +221,14 @@ pub enum Phase {
     Priority,
     /// Level 1: the batch job's launches held while latency work is busy.
     Level1,
-    /// Level 2: the batch job's queues deactivated.
+    /// Level 2 as kfdq did before busy edges: activity samples every 2 ms and a fixed 20 ms
+    /// hold after the latency work ends (`edges = false`, `hysteresis_ms = 20`).
+    Level2Sampled,
+    /// Level 2: the batch job's queues deactivated (busy edges, the cost-aware release rule).
     Level2,
-    /// Level 3: the batch job's queues suspended (debugger API).
+    /// Level 3 as before busy edges (see `level2-sampled`).
+    Level3Sampled,
+    /// Level 3: the batch job's queues suspended (debugger API; busy edges, the release rule).
     Level3,
 }
 

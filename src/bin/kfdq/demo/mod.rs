@@ -20,13 +20,15 @@ use kfdq::kfd::Root;
 use kfdq::proto::Level;
 
 impl Phase {
-    const ALL: [Phase; 7] = [
+    const ALL: [Phase; 9] = [
         Phase::Alone,
         Phase::LpAlone,
         Phase::Uncontrolled,
         Phase::Priority,
         Phase::Level1,
+        Phase::Level2Sampled,
         Phase::Level2,
+        Phase::Level3Sampled,
         Phase::Level3,
     ];
 
@@ -37,7 +39,9 @@ impl Phase {
             Phase::Uncontrolled => "HP+LP uncontrolled",
             Phase::Priority => "HP+LP priorities only",
             Phase::Level1 => "HP+LP level 1 (hold)",
+            Phase::Level2Sampled => "HP+LP level 2, sampled (old)",
             Phase::Level2 => "HP+LP level 2 (deactivate)",
+            Phase::Level3Sampled => "HP+LP level 3, sampled (old)",
             Phase::Level3 => "HP+LP level 3 (suspend)",
         }
     }
@@ -56,9 +60,14 @@ impl Phase {
             Phase::Alone | Phase::LpAlone | Phase::Uncontrolled => None,
             Phase::Priority => Some(None),
             Phase::Level1 => Some(Some(Level::Hold)),
-            Phase::Level2 => Some(Some(Level::Deactivate)),
-            Phase::Level3 => Some(Some(Level::Suspend)),
+            Phase::Level2 | Phase::Level2Sampled => Some(Some(Level::Deactivate)),
+            Phase::Level3 | Phase::Level3Sampled => Some(Some(Level::Suspend)),
         }
+    }
+
+    /// The agent as before busy edges: activity samples only and a fixed 20 ms hold.
+    fn sampled(self) -> bool {
+        matches!(self, Phase::Level2Sampled | Phase::Level3Sampled)
     }
 
     fn classes(self) -> bool {
@@ -114,15 +123,22 @@ fn monotonic_us() -> f64 {
         .unwrap_or(0.0)
 }
 
-fn agent_config(dir: &Path, level: Option<Level>) -> Result<PathBuf, CliError> {
+fn agent_config(dir: &Path, level: Option<Level>, sampled: bool) -> Result<PathBuf, CliError> {
     let level = match level {
         None => String::new(),
         Some(Level::Hold) => "level = \"hold\"\n".into(),
         Some(Level::Deactivate) => "level = \"deactivate\"\n".into(),
         Some(Level::Suspend) => "level = \"suspend\"\n".into(),
     };
+    // The sampled phases run the agent as it was before busy edges; the others its defaults
+    // (edges, the cost-aware release rule).
+    let release = if sampled {
+        "edges = false\nhysteresis_ms = 20\n"
+    } else {
+        ""
+    };
     let text = format!(
-        "# kfdq demo: the latency client above the batch job\n[agent]\nsocket = \"{}\"\nhysteresis_ms = 20\nmin_preempt_interval_ms = 1\n\n[[class]]\nname = \"latency\"\nrank = 2\npriority = 13\nmatch = {{ env = true }}\n\n[[class]]\nname = \"batch\"\nrank = 0\npriority = 3\n{level}match = {{ env = true }}\n",
+        "# kfdq demo: the latency client above the batch job\n[agent]\nsocket = \"{}\"\n{release}min_preempt_interval_ms = 1\n\n[[class]]\nname = \"latency\"\nrank = 2\npriority = 13\nmatch = {{ env = true }}\n\n[[class]]\nname = \"batch\"\nrank = 0\npriority = 3\n{level}match = {{ env = true }}\n",
         dir.join("kfdq.sock").display()
     );
     let p = dir.join("kfdq.toml");
@@ -190,7 +206,7 @@ fn run_phase(env: &Env<'_>, phase: Phase, tag: &str) -> Result<PhaseResult, CliE
     let mut agent = None;
     let sock = dir.path().join("kfdq.sock");
     if let Some(level) = phase.agent() {
-        let cfg = agent_config(dir.path(), level)?;
+        let cfg = agent_config(dir.path(), level, phase.sampled())?;
         let mut cmd = Command::new(&env.kfdqd);
         cmd.arg("--config").arg(&cfg).arg("--root").arg(env.root);
         let child = Child::spawn("kfdqd", cmd, &log("kfdqd"))?;
