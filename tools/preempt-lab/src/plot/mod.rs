@@ -1,11 +1,12 @@
 //! Plots of a scenario's runs, as SVG and PNG (`sim --plots DIR`): the HP latency CDF of every
-//! configuration ([`cdf`]) and the LP job's throughput over time with its preemptions
-//! ([`throughput`]). Drawn with plotters; text is measured (both formats) and rasterised
+//! configuration ([`cdf`]), the LP job's throughput over time with its preemptions
+//! ([`throughput`]), and the trade-off of every configuration and sweep value ([`tradeoff`]). Drawn with plotters; text is measured (both formats) and rasterised
 //! (PNG) with a TrueType font read from the system ([`font`]).
 
 pub mod cdf;
 pub mod font;
 pub mod throughput;
+pub mod tradeoff;
 
 use std::path::{Path, PathBuf};
 
@@ -15,6 +16,7 @@ use plotters::prelude::{BitMapBackend, DrawingArea, IntoDrawingArea, SVGBackend}
 use plotters::style::RGBColor;
 
 use crate::experiment::Series;
+use crate::sweep::Point;
 
 /// Errors while writing plots.
 #[derive(Debug, thiserror::Error)]
@@ -39,7 +41,8 @@ pub trait Chart {
 }
 
 /// Each configuration's colour and whether its line is dashed (level 3 dashed: with one LP
-/// queue it costs what level 2 costs, and its curve would hide level 2's).
+/// queue it costs what level 2 costs, and its curve would hide level 2's). The edge
+/// configurations take their level's hue, darker.
 pub fn style_of(control: &str) -> (RGBColor, bool) {
     match control {
         "alone" => (RGBColor(0, 0, 0), false),
@@ -48,6 +51,9 @@ pub fn style_of(control: &str) -> (RGBColor, bool) {
         "level 1" => (RGBColor(50, 110, 200), false),
         "level 2" => (RGBColor(40, 160, 80), false),
         "level 3" => (RGBColor(140, 70, 170), true),
+        "level 1 edge" => (RGBColor(20, 50, 120), false),
+        "level 2 edge" => (RGBColor(10, 90, 40), false),
+        "level 3 edge" => (RGBColor(80, 20, 110), true),
         _ => (RGBColor(100, 100, 100), false),
     }
 }
@@ -72,6 +78,22 @@ pub fn write_all(
         &throughput::Throughput { title, series },
     )?);
     Ok(out)
+}
+
+/// Writes the trade-off of `points` (every configuration at every sweep value) into `dir` as
+/// `<prefix>-tradeoff.svg` and `.png`; returns the files written.
+pub fn write_tradeoff(
+    dir: &Path,
+    prefix: &str,
+    title: &str,
+    points: &[Point],
+) -> Result<Vec<PathBuf>, PlotError> {
+    font::ensure()?;
+    std::fs::create_dir_all(dir).map_err(|e| PlotError::Dir(dir.to_path_buf(), e))?;
+    render(
+        &dir.join(format!("{prefix}-tradeoff")),
+        &tradeoff::Tradeoff { title, points },
+    )
 }
 
 /// Draws `chart` into `base.svg` and `base.png`.
