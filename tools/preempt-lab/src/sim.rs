@@ -460,9 +460,12 @@ impl<'a> Sim<'a> {
             let t = t.max(self.p.now());
             self.p.advance_to(t);
             self.completions(t);
-            if self.next_arrival == Some(t) {
-                self.arrivals.insert(t + self.s.host.launch_ns, t);
-                self.next_arrival = self.gap_ns().map(|g| t + g.max(1));
+            // Events due at or before `t` (the partition's clock can be ahead of one: a runlist
+            // update moves it).
+            let due = |e: Option<u64>| e.filter(|&e| e <= t);
+            if let Some(a) = due(self.next_arrival) {
+                self.arrivals.insert(a + self.s.host.launch_ns, a);
+                self.next_arrival = self.gap_ns().map(|g| a + g.max(1));
             }
             while let Some((&at, &arrival)) = self.arrivals.iter().next() {
                 if at > t {
@@ -478,7 +481,7 @@ impl<'a> Sim<'a> {
                 let cmd = entry.remove();
                 self.apply(t, cmd);
             }
-            if self.fine_sample == Some(t) {
+            if due(self.fine_sample).is_some() {
                 self.fine_sample_hp(t);
             }
             let mut news = false;
@@ -490,8 +493,8 @@ impl<'a> Sim<'a> {
                 news |= busy != self.seen.0;
                 self.seen.0 = busy;
             }
-            if self.next_tick == Some(t) {
-                self.next_tick = Some(t + self.s.host.activity_ns);
+            if let Some(tick) = due(self.next_tick) {
+                self.next_tick = Some(tick + self.s.host.activity_ns);
                 // Edge configurations sample the LP queue only; the HP queue reports its edges.
                 let hp = if self.edges {
                     self.seen.0
