@@ -2,16 +2,8 @@
 
 use std::process::{Command, Output};
 
-fn lab(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_preempt-lab"))
-        .args(args)
-        .output()
-        .expect("run preempt-lab")
-}
-
-fn ok(o: &Output) -> String {
-    test_support::output::success_stdout(o)
-}
+mod common;
+use common::{lab, ok};
 
 /// Small and quick (the tests run a debug build): 20 requests, 2 seeds, 4 ms batch
 /// work-groups (fewer work-group events per simulated second than the default 1 ms).
@@ -91,18 +83,21 @@ fn quick(extra: &[&str]) -> Output {
     lab(&args)
 }
 
+/// The configurations `sim` compares by default, as its reports name them.
+const CONFIGS: [&str; 7] = [
+    "native",
+    "priority",
+    "level 1",
+    "level 2",
+    "level 3",
+    "level 2 edge",
+    "level 3 edge",
+];
+
 #[test]
 fn the_table_and_csv_name_every_configuration() {
     let t = ok(&quick(&[]));
-    for c in [
-        "native",
-        "priority",
-        "level 1",
-        "level 2",
-        "level 3",
-        "level 2 edge",
-        "level 3 edge",
-    ] {
+    for c in CONFIGS {
         assert!(t.contains(c), "{t}");
     }
     assert!(
@@ -183,14 +178,7 @@ fn plots_are_written_as_svg_and_png_naming_every_configuration() {
             &svg[..80]
         );
         assert!(svg.trim_end().ends_with("</svg>"), "{chart}");
-        for c in [
-            "native",
-            "priority",
-            "level 1",
-            "level 2",
-            "level 3",
-            "level 2 edge",
-        ] {
+        for c in CONFIGS {
             assert!(svg.contains(c), "{chart}.svg does not name {c}");
         }
         let png = std::fs::read(dir.join(format!("{chart}.png"))).unwrap();

@@ -3,21 +3,12 @@
 //! same rule, and what a sweep reports against the LP limit. Virtual time: nothing here depends
 //! on the machine's speed.
 
-use std::process::{Command, Output};
+mod common;
+use common::{lab, ok};
 
-fn lab(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_preempt-lab"))
-        .args(args)
-        .output()
-        .expect("run preempt-lab")
-}
-
-fn ok(o: &Output) -> String {
-    test_support::output::success_stdout(o)
-}
-
-/// One seed of 20 requests with `extra` arguments, as JSON.
-fn json(extra: &[&str]) -> serde_json::Value {
+/// `sim` with one seed of 20 requests (4 ms batch work-groups: quick in a debug build) and
+/// `extra` arguments.
+fn sim<'a>(extra: &[&'a str]) -> Vec<&'a str> {
     let mut args = vec![
         "sim",
         "--seeds",
@@ -26,9 +17,15 @@ fn json(extra: &[&str]) -> serde_json::Value {
         "20",
         "--lp-wg-us",
         "4000",
-        "--json",
     ];
     args.extend_from_slice(extra);
+    args
+}
+
+/// [`sim`]'s report as JSON.
+fn json(extra: &[&str]) -> serde_json::Value {
+    let mut args = sim(extra);
+    args.push("--json");
     serde_json::from_str(&ok(&lab(&args))).unwrap()
 }
 
@@ -69,9 +66,8 @@ fn a_busy_edge_preempts_without_waiting_for_a_sample() {
 fn the_agents_file_and_the_labs_flags_reach_the_same_release_rule() {
     // kfdqd's parser (AgentConfig) builds the policy from the file; the flags set the same
     // parameters on the built-in classes: the same decisions, hence the same report rows.
-    let dir = std::env::temp_dir().join(format!("preempt-lab-release-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let cfg = dir.join("kfdq.toml");
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("kfdq.toml");
     std::fs::write(
         &cfg,
         "[agent]\nrelease = \"cost\"\npreempt_round_trip_us = 2000\nrelease_k = 3\nrelease_epsilon = 0.05\nrelease_max_hold_ms = 15\n",
@@ -102,7 +98,6 @@ fn the_agents_file_and_the_labs_flags_reach_the_same_release_rule() {
     let a = json(&["--controls", "l2e", "--config", cfg.to_str().unwrap()]);
     let b = json(&["--controls", "l2e", "--release", "hysteresis"]);
     assert_eq!(a["rows"], b["rows"]);
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]
@@ -130,19 +125,7 @@ fn release_options_are_checked() {
 
 #[test]
 fn an_hp_rate_sweep_reports_lp_kept_against_its_limit() {
-    let mut args = vec![
-        "sim",
-        "--seeds",
-        "1",
-        "--requests",
-        "20",
-        "--lp-wg-us",
-        "4000",
-        "--controls",
-        "l2e",
-        "--sweep",
-        "hp-rate=10,40",
-    ];
+    let mut args = sim(&["--controls", "l2e", "--sweep", "hp-rate=10,40"]);
     let t = ok(&lab(&args));
     assert!(t.contains("limit-LP"), "{t}");
     args.push("--json");

@@ -11,9 +11,14 @@ pub mod tradeoff;
 use std::path::{Path, PathBuf};
 
 use plotters::backend::DrawingBackend;
-use plotters::coord::Shift;
-use plotters::prelude::{BitMapBackend, DrawingArea, IntoDrawingArea, SVGBackend};
-use plotters::style::RGBColor;
+use plotters::chart::MeshStyle;
+use plotters::coord::ranged1d::{Ranged, ValueFormatter};
+use plotters::coord::{CoordTranslate, Shift};
+use plotters::prelude::{
+    BitMapBackend, ChartBuilder, ChartContext, Color, DrawingArea, IntoDrawingArea, SVGBackend,
+    SeriesLabelPosition,
+};
+use plotters::style::{RGBColor, WHITE};
 
 use crate::experiment::Series;
 use crate::sweep::Point;
@@ -119,6 +124,65 @@ fn draw_and_present<DB: DrawingBackend>(
     area.fill(&plotters::style::WHITE).map_err(err)?;
     chart.draw(area)?;
     area.present().map_err(err)
+}
+
+/// Ticks at `multiples` of the powers of ten between `lo` and `hi` (logarithmic axes).
+pub fn decade_ticks(lo: f64, hi: f64, multiples: &[f64]) -> Vec<f64> {
+    let mut out = Vec::new();
+    let mut decade = 10f64.powi(lo.max(1e-6).log10().floor() as i32);
+    while decade <= hi {
+        for &m in multiples {
+            // Round away float noise (0.30000000000000004).
+            let x = ((m * decade) * 1e6).round() / 1e6;
+            if x >= lo && x <= hi {
+                out.push(x);
+            }
+        }
+        decade *= 10.0;
+    }
+    out
+}
+
+/// A chart on `area` with the charts' caption font, margin and axis label areas.
+pub(crate) fn framed<'a, 'b, DB: DrawingBackend>(
+    area: &'a DrawingArea<DB, Shift>,
+    caption: String,
+) -> ChartBuilder<'a, 'b, DB> {
+    let mut b = ChartBuilder::on(area);
+    b.caption(caption, (font::FAMILY, 22))
+        .margin(16)
+        .x_label_area_size(50)
+        .y_label_area_size(70);
+    b
+}
+
+/// Draws a mesh (axes, grid, labels) in the charts' fonts and grid colour.
+pub(crate) fn draw_mesh<X, Y, DB>(mesh: &mut MeshStyle<'_, '_, X, Y, DB>) -> Result<(), String>
+where
+    X: Ranged + ValueFormatter<X::ValueType>,
+    Y: Ranged + ValueFormatter<Y::ValueType>,
+    DB: DrawingBackend,
+{
+    mesh.label_style((font::FAMILY, 15))
+        .axis_desc_style((font::FAMILY, 17))
+        .light_line_style(RGBColor(235, 235, 235))
+        .draw()
+        .map_err(err)
+}
+
+/// The charts' legend, at `position`.
+pub(crate) fn legend<'a, DB: DrawingBackend + 'a, CT: CoordTranslate>(
+    chart: &mut ChartContext<'a, DB, CT>,
+    position: SeriesLabelPosition,
+) -> Result<(), String> {
+    chart
+        .configure_series_labels()
+        .position(position)
+        .label_font((font::FAMILY, 16))
+        .background_style(WHITE.mix(0.9))
+        .border_style(RGBColor(160, 160, 160))
+        .draw()
+        .map_err(err)
 }
 
 /// A drawing error as text.

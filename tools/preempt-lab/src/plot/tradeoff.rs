@@ -8,7 +8,7 @@ use plotters::coord::Shift;
 use plotters::prelude::*;
 
 use super::font::FAMILY;
-use super::{Chart, err, style_of};
+use super::{Chart, decade_ticks, draw_mesh, err, framed, legend, style_of};
 use crate::sweep::Point;
 
 /// The chart of a run's points (one without a sweep has one point, its value empty).
@@ -54,18 +54,7 @@ pub fn ratio_ticks(lo: f64, hi: f64) -> Vec<f64> {
     } else {
         &[1.0, 2.0, 3.0, 5.0]
     };
-    let mut out = Vec::new();
-    let mut decade = 10f64.powi(lo.max(1e-6).log10().floor() as i32);
-    while decade <= hi {
-        for &m in fine {
-            let y = ((m * decade) * 1e6).round() / 1e6;
-            if y >= lo && y <= hi {
-                out.push(y);
-            }
-        }
-        decade *= 10.0;
-    }
-    out
+    decade_ticks(lo, hi, fine)
 }
 
 impl Chart for Tradeoff<'_> {
@@ -92,35 +81,28 @@ impl Chart for Tradeoff<'_> {
             .fold(1.0f64, f64::min)
             * 0.98;
         let y_hi = y_hi * 1.05;
-        let mut chart = ChartBuilder::on(area)
-            .caption(
-                format!(
-                    "{}: HP P99 x alone against LP kept, per configuration",
-                    self.title
-                ),
-                (FAMILY, 22),
-            )
-            .margin(16)
-            .x_label_area_size(50)
-            .y_label_area_size(70)
-            .build_cartesian_2d(
-                x_lo..x_hi,
-                (y_lo..y_hi)
-                    .log_scale()
-                    .with_key_points(ratio_ticks(y_lo, y_hi)),
-            )
-            .map_err(err)?;
-        chart
-            .configure_mesh()
-            .x_desc("LP throughput kept (x alone; dotted: its limit, 1 - HP busy fraction)")
-            .y_desc("HP P99 (x alone, log scale)")
-            .x_label_formatter(&|x| format!("{x:.2}"))
-            .y_label_formatter(&|y| format!("{y:.2}"))
-            .label_style((FAMILY, 15))
-            .axis_desc_style((FAMILY, 17))
-            .light_line_style(RGBColor(235, 235, 235))
-            .draw()
-            .map_err(err)?;
+        let mut chart = framed(
+            area,
+            format!(
+                "{}: HP P99 x alone against LP kept, per configuration",
+                self.title
+            ),
+        )
+        .build_cartesian_2d(
+            x_lo..x_hi,
+            (y_lo..y_hi)
+                .log_scale()
+                .with_key_points(ratio_ticks(y_lo, y_hi)),
+        )
+        .map_err(err)?;
+        draw_mesh(
+            chart
+                .configure_mesh()
+                .x_desc("LP throughput kept (x alone; dotted: its limit, 1 - HP busy fraction)")
+                .y_desc("HP P99 (x alone, log scale)")
+                .x_label_formatter(&|x| format!("{x:.2}"))
+                .y_label_formatter(&|y| format!("{y:.2}")),
+        )?;
         for (value, l) in &limits {
             chart
                 .draw_series(DashedLineSeries::new(
@@ -162,14 +144,7 @@ impl Chart for Tradeoff<'_> {
                     .legend(move |(x, y)| Circle::new((x + 12, y), 6, style));
             }
         }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::UpperLeft)
-            .label_font((FAMILY, 16))
-            .background_style(WHITE.mix(0.9))
-            .border_style(RGBColor(160, 160, 160))
-            .draw()
-            .map_err(err)
+        legend(&mut chart, SeriesLabelPosition::UpperLeft)
     }
 }
 
