@@ -26,6 +26,28 @@ pub enum Release {
     Cost(CostRelease),
 }
 
+impl Release {
+    /// One line for people (`kfdqd --check`): the rule and its parameters; `hysteresis_ns` is the
+    /// fixed rule's hold.
+    pub fn describe(&self, hysteresis_ns: u64) -> String {
+        match self {
+            Release::Hysteresis => format!(
+                "fixed hysteresis: lower classes resume {} ms after the higher class goes idle",
+                hysteresis_ns as f64 / 1e6
+            ),
+            Release::Cost(c) => format!(
+                "cost rule: C {} µs per device-wide preempt round trip, k {}, epsilon {}, at most {} ms, {} gaps remembered ({} before they are trusted)",
+                c.round_trip_ns as f64 / 1e3,
+                c.k,
+                c.epsilon,
+                c.max_hold_ns as f64 / 1e6,
+                c.history,
+                c.min_history
+            ),
+        }
+    }
+}
+
 /// Round trip of one device-wide preempt and its restore, defaulted from the partition model's
 /// parameters (docs/gfx-model.md, named guesses): two runlist updates of `preempt_fixed_ns`
 /// (50 µs) each, plus the CWSR save and restore of a full MI308X partition's 2560 wave slots at
@@ -259,5 +281,18 @@ mod tests {
         assert_eq!(e.idle_since(), None);
         e.observe(t + 7, false, 3);
         assert_eq!(e.idle_since(), Some(t + 7));
+    }
+
+    #[test]
+    fn rules_describe_themselves() {
+        assert_eq!(
+            Release::Hysteresis.describe(20_000_000),
+            "fixed hysteresis: lower classes resume 20 ms after the higher class goes idle"
+        );
+        let d = Release::Cost(CostRelease::default()).describe(0);
+        assert!(
+            d.starts_with("cost rule: C 200 µs") && d.contains("k 4, epsilon 0.1, at most 20 ms"),
+            "{d}"
+        );
     }
 }

@@ -83,6 +83,10 @@ fn main() -> ExitCode {
             }
         }
         println!("default class {}", cfg.default_class);
+        println!(
+            "release: {}",
+            cfg.policy.release.describe(cfg.policy.hysteresis_ns)
+        );
         return ExitCode::SUCCESS;
     }
     let opts = agent::Options {

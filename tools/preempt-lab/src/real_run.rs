@@ -81,9 +81,9 @@ pub fn phase_of(control: Control) -> &'static str {
         Control::Alone => "alone",
         Control::Native => "uncontrolled",
         Control::PriorityOnly => "priority",
-        Control::Level(Level::Hold) => "level1",
-        Control::Level(Level::Deactivate) => "level2",
-        Control::Level(Level::Suspend) => "level3",
+        Control::Level(Level::Hold) | Control::Edge(Level::Hold) => "level1",
+        Control::Level(Level::Deactivate) | Control::Edge(Level::Deactivate) => "level2",
+        Control::Level(Level::Suspend) | Control::Edge(Level::Suspend) => "level3",
     }
 }
 
@@ -204,6 +204,9 @@ impl DemoPhase {
             elapsed_ns,
             device_preempts: preempts,
             preempt_latency_us: Vec::new(),
+            reaction_us: Vec::new(),
+            reactions_missed: 0,
+            hp_busy_ns: None,
             completions: self.hp_latency_us.len() as u64 + self.lp_done.unwrap_or(0),
             wg_events: 0,
             batch_events: 0,
@@ -306,6 +309,12 @@ pub fn run(opts: &RunOptions, mut progress: impl FnMut(&str)) -> Result<Report, 
     if let Some(c) = opts.controls.iter().find(|c| **c == Control::Alone) {
         return Err(RunError::Usage(format!(
             "{:?} is not a configuration to compare: the alone phases always run",
+            c.name()
+        )));
+    }
+    if let Some(c) = opts.controls.iter().find(|c| matches!(c, Control::Edge(_))) {
+        return Err(RunError::Usage(format!(
+            "{:?} is sim-only: kfdq demo's levels run the host path and release rule its kfdqd is built and configured with; use l1, l2 or l3",
             c.name()
         )));
     }

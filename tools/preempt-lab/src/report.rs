@@ -67,13 +67,20 @@ pub struct Row {
     pub preempt_latency_p50_us: f64,
     /// Preemption latency P99, µs.
     pub preempt_latency_p99_us: f64,
+    /// Reaction over every seed's episodes, µs: from the HP queue getting work while the LP job
+    /// is on the GPU to the LP job off it (`RunResult::reaction_us`): P50.
+    pub reaction_p50_us: f64,
+    /// Reaction P99, µs.
+    pub reaction_p99_us: f64,
+    /// Episodes of every seed in which the HP queue drained before the LP job was off the GPU.
+    pub reactions_missed: u64,
     /// Per seed: HP P99 in µs.
     pub hp_p99_us_per_seed: Vec<f64>,
 }
 
 impl Row {
     /// The names of [`Row::numbers`], as CSV columns.
-    pub const COLUMNS: [&str; 9] = [
+    pub const COLUMNS: [&str; 11] = [
         "hp_p50_rel",
         "hp_p99_rel",
         "hp_max_rel",
@@ -83,10 +90,12 @@ impl Row {
         "preempts_per_s",
         "preempt_latency_p50_us",
         "preempt_latency_p99_us",
+        "reaction_p50_us",
+        "reaction_p99_us",
     ];
 
     /// The row's figures in [`Row::COLUMNS`] order.
-    pub fn numbers(&self) -> [f64; 9] {
+    pub fn numbers(&self) -> [f64; 11] {
         [
             self.hp_p50_rel,
             self.hp_p99_rel,
@@ -97,6 +106,8 @@ impl Row {
             self.preempts_per_s,
             self.preempt_latency_p50_us,
             self.preempt_latency_p99_us,
+            self.reaction_p50_us,
+            self.reaction_p99_us,
         ]
     }
 
@@ -138,6 +149,10 @@ impl Row {
             .iter()
             .flat_map(|r| r.preempt_latency_us.iter().copied())
             .collect();
+        let reaction: Vec<f64> = runs
+            .iter()
+            .flat_map(|r| r.reaction_us.iter().copied())
+            .collect();
         Row {
             control: control.name().into(),
             hp_p50_rel: r4(median(&ratio(0.5))),
@@ -149,6 +164,9 @@ impl Row {
             preempts_per_s: r4(median(&pps)),
             preempt_latency_p50_us: r4(quantile(&lat, 0.5)),
             preempt_latency_p99_us: r4(quantile(&lat, 0.99)),
+            reaction_p50_us: r4(quantile(&reaction, 0.5)),
+            reaction_p99_us: r4(quantile(&reaction, 0.99)),
+            reactions_missed: runs.iter().map(|r| r.reactions_missed).sum(),
             hp_p99_us_per_seed: runs
                 .iter()
                 .map(|r| r4(quantile(&r.hp_latency_us, 0.99)))
@@ -168,6 +186,38 @@ pub struct Baseline {
     pub hp_max_us: f64,
     /// LP kernels per second alone.
     pub lp_kernels_per_s: f64,
+    /// Fraction of the time the HP queue has work alone (median over seeds); `None` where not
+    /// measured (`preempt-lab run`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hp_busy_fraction: Option<f64>,
+}
+
+impl Baseline {
+    /// What temporal preemption can keep of the LP job at most: the time the HP job leaves the
+    /// GPU, `1 - hp_busy_fraction` (before the preempts' own cost).
+    pub fn lp_limit(&self) -> Option<f64> {
+        self.hp_busy_fraction.map(|b| r4(1.0 - b))
+    }
+
+    /// The alone line of tables: HP P50 / P99 (/ max), LP rate, the HP busy fraction and LP
+    /// limit where measured.
+    pub fn line(&self, with_max: bool) -> String {
+        let max = if with_max {
+            format!(", max {:.2} ms", self.hp_max_us / 1e3)
+        } else {
+            String::new()
+        };
+        let busy = match (self.hp_busy_fraction, self.lp_limit()) {
+            (Some(b), Some(l)) => format!("; HP busy {:.1} % (LP limit {l:.3})", b * 100.0),
+            _ => String::new(),
+        };
+        format!(
+            "alone: HP P50 {:.2} ms, P99 {:.2} ms{max}; LP {:.1} kernels/s{busy}",
+            self.hp_p50_us / 1e3,
+            self.hp_p99_us / 1e3,
+            self.lp_kernels_per_s,
+        )
+    }
 }
 
 /// What `preempt-lab run` ran (absent from `sim` reports): the processes, not the model.
@@ -224,6 +274,12 @@ impl Report {
                 hp_p99_us: per(&|r| quantile(&r.hp_latency_us, 0.99), hp_alone),
                 hp_max_us: per(&|r| quantile(&r.hp_latency_us, 1.0), hp_alone),
                 lp_kernels_per_s: per(&lp_per_s, lp_alone),
+                hp_busy_fraction: hp_alone
+                    .iter()
+                    .map(|r| r.hp_busy_ns.map(|b| b as f64 / r.elapsed_ns.max(1) as f64))
+                    .collect::<Option<Vec<f64>>>()
+                    .filter(|v| !v.is_empty())
+                    .map(|v| r4(median(&v))),
             },
             rows,
             completions,
@@ -256,15 +312,7 @@ impl Report {
 
     /// The report as a table.
     pub fn table(&self) -> String {
-        let mut out = format!(
-            "{}\n\
-             alone: HP P50 {:.2} ms, P99 {:.2} ms, max {:.2} ms; LP {:.1} kernels/s\n\n",
-            self.title(),
-            self.alone.hp_p50_us / 1e3,
-            self.alone.hp_p99_us / 1e3,
-            self.alone.hp_max_us / 1e3,
-            self.alone.lp_kernels_per_s,
-        );
+        let mut out = format!("{}\n{}\n\n", self.title(), self.alone.line(true));
         out += &Report::table_header();
         out.push('\n');
         for r in &self.rows {
@@ -276,7 +324,7 @@ impl Report {
     /// The table's column names (no newline).
     pub fn table_header() -> String {
         format!(
-            "{:<10} {:>9} {:>9} {:>9} {:>15} {:>7} {:>11} {:>18}",
+            "{:<13} {:>9} {:>9} {:>9} {:>15} {:>7} {:>11} {:>18} {:>19}",
             "config",
             "P50 x",
             "P99 x",
@@ -284,21 +332,26 @@ impl Report {
             "P99 x spread",
             "LP x",
             "preempts/s",
-            "preempt us p50/99"
+            "preempt us p50/99",
+            "reaction us p50/99"
         )
     }
 
     /// One row of the table (with its newline).
     pub fn table_row(r: &Row) -> String {
-        let [p50, p99, max, lo, hi, lp, pps, l50, l99] = r.numbers();
-        let lat = if l50 > 0.0 {
-            format!("{l50:.0} / {l99:.0}")
-        } else {
-            "-".into()
+        let [p50, p99, max, lo, hi, lp, pps, l50, l99, r50, r99] = r.numbers();
+        let pair = |a: f64, b: f64| {
+            if a > 0.0 {
+                format!("{a:.0} / {b:.0}")
+            } else {
+                "-".into()
+            }
         };
         format!(
-            "{:<10} {p50:>8.2}x {p99:>8.2}x {max:>8.2}x {lo:>7.2}-{hi:<7.2} {lp:>7.3} {pps:>11.1} {lat:>18}\n",
-            r.control
+            "{:<13} {p50:>8.2}x {p99:>8.2}x {max:>8.2}x {lo:>7.2}-{hi:<7.2} {lp:>7.3} {pps:>11.1} {:>18} {:>19}\n",
+            r.control,
+            pair(l50, l99),
+            pair(r50, r99)
         )
     }
 

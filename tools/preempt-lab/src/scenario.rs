@@ -12,16 +12,19 @@ use crate::workload::{Arrival, Shape, Workload};
 /// Built-in scenario names.
 pub const SCENARIOS: [&str; 3] = ["field", "demo", "xsched-mi50"];
 
-/// Every configuration a scenario compares, in table order.
-pub const CONTROLS: [Control; 5] = [
+/// Every configuration a scenario compares, in table order: the sampled levels (kfdq before
+/// issue 27) next to the edge-driven ones with the release rule.
+pub const CONTROLS: [Control; 7] = [
     Control::Native,
     Control::PriorityOnly,
     Control::Level(Level::Hold),
     Control::Level(Level::Deactivate),
     Control::Level(Level::Suspend),
+    Control::Edge(Level::Deactivate),
+    Control::Edge(Level::Suspend),
 ];
 
-/// Parses a configuration name (`native`, `priority`, `l1`..`l3`).
+/// Parses a configuration name (`native`, `priority`, `l1`..`l3`, `l1e`..`l3e`).
 pub fn parse_control(s: &str) -> Result<Control, String> {
     match s.trim().to_ascii_lowercase().as_str() {
         "native" => Ok(Control::Native),
@@ -29,8 +32,11 @@ pub fn parse_control(s: &str) -> Result<Control, String> {
         "l1" | "1" | "hold" => Ok(Control::Level(Level::Hold)),
         "l2" | "2" | "deactivate" => Ok(Control::Level(Level::Deactivate)),
         "l3" | "3" | "suspend" => Ok(Control::Level(Level::Suspend)),
+        "l1e" => Ok(Control::Edge(Level::Hold)),
+        "l2e" => Ok(Control::Edge(Level::Deactivate)),
+        "l3e" => Ok(Control::Edge(Level::Suspend)),
         other => Err(format!(
-            "unknown configuration {other:?}: use native, priority, l1, l2 or l3"
+            "unknown configuration {other:?}: use native, priority, l1, l2, l3 (sampled, fixed hysteresis) or l1e, l2e, l3e (edges, release rule)"
         )),
     }
 }
@@ -227,7 +233,8 @@ mod tests {
     fn controls_parse() {
         assert_eq!(parse_control("L2"), Ok(Control::Level(Level::Deactivate)));
         assert_eq!(parse_control("priority"), Ok(Control::PriorityOnly));
-        assert!(parse_control("l4").unwrap_err().contains("l3"));
+        assert!(parse_control("l4").unwrap_err().contains("l3e"));
+        assert_eq!(parse_control("l2e"), Ok(Control::Edge(Level::Deactivate)));
         assert!(
             Scenario::named("nope", None)
                 .unwrap_err()

@@ -2,16 +2,26 @@
 //! partition, in virtual time, with kfdq's policy deciding and a host model carrying its
 //! decisions to the GPU.
 //!
-//! The host model, in the order a preemption takes: the shim samples its queues every
-//! `activity_ns` (a request that starts just after a sample is seen up to a period later); the
-//! agent decides (`decision_ns`) and its command reaches the shim (`command_ns`); the shim then
-//! holds launches (level 1), or the runlist update deactivates or suspends the LP queue
+//! The host model, in the order a preemption takes. How the agent learns that the HP queue went
+//! busy or idle depends on the configuration:
+//! * **sampled** (`level N`, kfdq before issue 27): the shim samples its queues every
+//!   `activity_ns` (a request that starts just after a sample is seen up to a period later),
+//!   and lower classes resume after the fixed hysteresis;
+//! * **edges** (`level N edge`): the launch that makes the HP queue busy reports it, reaching
+//!   the agent `edge_ns` later; while busy, the shim samples it every `busy_sample_ns` and
+//!   reports the first sample that finds it drained, `edge_ns` later; lower classes resume by
+//!   the classes' release rule (the cost rule by default, docs/policy.md).
+//!
+//! Then the agent decides (`decision_ns`) and its command reaches the shim (`command_ns`); the
+//! shim holds launches (level 1), or the runlist update deactivates or suspends the LP queue
 //! (levels 2 and 3), which the partition model costs as a device-wide preempt with CWSR.
 
 use std::collections::BTreeMap;
 
 use gfx_model::{Dispatch, Edit, Params, Partition, Shape as GpuShape};
-use kfdq::policy::{Observation, PartitionObs, Policy, PolicyConfig, ProcessObs, QueueObs, Run};
+use kfdq::policy::{
+    Observation, PartitionObs, Policy, PolicyConfig, ProcessObs, QueueObs, Release, Run,
+};
 use kfdq::proto::Level;
 use serde::Serialize;
 
@@ -26,8 +36,17 @@ pub struct HostParams {
     /// From a request's arrival to its first packet in the ring (the application's launch
     /// call). Guess: 5 µs, a hipLaunchKernel on ROCm 6.
     pub launch_ns: u64,
-    /// The shim's activity sampling period: `KFDQ_ACTIVITY_US`'s default, 2 ms.
+    /// The shim's activity sampling period: `KFDQ_ACTIVITY_US`'s default, 2 ms (sampled
+    /// configurations: every queue; edge configurations: the LP queue).
     pub activity_ns: u64,
+    /// Edge configurations: from the launch that makes the HP queue busy (or the sample that
+    /// finds it drained) to the agent's decision starting. Guess: 50 µs, an eventfd wake of the
+    /// shim's control thread and one message on the agent's socket; the emulator's measured
+    /// chain replaces it (docs/experiments.md).
+    pub edge_ns: u64,
+    /// Edge configurations: the shim's sampling period while the HP queue is busy, for its idle
+    /// edge: 100 µs, the shim's fine sampling (issue 27's design).
+    pub busy_sample_ns: u64,
     /// The agent's decision: measured 79 µs p50 (docs/performance.md, decision latency).
     pub decision_ns: u64,
     /// The command's trip to the shim and into its ioctl. Guess: 100 µs, a socket write and
@@ -43,6 +62,8 @@ impl Default for HostParams {
         HostParams {
             launch_ns: 5_000,
             activity_ns: 2_000_000,
+            edge_ns: 50_000,
+            busy_sample_ns: 100_000,
             decision_ns: 80_000,
             command_ns: 100_000,
             gpu_clock_ghz: 2.1,
@@ -60,8 +81,13 @@ pub enum Control {
     Native,
     /// The classes' priorities, the agent running, no preemption.
     PriorityOnly,
-    /// The agent preempting the LP class at this level.
+    /// The agent preempting the LP class at this level, told of the HP queue by the shim's
+    /// samples, releasing after the fixed hysteresis (kfdq before issue 27).
     Level(Level),
+    /// The agent preempting the LP class at this level, told of the HP queue's busy and idle
+    /// edges, releasing by the classes' release rule (the cost rule unless the configuration
+    /// sets `hysteresis_ms`).
+    Edge(Level),
 }
 
 impl Control {
@@ -74,11 +100,25 @@ impl Control {
             Control::Level(Level::Hold) => "level 1",
             Control::Level(Level::Deactivate) => "level 2",
             Control::Level(Level::Suspend) => "level 3",
+            Control::Edge(Level::Hold) => "level 1 edge",
+            Control::Edge(Level::Deactivate) => "level 2 edge",
+            Control::Edge(Level::Suspend) => "level 3 edge",
         }
     }
 
     fn agent(self) -> bool {
-        matches!(self, Control::PriorityOnly | Control::Level(_))
+        matches!(
+            self,
+            Control::PriorityOnly | Control::Level(_) | Control::Edge(_)
+        )
+    }
+
+    /// The level it preempts at, if it preempts.
+    pub fn level(self) -> Option<Level> {
+        match self {
+            Control::Level(l) | Control::Edge(l) => Some(l),
+            _ => None,
+        }
     }
 }
 
@@ -130,6 +170,14 @@ pub struct RunResult {
     /// Preemption latencies, µs: from the decision to the LP queue off the hardware (levels
     /// 2-3: the runlist update done; level 1: the LP queue drained).
     pub preempt_latency_us: Vec<f64>,
+    /// Reactions, µs: from the HP queue getting work while the LP job is on the GPU (its launch,
+    /// or an LP release while it is busy) to the LP job off the GPU, as above.
+    pub reaction_us: Vec<f64>,
+    /// Such episodes that ended (the HP queue drained) before the LP job was off the GPU.
+    pub reactions_missed: u64,
+    /// Time the HP queue had work (packets not yet completed), ns; `None` where not measured
+    /// (`preempt-lab run`).
+    pub hp_busy_ns: Option<u64>,
     /// Dispatches completed (both jobs): the simulation's unit of work.
     pub completions: u64,
     /// Work-group starts and ends the partition model accounted for.
@@ -188,9 +236,22 @@ struct Sim<'a> {
     lp_next_kernel: usize,
     held: bool,
     hold_since: Option<u64>,
+    /// The LP queue is in the runlist (not deactivated or suspended).
+    lp_active: bool,
+    // reactions and the HP busy time
+    reaction_from: Option<u64>,
+    hp_busy_since: Option<u64>,
+    hp_busy_ns: u64,
     // agent
     next_tick: Option<u64>,
     seen: (bool, bool),
+    /// Edge configurations: the shim's view of the HP queue (busy since its launch, until a
+    /// fine sample finds it drained), the next fine sample, and the reports on their way to the
+    /// agent ((arrival, sequence) -> busy).
+    edges: bool,
+    shim_hp_busy: bool,
+    fine_sample: Option<u64>,
+    reports: BTreeMap<(u64, u64), bool>,
     policy_due: Option<u64>,
     commands: BTreeMap<(u64, u64), Command>,
     cmd_seq: u64,
@@ -239,11 +300,12 @@ impl<'a> Sim<'a> {
         }
         for c in &mut cfg.classes {
             if c.name == s.lp_class {
-                c.level = match s.control {
-                    Control::Level(l) => Some(l),
-                    _ => None,
-                };
+                c.level = s.control.level();
             }
+        }
+        if let Control::Level(_) = s.control {
+            // The old configuration: the fixed hysteresis (`hysteresis_ns`, 20 ms built in).
+            cfg.release = Release::Hysteresis;
         }
         let policy = if s.control.agent() {
             Some(Policy::new(cfg.clone()).map_err(|e| SetupError::Policy(e.to_string()))?)
@@ -304,8 +366,16 @@ impl<'a> Sim<'a> {
             lp_next_kernel: 0,
             held: false,
             hold_since: None,
+            lp_active: true,
+            reaction_from: None,
+            hp_busy_since: None,
+            hp_busy_ns: 0,
             next_tick,
             seen: (false, false),
+            edges: matches!(s.control, Control::Edge(_)),
+            shim_hp_busy: false,
+            fine_sample: None,
+            reports: BTreeMap::new(),
             policy_due: None,
             commands: BTreeMap::new(),
             cmd_seq: 0,
@@ -316,6 +386,9 @@ impl<'a> Sim<'a> {
                 elapsed_ns: 0,
                 device_preempts: 0,
                 preempt_latency_us: Vec::new(),
+                reaction_us: Vec::new(),
+                reactions_missed: 0,
+                hp_busy_ns: None,
                 completions: 0,
                 wg_events: 0,
                 batch_events: 0,
@@ -374,6 +447,8 @@ impl<'a> Sim<'a> {
                 self.next_arrival,
                 submit_at,
                 self.next_tick,
+                self.fine_sample,
+                self.reports.keys().next().map(|k| k.0),
                 self.policy_due,
                 self.commands.keys().next().map(|k| k.0),
                 self.p.next_event(),
@@ -385,9 +460,12 @@ impl<'a> Sim<'a> {
             let t = t.max(self.p.now());
             self.p.advance_to(t);
             self.completions(t);
-            if self.next_arrival == Some(t) {
-                self.arrivals.insert(t + self.s.host.launch_ns, t);
-                self.next_arrival = self.gap_ns().map(|g| t + g.max(1));
+            // Events due at or before `t` (the partition's clock can be ahead of one: a runlist
+            // update moves it).
+            let due = |e: Option<u64>| e.filter(|&e| e <= t);
+            if let Some(a) = due(self.next_arrival) {
+                self.arrivals.insert(a + self.s.host.launch_ns, a);
+                self.next_arrival = self.gap_ns().map(|g| a + g.max(1));
             }
             while let Some((&at, &arrival)) = self.arrivals.iter().next() {
                 if at > t {
@@ -403,21 +481,39 @@ impl<'a> Sim<'a> {
                 let cmd = entry.remove();
                 self.apply(t, cmd);
             }
-            if self.next_tick == Some(t) {
-                self.next_tick = Some(t + self.s.host.activity_ns);
-                let now = (
-                    self.p.pending_packets(HP) > 0,
-                    self.p.pending_packets(LP) > 0,
-                );
-                if now != self.seen || self.policy_due.is_some_and(|d| d <= t) {
-                    self.seen = now;
-                    self.decide(t);
+            if due(self.fine_sample).is_some() {
+                self.fine_sample_hp(t);
+            }
+            let mut news = false;
+            while let Some(entry) = self.reports.first_entry() {
+                if entry.key().0 > t {
+                    break;
                 }
-            } else if self.policy_due.is_some_and(|d| d <= t) {
+                let busy = entry.remove();
+                news |= busy != self.seen.0;
+                self.seen.0 = busy;
+            }
+            if let Some(tick) = due(self.next_tick) {
+                self.next_tick = Some(tick + self.s.host.activity_ns);
+                // Edge configurations sample the LP queue only; the HP queue reports its edges.
+                let hp = if self.edges {
+                    self.seen.0
+                } else {
+                    self.p.pending_packets(HP) > 0
+                };
+                let now = (hp, self.p.pending_packets(LP) > 0);
+                news |= now != self.seen;
+                self.seen = now;
+            }
+            if news || self.policy_due.is_some_and(|d| d <= t) {
                 self.decide(t);
             }
         }
         self.r.elapsed_ns = self.p.now();
+        if let Some(since) = self.hp_busy_since {
+            self.hp_busy_ns += self.r.elapsed_ns.saturating_sub(since);
+        }
+        self.r.hp_busy_ns = self.s.hp.is_some().then_some(self.hp_busy_ns);
         self.r.device_preempts = self.p.stats().device_preempts - preempts_before;
         let stats = self.p.stats();
         self.r.wg_events = stats.wg_events;
@@ -433,11 +529,54 @@ impl<'a> Sim<'a> {
         };
         let range = hp.request(self.next_request);
         self.next_request += 1;
+        let t = self.p.now();
+        if self.p.pending_packets(HP) == 0 {
+            self.hp_busy_since = Some(t);
+            if self.lp_on_gpu() && self.reaction_from.is_none() {
+                self.reaction_from = Some(t);
+            }
+        }
+        if self.edges && !self.shim_hp_busy {
+            // The launch that makes the queue busy reports it; fine sampling starts.
+            self.shim_hp_busy = true;
+            self.report(t + self.s.host.edge_ns, true);
+            self.fine_sample = Some(t + self.s.host.busy_sample_ns.max(1));
+        }
         for i in range {
             let d = self.dispatch(hp.kernels[i]);
             self.p.submit(HP, d);
         }
         self.hp_last.insert(self.tag, arrival);
+    }
+
+    /// The shim's fine sample of a busy HP queue: drained -> the idle edge is reported.
+    fn fine_sample_hp(&mut self, t: u64) {
+        if self.p.pending_packets(HP) == 0 {
+            self.shim_hp_busy = false;
+            self.fine_sample = None;
+            self.report(t + self.s.host.edge_ns, false);
+        } else {
+            self.fine_sample = Some(t + self.s.host.busy_sample_ns.max(1));
+        }
+    }
+
+    fn report(&mut self, at: u64, busy: bool) {
+        self.cmd_seq += 1;
+        self.reports.insert((at, self.cmd_seq), busy);
+    }
+
+    /// The LP job has work on the GPU: its queue is in the runlist with packets in it.
+    fn lp_on_gpu(&self) -> bool {
+        self.s.lp.is_some() && self.lp_active && self.p.pending_packets(LP) > 0
+    }
+
+    /// The LP job is off the GPU at `off_ns`: the reaction in progress, if any, ends.
+    fn lp_off(&mut self, off_ns: u64) {
+        if let Some(from) = self.reaction_from.take() {
+            self.r
+                .reaction_us
+                .push(off_ns.saturating_sub(from) as f64 / 1e3);
+        }
     }
 
     fn completions(&mut self, t: u64) {
@@ -447,17 +586,25 @@ impl<'a> Sim<'a> {
                 if let Some(arrival) = self.hp_last.remove(&c.tag) {
                     self.r.hp_latency_us.push((c.end_ns - arrival) as f64 / 1e3);
                 }
+                if self.p.pending_packets(HP) == 0 {
+                    if let Some(since) = self.hp_busy_since.take() {
+                        self.hp_busy_ns += c.end_ns.saturating_sub(since);
+                    }
+                    if self.reaction_from.take().is_some() {
+                        self.r.reactions_missed += 1;
+                    }
+                }
             } else {
                 self.r.lp_kernels += 1;
                 if let Some(tl) = self.r.timeline.as_mut() {
                     tl.lp_done_ns.push(c.end_ns);
                 }
                 self.lp_in_flight = self.lp_in_flight.saturating_sub(1);
-                if self.held
-                    && self.p.pending_packets(LP) == 0
-                    && let Some(since) = self.hold_since.take()
-                {
-                    self.r.preempt_latency_us.push((t - since) as f64 / 1e3);
+                if self.held && self.p.pending_packets(LP) == 0 {
+                    if let Some(since) = self.hold_since.take() {
+                        self.r.preempt_latency_us.push((t - since) as f64 / 1e3);
+                    }
+                    self.lp_off(t);
                 }
                 self.top_up_lp();
             }
@@ -561,7 +708,10 @@ impl<'a> Sim<'a> {
                     self.held = false;
                     self.hold_since = None;
                 }
-                Level::Deactivate | Level::Suspend => edits.push(Edit::SetActive(LP, true)),
+                Level::Deactivate | Level::Suspend => {
+                    edits.push(Edit::SetActive(LP, true));
+                    self.lp_active = true;
+                }
             }
         }
         let mut grace = None;
@@ -572,16 +722,19 @@ impl<'a> Sim<'a> {
                     self.held = true;
                     if self.p.pending_packets(LP) == 0 {
                         self.r.preempt_latency_us.push((t - decided) as f64 / 1e3);
+                        self.lp_off(t);
                     } else {
                         self.hold_since = Some(decided);
                     }
                 }
                 Level::Deactivate => {
                     edits.push(Edit::SetActive(LP, false));
+                    self.lp_active = false;
                     preempting = true;
                 }
                 Level::Suspend => {
                     edits.push(Edit::SetActive(LP, false));
+                    self.lp_active = false;
                     preempting = true;
                     // The kernel sends 0 as 1 (0 would mean "infinite" to the CP).
                     let clocks = f64::from(self.s.grace_period.max(1)) * 1000.0;
@@ -595,8 +748,13 @@ impl<'a> Sim<'a> {
                 self.r
                     .preempt_latency_us
                     .push((cost.resume_ns.max(t) - decided) as f64 / 1e3);
+                self.lp_off(cost.resume_ns.max(t));
             }
         }
         self.top_up_lp();
+        // Released while the HP queue has work: the two share the GPU from now on.
+        if self.reaction_from.is_none() && self.p.pending_packets(HP) > 0 && self.lp_on_gpu() {
+            self.reaction_from = Some(t);
+        }
     }
 }

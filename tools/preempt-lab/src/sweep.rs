@@ -1,7 +1,7 @@
 //! Sweeps (`sim --sweep KIND[=V1,V2,...]`): one scenario run per value of one parameter, every
 //! configuration over every seed at each, reported as the usual rows with the swept value in
-//! front. Every knob is an existing parameter of the scenario, the policy's classes or the
-//! partition model; nothing is modelled here.
+//! front. Every knob is an existing parameter of the scenario, the policy's classes or release
+//! rule, the host model or the partition model; nothing is modelled here.
 
 use serde::Serialize;
 
@@ -10,6 +10,7 @@ use crate::report::{Report, Row};
 use crate::scenario::{Scenario, parse_control};
 use crate::workload::{Arrival, Shape};
 use gfx_model::Arbitration;
+use kfdq::policy::{CostRelease, Release};
 
 /// What a sweep varies.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -27,17 +28,29 @@ pub enum SweepKind {
     Arbitration,
     /// CU masks from the classes' `cu_share`: HP/LP percent of the partition's CUs.
     CuSplit,
+    /// The edge configurations' edge delay, µs (launch or drained sample -> the agent).
+    EdgeUs,
+    /// The cost release rule's `k` (round trips a release must be likely to buy).
+    ReleaseK,
+    /// The cost release rule's `epsilon`.
+    ReleaseEpsilon,
+    /// The cost release rule's `C`, µs (one device-wide preempt and its restore).
+    RoundTripUs,
 }
 
 impl SweepKind {
     /// Every kind, in `--help` order.
-    pub const ALL: [SweepKind; 6] = [
+    pub const ALL: [SweepKind; 10] = [
         SweepKind::Level,
         SweepKind::HpRate,
         SweepKind::LpSize,
         SweepKind::LpWgUs,
         SweepKind::Arbitration,
         SweepKind::CuSplit,
+        SweepKind::EdgeUs,
+        SweepKind::ReleaseK,
+        SweepKind::ReleaseEpsilon,
+        SweepKind::RoundTripUs,
     ];
 
     /// Its name on the command line.
@@ -49,18 +62,26 @@ impl SweepKind {
             SweepKind::LpWgUs => "lp-wg-us",
             SweepKind::Arbitration => "arbitration",
             SweepKind::CuSplit => "cu-split",
+            SweepKind::EdgeUs => "edge-us",
+            SweepKind::ReleaseK => "release-k",
+            SweepKind::ReleaseEpsilon => "release-epsilon",
+            SweepKind::RoundTripUs => "round-trip-us",
         }
     }
 
     /// The values swept when none are given.
     pub fn defaults(self) -> &'static [&'static str] {
         match self {
-            SweepKind::Level => &["native", "priority", "l1", "l2", "l3"],
+            SweepKind::Level => &["native", "priority", "l1", "l2", "l3", "l2e", "l3e"],
             SweepKind::HpRate => &["5", "10", "20", "40", "80"],
             SweepKind::LpSize => &["2560", "5120", "10240", "20480", "40960"],
             SweepKind::LpWgUs => &["250", "1000", "4000"],
             SweepKind::Arbitration => &["equal", "pipe", "strict"],
             SweepKind::CuSplit => &["none", "10/90", "25/75", "50/50"],
+            SweepKind::EdgeUs => &["10", "50", "150", "300", "1000"],
+            SweepKind::ReleaseK => &["1", "2", "4", "8", "16"],
+            SweepKind::ReleaseEpsilon => &["0.02", "0.05", "0.1", "0.2", "0.4"],
+            SweepKind::RoundTripUs => &["50", "200", "800", "2000"],
         }
     }
 }
@@ -179,8 +200,40 @@ impl Sweep {
                     }
                 }
             }
+            SweepKind::EdgeUs => {
+                let us: u64 = value
+                    .parse()
+                    .map_err(|_| bad("is not a whole number of µs"))?;
+                sc.host.edge_ns = us * 1000;
+            }
+            SweepKind::ReleaseK | SweepKind::ReleaseEpsilon | SweepKind::RoundTripUs => {
+                let x: f64 = value
+                    .parse()
+                    .ok()
+                    .filter(|x: &f64| x.is_finite())
+                    .ok_or_else(|| bad("is not a number"))?;
+                let c = cost_rule(&mut sc).map_err(|e| bad(&e))?;
+                match self.kind {
+                    SweepKind::ReleaseK => c.k = x,
+                    SweepKind::ReleaseEpsilon => c.epsilon = x,
+                    _ => c.round_trip_ns = (x.max(0.0) * 1000.0) as u64,
+                }
+                c.validate().map_err(|e| bad(&e))?;
+            }
         }
         Ok(sc)
+    }
+}
+
+/// The scenario's cost release rule, to change a parameter of it; an error when its classes use
+/// the fixed hysteresis (the message says how to choose the cost rule).
+pub fn cost_rule(sc: &mut Scenario) -> Result<&mut CostRelease, String> {
+    match &mut sc.policy.release {
+        Release::Cost(c) => Ok(c),
+        Release::Hysteresis => Err(format!(
+            "applies to the cost release rule, but the classes of scenario {} use the fixed hysteresis: add --release cost",
+            sc.name
+        )),
     }
 }
 
@@ -269,18 +322,22 @@ impl SweepReport {
                 s.describe()
             );
         }
-        out += &format!("{:<12} {}\n", self.sweep.name(), Report::table_header());
+        out += &format!(
+            "{:<12} {} {:>9}\n",
+            self.sweep.name(),
+            Report::table_header(),
+            "limit-LP"
+        );
         for p in &self.points {
-            let a = &p.report.alone;
-            out += &format!(
-                "{:<12} alone: HP P50 {:.2} ms, P99 {:.2} ms; LP {:.1} kernels/s\n",
-                p.value,
-                a.hp_p50_us / 1e3,
-                a.hp_p99_us / 1e3,
-                a.lp_kernels_per_s
-            );
+            out += &format!("{:<12} {}\n", p.value, p.report.alone.line(false));
+            let limit = p.report.alone.lp_limit();
             for r in &p.report.rows {
-                out += &format!("{:<12} {}", p.value, Report::table_row(r));
+                let gap = limit.map_or_else(|| "-".into(), |l| format!("{:.3}", l - r.lp_rel));
+                out += &format!(
+                    "{:<12} {} {gap:>9}\n",
+                    p.value,
+                    Report::table_row(r).trim_end()
+                );
             }
         }
         out
@@ -288,12 +345,20 @@ impl SweepReport {
 
     /// The rows as CSV (header first), the swept parameter and value before each row.
     pub fn csv(&self) -> String {
-        let mut out = format!("scenario,sweep,value,control,{}\n", Row::COLUMNS.join(","));
+        let mut out = format!(
+            "scenario,sweep,value,control,{},lp_limit\n",
+            Row::COLUMNS.join(",")
+        );
         for p in &self.points {
+            let limit = p
+                .report
+                .alone
+                .lp_limit()
+                .map_or_else(String::new, |l| l.to_string());
             for r in &p.report.rows {
                 let nums: Vec<String> = r.numbers().iter().map(f64::to_string).collect();
                 out += &format!(
-                    "{},{},{},{},{}\n",
+                    "{},{},{},{},{},{limit}\n",
                     p.report.scenario.name,
                     self.sweep.name(),
                     p.value,
@@ -356,5 +421,30 @@ mod tests {
                 .contains("hp-rate, lp-size")
         );
         assert!(Sweep::parse("hp-rate=").is_err());
+        let sc = Sweep::parse("release-k")
+            .unwrap()
+            .apply(&base, "8")
+            .unwrap();
+        assert!(matches!(sc.policy.release, Release::Cost(c) if c.k == 8.0));
+        let e = Sweep::parse("release-epsilon")
+            .unwrap()
+            .apply(&base, "1.5")
+            .unwrap_err();
+        assert!(e.contains("0 <= epsilon < 1"), "{e}");
+        let demo = Scenario::named("demo", None).unwrap();
+        let e = Sweep::parse("round-trip-us")
+            .unwrap()
+            .apply(&demo, "400")
+            .unwrap_err();
+        assert!(e.contains("--release cost"), "{e}");
+        assert_eq!(
+            Sweep::parse("edge-us")
+                .unwrap()
+                .apply(&base, "300")
+                .unwrap()
+                .host
+                .edge_ns,
+            300_000
+        );
     }
 }

@@ -2,16 +2,8 @@
 
 use std::process::{Command, Output};
 
-fn lab(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_preempt-lab"))
-        .args(args)
-        .output()
-        .expect("run preempt-lab")
-}
-
-fn ok(o: &Output) -> String {
-    test_support::output::success_stdout(o)
-}
+mod common;
+use common::{lab, ok};
 
 /// Small and quick (the tests run a debug build): 20 requests, 2 seeds, 4 ms batch
 /// work-groups (fewer work-group events per simulated second than the default 1 ms).
@@ -43,7 +35,7 @@ fn the_same_seeds_give_byte_identical_json_and_other_seeds_do_not() {
     ]));
     assert_ne!(a, c);
     let v: serde_json::Value = serde_json::from_str(&a).unwrap();
-    assert_eq!(v["rows"].as_array().unwrap().len(), 5);
+    assert_eq!(v["rows"].as_array().unwrap().len(), 7);
     assert_eq!(v["scenario"]["seeds"], serde_json::json!([1, 2]));
 }
 
@@ -91,12 +83,27 @@ fn quick(extra: &[&str]) -> Output {
     lab(&args)
 }
 
+/// The configurations `sim` compares by default, as its reports name them.
+const CONFIGS: [&str; 7] = [
+    "native",
+    "priority",
+    "level 1",
+    "level 2",
+    "level 3",
+    "level 2 edge",
+    "level 3 edge",
+];
+
 #[test]
 fn the_table_and_csv_name_every_configuration() {
     let t = ok(&quick(&[]));
-    for c in ["native", "priority", "level 1", "level 2", "level 3"] {
+    for c in CONFIGS {
         assert!(t.contains(c), "{t}");
     }
+    assert!(
+        t.contains("HP busy") && t.contains("LP limit") && t.contains("reaction us"),
+        "{t}"
+    );
     let csv = ok(&quick(&["--csv", "--controls", "native,l3"]));
     let lines: Vec<&str> = csv.lines().collect();
     assert_eq!(lines.len(), 3, "{csv}");
@@ -135,7 +142,7 @@ fn a_kfdq_toml_supplies_the_classes_and_bad_input_is_refused() {
     );
     let o = lab(&["sim", "--controls", "native,l4"]);
     assert_eq!(o.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&o.stderr).contains("use native, priority, l1, l2 or l3"));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("l1e, l2e, l3e (edges, release rule)"));
     let o = lab(&["sim", "--scenario", "bert6"]);
     assert!(String::from_utf8_lossy(&o.stderr).contains("built-in scenarios are field"));
     std::fs::remove_dir_all(&dir).unwrap();
@@ -171,7 +178,7 @@ fn plots_are_written_as_svg_and_png_naming_every_configuration() {
             &svg[..80]
         );
         assert!(svg.trim_end().ends_with("</svg>"), "{chart}");
-        for c in ["native", "priority", "level 1", "level 2", "level 3"] {
+        for c in CONFIGS {
             assert!(svg.contains(c), "{chart}.svg does not name {c}");
         }
         let png = std::fs::read(dir.join(format!("{chart}.png"))).unwrap();
@@ -192,7 +199,32 @@ fn plots_are_written_as_svg_and_png_naming_every_configuration() {
     ok(&o);
     let (_, h2) = png_size(&std::fs::read(dir.join("field-lp-throughput.png")).unwrap());
     let (_, h5) = png_size(&tp);
-    assert!(h2 < h5, "2 panels ({h2} px) not shorter than 5 ({h5} px)");
+    assert!(h2 < h5, "2 panels ({h2} px) not shorter than 7 ({h5} px)");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn the_tradeoff_plot_has_a_point_per_configuration_and_sweep_value() {
+    let dir = scratch("tradeoff");
+    let d = dir.display().to_string();
+    ok(&quick(&["--plots", &d, "--controls", "l2,l2e"]));
+    let svg = std::fs::read_to_string(dir.join("field-tradeoff.svg")).unwrap();
+    assert!(svg.contains("level 2 edge") && svg.contains("LP throughput kept"));
+    assert!(png_size(&std::fs::read(dir.join("field-tradeoff.png")).unwrap()).0 >= 800);
+    ok(&quick(&[
+        "--plots",
+        &d,
+        "--controls",
+        "l2,l2e",
+        "--sweep",
+        "hp-rate=10,40",
+    ]));
+    let svg = std::fs::read_to_string(dir.join("field-hp-rate-tradeoff.svg")).unwrap();
+    // One circle per configuration and value, plus one per legend entry.
+    assert_eq!(svg.matches("<circle").count(), 2 * 2 + 2, "{svg}");
+    for v in ["\n10\n", "\n40\n"] {
+        assert!(svg.contains(v), "no label {v:?}");
+    }
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

@@ -7,6 +7,7 @@ use std::time::Instant;
 
 use clap::{Parser, Subcommand};
 use kfdq::agent::AgentConfig;
+use kfdq::policy::{CostRelease, Release};
 use preempt_lab::scenario::{Scenario, parse_control};
 use preempt_lab::sweep::{self, Sweep, SweepReport};
 use preempt_lab::workload::Shape;
@@ -49,11 +50,13 @@ enum Cmd {
         /// default: the scenario's, field 1000, demo 20000).
         #[arg(long)]
         lp_wg_us: Option<f64>,
-        /// Configurations to compare, comma-separated: native, priority, l1, l2, l3.
+        /// Configurations to compare, comma-separated: native, priority, l1, l2, l3 (the shim's
+        /// samples, fixed hysteresis: kfdq before issue 27), l1e, l2e, l3e (busy/idle edges, the
+        /// classes' release rule).
         #[arg(
             long,
             value_delimiter = ',',
-            default_value = "native,priority,l1,l2,l3"
+            default_value = "native,priority,l1,l2,l3,l2e,l3e"
         )]
         controls: Vec<String>,
         /// Take the classes (and [agent] grace_period) from this kfdq.toml instead of the built-in ones.
@@ -71,6 +74,35 @@ enum Cmd {
         /// The agent's command trip to the shim in µs.
         #[arg(long)]
         command_us: Option<u64>,
+        /// The agent's decision in µs.
+        #[arg(long)]
+        decision_us: Option<u64>,
+        /// Edge configurations: launch (or drained sample) -> the agent, µs (default 50, a guess).
+        #[arg(long)]
+        edge_us: Option<u64>,
+        /// Edge configurations: the shim's sampling period while the HP queue is busy, µs (default 100).
+        #[arg(long)]
+        busy_sample_us: Option<u64>,
+        /// The release rule of the edge configurations: cost or hysteresis (default: the
+        /// classes', the cost rule for the built-in ones; the sampled levels always use the
+        /// fixed hysteresis).
+        #[arg(long, value_name = "RULE")]
+        release: Option<String>,
+        /// The fixed hysteresis in ms (the sampled levels', and the edge ones' with --release hysteresis).
+        #[arg(long)]
+        hysteresis_ms: Option<f64>,
+        /// Cost rule: C, one device-wide preempt and its restore, µs (default 200).
+        #[arg(long)]
+        round_trip_us: Option<f64>,
+        /// Cost rule: k, round trips a release must be likely to buy (default 4).
+        #[arg(long)]
+        release_k: Option<f64>,
+        /// Cost rule: epsilon, the accepted chance that the HP job is back within k round trips (default 0.1).
+        #[arg(long)]
+        release_epsilon: Option<f64>,
+        /// Cost rule: the longest hold after an idle edge, ms (default 20).
+        #[arg(long)]
+        release_max_hold_ms: Option<f64>,
         /// The fixed cost of a device-wide preempt in µs (the model's preempt_fixed_ns).
         #[arg(long)]
         preempt_us: Option<u64>,
@@ -94,8 +126,9 @@ enum Cmd {
         /// The HP job's request rate per second (the scenario's arrival process stays).
         #[arg(long)]
         hp_rate: Option<f64>,
-        /// Run once per value of one parameter: level, hp-rate, lp-size, lp-wg-us, arbitration or
-        /// cu-split, with its default values or KIND=V1,V2,... (e.g. cu-split=none,25/75).
+        /// Run once per value of one parameter: level, hp-rate, lp-size, lp-wg-us, arbitration,
+        /// cu-split, edge-us, release-k, release-epsilon or round-trip-us, with its default values
+        /// or KIND=V1,V2,... (e.g. cu-split=none,25/75).
         #[arg(long, value_name = "KIND[=VALUES]")]
         sweep: Option<String>,
     },
@@ -216,6 +249,15 @@ fn run(cli: Cli) -> Result<(), String> {
             lp_class,
             activity_us,
             command_us,
+            decision_us,
+            edge_us,
+            busy_sample_us,
+            release,
+            hysteresis_ms,
+            round_trip_us,
+            release_k,
+            release_epsilon,
+            release_max_hold_ms,
             preempt_us,
             json,
             csv,
@@ -257,6 +299,26 @@ fn run(cli: Cli) -> Result<(), String> {
             if let Some(v) = preempt_us {
                 sc.params.preempt_fixed_ns = v * 1000;
             }
+            if let Some(v) = decision_us {
+                sc.host.decision_ns = v * 1000;
+            }
+            if let Some(v) = edge_us {
+                sc.host.edge_ns = v * 1000;
+            }
+            if let Some(v) = busy_sample_us {
+                sc.host.busy_sample_ns = v.max(1) * 1000;
+            }
+            apply_release(
+                &mut sc,
+                release.as_deref(),
+                hysteresis_ms,
+                [
+                    round_trip_us,
+                    release_k,
+                    release_epsilon,
+                    release_max_hold_ms,
+                ],
+            )?;
             if let Some(r) = hp_rate {
                 sc = Sweep::parse("hp-rate")?.apply(&sc, &r.to_string())?;
             }
@@ -299,6 +361,16 @@ fn run(cli: Cli) -> Result<(), String> {
                 completions as f64 / secs / 1e6
             );
             if let Some(dir) = &plots {
+                let (prefix, title) = match &sweep {
+                    Some(sw) => (
+                        format!("{}-{}", sc.name, sw.kind.name()),
+                        format!("{}, swept over {}", sc.name, sw.kind.name()),
+                    ),
+                    None => (sc.name.clone(), sc.name.clone()),
+                };
+                files += plot::write_tradeoff(dir, &prefix, &title, &points)
+                    .map_err(|e| e.to_string())?
+                    .len();
                 eprintln!(
                     "preempt-lab: wrote {files} plot files into {}",
                     dir.display()
@@ -323,6 +395,58 @@ fn run(cli: Cli) -> Result<(), String> {
             print_report(&report, json, csv)
         }
     }
+}
+
+/// The release rule options of `sim`: `--release`, `--hysteresis-ms` and the cost rule's
+/// parameters (C µs, k, epsilon, max hold ms), each checked as the agent checks its file.
+fn apply_release(
+    sc: &mut Scenario,
+    rule: Option<&str>,
+    hysteresis_ms: Option<f64>,
+    [round_trip_us, k, epsilon, max_hold_ms]: [Option<f64>; 4],
+) -> Result<(), String> {
+    match rule.map(str::trim) {
+        None => {}
+        Some("cost") => sc.policy.release = Release::Cost(CostRelease::default()),
+        Some("hysteresis") => sc.policy.release = Release::Hysteresis,
+        Some(other) => {
+            return Err(format!(
+                "--release {other:?}: use cost (the higher class's idle gaps against a preempt's cost) or hysteresis (a fixed hold)"
+            ));
+        }
+    }
+    if let Some(ms) = hysteresis_ms {
+        if !(ms.is_finite() && ms >= 0.0) {
+            return Err(format!("--hysteresis-ms {ms} must be 0 or more"));
+        }
+        sc.policy.hysteresis_ns = (ms * 1e6) as u64;
+    }
+    if [round_trip_us, k, epsilon, max_hold_ms]
+        .iter()
+        .all(Option::is_none)
+    {
+        return Ok(());
+    }
+    let c = sweep::cost_rule(sc).map_err(|e| format!("--round-trip-us/--release-*: {e}"))?;
+    if let Some(v) = round_trip_us {
+        if !(v.is_finite() && v >= 0.0) {
+            return Err(format!("--round-trip-us {v} must be 0 or more"));
+        }
+        c.round_trip_ns = (v * 1e3) as u64;
+    }
+    if let Some(v) = k {
+        c.k = v;
+    }
+    if let Some(v) = epsilon {
+        c.epsilon = v;
+    }
+    if let Some(v) = max_hold_ms {
+        if !(v.is_finite() && v >= 0.0) {
+            return Err(format!("--release-max-hold-ms {v} must be 0 or more"));
+        }
+        c.max_hold_ns = (v * 1e6) as u64;
+    }
+    c.validate()
 }
 
 /// Prints a report as JSON, CSV or the table.

@@ -6,8 +6,7 @@ use plotters::backend::DrawingBackend;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 
-use super::font::FAMILY;
-use super::{Chart, err, style_of};
+use super::{Chart, decade_ticks, draw_mesh, err, framed, legend, style_of};
 use crate::experiment::Series;
 
 /// The chart of a scenario's series.
@@ -29,21 +28,9 @@ pub fn points(v: &[f64]) -> Vec<(f64, f64)> {
         .collect()
 }
 
-/// Axis ticks at 1, 2 and 5 times the powers of ten between `lo` and `hi` (ms).
+/// Axis ticks at 1, 2, 3 and 5 times the powers of ten between `lo` and `hi` (ms).
 pub fn ticks(lo: f64, hi: f64) -> Vec<f64> {
-    let mut out = Vec::new();
-    let mut decade = 10f64.powi(lo.max(1e-6).log10().floor() as i32);
-    while decade <= hi {
-        for m in [1.0, 2.0, 3.0, 5.0] {
-            let x = m * decade;
-            if x >= lo && x <= hi {
-                // Round away float noise (0.30000000000000004).
-                out.push((x * 1e6).round() / 1e6);
-            }
-        }
-        decade *= 10.0;
-    }
-    out
+    decade_ticks(lo, hi, &[1.0, 2.0, 3.0, 5.0])
 }
 
 impl Chart for Cdf<'_> {
@@ -65,39 +52,32 @@ impl Chart for Cdf<'_> {
         } else {
             (0.1, 10.0)
         };
-        let mut chart = ChartBuilder::on(area)
-            .caption(
-                format!(
-                    "{}: HP request latency CDF per configuration (all seeds)",
-                    self.title
-                ),
-                (FAMILY, 22),
-            )
-            .margin(16)
-            .x_label_area_size(50)
-            .y_label_area_size(70)
-            .build_cartesian_2d(
-                (lo..hi).log_scale().with_key_points(ticks(lo, hi)),
-                0.0..1.0,
-            )
-            .map_err(err)?;
-        chart
-            .configure_mesh()
-            .x_desc("HP request latency, arrival to last kernel's end (ms, log scale)")
-            .y_desc("fraction of requests at or below")
-            .x_label_formatter(&|x| {
-                if *x < 10.0 {
-                    format!("{x}")
-                } else {
-                    format!("{x:.0}")
-                }
-            })
-            .y_label_formatter(&|y| format!("{y:.2}"))
-            .label_style((FAMILY, 15))
-            .axis_desc_style((FAMILY, 17))
-            .light_line_style(RGBColor(235, 235, 235))
-            .draw()
-            .map_err(err)?;
+        let mut chart = framed(
+            area,
+            format!(
+                "{}: HP request latency CDF per configuration (all seeds)",
+                self.title
+            ),
+        )
+        .build_cartesian_2d(
+            (lo..hi).log_scale().with_key_points(ticks(lo, hi)),
+            0.0..1.0,
+        )
+        .map_err(err)?;
+        draw_mesh(
+            chart
+                .configure_mesh()
+                .x_desc("HP request latency, arrival to last kernel's end (ms, log scale)")
+                .y_desc("fraction of requests at or below")
+                .x_label_formatter(&|x| {
+                    if *x < 10.0 {
+                        format!("{x}")
+                    } else {
+                        format!("{x:.0}")
+                    }
+                })
+                .y_label_formatter(&|y| format!("{y:.2}")),
+        )?;
         chart
             .draw_series(DashedLineSeries::new(
                 [(lo, 0.99), (hi, 0.99)],
@@ -133,14 +113,7 @@ impl Chart for Cdf<'_> {
                 PathElement::new([(x, y), (x + 24, y)], color.stroke_width(3))
             });
         }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::LowerRight)
-            .label_font((FAMILY, 16))
-            .background_style(WHITE.mix(0.9))
-            .border_style(RGBColor(160, 160, 160))
-            .draw()
-            .map_err(err)
+        legend(&mut chart, SeriesLabelPosition::LowerRight)
     }
 }
 
