@@ -17,8 +17,8 @@
 //! listed in that order), so that they import each other in no circle
 //! (`tools/test-support/tests/module_graph.rs` checks it). See `docs/shim.md`.
 //!
-//! 1. Ground: `log` (diagnostics), `libc_dlsym` (glibc's own `dlsym`/`dlvsym`), `sys` (fork-safe
-//!    pthread mutex, loaded objects, symbol resolution, caller lookup), `config` (environment),
+//! 1. Ground: `log` (diagnostics), `libc_dlsym` (glibc's own `dlsym`/`dlvsym`), `pmutex` (the
+//!    fork-safe pthread mutex), `sys` (loaded objects, symbol resolution, caller lookup), `config` (environment),
 //!    `kfd_fd` (the runtime's `/dev/kfd` fd, re-validated per command), `window_setting` (the
 //!    in-flight window's size and cache generation), `bypass` (the shim's own ioctls pass the
 //!    hook), `libc_ioctl` (libc's `ioctl`, `forward`), `context` (a thread's stream context).
@@ -33,6 +33,7 @@
 //!    (fast/slow path, attribution, level-1 gate), `hook` (ioctl observer).
 //! 8. Entry points: `exports` (HIP functions and `ioctl`), `dl` (`dlsym`/`dlvsym`).
 #![deny(clippy::undocumented_unsafe_blocks)]
+#![deny(missing_debug_implementations)]
 // The unit-test build leaves out the exported entry points (see `exports`), so much is unused there.
 #![cfg_attr(test, allow(dead_code))]
 
@@ -56,6 +57,8 @@ mod levels;
 mod libc_dlsym;
 mod libc_ioctl;
 mod log;
+// Public only for its doctests (which show what must not compile); nothing outside uses it.
+pub mod pmutex;
 mod real;
 mod registry_file;
 mod state;

@@ -19,7 +19,7 @@ use kfdq::policy::class::PriorityPolicy;
 use kfdq::proto::{self, StreamKind};
 
 use crate::kfd_fd::KfdFd;
-use crate::sys::PMutex;
+use crate::pmutex::PMutex;
 
 /// `FLAGS` bit: initialisation finished.
 pub const F_READY: u32 = 1;
