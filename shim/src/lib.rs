@@ -20,7 +20,9 @@
 //! 1. Ground: `log` (diagnostics), `libc_dlsym` (glibc's own `dlsym`/`dlvsym`), `pmutex` (the
 //!    fork-safe pthread mutex), `sys` (loaded objects, symbol resolution, caller lookup), `config` (environment),
 //!    `kfd_fd` (the runtime's `/dev/kfd` fd, re-validated per command), `window_setting` (the
-//!    in-flight window's size and cache generation), `bypass` (the shim's own ioctls pass the
+//!    in-flight window's size and cache generation), `index_reads` (reading queue indices
+//!    without the lock, and the generation rule that makes it sound), `self_mem` (reading our
+//!    own memory without faulting on what is no longer mapped), `bypass` (the shim's own ioctls pass the
 //!    hook), `libc_ioctl` (libc's `ioctl`, `forward`), `context` (a thread's stream context).
 //! 2. `state`: the registry behind its lock.
 //! 3. `targets` (what an agent's target names), then `levels` (levels 0-3, CU masks, the agent's
@@ -50,6 +52,7 @@ mod dl;
 mod exports;
 mod guard;
 mod hook;
+mod index_reads;
 mod init;
 mod kfd_fd;
 mod launch;
@@ -61,6 +64,7 @@ mod log;
 pub mod pmutex;
 mod real;
 mod registry_file;
+mod self_mem;
 mod state;
 mod sys;
 mod targets;

@@ -182,5 +182,3 @@ impl<T> Drop for PGuard<'_, T> {
         unsafe { libc::pthread_mutex_unlock(self.m.mutex.get()) };
     }
 }
-
-
