@@ -9,7 +9,7 @@
 pub enum Words {
     /// The two 64-bit values.
     Read(u64, u64),
-    /// At least one of them is not mapped.
+    /// At least one of them is not mapped, or not readable.
     Unmapped,
     /// The kernel refuses `process_vm_readv` here (seccomp, an old kernel): read them directly.
     Unsupported,

@@ -606,7 +606,7 @@ impl State {
         for id in gone {
             self.remove_queue(id);
             self.report(format!(
-                "queue {id}: its index memory is no longer mapped, though no DESTROY_QUEUE of it \
+                "queue {id}: its index memory is no longer readable, though no DESTROY_QUEUE of it \
                  passed the shim (the runtime freed it another way); the queue leaves the registry \
                  and kfdq no longer acts on it"
             ));
