@@ -25,7 +25,8 @@
 //!    own memory without faulting on what is no longer mapped), `bypass` (the shim's own ioctls pass the
 //!    hook), `libc_ioctl` (libc's `ioctl`, `forward`), `context` (a thread's stream context).
 //! 2. `state`: the registry behind its lock.
-//! 3. `targets` (what an agent's target names), then `levels` (levels 0-3, CU masks, the agent's
+//! 3. `command_error` (why a command failed, typed), `targets` (what an agent's target names),
+//!    then `levels` (levels 0-3, CU masks, the agent's
 //!    window, fail open), and `registry_file` (the registry published for `kfdq ps`).
 //! 4. `guard`: panics never unwind into C; a panic stops control (fail open).
 //! 5. `commands` (an agent message answered), then `control` (the control thread: agent session,
@@ -40,6 +41,7 @@
 #![cfg_attr(test, allow(dead_code))]
 
 mod bypass;
+mod command_error;
 mod commands;
 mod config;
 mod context;
