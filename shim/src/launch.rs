@@ -545,18 +545,8 @@ mod tests {
     fn a_queue_destroyed_while_a_launch_waits_at_its_window_is_never_read_again() {
         const QUEUE: u32 = 0x5eed_0001;
         const HANDLE: usize = 0x5eed_0000;
-        // SAFETY: a fresh private page, ours alone; unmapped below once the hook let it go.
-        let page = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                4096,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        assert_ne!(page, libc::MAP_FAILED);
+        // Ours alone; unmapped below once the hook let it go.
+        let page = crate::self_mem::test_page();
         let (wptr, rptr) = (page as u64, page as u64 + 8);
         // SAFETY: both words are in the page; 5 packets written, none done: at window 1 the
         // launch waits.

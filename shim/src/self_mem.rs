@@ -46,6 +46,24 @@ pub fn read_pair(a: u64, b: u64) -> Words {
     }
 }
 
+/// A fresh private read-write page, for tests that unmap memory under the shim's readers.
+#[cfg(test)]
+pub fn test_page() -> *mut libc::c_void {
+    // SAFETY: a new anonymous mapping; nothing else refers to it.
+    let page = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            4096,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    assert_ne!(page, libc::MAP_FAILED, "mmap a test page");
+    page
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -58,18 +76,7 @@ mod tests {
             &words[1] as *const u64 as u64,
         );
         assert_eq!(read_pair(a, b), Words::Read(7, 9));
-        // SAFETY: a fresh private page of our own, unmapped below; nothing else refers to it.
-        let page = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                4096,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        assert_ne!(page, libc::MAP_FAILED);
+        let page = test_page();
         let p = page as u64;
         assert_eq!(read_pair(p, p + 8), Words::Read(0, 0));
         // SAFETY: the page mapped above, unused from here on.
