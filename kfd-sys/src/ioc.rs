@@ -19,6 +19,12 @@ pub const READ: u32 = 2;
 /// `AMDKFD_IOCTL_BASE`: the type byte of every amdkfd request.
 pub const KFD_TYPE: u32 = b'K' as u32;
 
+/// `_IOC(dir, type, nr, size)`: the request number of an ioctl; for amdkfd's own,
+/// `request(READ | WRITE, KFD_TYPE, nr, size_of::<Args>())` is `AMDKFD_IOWR(nr, Args)`.
+pub const fn request(dir: u32, kind: u32, nr: u32, size: usize) -> u32 {
+    (dir << 30) | (((size as u32) & 0x3fff) << 16) | ((kind & 0xff) << 8) | (nr & 0xff)
+}
+
 /// `_IOC_NR`: the request's number within its type (what amdkfd dispatches on).
 pub const fn nr(request: u32) -> u32 {
     request & 0xff
@@ -77,6 +83,8 @@ mod tests {
         let update = crate::AMDKFD_IOC_UPDATE_QUEUE;
         assert_eq!((nr(update), dir(update)), (0x07, WRITE));
         assert!(!copies_out(update));
+        let size = size_of::<kfd_ioctl_create_queue_args>();
+        assert_eq!(request(READ | WRITE, KFD_TYPE, 0x02, size), create);
         // KDGKBTYPE: type 'K', no size, no direction; a keyboard ioctl, not amdkfd's.
         assert!(is_kfd(0x4B33));
         assert_eq!((nr(0x4B33), size(0x4B33), dir(0x4B33)), (0x33, 0, 0));

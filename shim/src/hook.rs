@@ -5,7 +5,8 @@
 //!   attributed to the stream whose call is in flight on this thread.
 //! * UPDATE_QUEUE from the runtime: rewritten so that it cannot undo the shim's state (a queue
 //!   the shim holds deactivated stays at percentage 0; the priority stays the managed one).
-//! * DESTROY_QUEUE: forwarded, then the queue is dropped from the registry.
+//! * DESTROY_QUEUE: the queue is marked dying and lock-free readers of its indices are waited
+//!   for (`index_reads.rs`), the call is forwarded, then the queue is dropped from the registry.
 //!
 //! The shim's own ioctls (through `kfdq::kfd`, which calls libc's `ioctl` and so lands in this
 //! same export) set the bypass flag (`bypass.rs`) and go straight to libc.
@@ -352,7 +353,8 @@ mod tests {
             Some((Op::Create, 96))
         );
         // The 88-byte (KFD 1.11) CREATE_QUEUE of older runtimes.
-        let old = (sys::AMDKFD_IOC_CREATE_QUEUE as c_ulong & !(0x3fff << 16)) | (88 << 16);
+        let create = sys::AMDKFD_IOC_CREATE_QUEUE;
+        let old = ioc::request(ioc::dir(create), ioc::kind(create), ioc::nr(create), 88) as c_ulong;
         assert_eq!(classify(old), Some((Op::Create, 88)));
         assert_eq!(
             classify(sys::AMDKFD_IOC_UPDATE_QUEUE as c_ulong),

@@ -23,8 +23,8 @@ use crate::process;
 use crate::state::Emu;
 
 pub(crate) use crate::abi::{bytes_of, load, store};
-use kfd_sys::ioc;
 pub(crate) use crate::reply::{ENOTSUPP, KResult, send_reply};
+use kfd_sys::ioc;
 
 /// Largest user array (entries) an ioctl copies in; the kernel's kmalloc of a bigger
 /// one fails with ENOMEM.
@@ -140,7 +140,11 @@ pub(crate) fn dispatch(
         tracing::debug!(nr, errno, "injected failure");
         return send_reply(reply, &[], Err(errno));
     }
-    let out_len = if ioc::copies_out(kcmd) { out_size as usize } else { 0 };
+    let out_len = if ioc::copies_out(kcmd) {
+        out_size as usize
+    } else {
+        0
+    };
     let len = in_data.len().max(ioc::size(kcmd)).max(out_len);
     let mut buf = vec![0u8; len];
     buf[..in_data.len()].copy_from_slice(in_data);
