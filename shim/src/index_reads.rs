@@ -74,35 +74,53 @@ fn choose_mode() {
     });
 }
 
-/// The calling thread's slot, released when the thread ends.
-struct Held(Cell<Option<usize>>);
-
-impl Held {
-    /// The slot, taking a free one on first use; `None` when every slot is taken.
-    fn slot(&self) -> Option<&'static AtomicU64> {
-        if let Some(i) = self.0.get() {
-            return Some(&TABLE[i].0);
-        }
-        choose_mode();
-        let i = TABLE.iter().position(|s| {
-            s.0.compare_exchange(FREE, IDLE, Ordering::AcqRel, Ordering::Relaxed)
-                .is_ok()
-        })?;
-        self.0.set(Some(i));
-        Some(&TABLE[i].0)
-    }
+thread_local! {
+    /// The calling thread's slot once it has one (a plain thread-local: reading it costs one
+    /// load on the launch path).
+    static MINE: Cell<Option<&'static AtomicU64>> = const { Cell::new(None) };
+    /// Gives the slot back when the thread ends.
+    static RELEASE: Release = const { Release(Cell::new(None)) };
 }
 
-impl Drop for Held {
+/// Frees its slot when its thread ends.
+struct Release(Cell<Option<usize>>);
+
+impl Drop for Release {
     fn drop(&mut self) {
-        if let Some(i) = self.0.get() {
+        if let Some(i) = self.0.take() {
+            MINE.with(|m| m.set(None));
             TABLE[i].0.store(FREE, Ordering::Release);
         }
     }
 }
 
-thread_local! {
-    static HELD: Held = const { Held(Cell::new(None)) };
+/// The calling thread's slot: the one it holds, or a free one taken now; `None` when every slot
+/// is taken or the thread is ending.
+#[inline(always)]
+fn slot() -> Option<&'static AtomicU64> {
+    match MINE.with(Cell::get) {
+        Some(s) => Some(s),
+        None => claim(),
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn claim() -> Option<&'static AtomicU64> {
+    choose_mode();
+    RELEASE
+        .try_with(|r| {
+            let i = TABLE.iter().position(|s| {
+                s.0.compare_exchange(FREE, IDLE, Ordering::AcqRel, Ordering::Relaxed)
+                    .is_ok()
+            })?;
+            r.0.set(Some(i));
+            let s = &TABLE[i].0;
+            MINE.with(|m| m.set(Some(s)));
+            Some(s)
+        })
+        .ok()
+        .flatten()
 }
 
 /// What a lock-free read found.
@@ -125,34 +143,31 @@ pub enum Read {
 /// [`WINDOW_GEN`] (the module's rule).
 #[inline(always)]
 pub unsafe fn read(wptr: usize, rptr: usize, generation: u64) -> Read {
-    HELD.try_with(|held| {
-        let Some(slot) = held.slot() else {
-            return Read::NoSlot;
-        };
-        slot.store(generation, Ordering::Relaxed);
-        if MODE.load(Ordering::Relaxed) == MODE_MEMBARRIER {
-            compiler_fence(Ordering::SeqCst);
-        } else {
-            fence(Ordering::SeqCst);
+    let Some(slot) = slot() else {
+        return Read::NoSlot;
+    };
+    slot.store(generation, Ordering::Relaxed);
+    if MODE.load(Ordering::Relaxed) == MODE_MEMBARRIER {
+        compiler_fence(Ordering::SeqCst);
+    } else {
+        fence(Ordering::SeqCst);
+    }
+    let r = if WINDOW_GEN.load(Ordering::SeqCst) == generation {
+        // SAFETY: the section is open at `generation` and the generation has not moved, so
+        // whatever lets this queue's memory go waits in `retire` until the section closes (the
+        // module's rule); the addresses are the queue's aligned indices (the caller's contract).
+        // Volatile: the CP writes the read index, other threads the write index.
+        unsafe {
+            Read::Indices(
+                std::ptr::read_volatile(wptr as *const u64),
+                std::ptr::read_volatile(rptr as *const u64),
+            )
         }
-        let r = if WINDOW_GEN.load(Ordering::SeqCst) == generation {
-            // SAFETY: the section is open at `generation` and the generation has not moved, so
-            // whatever lets this queue's memory go waits in `retire` until the section closes
-            // (the module's rule); the addresses are the queue's aligned indices (the caller's
-            // contract). Volatile: the CP writes the read index, other threads the write index.
-            unsafe {
-                Read::Indices(
-                    std::ptr::read_volatile(wptr as *const u64),
-                    std::ptr::read_volatile(rptr as *const u64),
-                )
-            }
-        } else {
-            Read::Stale
-        };
-        slot.store(IDLE, Ordering::Release);
-        r
-    })
-    .unwrap_or(Read::NoSlot)
+    } else {
+        Read::Stale
+    };
+    slot.store(IDLE, Ordering::Release);
+    r
 }
 
 /// Waits until no read section opened at a generation up to `before` is open. The caller moved
@@ -196,7 +211,7 @@ pub fn retire(before: u64) {
 /// In a `fork` child: the parent's other threads are gone, so their slots are free; the calling
 /// thread keeps its own (no section is open while it forks).
 pub fn reset_after_fork() {
-    let mine = HELD.try_with(|h| h.0.get()).ok().flatten();
+    let mine = RELEASE.try_with(|r| r.0.get()).ok().flatten();
     for (i, slot) in TABLE.iter().enumerate() {
         let v = if Some(i) == mine { IDLE } else { FREE };
         slot.0.store(v, Ordering::Relaxed);
