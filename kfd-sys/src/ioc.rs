@@ -83,8 +83,8 @@ mod tests {
         let update = crate::AMDKFD_IOC_UPDATE_QUEUE;
         assert_eq!((nr(update), dir(update)), (0x07, WRITE));
         assert!(!copies_out(update));
-        let size = size_of::<kfd_ioctl_create_queue_args>();
-        assert_eq!(request(READ | WRITE, KFD_TYPE, 0x02, size), create);
+        let bytes = size_of::<kfd_ioctl_create_queue_args>();
+        assert_eq!(request(READ | WRITE, KFD_TYPE, 0x02, bytes), create);
         // KDGKBTYPE: type 'K', no size, no direction; a keyboard ioctl, not amdkfd's.
         assert!(is_kfd(0x4B33));
         assert_eq!((nr(0x4B33), size(0x4B33), dir(0x4B33)), (0x33, 0, 0));
