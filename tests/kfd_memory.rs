@@ -6,7 +6,8 @@ use std::fs::File;
 use std::os::fd::AsFd;
 
 use common::*;
-use kfdq::kfd::{AllocFlags, Kfd, ioctl};
+use kfd_emu::Fault;
+use kfdq::kfd::{AllocFlags, Kfd, Leaked, ioctl};
 use nix::errno::Errno;
 
 fn first_gpu(kfd: &Kfd) -> kfdq::kfd::GpuId {
@@ -128,4 +129,53 @@ fn bad_sizes_are_refused_before_the_call() {
         .alloc(gpu, 4096, AllocFlags::GTT | AllocFlags::VRAM)
         .unwrap_err();
     assert!(e.to_string().contains("exactly one of VRAM or GTT"), "{e}");
+    // Refused with the errno the kernel gives the same arguments.
+    let mut args = kfd_sys::kfd_ioctl_alloc_memory_of_gpu_args {
+        va_addr: 0x10_0000_0000,
+        size: 4096,
+        gpu_id: gpu.0,
+        flags: (AllocFlags::GTT | AllocFlags::VRAM).bits(),
+        ..Default::default()
+    };
+    // SAFETY: not a USERPTR allocation, so the kernel keeps no CPU pointer (and it refuses
+    // these flags anyway).
+    let kernel = unsafe { ioctl::alloc_memory_of_gpu(kfd.as_fd(), &mut args) }.unwrap_err();
+    assert_eq!(kernel.errno(), Some(Errno::EINVAL), "{kernel}");
+    assert_eq!(e.errno(), kernel.errno(), "{e}");
+}
+
+/// A buffer the kernel will not free stays allocated and mapped on the CPU (the GPU may still
+/// reach it): it is left to the kernel and reported once, never unmapped.
+#[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
+fn a_buffer_the_kernel_will_not_free_is_left_to_it() {
+    let emu = mount_preset(Preset::Mi308x);
+    let kfd = Kfd::open(&emu.kfd_root()).unwrap();
+    let gpu = first_gpu(&kfd);
+    kfd.acquire_vm(gpu).unwrap();
+    for flags in [AllocFlags::WRITABLE, AllocFlags::GTT | AllocFlags::WRITABLE] {
+        let a = if flags.contains(AllocFlags::GTT) {
+            kfd.alloc(gpu, 8192, flags).unwrap()
+        } else {
+            kfd.alloc_userptr(gpu, 8192, flags).unwrap()
+        };
+        let (va, handle) = (a.va(), a.handle());
+        emu.emu.inject(Fault::always(
+            kfd_sys::AMDKFD_IOC_FREE_MEMORY_OF_GPU,
+            libc::EIO,
+        ));
+        drop(a);
+        assert!(mapped(va), "{flags:?}: the CPU view at {va:#x} stays");
+        let leaks = kfd.leaks();
+        let last = leaks.last().expect("a leak");
+        assert!(
+            matches!(last.what, Leaked::Allocation { handle: h, va: v, size: 8192 } if h == handle && v == va),
+            "{last:?}"
+        );
+        assert_eq!(last.errno, Some(Errno::EIO));
+        // The kernel still holds it: once it lets go, the free goes through.
+        emu.emu.clear_faults();
+        ioctl::free_memory_of_gpu(kfd.as_fd(), handle).unwrap();
+    }
+    assert_eq!(kfd.leaks().len(), 2, "one report per buffer");
 }

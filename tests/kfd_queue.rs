@@ -6,7 +6,8 @@ mod common;
 use std::os::fd::AsFd;
 
 use common::*;
-use kfdq::kfd::{CuMask, Kfd, Priority, QueueKind, QueueSpec, ioctl, procfs};
+use kfd_emu::Fault;
+use kfdq::kfd::{CuMask, Kfd, Leaked, Priority, QueueKind, QueueSpec, ioctl, procfs};
 use nix::errno::Errno;
 
 fn setup(preset: Preset) -> (Emu, u32) {
@@ -134,6 +135,8 @@ fn library_validates_before_the_syscall() {
         .create_queue(QueueSpec::aql(gpu).ring_size(3000))
         .unwrap_err();
     assert!(e.to_string().contains("power of two"), "{e}");
+    assert_eq!(e.errno(), Some(Errno::EINVAL), "the kernel's errno for it");
+    assert_eq!(Priority::new(16).unwrap_err().errno(), Some(Errno::EINVAL));
     let e = kfd
         .create_queue(QueueSpec::aql(kfdq::kfd::GpuId(0xdead)))
         .unwrap_err();
@@ -218,4 +221,50 @@ fn create_before_acquire_vm_message() {
         e.rule(),
         "CREATE_QUEUE on gpu 0x1a2b needs ACQUIRE_VM first"
     );
+}
+
+/// A queue the kernel will not destroy keeps its buffers: nothing of it is unmapped or freed (the
+/// GPU may still write its read index and save area), and it is reported once.
+#[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
+fn a_queue_the_kernel_keeps_is_left_to_it_with_its_buffers() {
+    let (emu, pid) = setup(Preset::Mi308x);
+    let kfd = Kfd::open(&emu.kfd_root()).unwrap();
+    let gpu = kfd.topology().gpus().next().and_then(|n| n.gpu_id).unwrap();
+    let q = kfd.create_queue(QueueSpec::aql(gpu)).unwrap();
+    let id = q.id();
+    let buffers = [
+        q.ring_address(),
+        q.write_pointer_address(),
+        q.cwsr_address(),
+    ];
+    emu.emu.inject(Fault::always(
+        kfd_sys::AMDKFD_IOC_DESTROY_QUEUE,
+        libc::EBUSY,
+    ));
+    // The explicit destroy returns the kernel's refusal; the drop that follows retries once and
+    // then leaves the queue to the kernel.
+    let e = q.destroy().unwrap_err();
+    assert_eq!(e.errno(), Some(Errno::EBUSY), "{e}");
+    assert!(
+        emu.queues_of(pid).iter().any(|x| x.queue_id == id.0),
+        "the kernel still has the queue"
+    );
+    for addr in buffers {
+        assert!(
+            mapped(addr),
+            "buffer at {addr:#x} is still this process's memory"
+        );
+    }
+    let leaks = kfd.leaks();
+    assert_eq!(leaks.len(), 1, "reported once: {leaks:?}");
+    assert!(
+        matches!(leaks[0].what, Leaked::Queue { id: i, gpu: g, buffers: 3, .. } if i == id && g == gpu),
+        "{:?}",
+        leaks[0]
+    );
+    assert_eq!(leaks[0].errno, Some(Errno::EBUSY));
+    // Nothing was half-released: once the kernel lets go, the queue destroys normally.
+    emu.emu.clear_faults();
+    ioctl::destroy_queue(kfd.as_fd(), id).unwrap();
 }

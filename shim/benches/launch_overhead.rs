@@ -7,8 +7,10 @@
 //! `KFDQ_BENCH_ROUNDS` times (default 3) and reports each. The ioctl is measured twice: as is,
 //! and with an idle helper thread started by the program in both runs (a real HIP runtime always
 //! has threads; the shim's control thread alone makes a single-threaded program pay the kernel's
-//! multi-threaded syscall cost). Numbers go to docs/performance.md;
-//! nothing here asserts a wall-clock threshold.
+//! multi-threaded syscall cost). With `KFDQ_BENCH_BASELINE_SHIM=/path/to/libkfdq_shim.so` (an
+//! earlier build), each round also runs the launches under that shim and prints this shim's
+//! launch cost against it (the before/after of a change, in one run). Numbers go to
+//! docs/performance.md; nothing here asserts a wall-clock threshold.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -100,11 +102,20 @@ fn main() {
     .expect("mount kfd-emu");
     let shim = shim();
     let calls = std::env::var("KFDQ_BENCH_CALLS").unwrap_or_else(|_| "2000000".into());
+    let baseline = std::env::var_os("KFDQ_BENCH_BASELINE_SHIM").map(PathBuf::from);
     let rounds: usize = std::env::var("KFDQ_BENCH_ROUNDS")
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(3);
     println!("shim: {}", shim.display());
+    if let Some(b) = &baseline {
+        assert!(
+            b.is_file(),
+            "KFDQ_BENCH_BASELINE_SHIM={} is no file",
+            b.display()
+        );
+        println!("baseline shim: {}", b.display());
+    }
     println!(
         "{:<6} {:<28} {:>12} {:>12} {:>10} {:>8}",
         "round", "call", "direct ns", "shim ns", "added ns", "ratio"
@@ -128,6 +139,21 @@ fn main() {
                 b - a,
                 b / a
             );
+        }
+        if let Some(b) = &baseline {
+            let (lb, _) = run(&program, emu.root(), Some(b), &calls, false, None);
+            let (wb, _) = run(&program, emu.root(), Some(b), &calls, false, Some("4"));
+            for (name, before, after) in [
+                ("hipLaunchKernel (un-held)", lb, l1),
+                ("hipLaunchKernel (window 4)", wb, w1),
+            ] {
+                println!(
+                    "{round:<6} {:<28} {before:>12.2} {after:>12.2} {:>10.2} {:>8.3}  (baseline shim -> this shim)",
+                    name,
+                    after - before,
+                    after / before
+                );
+            }
         }
     }
     drop(emu);

@@ -4,6 +4,7 @@
 
 use kfdq::proto::{AgentMsg, Level, ShimMsg, Target};
 
+use crate::command_error::CommandError;
 use crate::levels::{
     activate, deactivate, hold, release, resume, set_cu_masks, set_priority, set_window, suspend,
 };
@@ -12,16 +13,16 @@ use crate::targets::{queues_of, streams_of};
 
 /// Answers one agent message.
 pub fn handle(msg: AgentMsg) -> Vec<ShimMsg> {
-    let ack = |seq: u64, r: Result<String, String>| match r {
+    let ack = |seq: u64, r: Result<String, CommandError>| match r {
         Ok(detail) => ShimMsg::Ack {
             seq,
             ok: true,
             detail,
         },
-        Err(detail) => ShimMsg::Ack {
+        Err(e) => ShimMsg::Ack {
             seq,
             ok: false,
-            detail,
+            detail: e.to_string(),
         },
     };
     crate::log::debug(|| format!("agent: {msg:?}"));

@@ -72,14 +72,14 @@ impl Config {
         let window = match parse_window(var("KFDQ_WINDOW").as_deref()) {
             Ok(w) => w,
             Err(w) => {
-                warnings.push(w);
+                warnings.push(w.to_string());
                 None
             }
         };
         let activity_period = match parse_activity_period(var(ACTIVITY_ENV).as_deref()) {
             Ok(p) => p,
             Err(w) => {
-                warnings.push(w);
+                warnings.push(w.to_string());
                 DEFAULT_ACTIVITY_PERIOD
             }
         };
@@ -125,9 +125,22 @@ pub fn passthrough_list(value: Option<&str>) -> Vec<String> {
     list
 }
 
+/// An environment setting the shim ignores, with the rule it broke (the process runs with the
+/// default instead, and says so once).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{var}={value:?} ignored: use {rule}")]
+pub struct BadSetting {
+    /// The variable.
+    pub var: &'static str,
+    /// Its value, trimmed.
+    pub value: String,
+    /// What it takes.
+    pub rule: String,
+}
+
 /// A `KFDQ_WINDOW` value: unset, empty, `0` or `unbounded` = no window; `1`..=`MAX_WINDOW`
 /// dispatches in flight per queue. Anything else is refused with the rule (no window).
-pub fn parse_window(value: Option<&str>) -> Result<Option<u32>, String> {
+pub fn parse_window(value: Option<&str>) -> Result<Option<u32>, BadSetting> {
     let Some(v) = value.map(str::trim) else {
         return Ok(None);
     };
@@ -136,9 +149,11 @@ pub fn parse_window(value: Option<&str>) -> Result<Option<u32>, String> {
     }
     match v.parse::<u32>() {
         Ok(w) if w <= MAX_WINDOW => Ok(Some(w)),
-        _ => Err(format!(
-            "KFDQ_WINDOW={v:?} ignored: use a number of dispatches 1..={MAX_WINDOW}, or 0 / unbounded for none"
-        )),
+        _ => Err(BadSetting {
+            var: "KFDQ_WINDOW",
+            value: v.to_string(),
+            rule: format!("a number of dispatches 1..={MAX_WINDOW}, or 0 / unbounded for none"),
+        }),
     }
 }
 
@@ -149,18 +164,22 @@ pub const ACTIVITY_ENV: &str = "KFDQ_ACTIVITY_US";
 pub use kfdq::proto::{ACTIVITY_RANGE_US, DEFAULT_ACTIVITY_PERIOD};
 
 /// A `KFDQ_ACTIVITY_US` value: unset or empty = the default; else µs within [`ACTIVITY_RANGE_US`].
-pub fn parse_activity_period(value: Option<&str>) -> Result<Duration, String> {
+pub fn parse_activity_period(value: Option<&str>) -> Result<Duration, BadSetting> {
     let Some(v) = value.map(str::trim).filter(|v| !v.is_empty()) else {
         return Ok(DEFAULT_ACTIVITY_PERIOD);
     };
     match v.parse::<u64>() {
         Ok(us) if ACTIVITY_RANGE_US.contains(&us) => Ok(Duration::from_micros(us)),
-        _ => Err(format!(
-            "{ACTIVITY_ENV}={v:?} ignored: use a period of {}..={} microseconds (default {})",
-            ACTIVITY_RANGE_US.start(),
-            ACTIVITY_RANGE_US.end(),
-            DEFAULT_ACTIVITY_PERIOD.as_micros()
-        )),
+        _ => Err(BadSetting {
+            var: ACTIVITY_ENV,
+            value: v.to_string(),
+            rule: format!(
+                "a period of {}..={} microseconds (default {})",
+                ACTIVITY_RANGE_US.start(),
+                ACTIVITY_RANGE_US.end(),
+                DEFAULT_ACTIVITY_PERIOD.as_micros()
+            ),
+        }),
     }
 }
 
@@ -241,7 +260,8 @@ mod tests {
         assert_eq!(parse_window(Some(" 4 ")), Ok(Some(4)));
         for bad in ["-1", "four", "4097"] {
             let e = parse_window(Some(bad)).unwrap_err();
-            assert!(e.contains("1..=4096"), "{e}");
+            assert_eq!((e.var, e.value.as_str()), ("KFDQ_WINDOW", bad));
+            assert!(e.to_string().contains("1..=4096"), "{e}");
         }
     }
 
@@ -257,7 +277,7 @@ mod tests {
             Ok(Duration::from_micros(500))
         );
         for bad in ["100", "200000", "2ms", "-1"] {
-            let e = parse_activity_period(Some(bad)).unwrap_err();
+            let e = parse_activity_period(Some(bad)).unwrap_err().to_string();
             assert!(
                 e.contains("KFDQ_ACTIVITY_US") && e.contains("250..=100000"),
                 "{e}"

@@ -5,7 +5,8 @@
 //!   attributed to the stream whose call is in flight on this thread.
 //! * UPDATE_QUEUE from the runtime: rewritten so that it cannot undo the shim's state (a queue
 //!   the shim holds deactivated stays at percentage 0; the priority stays the managed one).
-//! * DESTROY_QUEUE: forwarded, then the queue is dropped from the registry.
+//! * DESTROY_QUEUE: the queue is marked dying and lock-free readers of its indices are waited
+//!   for (`index_reads.rs`), the call is forwarded, then the queue is dropped from the registry.
 //!
 //! The shim's own ioctls (through `kfdq::kfd`, which calls libc's `ioctl` and so lands in this
 //! same export) set the bypass flag (`bypass.rs`) and go straight to libc.
@@ -15,6 +16,7 @@ use std::ffi::{c_int, c_ulong, c_void};
 use std::sync::atomic::Ordering;
 
 use kfd_sys as sys;
+use kfd_sys::ioc;
 use kfd_sys::zerocopy::{FromBytes, IntoBytes};
 
 use crate::bypass::BYPASS;
@@ -22,14 +24,9 @@ use crate::context::{CTX, NO_STREAM};
 use crate::guard::guarded;
 use crate::kfd_fd::KfdFd;
 use crate::libc_ioctl::forward;
-use crate::state::{CreatedQueue, F_DISABLED, FLAGS, QUEUES_CREATED, STATE};
+use crate::state::{CreatedQueue, F_DISABLED, FLAGS, QUEUES_CREATED, STATE, State};
+use crate::window_setting::WINDOW_GEN;
 
-const IOC_WRITE: c_ulong = 1;
-const IOC_READ_WRITE: c_ulong = 3;
-const KFD_TYPE: c_ulong = b'K' as c_ulong;
-const NR_CREATE_QUEUE: c_ulong = 0x02;
-const NR_DESTROY_QUEUE: c_ulong = 0x03;
-const NR_UPDATE_QUEUE: c_ulong = 0x07;
 /// `kfd_ioctl_create_queue_args` up to `ctl_stack_size` (the KFD 1.11 layout); newer headers
 /// add `sdma_engine_id` and a pad/`metadata_ring_size` (96 bytes). Both are accepted.
 const CREATE_QUEUE_MIN: usize = 88;
@@ -41,51 +38,46 @@ enum Op {
     Destroy,
 }
 
-/// True when `request` is one of amdkfd's ('K').
+/// True when `request` is one of amdkfd's ('K'); the kernel reads the request as a 32-bit
+/// `unsigned int`, and so does this.
 #[inline(always)]
 pub fn is_kfd(request: c_ulong) -> bool {
-    (request >> 8) & 0xff == KFD_TYPE
+    ioc::is_kfd(request as u32)
 }
 
+/// The queue request `request` is, with its argument size: the number and direction of the
+/// header's request, and a size the hook can read (CREATE_QUEUE of older runtimes is shorter).
 fn classify(request: c_ulong) -> Option<(Op, usize)> {
-    let nr = request & 0xff;
-    let dir = (request >> 30) & 3;
-    let size = ((request >> 16) & 0x3fff) as usize;
-    match (nr, dir) {
-        (NR_CREATE_QUEUE, IOC_READ_WRITE)
-            if (CREATE_QUEUE_MIN..=size_of::<sys::kfd_ioctl_create_queue_args>())
-                .contains(&size) =>
-        {
-            Some((Op::Create, size))
-        }
-        (NR_UPDATE_QUEUE, IOC_WRITE) if size == size_of::<sys::kfd_ioctl_update_queue_args>() => {
-            Some((Op::Update, size))
-        }
-        (NR_DESTROY_QUEUE, IOC_READ_WRITE)
-            if size == size_of::<sys::kfd_ioctl_destroy_queue_args>() =>
-        {
-            Some((Op::Destroy, size))
-        }
-        _ => None,
+    let request = request as u32;
+    let same =
+        |kernel: u32| ioc::nr(request) == ioc::nr(kernel) && ioc::dir(request) == ioc::dir(kernel);
+    let size = ioc::size(request);
+    if same(sys::AMDKFD_IOC_CREATE_QUEUE)
+        && (CREATE_QUEUE_MIN..=ioc::size(sys::AMDKFD_IOC_CREATE_QUEUE)).contains(&size)
+    {
+        return Some((Op::Create, size));
     }
+    for (kernel, op) in [
+        (sys::AMDKFD_IOC_UPDATE_QUEUE, Op::Update),
+        (sys::AMDKFD_IOC_DESTROY_QUEUE, Op::Destroy),
+    ] {
+        if same(kernel) && size == ioc::size(kernel) {
+            return Some((op, size));
+        }
+    }
+    None
 }
 
-/// Copies the first `size` bytes of the caller's argument into a zeroed `T` (the rest stay
-/// zero). `T` is one of kfd-sys's plain argument structs (the derives say so: no padding, any
-/// bytes valid).
+/// The caller's argument as a `T`: its first `size` bytes, the rest zero (kfd-sys's `load`, the
+/// kernel's rule). `T` is one of kfd-sys's plain argument structs (no padding, any bytes valid).
 ///
 /// # Safety
 /// `arg` must be non-null and readable for `size` bytes, and not written while this runs.
 unsafe fn read_arg<T: FromBytes + IntoBytes>(arg: *const c_void, size: usize) -> T {
-    let mut v = T::new_zeroed();
-    let dst = v.as_mut_bytes();
-    let n = size.min(dst.len());
-    // SAFETY: by the caller's contract `arg` is non-null and readable for `size >= n` bytes, and
-    // nothing writes them meanwhile; bytes need no alignment; `dst` is our own value, so the
-    // two do not overlap.
-    let src = unsafe { std::slice::from_raw_parts(arg.cast::<u8>(), n) };
-    dst[..n].copy_from_slice(src);
-    v
+    // SAFETY: by the caller's contract `arg` is non-null and readable for `size` bytes, and
+    // nothing writes them meanwhile; bytes need no alignment.
+    let src = unsafe { std::slice::from_raw_parts(arg.cast::<u8>(), size) };
+    ioc::load(src)
 }
 
 /// An amdkfd ioctl ('K' type) — the slow side of the exported `ioctl`.
@@ -214,70 +206,88 @@ unsafe fn update_queue(fd: c_int, request: c_ulong, arg: *mut c_void) -> c_int {
     // SAFETY: the caller's UPDATE_QUEUE argument (size checked by classify).
     let mut a: sys::kfd_ioctl_update_queue_args =
         unsafe { read_arg(arg, size_of::<sys::kfd_ioctl_update_queue_args>()) };
-    let st = guarded(|| STATE.lock());
-    let Some(mut st) = st else {
-        // SAFETY: forwarded unchanged.
-        return unsafe { forward(fd, request, arg) };
-    };
-    let policy = st.policy;
-    let rewritten = guarded(|| {
-        let q = st.queue_mut(a.queue_id)?;
-        q.runtime_percentage = a.queue_percentage;
-        if a.queue_priority != q.requested {
-            q.requested = a.queue_priority;
-            q.effective = q
-                .override_priority
-                .unwrap_or_else(|| policy.effective(a.queue_priority));
-        }
-        if a.ring_base_address != 0 && a.ring_size != 0 {
-            q.ring_base = a.ring_base_address;
-            q.ring_size = a.ring_size;
-        }
-        let wanted = (a.queue_percentage, a.queue_priority);
-        if q.deactivated {
-            a.queue_percentage &= !0xff;
-        }
-        a.queue_priority = q.effective;
-        Some(wanted)
-    })
-    .flatten();
-    let r = match rewritten {
-        Some((pct, prio)) => {
-            crate::log::debug(|| {
-                format!(
-                    "runtime UPDATE_QUEUE {} ({pct}%, priority {prio}) sent as ({}%, {})",
-                    a.queue_id, a.queue_percentage, a.queue_priority
-                )
-            });
-            // SAFETY: our copy of the caller's struct, same request size (write-only request).
-            unsafe {
-                forward(
-                    fd,
-                    request,
-                    &mut a as *mut sys::kfd_ioctl_update_queue_args as *mut c_void,
-                )
+    // The registry stays locked from the rewrite until the kernel answered, so that no command
+    // of the agent's changes the queue in between. Nothing inside runs under `guarded` again:
+    // a panic stops control (`guard.rs`), which takes this lock.
+    let forwarded = Cell::new(None);
+    let done = guarded(|| {
+        let mut st = STATE.lock();
+        let r = match rewrite(&mut st, &mut a) {
+            Some((pct, prio)) => {
+                crate::log::debug(|| {
+                    format!(
+                        "runtime UPDATE_QUEUE {} ({pct}%, priority {prio}) sent as ({}%, {})",
+                        a.queue_id, a.queue_percentage, a.queue_priority
+                    )
+                });
+                let ours = &mut a as *mut sys::kfd_ioctl_update_queue_args as *mut c_void;
+                // SAFETY: our copy of the caller's struct, same request size (write-only request).
+                unsafe { forward(fd, request, ours) }
             }
+            // SAFETY: forwarded unchanged.
+            None => unsafe { forward(fd, request, arg) },
+        };
+        forwarded.set(Some(r));
+        if r == 0 {
+            st.changed();
         }
+        r
+    });
+    match (done, forwarded.get()) {
+        (Some(r), _) | (None, Some(r)) => r,
+        // The rewrite panicked before the call: the runtime's own, unchanged.
         // SAFETY: forwarded unchanged.
-        None => unsafe { forward(fd, request, arg) },
-    };
-    if r == 0 {
-        st.changed();
+        (None, None) => unsafe { forward(fd, request, arg) },
     }
-    drop(st);
-    r
+}
+
+/// Rewrites the runtime's UPDATE_QUEUE `a` so that it cannot undo the shim's state (a queue
+/// held deactivated stays at percentage 0; the priority stays the managed one), recording what
+/// the runtime asked for. Returns what it asked for (percentage, priority), or `None` for a queue
+/// the registry does not know (forwarded unchanged).
+fn rewrite(st: &mut State, a: &mut sys::kfd_ioctl_update_queue_args) -> Option<(u32, u32)> {
+    let policy = st.policy;
+    let q = st.queue_mut(a.queue_id)?;
+    q.runtime_percentage = a.queue_percentage;
+    if a.queue_priority != q.requested {
+        q.requested = a.queue_priority;
+        q.effective = q
+            .override_priority
+            .unwrap_or_else(|| policy.effective(a.queue_priority));
+    }
+    if a.ring_base_address != 0 && a.ring_size != 0 {
+        q.ring_base = a.ring_base_address;
+        q.ring_size = a.ring_size;
+    }
+    let wanted = (a.queue_percentage, a.queue_priority);
+    if q.deactivated {
+        a.queue_percentage &= !0xff;
+    }
+    a.queue_priority = q.effective;
+    Some(wanted)
 }
 
 unsafe fn destroy_queue(fd: c_int, request: c_ulong, arg: *mut c_void) -> c_int {
     // SAFETY: the caller's DESTROY_QUEUE argument (size checked by classify).
     let a: sys::kfd_ioctl_destroy_queue_args =
         unsafe { read_arg(arg, size_of::<sys::kfd_ioctl_destroy_queue_args>()) };
-    let id = a.queue_id;
-    guarded(|| {
+    destroy_begin(a.queue_id);
+    // SAFETY: forwarded unchanged.
+    let r = unsafe { forward(fd, request, arg) };
+    destroy_end(a.queue_id, r);
+    r
+}
+
+/// Before the runtime's DESTROY_QUEUE of queue `id` reaches the kernel (after which the runtime
+/// frees the queue's memory): resumes the queue if level 3 suspended it (KFD blocks the destroy
+/// of a suspended queue), marks it dying under the registry lock (reads under the lock skip it,
+/// lookups no longer hand out its addresses), then moves the generation and waits until no
+/// lock-free read of its indices is still in progress (`index_reads.rs`).
+pub(crate) fn destroy_begin(id: u32) {
+    let before = guarded(|| {
         let mut st = STATE.lock();
         let suspended = st.queue(id).is_some_and(|q| q.suspended);
         if suspended {
-            // KFD blocks DESTROY_QUEUE while a debugger holds the queue suspended: resume it.
             if let Err(e) = crate::levels::resume(&mut st, &[id]) {
                 crate::log::warn_always(&format!(
                     "resuming queue {id} before its destruction: {e}"
@@ -287,11 +297,17 @@ unsafe fn destroy_queue(fd: c_int, request: c_ulong, arg: *mut c_void) -> c_int 
         if let Some(q) = st.queue_mut(id) {
             q.dying = true;
         }
-        // Launch paths must not read this queue's indices from their caches any more.
-        crate::window_setting::WINDOW_GEN.fetch_add(1, Ordering::AcqRel);
+        WINDOW_GEN.fetch_add(1, Ordering::SeqCst)
     });
-    // SAFETY: forwarded unchanged.
-    let r = unsafe { forward(fd, request, arg) };
+    // (A panic above stopped control, which waits for the readers itself.)
+    if let Some(before) = before {
+        crate::index_reads::retire(before);
+    }
+}
+
+/// After the kernel answered DESTROY_QUEUE `id` with `r`: the queue leaves the registry, or
+/// lives on if the kernel refused.
+pub(crate) fn destroy_end(id: u32, r: c_int) {
     guarded(|| {
         let mut st = STATE.lock();
         if r == 0 {
@@ -301,7 +317,6 @@ unsafe fn destroy_queue(fd: c_int, request: c_ulong, arg: *mut c_void) -> c_int 
             q.dying = false;
         }
     });
-    r
 }
 
 #[cfg(test)]
@@ -338,7 +353,8 @@ mod tests {
             Some((Op::Create, 96))
         );
         // The 88-byte (KFD 1.11) CREATE_QUEUE of older runtimes.
-        let old = (sys::AMDKFD_IOC_CREATE_QUEUE as c_ulong & !(0x3fff << 16)) | (88 << 16);
+        let create = sys::AMDKFD_IOC_CREATE_QUEUE;
+        let old = ioc::request(ioc::dir(create), ioc::kind(create), ioc::nr(create), 88) as c_ulong;
         assert_eq!(classify(old), Some((Op::Create, 88)));
         assert_eq!(
             classify(sys::AMDKFD_IOC_UPDATE_QUEUE as c_ulong),

@@ -119,6 +119,7 @@ fn do_init() {
 extern "C" fn after_fork_child() {
     // SAFETY: pthread_atfork child handler: the calling thread is the only one.
     unsafe { crate::state::reset_after_fork() };
+    crate::index_reads::reset_after_fork();
     FORK_GEN.fetch_add(1, Ordering::Relaxed);
     // The parent's queue indices are private copies in the child: never wait on them.
     crate::window_setting::WINDOW_GEN.fetch_add(1, Ordering::AcqRel);

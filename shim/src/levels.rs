@@ -23,6 +23,7 @@ use kfdq::policy::class::KFD_PRIORITY_MAX;
 use kfdq::proto::{self, Target};
 
 use crate::bypass::with_bypass;
+use crate::command_error::{CommandError, QueueFailure};
 use crate::state::State;
 use crate::targets::queues_of;
 
@@ -62,11 +63,9 @@ pub fn release(st: &mut State, sids: &[u64], all: bool) -> String {
 /// A duplicate of the runtime's `/dev/kfd` fd, checked to be open on the file its last
 /// CREATE_QUEUE used, for one command: the command acts through it and closes it when it ends
 /// (`kfd_fd.rs`). A closed or replaced fd refuses the command before it changes anything.
-fn kfd_fd(st: &State) -> Result<OwnedFd, String> {
-    let Some(kfd) = st.kfd_fd else {
-        return Err("no KFD queue observed yet (the runtime has not created one), so there is no /dev/kfd fd to act on".into());
-    };
-    kfd.open().map_err(|e| e.to_string())
+fn kfd_fd(st: &State) -> Result<OwnedFd, CommandError> {
+    let kfd = st.kfd_fd.ok_or(CommandError::NoKfdFd)?;
+    Ok(kfd.open()?)
 }
 
 fn update(
@@ -74,7 +73,7 @@ fn update(
     q: &crate::state::Queue,
     percentage: u32,
     priority: u32,
-) -> Result<(), String> {
+) -> Result<(), QueueFailure> {
     let args = sys::kfd_ioctl_update_queue_args {
         ring_base_address: q.ring_base,
         queue_id: q.id,
@@ -85,8 +84,12 @@ fn update(
     // SAFETY: ring base and size are the ones the runtime created the queue with (recorded
     // from its CREATE_QUEUE and from every UPDATE_QUEUE it made since), so the GPU keeps reading
     // the runtime's own ring; only percentage and priority change.
-    with_bypass(|| unsafe { kfdq::kfd::ioctl::update_queue(fd, &args) })
-        .map_err(|e| format!("queue {}: {e}", q.id))
+    with_bypass(|| unsafe { kfdq::kfd::ioctl::update_queue(fd, &args) }).map_err(|source| {
+        QueueFailure::Call {
+            queue: q.id,
+            source,
+        }
+    })
 }
 
 /// Queue ids sorted by GPU (stable), so the calls for one partition go back to back.
@@ -100,11 +103,9 @@ fn by_gpu(st: &State, qids: &[u32]) -> Vec<u32> {
 }
 
 /// Level 0: the queues `t` names at KFD priority `priority` (overriding the class mapping).
-pub fn set_priority(st: &mut State, t: &Target, priority: u32) -> Result<String, String> {
+pub fn set_priority(st: &mut State, t: &Target, priority: u32) -> Result<String, CommandError> {
     if priority > KFD_PRIORITY_MAX {
-        return Err(format!(
-            "queue priority {priority} is out of range 0..={KFD_PRIORITY_MAX}"
-        ));
+        return Err(CommandError::PriorityOutOfRange(priority));
     }
     let qids = queues_of(st, t)?;
     let kfd = kfd_fd(st)?;
@@ -129,7 +130,11 @@ pub fn set_priority(st: &mut State, t: &Target, priority: u32) -> Result<String,
     if errs.is_empty() {
         Ok(format!("level 0: queue(s) {qids:?} at priority {priority}"))
     } else {
-        Err(format!("UPDATE_QUEUE failed: {}", errs.join("; ")))
+        Err(CommandError::Queues {
+            what: "UPDATE_QUEUE failed",
+            failures: errs,
+            done: None,
+        })
     }
 }
 
@@ -138,7 +143,7 @@ pub fn set_cu_masks(
     st: &mut State,
     t: &Target,
     masks: &[kfdq::proto::CuMask],
-) -> Result<String, String> {
+) -> Result<String, CommandError> {
     let qids = queues_of(st, t)?;
     let kfd = kfd_fd(st)?;
     let fd = kfd.as_fd();
@@ -151,28 +156,26 @@ pub fn set_cu_masks(
         };
         match with_bypass(|| kfdq::kfd::ioctl::set_cu_mask(fd, QueueId(id), &m.words)) {
             Ok(()) => done.push(id),
-            Err(e) => errs.push(format!("queue {id}: {e}")),
+            Err(source) => errs.push(QueueFailure::Call { queue: id, source }),
         }
     }
     if errs.is_empty() {
         Ok(format!("CU masks set on queue(s) {done:?}"))
     } else {
-        Err(format!(
-            "SET_CU_MASK failed: {}; set on {done:?}",
-            errs.join("; ")
-        ))
+        Err(CommandError::Queues {
+            what: "SET_CU_MASK failed",
+            failures: errs,
+            done: Some(("set on", done)),
+        })
     }
 }
 
 /// The agent's in-flight window for this process (a class setting).
-pub fn set_window(st: &mut State, dispatches: Option<u32>) -> Result<String, String> {
+pub fn set_window(st: &mut State, dispatches: Option<u32>) -> Result<String, CommandError> {
     if let Some(w) = dispatches
         && !(1..=proto::MAX_WINDOW).contains(&w)
     {
-        return Err(format!(
-            "window {w} is out of range 1..={} (omit it for an unbounded window)",
-            proto::MAX_WINDOW
-        ));
+        return Err(CommandError::WindowOutOfRange(w));
     }
     let prev = crate::window_setting::set(dispatches);
     st.refresh_flags();
@@ -186,35 +189,41 @@ pub fn set_window(st: &mut State, dispatches: Option<u32>) -> Result<String, Str
 }
 
 /// Level 2 on `qids`.
-pub fn deactivate(st: &mut State, qids: &[u32]) -> Result<String, String> {
+pub fn deactivate(st: &mut State, qids: &[u32]) -> Result<String, CommandError> {
     let kfd = kfd_fd(st)?;
     let fd = kfd.as_fd();
     set_level2(st, fd, qids, true)
         .map(|done| format!("level 2: deactivated queue(s) {done:?} (UPDATE_QUEUE percentage 0)"))
-        .map_err(|(errs, done)| {
-            format!("level 2 (UPDATE_QUEUE percentage 0) failed: {errs}; deactivated {done:?}")
+        .map_err(|(failures, done)| CommandError::Queues {
+            what: "level 2 (UPDATE_QUEUE percentage 0) failed",
+            failures,
+            done: Some(("deactivated", done)),
         })
 }
 
 /// Undoes level 2 on `qids`: the runtime's own percentage comes back.
-pub fn activate(st: &mut State, qids: &[u32]) -> Result<String, String> {
+pub fn activate(st: &mut State, qids: &[u32]) -> Result<String, CommandError> {
     let kfd = kfd_fd(st)?;
     let fd = kfd.as_fd();
     set_level2(st, fd, qids, false)
         .map(|done| format!("level 2: reactivated queue(s) {done:?}"))
-        .map_err(|(errs, done)| format!("level 2 release failed: {errs}; reactivated {done:?}"))
+        .map_err(|(failures, done)| CommandError::Queues {
+            what: "level 2 release failed",
+            failures,
+            done: Some(("reactivated", done)),
+        })
 }
 
 /// UPDATE_QUEUE on each of `qids` (grouped by GPU) that is not already in the requested state:
 /// percentage 0 (keeping the runtime's `pm4_target_xcc` bits) when `deactivate`, else the
 /// runtime's own percentage; always the managed priority. Returns the queues changed, or the
-/// joined errors and the queues changed anyway.
+/// failures and the queues changed anyway.
 fn set_level2(
     st: &mut State,
     fd: BorrowedFd<'_>,
     qids: &[u32],
     deactivate: bool,
-) -> Result<Vec<u32>, (String, Vec<u32>)> {
+) -> Result<Vec<u32>, (Vec<QueueFailure>, Vec<u32>)> {
     let mut done = Vec::new();
     let mut errs = Vec::new();
     for id in by_gpu(st, qids) {
@@ -239,18 +248,15 @@ fn set_level2(
     if errs.is_empty() {
         Ok(done)
     } else {
-        Err((errs.join("; "), done))
+        Err((errs, done))
     }
 }
 
 /// DBG_TRAP ENABLE on this process, once.
-fn ensure_debug(st: &mut State, fd: BorrowedFd<'_>) -> Result<(), String> {
+fn ensure_debug(st: &mut State, fd: BorrowedFd<'_>) -> Result<(), CommandError> {
     if st.debug.is_none() {
-        let att = with_bypass(|| dbg_enable(fd, std::process::id(), 0)).map_err(|e| {
-            format!(
-                "level 3 needs DBG_TRAP ENABLE on this process (KFD >= 1.13, RUNTIME_ENABLE done by the runtime before its first queue, no other debugger attached): {e}"
-            )
-        })?;
+        let att = with_bypass(|| dbg_enable(fd, std::process::id(), 0))
+            .map_err(CommandError::DebugEnable)?;
         crate::log::debug(|| {
             format!(
                 "DBG_TRAP ENABLE on self (runtime state {})",
@@ -262,17 +268,6 @@ fn ensure_debug(st: &mut State, fd: BorrowedFd<'_>) -> Result<(), String> {
     Ok(())
 }
 
-fn status_errors(ids: &[u32], statuses: &[QueueStatus]) -> Vec<String> {
-    ids.iter()
-        .zip(statuses)
-        .filter_map(|(id, s)| match s {
-            QueueStatus::Ok => None,
-            QueueStatus::Invalid => Some(format!("queue {id}: KFD refused it (missing, still carrying EC_QUEUE_NEW, or being destroyed)")),
-            QueueStatus::Error => Some(format!("queue {id}: the hardware failed to preempt or restore it")),
-        })
-        .collect()
-}
-
 /// Records what SUSPEND/RESUME_QUEUES did to each of `todo` (`suspended` is the state a queue
 /// reported `Ok` is now in) and turns the other statuses into one error naming `op`.
 fn record_level3(
@@ -280,8 +275,8 @@ fn record_level3(
     todo: &[u32],
     statuses: &[QueueStatus],
     suspended: bool,
-    op: &str,
-) -> Result<(), String> {
+    what: &'static str,
+) -> Result<(), CommandError> {
     for (id, s) in todo.iter().zip(statuses) {
         if *s == QueueStatus::Ok
             && let Some(q) = st.queue_mut(*id)
@@ -290,16 +285,28 @@ fn record_level3(
         }
     }
     st.changed();
-    let errs = status_errors(todo, statuses);
-    if errs.is_empty() {
+    let failures: Vec<QueueFailure> = todo
+        .iter()
+        .zip(statuses)
+        .filter(|(_, s)| **s != QueueStatus::Ok)
+        .map(|(id, s)| QueueFailure::Status {
+            queue: *id,
+            status: *s,
+        })
+        .collect();
+    if failures.is_empty() {
         Ok(())
     } else {
-        Err(format!("level 3: {op}: {}", errs.join("; ")))
+        Err(CommandError::Queues {
+            what,
+            failures,
+            done: None,
+        })
     }
 }
 
 /// Level 3 on `qids`.
-pub fn suspend(st: &mut State, qids: &[u32], grace_period: u32) -> Result<String, String> {
+pub fn suspend(st: &mut State, qids: &[u32], grace_period: u32) -> Result<String, CommandError> {
     let kfd = kfd_fd(st)?;
     let fd = kfd.as_fd();
     ensure_debug(st, fd)?;
@@ -312,19 +319,27 @@ pub fn suspend(st: &mut State, qids: &[u32], grace_period: u32) -> Result<String
         return Ok(format!("level 3: queue(s) {qids:?} already suspended"));
     }
     // Freshly created queues carry EC_QUEUE_NEW and cannot be suspended until it is cleared.
-    with_bypass(|| queue_snapshot(fd, std::process::id(), EXCEPTION_QUEUE_NEW))
-        .map_err(|e| format!("level 3: GET_QUEUE_SNAPSHOT (clearing EC_QUEUE_NEW): {e}"))?;
+    with_bypass(|| queue_snapshot(fd, std::process::id(), EXCEPTION_QUEUE_NEW)).map_err(
+        |source| CommandError::Call {
+            what: "level 3: GET_QUEUE_SNAPSHOT (clearing EC_QUEUE_NEW)",
+            source,
+        },
+    )?;
     let ids: Vec<QueueId> = todo.iter().map(|q| QueueId(*q)).collect();
     let (_, statuses) =
-        with_bypass(|| suspend_queues(fd, std::process::id(), &ids, grace_period, 0))
-            .map_err(|e| format!("level 3: SUSPEND_QUEUES: {e}"))?;
-    record_level3(st, &todo, &statuses, true, "SUSPEND_QUEUES").map(|()| {
+        with_bypass(|| suspend_queues(fd, std::process::id(), &ids, grace_period, 0)).map_err(
+            |source| CommandError::Call {
+                what: "level 3: SUSPEND_QUEUES",
+                source,
+            },
+        )?;
+    record_level3(st, &todo, &statuses, true, "level 3: SUSPEND_QUEUES").map(|()| {
         format!("level 3: suspended queue(s) {todo:?} (DBG_TRAP SUSPEND_QUEUES, grace period {grace_period})")
     })
 }
 
 /// Undoes level 3 on `qids`.
-pub fn resume(st: &mut State, qids: &[u32]) -> Result<String, String> {
+pub fn resume(st: &mut State, qids: &[u32]) -> Result<String, CommandError> {
     let todo: Vec<u32> = qids
         .iter()
         .copied()
@@ -336,15 +351,20 @@ pub fn resume(st: &mut State, qids: &[u32]) -> Result<String, String> {
     let kfd = kfd_fd(st)?;
     let fd = kfd.as_fd();
     let ids: Vec<QueueId> = todo.iter().map(|q| QueueId(*q)).collect();
-    let (_, statuses) = with_bypass(|| resume_queues(fd, std::process::id(), &ids))
-        .map_err(|e| format!("level 3: RESUME_QUEUES: {e}"))?;
-    record_level3(st, &todo, &statuses, false, "RESUME_QUEUES")
+    let (_, statuses) =
+        with_bypass(|| resume_queues(fd, std::process::id(), &ids)).map_err(|source| {
+            CommandError::Call {
+                what: "level 3: RESUME_QUEUES",
+                source,
+            }
+        })?;
+    record_level3(st, &todo, &statuses, false, "level 3: RESUME_QUEUES")
         .map(|()| format!("level 3: resumed queue(s) {todo:?}"))
 }
 
 /// Fail open: releases every hold, reactivates every deactivated queue, resumes every
 /// suspended one. Returns what failed.
-pub fn fail_open(st: &mut State) -> Vec<String> {
+pub fn fail_open(st: &mut State) -> Vec<CommandError> {
     let mut errors = Vec::new();
     let all: Vec<u64> = st.streams.iter().map(|s| s.id).collect();
     release(st, &all, true);
@@ -384,7 +404,7 @@ mod tests {
     use std::os::fd::AsRawFd;
 
     use super::*;
-    use crate::kfd_fd::KfdFd;
+    use crate::kfd_fd::{KfdFd, KfdFdError};
     use crate::state::{CreatedQueue, registry_for_tests};
 
     /// A registry with queue 1 and the runtime's "/dev/kfd" fd recorded on `kfd`.
@@ -427,6 +447,11 @@ mod tests {
         ];
         for r in refused {
             let e = r.expect_err("refused");
+            assert!(
+                matches!(e, CommandError::KfdFd(KfdFdError::Replaced { .. })),
+                "{e:?}"
+            );
+            let e = e.to_string();
             assert!(
                 e.contains("/dev/kfd fd") && e.contains("replaced") && e.contains("no ioctl"),
                 "{e}"

@@ -17,14 +17,17 @@
 //! listed in that order), so that they import each other in no circle
 //! (`tools/test-support/tests/module_graph.rs` checks it). See `docs/shim.md`.
 //!
-//! 1. Ground: `log` (diagnostics), `libc_dlsym` (glibc's own `dlsym`/`dlvsym`), `sys` (fork-safe
-//!    pthread mutex, loaded objects, symbol resolution, caller lookup), `config` (environment),
+//! 1. Ground: `log` (diagnostics), `libc_dlsym` (glibc's own `dlsym`/`dlvsym`), `pmutex` (the
+//!    fork-safe pthread mutex), `sys` (loaded objects, symbol resolution, caller lookup), `config` (environment),
 //!    `kfd_fd` (the runtime's `/dev/kfd` fd, re-validated per command), `window_setting` (the
-//!    in-flight window's size and cache generation), `bypass` (the shim's own ioctls pass the
+//!    in-flight window's size and cache generation), `index_reads` (reading queue indices
+//!    without the lock, and the generation rule that makes it sound), `self_mem` (reading our
+//!    own memory without faulting on what is no longer mapped), `bypass` (the shim's own ioctls pass the
 //!    hook), `libc_ioctl` (libc's `ioctl`, `forward`), `context` (a thread's stream context),
 //!    `edges` (the launch's busy-edge wake-up).
 //! 2. `state`: the registry behind its lock.
-//! 3. `targets` (what an agent's target names), then `levels` (levels 0-3, CU masks, the agent's
+//! 3. `command_error` (why a command failed, typed), `targets` (what an agent's target names),
+//!    then `levels` (levels 0-3, CU masks, the agent's
 //!    window, fail open), and `registry_file` (the registry published for `kfdq ps`).
 //! 4. `guard`: panics never unwind into C; a panic stops control (fail open).
 //! 5. `commands` (an agent message answered), then `control` (the control thread: agent session,
@@ -34,10 +37,12 @@
 //!    (fast/slow path, attribution, level-1 gate), `hook` (ioctl observer).
 //! 8. Entry points: `exports` (HIP functions and `ioctl`), `dl` (`dlsym`/`dlvsym`).
 #![deny(clippy::undocumented_unsafe_blocks)]
+#![deny(missing_debug_implementations)]
 // The unit-test build leaves out the exported entry points (see `exports`), so much is unused there.
 #![cfg_attr(test, allow(dead_code))]
 
 mod bypass;
+mod command_error;
 mod commands;
 mod config;
 mod context;
@@ -51,6 +56,7 @@ mod dl;
 mod exports;
 mod guard;
 mod hook;
+mod index_reads;
 mod init;
 mod kfd_fd;
 mod launch;
@@ -58,8 +64,11 @@ mod levels;
 mod libc_dlsym;
 mod libc_ioctl;
 mod log;
+// Public only for its doctests (which show what must not compile); nothing outside uses it.
+pub mod pmutex;
 mod real;
 mod registry_file;
+mod self_mem;
 mod state;
 mod sys;
 mod targets;

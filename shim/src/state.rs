@@ -4,14 +4,25 @@
 //! Everything here is plain data behind one [`PMutex`]; the exported wrappers and the ioctl hook
 //! take it only on slow paths.
 //!
-//! The registry lock guards the queues' index addresses too (the runtime's memory, read by
-//! [`State::indices`]), and the types make every such read happen under it: the only [`State`]
-//! outside this module is the one behind [`STATE`] (`State::new` is private, `State` is neither
-//! `Clone` nor `Default`), so a `&State` exists only while the lock is held; and a queue's
-//! index addresses never leave the registry (the address fields are private, [`Queue`] is not
-//! `Clone`, a queue is added only by [`State::add_queue`] — `unsafe`, the caller vouches for
-//! the addresses — and the list is private), so no copy can be read after the lock is dropped
-//! or after the queue was destroyed. The unit tests assert the missing traits.
+//! Reading the queues' indices (the runtime's memory, valid until its DESTROY_QUEUE of the queue
+//! returns) follows one of two rules:
+//!
+//! * Under the registry lock ([`State::indices`] and the other `State` methods): the queue is
+//!   registered, not dying, and control runs. The ioctl hook marks a queue dying under the lock
+//!   before its DESTROY_QUEUE goes to the kernel and removes it after; control stops (after which
+//!   the hook forwards DESTROY_QUEUE untouched) under the lock too (`guard.rs`). The types make
+//!   these reads happen under the lock: the only [`State`] outside this module is the one behind
+//!   [`STATE`] (`State::new` is private, `State` is neither `Clone` nor `Default`), so a `&State`
+//!   exists only while the lock is held; a queue is added only by [`State::add_queue`] (`unsafe`:
+//!   the caller vouches for the addresses), [`Queue`] is not `Clone`, its address fields are
+//!   private. These reads also survive memory the runtime freed without a DESTROY_QUEUE the hook
+//!   saw (`self_mem.rs`): such a queue leaves the registry ([`State::forget_unmapped`]).
+//! * Without the lock, by the in-flight window: [`Queue::index_addresses`] hands the addresses
+//!   out, under the lock, to the window's lookup only, which pairs them with the generation read
+//!   before it; they are read only inside a read section at that generation, and whatever lets a
+//!   queue's memory go waits for those sections (`index_reads.rs` states the rule).
+//!
+//! The unit tests assert the missing traits.
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
@@ -19,7 +30,8 @@ use kfdq::policy::class::PriorityPolicy;
 use kfdq::proto::{self, StreamKind};
 
 use crate::kfd_fd::KfdFd;
-use crate::sys::PMutex;
+use crate::pmutex::PMutex;
+use crate::self_mem::Words;
 
 /// `FLAGS` bit: initialisation finished.
 pub const F_READY: u32 = 1;
@@ -138,45 +150,59 @@ pub struct Queue {
     pub claimed: bool,
     /// When work (a write index above 0) was first seen on it while unclaimed.
     pub unclaimed_work: Option<std::time::Instant>,
+    /// A read found its index memory unmapped: the runtime freed it without a DESTROY_QUEUE the
+    /// hook saw. Removed by [`State::forget_unmapped`].
+    unmapped: std::cell::Cell<bool>,
 }
 
 impl Queue {
     /// The addresses (not the values) of the 64-bit write and read indices, as the runtime gave
     /// them to CREATE_QUEUE (0: none). Reading the memory they name is [`State::indices`]'s
-    /// business, or the in-flight window's, which caches them under its own rule (`window.rs`).
+    /// business, or the in-flight window's, which reads them under the rule of `index_reads.rs`
+    /// (its lookup, in `launch.rs`, is the only caller).
     pub fn index_addresses(&self) -> (u64, u64) {
         (self.wptr, self.rptr)
     }
 
     /// Current (write index, read index), read from the runtime's memory; (0, 0) when the queue
-    /// is dying, has no (aligned) index addresses, or control stopped.
+    /// is dying, has no (aligned) index addresses, control stopped, or the memory is no longer
+    /// mapped (then the queue is marked for [`State::forget_unmapped`]).
     ///
     /// Private to this module: callers reach it through [`State::indices`] (a `&State` proves the
     /// registry lock is held) or from a `State` method on one of `self.queues`.
     fn read_indices(&self) -> (u64, u64) {
         if self.dying
+            || self.unmapped.get()
             || self.wptr == 0
             || self.rptr == 0
             || self.wptr % 8 != 0
             || self.rptr % 8 != 0
-            // Control stopped: the ioctl hook forwards DESTROY_QUEUE without removing the queue.
+            // Control stopped (set under the lock): the ioctl hook forwards DESTROY_QUEUE without
+            // removing the queue.
             || FLAGS.load(Ordering::Relaxed) & F_DISABLED != 0
         {
             return (0, 0);
         }
-        // SAFETY: the addresses are the queue's 64-bit write/read indices as the runtime handed
-        // them to a CREATE_QUEUE that succeeded (`State::add_queue`'s contract), 8-byte aligned
-        // (checked). The runtime keeps that memory until its DESTROY_QUEUE of the queue returns,
-        // and the ioctl hook removes the queue from the registry, under the registry lock, before
-        // that DESTROY_QUEUE returns to the runtime (while control runs, checked above). `self`
-        // is in the registry and the lock is held: only `State`'s methods call this, on a queue of
-        // `self.queues`, and a `&State` exists only behind the lock (see the module). Volatile
-        // because the GPU/CP writes them.
-        unsafe {
-            (
-                std::ptr::read_volatile(self.wptr as *const u64),
-                std::ptr::read_volatile(self.rptr as *const u64),
-            )
+        match crate::self_mem::read_pair(self.wptr, self.rptr) {
+            Words::Read(w, r) => (w, r),
+            Words::Unmapped => {
+                self.unmapped.set(true);
+                (0, 0)
+            }
+            // SAFETY: the addresses are the queue's 64-bit write/read indices as the runtime
+            // handed them to a CREATE_QUEUE that succeeded (`State::add_queue`'s contract),
+            // 8-byte aligned (checked). The runtime keeps that memory until its DESTROY_QUEUE of
+            // the queue returns, and the ioctl hook marks the queue dying, under the registry
+            // lock, before that DESTROY_QUEUE goes to the kernel (while control runs, checked
+            // above under the same lock). `self` is in the registry and the lock is held: only
+            // `State`'s methods call this, on a queue of `self.queues`, and a `&State` exists only
+            // behind the lock (see the module). Volatile because the GPU/CP writes them.
+            Words::Unsupported => unsafe {
+                (
+                    std::ptr::read_volatile(self.wptr as *const u64),
+                    std::ptr::read_volatile(self.rptr as *const u64),
+                )
+            },
         }
     }
 }
@@ -296,6 +322,7 @@ impl State {
             unclaimed_work: None,
             window_waits: 0,
             window_stalls: 0,
+            unmapped: Default::default(),
         });
     }
 
@@ -368,6 +395,7 @@ impl State {
                 )
             });
         }
+        self.forget_unmapped();
         watching
     }
 
@@ -383,6 +411,7 @@ impl State {
                 out.push((q.id, busy));
             }
         }
+        self.forget_unmapped();
         out
     }
 
@@ -573,6 +602,26 @@ impl State {
         self.refresh_flags();
     }
 
+    /// Removes the queues whose index memory a read found unmapped (the runtime freed it without
+    /// a DESTROY_QUEUE the hook saw), reporting each. Every caller of [`Self::indices`] calls
+    /// this once it is done reading.
+    pub fn forget_unmapped(&mut self) {
+        let gone: Vec<u32> = self
+            .queues
+            .iter()
+            .filter(|q| q.unmapped.get())
+            .map(|q| q.id)
+            .collect();
+        for id in gone {
+            self.remove_queue(id);
+            self.report(format!(
+                "queue {id}: its index memory is no longer readable, though no DESTROY_QUEUE of it \
+                 passed the shim (the runtime freed it another way); the queue leaves the registry \
+                 and kfdq no longer acts on it"
+            ));
+        }
+    }
+
     /// Number of held streams.
     pub fn held_count(&self) -> usize {
         self.streams.iter().filter(|s| s.held).count()
@@ -698,6 +747,7 @@ mod tests {
             unclaimed_work: None,
             window_waits: 0,
             window_stalls: 0,
+            unmapped: Default::default(),
         }
     }
 

@@ -3,6 +3,7 @@
 
 use kfdq::proto::Target;
 
+use crate::command_error::CommandError;
 use crate::state::State;
 
 /// The ids of `ids` that `known` rejects, in order.
@@ -11,17 +12,17 @@ fn unknown<T: Copy>(ids: &[T], known: impl Fn(T) -> bool) -> Vec<T> {
 }
 
 /// Every queue id of `qs` is one of this process's KFD queues, or the error naming the others.
-fn known_queues(st: &State, qs: &[u32]) -> Result<(), String> {
+fn known_queues(st: &State, qs: &[u32]) -> Result<(), CommandError> {
     let unknown = unknown(qs, |q| st.queue(q).is_some());
     if unknown.is_empty() {
         Ok(())
     } else {
-        Err(format!("no KFD queue {unknown:?} in this process"))
+        Err(CommandError::UnknownQueues(unknown))
     }
 }
 
 /// Stream ids a target names (level 1).
-pub fn streams_of(st: &State, t: &Target) -> Result<Vec<u64>, String> {
+pub fn streams_of(st: &State, t: &Target) -> Result<Vec<u64>, CommandError> {
     match t {
         Target::All => Ok(st.streams.iter().map(|s| s.id).collect()),
         Target::Streams(ids) => {
@@ -29,9 +30,7 @@ pub fn streams_of(st: &State, t: &Target) -> Result<Vec<u64>, String> {
             if unknown.is_empty() {
                 Ok(ids.clone())
             } else {
-                Err(format!(
-                    "no stream {unknown:?} in this process (see the registry for stream ids)"
-                ))
+                Err(CommandError::UnknownStreams(unknown))
             }
         }
         Target::Queues(qs) => {
@@ -47,7 +46,7 @@ pub fn streams_of(st: &State, t: &Target) -> Result<Vec<u64>, String> {
 }
 
 /// Queue ids a target names (levels 0, 2, 3).
-pub fn queues_of(st: &State, t: &Target) -> Result<Vec<u32>, String> {
+pub fn queues_of(st: &State, t: &Target) -> Result<Vec<u32>, CommandError> {
     match t {
         Target::All => Ok(st
             .queues()
@@ -63,13 +62,9 @@ pub fn queues_of(st: &State, t: &Target) -> Result<Vec<u32>, String> {
             let mut out = Vec::new();
             for id in ids {
                 match st.stream(*id) {
-                    None => return Err(format!("no stream {id} in this process")),
+                    None => return Err(CommandError::UnknownStreams(vec![*id])),
                     Some(s) => match s.queue {
-                        None => {
-                            return Err(format!(
-                                "stream {id} has no KFD queue yet (it has not launched any work); levels 2 and 3 act on queues"
-                            ));
-                        }
+                        None => return Err(CommandError::StreamWithoutQueue(*id)),
                         Some(q) => {
                             if !out.contains(&q) {
                                 out.push(q);

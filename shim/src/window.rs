@@ -5,8 +5,12 @@
 //! A launch (or other stream-ordered call) on a windowed process compares its queue's write
 //! and read indices — the 64-bit words whose addresses the runtime gave CREATE_QUEUE — and,
 //! while `write - read >= window`, waits in its wrapper, before the real call, holding no lock.
-//! The indices' addresses are cached per thread (a few entries, invalidated by `WINDOW_GEN`)
-//! so that a launch under the window costs two loads and a compare on top of the fast path.
+//! The indices' addresses are cached per thread (a few entries, each with the `WINDOW_GEN`
+//! generation it was looked up at), and read without the lock inside a read section at that
+//! generation (`index_reads.rs`, which states the rule): a launch under the window costs the
+//! section's two stores and a load, the two index loads and a compare on top of the fast path.
+//! When the generation has moved (the registry changed, a queue is being destroyed) the section
+//! reads nothing and the stream's queue is looked up again.
 //!
 //! The wait is bounded: each time the read index advances the wait goes on, but when it has not
 //! moved for [`STALL`] while the queue is not preempted by kfdq (level 2/3) or held, the launch
@@ -18,6 +22,7 @@ use std::cell::Cell;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
+use crate::index_reads::{self, Read};
 use crate::state::STATE;
 use crate::window_setting::{WINDOW, WINDOW_GEN};
 
@@ -34,7 +39,11 @@ const NAP_MIN: Duration = Duration::from_micros(20);
 const NAP_MAX: Duration = Duration::from_micros(250);
 
 /// Where a stream's queue keeps its indices: (queue id, write index address, read index
-/// address). Addresses 0: the stream has no known compute queue (never windowed).
+/// address), and the `WINDOW_GEN` generation read before they were looked up. Addresses 0: the
+/// stream has no known compute queue (never windowed).
+///
+/// Made only by the registry's lookup (`launch.rs`) under the rule of `index_reads.rs`, or as
+/// [`Target::none`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Target {
     /// KFD queue id.
@@ -43,79 +52,103 @@ pub struct Target {
     pub wptr: usize,
     /// Address of the 64-bit read index.
     pub rptr: usize,
+    /// `WINDOW_GEN` before the lookup.
+    pub generation: u64,
 }
 
 impl Target {
-    /// No window for this stream.
-    pub const NONE: Target = Target {
-        queue: 0,
-        wptr: 0,
-        rptr: 0,
-    };
+    /// No window for this stream (as of `generation`).
+    pub const fn none(generation: u64) -> Target {
+        Target {
+            queue: 0,
+            wptr: 0,
+            rptr: 0,
+            generation,
+        }
+    }
 }
 
 const SLOTS: usize = 4;
 
 thread_local! {
-    /// (generation, stream key, target) for the last streams this thread launched on, most
-    /// recent first.
-    static CACHE: [Cell<(u64, usize, Target)>; SLOTS] =
-        const { [const { Cell::new((0, usize::MAX, Target::NONE)) }; SLOTS] };
+    /// (stream key, target) for the last streams this thread launched on, most recent first.
+    static CACHE: [Cell<(usize, Target)>; SLOTS] =
+        const { [const { Cell::new((usize::MAX, Target::none(0))) }; SLOTS] };
 }
 
-/// Reads a queue index the runtime keeps.
-///
-/// # Safety
-///
-/// `addr` must be the 8-byte aligned address of a queue index the runtime handed to
-/// CREATE_QUEUE for a queue that is still alive.
+/// The indices of `t`'s queue: read without the lock inside a section at `t.generation`, or
+/// under the lock when this thread has no slot. `None`: the generation moved, look up again.
 #[inline(always)]
-unsafe fn index(addr: usize) -> u64 {
-    // SAFETY: per this function's contract; volatile because the CP writes the read index
-    // and other threads the write index.
-    unsafe { std::ptr::read_volatile(addr as *const u64) }
+fn indices(t: Target) -> Option<(u64, u64)> {
+    // SAFETY: `t` was made by the registry's lookup under the rule (see `Target`).
+    match unsafe { index_reads::read(t.wptr, t.rptr, t.generation) } {
+        Read::Indices(w, r) => Some((w, r)),
+        Read::Stale => None,
+        Read::NoSlot => Some(locked_indices(t.queue)),
+    }
+}
+
+/// The indices of `queue`, read under the registry lock ((0, 0) once it is gone or dying).
+#[cold]
+#[inline(never)]
+fn locked_indices(queue: u32) -> (u64, u64) {
+    STATE.lock().indices(queue)
 }
 
 /// Waits, if the stream `key` sits at its window, until its queue has room. `lookup` finds the
-/// stream's queue on a cache miss (it takes the registry lock; never called with it held).
+/// stream's queue on a cache miss or when the registry moved on (it takes the registry lock;
+/// never called with it held).
 #[inline(always)]
-pub fn gate(key: usize, lookup: impl FnOnce() -> Target) {
+pub fn gate(key: usize, lookup: impl Fn() -> Target) {
     let limit = WINDOW.load(Ordering::Relaxed);
     if limit == 0 {
         return;
     }
-    let generation = WINDOW_GEN.load(Ordering::Acquire);
-    let t = CACHE.with(|c| {
+    let cached = CACHE.with(|c| {
         c.iter().find_map(|e| {
-            let (g, k, t) = e.get();
-            (g == generation && k == key).then_some(t)
+            let (k, t) = e.get();
+            (k == key).then_some(t)
         })
     });
-    let t = match t {
+    let mut t = match cached {
         Some(t) => t,
-        None => miss(key, generation, lookup),
+        None => miss(key, &lookup),
     };
-    if t.wptr == 0 {
-        return;
+    // Once more after a lookup, then under the lock: the registry may keep changing.
+    for _ in 0..2 {
+        if t.wptr == 0 {
+            if t.generation == WINDOW_GEN.load(Ordering::Relaxed) {
+                return;
+            }
+        } else if let Some((w, r)) = indices(t) {
+            if w.wrapping_sub(r) >= u64::from(limit) {
+                wait(t, &lookup);
+            }
+            return;
+        }
+        t = miss(key, &lookup);
     }
-    // SAFETY: the addresses came from the registry for the queue of the stream this thread is
-    // launching on, at a generation no DESTROY_QUEUE has bumped since; the runtime destroys a
-    // stream's queue only after the stream itself, so the queue outlives any launch on it.
-    let (w, r) = unsafe { (index(t.wptr), index(t.rptr)) };
-    if w.wrapping_sub(r) >= u64::from(limit) {
-        wait(t);
+    if t.wptr != 0 {
+        let (w, r) = locked_indices(t.queue);
+        if w.wrapping_sub(r) >= u64::from(limit) {
+            wait(t, &lookup);
+        }
     }
 }
 
 #[cold]
 #[inline(never)]
-fn miss(key: usize, generation: u64, lookup: impl FnOnce() -> Target) -> Target {
+fn miss(key: usize, lookup: &impl Fn() -> Target) -> Target {
     let t = lookup();
     CACHE.with(|c| {
+        if let Some(i) = c.iter().position(|e| e.get().0 == key) {
+            c[i].set((key, t));
+            return;
+        }
         for i in (1..SLOTS).rev() {
             c[i].set(c[i - 1].get());
         }
-        c[0].set((generation, key, t));
+        c[0].set((key, t));
     });
     t
 }
@@ -131,17 +164,15 @@ pub enum WaitEnd {
 
 #[cold]
 #[inline(never)]
-fn wait(t: Target) {
+fn wait(t: Target, lookup: &impl Fn() -> Target) {
     crate::log::debug(|| format!("launch waits at the window of queue {}", t.queue));
-    // SAFETY: as in `gate`: the stream's queue outlives the launch that waits here.
-    let end = unsafe {
-        wait_for_room(
-            t,
-            || WINDOW.load(Ordering::Relaxed),
-            STALL,
-            || queue_preempted(t.queue),
-        )
-    };
+    let end = wait_for_room(
+        t,
+        || WINDOW.load(Ordering::Relaxed),
+        STALL,
+        || queue_preempted(t.queue),
+        lookup,
+    );
     let mut st = STATE.lock();
     if let Some(q) = st.queue_mut(t.queue) {
         q.window_waits += 1;
@@ -178,31 +209,35 @@ fn queue_preempted(queue: u32) -> bool {
 
 /// The wait itself: polls the indices with growing naps (reset whenever the read index moves)
 /// until there is room under `limit()` (re-read each time: the agent may lift the window), or
-/// the read index stood still for `stall` while `preempted()` was false.
-///
-/// # Safety
-///
-/// `t.wptr` and `t.rptr` must be 8-byte aligned addresses of 64-bit indices that stay valid
-/// for the whole wait.
-pub unsafe fn wait_for_room(
-    t: Target,
+/// the read index stood still for `stall` while `preempted()` was false. Each poll is a read
+/// section at the target's generation; when the generation has moved, `lookup()` finds the
+/// stream's queue again, and a stream whose queue went away (or was never windowed) has room.
+pub fn wait_for_room(
+    mut t: Target,
     limit: impl Fn() -> u32,
     stall: Duration,
     preempted: impl Fn() -> bool,
+    lookup: impl Fn() -> Target,
 ) -> WaitEnd {
     let mut nap = NAP_MIN;
-    // SAFETY: per this function's contract.
-    let mut last_read = unsafe { index(t.rptr) };
+    let mut last_read = None;
     let mut still_since = Instant::now();
     loop {
         let lim = limit();
-        // SAFETY: per this function's contract.
-        let (w, r) = unsafe { (index(t.wptr), index(t.rptr)) };
-        if lim == 0 || w.wrapping_sub(r) < u64::from(lim) {
+        if t.wptr == 0 || lim == 0 {
             return WaitEnd::Room;
         }
-        if r != last_read {
-            last_read = r;
+        let Some((w, r)) = indices(t) else {
+            t = lookup();
+            std::thread::sleep(nap);
+            continue;
+        };
+        if w.wrapping_sub(r) < u64::from(lim) {
+            return WaitEnd::Room;
+        }
+        let last_read = last_read.get_or_insert(r);
+        if r != *last_read {
+            *last_read = r;
             still_since = Instant::now();
             nap = NAP_MIN;
         } else if still_since.elapsed() >= stall {
@@ -228,11 +263,14 @@ mod tests {
         Arc::new([AtomicU64::new(w), AtomicU64::new(r)])
     }
 
+    /// The indices as the registry's lookup would give them (other tests move the generation;
+    /// the wait then looks them up again through the same function).
     fn target(ix: &Arc<[AtomicU64; 2]>) -> Target {
         Target {
             queue: 1,
             wptr: ix[0].as_ptr() as usize,
             rptr: ix[1].as_ptr() as usize,
+            generation: WINDOW_GEN.load(Ordering::SeqCst),
         }
     }
 
@@ -249,8 +287,13 @@ mod tests {
                 }
             })
         };
-        // SAFETY: `ix` (aligned AtomicU64s) lives until the end of the test.
-        let end = unsafe { wait_for_room(target(&ix), || 2, Duration::from_secs(30), || false) };
+        let end = wait_for_room(
+            target(&ix),
+            || 2,
+            Duration::from_secs(30),
+            || false,
+            || target(&ix),
+        );
         assert_eq!(end, WaitEnd::Room);
         let r = ix[1].load(Ordering::SeqCst);
         assert!(10 - r < 2, "room under the window: {}", 10 - r);
@@ -260,8 +303,13 @@ mod tests {
     #[test]
     fn a_stalled_queue_lets_the_launch_go_unless_kfdq_preempted_it() {
         let ix = indices(5, 0);
-        // SAFETY: `ix` (aligned AtomicU64s) lives until the end of the test.
-        let end = unsafe { wait_for_room(target(&ix), || 1, Duration::from_millis(30), || false) };
+        let end = wait_for_room(
+            target(&ix),
+            || 1,
+            Duration::from_millis(30),
+            || false,
+            || target(&ix),
+        );
         assert_eq!(end, WaitEnd::Stalled);
         // Preempted by kfdq: the wait goes on until released and drained.
         let preempted = Arc::new(AtomicBool::new(true));
@@ -274,15 +322,13 @@ mod tests {
             })
         };
         let p = preempted.clone();
-        // SAFETY: `ix` (aligned AtomicU64s) lives until the end of the test.
-        let end = unsafe {
-            wait_for_room(
-                target(&ix),
-                || 1,
-                Duration::from_millis(30),
-                move || p.load(Ordering::SeqCst),
-            )
-        };
+        let end = wait_for_room(
+            target(&ix),
+            || 1,
+            Duration::from_millis(30),
+            move || p.load(Ordering::SeqCst),
+            || target(&ix),
+        );
         assert_eq!(end, WaitEnd::Room);
         cp.join().unwrap();
     }
@@ -296,15 +342,13 @@ mod tests {
             std::thread::sleep(Duration::from_millis(20));
             l2.store(0, Ordering::SeqCst);
         });
-        // SAFETY: `ix` (aligned AtomicU64s) lives until the end of the test.
-        let end = unsafe {
-            wait_for_room(
-                target(&ix),
-                || lim.load(Ordering::SeqCst),
-                Duration::from_secs(30),
-                || true,
-            )
-        };
+        let end = wait_for_room(
+            target(&ix),
+            || lim.load(Ordering::SeqCst),
+            Duration::from_secs(30),
+            || true,
+            || target(&ix),
+        );
         assert_eq!(end, WaitEnd::Room);
         t.join().unwrap();
     }

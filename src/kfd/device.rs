@@ -10,6 +10,7 @@ use super::doorbell::{DOORBELL_PAGE_SIZE, DoorbellPage};
 use super::error::{Error, Result};
 use super::ids::GpuId;
 use super::ioctl;
+use super::leak::Leak;
 use super::paths::Root;
 use super::topology::{Node, Topology};
 
@@ -52,6 +53,7 @@ pub struct Kfd {
     caps: Capabilities,
     topology: Topology,
     vms: Mutex<HashMap<GpuId, GpuVm>>,
+    leaks: Mutex<Vec<Leak>>,
 }
 
 impl Kfd {
@@ -82,6 +84,7 @@ impl Kfd {
             caps,
             topology,
             vms: Mutex::new(HashMap::new()),
+            leaks: Mutex::new(Vec::new()),
         })
     }
 
@@ -160,6 +163,21 @@ impl Kfd {
             },
         );
         Ok(())
+    }
+
+    /// Queues and buffers left to the kernel because it refused to destroy, unmap or free them
+    /// (see `leak.rs`), in the order they were left.
+    pub fn leaks(&self) -> Vec<Leak> {
+        self.leaks.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Records `leak` and reports it (once: the caller has just left the object to the kernel).
+    pub(crate) fn leaked(&self, leak: Leak) {
+        tracing::warn!("{leak}");
+        self.leaks
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(leak);
     }
 
     /// True once [`Kfd::acquire_vm`] succeeded for `gpu`.

@@ -4,6 +4,8 @@
 use std::os::fd::{AsRawFd, BorrowedFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use nix::errno::Errno;
+
 use super::error::{Error, Result};
 
 /// Size of a process's doorbell slice on gfx9 (1024 doorbells of 8 bytes).
@@ -46,9 +48,10 @@ impl DoorbellPage {
                 .checked_add(8)
                 .is_none_or(|end| end > DOORBELL_PAGE_SIZE)
         {
-            return Err(Error::InvalidArgument(format!(
-                "doorbell offset {offset_in_page:#x} is not an 8-byte slot of the page"
-            )));
+            return Err(Error::invalid(
+                Errno::EINVAL,
+                format!("doorbell offset {offset_in_page:#x} is not an 8-byte slot of the page"),
+            ));
         }
         // SAFETY: in bounds and 8-byte aligned (checked above); the mapping lives as long as self.
         let cell =

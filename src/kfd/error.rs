@@ -13,6 +13,7 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 /// The amdkfd ioctls kfdq issues.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[allow(missing_docs)]
+#[non_exhaustive]
 pub enum KfdIoctl {
     GetVersion,
     CreateQueue,
@@ -30,6 +31,23 @@ pub enum KfdIoctl {
 }
 
 impl KfdIoctl {
+    /// Every ioctl kfdq issues, one wrapper each in `ioctl.rs`.
+    pub const ALL: [KfdIoctl; 13] = [
+        KfdIoctl::GetVersion,
+        KfdIoctl::CreateQueue,
+        KfdIoctl::DestroyQueue,
+        KfdIoctl::UpdateQueue,
+        KfdIoctl::AcquireVm,
+        KfdIoctl::AllocMemoryOfGpu,
+        KfdIoctl::FreeMemoryOfGpu,
+        KfdIoctl::MapMemoryToGpu,
+        KfdIoctl::UnmapMemoryFromGpu,
+        KfdIoctl::SetCuMask,
+        KfdIoctl::GetQueueWaveState,
+        KfdIoctl::RuntimeEnable,
+        KfdIoctl::DbgTrap,
+    ];
+
     /// The kernel's name, without the `AMDKFD_IOC_` prefix.
     pub fn name(self) -> &'static str {
         match self {
@@ -153,6 +171,7 @@ impl std::error::Error for IoctlError {}
 
 /// Everything the KFD layer can fail with.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum Error {
     /// An ioctl failed in the kernel.
     #[error(transparent)]
@@ -195,9 +214,16 @@ pub enum Error {
         /// Minor version present.
         have_minor: u32,
     },
-    /// kfdq refused an argument before making the call (the kernel would refuse it too).
-    #[error("{0}")]
-    InvalidArgument(String),
+    /// kfdq refused an argument before making the call, with the errno the kernel gives for
+    /// the same mistake (or would, for a rule kfdq adds: `EINVAL` for a bad value, `EFAULT`
+    /// for an address outside a buffer).
+    #[error("{reason}")]
+    InvalidArgument {
+        /// The errno the kernel returns for this argument.
+        errno: Errno,
+        /// The rule that was broken and the fix.
+        reason: String,
+    },
     /// No GPU node with this id in the topology.
     #[error("no GPU with gpu_id {0} in the topology (see `kfdq topology`)")]
     UnknownGpu(GpuId),
@@ -225,11 +251,21 @@ pub enum Error {
 }
 
 impl Error {
-    /// The errno behind this error, when it came from the kernel.
+    /// The errno behind this error: the kernel's, or the one it gives for an argument kfdq
+    /// refused before the call.
     pub fn errno(&self) -> Option<Errno> {
         match self {
             Error::Ioctl(e) => Some(e.errno),
+            Error::InvalidArgument { errno, .. } => Some(*errno),
             _ => None,
+        }
+    }
+
+    /// An argument refused before the call, with the kernel's errno for it.
+    pub(crate) fn invalid(errno: Errno, reason: impl Into<String>) -> Self {
+        Error::InvalidArgument {
+            errno,
+            reason: reason.into(),
         }
     }
 

@@ -16,9 +16,12 @@ use kfd_sys as sys;
 use nix::sys::mman::{MapFlags, ProtFlags};
 
 use super::device::Kfd;
+use nix::errno::Errno;
+
 use super::error::{Error, Result};
 use super::ids::GpuId;
 use super::ioctl;
+use super::leak::{Leak, Leaked};
 
 /// GPU page size used by the buffer rules.
 pub const PAGE_SIZE: u64 = 4096;
@@ -73,7 +76,9 @@ enum CpuView {
 
 /// A GPU buffer object, mapped to one GPU, at the same address for CPU and GPU.
 ///
-/// Dropping it unmaps it from the GPU, frees it and releases the CPU mapping.
+/// Dropping it unmaps it from the GPU, frees it and releases the CPU mapping. When the kernel
+/// refuses the unmap or the free, nothing is released: the buffer is left to the kernel, mapped
+/// on the CPU and never reused, and reported once ([`Kfd::leaks`], `leak.rs`).
 #[derive(Debug)]
 pub struct Allocation<'k> {
     kfd: &'k Kfd,
@@ -96,21 +101,23 @@ unsafe impl Sync for Allocation<'_> {}
 
 fn page_len(size: u64) -> Result<NonZeroUsize> {
     if size == 0 || size % PAGE_SIZE != 0 {
-        return Err(Error::InvalidArgument(format!(
-            "allocation size {size} must be a non-zero multiple of the 4 KiB GPU page"
-        )));
+        return Err(Error::invalid(
+            Errno::EINVAL,
+            format!("allocation size {size} must be a non-zero multiple of the 4 KiB GPU page"),
+        ));
     }
     NonZeroUsize::new(size as usize)
-        .ok_or_else(|| Error::InvalidArgument("zero-sized allocation".into()))
+        .ok_or_else(|| Error::invalid(Errno::EINVAL, "zero-sized allocation"))
 }
 
 impl Kfd {
     fn require_vm(&self, gpu: GpuId) -> Result<()> {
         self.gpu(gpu)?;
         if !self.has_vm(gpu) {
-            return Err(Error::InvalidArgument(format!(
-                "GPU memory on gpu {gpu} needs ACQUIRE_VM first (call Kfd::acquire_vm)"
-            )));
+            return Err(Error::invalid(
+                Errno::EINVAL,
+                format!("GPU memory on gpu {gpu} needs ACQUIRE_VM first (call Kfd::acquire_vm)"),
+            ));
         }
         Ok(())
     }
@@ -164,8 +171,9 @@ impl Kfd {
         if !(flags.contains(AllocFlags::VRAM) ^ flags.contains(AllocFlags::GTT))
             || flags.contains(AllocFlags::USERPTR)
         {
-            return Err(Error::InvalidArgument(
-                "Kfd::alloc takes exactly one of VRAM or GTT; use alloc_userptr for USERPTR".into(),
+            return Err(Error::invalid(
+                Errno::EINVAL,
+                "Kfd::alloc takes exactly one of VRAM or GTT; use alloc_userptr for USERPTR",
             ));
         }
         let len = page_len(size)?;
@@ -295,8 +303,8 @@ impl<'k> Allocation<'k> {
         Ok(())
     }
 
-    /// Unmaps and frees now, returning the kernel's answer. Drop does the same and logs a
-    /// failure; after a failed `free` the drop retries once.
+    /// Unmaps and frees now, returning the kernel's answer. Drop does the same; after a failed
+    /// `free` the drop retries once, and if the kernel refuses again leaves the buffer to it.
     pub fn free(mut self) -> Result<()> {
         self.release()
     }
@@ -308,6 +316,12 @@ impl<'k> Allocation<'k> {
             self.handle = 0;
         }
         Ok(())
+    }
+
+    /// Leaves the buffer to the kernel: nothing is unmapped or freed, on the GPU or on the CPU.
+    /// For a buffer of a queue the kernel kept; the queue reports the leak.
+    pub(crate) fn leak(self) {
+        std::mem::forget(self);
     }
 
     fn take_cpu(&mut self) -> CpuGuard {
@@ -337,12 +351,15 @@ impl<'k> Allocation<'k> {
     fn checked(&self, offset: u64, len: u64, align: u64) -> Result<*mut u8> {
         let base = self
             .base()
-            .ok_or_else(|| Error::InvalidArgument("buffer is not CPU-visible".into()))?;
+            .ok_or_else(|| Error::invalid(Errno::EFAULT, "buffer is not CPU-visible"))?;
         if offset.checked_add(len).is_none_or(|end| end > self.size) || offset % align != 0 {
-            return Err(Error::InvalidArgument(format!(
-                "access of {len} bytes at offset {offset} (alignment {align}) is outside the {}-byte buffer",
-                self.size
-            )));
+            return Err(Error::invalid(
+                Errno::EFAULT,
+                format!(
+                    "access of {len} bytes at offset {offset} (alignment {align}) is outside the {}-byte buffer",
+                    self.size
+                ),
+            ));
         }
         // SAFETY: offset + len <= size, so the pointer stays inside the mapping.
         Ok(unsafe { base.add(offset as usize) })
@@ -413,9 +430,18 @@ impl Drop for CpuGuard {
 
 impl Drop for Allocation<'_> {
     fn drop(&mut self) {
-        if let Err(e) = self.release() {
-            tracing::warn!(handle = self.handle, error = %e, "releasing a GPU buffer failed");
+        match self.release() {
+            Ok(()) => drop(self.take_cpu()),
+            Err(e) => {
+                let what = Leaked::Allocation {
+                    handle: self.handle,
+                    va: self.va,
+                    size: self.size,
+                };
+                self.kfd.leaked(Leak::new(what, &e));
+                // The GPU may still reach this memory: the CPU view stays mapped for good.
+                std::mem::forget(self.take_cpu());
+            }
         }
-        drop(self.take_cpu());
     }
 }

@@ -8,6 +8,7 @@
 //! | CWSR / control-stack / debug sizes | `cwsr.rs` |
 //! | processes and their queues (sysfs `proc/`) | `procfs.rs` |
 //! | GPU memory (ALLOC/MAP/UNMAP/FREE) | `memory.rs` |
+//! | what the kernel refused to destroy or free, left to it | `leak.rs` |
 //! | queues (CREATE/UPDATE/CU mask/wave state/DESTROY, submit) | `queue.rs` |
 //! | doorbell page | `doorbell.rs` |
 //! | AQL packets, completion signals | `aql.rs` |
@@ -28,6 +29,7 @@
 // Casts of kfd-sys constants are deliberate: their Rust types depend on the bound header
 // (a #define becomes u32 or i32, an enum becomes its own alias), so the code casts every time.
 #![allow(clippy::unnecessary_cast)]
+#![deny(missing_debug_implementations)]
 
 pub mod aql;
 pub mod cwsr;
@@ -37,6 +39,7 @@ pub mod doorbell;
 pub mod error;
 pub mod ids;
 pub mod ioctl;
+pub mod leak;
 pub mod memory;
 pub mod paths;
 pub mod procfs;
@@ -51,6 +54,7 @@ pub use debug::{DebugAttachment, EXCEPTION_QUEUE_NEW, QueueSnapshot, QueueStatus
 pub use device::{Capabilities, Kfd, Version};
 pub use error::{Error, IoctlError, KfdIoctl, Result};
 pub use ids::{GpuId, QueueId};
+pub use leak::{Leak, Leaked};
 pub use memory::{AllocFlags, Allocation};
 pub use paths::Root;
 pub use queue::{Queue, QueueSpec, WaveState};

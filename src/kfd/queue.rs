@@ -9,6 +9,7 @@
 //! * CWSR: `ALIGN((cwsr + debug) x num_xcc, 4096)` bytes with one header per XCC.
 #![allow(unsafe_code)]
 
+use std::mem::ManuallyDrop;
 use std::os::fd::AsFd;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -21,9 +22,12 @@ use serde::Serialize;
 use super::aql::{DispatchPacket, PACKET_SIZE};
 use super::device::Kfd;
 use super::doorbell::DoorbellPage;
+use nix::errno::Errno;
+
 use super::error::{Error, Result};
 use super::ids::{GpuId, QueueId};
 use super::ioctl;
+use super::leak::{Leak, Leaked};
 use super::memory::{AllocFlags, Allocation, PAGE_SIZE};
 use super::types::{CuMask, Percentage, Priority, QueueKind};
 
@@ -87,10 +91,13 @@ impl QueueSpec {
 
     fn validate(&self) -> Result<()> {
         if !self.ring_size.is_power_of_two() || u64::from(self.ring_size) < PAGE_SIZE {
-            return Err(Error::InvalidArgument(format!(
-                "ring size {} must be a power of two of at least 4096 bytes",
-                self.ring_size
-            )));
+            return Err(Error::invalid(
+                Errno::EINVAL,
+                format!(
+                    "ring size {} must be a power of two of at least 4096 bytes",
+                    self.ring_size
+                ),
+            ));
         }
         Ok(())
     }
@@ -105,7 +112,51 @@ pub struct WaveState {
     pub save_area_used_size: u32,
 }
 
+/// The memory a queue's GPU side uses, released only once the kernel destroyed the queue.
+#[derive(Debug)]
+struct Buffers<'k> {
+    ring: Allocation<'k>,
+    pointers: Allocation<'k>,
+    cwsr: Allocation<'k>,
+    eop: Option<Allocation<'k>>,
+}
+
+impl Buffers<'_> {
+    /// Leaves every buffer to the kernel (which kept their queue); returns (buffers, bytes).
+    fn leak(self) -> (usize, u64) {
+        let all = [
+            Some(self.ring),
+            Some(self.pointers),
+            Some(self.cwsr),
+            self.eop,
+        ];
+        let mut n = (0, 0);
+        for a in all.into_iter().flatten() {
+            n = (n.0 + 1, n.1 + a.size());
+            a.leak();
+        }
+        n
+    }
+
+    /// Leaves the buffers of queue `id` to the kernel after its DESTROY_QUEUE failed with
+    /// `error`, and reports it once.
+    fn leave_to_kernel(self, kfd: &Kfd, id: QueueId, gpu: GpuId, error: &Error) {
+        let (buffers, bytes) = self.leak();
+        let what = Leaked::Queue {
+            id,
+            gpu,
+            buffers,
+            bytes,
+        };
+        kfd.leaked(Leak::new(what, error));
+    }
+}
+
 /// A KFD user-mode queue of this process, destroyed on drop.
+///
+/// Its buffers are released only after the kernel destroyed the queue: when DESTROY_QUEUE fails
+/// the queue and its buffers are left to the kernel, mapped and never reused, and reported once
+/// ([`Kfd::leaks`], `leak.rs`).
 #[derive(Debug)]
 pub struct Queue<'k> {
     kfd: &'k Kfd,
@@ -119,11 +170,8 @@ pub struct Queue<'k> {
     doorbell_in_page: u64,
     doorbell_offset: u64,
     destroyed: bool,
-    // Buffers drop after the queue is destroyed (Drop::drop runs first).
-    ring: Allocation<'k>,
-    pointers: Allocation<'k>,
-    cwsr: Allocation<'k>,
-    eop: Option<Allocation<'k>>,
+    /// Dropped by `Drop` only after a successful DESTROY_QUEUE, leaked otherwise.
+    buffers: ManuallyDrop<Buffers<'k>>,
 }
 
 impl Kfd {
@@ -171,16 +219,26 @@ impl Kfd {
             ctl_stack_size: sizes.ctl_stack_size as u32,
             ..Default::default()
         };
-        // SAFETY: every buffer named in `args` is owned by the Queue we return, and the Queue
-        // destroys the KFD queue before its buffers are released.
+        let buffers = Buffers {
+            ring,
+            pointers,
+            cwsr,
+            eop,
+        };
+        // SAFETY: every buffer named in `args` is in `buffers`, which from here on is released
+        // only after a DESTROY_QUEUE of the queue succeeded (below, or the returned Queue's Drop)
+        // and is leaked otherwise.
         unsafe { ioctl::create_queue(self.as_fd(), &mut args)? };
         let id = QueueId(args.queue_id);
         let (doorbell, doorbell_in_page) = match self.doorbell_page(spec.gpu, args.doorbell_offset)
         {
             Ok(d) => d,
             Err(e) => {
-                // Do not leak the kernel queue when the doorbell cannot be mapped.
-                let _ = ioctl::destroy_queue(self.as_fd(), id);
+                // Do not leak the kernel queue when the doorbell cannot be mapped; if the kernel
+                // will not destroy it, its buffers stay with it.
+                if let Err(d) = ioctl::destroy_queue(self.as_fd(), id) {
+                    buffers.leave_to_kernel(self, id, spec.gpu, &d);
+                }
                 return Err(e);
             }
         };
@@ -197,10 +255,7 @@ impl Kfd {
             doorbell_in_page,
             doorbell_offset: args.doorbell_offset,
             destroyed: false,
-            ring,
-            pointers,
-            cwsr,
-            eop,
+            buffers: ManuallyDrop::new(buffers),
         })
     }
 }
@@ -243,37 +298,37 @@ impl<'k> Queue<'k> {
 
     /// Ring GPU address.
     pub fn ring_address(&self) -> u64 {
-        self.ring.va()
+        self.buffers.ring.va()
     }
 
     /// Ring bytes.
     pub fn ring_size(&self) -> u32 {
-        self.ring.size() as u32
+        self.buffers.ring.size() as u32
     }
 
     /// Address of the 64-bit write index.
     pub fn write_pointer_address(&self) -> u64 {
-        self.pointers.va() + WRITE_INDEX_OFFSET
+        self.buffers.pointers.va() + WRITE_INDEX_OFFSET
     }
 
     /// Address of the 64-bit read index.
     pub fn read_pointer_address(&self) -> u64 {
-        self.pointers.va() + READ_INDEX_OFFSET
+        self.buffers.pointers.va() + READ_INDEX_OFFSET
     }
 
     /// CWSR area address.
     pub fn cwsr_address(&self) -> u64 {
-        self.cwsr.va()
+        self.buffers.cwsr.va()
     }
 
     /// Whether an EOP buffer was allocated (none for AQL on gfx94x).
     pub fn has_eop(&self) -> bool {
-        self.eop.is_some()
+        self.buffers.eop.is_some()
     }
 
     fn update(&mut self, percentage: Percentage, priority: Priority) -> Result<()> {
         let args = sys::kfd_ioctl_update_queue_args {
-            ring_base_address: self.ring.va(),
+            ring_base_address: self.buffers.ring.va(),
             queue_id: self.id.0,
             ring_size: self.ring_size(),
             queue_percentage: percentage.get(),
@@ -313,8 +368,9 @@ impl<'k> Queue<'k> {
     /// stack into the queue's CWSR area).
     pub fn wave_state(&self) -> Result<WaveState> {
         // SAFETY: the CWSR area is owned by this queue and sized for every XCC's control stack.
-        let (ctl, save) =
-            unsafe { ioctl::get_queue_wave_state(self.kfd.as_fd(), self.id, self.cwsr.va())? };
+        let (ctl, save) = unsafe {
+            ioctl::get_queue_wave_state(self.kfd.as_fd(), self.id, self.buffers.cwsr.va())?
+        };
         Ok(WaveState {
             ctl_stack_used_size: ctl,
             save_area_used_size: save,
@@ -329,6 +385,7 @@ impl<'k> Queue<'k> {
     /// The write index (next packet slot to fill).
     pub fn write_index(&self) -> Result<u64> {
         Ok(self
+            .buffers
             .pointers
             .atomic_u64(WRITE_INDEX_OFFSET)?
             .load(Ordering::Acquire))
@@ -337,6 +394,7 @@ impl<'k> Queue<'k> {
     /// The read index (packets the GPU has consumed).
     pub fn read_index(&self) -> Result<u64> {
         Ok(self
+            .buffers
             .pointers
             .atomic_u64(READ_INDEX_OFFSET)?
             .load(Ordering::Acquire))
@@ -349,10 +407,10 @@ impl<'k> Queue<'k> {
     /// claimed atomically).
     pub fn submit(&mut self, packet: &DispatchPacket) -> Result<u64> {
         if self.kind != QueueKind::ComputeAql {
-            return Err(Error::InvalidArgument(format!(
-                "{} is a PM4 queue; AQL packets need an AQL queue",
-                self.id
-            )));
+            return Err(Error::invalid(
+                Errno::EINVAL,
+                format!("{} is a PM4 queue; AQL packets need an AQL queue", self.id),
+            ));
         }
         let write = self.write_index()?;
         let read = self.read_index()?;
@@ -364,11 +422,13 @@ impl<'k> Queue<'k> {
         }
         let off = (write % self.capacity()) * PACKET_SIZE;
         let bytes = packet.to_bytes();
-        self.ring.write_bytes(off + 4, &bytes[4..])?;
-        self.ring
+        self.buffers.ring.write_bytes(off + 4, &bytes[4..])?;
+        self.buffers
+            .ring
             .atomic_u32(off)?
             .store(packet.header_word(), Ordering::Release);
-        self.pointers
+        self.buffers
+            .pointers
             .atomic_u64(WRITE_INDEX_OFFSET)?
             .store(write + 1, Ordering::Release);
         self.doorbell.ring(self.doorbell_in_page, write)?;
@@ -390,7 +450,8 @@ impl<'k> Queue<'k> {
     }
 
     /// Destroys the queue now, returning the kernel's answer. Blocks while a debugger holds
-    /// it suspended.
+    /// it suspended. After a failure the drop retries once, and if the kernel refuses again
+    /// leaves the queue and its buffers to it.
     pub fn destroy(mut self) -> Result<()> {
         self.destroy_inner()
     }
@@ -406,8 +467,12 @@ impl<'k> Queue<'k> {
 
 impl Drop for Queue<'_> {
     fn drop(&mut self) {
-        if let Err(e) = self.destroy_inner() {
-            tracing::warn!(queue = self.id.0, error = %e, "destroying queue failed");
+        let destroyed = self.destroy_inner();
+        // SAFETY: `drop` runs once and nothing uses `self.buffers` after it.
+        let buffers = unsafe { ManuallyDrop::take(&mut self.buffers) };
+        match destroyed {
+            Ok(()) => drop(buffers),
+            Err(e) => buffers.leave_to_kernel(self.kfd, self.id, self.gpu, &e),
         }
     }
 }

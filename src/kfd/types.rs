@@ -3,6 +3,8 @@
 
 use std::fmt;
 
+use nix::errno::Errno;
+
 use super::error::{Error, Result};
 
 /// KFD queue priority, 0..=15 (`KFD_MAX_QUEUE_PRIORITY`).
@@ -28,10 +30,10 @@ impl Priority {
     /// A priority, or an error naming the range.
     pub fn new(value: u32) -> Result<Self> {
         if value > Self::MAX {
-            return Err(Error::InvalidArgument(format!(
-                "queue priority {value} is out of range 0..={}",
-                Self::MAX
-            )));
+            return Err(Error::invalid(
+                Errno::EINVAL,
+                format!("queue priority {value} is out of range 0..={}", Self::MAX),
+            ));
         }
         Ok(Priority(value as u8))
     }
@@ -83,9 +85,10 @@ impl Percentage {
     /// A percentage, or an error naming the range.
     pub fn new(value: u32) -> Result<Self> {
         if value > kfd_sys::KFD_MAX_QUEUE_PERCENTAGE as u32 {
-            return Err(Error::InvalidArgument(format!(
-                "queue percentage {value} is out of range 0..=100"
-            )));
+            return Err(Error::invalid(
+                Errno::EINVAL,
+                format!("queue percentage {value} is out of range 0..=100"),
+            ));
         }
         Ok(Percentage(value as u8))
     }
@@ -109,21 +112,25 @@ impl CuMask {
     /// A mask from 32-bit words (bit *i* of word *w* is CU `32*w + i`).
     pub fn from_words(words: Vec<u32>) -> Result<Self> {
         if words.is_empty() {
-            return Err(Error::InvalidArgument(
-                "a CU mask needs at least 32 bits (one word); the kernel rejects an empty mask"
-                    .into(),
+            return Err(Error::invalid(
+                Errno::EINVAL,
+                "a CU mask needs at least 32 bits (one word); the kernel rejects an empty mask",
             ));
         }
         if words.len() * 32 > Self::MAX_BITS {
-            return Err(Error::InvalidArgument(format!(
-                "a CU mask has at most {} bits; got {}",
-                Self::MAX_BITS,
-                words.len() * 32
-            )));
+            return Err(Error::invalid(
+                Errno::EINVAL,
+                format!(
+                    "a CU mask has at most {} bits; got {}",
+                    Self::MAX_BITS,
+                    words.len() * 32
+                ),
+            ));
         }
         if words.iter().all(|w| *w == 0) {
-            return Err(Error::InvalidArgument(
-                "a CU mask with no CU enabled would hang the queue; enable at least one CU".into(),
+            return Err(Error::invalid(
+                Errno::EINVAL,
+                "a CU mask with no CU enabled would hang the queue; enable at least one CU",
             ));
         }
         Ok(CuMask(words))

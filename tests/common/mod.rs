@@ -20,3 +20,13 @@ impl KfdRoot for Emu {
         Root::new(self.root())
     }
 }
+
+/// Whether `addr` lies in a mapping of this process (`/proc/self/maps`).
+pub fn mapped(addr: u64) -> bool {
+    let maps = std::fs::read_to_string("/proc/self/maps").expect("read /proc/self/maps");
+    maps.lines().any(|l| {
+        let range = l.split_whitespace().next().unwrap_or("");
+        let mut ends = range.split('-').map(|x| u64::from_str_radix(x, 16));
+        matches!((ends.next(), ends.next()), (Some(Ok(a)), Some(Ok(b))) if (a..b).contains(&addr))
+    })
+}

@@ -53,7 +53,7 @@ pub fn programs() -> &'static Programs {
         let src = Path::new(PROGRAMS);
         for name in [
             "streams", "uselib", "forkexec", "worker", "ordered", "latency", "flood", "deps",
-            "window", "deepbind",
+            "window", "deepbind", "unmapped",
         ] {
             fakehip::compile_program(
                 &src.join(format!("{name}.c")),

@@ -1,17 +1,13 @@
 //! Argument structs as bytes: the kfd uapi structs the handlers read from and write to the raw
 //! argument buffers FUSE passes. The conversions are the zerocopy derives kfd-sys gives the
 //! structs it lists (kfd-sys/build/derives.rs), so a struct used here must be on that list.
+//! Reading one (`load`) and a request number's fields are kfd-sys's `ioc`, shared with the
+//! launch shim's ioctl hook.
 
-use kfd_sys::zerocopy::{FromBytes, Immutable, IntoBytes};
+use kfd_sys::zerocopy::{Immutable, IntoBytes};
 
 /// Reads a `T` from the front of `buf` (missing trailing bytes read as zero).
-pub(crate) fn load<T: FromBytes + IntoBytes>(buf: &[u8]) -> T {
-    let mut v = T::new_zeroed();
-    let b = v.as_mut_bytes();
-    let n = buf.len().min(b.len());
-    b[..n].copy_from_slice(&buf[..n]);
-    v
-}
+pub(crate) use kfd_sys::ioc::load;
 
 /// Writes `v` to the front of `buf` (truncated to `buf.len()`).
 pub(crate) fn store<T: IntoBytes + Immutable>(buf: &mut [u8], v: &T) {
@@ -23,11 +19,6 @@ pub(crate) fn store<T: IntoBytes + Immutable>(buf: &mut [u8], v: &T) {
 /// The bytes of a value.
 pub(crate) fn bytes_of<T: IntoBytes + Immutable>(v: &T) -> Vec<u8> {
     v.as_bytes().to_vec()
-}
-
-/// `_IOC_SIZE` of an ioctl request number: the argument size it encodes.
-pub(crate) const fn ioc_size(cmd: u32) -> usize {
-    ((cmd >> 16) & 0x3fff) as usize
 }
 
 // Fixed-width fields of byte buffers (uapi and DRM structs, AQL packets, kernel arguments, code

@@ -7,7 +7,7 @@
 use fuser::ReplyIoctl;
 use libc::{EFAULT, EINVAL};
 
-use crate::abi::{ioc_size, put_u32, put_u64, u32_at, u64_at};
+use crate::abi::{put_u32, put_u64, u32_at, u64_at};
 use crate::client_mem;
 use crate::config::{GPU_COUNTER_HZ, GpuNode};
 use crate::process;
@@ -210,7 +210,7 @@ pub(crate) fn dispatch(
         return send_reply(reply, &[], Err(libc::ESRCH));
     };
     let g = &emu.topo.gpus[gpu];
-    let size = ioc_size(cmd);
+    let size = kfd_sys::ioc::size(cmd);
     let mut b = vec![0u8; size];
     let n = in_data.len().min(size);
     b[..n].copy_from_slice(&in_data[..n]);

@@ -30,6 +30,7 @@ mod drm;
 mod effects;
 mod error;
 mod events;
+mod faults;
 mod fs;
 mod gpu_mem;
 mod hws;
@@ -49,6 +50,7 @@ mod topology;
 
 pub use config::{EmuConfig, Preset};
 pub use error::EmuError;
+pub use faults::Fault;
 pub use mount::{MountedEmu, unmount_path};
 pub use sandbox::{Sandbox, run as run_sandboxed};
 pub use stats::{PartitionStats, ProcessStats, QueueStats, Stats};

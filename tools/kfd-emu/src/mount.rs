@@ -20,6 +20,7 @@ use nix::mount::{MntFlags, MsFlags};
 use crate::config::{EmuConfig, Topology};
 use crate::effects::Effects;
 use crate::error::EmuError;
+use crate::faults::Fault;
 use crate::fs::KfdFs;
 use crate::state::Emu;
 use crate::stats::{self, Stats};
@@ -291,6 +292,18 @@ impl MountedEmu {
     /// Snapshot of the HWS model (the same data `kfd-emu/stats.json` serves).
     pub fn stats(&self) -> Stats {
         stats::snapshot(&self.emu)
+    }
+
+    /// From now on, `fault.ioctl` fails with `fault.errno` (every call, or one in
+    /// `fault.every`) and changes nothing; adds to the failures already injected.
+    pub fn inject(&self, fault: Fault) {
+        tracing::info!(?fault, "failure injected");
+        self.emu.faults.inject(fault);
+    }
+
+    /// Ends every injected failure.
+    pub fn clear_faults(&self) {
+        self.emu.faults.clear();
     }
 
     /// Unmounts now, reporting failures (dropping also unmounts, silently).

@@ -44,6 +44,8 @@ pub(crate) struct Emu {
     pub kernels: crate::code_object::KernelCache,
     /// The emulator's own threads that panicked ("name: message").
     pub dead_threads: Mutex<Vec<String>>,
+    /// Failures a test injected into chosen ioctls.
+    pub faults: crate::faults::Faults,
 }
 
 impl Emu {
@@ -81,6 +83,7 @@ impl Emu {
             render_inos: OnceLock::new(),
             kernels: Default::default(),
             dead_threads: Mutex::new(Vec::new()),
+            faults: Default::default(),
         }
     }
 

@@ -114,7 +114,11 @@ pub(crate) fn dbg_trap(
     if needs_runtime(op) && !p.runtime_enabled {
         return Err(EPERM);
     }
-    let u = &mut buf[UNION_AT..];
+    // The dispatcher hands every handler at least the kernel's argument size, but this one slices
+    // past the header itself, so it checks that it is there rather than trusting its caller.
+    let Some(u) = buf.get_mut(UNION_AT..) else {
+        return Err(EINVAL);
+    };
     match op {
         KFD_IOC_DBG_TRAP_ENABLE => enable(ctx, st, target, is_self, u),
         KFD_IOC_DBG_TRAP_DISABLE => {
@@ -322,4 +326,37 @@ fn query_debug_event(emu: &Emu, st: &mut State, target: u32, u: &mut [u8]) -> KR
         }
     }
     Err(EAGAIN)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{EmuConfig, Topology};
+
+    /// A DBG_TRAP argument shorter than its `pid`/`op` header (only the pid: op reads as 0,
+    /// ENABLE) reaches the union's slice; it is refused, not a panic of the FUSE thread.
+    #[test]
+    fn a_short_argument_is_refused_not_sliced_past_its_end() {
+        let config = EmuConfig::default();
+        let topo = Topology::build(&config).unwrap();
+        let emu = Emu::new(config, topo, std::path::PathBuf::from("/nonexistent"));
+        let me = std::process::id();
+        let mut effects = Effects::default();
+        super::super::lifecycle::ensure(
+            &emu,
+            &mut emu.lock(),
+            me,
+            process::start_time(me),
+            &mut effects,
+        );
+        let ctx = Ctx {
+            emu: &emu,
+            tid: me,
+            tgid: me,
+            out_len: 0,
+        };
+        let mut short = me.to_ne_bytes().to_vec();
+        let r = dbg_trap(&ctx, &mut short, &mut None, &mut effects);
+        assert_eq!(r, Err(EINVAL));
+    }
 }

@@ -135,8 +135,12 @@ pub(crate) fn scratch_backing(
 type TileConfigArgs = kfd_sys::kfd_ioctl_get_tile_config_args;
 
 /// `AMDKFD_IOC_GET_TILE_CONFIG`: `AMDKFD_IOWR(0x12, struct kfd_ioctl_get_tile_config_args)`.
-pub(crate) const AMDKFD_IOC_GET_TILE_CONFIG: u32 =
-    (3 << 30) | ((size_of::<TileConfigArgs>() as u32) << 16) | ((b'K' as u32) << 8) | 0x12;
+pub(crate) const AMDKFD_IOC_GET_TILE_CONFIG: u32 = kfd_sys::ioc::request(
+    kfd_sys::ioc::READ | kfd_sys::ioc::WRITE,
+    kfd_sys::ioc::KFD_TYPE,
+    0x12,
+    size_of::<TileConfigArgs>(),
+);
 
 /// `GB_ADDR_CONFIG` as amdgpu sets it for GC 9.4.1 and 9.4.2 (`gfx_v9_0_gpu_early_init`: the
 /// register with 0x22014042 forced into the fields it sets; the register's other bits are 0 here).

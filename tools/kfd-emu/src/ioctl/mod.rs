@@ -22,8 +22,9 @@ use crate::effects::Effects;
 use crate::process;
 use crate::state::Emu;
 
-pub(crate) use crate::abi::{bytes_of, ioc_size, load, store};
+pub(crate) use crate::abi::{bytes_of, load, store};
 pub(crate) use crate::reply::{ENOTSUPP, KResult, send_reply};
+use kfd_sys::ioc;
 
 /// Largest user array (entries) an ioctl copies in; the kernel's kmalloc of a bigger
 /// one fails with ENOMEM.
@@ -49,17 +50,8 @@ pub(crate) struct Ctx<'a> {
 
 type Handler = fn(&Ctx<'_>, &mut [u8], &mut Option<ReplyIoctl>, &mut Effects) -> KResult<i32>;
 
-const fn ioc_nr(cmd: u32) -> u32 {
-    cmd & 0xff
-}
-
-/// `_IOC_READ` of a command (the kernel copies the arguments back out).
-const fn ioc_out(cmd: u32) -> bool {
-    (cmd >> 30) & 2 != 0
-}
-
-const NR_RUNTIME_ENABLE: u32 = ioc_nr(kfd_sys::AMDKFD_IOC_RUNTIME_ENABLE);
-const NR_DBG_TRAP: u32 = ioc_nr(kfd_sys::AMDKFD_IOC_DBG_TRAP);
+const NR_RUNTIME_ENABLE: u32 = ioc::nr(kfd_sys::AMDKFD_IOC_RUNTIME_ENABLE);
+const NR_DBG_TRAP: u32 = ioc::nr(kfd_sys::AMDKFD_IOC_DBG_TRAP);
 
 /// The modelled ioctls: the kernel's command and the handler.
 const TABLE: [(u32, Handler); 26] = [
@@ -107,7 +99,7 @@ fn lookup(nr: u32, kfd_minor: u32) -> Option<(u32, Handler)> {
     if (nr == NR_RUNTIME_ENABLE || nr == NR_DBG_TRAP) && kfd_minor < 13 {
         return None;
     }
-    TABLE.iter().copied().find(|(cmd, _)| ioc_nr(*cmd) == nr)
+    TABLE.iter().copied().find(|(cmd, _)| ioc::nr(*cmd) == nr)
 }
 
 fn get_version(
@@ -134,7 +126,7 @@ pub(crate) fn dispatch(
     out_size: u32,
     reply: ReplyIoctl,
 ) {
-    let nr = ioc_nr(cmd);
+    let nr = ioc::nr(cmd);
     let tgid = process::tgid_of(emu, tid);
     if tgid != Some(opener) {
         tracing::debug!(tid, opener, nr, "ioctl from another process: EBADF");
@@ -144,8 +136,16 @@ pub(crate) fn dispatch(
         tracing::debug!(nr, "unknown ioctl: ENOTTY");
         return send_reply(reply, &[], Err(libc::ENOTTY));
     };
-    let out_len = if ioc_out(kcmd) { out_size as usize } else { 0 };
-    let len = in_data.len().max(ioc_size(kcmd)).max(out_len);
+    if let Some(errno) = emu.faults.check(nr) {
+        tracing::debug!(nr, errno, "injected failure");
+        return send_reply(reply, &[], Err(errno));
+    }
+    let out_len = if ioc::copies_out(kcmd) {
+        out_size as usize
+    } else {
+        0
+    };
+    let len = in_data.len().max(ioc::size(kcmd)).max(out_len);
     let mut buf = vec![0u8; len];
     buf[..in_data.len()].copy_from_slice(in_data);
     let ctx = Ctx {
@@ -174,11 +174,11 @@ mod tests {
 
     #[test]
     fn table_numbers_and_sizes() {
-        assert_eq!(ioc_nr(kfd_sys::AMDKFD_IOC_CREATE_QUEUE), 0x02);
-        assert_eq!(ioc_size(kfd_sys::AMDKFD_IOC_CREATE_QUEUE), 96);
-        assert!(ioc_out(kfd_sys::AMDKFD_IOC_CREATE_QUEUE));
-        assert!(!ioc_out(kfd_sys::AMDKFD_IOC_UPDATE_QUEUE));
-        assert!(!ioc_out(kfd_sys::AMDKFD_IOC_SET_CU_MASK));
+        assert_eq!(ioc::nr(kfd_sys::AMDKFD_IOC_CREATE_QUEUE), 0x02);
+        assert_eq!(ioc::size(kfd_sys::AMDKFD_IOC_CREATE_QUEUE), 96);
+        assert!(ioc::copies_out(kfd_sys::AMDKFD_IOC_CREATE_QUEUE));
+        assert!(!ioc::copies_out(kfd_sys::AMDKFD_IOC_UPDATE_QUEUE));
+        assert!(!ioc::copies_out(kfd_sys::AMDKFD_IOC_SET_CU_MASK));
         assert_eq!(NR_DBG_TRAP, 0x26);
         assert!(lookup(0x27, 17).is_none());
         assert!(lookup(NR_DBG_TRAP, 12).is_none());
@@ -186,18 +186,7 @@ mod tests {
     }
 
     #[test]
-    fn load_zero_fills_short_buffers() {
-        let full = kfd_sys::kfd_ioctl_create_queue_args {
-            ring_size: 4096,
-            ctl_stack_size: 7,
-            sdma_engine_id: 9,
-            ..Default::default()
-        };
-        let bytes = bytes_of(&full);
-        let short: kfd_sys::kfd_ioctl_create_queue_args = load(&bytes[..88]);
-        assert_eq!(short.ring_size, 4096);
-        assert_eq!(short.ctl_stack_size, 7);
-        assert_eq!(short.sdma_engine_id, 0);
+    fn access_ok_is_the_user_address_range() {
         assert!(access_ok(0, 4));
         assert!(!access_ok(0x8000_0000_0000, 8));
     }

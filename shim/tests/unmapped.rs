@@ -1,0 +1,47 @@
+//! A runtime that frees a queue's memory without a DESTROY_QUEUE the shim sees: the registry
+//! reads that queue's indices (here to find which queue a new stream runs on) without faulting,
+//! drops the queue with a report, and the program goes on unchanged.
+
+mod common;
+
+use common::*;
+
+#[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
+fn a_queue_whose_memory_is_gone_leaves_the_registry_and_the_program_runs_on() {
+    let emu = mount();
+    let mut app = Launch::new(programs().get("unmapped")).start(&emu);
+    let gone: u32 = app
+        .wait_line("unmapped ")
+        .rsplit(' ')
+        .next()
+        .and_then(|q| q.parse().ok())
+        .expect("unmapped <queue>");
+    app.wait_line("launched");
+    app.wait_line("CHECKPOINT end");
+    let null = app.queues()["null"].queue_id;
+    assert_ne!(null, gone, "the null stream runs on a queue of its own");
+    let pid = app.pid;
+    let warning = format!("queue {gone}: its index memory is no longer readable");
+    let reg = app.wait_registry(pid, "the unmapped queue reported", |r| {
+        r.warnings.iter().any(|w| w.starts_with(&warning))
+    });
+    assert!(
+        reg.queues.iter().all(|q| q.queue_id != gone),
+        "the queue left the registry: {:?}",
+        reg.queues
+    );
+    assert!(
+        reg.queues.iter().any(|q| q.queue_id == null),
+        "the null stream's queue is known: {:?}",
+        reg.queues
+    );
+    app.go();
+    let (lines, stderr) = app.finish();
+    assert!(lines.iter().any(|l| l == "launched"), "{lines:?}");
+    assert_eq!(
+        stderr.matches(&warning).count(),
+        1,
+        "once on stderr: {stderr}"
+    );
+}
