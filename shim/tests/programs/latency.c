@@ -3,9 +3,10 @@
  * inference. Every GAP_MS (open loop, periodic) it issues one request: KERNELS dispatches of
  * WGS work-groups (256 threads = 4 waves each, WG_US µs per work-group) on the null stream, as
  * PyTorch does, then waits for them. After a warm-up it passes checkpoint "ready" (see common.h),
- * then prints one line per request, the timed window on CLOCK_MONOTONIC and a summary, and passes
- * checkpoint "done" before it exits (its queues stay until then):
- *   request <i> <latency_us>
+ * then prints one line per request (its latency and its start, the moment before its first launch,
+ * on CLOCK_MONOTONIC), the timed window on CLOCK_MONOTONIC and a summary, and passes checkpoint
+ * "done" before it exits (its queues stay until then):
+ *   request <i> <latency_us> <start_us>
  *   window <start_us> <end_us>
  *   latency n <N> p50 <us> p99 <us> max <us>
  */
@@ -61,7 +62,7 @@ int main(int argc, char **argv)
 					      (dim3){256, 1, 1}, NULL, 0, 0));
 		CHECK(hipStreamSynchronize(0));
 		lat[i] = now_us() - t0;
-		printf("request %d %.0f\n", i, lat[i]);
+		printf("request %d %.0f %.0f\n", i, lat[i], t0);
 	}
 	printf("window %.0f %.0f\n", start, now_us());
 	qsort(lat, (size_t)n, sizeof(*lat), cmp);

@@ -108,6 +108,7 @@ fn diff(st: &mut State, part: usize) -> Vec<Edit> {
     now.sort_by_key(|(seq, _, _)| *seq);
     let known = &mut st.partitions[part].known;
     let mut edits = Vec::new();
+    let mut flips: Vec<(gfx_model::QueueKey, bool)> = Vec::new();
     let gone: Vec<gfx_model::QueueKey> = known
         .keys()
         .filter(|k| !now.iter().any(|(_, n, _)| n == *k))
@@ -132,6 +133,7 @@ fn diff(st: &mut State, part: usize) -> Vec<Edit> {
             Some(old) => {
                 if old.active != m.active {
                     edits.push(Edit::SetActive(k, m.active));
+                    flips.push((k, m.active));
                 }
                 if old.priority != m.priority {
                     edits.push(Edit::SetPriority(k, m.priority));
@@ -142,6 +144,14 @@ fn diff(st: &mut State, part: usize) -> Vec<Edit> {
             }
         }
         known.insert(k, m);
+    }
+    if !flips.is_empty() {
+        let now = crate::runnable::monotonic_us();
+        for (k, active) in flips {
+            if let Some(q) = st.queue_mut(queue_key(k)) {
+                q.runnable_log.note(active, now);
+            }
+        }
     }
     edits
 }

@@ -41,6 +41,7 @@ mod mount;
 mod notify;
 mod process;
 mod reply;
+mod runnable;
 mod sandbox;
 mod sdma;
 mod state;

@@ -478,6 +478,8 @@ pub(crate) struct Queue {
     pub packets_done: u64,
     /// Client memory could not be read; the CP stopped this queue.
     pub cp_failed: bool,
+    /// When it stopped being runnable and became runnable again (set by [`crate::hws`]).
+    pub runnable_log: crate::runnable::RunnableLog,
 }
 
 impl Queue {

@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 use crate::state::Emu;
 
 /// Snapshot of the whole emulator.
-#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
 pub struct Stats {
     /// One per topology GPU node, in node order.
     pub partitions: Vec<PartitionStats>,
@@ -50,7 +50,7 @@ pub struct PartitionStats {
 }
 
 /// One user queue.
-#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
 pub struct QueueStats {
     /// Owning process (tgid).
     pub pid: u32,
@@ -92,6 +92,13 @@ pub struct QueueStats {
     /// packet the emulator does not model.
     #[serde(default)]
     pub stopped: bool,
+    /// CLOCK_MONOTONIC times (µs) at which it stopped being runnable — deactivated
+    /// (UPDATE_QUEUE) or suspended (DBG_TRAP SUSPEND_QUEUES) — the latest 1024.
+    #[serde(default)]
+    pub stopped_at_us: Vec<f64>,
+    /// CLOCK_MONOTONIC times (µs) at which it became runnable again, the latest 1024.
+    #[serde(default)]
+    pub runnable_at_us: Vec<f64>,
 }
 
 /// One process with KFD state.
@@ -184,6 +191,8 @@ pub(crate) fn snapshot(emu: &Emu) -> Stats {
                 ring_base_address: q.ring_base,
                 ring_size: q.ring_size,
                 stopped: q.cp_failed,
+                stopped_at_us: q.runnable_log.stopped_us.iter().copied().collect(),
+                runnable_at_us: q.runnable_log.runnable_us.iter().copied().collect(),
             });
         }
         processes.push(ProcessStats {

@@ -39,7 +39,9 @@ fn packets_execute_and_stop_while_percentage_is_zero() {
     assert_eq!((qs.packets_done, qs.read_index, qs.write_index), (4, 4, 4));
 
     // Deactivated: nothing runs.
+    let t0 = monotonic_us();
     s.kfd.update_queue(&q, 0, 7).unwrap();
+    let t1 = monotonic_us();
     value.store(2, Ordering::Release);
     let w = submit(&bufs, w, &[dispatch_packet(1_000_000, signal.addr()); 2]);
     // The window: another process's queue runs 20 packets of 1 ms meanwhile.
@@ -49,7 +51,12 @@ fn packets_execute_and_stop_while_percentage_is_zero() {
     assert!(!t.stats().queues[0].active);
 
     // Reactivated: it continues.
+    let t2 = monotonic_us();
     s.kfd.update_queue(&q, 100, 7).unwrap();
+    let t3 = monotonic_us();
+    let qs = &t.stats().queues[0];
+    one_time_within(&qs.stopped_at_us, t0, t1, "deactivated at");
+    one_time_within(&qs.runnable_at_us, t2, t3, "reactivated at");
     assert!(wait_until(Duration::from_secs(5), || rptr
         .load(Ordering::Acquire)
         == w));

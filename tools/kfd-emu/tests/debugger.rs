@@ -127,7 +127,9 @@ fn suspend_resume_and_queue_new_rule() {
     );
     // Now it suspends; unknown ids are flagged; repeats are not counted.
     let before = t.stats().partitions[0].preempts;
+    let t0 = monotonic_us();
     let (res, out) = queue_op(&s, me(), KFD_IOC_DBG_TRAP_SUSPEND_QUEUES, &[q.id, 77]);
+    let t1 = monotonic_us();
     assert_eq!(res, Ok(1));
     assert_eq!(out, vec![q.id, 77 | KFD_DBG_QUEUE_INVALID_MASK]);
     let st = t.stats();
@@ -144,10 +146,17 @@ fn suspend_resume_and_queue_new_rule() {
     // UPDATE_QUEUE does not reactivate a suspended queue.
     s.kfd.update_queue(&q, 100, 9).unwrap();
     assert!(!t.stats().queues[0].active);
+    let t2 = monotonic_us();
     let (res, out) = queue_op(&s, me(), KFD_IOC_DBG_TRAP_RESUME_QUEUES, &[q.id, 78]);
+    let t3 = monotonic_us();
     assert_eq!(res, Ok(1));
     assert_eq!(out, vec![q.id, 78 | KFD_DBG_QUEUE_INVALID_MASK]);
-    assert!(t.stats().queues[0].active);
+    let qs = &t.stats().queues[0];
+    assert!(qs.active);
+    // The stop and restart are timed where they happened; the repeated suspend and the
+    // UPDATE_QUEUE of a suspended queue changed nothing.
+    one_time_within(&qs.stopped_at_us, t0, t1, "suspended at");
+    one_time_within(&qs.runnable_at_us, t2, t3, "resumed at");
     assert_eq!(
         queue_op(&s, me(), KFD_IOC_DBG_TRAP_RESUME_QUEUES, &[q.id]).0,
         Ok(0)

@@ -4,7 +4,10 @@
 //! The latency-critical (HP) workload:
 //!   ready                        warm-up done, its GPU queues exist; it then waits until the
 //!                                file $KFDQ_DEMO_GO exists before its first timed request
-//!   request <i> <latency_us>     one per timed request
+//!   request <i> <latency_us> [<start_us>]
+//!                                one per timed request; its start (CLOCK_MONOTONIC, the
+//!                                moment before its first launch) is optional and gives the
+//!                                reaction columns
 //!   window <start_us> <end_us>   optional: the timed span on CLOCK_MONOTONIC (default: from
 //!                                the go file to its exit, on the demo's clock)
 //! The batch (LP) workload:
@@ -32,6 +35,8 @@ pub fn lp_ready(line: &str) -> bool {
 pub struct HpOutput {
     /// Request latencies in the order printed, µs.
     pub latencies_us: Vec<f64>,
+    /// Each request's start (CLOCK_MONOTONIC µs) where its line gave one, in the same order.
+    pub starts_us: Vec<Option<f64>>,
     /// The timed window (CLOCK_MONOTONIC µs), if it printed one.
     pub window: Option<(f64, f64)>,
 }
@@ -48,15 +53,25 @@ fn number(s: Option<&str>) -> Option<f64> {
 pub fn parse_hp(lines: &[String]) -> Result<HpOutput, String> {
     let mut out = HpOutput {
         latencies_us: Vec::new(),
+        starts_us: Vec::new(),
         window: None,
     };
     for l in lines {
         let mut w = l.split_whitespace();
         match w.next() {
             Some("request") => {
-                let (_, lat) = (w.next(), number(w.next()));
+                let (_, lat, start) = (w.next(), number(w.next()), w.next());
+                let start = match start {
+                    None => None,
+                    s => Some(
+                        number(s).ok_or_else(|| bad(l, "request <i> <latency_us> <start_us>"))?,
+                    ),
+                };
                 match lat {
-                    Some(v) if v >= 0.0 => out.latencies_us.push(v),
+                    Some(v) if v >= 0.0 => {
+                        out.latencies_us.push(v);
+                        out.starts_us.push(start);
+                    }
                     _ => return Err(bad(l, "request <i> <latency_us>")),
                 }
             }
@@ -97,12 +112,13 @@ mod tests {
         let hp = parse_hp(&v(&[
             "queue null 1 2 3",
             "request 0 8012",
-            "request 1 9000.5",
+            "request 1 9000.5 123456789",
             "window 100 2100",
             "latency n 2 p50 8012 p99 9000 max 9000",
         ]))
         .unwrap();
         assert_eq!(hp.latencies_us, [8012.0, 9000.5]);
+        assert_eq!(hp.starts_us, [None, Some(123456789.0)]);
         assert_eq!(hp.window, Some((100.0, 2100.0)));
         assert_eq!(parse_hp(&v(&["hello"])).unwrap().latencies_us, [0.0; 0]);
         assert_eq!(
@@ -119,6 +135,11 @@ mod tests {
             "{e}"
         );
         assert!(parse_hp(&v(&["window 9 1"])).is_err());
+        assert!(
+            parse_hp(&v(&["request 3 100 soon"]))
+                .unwrap_err()
+                .contains("<start_us>")
+        );
         assert!(
             parse_lp(&v(&["done soon"]))
                 .unwrap_err()

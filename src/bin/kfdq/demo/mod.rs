@@ -5,6 +5,7 @@
 
 mod lines;
 mod procs;
+mod reaction;
 mod report;
 mod words;
 
@@ -18,6 +19,7 @@ use super::args::{DemoArgs, Phase};
 use super::{CliError, client, print_json};
 use kfdq::kfd::Root;
 use kfdq::proto::Level;
+use kfdq::proto::control::NodeStatus;
 
 impl Phase {
     const ALL: [Phase; 9] = [
@@ -86,6 +88,8 @@ const HP_WG_US: u32 = 2000;
 const LP_WGS: u32 = 2560;
 const LP_WG_US: u32 = 20000;
 const LP_IN_FLIGHT: u32 = 4;
+/// The batch job's class in the demo's agent configuration.
+const BATCH_CLASS: &str = "batch";
 
 fn find_exe(name: &str, dir: Option<&Path>) -> Result<PathBuf, CliError> {
     let mut tried = Vec::new();
@@ -231,13 +235,13 @@ fn run_phase(env: &Env<'_>, phase: Phase, tag: &str) -> Result<PhaseResult, CliE
         cmd.env("KFDQ_DEMO_STOP", &stop)
             .env("KFDQ_TEST_STOP", &stop)
             .env("KFDQ_FLOOD_PROGRESS", "1");
-        shim_env(&mut cmd, "batch");
+        shim_env(&mut cmd, BATCH_CLASS);
         let mut c = Child::spawn("the batch job (LP)", cmd, &log("lp"))?;
         c.wait_line("ready", lines::lp_ready, wait)
             .map_err(ready_hint)?;
         if agent.is_some() {
             wait_until("the batch job connecting to kfdqd", wait, || {
-                connected(&sock, "batch")
+                connected(&sock, BATCH_CLASS)
             })?;
         }
         lp = Some(c);
@@ -276,9 +280,10 @@ fn run_phase(env: &Env<'_>, phase: Phase, tag: &str) -> Result<PhaseResult, CliE
             )));
         }
         let lat = Latency::of(&hp.latencies_us);
+        let starts: Option<Vec<f64>> = hp.starts_us.iter().copied().collect();
         (
             hp.window.unwrap_or((go_us, end_us)),
-            Some((lat, hp.latencies_us)),
+            Some((lat, hp.latencies_us, starts)),
         )
     } else {
         // The batch job alone, over as long as a latency phase takes.
@@ -294,6 +299,8 @@ fn run_phase(env: &Env<'_>, phase: Phase, tag: &str) -> Result<PhaseResult, CliE
         _ => None,
     };
     let status = agent.as_ref().and_then(|_| client::status(&sock).ok());
+    let starts = hp.as_ref().and_then(|h| h.2.as_deref());
+    let reactions = reactions(env.emu, status.as_ref(), starts);
     let mut lp_done = None;
     if let Some(c) = lp {
         write_file(&stop)?;
@@ -324,7 +331,7 @@ fn run_phase(env: &Env<'_>, phase: Phase, tag: &str) -> Result<PhaseResult, CliE
         None => (None, None),
     };
     let per_s = |n: u64| n as f64 / window_s.max(1e-9);
-    let (hp, hp_latency_us) = hp.map_or((None, Vec::new()), |(l, v)| (Some(l), v));
+    let (hp, hp_latency_us) = hp.map_or((None, Vec::new()), |(l, v, _)| (Some(l), v));
     Ok(PhaseResult {
         phase,
         label: phase.label().into(),
@@ -340,10 +347,35 @@ fn run_phase(env: &Env<'_>, phase: Phase, tag: &str) -> Result<PhaseResult, CliE
         preempt_rtt_us: rtt,
         preempts_per_s: preempts.filter(|_| window_s > 0.0).map(per_s),
         agent_preempts_per_s: agent_rate,
+        reaction: reactions
+            .as_ref()
+            .filter(|r| !r.reaction_us.is_empty())
+            .map(|r| Latency::of(&r.reaction_us)),
+        reaction_found_stopped: reactions.as_ref().map(|r| r.found_stopped),
+        reaction_not_stopped: reactions.as_ref().map(|r| r.not_stopped),
+        reaction_us: reactions.map(|r| r.reaction_us).unwrap_or_default(),
         hp_latency_us,
         lp_done,
         preempts,
     })
+}
+
+/// The reaction chain of a phase with an agent on the emulator, when the latency client printed
+/// its requests' starts: each paired with the stop times of the batch class's compute queues
+/// (the processes the agent put in class `batch`, read before the batch job is stopped).
+fn reactions(
+    emu: Option<&Emulator>,
+    status: Option<&NodeStatus>,
+    starts_us: Option<&[f64]>,
+) -> Option<reaction::Reactions> {
+    let batch: Vec<u32> = status?
+        .processes
+        .iter()
+        .filter(|p| p.class == BATCH_CLASS)
+        .map(|p| p.pid)
+        .collect();
+    let queues = emu?.queue_times(&batch)?;
+    Some(reaction::pair(starts_us?, &queues))
 }
 
 /// A workload from `--hp-command` / `--lp-command`, or the built-in `name` with `args`.

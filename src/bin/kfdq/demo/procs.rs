@@ -11,6 +11,7 @@ use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
 use super::super::CliError;
+use super::reaction::QueueTimes;
 
 /// A child process with its stdout as lines and its stderr in a log file.
 pub struct Child {
@@ -222,16 +223,54 @@ impl Emulator {
         })
     }
 
+    fn stats(&self) -> Option<serde_json::Value> {
+        let text = std::fs::read_to_string(self.root.join("kfd-emu/stats.json")).ok()?;
+        serde_json::from_str(&text).ok()
+    }
+
     /// Device-wide preempts the emulator's HWS model counted so far (all partitions).
     pub fn preempts(&self) -> Option<u64> {
-        let text = std::fs::read_to_string(self.root.join("kfd-emu/stats.json")).ok()?;
-        let v: serde_json::Value = serde_json::from_str(&text).ok()?;
+        let v = self.stats()?;
         Some(
             v.get("partitions")?
                 .as_array()?
                 .iter()
                 .filter_map(|p| p.get("preempts")?.as_u64())
                 .sum(),
+        )
+    }
+
+    /// The times at which each compute queue of the processes `pids` stopped being runnable
+    /// and became runnable again, as the emulator recorded them (its latest 1024 of each).
+    pub fn queue_times(&self, pids: &[u32]) -> Option<Vec<QueueTimes>> {
+        let v = self.stats()?;
+        let times = |q: &serde_json::Value, key: &str| -> Vec<f64> {
+            q.get(key)
+                .and_then(serde_json::Value::as_array)
+                .map(|a| a.iter().filter_map(serde_json::Value::as_f64).collect())
+                .unwrap_or_default()
+        };
+        Some(
+            v.get("queues")?
+                .as_array()?
+                .iter()
+                .filter(|q| {
+                    q.get("pid")
+                        .and_then(serde_json::Value::as_u64)
+                        .is_some_and(|p| pids.iter().any(|x| u64::from(*x) == p))
+                        && q.get("queue_type")
+                            .and_then(serde_json::Value::as_str)
+                            .is_some_and(|t| t.starts_with("compute"))
+                })
+                .map(|q| QueueTimes {
+                    stopped_us: times(q, "stopped_at_us"),
+                    runnable_us: times(q, "runnable_at_us"),
+                    runnable_now: q
+                        .get("active")
+                        .and_then(serde_json::Value::as_bool)
+                        .unwrap_or(true),
+                })
+                .collect(),
         )
     }
 }

@@ -77,6 +77,17 @@ pub struct PhaseResult {
     pub preempts_per_s: Option<f64>,
     /// Device-wide preempts per second the agent's commands caused, by its own estimate.
     pub agent_preempts_per_s: Option<f64>,
+    /// The reaction chain: an HP request's start -> the last of the batch job's queues
+    /// stopped being runnable (the emulator's time), µs; `n` counts the requests paired
+    /// (docs/demo.md, "Reaction").
+    pub reaction: Option<Latency>,
+    /// Requests that found the batch job already stopped at their start (not paired).
+    pub reaction_found_stopped: Option<usize>,
+    /// Requests that found it runnable and saw no stop before the next request (not paired).
+    pub reaction_not_stopped: Option<usize>,
+    /// Each paired request's reaction, µs (per repetition, in `runs`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub reaction_us: Vec<f64>,
     /// Each request's latency in the order printed, µs (per repetition, in `runs`).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub hp_latency_us: Vec<f64>,
@@ -149,6 +160,10 @@ pub fn relate(results: &mut [PhaseResult]) {
     }
 }
 
+fn sum(reps: &[&PhaseResult], f: impl Fn(&PhaseResult) -> Option<usize>) -> Option<usize> {
+    reps.iter().filter_map(|r| f(r)).reduce(|a, b| a + b)
+}
+
 fn median(v: impl Iterator<Item = f64>) -> Option<f64> {
     let mut v: Vec<f64> = v.collect();
     v.sort_by(f64::total_cmp);
@@ -183,6 +198,15 @@ pub fn aggregate(reps: &[&PhaseResult]) -> PhaseResult {
             .zip(med(&|r| r.preempt_rtt_us.map(|x| x.1))),
         preempts_per_s: med(&|r| r.preempts_per_s),
         agent_preempts_per_s: med(&|r| r.agent_preempts_per_s),
+        reaction: reps.iter().any(|r| r.reaction.is_some()).then(|| Latency {
+            n: reps.iter().filter_map(|r| r.reaction).map(|h| h.n).sum(),
+            p50_us: med(&|r| r.reaction.map(|h| h.p50_us)).unwrap_or(0.0),
+            p99_us: med(&|r| r.reaction.map(|h| h.p99_us)).unwrap_or(0.0),
+            max_us: med(&|r| r.reaction.map(|h| h.max_us)).unwrap_or(0.0),
+        }),
+        reaction_found_stopped: sum(reps, |r| r.reaction_found_stopped),
+        reaction_not_stopped: sum(reps, |r| r.reaction_not_stopped),
+        reaction_us: Vec::new(),
         hp_latency_us: Vec::new(),
         lp_done: None,
         preempts: None,
@@ -207,7 +231,14 @@ pub fn render(r: &DemoReport) -> String {
     if r.repeat > 1 {
         cols.push(">P99 x SPREAD");
     }
-    cols.extend([">LP disp/s", ">LP x", ">PREEMPT RTT µs", ">PREEMPTS/s"]);
+    cols.extend([
+        ">LP disp/s",
+        ">LP x",
+        ">PREEMPT RTT µs",
+        ">PREEMPTS/s",
+        ">REACT P50 µs",
+        ">P99 µs",
+    ]);
     let mut t = Table::new(&cols);
     for p in &r.phases {
         let mut row = vec![
@@ -233,6 +264,8 @@ pub fn render(r: &DemoReport) -> String {
             opt(p.preempts_per_s.or(p.agent_preempts_per_s), |v| {
                 format!("{v:.1}")
             }),
+            opt(p.reaction.map(|h| h.p50_us), |v| format!("{v:.0}")),
+            opt(p.reaction.map(|h| h.p99_us), |v| format!("{v:.0}")),
         ]);
         t.row(row);
     }
@@ -259,7 +292,9 @@ pub fn render(r: &DemoReport) -> String {
     out += &t.render();
     out += "\nx = relative to alone (HP: latency; LP: dispatches per second). PREEMPT RTT: agent command -> shim ack\n\
             (p50 / max), the ioctl included. PREEMPTS/s: device-wide preempts in the window (the emulator's\n\
-            count; on hardware the agent's estimate). docs/demo.md explains every column.\n";
+            count; on hardware the agent's estimate). REACT: an HP request's start -> the last batch queue\n\
+            stopped (the emulator's time; requests that found the batch job running). docs/demo.md explains\n\
+            every column.\n";
     out
 }
 
@@ -283,6 +318,10 @@ mod tests {
             preempt_rtt_us: None,
             preempts_per_s: None,
             agent_preempts_per_s: None,
+            reaction: None,
+            reaction_found_stopped: None,
+            reaction_not_stopped: None,
+            reaction_us: Vec::new(),
             hp_latency_us: hp.map(<[f64]>::to_vec).unwrap_or_default(),
             lp_done: None,
             preempts: None,
@@ -297,6 +336,8 @@ mod tests {
                 phase(Phase::LpAlone, None, Some(10.0)),
                 phase(Phase::Level2, Some(&[shared, shared]), Some(5.0)),
             ];
+            v[2].reaction = Some(Latency::of(&[shared * 10.0]));
+            v[2].reaction_found_stopped = Some(1);
             relate(&mut v);
             v
         };
@@ -309,5 +350,27 @@ mod tests {
         assert_eq!((a.hp_p99_rel_min, a.hp_p99_rel_max), (Some(1.0), Some(4.0)));
         assert_eq!(a.hp.map(|h| h.n), Some(6));
         assert!(a.hp_latency_us.is_empty());
+        // The reactions: medians over the repetitions, the unpaired requests summed.
+        assert_eq!(a.reaction.map(|r| (r.n, r.p50_us)), Some((3, 200.0)));
+        assert_eq!(a.reaction_found_stopped, Some(3));
+        assert_eq!(a.reaction_not_stopped, None);
+        let table = render(&DemoReport {
+            emulator: true,
+            preset: None,
+            priority_note: String::new(),
+            requests: 2,
+            rate_per_s: 1.0,
+            workloads: String::new(),
+            hp_command: Vec::new(),
+            lp_command: Vec::new(),
+            repeat: 1,
+            phases: vec![a],
+            runs: Vec::new(),
+        });
+        let row = table.lines().find(|l| l.starts_with("Level2")).unwrap();
+        assert!(
+            table.contains("REACT P50") && row.trim_end().ends_with("200"),
+            "{table}"
+        );
     }
 }

@@ -211,6 +211,7 @@ pub(crate) fn create(
         pending: BTreeMap::new(),
         packets_done: 0,
         cp_failed: false,
+        runnable_log: Default::default(),
     };
     let active = q.is_active();
     let change = active.then(|| hws::begin(emu, st, &[gpu]));

@@ -431,3 +431,17 @@ pub fn submit(bufs: &QueueBufs, from: u64, packets: &[[u8; 64]]) -> u64 {
         .store(to, std::sync::atomic::Ordering::Release);
     to
 }
+
+/// CLOCK_MONOTONIC now, µs: the clock of the queues' stop and runnable times in the stats.
+pub fn monotonic_us() -> f64 {
+    let t = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC).expect("clock");
+    t.tv_sec() as f64 * 1e6 + t.tv_nsec() as f64 / 1e3
+}
+
+/// Asserts that `times` holds exactly one time, inside `[from, to]`.
+pub fn one_time_within(times: &[f64], from: f64, to: f64, what: &str) {
+    assert!(
+        times.len() == 1 && (from..=to).contains(&times[0]),
+        "{what}: {times:?}, expected one time in [{from}, {to}]"
+    );
+}
