@@ -66,7 +66,7 @@ fn a_busy_higher_class_preempts_lower_classes_at_their_levels() {
     assert_eq!(run(30), Run::Preempted(Level::Deactivate));
     assert!(matches!(
         d.targets.iter().find(|t| t.pid == 30).unwrap().reason,
-        Reason::HigherClassBusy(ref c) if c == "latency"
+        Reason::HigherClassBusy(ref c) if &**c == "latency"
     ));
     // Priorities come from the classes.
     assert_eq!(

@@ -129,7 +129,8 @@ pub struct Recorder {
     period_start: BTreeMap<String, Instant>,
     busy_periods: Family<ClassLabel, Histogram>,
     preempted: TimeIn,
-    preemptions: BTreeMap<(String, &'static str), u64>,
+    /// Preempt commands per class, per level (hold, deactivate, suspend).
+    preemptions: BTreeMap<String, [u64; 3]>,
     preempt_latency: Family<LevelLabel, Histogram>,
     decision_latency: Histogram,
 }
@@ -200,10 +201,16 @@ impl Recorder {
 
     /// A preempt command sent to a process of `class`.
     pub fn preempted(&mut self, class: &str, level: Level) {
-        *self
-            .preemptions
-            .entry((class.to_owned(), level_label(level)))
-            .or_default() += 1;
+        let i = level_number(Some(level)) as usize - 1;
+        // No allocation on the decision's path once the class is known.
+        match self.preemptions.get_mut(class) {
+            Some(n) => n[i] += 1,
+            None => {
+                let mut n = [0; 3];
+                n[i] = 1;
+                self.preemptions.insert(class.to_owned(), n);
+            }
+        }
     }
 
     /// A preempt command at `level` acknowledged after `seconds`.
@@ -326,12 +333,18 @@ pub fn render(status: &NodeStatus, rec: &Recorder) -> Result<String, std::fmt::E
         }),
     );
     let pre = Family::<PreemptLabels, Counter>::default();
-    for ((class, level), n) in &rec.preemptions {
-        pre.get_or_create(&PreemptLabels {
-            class: class.clone(),
-            level: (*level).into(),
-        })
-        .inc_by(*n);
+    for (class, counts) in &rec.preemptions {
+        for (level, n) in [Level::Hold, Level::Deactivate, Level::Suspend]
+            .into_iter()
+            .zip(counts)
+            .filter(|(_, n)| **n > 0)
+        {
+            pre.get_or_create(&PreemptLabels {
+                class: class.clone(),
+                level: level_label(level).into(),
+            })
+            .inc_by(*n);
+        }
     }
     r.register(
         "preemptions",

@@ -86,10 +86,10 @@ pub enum Reason {
     /// Its class is never preempted.
     Unpreemptible,
     /// This higher class is busy on a partition it shares.
-    HigherClassBusy(String),
+    HigherClassBusy(std::sync::Arc<str>),
     /// The higher class is idle, but not yet for its release rule's hold (the fixed hysteresis,
     /// or the cost rule's).
-    Hysteresis(String),
+    Hysteresis(std::sync::Arc<str>),
     /// The starvation guard lets it run.
     StarvationGuard,
     /// Too many active queues on this partition: deactivated so higher classes stay resident.
@@ -159,7 +159,11 @@ struct ProcState {
 /// process's state, the last device-wide preempt per partition).
 #[derive(Debug, Clone)]
 pub struct Policy {
-    config: PolicyConfig,
+    config: std::sync::Arc<PolicyConfig>,
+    /// The rule of a class the configuration does not name.
+    unknown: std::sync::Arc<ClassRule>,
+    /// Each rank's class name, shared by the reasons that name it.
+    names: Vec<(u8, std::sync::Arc<str>)>,
     edges: BTreeMap<(u32, u8), Edges>,
     procs: BTreeMap<u32, ProcState>,
     last_preempt: BTreeMap<u32, u64>,
@@ -189,8 +193,24 @@ impl Policy {
     /// A policy with `config` (validated: the error names the broken rule).
     pub fn new(config: PolicyConfig) -> Result<Policy, PolicyError> {
         config.validate()?;
+        let names = config
+            .classes
+            .iter()
+            .map(|c| (c.rank, std::sync::Arc::from(c.name.as_str())))
+            .collect();
         Ok(Policy {
-            config,
+            names,
+            config: std::sync::Arc::new(config),
+            unknown: std::sync::Arc::new(ClassRule {
+                name: String::new(),
+                rank: 0,
+                priority: 7,
+                level: None,
+                starvation: None,
+                cu_share_permille: None,
+                window: None,
+                hw_queues: None,
+            }),
             edges: BTreeMap::new(),
             procs: BTreeMap::new(),
             last_preempt: BTreeMap::new(),
@@ -212,28 +232,23 @@ impl Policy {
         self.procs.remove(&pid);
     }
 
-    fn rule(&self, class: &str) -> ClassRule {
-        // Validated at construction: there is at least one class.
-        self.config.class(class).cloned().unwrap_or(ClassRule {
-            name: class.into(),
-            rank: 0,
-            priority: 7,
-            level: None,
-            starvation: None,
-            cu_share_permille: None,
-            window: None,
-            hw_queues: None,
-        })
-    }
-
     /// Decides what every process should be now.
     pub fn decide(&mut self, obs: &Observation<'_>) -> Decision {
         let now = obs.now_ns;
-        let rules: Vec<ClassRule> = obs.processes.iter().map(|p| self.rule(&p.class)).collect();
+        // The rules by reference (a decision clones no class): the configuration is shared.
+        // A class the configuration does not name: rank 0, never preempted.
+        let config = std::sync::Arc::clone(&self.config);
+        let unknown = std::sync::Arc::clone(&self.unknown);
+        let rules: Vec<&ClassRule> = obs
+            .processes
+            .iter()
+            .map(|p| config.class(&p.class).unwrap_or(&unknown))
+            .collect();
         self.observe_edges(obs, &rules);
         // Forget processes that are gone.
-        self.procs
-            .retain(|pid, _| obs.processes.iter().any(|p| p.pid == *pid));
+        let mut alive: Vec<u32> = obs.processes.iter().map(|p| p.pid).collect();
+        alive.sort_unstable();
+        self.procs.retain(|pid, _| alive.binary_search(pid).is_ok());
 
         let mut next: Option<u64> = None;
         let mut wanted: Vec<(Run, Reason)> = Vec::with_capacity(obs.processes.len());
@@ -386,7 +401,7 @@ impl Policy {
 
     /// Takes the busy/idle edge of every class on every partition from `obs` (a class without a
     /// busy queue there, or whose processes are gone, is idle).
-    fn observe_edges(&mut self, obs: &Observation<'_>, rules: &[ClassRule]) {
+    fn observe_edges(&mut self, obs: &Observation<'_>, rules: &[&ClassRule]) {
         let history = match self.config.release {
             Release::Cost(c) => c.history as usize,
             Release::Hysteresis => 1,
@@ -448,12 +463,11 @@ impl Policy {
                 held = Some((until, rank));
             }
         }
-        let name = |rank: u8| {
-            self.config
-                .classes
+        let name = |rank: u8| -> std::sync::Arc<str> {
+            self.names
                 .iter()
-                .find(|c| c.rank == rank)
-                .map_or_else(|| format!("rank {rank}"), |c| c.name.clone())
+                .find(|(r, _)| *r == rank)
+                .map_or_else(|| format!("rank {rank}").into(), |(_, n)| n.clone())
         };
         match (busy, held) {
             (Some(rank), _) => Some((Reason::HigherClassBusy(name(rank)), None)),

@@ -7,9 +7,9 @@ use std::time::{Duration, Instant};
 use super::command::Command;
 use super::process::Proc;
 use super::reconcile::{Step, Want, reconcile};
-use super::status::reason_text;
+use super::why::Why;
 use super::{Node, Out};
-use crate::policy::{Decision, Observation, ProcessObs, Run};
+use crate::policy::{Decision, Observation, Run};
 use crate::proto::Level;
 use crate::proto::control::Control;
 
@@ -23,18 +23,28 @@ impl Node {
         self.waiters.expire(now, out);
         self.end_tracer_sessions(out);
         self.edges(out);
-        let observed: Vec<ProcessObs> = self
+        // The observation is rebuilt in place: the last one's allocations are reused.
+        let mut observed = std::mem::take(&mut self.observed);
+        let mut n = 0;
+        for (pid, p) in self
             .procs
             .iter()
             .filter(|(_, p)| p.manual.is_none() && !p.leaving)
-            .map(|(pid, p)| p.observe(*pid))
-            .collect();
+        {
+            match observed.get_mut(n) {
+                Some(o) => p.observe_into(*pid, o),
+                None => observed.push(p.observe(*pid)),
+            }
+            n += 1;
+        }
+        observed.truncate(n);
         let now_ns = self.now_ns(now);
         let decision = self.policy.decide(&Observation {
             now_ns,
             partitions: &self.partitions,
             processes: &observed,
         });
+        self.observed = observed;
         self.next_decide = decision
             .next_ns
             .map(|t| self.started + Duration::from_nanos(t));
@@ -146,7 +156,7 @@ impl Node {
         for (pid, p) in &self.procs {
             let mut w = Want::default();
             if let Some(t) = targets.next_if(|t| t.pid == *pid) {
-                w.run = Some((t.run, reason_text(&t.reason)));
+                w.run = Some((t.run, Why::Policy(t.reason)));
                 w.cu_masks = t.cu_masks;
             }
             if let Some(l) = p.manual
@@ -159,7 +169,7 @@ impl Node {
                 && p.via == Control::Tracer
             {
                 *run = Run::Preempted(Level::Suspend);
-                why.push_str(" (level 3: the tracer's only level)");
+                *why = Why::Text(format!("{} (level 3: the tracer's only level)", why.text()));
             }
             w.priority = self.wanted_priority(p);
             w.window = self.cfg.policy.class(p.class()).and_then(|c| c.window);

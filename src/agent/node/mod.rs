@@ -34,6 +34,7 @@ mod status;
 #[cfg(test)]
 mod tests;
 mod waiters;
+mod why;
 
 use command::Preempts;
 use process::Proc;
@@ -76,6 +77,8 @@ pub struct Node {
     busy_periods: BTreeMap<String, Samples>,
     /// When the leases of the preempted processes are renewed next (`None`: none preempted).
     next_renew: Option<Instant>,
+    /// The last decision's observation, rebuilt in place by the next.
+    observed: Vec<crate::policy::ProcessObs>,
 }
 
 impl Node {
@@ -106,6 +109,7 @@ impl Node {
             rec: Recorder::default(),
             busy_periods: BTreeMap::new(),
             next_renew: None,
+            observed: Vec::new(),
         })
     }
 

@@ -7,6 +7,7 @@ use std::time::Instant;
 use super::super::conn::ConnId;
 use super::super::identity::{Classified, Identity};
 use super::command::Command;
+use super::why::Why;
 use crate::policy::{ProcessObs, QueueObs, Run};
 use crate::proto::control::Control;
 use crate::proto::{CuMask, Level, Registry};
@@ -49,11 +50,15 @@ pub(super) struct Proc {
     pub(super) manual: Option<Level>,
     pub(super) priority_override: Option<u32>,
     pub(super) reason: String,
+    /// What [`Proc::reason`] says, before it was put in words.
+    pub(super) why: Option<Why>,
     pub(super) pending: BTreeMap<u64, Pending>,
     pub(super) failed: Option<(Level, Instant)>,
     pub(super) warnings: VecDeque<String>,
     /// When its shim last said anything (`None`: nothing since hello).
     pub(super) last_heard: Option<Instant>,
+    /// Any queue busy (see [`Proc::any_busy`]).
+    pub(super) busy_any: bool,
     /// `AgentMsg::Edges` last sent (`None`: never).
     pub(super) edges_sent: Option<bool>,
     /// Its busy queues are taken as idle: it reports edges and said nothing for
@@ -89,11 +94,13 @@ impl Proc {
             manual: None,
             priority_override: None,
             reason: "connected".into(),
+            why: None,
             pending: BTreeMap::new(),
             failed: None,
             warnings: VecDeque::new(),
             last_heard: None,
             edges_sent: None,
+            busy_any: false,
             stale: false,
         };
         if let Some(r) = p.classified.refused.clone() {
@@ -128,12 +135,18 @@ impl Proc {
         })
     }
 
-    /// Any of its queues is busy.
+    /// Any of its queues is busy (kept by [`Proc::refresh_busy`]).
     pub(super) fn any_busy(&self) -> bool {
-        self.registry
+        self.busy_any
+    }
+
+    /// Recomputes [`Proc::any_busy`] after a registry or an activity report.
+    pub(super) fn refresh_busy(&mut self) {
+        self.busy_any = self
+            .registry
             .queues
             .iter()
-            .any(|q| self.queue_busy(q.queue_id))
+            .any(|q| self.queue_busy(q.queue_id));
     }
 
     /// The first partition it has queues on (`u32::MAX` for none): commands go out in
@@ -160,6 +173,23 @@ impl Proc {
         };
         let at = heard + crate::proto::BUSY_STALE;
         (now >= at, (now < at).then_some(at))
+    }
+
+    /// [`Proc::observe`] into `obs`, reusing its allocations (a decision allocates nothing
+    /// for the processes it already saw).
+    pub(super) fn observe_into(&self, pid: u32, obs: &mut ProcessObs) {
+        obs.pid = pid;
+        if obs.class != self.class() {
+            obs.class.clear();
+            obs.class.push_str(self.class());
+        }
+        obs.queues.clear();
+        obs.queues
+            .extend(self.registry.queues.iter().map(|q| QueueObs {
+                queue_id: q.queue_id,
+                gpu_id: q.gpu_id,
+                busy: !self.stale && self.queue_busy(q.queue_id),
+            }));
     }
 
     /// What the policy sees of it (no busy queue while its reports are [`Proc::stale`]).

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use super::command::Command;
 use super::process::Proc;
+use super::why::Why;
 use crate::policy::Run;
 use crate::proto::control::Control;
 use crate::proto::{CuMask, Level};
@@ -20,7 +21,7 @@ pub(super) const RETRY_AFTER: Duration = Duration::from_secs(5);
 pub(super) struct Want {
     /// Running or preempted, and why; `None`: this decision leaves its run state as it is
     /// (a tracer session being ended, or a manual preemption of a process leaving).
-    pub(super) run: Option<(Run, String)>,
+    pub(super) run: Option<(Run, Why)>,
     /// The KFD priority its queues should have, when the shim's own class band does not give
     /// it.
     pub(super) priority: Option<u32>,
@@ -78,7 +79,7 @@ pub(super) fn reconcile(p: &mut Proc, want: Want, now: Instant) -> Step {
 fn run_state(
     p: &mut Proc,
     run: Run,
-    why: String,
+    why: Why,
     now: Instant,
     cmds: &mut Vec<Command>,
 ) -> Option<Instant> {
@@ -94,7 +95,10 @@ fn run_state(
             p.failed = None;
         }
     }
-    p.reason = why;
+    if p.why.as_ref() != Some(&why) {
+        p.reason = why.text();
+        p.why = Some(why);
+    }
     let applied = p.applied;
     if applied != want {
         p.applied = want;

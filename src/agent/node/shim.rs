@@ -51,6 +51,7 @@ impl Node {
                 }
                 ShimMsg::Activity { queue_id, busy } => {
                     let changed = p.busy.insert(queue_id, busy) != Some(busy);
+                    p.refresh_busy();
                     if changed && busy && p.edges_sent == Some(true) {
                         self.counters.busy_edges += 1;
                     }

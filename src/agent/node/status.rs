@@ -3,7 +3,7 @@
 use std::time::Instant;
 
 use super::Node;
-use crate::policy::{Reason, Run};
+use crate::policy::Run;
 use crate::proto::Level;
 use crate::proto::control::{
     ClassStatus, NodeStatus, PartitionStatus, ProcessQueue, ProcessStatus,
@@ -16,21 +16,6 @@ pub(super) fn level_name(run: Run) -> String {
         Run::Preempted(Level::Hold) => "held (level 1)".into(),
         Run::Preempted(Level::Deactivate) => "deactivated (level 2)".into(),
         Run::Preempted(Level::Suspend) => "suspended (level 3)".into(),
-    }
-}
-
-/// The policy's reason in words.
-pub(super) fn reason_text(r: &Reason) -> String {
-    match r {
-        Reason::Free => "no higher class busy".into(),
-        Reason::Unpreemptible => "its class is never preempted".into(),
-        Reason::HigherClassBusy(c) => format!("class {c} is busy"),
-        Reason::Hysteresis(c) => format!("class {c} went idle less than the hysteresis ago"),
-        Reason::StarvationGuard => "starvation guard: running its share".into(),
-        Reason::ResidencyGuard(g) => {
-            format!("residency guard: more active queues than slots on gpu {g:#x}")
-        }
-        Reason::RateLimited => "waiting for the minimum interval between preempts".into(),
     }
 }
 

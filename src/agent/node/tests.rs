@@ -321,3 +321,88 @@ fn one_step_releases_the_old_level_before_preempting_at_the_new() {
     // not newer than it).
     assert_eq!(reconcile(p, want, t0).commands().count(), 0);
 }
+
+/// Timing probe (not a test of behaviour): `cargo test --release -p kfdq --lib timing_probe --
+/// --ignored --nocapture`.
+#[test]
+#[ignore = "a timing probe, run by hand"]
+fn timing_probe() {
+    let t0 = Instant::now();
+    let cfg = AgentConfig::parse(
+        &CONFIG.replace("level = \"deactivate\"", "level = \"hold\""),
+        None,
+    )
+    .unwrap();
+    let parts = vec![PartitionObs {
+        gpu_id: GPU,
+        resident_slots: 1024,
+        cus: 80,
+    }];
+    let mut n = Node::new(cfg, parts, String::new(), t0).unwrap();
+    let mut out = Vec::new();
+    for i in 0..64u32 {
+        let pid = 1000 + i;
+        let class = if i == 0 { "serving" } else { "training" };
+        n.hello(
+            u64::from(i) + 1,
+            identity(pid),
+            crate::proto::VERSION,
+            Some(class.into()),
+            pid,
+            &mut out,
+        )
+        .unwrap();
+        let qs = (1..=8).map(|q| queue(q, 3)).collect();
+        n.shim_message(pid, registry(pid, class, qs), t0, &mut out);
+    }
+    n.decide(t0, &mut out);
+    let mut times = Vec::new();
+    let toggles: u32 = std::env::var("PROBE_N")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(400);
+    for t in 0..toggles {
+        out.clear();
+        let now = t0 + Duration::from_millis(u64::from(t) * 20 + 20);
+        n.shim_message(
+            1000,
+            ShimMsg::Activity {
+                queue_id: 1,
+                busy: t % 2 == 0,
+            },
+            now,
+            &mut out,
+        );
+        let s = Instant::now();
+        n.decide(now, &mut out);
+        times.push(s.elapsed().as_secs_f64() * 1e6);
+        // acks
+        for o in std::mem::take(&mut out) {
+            if let Out::Shim(conn, m) = o {
+                let seq = match m {
+                    crate::proto::AgentMsg::Preempt { seq, .. }
+                    | crate::proto::AgentMsg::Release { seq, .. } => seq,
+                    _ => continue,
+                };
+                let pid = 1000 + conn as u32 - 1;
+                n.shim_message(
+                    pid,
+                    ShimMsg::Ack {
+                        seq,
+                        ok: true,
+                        detail: String::new(),
+                    },
+                    now,
+                    &mut out,
+                );
+            }
+        }
+    }
+    times.sort_by(f64::total_cmp);
+    let n = times.len();
+    eprintln!(
+        "decide p50 {:.1} p99 {:.1} us",
+        times[n / 2],
+        times[n * 99 / 100]
+    );
+}
