@@ -23,7 +23,7 @@ use std::collections::BTreeMap;
 
 use super::release::{Edges, Release};
 use super::rules::{ClassRule, PolicyConfig, PolicyError};
-use crate::proto::Level;
+use super::Level;
 
 /// A GPU partition as the policy sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -5,6 +5,7 @@
 
 pub mod class;
 mod decide;
+mod level;
 pub mod release;
 mod rules;
 
@@ -12,5 +13,6 @@ pub use decide::{
     Change, Decision, Observation, PartitionObs, Policy, ProcessObs, QueueObs, Reason, Run, Target,
     preempt_cost,
 };
+pub use level::Level;
 pub use release::{CostRelease, Release};
 pub use rules::{ClassRule, PolicyConfig, PolicyError, Starvation};

@@ -1,9 +1,9 @@
 //! What the policy is told: the classes (rank, priority, preemption level, starvation guard, CU
 //! share) and its timing (release rule, minimum interval between device-wide preempts).
 
-use crate::policy::class::{Class, MAX_HW_QUEUES};
+use crate::policy::class::{Class, MAX_HW_QUEUES, MAX_WINDOW};
 use crate::policy::release::{CostRelease, Release};
-use crate::proto::Level;
+use crate::policy::Level;
 
 /// One class of processes.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -158,7 +158,7 @@ impl PolicyConfig {
                 return Err(PolicyError::CuShare(c.name.clone(), s));
             }
             if let Some(w) = c.window
-                && !(1..=crate::proto::MAX_WINDOW).contains(&w)
+                && !(1..=MAX_WINDOW).contains(&w)
             {
                 return Err(PolicyError::Window(c.name.clone(), w));
             }
