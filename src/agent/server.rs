@@ -18,7 +18,7 @@ use super::conn::{Conn, ConnId, Frame};
 use super::discover::{self, Found};
 use super::http::Endpoint;
 use super::identity::Identity;
-use super::node::{Node, Out};
+use super::node::{NodeState, Out};
 use super::notify::{Watchdog, notify};
 use super::tracer::{Cmd, Event, Tracer};
 use super::{AgentError, socket};
@@ -120,7 +120,7 @@ pub fn run(cfg: AgentConfig, opts: &Options) -> Result<(), AgentError> {
         Some(addr) => Some(Endpoint::start(addr).map_err(AgentError::Metrics)?),
         None => None,
     };
-    let mut node = Node::new(cfg, parts, note, Instant::now())
+    let mut node = NodeState::new(cfg, parts, note, Instant::now())
         .map_err(|e| AgentError::Config(e.to_string()))?;
     notify(&format!(
         "READY=1\nSTATUS=serving on {}",
@@ -133,7 +133,7 @@ pub fn run(cfg: AgentConfig, opts: &Options) -> Result<(), AgentError> {
 }
 
 struct Server<'a> {
-    node: &'a mut Node,
+    node: &'a mut NodeState,
     peers: BTreeMap<ConnId, Peer>,
     next_id: ConnId,
     buckets: HashMap<u32, Bucket>,
@@ -153,7 +153,7 @@ struct Server<'a> {
 }
 
 fn serve(
-    node: &mut Node,
+    node: &mut NodeState,
     listener: &UnixListener,
     sigfd: &SignalFd,
     metrics: Option<&Endpoint>,

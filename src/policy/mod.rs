@@ -10,8 +10,8 @@ pub mod release;
 mod rules;
 
 pub use decide::{
-    Change, Decision, Observation, PartitionObs, Policy, ProcessObs, QueueObs, Reason, Run, Target,
-    preempt_cost,
+    Change, Decision, Observation, PartitionObs, Policy, ProcessDecision, ProcessObs, QueueObs,
+    Reason, Run, preempt_cost,
 };
 pub use level::Level;
 pub use release::{CostRelease, Release};

@@ -1,9 +1,9 @@
 //! What the policy is told: the classes (rank, priority, preemption level, starvation guard, CU
 //! share) and its timing (release rule, minimum interval between device-wide preempts).
 
+use crate::policy::Level;
 use crate::policy::class::{Class, MAX_HW_QUEUES, MAX_WINDOW};
 use crate::policy::release::{CostRelease, Release};
-use crate::policy::Level;
 
 /// One class of processes.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -8,11 +8,11 @@ use super::super::identity::{Identity, may_set_class};
 use super::process::Proc;
 use super::status::level_name;
 use super::waiters::{ACK_TIMEOUT, Waiter};
-use super::{Node, Out};
+use super::{NodeState, Out};
 use crate::proto::control::Control;
 use crate::proto::{Level, Reply, Request};
 
-impl Node {
+impl NodeState {
     /// Runs a control request from `who` on control connection `conn`. The reply comes now,
     /// or once the shims acknowledged the commands it caused.
     pub fn control(

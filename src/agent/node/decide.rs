@@ -8,12 +8,12 @@ use super::command::Command;
 use super::process::Proc;
 use super::reconcile::{Step, Want, reconcile};
 use super::status::reason_text;
-use super::{Node, Out};
+use super::{NodeState, Out};
 use crate::policy::{Decision, Observation, ProcessObs, Run};
 use crate::proto::Level;
 use crate::proto::control::Control;
 
-impl Node {
+impl NodeState {
     /// Decides what every process should be and returns the commands that get it there (in
     /// partition order, so a partition's commands go out back to back).
     pub fn decide(&mut self, now: Instant, out: &mut Vec<Out>) {

@@ -53,9 +53,9 @@ pub enum Out {
     Untrace(ConnId, String),
 }
 
-/// The node.
+/// The node's state: its processes, the policy and what was sent to each (no I/O).
 #[derive(Debug)]
-pub struct Node {
+pub struct NodeState {
     cfg: AgentConfig,
     policy: Policy,
     partitions: Vec<PartitionObs>,
@@ -78,7 +78,7 @@ pub struct Node {
     next_renew: Option<Instant>,
 }
 
-impl Node {
+impl NodeState {
     /// A node with `cfg`, GPU partitions `partitions`, and a note on what a priority buys on
     /// this kernel.
     pub fn new(
@@ -86,8 +86,8 @@ impl Node {
         partitions: Vec<PartitionObs>,
         priority_note: String,
         now: Instant,
-    ) -> Result<Node, crate::policy::PolicyError> {
-        Ok(Node {
+    ) -> Result<NodeState, crate::policy::PolicyError> {
+        Ok(NodeState {
             policy: Policy::new(cfg.policy.clone())?,
             cfg,
             partitions,
@@ -159,7 +159,7 @@ impl Node {
         self.decide_us.push(compute.as_secs_f64() * 1e6);
     }
 
-    /// When [`Node::decide`] must run again even if nothing arrives.
+    /// When [`NodeState::decide`] must run again even if nothing arrives.
     pub fn deadline(&self) -> Option<Instant> {
         [self.next_decide, self.waiters.deadline(), self.next_renew]
             .into_iter()
@@ -241,7 +241,7 @@ impl Node {
     }
 
     /// The tracer could not take `pid` (of class `class`): shown by `kfdq status` until
-    /// [`Node::forget_left_alone`] drops it.
+    /// [`NodeState::forget_left_alone`] drops it.
     pub fn left_alone(&mut self, id: &Identity, class: String, reason: String) {
         self.left_alone.insert(
             id.pid,

@@ -72,14 +72,14 @@ fn registry(pid: u32, class: &str, queues: Vec<QueueInfo>) -> ShimMsg {
 
 /// A node with a serving process (conn 1, one queue) and a training process (conn 2, two
 /// queues), both registered at `t0`, and the first decision taken.
-fn node(t0: Instant) -> Node {
+fn node(t0: Instant) -> NodeState {
     let cfg = AgentConfig::parse(CONFIG, None).unwrap();
     let parts = vec![PartitionObs {
         gpu_id: GPU,
         resident_slots: 32,
         cus: 80,
     }];
-    let mut n = Node::new(cfg, parts, String::new(), t0).unwrap();
+    let mut n = NodeState::new(cfg, parts, String::new(), t0).unwrap();
     let mut out = Vec::new();
     for (conn, pid, class, queues) in [
         (1, SERVING, "serving", vec![queue(1, 13)]),
@@ -102,7 +102,7 @@ fn node(t0: Instant) -> Node {
 }
 
 /// Sends `msg` from `pid` at `now`, decides if it asks for it, and returns the commands.
-fn step(n: &mut Node, pid: u32, msg: ShimMsg, now: Instant) -> Vec<Out> {
+fn step(n: &mut NodeState, pid: u32, msg: ShimMsg, now: Instant) -> Vec<Out> {
     let mut out = Vec::new();
     if n.shim_message(pid, msg, now, &mut out) {
         n.decide(now, &mut out);
