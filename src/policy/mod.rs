@@ -14,5 +14,5 @@ pub use decide::{
     Reason, Run, preempt_cost,
 };
 pub use level::Level;
-pub use release::{CostRelease, Release};
+pub use release::{CostRelease, Release, ReleaseError};
 pub use rules::{ClassRule, PolicyConfig, PolicyError, Starvation};

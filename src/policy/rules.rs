@@ -55,7 +55,7 @@ pub struct PolicyConfig {
 }
 
 /// A configuration the policy refuses, with the rule it breaks.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum PolicyError {
     /// No class at all.
     #[error("the policy needs at least one class; add a [[class]] table")]
@@ -87,7 +87,7 @@ pub enum PolicyError {
     Starvation(String),
     /// A parameter of the cost release rule out of range (the message names it).
     #[error("release rule: {0}")]
-    Release(String),
+    Release(crate::policy::release::ReleaseError),
 }
 
 impl PolicyConfig {

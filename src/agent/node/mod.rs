@@ -36,6 +36,7 @@ mod tests;
 mod waiters;
 
 use command::Preempts;
+pub use control::ControlError;
 use process::Proc;
 use samples::Samples;
 pub use waiters::ACK_TIMEOUT;
@@ -190,17 +191,12 @@ impl NodeState {
         class: Option<String>,
         claimed_pid: u32,
         out: &mut Vec<Out>,
-    ) -> Result<(), String> {
+    ) -> Result<(), HelloError> {
         if version != crate::proto::VERSION {
-            return Err(format!(
-                "protocol version {version} is not the agent's {}: run a shim and an agent from the same kfdq release",
-                crate::proto::VERSION
-            ));
+            return Err(HelloError::Version { version });
         }
         if id.pid == 0 {
-            return Err(
-                "the agent cannot tell which process this is (SO_PEERCRED gave no pid)".into(),
-            );
+            return Err(HelloError::NoPid);
         }
         if claimed_pid != id.pid {
             tracing::debug!(
@@ -292,4 +288,22 @@ impl NodeState {
     pub fn unacknowledged(&self) -> usize {
         self.procs.values().map(|p| p.pending.len()).sum()
     }
+}
+
+/// Why a shim's hello was refused (sent to it as [`crate::proto::AgentMsg::Refused`]'s reason).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum HelloError {
+    /// Another protocol version.
+    #[error(
+        "protocol version {version} is not the agent's {}: run a shim and an agent from the same kfdq release",
+        crate::proto::VERSION
+    )]
+    Version {
+        /// The shim's version.
+        version: u32,
+    },
+    /// SO_PEERCRED gave no pid.
+    #[error("the agent cannot tell which process this is (SO_PEERCRED gave no pid)")]
+    NoPid,
 }
