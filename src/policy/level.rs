@@ -15,3 +15,20 @@ pub enum Level {
     /// Level 3: DBG_TRAP SUSPEND/RESUME_QUEUES on the process itself, with a grace period.
     Suspend,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::Level;
+
+    #[test]
+    fn the_serde_form_is_the_wire_s() {
+        for (l, s) in [
+            (Level::Hold, "\"hold\""),
+            (Level::Deactivate, "\"deactivate\""),
+            (Level::Suspend, "\"suspend\""),
+        ] {
+            assert_eq!(serde_json::to_string(&l).unwrap(), s);
+            assert_eq!(serde_json::from_str::<Level>(s).unwrap(), l);
+        }
+    }
+}
