@@ -194,7 +194,7 @@ fn trusted(s: &UnixStream, trust: &AgentTrust, path: &Path) -> Result<(), String
     let cred = peer_cred(s).map_err(|e| {
         format!("refusing the agent at {shown}: its credentials cannot be read ({e}); running uncontrolled")
     })?;
-    trust.check(&cred, &shown)
+    trust.check(&cred, &shown).map_err(|e| e.to_string())
 }
 
 /// Why a session ended.

@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
+use super::setting::SettingError;
 use super::tracer::TracerSettings;
 use crate::policy::{ClassRule, CostRelease, PolicyConfig, Release, Starvation};
 use crate::proto::Level;
@@ -220,40 +221,36 @@ struct File {
 }
 
 /// Parses a level name (`hold`, `deactivate`, `suspend`, or `1`..`3`; `none` = never).
-pub fn parse_level(s: &str) -> Result<Option<Level>, String> {
+pub fn parse_level(s: &str) -> Result<Option<Level>, SettingError> {
     match s.trim().to_ascii_lowercase().as_str() {
         "none" | "0" => Ok(None),
         "hold" | "1" => Ok(Some(Level::Hold)),
         "deactivate" | "2" => Ok(Some(Level::Deactivate)),
         "suspend" | "3" => Ok(Some(Level::Suspend)),
-        other => Err(format!(
-            "unknown level {other:?}: use none, hold (1), deactivate (2) or suspend (3)"
-        )),
+        other => Err(SettingError::UnknownLevel(other.into())),
     }
 }
 
 /// Parses a class's `control` (`shim` or `tracer`).
-pub fn parse_control(s: &str) -> Result<Control, String> {
+pub fn parse_control(s: &str) -> Result<Control, SettingError> {
     match s.trim().to_ascii_lowercase().as_str() {
         "shim" => Ok(Control::Shim),
         "tracer" => Ok(Control::Tracer),
-        other => Err(format!(
-            "control = {other:?} is not shim (processes under the shim only) or tracer (also processes without it, through the debugger API)"
-        )),
+        other => Err(SettingError::UnknownControl(other.into())),
     }
 }
 
-fn ms(v: f64, what: &str) -> Result<u64, String> {
+fn ms(v: f64, key: &'static str) -> Result<u64, SettingError> {
     if v.is_finite() && (0.0..=3_600_000.0).contains(&v) {
         Ok((v * 1e6) as u64)
     } else {
-        Err(format!("{what} = {v} is out of range 0..=3600000 ms"))
+        Err(SettingError::Milliseconds { key, value: v })
     }
 }
 
 /// The release rule of `[agent]`: `release = "cost"` (the default) with its parameters, or
 /// `"hysteresis"`, which `hysteresis_ms` alone also selects (the old fixed rule).
-fn release(a: &FileAgent) -> Result<Release, String> {
+fn release(a: &FileAgent) -> Result<Release, SettingError> {
     let cost_keys = [
         ("preempt_round_trip_us", a.preempt_round_trip_us.is_some()),
         ("release_k", a.release_k.is_some()),
@@ -268,33 +265,24 @@ fn release(a: &FileAgent) -> Result<Release, String> {
         Some(r) if r.eq_ignore_ascii_case("hysteresis") => true,
         Some(r) if r.eq_ignore_ascii_case("cost") => {
             if a.hysteresis_ms.is_some() {
-                return Err(
-                    "release = \"cost\" and hysteresis_ms contradict each other: hysteresis_ms sets the fixed rule; remove one"
-                        .into(),
-                );
+                return Err(SettingError::CostAndHysteresis);
             }
             false
         }
         Some(r) => {
-            return Err(format!(
-                "release = {r:?} is not cost (weigh the higher class's idle gaps against a preempt's cost) or hysteresis (a fixed hold, hysteresis_ms)"
-            ));
+            return Err(SettingError::UnknownRelease(r.into()));
         }
     };
     if hysteresis {
         if let Some((key, _)) = cost_keys.iter().find(|(_, set)| *set) {
-            return Err(format!(
-                "{key} belongs to the cost release rule, but the fixed hysteresis is in effect (hysteresis_ms or release = \"hysteresis\"); remove one"
-            ));
+            return Err(SettingError::CostKeyUnderHysteresis(key));
         }
         return Ok(Release::Hysteresis);
     }
     let mut c = CostRelease::default();
     if let Some(v) = a.preempt_round_trip_us {
         if !(v.is_finite() && (0.0..=1e6).contains(&v)) {
-            return Err(format!(
-                "preempt_round_trip_us = {v} is out of range 0..=1000000 µs (one device-wide preempt and its restore)"
-            ));
+            return Err(SettingError::RoundTrip(v));
         }
         c.round_trip_ns = (v * 1e3) as u64;
     }
@@ -318,23 +306,27 @@ fn release(a: &FileAgent) -> Result<Release, String> {
     Ok(Release::Cost(c))
 }
 
-fn group_id(name: &str) -> Result<u32, String> {
+fn group_id(name: &str) -> Result<u32, SettingError> {
     match nix::unistd::Group::from_name(name) {
         Ok(Some(g)) => Ok(g.gid.as_raw()),
-        Ok(None) => Err(format!(
-            "group {name:?} does not exist on this node: create it (groupadd {name}) or remove the setting"
-        )),
-        Err(e) => Err(format!("looking up group {name:?}: {e}")),
+        Ok(None) => Err(SettingError::NoGroup(name.into())),
+        Err(errno) => Err(SettingError::Lookup {
+            kind: "group",
+            name: name.into(),
+            errno,
+        }),
     }
 }
 
-fn user_id(name: &str) -> Result<u32, String> {
+fn user_id(name: &str) -> Result<u32, SettingError> {
     match nix::unistd::User::from_name(name) {
         Ok(Some(u)) => Ok(u.uid.as_raw()),
-        Ok(None) => Err(format!(
-            "user {name:?} does not exist on this node: use a uid or create the user"
-        )),
-        Err(e) => Err(format!("looking up user {name:?}: {e}")),
+        Ok(None) => Err(SettingError::NoUser(name.into())),
+        Err(errno) => Err(SettingError::Lookup {
+            kind: "user",
+            name: name.into(),
+            errno,
+        }),
     }
 }
 
@@ -417,7 +409,7 @@ impl AgentConfig {
             cfg.socket.path = p.clone();
         }
         if let Some(g) = &a.socket_group {
-            cfg.socket.group = Some((g.clone(), group_id(g).map_err(at_agent)?));
+            cfg.socket.group = Some((g.clone(), group_id(g).map_err(|e| at_agent(e.to_string()))?));
         }
         if let Some(m) = &a.socket_mode {
             let v = u32::from_str_radix(m.trim_start_matches("0o"), 8)
@@ -431,15 +423,16 @@ impl AgentConfig {
             cfg.socket.mode = v;
         }
         if let Some(g) = &a.admin_group {
-            cfg.admin_group = Some((g.clone(), group_id(g).map_err(at_agent)?));
+            cfg.admin_group = Some((g.clone(), group_id(g).map_err(|e| at_agent(e.to_string()))?));
         }
-        cfg.policy.release = release(a).map_err(at_agent)?;
+        cfg.policy.release = release(a).map_err(|e| at_agent(e.to_string()))?;
         if let Some(v) = a.hysteresis_ms {
-            cfg.policy.hysteresis_ns = ms(v, "hysteresis_ms").map_err(at_agent)?;
+            cfg.policy.hysteresis_ns =
+                ms(v, "hysteresis_ms").map_err(|e| at_agent(e.to_string()))?;
         }
         if let Some(v) = a.min_preempt_interval_ms {
             cfg.policy.min_preempt_interval_ns =
-                ms(v, "min_preempt_interval_ms").map_err(at_agent)?;
+                ms(v, "min_preempt_interval_ms").map_err(|e| at_agent(e.to_string()))?;
         }
         if let Some(v) = a.grace_period {
             cfg.grace_period = v;
@@ -528,18 +521,19 @@ impl AgentConfig {
             let at = |m: String| invalid(line, format!("class {name:?}: {m}"));
             let level = match &c.level {
                 None => None,
-                Some(l) => parse_level(l).map_err(at)?,
+                Some(l) => parse_level(l).map_err(|e| at(e.to_string()))?,
             };
             let starvation = match &c.starvation {
                 None => None,
                 Some(s) => Some(Starvation {
-                    run_ns: ms(s.run_ms, "starvation.run_ms").map_err(at)?,
-                    after_ns: ms(s.after_ms, "starvation.after_ms").map_err(at)?,
+                    run_ns: ms(s.run_ms, "starvation.run_ms").map_err(|e| at(e.to_string()))?,
+                    after_ns: ms(s.after_ms, "starvation.after_ms")
+                        .map_err(|e| at(e.to_string()))?,
                 }),
             };
             let control = match &c.control {
                 None => Control::Shim,
-                Some(v) => parse_control(v).map_err(at)?,
+                Some(v) => parse_control(v).map_err(|e| at(e.to_string()))?,
             };
             let max_priority = c.max_priority.unwrap_or(c.priority);
             if max_priority > 15 {
@@ -550,11 +544,11 @@ impl AgentConfig {
             let m = &c.matches;
             let mut uids = m.uids.clone();
             for u in &m.users {
-                uids.push(user_id(u).map_err(at)?);
+                uids.push(user_id(u).map_err(|e| at(e.to_string()))?);
             }
             let mut gids = m.gids.clone();
             for g in &m.groups {
-                gids.push(group_id(g).map_err(at)?);
+                gids.push(group_id(g).map_err(|e| at(e.to_string()))?);
             }
             if let Some(bad) = m.cgroups.iter().find(|p| !p.starts_with('/')) {
                 return Err(at(format!(

@@ -36,6 +36,30 @@ struct Shared {
     rendered: Condvar,
 }
 
+/// Why the metrics endpoint could not start.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum EndpointError {
+    /// The listen address is taken or not ours.
+    #[error(
+        "cannot listen on {addr} for metrics: {source} (change [metrics] listen, or stop what uses the port)"
+    )]
+    Listen {
+        /// `[metrics] listen`.
+        addr: SocketAddr,
+        /// The error.
+        source: std::io::Error,
+    },
+    /// Setting up the endpoint's wake-up pair or thread failed.
+    #[error("{what}: {source}")]
+    Io {
+        /// What was done.
+        what: &'static str,
+        /// The error.
+        source: std::io::Error,
+    },
+}
+
 /// The event loop's side of the endpoint.
 #[derive(Debug)]
 pub struct Endpoint {
@@ -45,23 +69,21 @@ pub struct Endpoint {
 
 impl Endpoint {
     /// Binds `addr` and starts the serving thread.
-    pub fn start(addr: SocketAddr) -> Result<Endpoint, String> {
-        let listener = TcpListener::bind(addr).map_err(|e| {
-            format!(
-                "cannot listen on {addr} for metrics: {e} (change [metrics] listen, or stop what uses the port)"
-            )
-        })?;
+    pub fn start(addr: SocketAddr) -> Result<Endpoint, EndpointError> {
+        let listener =
+            TcpListener::bind(addr).map_err(|source| EndpointError::Listen { addr, source })?;
         let addr = listener.local_addr().unwrap_or(addr);
-        let (wake, ask) = UnixStream::pair().map_err(|e| format!("socketpair: {e}"))?;
+        let io = |what| move |source| EndpointError::Io { what, source };
+        let (wake, ask) = UnixStream::pair().map_err(io("socketpair"))?;
         wake.set_nonblocking(true)
             .and_then(|()| ask.set_nonblocking(true))
-            .map_err(|e| format!("socketpair: {e}"))?;
+            .map_err(io("socketpair"))?;
         let shared = Arc::new(Shared::default());
         let theirs = Arc::clone(&shared);
         std::thread::Builder::new()
             .name("kfdqd-metrics".into())
             .spawn(move || serve(&listener, &ask, &theirs))
-            .map_err(|e| format!("metrics thread: {e}"))?;
+            .map_err(io("metrics thread"))?;
         tracing::info!(%addr, "metrics on http://{addr}/metrics");
         Ok(Endpoint { wake, shared })
     }

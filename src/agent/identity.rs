@@ -186,21 +186,48 @@ pub fn may_set_class(
     who: &Identity,
     entitled: &str,
     class: &str,
-) -> Result<(), String> {
+) -> Result<(), ClassChangeError> {
     let Some(c) = cfg.class(class) else {
-        return Err(format!(
-            "no class {class:?} (classes: {}); see `kfdq status`",
-            cfg.class_names().join(", ")
-        ));
+        return Err(ClassChangeError::NoClass {
+            class: class.into(),
+            classes: cfg.class_names().join(", "),
+        });
     };
     if who.is_admin(cfg) || c.matcher.env || rank(cfg, class) <= rank(cfg, entitled) {
         Ok(())
     } else {
-        Err(format!(
-            "class cap: uid {} may move this process at most into {entitled}, not {class}; root or the admin group may",
-            who.uid
-        ))
+        Err(ClassChangeError::AboveEntitlement {
+            uid: who.uid,
+            entitled: entitled.into(),
+            class: class.into(),
+        })
     }
+}
+
+/// Why [`may_set_class`] said no.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ClassChangeError {
+    /// The configuration has no such class.
+    #[error("no class {class:?} (classes: {classes}); see `kfdq status`")]
+    NoClass {
+        /// The class asked for.
+        class: String,
+        /// The configured classes, comma-separated.
+        classes: String,
+    },
+    /// A non-admin asked for a class above the process's entitlement.
+    #[error(
+        "class cap: uid {uid} may move this process at most into {entitled}, not {class}; root or the admin group may"
+    )]
+    AboveEntitlement {
+        /// The requester.
+        uid: u32,
+        /// The class the process is entitled to.
+        entitled: String,
+        /// The class asked for.
+        class: String,
+    },
 }
 
 #[cfg(test)]

@@ -21,31 +21,36 @@ pub mod metrics;
 pub mod node;
 mod notify;
 pub mod server;
+mod setting;
 mod socket;
 pub mod tracer;
 
 pub use config::{AgentConfig, ConfigError};
+pub use http::EndpointError;
 pub use server::{Options, run};
+pub use setting::SettingError;
+pub use socket::SocketError;
 
 /// Why the agent could not start or stopped.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum AgentError {
     /// The configuration.
     #[error("configuration: {0}")]
-    Config(String),
+    Config(#[from] crate::policy::PolicyError),
     /// The socket.
     #[error("socket: {0}")]
-    Socket(String),
+    Socket(#[from] SocketError),
     /// The GPU topology.
     #[error("GPU topology: {0} (is amdgpu loaded? on kfd-emu, pass --root)")]
-    Topology(String),
+    Topology(#[from] crate::kfd::Error),
     /// The metrics endpoint.
     #[error("metrics: {0}")]
-    Metrics(String),
+    Metrics(#[from] EndpointError),
     /// Signal handling.
     #[error("signals: {0}")]
-    Signals(String),
-    /// Other I/O.
-    #[error("{0}")]
-    Io(String),
+    Signals(nix::errno::Errno),
+    /// Waiting for events failed.
+    #[error("poll: {0}")]
+    Poll(nix::errno::Errno),
 }

@@ -18,7 +18,7 @@ use super::conn::{Conn, ConnId, Frame};
 use super::discover::{self, Found};
 use super::http::Endpoint;
 use super::identity::Identity;
-use super::node::{Node, Out};
+use super::node::{NodeState, Out};
 use super::notify::{Watchdog, notify};
 use super::tracer::{Cmd, Event, Tracer};
 use super::{AgentError, socket};
@@ -67,7 +67,7 @@ pub struct Options {
 
 /// The GPU partitions under `root`.
 pub fn partitions(root: &Root) -> Result<Vec<PartitionObs>, AgentError> {
-    let topo = Topology::read(root).map_err(|e| AgentError::Topology(e.to_string()))?;
+    let topo = Topology::read(root)?;
     Ok(topo
         .gpus()
         .filter_map(|n| {
@@ -91,11 +91,9 @@ pub fn run(cfg: AgentConfig, opts: &Options) -> Result<(), AgentError> {
     // a signalfd, which sees a process-directed signal only while every thread blocks it.
     let mut blocked = mask;
     blocked.add(Signal::SIGCHLD);
-    blocked
-        .thread_block()
-        .map_err(|e| AgentError::Signals(e.to_string()))?;
+    blocked.thread_block().map_err(AgentError::Signals)?;
     let sigfd = SignalFd::with_flags(&mask, SfdFlags::SFD_NONBLOCK | SfdFlags::SFD_CLOEXEC)
-        .map_err(|e| AgentError::Signals(e.to_string()))?;
+        .map_err(AgentError::Signals)?;
     // A broken pipe is an error on that connection, not the agent's death.
     // SIGPIPE: Rust's runtime already ignores it.
 
@@ -108,7 +106,7 @@ pub fn run(cfg: AgentConfig, opts: &Options) -> Result<(), AgentError> {
         );
     }
     let note = crate::doctor::priority_note(&root);
-    let listener = socket::bind(&cfg.socket).map_err(AgentError::Socket)?;
+    let listener = socket::bind(&cfg.socket)?;
     let socket_path = cfg.socket.path.clone();
     tracing::info!(
         socket = %socket_path.display(),
@@ -117,11 +115,10 @@ pub fn run(cfg: AgentConfig, opts: &Options) -> Result<(), AgentError> {
         "kfdqd ready"
     );
     let metrics = match cfg.metrics {
-        Some(addr) => Some(Endpoint::start(addr).map_err(AgentError::Metrics)?),
+        Some(addr) => Some(Endpoint::start(addr)?),
         None => None,
     };
-    let mut node = Node::new(cfg, parts, note, Instant::now())
-        .map_err(|e| AgentError::Config(e.to_string()))?;
+    let mut node = NodeState::new(cfg, parts, note, Instant::now())?;
     notify(&format!(
         "READY=1\nSTATUS=serving on {}",
         socket_path.display()
@@ -133,7 +130,7 @@ pub fn run(cfg: AgentConfig, opts: &Options) -> Result<(), AgentError> {
 }
 
 struct Server<'a> {
-    node: &'a mut Node,
+    node: &'a mut NodeState,
     peers: BTreeMap<ConnId, Peer>,
     next_id: ConnId,
     buckets: HashMap<u32, Bucket>,
@@ -153,7 +150,7 @@ struct Server<'a> {
 }
 
 fn serve(
-    node: &mut Node,
+    node: &mut NodeState,
     listener: &UnixListener,
     sigfd: &SignalFd,
     metrics: Option<&Endpoint>,
@@ -226,7 +223,7 @@ fn serve(
             match poll(&mut fds, timeout) {
                 Ok(_) => {}
                 Err(nix::errno::Errno::EINTR) => continue,
-                Err(e) => return Err(AgentError::Io(format!("poll: {e}"))),
+                Err(e) => return Err(AgentError::Poll(e)),
             }
             let rev = |f: &PollFd| f.revents().unwrap_or(PollFlags::empty());
             listen_ready = rev(&fds[0]).contains(PollFlags::POLLIN);
@@ -528,9 +525,14 @@ impl Server<'_> {
                 ));
                 true
             }
-            Err(reason) => {
-                tracing::warn!(conn = cid, "refused a shim: {reason}");
-                self.out.push(Out::Shim(cid, AgentMsg::Refused { reason }));
+            Err(e) => {
+                tracing::warn!(conn = cid, "refused a shim: {e}");
+                self.out.push(Out::Shim(
+                    cid,
+                    AgentMsg::Refused {
+                        reason: e.to_string(),
+                    },
+                ));
                 peer.conn.closing = true;
                 false
             }

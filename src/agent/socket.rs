@@ -4,72 +4,72 @@
 
 use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use super::config::SocketConfig;
 
 /// Binds the agent's socket as `cfg` says. The error names what is wrong and the fix.
-pub fn bind(cfg: &SocketConfig) -> Result<UnixListener, String> {
+pub fn bind(cfg: &SocketConfig) -> Result<UnixListener, SocketError> {
     let path = &cfg.path;
     let dir = path
         .parent()
         .filter(|d| !d.as_os_str().is_empty())
-        .ok_or_else(|| format!("socket path {} has no directory", path.display()))?;
+        .ok_or_else(|| SocketError::NoDirectory(path.clone()))?;
     prepare_dir(dir, cfg.group.as_ref())?;
     match std::fs::symlink_metadata(path) {
         Ok(m) if m.file_type().is_socket() => {
             if UnixStream::connect(path).is_ok() {
-                return Err(format!(
-                    "another agent is listening on {}: stop it first (systemctl stop kfdqd), or give this one another socket ([agent] socket)",
-                    path.display()
-                ));
+                return Err(SocketError::InUse(path.clone()));
             }
-            std::fs::remove_file(path)
-                .map_err(|e| format!("removing the stale socket {}: {e}", path.display()))?;
+            std::fs::remove_file(path).map_err(|e| {
+                SocketError::io(format!("removing the stale socket {}", path.display()), e)
+            })?;
         }
         Ok(_) => {
-            return Err(format!(
-                "{} exists and is not a socket: remove it or choose another [agent] socket",
-                path.display()
-            ));
+            return Err(SocketError::NotASocket(path.clone()));
         }
         Err(_) => {}
     }
-    let l = UnixListener::bind(path).map_err(|e| format!("bind {}: {e}", path.display()))?;
+    let l = UnixListener::bind(path)
+        .map_err(|e| SocketError::io(format!("bind {}", path.display()), e))?;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(cfg.mode))
-        .map_err(|e| format!("chmod {:o} {}: {e}", cfg.mode, path.display()))?;
+        .map_err(|e| SocketError::io(format!("chmod {:o} {}", cfg.mode, path.display()), e))?;
     if let Some((name, gid)) = &cfg.group {
         std::os::unix::fs::chown(path, None, Some(*gid))
-            .map_err(|e| format!("chgrp {name} {}: {e}", path.display()))?;
+            .map_err(|e| SocketError::io(format!("chgrp {name} {}", path.display()), e))?;
     }
     l.set_nonblocking(true)
-        .map_err(|e| format!("socket {}: {e}", path.display()))?;
+        .map_err(|e| SocketError::io(format!("socket {}", path.display()), e))?;
     Ok(l)
 }
 
-fn prepare_dir(dir: &Path, group: Option<&(String, u32)>) -> Result<(), String> {
+fn prepare_dir(dir: &Path, group: Option<&(String, u32)>) -> Result<(), SocketError> {
     if !dir.exists() {
         // Created by the agent's own uid; with a socket group, only that group (and root) may
         // even reach the socket; otherwise every local process may (identity is SO_PEERCRED).
         let mode = if group.is_some() { 0o750 } else { 0o755 };
-        std::fs::create_dir_all(dir)
-            .map_err(|e| format!("creating the socket directory {}: {e}", dir.display()))?;
+        std::fs::create_dir_all(dir).map_err(|e| {
+            SocketError::io(
+                format!("creating the socket directory {}", dir.display()),
+                e,
+            )
+        })?;
         std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode))
-            .map_err(|e| format!("chmod {mode:o} {}: {e}", dir.display()))?;
+            .map_err(|e| SocketError::io(format!("chmod {mode:o} {}", dir.display()), e))?;
         if let Some((name, gid)) = group {
             std::os::unix::fs::chown(dir, None, Some(*gid))
-                .map_err(|e| format!("chgrp {name} {}: {e}", dir.display()))?;
+                .map_err(|e| SocketError::io(format!("chgrp {name} {}", dir.display()), e))?;
         }
     }
-    let m = std::fs::metadata(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let m = std::fs::metadata(dir).map_err(|e| SocketError::io(dir.display().to_string(), e))?;
     if !m.is_dir() {
-        return Err(format!("{} is not a directory", dir.display()));
+        return Err(SocketError::NotADirectory(dir.to_owned()));
     }
     match dir_problem(m.mode(), m.uid(), m.gid(), nix::unistd::geteuid().as_raw()) {
-        Some(problem) => Err(format!(
-            "the socket directory {} {problem}: whoever can write there could replace the agent's socket and command every shim; use a directory that only root (or the agent's user) can write, e.g. [agent] socket = \"/run/kfdq/kfdq.sock\" (created 0755 by kfdqd)",
-            dir.display()
-        )),
+        Some(problem) => Err(SocketError::UnsafeDirectory {
+            dir: dir.to_owned(),
+            problem,
+        }),
         None => Ok(()),
     }
 }
@@ -121,5 +121,54 @@ mod tests {
         assert!(g.contains("group 44"), "{g}");
         let o = dir_problem(0o40755, 1000, 1000, 0).unwrap();
         assert!(o.contains("uid 1000"), "{o}");
+    }
+}
+
+/// Why the agent's socket could not be set up; each text names the fix.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SocketError {
+    /// The socket path has no directory part.
+    #[error("socket path {} has no directory", .0.display())]
+    NoDirectory(PathBuf),
+    /// A live agent listens there.
+    #[error(
+        "another agent is listening on {}: stop it first (systemctl stop kfdqd), or give this one another socket ([agent] socket)",
+        .0.display()
+    )]
+    InUse(PathBuf),
+    /// Something other than a socket is there.
+    #[error(
+        "{} exists and is not a socket: remove it or choose another [agent] socket",
+        .0.display()
+    )]
+    NotASocket(PathBuf),
+    /// The socket's directory is something else.
+    #[error("{} is not a directory", .0.display())]
+    NotADirectory(PathBuf),
+    /// Others could replace the socket (see [`dir_problem`]).
+    #[error(
+        "the socket directory {} {problem}: whoever can write there could replace the agent's socket and command every shim; use a directory that only root (or the agent's user) can write, e.g. [agent] socket = \"/run/kfdq/kfdq.sock\" (created 0755 by kfdqd)",
+        dir.display()
+    )]
+    UnsafeDirectory {
+        /// The directory.
+        dir: PathBuf,
+        /// What is wrong with it.
+        problem: String,
+    },
+    /// A system call on the socket or its directory failed.
+    #[error("{what}: {source}")]
+    Io {
+        /// What was done, on which path.
+        what: String,
+        /// The error.
+        source: std::io::Error,
+    },
+}
+
+impl SocketError {
+    fn io(what: String, source: std::io::Error) -> SocketError {
+        SocketError::Io { what, source }
     }
 }

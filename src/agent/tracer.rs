@@ -332,7 +332,8 @@ impl Thread {
                         msg: ShimMsg::Registry(reg),
                     });
                 }
-                Err(reason) => {
+                Err(e) => {
+                    let reason = e.to_string();
                     tracing::warn!(pid, "tracer: not controlled: {reason}");
                     self.emit(Event::Refused { pid, reason });
                 }
@@ -351,51 +352,47 @@ impl Thread {
         }
     }
 
-    fn kfd(&mut self) -> Result<&Kfd, String> {
+    fn kfd(&mut self) -> Result<&Kfd, TracerError> {
         if self.kfd.is_none() {
-            let k = Kfd::open(&self.root).map_err(|e| {
-                format!(
-                    "the agent cannot open {}: {e}",
-                    self.root.kfd_device().display()
-                )
+            let k = Kfd::open(&self.root).map_err(|source| TracerError::OpenKfd {
+                path: self.root.kfd_device(),
+                source,
             })?;
             self.kfd = Some(k);
         }
-        self.kfd.as_ref().ok_or_else(|| "no KFD device".to_string())
+        self.kfd.as_ref().ok_or(TracerError::NoKfd)
     }
 
-    fn seize(&mut self, pid: u32, conn: ConnId) -> Result<Tracee, String> {
+    fn seize(&mut self, pid: u32, conn: ConnId) -> Result<Tracee, TracerError> {
         match ptrace::tracer_of(pid) {
-            None => return Err("it exited".into()),
+            None => return Err(TracerError::Exited),
             Some(0) => {}
             Some(t) => {
-                return Err(format!(
-                    "it is already traced by pid {t} ({}): a debugger or strace is attached, and a process has one tracer; kfdqd leaves it alone and takes it once that tracer detaches",
-                    comm(t)
-                ));
+                return Err(TracerError::AlreadyTraced {
+                    tracer: t,
+                    comm: comm(t),
+                });
             }
         }
         ptrace::seize(pid).map_err(|e| match e {
-            Errno::EPERM => format!(
-                "PTRACE_SEIZE was refused ({e}): kfdqd needs CAP_SYS_PTRACE over it, and the kernel's kernel.yama.ptrace_scope must be below 3 (or another tracer attached first)"
-            ),
-            Errno::ESRCH => "it exited".into(),
-            e => format!("PTRACE_SEIZE: {e}"),
+            Errno::EPERM => TracerError::SeizeRefused(e),
+            Errno::ESRCH => TracerError::Exited,
+            e => TracerError::Seize(e),
         })?;
         let attached = (|| {
             let kfd = self.kfd()?;
             let att = kfd
                 .dbg_enable(pid, 0)
-                .map_err(|e| format!("DBG_TRAP ENABLE: {e}"))?;
+                .map_err(TracerError::call("DBG_TRAP ENABLE"))?;
             if !att.runtime.runtime_enabled() {
                 let _ = kfd.dbg_disable(pid);
-                return Err("it did not call RUNTIME_ENABLE before its first queue (ROCr does; a program that drives /dev/kfd itself must), and the kernel suspends only runtime-enabled processes' queues".to_string());
+                return Err(TracerError::NotRuntimeEnabled);
             }
             let queues = kfd
                 .queue_snapshot(pid, EXCEPTION_QUEUE_NEW)
-                .map_err(|e| format!("DBG_TRAP GET_QUEUE_SNAPSHOT: {e}"))?;
+                .map_err(TracerError::call("DBG_TRAP GET_QUEUE_SNAPSHOT"))?;
             let mem = File::open(format!("/proc/{pid}/mem"))
-                .map_err(|e| format!("/proc/{pid}/mem: {e}"))?;
+                .map_err(|source| TracerError::Mem { pid, source })?;
             Ok((att, queues, mem))
         })();
         match attached {
@@ -614,10 +611,7 @@ impl Thread {
             AgentMsg::Query { seq } => (seq, Ok("registry sent".into())),
             AgentMsg::SetPriority { seq, .. }
             | AgentMsg::SetCuMask { seq, .. }
-            | AgentMsg::SetWindow { seq, .. } => (
-                seq,
-                Err("not possible through the tracer: only the process itself may change its queues (run it under the shim, e.g. `kfdq run`)".into()),
-            ),
+            | AgentMsg::SetWindow { seq, .. } => (seq, Err(TracerError::NeedsShim)),
             // A tracee's preemption is the agent's own ptrace session: no lease (a hung agent is
             // killed by systemd's watchdog, and the kernel then drops the debug trap), and the
             // tracer samples, it sees no launches.
@@ -639,7 +633,7 @@ impl Thread {
         }
         let (ok, detail) = match result {
             Ok(d) => (true, d),
-            Err(d) => (false, d),
+            Err(e) => (false, e.to_string()),
         };
         self.emit(Event::Msg {
             conn,
@@ -658,9 +652,9 @@ impl Thread {
             .collect()
     }
 
-    fn suspend(&mut self, pid: u32, target: &Target, grace: u32) -> Result<String, String> {
+    fn suspend(&mut self, pid: u32, target: &Target, grace: u32) -> Result<String, TracerError> {
         let mut todo: Vec<QueueId> = {
-            let t = self.tracees.get(&pid).ok_or("not traced")?;
+            let t = self.tracees.get(&pid).ok_or(TracerError::NotTraced)?;
             Self::targets(t, target)
                 .into_iter()
                 .filter(|q| !t.suspended.contains(&q.0))
@@ -671,10 +665,10 @@ impl Thread {
         }
         let mut suspended = Vec::new();
         for attempt in 0..2 {
-            let kfd = self.kfd.as_ref().ok_or("no KFD device")?;
+            let kfd = self.kfd.as_ref().ok_or(TracerError::NoKfd)?;
             let (_, statuses) = kfd
                 .suspend_queues(pid, &todo, grace)
-                .map_err(|e| format!("DBG_TRAP SUSPEND_QUEUES: {e}"))?;
+                .map_err(TracerError::call("DBG_TRAP SUSPEND_QUEUES"))?;
             let mut again = Vec::new();
             for (q, s) in todo.iter().zip(statuses) {
                 match s {
@@ -690,7 +684,7 @@ impl Thread {
             self.refresh(pid);
             todo = again;
         }
-        let t = self.tracees.get_mut(&pid).ok_or("not traced")?;
+        let t = self.tracees.get_mut(&pid).ok_or(TracerError::NotTraced)?;
         t.suspended.extend(suspended.iter().copied());
         let missing: Vec<u32> = Self::targets(t, target)
             .into_iter()
@@ -703,15 +697,13 @@ impl Thread {
                 suspended.len()
             ))
         } else {
-            Err(format!(
-                "DBG_TRAP SUSPEND_QUEUES left queue(s) {missing:?} running (being destroyed, or the hardware did not preempt them)"
-            ))
+            Err(TracerError::LeftRunning { missing })
         }
     }
 
-    fn resume(&mut self, pid: u32, target: &Target) -> Result<String, String> {
+    fn resume(&mut self, pid: u32, target: &Target) -> Result<String, TracerError> {
         let todo: Vec<QueueId> = {
-            let t = self.tracees.get(&pid).ok_or("not traced")?;
+            let t = self.tracees.get(&pid).ok_or(TracerError::NotTraced)?;
             Self::targets(t, target)
                 .into_iter()
                 .filter(|q| t.suspended.contains(&q.0))
@@ -720,16 +712,98 @@ impl Thread {
         if todo.is_empty() {
             return Ok("running (nothing was suspended)".into());
         }
-        let kfd = self.kfd.as_ref().ok_or("no KFD device")?;
+        let kfd = self.kfd.as_ref().ok_or(TracerError::NoKfd)?;
         let (n, _) = kfd
             .resume_queues(pid, &todo)
-            .map_err(|e| format!("DBG_TRAP RESUME_QUEUES: {e}"))?;
+            .map_err(TracerError::call("DBG_TRAP RESUME_QUEUES"))?;
         if let Some(t) = self.tracees.get_mut(&pid) {
             for q in &todo {
                 t.suspended.remove(&q.0);
             }
         }
         Ok(format!("resumed {n} queue(s) through DBG_TRAP"))
+    }
+}
+
+/// Why the tracer could not take a process or carry out a command (the text of its refusal or
+/// of the command's failed ack).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum TracerError {
+    /// `/dev/kfd` could not be opened.
+    #[error("the agent cannot open {}: {source}", path.display())]
+    OpenKfd {
+        /// The device.
+        path: std::path::PathBuf,
+        /// The error.
+        source: crate::kfd::Error,
+    },
+    /// No KFD device is open.
+    #[error("no KFD device")]
+    NoKfd,
+    /// The process is gone.
+    #[error("it exited")]
+    Exited,
+    /// Another tracer holds it.
+    #[error(
+        "it is already traced by pid {tracer} ({comm}): a debugger or strace is attached, and a process has one tracer; kfdqd leaves it alone and takes it once that tracer detaches"
+    )]
+    AlreadyTraced {
+        /// The tracer's pid.
+        tracer: u32,
+        /// The tracer's command name.
+        comm: String,
+    },
+    /// PTRACE_SEIZE refused for lack of permission.
+    #[error(
+        "PTRACE_SEIZE was refused ({0}): kfdqd needs CAP_SYS_PTRACE over it, and the kernel's kernel.yama.ptrace_scope must be below 3 (or another tracer attached first)"
+    )]
+    SeizeRefused(Errno),
+    /// PTRACE_SEIZE failed otherwise.
+    #[error("PTRACE_SEIZE: {0}")]
+    Seize(Errno),
+    /// The process never enabled the debugger runtime.
+    #[error(
+        "it did not call RUNTIME_ENABLE before its first queue (ROCr does; a program that drives /dev/kfd itself must), and the kernel suspends only runtime-enabled processes' queues"
+    )]
+    NotRuntimeEnabled,
+    /// A DBG_TRAP call failed.
+    #[error("{op}: {source}")]
+    Call {
+        /// The operation.
+        op: &'static str,
+        /// The error.
+        source: crate::kfd::Error,
+    },
+    /// Its memory could not be opened.
+    #[error("/proc/{pid}/mem: {source}")]
+    Mem {
+        /// The process.
+        pid: u32,
+        /// The error.
+        source: std::io::Error,
+    },
+    /// The process is not (or no longer) traced.
+    #[error("not traced")]
+    NotTraced,
+    /// Queues the suspend did not stop.
+    #[error(
+        "DBG_TRAP SUSPEND_QUEUES left queue(s) {missing:?} running (being destroyed, or the hardware did not preempt them)"
+    )]
+    LeftRunning {
+        /// Their ids.
+        missing: Vec<u32>,
+    },
+    /// A command only the shim can carry out.
+    #[error(
+        "not possible through the tracer: only the process itself may change its queues (run it under the shim, e.g. `kfdq run`)"
+    )]
+    NeedsShim,
+}
+
+impl TracerError {
+    fn call(op: &'static str) -> impl FnOnce(crate::kfd::Error) -> TracerError {
+        move |source| TracerError::Call { op, source }
     }
 }
 

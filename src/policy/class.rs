@@ -34,6 +34,10 @@ pub fn hw_queues_for(class: Option<&str>) -> u32 {
 /// 24 resident on gfx942, so far more than this only fills the runlist with idle queues).
 pub const MAX_HW_QUEUES: u32 = 1024;
 
+/// Largest in-flight window (AQL packets per queue); larger windows are what an unbounded one
+/// already gives (ROCclr's rings hold 1024-4096 packets).
+pub const MAX_WINDOW: u32 = 4096;
+
 /// A band of KFD priorities, inclusive.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Band {

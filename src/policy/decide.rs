@@ -21,9 +21,9 @@
 
 use std::collections::BTreeMap;
 
+use super::Level;
 use super::release::{Edges, Release};
 use super::rules::{ClassRule, PolicyConfig, PolicyError};
-use crate::proto::Level;
 
 /// A GPU partition as the policy sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -100,7 +100,7 @@ pub enum Reason {
 
 /// The decision for one process.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Target {
+pub struct ProcessDecision {
     /// Process id.
     pub pid: u32,
     /// What it should be.
@@ -128,7 +128,7 @@ pub struct Change {
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Decision {
     /// Every process, in pid order.
-    pub targets: Vec<Target>,
+    pub targets: Vec<ProcessDecision>,
     /// The processes whose state changes, in pid order (the executor's work).
     pub changes: Vec<Change>,
     /// Device-wide preempts this decision costs, per partition (gpu_id -> count; see
@@ -385,7 +385,7 @@ impl Policy {
                 entry.run = run;
                 entry.since_ns = now;
             }
-            decision.targets.push(Target {
+            decision.targets.push(ProcessDecision {
                 pid: p.pid,
                 run,
                 reason,

@@ -5,12 +5,14 @@
 
 pub mod class;
 mod decide;
+mod level;
 pub mod release;
 mod rules;
 
 pub use decide::{
-    Change, Decision, Observation, PartitionObs, Policy, ProcessObs, QueueObs, Reason, Run, Target,
-    preempt_cost,
+    Change, Decision, Observation, PartitionObs, Policy, ProcessDecision, ProcessObs, QueueObs,
+    Reason, Run, preempt_cost,
 };
-pub use release::{CostRelease, Release};
+pub use level::Level;
+pub use release::{CostRelease, Release, ReleaseError};
 pub use rules::{ClassRule, PolicyConfig, PolicyError, Starvation};

@@ -90,47 +90,78 @@ impl Default for CostRelease {
     }
 }
 
+/// A parameter of the cost release rule out of range; the text names the agent's key, its range
+/// and what it means.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ReleaseError {
+    /// `preempt_round_trip_us`.
+    #[error(
+        "preempt_round_trip_us = {us} is out of range 0..=1000000 µs (one device-wide preempt and its restore)"
+    )]
+    RoundTrip {
+        /// The value, µs.
+        us: u64,
+    },
+    /// `release_k`.
+    #[error(
+        "release_k = {0} is out of range: above 0, at most 1000 (round trips a release must be likely to buy)"
+    )]
+    K(f64),
+    /// `release_epsilon`.
+    #[error(
+        "release_epsilon = {0} is out of range 0 <= epsilon < 1 (the accepted chance that the higher class is back within k round trips)"
+    )]
+    Epsilon(f64),
+    /// `release_max_hold_ms`.
+    #[error("release_max_hold_ms = {ms} is out of range 0..=3600000 ms")]
+    MaxHold {
+        /// The value, ms.
+        ms: u64,
+    },
+    /// `release_history`.
+    #[error("release_history = {0} is out of range 1..={MAX_HISTORY} idle gaps")]
+    History(u32),
+    /// `release_min_history`.
+    #[error("release_min_history = {min} is out of range 1..=release_history ({history})")]
+    MinHistory {
+        /// The value.
+        min: u32,
+        /// `release_history`.
+        history: u32,
+    },
+}
+
 /// The largest history kept (gaps per partition and class).
 pub const MAX_HISTORY: u32 = 1024;
 
 impl CostRelease {
     /// Checks each parameter; the error names the agent's key, its range and what it means.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), ReleaseError> {
         if self.round_trip_ns > 1_000_000_000 {
-            return Err(format!(
-                "preempt_round_trip_us = {} is out of range 0..=1000000 µs (one device-wide preempt and its restore)",
-                self.round_trip_ns / 1000
-            ));
+            return Err(ReleaseError::RoundTrip {
+                us: self.round_trip_ns / 1000,
+            });
         }
         if !(self.k.is_finite() && self.k > 0.0 && self.k <= 1000.0) {
-            return Err(format!(
-                "release_k = {} is out of range: above 0, at most 1000 (round trips a release must be likely to buy)",
-                self.k
-            ));
+            return Err(ReleaseError::K(self.k));
         }
         if !(self.epsilon.is_finite() && (0.0..1.0).contains(&self.epsilon)) {
-            return Err(format!(
-                "release_epsilon = {} is out of range 0 <= epsilon < 1 (the accepted chance that the higher class is back within k round trips)",
-                self.epsilon
-            ));
+            return Err(ReleaseError::Epsilon(self.epsilon));
         }
         if self.max_hold_ns > 3_600_000_000_000 {
-            return Err(format!(
-                "release_max_hold_ms = {} is out of range 0..=3600000 ms",
-                self.max_hold_ns / 1_000_000
-            ));
+            return Err(ReleaseError::MaxHold {
+                ms: self.max_hold_ns / 1_000_000,
+            });
         }
         if !(1..=MAX_HISTORY).contains(&self.history) {
-            return Err(format!(
-                "release_history = {} is out of range 1..={MAX_HISTORY} idle gaps",
-                self.history
-            ));
+            return Err(ReleaseError::History(self.history));
         }
         if !(1..=self.history).contains(&self.min_history) {
-            return Err(format!(
-                "release_min_history = {} is out of range 1..=release_history ({})",
-                self.min_history, self.history
-            ));
+            return Err(ReleaseError::MinHistory {
+                min: self.min_history,
+                history: self.history,
+            });
         }
         Ok(())
     }

@@ -1,9 +1,9 @@
 //! What the policy is told: the classes (rank, priority, preemption level, starvation guard, CU
 //! share) and its timing (release rule, minimum interval between device-wide preempts).
 
-use crate::policy::class::{Class, MAX_HW_QUEUES};
+use crate::policy::Level;
+use crate::policy::class::{Class, MAX_HW_QUEUES, MAX_WINDOW};
 use crate::policy::release::{CostRelease, Release};
-use crate::proto::Level;
 
 /// One class of processes.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -55,7 +55,7 @@ pub struct PolicyConfig {
 }
 
 /// A configuration the policy refuses, with the rule it breaks.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum PolicyError {
     /// No class at all.
     #[error("the policy needs at least one class; add a [[class]] table")]
@@ -87,7 +87,7 @@ pub enum PolicyError {
     Starvation(String),
     /// A parameter of the cost release rule out of range (the message names it).
     #[error("release rule: {0}")]
-    Release(String),
+    Release(crate::policy::release::ReleaseError),
 }
 
 impl PolicyConfig {
@@ -158,7 +158,7 @@ impl PolicyConfig {
                 return Err(PolicyError::CuShare(c.name.clone(), s));
             }
             if let Some(w) = c.window
-                && !(1..=crate::proto::MAX_WINDOW).contains(&w)
+                && !(1..=MAX_WINDOW).contains(&w)
             {
                 return Err(PolicyError::Window(c.name.clone(), w));
             }

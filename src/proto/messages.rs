@@ -2,17 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-/// Preemption level of a control action (the product's vocabulary).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Level {
-    /// Level 1: the shim holds the stream's launches on the host; submitted work drains.
-    Hold,
-    /// Level 2: UPDATE_QUEUE percentage 0/100 on the process's own queues.
-    Deactivate,
-    /// Level 3: DBG_TRAP SUSPEND/RESUME_QUEUES on the process itself, with a grace period.
-    Suspend,
-}
+pub use crate::policy::Level;
 
 /// Which streams or queues a command addresses.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -124,9 +114,7 @@ pub struct CuMask {
     pub words: Vec<u32>,
 }
 
-/// Largest in-flight window (AQL packets per queue); larger windows are what an unbounded one
-/// already gives (ROCclr's rings hold 1024-4096 packets).
-pub const MAX_WINDOW: u32 = 4096;
+pub use crate::policy::class::MAX_WINDOW;
 
 /// Messages from the shim to the agent.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

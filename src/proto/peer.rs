@@ -77,7 +77,7 @@ impl AgentTrust {
     }
 
     /// Accepts `peer` or says who was found, who was expected and how to fix it.
-    pub fn check(&self, peer: &PeerCred, socket: &str) -> Result<(), String> {
+    pub fn check(&self, peer: &PeerCred, socket: &str) -> Result<(), UntrustedAgent> {
         if self.uids.contains(&peer.uid) {
             return Ok(());
         }
@@ -91,15 +91,34 @@ impl AgentTrust {
             })
             .collect::<Vec<_>>()
             .join(", ");
-        Err(format!(
-            "refusing the agent at {socket}: it runs as uid {} (pid {}), expected uid {expected}; \
-             anyone who can create that socket could otherwise hold this process's GPU work. \
-             Running uncontrolled. Fix: point KFDQ_SOCKET at the real kfdqd's socket \
-             (default /run/kfdq/kfdq.sock; check with 'ls -l {socket}'), or trust that uid with \
-             {AGENT_UID_ENV}={}",
-            peer.uid, peer.pid, peer.uid
-        ))
+        Err(UntrustedAgent {
+            socket: socket.into(),
+            uid: peer.uid,
+            pid: peer.pid,
+            expected,
+        })
     }
+}
+
+/// An agent [`AgentTrust::check`] refused: who was found, who was expected and the fix.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+#[error(
+    "refusing the agent at {socket}: it runs as uid {uid} (pid {pid}), expected uid {expected}; \
+     anyone who can create that socket could otherwise hold this process's GPU work. \
+     Running uncontrolled. Fix: point KFDQ_SOCKET at the real kfdqd's socket \
+     (default /run/kfdq/kfdq.sock; check with 'ls -l {socket}'), or trust that uid with \
+     {AGENT_UID_ENV}={uid}"
+)]
+pub struct UntrustedAgent {
+    /// The socket, as shown.
+    pub socket: String,
+    /// The listening peer's uid.
+    pub uid: u32,
+    /// The listening peer's pid.
+    pub pid: u32,
+    /// The trusted uids, described.
+    pub expected: String,
 }
 
 #[cfg(test)]
@@ -121,7 +140,10 @@ mod tests {
         assert_eq!(t.uids(), &[0, 1000]);
         assert!(t.check(&cred(0), "/s").is_ok());
         assert!(t.check(&cred(1000), "/s").is_ok());
-        let e = t.check(&cred(1001), "/run/kfdq/kfdq.sock").unwrap_err();
+        let e = t
+            .check(&cred(1001), "/run/kfdq/kfdq.sock")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("uid 1001 (pid 42)"), "{e}");
         assert!(e.contains("0 (root"), "{e}");
         assert!(e.contains("KFDQ_AGENT_UID=1001"), "{e}");

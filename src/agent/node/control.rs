@@ -4,15 +4,15 @@
 use std::time::Instant;
 
 use super::super::conn::ConnId;
-use super::super::identity::{Identity, may_set_class};
+use super::super::identity::{ClassChangeError, Identity, may_set_class};
 use super::process::Proc;
 use super::status::level_name;
 use super::waiters::{ACK_TIMEOUT, Waiter};
-use super::{Node, Out};
+use super::{NodeState, Out};
 use crate::proto::control::Control;
 use crate::proto::{Level, Reply, Request};
 
-impl Node {
+impl NodeState {
     /// Runs a control request from `who` on control connection `conn`. The reply comes now,
     /// or once the shims acknowledged the commands it caused.
     pub fn control(
@@ -26,28 +26,25 @@ impl Node {
         let reply = match self.control_inner(conn, who, req, now, out) {
             Ok(Some(detail)) => Reply::Done { detail },
             Ok(None) => return,
-            Err(error) => Reply::Error { error },
+            Err(e) => Reply::Error {
+                error: e.to_string(),
+            },
         };
         out.push(Out::Control(conn, reply));
     }
 
-    fn target(&self, who: &Identity, pid: u32) -> Result<&Proc, String> {
-        let p = self.procs.get(&pid).ok_or_else(|| {
-            format!(
-                "no GPU process with pid {pid} is connected to the agent: `kfdq status` lists those it controls (a process is controlled when it runs under the shim, e.g. `kfdq run`, with KFDQ_SOCKET set to the agent's socket)"
-            )
-        })?;
+    fn target(&self, who: &Identity, pid: u32) -> Result<&Proc, ControlError> {
+        let p = self
+            .procs
+            .get(&pid)
+            .ok_or(ControlError::NotConnected { pid })?;
         if !who.is_admin(&self.cfg) && who.uid != p.id.uid {
-            return Err(format!(
-                "permission: process {pid} belongs to uid {}, and uid {} may control only its own processes; root or members of the admin group{} control any",
-                p.id.uid,
-                who.uid,
-                self.cfg
-                    .admin_group
-                    .as_ref()
-                    .map(|(n, _)| format!(" ({n})"))
-                    .unwrap_or_else(|| " (none configured: [agent] admin_group)".into())
-            ));
+            return Err(ControlError::NotOwner {
+                pid,
+                owner: p.id.uid,
+                uid: who.uid,
+                admin_group: self.cfg.admin_group.as_ref().map(|(n, _)| n.clone()),
+            });
         }
         Ok(p)
     }
@@ -59,7 +56,7 @@ impl Node {
         req: Request,
         now: Instant,
         out: &mut Vec<Out>,
-    ) -> Result<Option<String>, String> {
+    ) -> Result<Option<String>, ControlError> {
         let (pid, undo_manual, what) = match req {
             Request::Status => {
                 out.push(Out::Control(
@@ -70,15 +67,11 @@ impl Node {
             }
             Request::SetPriority { pid, priority } => {
                 if priority > 15 {
-                    return Err(format!(
-                        "priority {priority} is out of range 0..=15 (KFD's queue priorities; 0-6 low, 7-10 medium, 11-15 high pipe)"
-                    ));
+                    return Err(ControlError::PriorityRange { priority });
                 }
                 let p = self.target(who, pid)?;
                 if p.via == Control::Tracer {
-                    return Err(format!(
-                        "process {pid} runs without the shim: only a process itself may change its queues' priority (UPDATE_QUEUE); run it under the shim (kfdq run) to set one"
-                    ));
+                    return Err(ControlError::PriorityNeedsShim { pid });
                 }
                 if !who.is_admin(&self.cfg) {
                     let cap = self
@@ -86,10 +79,11 @@ impl Node {
                         .class(&p.classified.entitled)
                         .map_or(0, |c| u32::from(c.max_priority));
                     if priority > cap {
-                        return Err(format!(
-                            "class cap: process {pid}'s class {} allows priorities up to {cap} for its users; root or the admin group may set more",
-                            p.classified.entitled
-                        ));
+                        return Err(ControlError::PriorityCap {
+                            pid,
+                            class: p.classified.entitled.clone(),
+                            cap,
+                        });
                     }
                 }
                 if let Some(p) = self.procs.get_mut(&pid) {
@@ -101,9 +95,7 @@ impl Node {
             Request::Suspend { pid, level } => {
                 let p = self.target(who, pid)?;
                 if p.via == Control::Tracer && level != Level::Suspend {
-                    return Err(format!(
-                        "process {pid} runs without the shim and is controlled through the tracer, which can only suspend its queues (level 3): use --level suspend, or run it under the shim (kfdq run) for levels 1 and 2"
-                    ));
+                    return Err(ControlError::LevelNeedsShim { pid });
                 }
                 if let Some(p) = self.procs.get_mut(&pid) {
                     if p.manual == Some(level) {
@@ -169,4 +161,80 @@ impl Node {
         });
         Ok(None)
     }
+}
+
+/// Why a control request was refused (sent to `kfdq` as [`Reply::Error`]'s text).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ControlError {
+    /// No process with this pid is connected or traced.
+    #[error(
+        "no GPU process with pid {pid} is connected to the agent: `kfdq status` lists those it controls (a process is controlled when it runs under the shim, e.g. `kfdq run`, with KFDQ_SOCKET set to the agent's socket)"
+    )]
+    NotConnected {
+        /// The pid asked for.
+        pid: u32,
+    },
+    /// The requester neither owns the process nor is an admin.
+    #[error(
+        "permission: process {pid} belongs to uid {owner}, and uid {uid} may control only its own processes; root or members of the admin group{} control any",
+        admin_note(.admin_group)
+    )]
+    NotOwner {
+        /// The process.
+        pid: u32,
+        /// Its owner.
+        owner: u32,
+        /// The requester.
+        uid: u32,
+        /// The configured admin group's name.
+        admin_group: Option<String>,
+    },
+    /// A priority beyond KFD's range.
+    #[error(
+        "priority {priority} is out of range 0..=15 (KFD's queue priorities; 0-6 low, 7-10 medium, 11-15 high pipe)"
+    )]
+    PriorityRange {
+        /// The priority asked for.
+        priority: u32,
+    },
+    /// A priority for a process the tracer controls.
+    #[error(
+        "process {pid} runs without the shim: only a process itself may change its queues' priority (UPDATE_QUEUE); run it under the shim (kfdq run) to set one"
+    )]
+    PriorityNeedsShim {
+        /// The process.
+        pid: u32,
+    },
+    /// A priority above the class's cap, asked by a non-admin.
+    #[error(
+        "class cap: process {pid}'s class {class} allows priorities up to {cap} for its users; root or the admin group may set more"
+    )]
+    PriorityCap {
+        /// The process.
+        pid: u32,
+        /// Its class.
+        class: String,
+        /// The class's `max_priority`.
+        cap: u32,
+    },
+    /// Level 1 or 2 for a process the tracer controls.
+    #[error(
+        "process {pid} runs without the shim and is controlled through the tracer, which can only suspend its queues (level 3): use --level suspend, or run it under the shim (kfdq run) for levels 1 and 2"
+    )]
+    LevelNeedsShim {
+        /// The process.
+        pid: u32,
+    },
+    /// A class change the requester may not make.
+    #[error(transparent)]
+    Class(#[from] ClassChangeError),
+}
+
+/// The admin group part of [`ControlError::NotOwner`]'s text.
+fn admin_note(group: &Option<String>) -> String {
+    group.as_ref().map_or_else(
+        || " (none configured: [agent] admin_group)".into(),
+        |n| format!(" ({n})"),
+    )
 }

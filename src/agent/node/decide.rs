@@ -8,12 +8,12 @@ use super::command::Command;
 use super::process::Proc;
 use super::reconcile::{Step, Want, reconcile};
 use super::why::Why;
-use super::{Node, Out};
+use super::{NodeState, Out};
 use crate::policy::{Decision, Observation, Run};
 use crate::proto::Level;
 use crate::proto::control::Control;
 
-impl Node {
+impl NodeState {
     /// Decides what every process should be and returns the commands that get it there (in
     /// partition order, so a partition's commands go out back to back).
     pub fn decide(&mut self, now: Instant, out: &mut Vec<Out>) {
@@ -119,11 +119,14 @@ impl Node {
             self.next_renew = None;
             return;
         }
-        let due = self.next_renew.is_none_or(|t| now >= t);
-        if !due {
+        let Some(due) = self.next_renew else {
+            // The first preempt started its lease: the renewals start a quarter lease later.
+            self.next_renew = Some(now + self.cfg.lease / 4);
+            return;
+        };
+        if now < due {
             return;
         }
-        // A preempt sent in this decision started its lease already; renewing it too is free.
         for conn in preempted {
             out.push(Out::Shim(conn, crate::proto::AgentMsg::Renew {}));
         }

@@ -37,6 +37,7 @@ mod waiters;
 mod why;
 
 use command::Preempts;
+pub use control::ControlError;
 use process::Proc;
 use samples::Samples;
 pub use waiters::ACK_TIMEOUT;
@@ -54,9 +55,9 @@ pub enum Out {
     Untrace(ConnId, String),
 }
 
-/// The node.
+/// The node's state: its processes, the policy and what was sent to each (no I/O).
 #[derive(Debug)]
-pub struct Node {
+pub struct NodeState {
     cfg: AgentConfig,
     policy: Policy,
     partitions: Vec<PartitionObs>,
@@ -81,7 +82,7 @@ pub struct Node {
     observed: Vec<crate::policy::ProcessObs>,
 }
 
-impl Node {
+impl NodeState {
     /// A node with `cfg`, GPU partitions `partitions`, and a note on what a priority buys on
     /// this kernel.
     pub fn new(
@@ -89,8 +90,8 @@ impl Node {
         partitions: Vec<PartitionObs>,
         priority_note: String,
         now: Instant,
-    ) -> Result<Node, crate::policy::PolicyError> {
-        Ok(Node {
+    ) -> Result<NodeState, crate::policy::PolicyError> {
+        Ok(NodeState {
             policy: Policy::new(cfg.policy.clone())?,
             cfg,
             partitions,
@@ -163,7 +164,7 @@ impl Node {
         self.decide_us.push(compute.as_secs_f64() * 1e6);
     }
 
-    /// When [`Node::decide`] must run again even if nothing arrives.
+    /// When [`NodeState::decide`] must run again even if nothing arrives.
     pub fn deadline(&self) -> Option<Instant> {
         [self.next_decide, self.waiters.deadline(), self.next_renew]
             .into_iter()
@@ -194,17 +195,12 @@ impl Node {
         class: Option<String>,
         claimed_pid: u32,
         out: &mut Vec<Out>,
-    ) -> Result<(), String> {
+    ) -> Result<(), HelloError> {
         if version != crate::proto::VERSION {
-            return Err(format!(
-                "protocol version {version} is not the agent's {}: run a shim and an agent from the same kfdq release",
-                crate::proto::VERSION
-            ));
+            return Err(HelloError::Version { version });
         }
         if id.pid == 0 {
-            return Err(
-                "the agent cannot tell which process this is (SO_PEERCRED gave no pid)".into(),
-            );
+            return Err(HelloError::NoPid);
         }
         if claimed_pid != id.pid {
             tracing::debug!(
@@ -245,7 +241,7 @@ impl Node {
     }
 
     /// The tracer could not take `pid` (of class `class`): shown by `kfdq status` until
-    /// [`Node::forget_left_alone`] drops it.
+    /// [`NodeState::forget_left_alone`] drops it.
     pub fn left_alone(&mut self, id: &Identity, class: String, reason: String) {
         self.left_alone.insert(
             id.pid,
@@ -296,4 +292,22 @@ impl Node {
     pub fn unacknowledged(&self) -> usize {
         self.procs.values().map(|p| p.pending.len()).sum()
     }
+}
+
+/// Why a shim's hello was refused (sent to it as [`crate::proto::AgentMsg::Refused`]'s reason).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum HelloError {
+    /// Another protocol version.
+    #[error(
+        "protocol version {version} is not the agent's {}: run a shim and an agent from the same kfdq release",
+        crate::proto::VERSION
+    )]
+    Version {
+        /// The shim's version.
+        version: u32,
+    },
+    /// SO_PEERCRED gave no pid.
+    #[error("the agent cannot tell which process this is (SO_PEERCRED gave no pid)")]
+    NoPid,
 }

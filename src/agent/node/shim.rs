@@ -2,11 +2,11 @@
 
 use std::time::Instant;
 
-use super::{Node, Out};
+use super::{NodeState, Out};
 use crate::policy::Run;
 use crate::proto::{AgentMsg, ShimMsg};
 
-impl Node {
+impl NodeState {
     /// A message from the shim of `pid`. Returns whether a decision is due.
     pub fn shim_message(
         &mut self,

@@ -2,7 +2,7 @@
 
 use std::time::Instant;
 
-use super::Node;
+use super::NodeState;
 use crate::policy::Run;
 use crate::proto::Level;
 use crate::proto::control::{
@@ -19,7 +19,7 @@ pub(super) fn level_name(run: Run) -> String {
     }
 }
 
-impl Node {
+impl NodeState {
     /// Accounts each class's busy time up to `now` (a class is busy while any queue of any of
     /// its processes is).
     pub(super) fn account_busy(&mut self, now: Instant) {

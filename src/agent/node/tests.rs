@@ -72,14 +72,14 @@ fn registry(pid: u32, class: &str, queues: Vec<QueueInfo>) -> ShimMsg {
 
 /// A node with a serving process (conn 1, one queue) and a training process (conn 2, two
 /// queues), both registered at `t0`, and the first decision taken.
-fn node(t0: Instant) -> Node {
+fn node(t0: Instant) -> NodeState {
     let cfg = AgentConfig::parse(CONFIG, None).unwrap();
     let parts = vec![PartitionObs {
         gpu_id: GPU,
         resident_slots: 32,
         cus: 80,
     }];
-    let mut n = Node::new(cfg, parts, String::new(), t0).unwrap();
+    let mut n = NodeState::new(cfg, parts, String::new(), t0).unwrap();
     let mut out = Vec::new();
     for (conn, pid, class, queues) in [
         (1, SERVING, "serving", vec![queue(1, 13)]),
@@ -97,12 +97,17 @@ fn node(t0: Instant) -> Node {
         n.shim_message(pid, registry(pid, class, queues), t0, &mut out);
     }
     n.decide(t0, &mut out);
-    assert_eq!(out, [], "nothing to do while everything is idle");
+    // The serving class preempts the training class: its shim is asked for busy edges.
+    assert_eq!(
+        out,
+        [Out::Shim(1, crate::proto::AgentMsg::Edges { on: true })],
+        "nothing else to do while everything is idle"
+    );
     n
 }
 
 /// Sends `msg` from `pid` at `now`, decides if it asks for it, and returns the commands.
-fn step(n: &mut Node, pid: u32, msg: ShimMsg, now: Instant) -> Vec<Out> {
+fn step(n: &mut NodeState, pid: u32, msg: ShimMsg, now: Instant) -> Vec<Out> {
     let mut out = Vec::new();
     if n.shim_message(pid, msg, now, &mut out) {
         n.decide(now, &mut out);
@@ -190,7 +195,13 @@ fn preempts_are_counted_once_per_queue_changed() {
     let mut q2 = queue(2, 3);
     q2.deactivated = true;
     let reg = registry(TRAINING, "training", vec![q1, q2]);
-    assert_eq!(step(&mut n, TRAINING, reg, t1), []);
+    // The serving shim says "still busy" now and then (else its reports go stale); the
+    // preemption's lease is renewed.
+    assert_eq!(step(&mut n, SERVING, busy(true), t1), []);
+    assert_eq!(
+        step(&mut n, TRAINING, reg, t1),
+        [Out::Shim(2, crate::proto::AgentMsg::Renew {})]
+    );
     // (The policy saw the serving queue busy at t1: idle is news after it.)
     let t2 = t1 + Duration::from_millis(1);
     assert_eq!(step(&mut n, SERVING, busy(false), t2), [release(3)]);
@@ -204,7 +215,7 @@ fn a_failed_level_is_not_retried_until_its_time() {
     step(&mut n, SERVING, busy(true), t0);
     // The preempt failed: the process runs and nothing is sent until RETRY_AFTER.
     assert_eq!(step(&mut n, TRAINING, ack(1, false), t0), []);
-    assert_eq!(n.deadline(), Some(t0 + RETRY_AFTER));
+    assert!(n.next_decide.is_some_and(|d| d <= t0 + RETRY_AFTER));
     let st = n.status(t0);
     let training = st.processes.iter().find(|p| p.pid == TRAINING).unwrap();
     assert_eq!(
@@ -212,8 +223,16 @@ fn a_failed_level_is_not_retried_until_its_time() {
         ("running", 1)
     );
     assert_eq!(training.warnings, ["command failed: EBUSY"]);
+    // The serving shim keeps saying "busy" (else its reports go stale); just before
+    // RETRY_AFTER the level is not retried, at RETRY_AFTER it is.
+    let almost = t0 + RETRY_AFTER - Duration::from_millis(1);
+    assert_eq!(step(&mut n, SERVING, busy(true), almost), []);
     let mut out = Vec::new();
-    n.decide(t0 + RETRY_AFTER, &mut out);
+    n.decide(almost, &mut out);
+    assert_eq!(out, []);
+    let t = t0 + RETRY_AFTER;
+    assert_eq!(step(&mut n, SERVING, busy(true), t), []);
+    n.decide(t, &mut out);
     assert_eq!(out, [preempt(2)]);
 }
 
@@ -229,7 +248,9 @@ fn a_manual_suspend_answers_once_acknowledged_or_at_its_deadline() {
     };
     n.control(9, &root, req.clone(), t0, &mut out);
     assert_eq!(out, [preempt(1)], "the reply waits for the ack");
-    assert_eq!(n.deadline(), Some(t0 + ACK_TIMEOUT));
+    assert_eq!(n.waiters.deadline(), Some(t0 + ACK_TIMEOUT));
+    // The preemption's lease is renewed a quarter lease later.
+    assert_eq!(n.deadline(), Some(t0 + n.cfg.lease / 4));
     let out = step(&mut n, TRAINING, ack(1, true), t0);
     assert!(
         matches!(&out[..], [Out::Control(9, Reply::Done { detail })] if detail.contains("done")),
@@ -338,7 +359,7 @@ fn timing_probe() {
         resident_slots: 1024,
         cus: 80,
     }];
-    let mut n = Node::new(cfg, parts, String::new(), t0).unwrap();
+    let mut n = NodeState::new(cfg, parts, String::new(), t0).unwrap();
     let mut out = Vec::new();
     for i in 0..64u32 {
         let pid = 1000 + i;

@@ -34,7 +34,7 @@ pub(super) fn reason_text(r: &Reason) -> String {
         Reason::Free => "no higher class busy".into(),
         Reason::Unpreemptible => "its class is never preempted".into(),
         Reason::HigherClassBusy(c) => format!("class {c} is busy"),
-        Reason::Hysteresis(c) => format!("class {c} went idle less than the hysteresis ago"),
+        Reason::Hysteresis(c) => format!("held after class {c} went idle (the release rule)"),
         Reason::StarvationGuard => "starvation guard: running its share".into(),
         Reason::ResidencyGuard(g) => {
             format!("residency guard: more active queues than slots on gpu {g:#x}")

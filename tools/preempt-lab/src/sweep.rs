@@ -218,7 +218,7 @@ impl Sweep {
                     SweepKind::ReleaseEpsilon => c.epsilon = x,
                     _ => c.round_trip_ns = (x.max(0.0) * 1000.0) as u64,
                 }
-                c.validate().map_err(|e| bad(&e))?;
+                c.validate().map_err(|e| bad(&e.to_string()))?;
             }
         }
         Ok(sc)

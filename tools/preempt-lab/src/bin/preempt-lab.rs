@@ -446,7 +446,7 @@ fn apply_release(
         }
         c.max_hold_ns = (v * 1e6) as u64;
     }
-    c.validate()
+    c.validate().map_err(|e| e.to_string())
 }
 
 /// Prints a report as JSON, CSV or the table.
