@@ -6,6 +6,7 @@ use std::os::unix::net::{UnixListener, UnixStream};
 use std::time::{Duration, Instant};
 
 use kfdq::proto::{self, AgentMsg, LineReader, Registry, ShimMsg};
+use test_support::wait::WAIT_LIMIT;
 
 /// The test's agent end of one shim connection.
 pub struct Conn {
@@ -27,7 +28,7 @@ pub fn listen(dir: &std::path::Path) -> (UnixListener, std::path::PathBuf) {
 }
 
 pub fn accept_raw(l: &UnixListener) -> UnixStream {
-    let deadline = Instant::now() + Duration::from_secs(20);
+    let deadline = Instant::now() + WAIT_LIMIT;
     let s = loop {
         match l.accept() {
             Ok((s, _)) => break s,
@@ -39,13 +40,13 @@ pub fn accept_raw(l: &UnixListener) -> UnixStream {
         }
     };
     s.set_nonblocking(false).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    s.set_read_timeout(Some(WAIT_LIMIT)).unwrap();
     s
 }
 
 pub fn accept(l: &UnixListener) -> Conn {
     let s = accept_raw(l);
-    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    s.set_read_timeout(Some(WAIT_LIMIT)).unwrap();
     let w = s.try_clone().unwrap();
     let mut c = Conn {
         w,
@@ -107,12 +108,17 @@ impl Conn {
 
     /// Reads until the last `Activity` state reported for `qid` is `busy` (a transition
     /// reported before a command's ack counts: the queue may have drained just before a hold).
+    /// A queue starts idle and the shim reports transitions only, so a queue it never reported
+    /// is idle: one whose work always completed between two samples (a loaded machine delays
+    /// the samples) is never reported at all.
     pub fn wait_activity(&mut self, qid: u32, busy: bool) {
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while self.activity.get(&qid) != Some(&busy) {
+        let deadline = Instant::now() + WAIT_LIMIT;
+        while self.activity.get(&qid).copied().unwrap_or(false) != busy {
             assert!(
                 Instant::now() < deadline,
-                "no activity message queue {qid} busy={busy}"
+                "no activity message queue {qid} busy={busy} within {WAIT_LIMIT:?}; last states {:?}, last registry: {:#?}",
+                self.activity,
+                self.registry
             );
             self.read();
         }
@@ -120,7 +126,7 @@ impl Conn {
 
     /// Reads until a registry satisfying `cond` arrives.
     pub fn wait_registry(&mut self, what: &str, cond: impl Fn(&Registry) -> bool) -> Registry {
-        let deadline = Instant::now() + Duration::from_secs(20);
+        let deadline = Instant::now() + WAIT_LIMIT;
         loop {
             if let Some(r) = &self.registry
                 && cond(r)

@@ -22,6 +22,7 @@ pub use kfdq::proto::{Registry, StreamInfo, StreamKind};
 pub use test_support::bins::{shim_path, workspace_bin};
 pub use test_support::emu::{Emu, EmuConfig, MountedEmu, Preset, QueueStats, Stats};
 pub use test_support::output::read_output;
+pub use test_support::wait::WAIT_LIMIT;
 pub use test_support::{mount as mount_with, mount_with_slots, wait_for};
 
 const PROGRAMS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/programs");
@@ -252,13 +253,13 @@ impl<'a> Launch<'a> {
 }
 
 impl App {
-    /// Waits (up to 30 s) for a stdout line starting with `prefix`; returns it. Every line read
-    /// is kept in `seen`.
+    /// Waits (up to [`WAIT_LIMIT`]) for a stdout line starting with `prefix`; returns it. Every
+    /// line read is kept in `seen`.
     pub fn wait_line(&mut self, prefix: &str) -> String {
         if let Some(l) = self.seen.iter().find(|l| l.starts_with(prefix)) {
             return l.clone();
         }
-        let deadline = Instant::now() + Duration::from_secs(30);
+        let deadline = Instant::now() + WAIT_LIMIT;
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
             match self.lines.recv_timeout(left) {
@@ -335,14 +336,14 @@ impl App {
         serde_json::from_str(&text).ok()
     }
 
-    /// Waits (10 s) until the registry of `pid` satisfies `cond`; returns it.
+    /// Waits (up to [`WAIT_LIMIT`]) until the registry of `pid` satisfies `cond`; returns it.
     pub fn wait_registry(
         &mut self,
         pid: u32,
         what: &str,
         cond: impl Fn(&Registry) -> bool,
     ) -> Registry {
-        let deadline = Instant::now() + Duration::from_secs(10);
+        let deadline = Instant::now() + WAIT_LIMIT;
         loop {
             if let Some(r) = self.registry_of(pid)
                 && cond(&r)
@@ -409,8 +410,11 @@ impl Drop for App {
     fn drop(&mut self) {
         let _ = std::fs::write(&self.go, b"go");
         let _ = std::fs::write(&self.stop, b"stop");
-        if let Ok(None) = self.child.try_wait() {
-            std::thread::sleep(Duration::from_millis(200));
+        // A program told to stop gets a moment to exit on its own; then it is killed.
+        let exited = test_support::wait_until(Duration::from_secs(2), || {
+            !matches!(self.child.try_wait(), Ok(None))
+        });
+        if !exited {
             let _ = self.child.kill();
         }
         let _ = self.child.wait();
