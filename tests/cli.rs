@@ -7,11 +7,19 @@ use std::process::Command;
 
 use common::*;
 
+/// `kfdq --root ROOT ARGS`, kept off the host's agent and registries: no agent socket (not the
+/// default /run/kfdq/kfdq.sock, nor an inherited `KFDQ_SOCKET`), and an empty private state
+/// directory first in the registry search.
 fn kfdq(root: &std::path::Path, args: &[&str]) -> (bool, String, String) {
+    let state = tempfile::tempdir().unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_kfdq"))
         .arg("--root")
         .arg(root)
+        .arg("--agent")
+        .arg(state.path().join("no-agent.sock"))
         .args(args)
+        .env_remove("KFDQ_SOCKET")
+        .env("KFDQ_STATE_DIR", state.path())
         .output()
         .unwrap();
     (
@@ -129,6 +137,7 @@ fn run_puts_a_program_under_the_shim_and_ps_shows_its_streams() {
         .arg(&workload)
         .arg("2")
         .env("KFDQ_STATE_DIR", &state)
+        .env_remove("KFDQ_SOCKET")
         .stdout(std::process::Stdio::piped())
         .spawn()
         .unwrap();
@@ -138,8 +147,10 @@ fn run_puts_a_program_under_the_shim_and_ps_shows_its_streams() {
         let out = Command::new(env!("CARGO_BIN_EXE_kfdq"))
             .arg("--root")
             .arg(emu.root())
-            .args(["ps", "--json"])
+            .args(["ps", "--json", "--agent"])
+            .arg(dir.path().join("no-agent.sock"))
             .env("KFDQ_STATE_DIR", &state)
+            .env_remove("KFDQ_SOCKET")
             .output()
             .unwrap();
         let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();

@@ -8,7 +8,6 @@ mod common;
 
 use std::os::fd::AsRawFd;
 use std::sync::atomic::Ordering;
-use std::time::Duration;
 
 use kfd_emu::Preset;
 use kfd_sys::*;
@@ -267,7 +266,7 @@ fn events_set_wait_age_and_destroy() {
     // A blocked wait is answered by a set from another thread...
     std::thread::scope(|sc| {
         let waiter = sc.spawn(|| wait(&s.kfd, &[event_data(id, 0)], false, u32::MAX));
-        assert!(wait_until(Duration::from_secs(10), || t.stats().processes
+        assert!(wait_until(WAIT_LIMIT, || t.stats().processes
             [0]
         .blocked_waits
             == 1));
@@ -280,7 +279,7 @@ fn events_set_wait_age_and_destroy() {
     // ... and fails with EIO when its event is destroyed.
     std::thread::scope(|sc| {
         let waiter = sc.spawn(|| wait(&s.kfd, &[event_data(id, 0)], false, u32::MAX));
-        assert!(wait_until(Duration::from_secs(10), || t.stats().processes
+        assert!(wait_until(WAIT_LIMIT, || t.stats().processes
             [0]
         .blocked_waits
             == 1));
@@ -315,7 +314,7 @@ fn end_of_kernel_interrupt_fires_the_signal_event() {
     signal.write(0x18, &ev.event_id.to_ne_bytes());
     std::thread::scope(|sc| {
         let waiter = sc.spawn(|| wait(&s.kfd, &[event_data(ev.event_id, 0)], false, u32::MAX));
-        assert!(wait_until(Duration::from_secs(10), || t.stats().processes
+        assert!(wait_until(WAIT_LIMIT, || t.stats().processes
             [0]
         .blocked_waits
             == 1));
@@ -328,7 +327,7 @@ fn end_of_kernel_interrupt_fires_the_signal_event() {
     // just after the waiters are answered.
     let slot = page.u64_at(8 * ev.event_id as usize);
     assert!(
-        wait_until(Duration::from_secs(10), || slot.load(Ordering::Acquire)
+        wait_until(WAIT_LIMIT, || slot.load(Ordering::Acquire)
             == u64::MAX),
         "the slot was acknowledged after the interrupt"
     );
@@ -553,7 +552,7 @@ fn sdma_queue_copies_fences_decrements_and_traps() {
     ring.write(0, &bytes);
     std::thread::scope(|sc| {
         let waiter = sc.spawn(|| wait(&s.kfd, &[event_data(ev.event_id, 0)], false, u32::MAX));
-        assert!(wait_until(Duration::from_secs(10), || t.stats().processes
+        assert!(wait_until(WAIT_LIMIT, || t.stats().processes
             [0]
         .blocked_waits
             == 1));
@@ -583,7 +582,7 @@ fn sdma_queue_copies_fences_decrements_and_traps() {
     ring.write(bytes.len(), &0x3fu32.to_ne_bytes());
     ptrs.u64_at(0)
         .store(bytes.len() as u64 + 4, Ordering::Release);
-    assert!(wait_until(Duration::from_secs(10), || t.stats().queues[0].stopped));
+    assert!(wait_until(WAIT_LIMIT, || t.stats().queues[0].stopped));
 }
 
 #[test]
