@@ -59,13 +59,8 @@ struct Row {
 }
 
 fn main() {
-    // `cargo bench` passes `--bench`; `cargo test --benches` runs it in test mode: do nothing.
-    if !std::env::args().any(|a| a == "--bench") {
+    if !bench_requested("hold_window") {
         return;
-    }
-    if !nix::unistd::geteuid().is_root() {
-        eprintln!("hold_window needs root (it mounts kfd-emu and runs kfdqd); not run");
-        std::process::exit(1);
     }
     // `equal` arbitration: priority buys nothing, so what the hold is worth shows alone.
     let emu = mount_with(EmuConfig {

@@ -75,40 +75,22 @@ fn median(v: &[f64]) -> f64 {
     kfdq::stats::nearest_rank(v, 0.5)
 }
 
-struct Row {
-    label: String,
-    wakeups_per_s: f64,
-    cpu_us_per_s: f64,
-}
-
-fn sample_row(emu: &Emu, activity_us: u64, tracees: usize) -> Row {
+/// The tracer thread's rates over [`WINDOW`] at `activity_us` with `tracees` traced floods.
+fn sample_row(emu: &Emu, activity_us: u64, tracees: usize) -> ThreadRates {
     let agent = Agent::start(emu, &config(activity_us));
     let apps: Vec<App> = (0..tracees).map(|_| flood(emu, &agent, false)).collect();
     let task = thread_named(agent.child.id(), "kfdqd-tracer").expect("the tracer thread");
-    let (ns0, sw0) = thread_usage(&task);
-    let t0 = Instant::now();
-    std::thread::sleep(WINDOW);
-    let (ns1, sw1) = thread_usage(&task);
-    let s = t0.elapsed().as_secs_f64();
+    let rates = ThreadRates::over(&task, WINDOW);
     for a in apps {
         a.stop();
         a.finish();
     }
-    Row {
-        label: format!("{} ms, {tracees} tracee(s)", activity_us as f64 / 1000.0),
-        wakeups_per_s: (sw1 - sw0) as f64 / s,
-        cpu_us_per_s: (ns1 - ns0) as f64 / 1e3 / s,
-    }
+    rates
 }
 
 fn main() {
-    // `cargo bench` passes `--bench`; `cargo test --benches` runs it in test mode: do nothing.
-    if !std::env::args().any(|a| a == "--bench") {
+    if !bench_requested("tracer_path") {
         return;
-    }
-    if !nix::unistd::geteuid().is_root() {
-        eprintln!("tracer_path needs root (it mounts kfd-emu and runs kfdqd); not run");
-        std::process::exit(1);
     }
     let emu = mount();
     // Round trips: one traced and one shim process of the same class, same agent.
@@ -142,20 +124,15 @@ fn main() {
 
     let mut rows = Vec::new();
     for (us, n) in [(500, 1), (2000, 1), (2000, 4), (10000, 1)] {
-        rows.push(sample_row(&emu, us, n));
+        let label = format!("{} ms, {n} tracee(s)", us as f64 / 1000.0);
+        rows.push((label, sample_row(&emu, us, n)));
     }
     println!("tracer thread over {} s per row", WINDOW.as_secs());
     println!(
         "{:<24} {:>12} {:>16} {:>14}",
         "activity period", "wakeups/s", "CPU us per s", "% of a core"
     );
-    for r in &rows {
-        println!(
-            "{:<24} {:>12.0} {:>16.0} {:>14.2}",
-            r.label,
-            r.wakeups_per_s,
-            r.cpu_us_per_s,
-            r.cpu_us_per_s / 1e4
-        );
+    for (label, r) in &rows {
+        println!("{}", r.row(label, 24));
     }
 }

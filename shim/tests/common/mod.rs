@@ -464,3 +464,49 @@ pub fn thread_usage(task: &Path) -> (u64, u64) {
         .sum();
     (ns, switches)
 }
+
+/// A thread's wakeups (context switches) and time on CPU per second, measured over a window.
+#[derive(Debug, Clone, Copy)]
+pub struct ThreadRates {
+    pub wakeups_per_s: f64,
+    pub cpu_us_per_s: f64,
+}
+
+impl ThreadRates {
+    /// The rates of thread `task` (`/proc/<pid>/task/<tid>`) over `window` from now.
+    pub fn over(task: &Path, window: Duration) -> ThreadRates {
+        let (ns0, sw0) = thread_usage(task);
+        let t0 = Instant::now();
+        std::thread::sleep(window);
+        let (ns1, sw1) = thread_usage(task);
+        let s = t0.elapsed().as_secs_f64();
+        ThreadRates {
+            wakeups_per_s: (sw1 - sw0) as f64 / s,
+            cpu_us_per_s: (ns1 - ns0) as f64 / 1e3 / s,
+        }
+    }
+
+    /// `label`, wakeups/s, CPU µs per s and % of a core, as a table row (`width`: the label's).
+    pub fn row(&self, label: &str, width: usize) -> String {
+        format!(
+            "{label:<width$} {:>12.0} {:>16.0} {:>14.2}",
+            self.wakeups_per_s,
+            self.cpu_us_per_s,
+            self.cpu_us_per_s / 1e4
+        )
+    }
+}
+
+/// For the shim's bench binaries (`harness = false`, run against kfd-emu): whether to measure.
+/// `cargo bench` passes `--bench`; `cargo test --benches` runs them without it, and they do
+/// nothing. Without root (the emulator's FUSE mount) the bench exits 1 saying so.
+pub fn bench_requested(name: &str) -> bool {
+    if !std::env::args().any(|a| a == "--bench") {
+        return false;
+    }
+    if !nix::unistd::geteuid().is_root() {
+        eprintln!("{name} needs root (it mounts kfd-emu and runs kfdqd); not run");
+        std::process::exit(1);
+    }
+    true
+}
