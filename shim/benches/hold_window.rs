@@ -24,16 +24,11 @@ use kfd_emu::{EmuConfig, Preset};
 /// The latency client: 30 requests, 100 ms apart, of 4 dispatches x 80 work-groups x 2 ms
 /// (8 ms alone). Returns (mean, P99) in µs.
 fn latency(emu: &Emu, agent: Option<&Agent>) -> (f64, f64) {
-    let mut l = Launch::new(programs().get("latency"))
-        .args(["30", "100", HP_KERNELS, "2000", "80"])
-        .env("KFDQ_CLASS", "latency");
-    if let Some(a) = agent {
-        l = l.env("KFDQ_SOCKET", a.sock.display().to_string());
-    }
-    let app = l.start(emu);
-    app.go();
-    let (lines, _) = app.finish();
-    let l = Latency::parse(&lines, 30);
+    let l = latency_client(
+        emu,
+        ["30", "100", HP_KERNELS, "2000", "80"],
+        agent.map(|a| a.sock.as_path()),
+    );
     (l.mean, l.p99)
 }
 

@@ -142,3 +142,41 @@ impl Conn {
         }
     }
 }
+
+/// A program flooding the partition (`programs/flood.c` WG_US WGS IN_FLIGHT, class `batch`)
+/// connected to a test-side agent, its queue registered and running.
+pub struct Flood {
+    pub app: super::App,
+    pub conn: Conn,
+    /// Its queue.
+    pub queue: u32,
+    _listener: UnixListener,
+    _dir: tempfile::TempDir,
+}
+
+impl Flood {
+    pub fn start(emu: &super::Emu, args: [&str; 3]) -> Flood {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (listener, sock) = listen(dir.path());
+        let mut app = super::Launch::new(super::programs().get("flood"))
+            .args(args)
+            .env("KFDQ_CLASS", "batch")
+            .env("KFDQ_SOCKET", sock.display().to_string())
+            .start(emu);
+        let mut conn = accept(&listener);
+        app.wait_line("flooding");
+        let queue = app.queues()["flood"].queue_id;
+        conn.wait_registry("the flood stream on its queue", |r| {
+            r.queues.iter().any(|q| q.queue_id == queue)
+        });
+        let pid = app.pid;
+        super::wait_for("the flood running", || emu.queue(pid, queue).busy_ns > 0);
+        Flood {
+            app,
+            conn,
+            queue,
+            _listener: listener,
+            _dir: dir,
+        }
+    }
+}

@@ -127,6 +127,22 @@ impl Latency {
     }
 }
 
+/// The latency client (`programs/latency.c`) run to its end on `emu` under the shim: `shape` is
+/// its arguments (requests, gap ms, dispatches per request, µs per work-group, work-groups), in
+/// class `latency`, connected to the agent at `socket` if given. What it measured.
+pub fn latency_client(emu: &Emu, shape: [&str; 5], socket: Option<&Path>) -> Latency {
+    let mut l = Launch::new(programs().get("latency"))
+        .args(shape)
+        .env("KFDQ_CLASS", "latency");
+    if let Some(s) = socket {
+        l = l.env("KFDQ_SOCKET", s.display().to_string());
+    }
+    let app = l.start(emu);
+    app.go();
+    let (lines, _) = app.finish();
+    Latency::parse(&lines, shape[0].parse().expect("a request count"))
+}
+
 /// `queue <name> <qid> <gpu> <handle>` as printed by a program.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ProgQueue {
