@@ -159,7 +159,10 @@ fn destroy_blocks_while_debugger_suspended() {
                 .iter()
                 .any(|p| p.pid == pid && p.blocked_destroys == 1)
         });
-        assert!(rx.try_recv().is_err(), "DESTROY_QUEUE returned while suspended");
+        assert!(
+            rx.try_recv().is_err(),
+            "DESTROY_QUEUE returned while suspended"
+        );
         assert!(
             emu.stats()
                 .queues

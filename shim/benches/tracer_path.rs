@@ -103,12 +103,7 @@ fn main() {
         "suspend / resume round trip (control request sent -> reply after the ack), median (nearest rank) of {PAIRS}"
     );
     println!("{:<10} {:>14} {:>14}", "path", "suspend us", "resume us");
-    let (a, b, c, d) = (
-        median(&ts),
-        median(&tr),
-        median(&ss),
-        median(&sr),
-    );
+    let (a, b, c, d) = (median(&ts), median(&tr), median(&ss), median(&sr));
     println!("{:<10} {a:>14.0} {b:>14.0}", "tracer");
     println!("{:<10} {c:>14.0} {d:>14.0}", "shim");
     println!(

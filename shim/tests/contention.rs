@@ -45,11 +45,7 @@ fn preempting_a_flooding_program_saves_its_running_work_and_holds_it_while_other
             "{level:?}: the flood's running work-groups were saved: {q:?}"
         );
         // The latency client's requests on the same partition are the window.
-        let l = latency_client(
-            &emu,
-            [REQUESTS, GAP_MS, HP_KERNELS, HP_WG_US, HP_WGS],
-            None,
-        );
+        let l = latency_client(&emu, [REQUESTS, GAP_MS, HP_KERNELS, HP_WG_US, HP_WGS], None);
         assert!(l.max > 0.0, "{l:?}");
         assert_eq!(
             emu.queue(pid, lp).packets_done,

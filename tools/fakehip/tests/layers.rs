@@ -88,7 +88,10 @@ fn violations(layers: &[&[&str]], uses: &[Use]) -> Vec<String> {
 fn file_circles(uses: &[Use]) -> Vec<Vec<String>> {
     let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     for u in uses {
-        graph.entry(u.from.clone()).or_default().insert(u.to.clone());
+        graph
+            .entry(u.from.clone())
+            .or_default()
+            .insert(u.to.clone());
     }
     circles(&graph)
 }
@@ -114,7 +117,11 @@ fn every_file_uses_only_the_layers_below_it() {
         .into_iter()
         .map(|f| {
             let o = dir.join(Path::new(f).with_extension("o"));
-            assert!(o.is_file(), "{} is missing (build.rs keeps it)", o.display());
+            assert!(
+                o.is_file(),
+                "{} is missing (build.rs keeps it)",
+                o.display()
+            );
             (f.to_string(), o)
         })
         .collect();
@@ -122,7 +129,14 @@ fn every_file_uses_only_the_layers_below_it() {
     // The check saw the library's structure: every file above the bottom layer that calls
     // another file does so, and the top layer reaches the bottom.
     let callers: BTreeSet<&str> = found.iter().map(|u| u.from.as_str()).collect();
-    for f in ["queue.c", "event.c", "stream.c", "init.c", "submit.c", "hip_stream.c"] {
+    for f in [
+        "queue.c",
+        "event.c",
+        "stream.c",
+        "init.c",
+        "submit.c",
+        "hip_stream.c",
+    ] {
         assert!(callers.contains(f), "no use read from {f}: {found:?}");
     }
     assert!(
@@ -145,9 +159,18 @@ fn cc() -> String {
 fn a_call_into_a_higher_layer_or_the_same_layer_is_reported() {
     let dir = tempfile::tempdir().expect("tempdir");
     let src = [
-        ("low.c", "int high(void);\nint low(void) { return high(); }\n"),
-        ("high.c", "int low(void);\nint high(void) { return 1; }\nint top(void) { return low(); }\n"),
-        ("peer.c", "int high(void);\nint peer(void) { return high(); }\n"),
+        (
+            "low.c",
+            "int high(void);\nint low(void) { return high(); }\n",
+        ),
+        (
+            "high.c",
+            "int low(void);\nint high(void) { return 1; }\nint top(void) { return low(); }\n",
+        ),
+        (
+            "peer.c",
+            "int high(void);\nint peer(void) { return high(); }\n",
+        ),
     ];
     let mut objects = BTreeMap::new();
     for (name, text) in src {

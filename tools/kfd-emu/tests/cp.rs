@@ -49,9 +49,7 @@ fn packets_execute_and_stop_while_percentage_is_zero() {
 
     // Reactivated: it continues.
     s.kfd.update_queue(&q, 100, 7).unwrap();
-    assert!(wait_until(WAIT_LIMIT, || rptr
-        .load(Ordering::Acquire)
-        == w));
+    assert!(wait_until(WAIT_LIMIT, || rptr.load(Ordering::Acquire) == w));
     assert_eq!(value.load(Ordering::Acquire), 0);
 
     // A packet whose header is still INVALID is waited for, not consumed.
@@ -62,17 +60,13 @@ fn packets_execute_and_stop_while_percentage_is_zero() {
     assert_eq!(rptr.load(Ordering::Acquire), w);
     pkt[0] = 2;
     submit(&bufs, w, &[pkt]);
-    assert!(wait_until(WAIT_LIMIT, || rptr
-        .load(Ordering::Acquire)
-        == w2));
+    assert!(wait_until(WAIT_LIMIT, || rptr.load(Ordering::Acquire) == w2));
     // Barrier packets (type 3) complete immediately.
     let mut barrier = dispatch_packet(0, signal.addr());
     barrier[0] = 3;
     value.store(1, Ordering::Release);
     let w3 = submit(&bufs, w2, &[barrier]);
-    assert!(wait_until(WAIT_LIMIT, || rptr
-        .load(Ordering::Acquire)
-        == w3));
+    assert!(wait_until(WAIT_LIMIT, || rptr.load(Ordering::Acquire) == w3));
     assert_eq!(value.load(Ordering::Acquire), 0);
 }
 
@@ -188,9 +182,7 @@ fn wave_state_reports_saved_work_of_inactive_queues() {
     );
     // A long dispatch in flight when the queue is deactivated leaves saved waves.
     submit(&bufs, 0, &[dispatch_packet(10_000_000_000, 0)]);
-    assert!(wait_until(WAIT_LIMIT, || t.stats().queues[0]
-        .write_index
-        == 1));
+    assert!(wait_until(WAIT_LIMIT, || t.stats().queues[0].write_index == 1));
     s.kfd.update_queue(&q, 0, 7).unwrap();
     s.kfd
         .ioctl(AMDKFD_IOC_GET_QUEUE_WAVE_STATE, &mut ws)
@@ -237,9 +229,7 @@ fn profiling_queues_get_packet_timestamps() {
         signal.i64_at(8).store(1, Ordering::Release);
         let rptr = bufs.ptrs.u64_at(RPTR_OFF);
         let w = submit(bufs, 0, &[dispatch_packet(100_000, signal.addr())]);
-        assert!(wait_until(WAIT_LIMIT, || rptr
-            .load(Ordering::Acquire)
-            == w));
+        assert!(wait_until(WAIT_LIMIT, || rptr.load(Ordering::Acquire) == w));
         let start = signal.u64_at(0x20).load(Ordering::Acquire);
         let end = signal.u64_at(0x28).load(Ordering::Acquire);
         if profiling {

@@ -182,9 +182,8 @@ fn destroy_blocks_while_debugger_suspended() {
     );
     std::thread::scope(|sc| {
         let h = sc.spawn(|| s.kfd.destroy_queue(q.id));
-        assert!(wait_until(WAIT_LIMIT, || t.stats().processes
-            [0]
-        .blocked_destroys
+        assert!(wait_until(WAIT_LIMIT, || t.stats().processes[0]
+            .blocked_destroys
             == 1));
         assert!(
             !h.is_finished(),
@@ -204,9 +203,8 @@ fn destroy_blocks_while_debugger_suspended() {
     // DISABLE also releases a blocked destroyer.
     std::thread::scope(|sc| {
         let h = sc.spawn(|| s.kfd.destroy_queue(q2.id));
-        assert!(wait_until(WAIT_LIMIT, || t.stats().processes
-            [0]
-        .blocked_destroys
+        assert!(wait_until(WAIT_LIMIT, || t.stats().processes[0]
+            .blocked_destroys
             == 1));
         assert!(!h.is_finished());
         let mut none = 0u64;

@@ -158,9 +158,8 @@ fn unmount_does_not_hang_on_open_files_or_blocked_destroyers() {
     );
     std::thread::scope(|sc| {
         let h = sc.spawn(|| s.kfd.destroy_queue(q.id));
-        assert!(wait_until(WAIT_LIMIT, || t.stats().processes
-            [0]
-        .blocked_destroys
+        assert!(wait_until(WAIT_LIMIT, || t.stats().processes[0]
+            .blocked_destroys
             == 1));
         assert!(!h.is_finished());
         let start = Instant::now();
