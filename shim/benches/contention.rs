@@ -14,23 +14,10 @@ mod common;
 
 use common::agent::*;
 use common::*;
-use kfdq::proto::{AgentMsg, Level, Target};
-
-/// Requests per phase, 10 per second; each request is 4 dispatches of 80 work-groups of 2 ms
-/// (8 ms alone on an MI308X partition: 80 x 4 waves fit its 2560 wave slots at once).
-const REQUESTS: &str = "12";
-const GAP_MS: &str = "100";
-const HP_KERNELS: &str = "4";
-const HP_WG_US: &str = "2000";
-const HP_WGS: &str = "80";
-/// The flood: 2560 work-groups of 4 waves and 20 ms each (four rounds of the whole partition,
-/// 80 ms a dispatch), 4 in flight.
-const LP_WG_US: &str = "20000";
-const LP_WGS: &str = "2560";
-const LP_IN_FLIGHT: &str = "4";
+use kfdq::proto::Level;
 
 fn latency_phase(emu: &Emu) -> Latency {
-    latency_client(emu, [REQUESTS, GAP_MS, HP_KERNELS, HP_WG_US, HP_WGS], None)
+    latency_client(emu, CONTENTION_CLIENT, None)
 }
 
 fn main() {
@@ -40,36 +27,30 @@ fn main() {
     let emu = mount();
     let alone = latency_phase(&emu);
 
-    let mut flood = Flood::start(&emu, [LP_WG_US, LP_WGS, LP_IN_FLIGHT]);
+    let mut flood = Flood::start(&emu, CONTENTION_FLOOD);
     let (pid, lp) = (flood.app.pid, flood.queue);
     let colocated = latency_phase(&emu);
 
     let mut controlled = Vec::new();
     for level in [Level::Deactivate, Level::Suspend] {
-        flood.conn.ok(|seq| AgentMsg::Preempt {
-            seq,
-            level,
-            target: Target::All,
-            grace_period: 0,
-        });
+        flood.preempt(level);
         assert!(
             !emu.queue(pid, lp).active,
             "{level:?}: the flood's queue is off"
         );
         let saved = emu.queue(pid, lp).workgroups_saved;
         controlled.push((level, latency_phase(&emu), saved));
-        flood.conn.ok(|seq| AgentMsg::Release {
-            seq,
-            level,
-            target: Target::All,
-        });
+        flood.release(level);
         wait_for("the flood's queue back", || emu.queue(pid, lp).active);
     }
     flood.app.stop();
     let (lines, _) = flood.app.finish();
     let stats = emu.stats();
 
-    println!("latency client (4 x 80 work-groups of 2 ms), {REQUESTS} requests at 10/s, us:");
+    println!(
+        "latency client (4 x 80 work-groups of 2 ms), {} requests at 10/s, us:",
+        CONTENTION_CLIENT[0]
+    );
     println!(
         "{:<36} {:>8} {:>8} {:>8} {:>9}",
         "phase", "p50", "p99", "max", "p99/alone"

@@ -9,35 +9,17 @@ mod common;
 
 use common::agent::*;
 use common::*;
-use kfdq::proto::{AgentMsg, Level, Target};
-
-/// Requests per phase, 10 per second; each request is 4 dispatches of 80 work-groups of 2 ms
-/// (8 ms alone on an MI308X partition: 80 x 4 waves fit its 2560 wave slots at once).
-const REQUESTS: &str = "12";
-const GAP_MS: &str = "100";
-const HP_KERNELS: &str = "4";
-const HP_WG_US: &str = "2000";
-const HP_WGS: &str = "80";
-/// The flood: 2560 work-groups of 4 waves and 20 ms each (four rounds of the whole partition,
-/// 80 ms a dispatch), 4 in flight.
-const LP_WG_US: &str = "20000";
-const LP_WGS: &str = "2560";
-const LP_IN_FLIGHT: &str = "4";
+use kfdq::proto::Level;
 
 #[test]
 #[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn preempting_a_flooding_program_saves_its_running_work_and_holds_it_while_others_run() {
     let emu = mount();
-    let mut flood = Flood::start(&emu, [LP_WG_US, LP_WGS, LP_IN_FLIGHT]);
+    let mut flood = Flood::start(&emu, CONTENTION_FLOOD);
     let (pid, lp) = (flood.app.pid, flood.queue);
     for level in [Level::Deactivate, Level::Suspend] {
         let saved_before = emu.queue(pid, lp).workgroups_saved;
-        flood.conn.ok(|seq| AgentMsg::Preempt {
-            seq,
-            level,
-            target: Target::All,
-            grace_period: 0,
-        });
+        flood.preempt(level);
         let q = emu.queue(pid, lp);
         assert!(!q.active, "{level:?}: the flood's queue is off: {q:?}");
         assert!(
@@ -45,18 +27,14 @@ fn preempting_a_flooding_program_saves_its_running_work_and_holds_it_while_other
             "{level:?}: the flood's running work-groups were saved: {q:?}"
         );
         // The latency client's requests on the same partition are the window.
-        let l = latency_client(&emu, [REQUESTS, GAP_MS, HP_KERNELS, HP_WG_US, HP_WGS], None);
+        let l = latency_client(&emu, CONTENTION_CLIENT, None);
         assert!(l.max > 0.0, "{l:?}");
         assert_eq!(
             emu.queue(pid, lp).packets_done,
             q.packets_done,
             "{level:?}: the flood completed nothing while preempted"
         );
-        flood.conn.ok(|seq| AgentMsg::Release {
-            seq,
-            level,
-            target: Target::All,
-        });
+        flood.release(level);
         wait_for("the flood's queue back", || emu.queue(pid, lp).active);
         wait_for("the flood completing dispatches again", || {
             emu.queue(pid, lp).packets_done > q.packets_done

@@ -143,6 +143,15 @@ impl Conn {
     }
 }
 
+/// The contention test's and bench's latency client (`latency_client`'s shape): 12 requests at
+/// 10/s, each 4 dispatches of 80 work-groups of 2 ms (8 ms alone on an MI308X partition: 80 x 4
+/// waves fit its 2560 wave slots at once).
+pub const CONTENTION_CLIENT: [&str; 5] = ["12", "100", "4", "2000", "80"];
+
+/// Their flood ([`Flood::start`]'s arguments): 2560 work-groups of 4 waves and 20 ms each (four
+/// rounds of the whole partition, 80 ms a dispatch), 4 in flight.
+pub const CONTENTION_FLOOD: [&str; 3] = ["20000", "2560", "4"];
+
 /// A program flooding the partition (`programs/flood.c` WG_US WGS IN_FLIGHT, class `batch`)
 /// connected to a test-side agent, its queue registered and running.
 pub struct Flood {
@@ -178,5 +187,24 @@ impl Flood {
             _listener: listener,
             _dir: dir,
         }
+    }
+
+    /// Preempts every queue of the flood at `level` (acknowledged).
+    pub fn preempt(&mut self, level: proto::Level) {
+        self.conn.ok(|seq| AgentMsg::Preempt {
+            seq,
+            level,
+            target: proto::Target::All,
+            grace_period: 0,
+        });
+    }
+
+    /// Releases what [`Self::preempt`] did (acknowledged).
+    pub fn release(&mut self, level: proto::Level) {
+        self.conn.ok(|seq| AgentMsg::Release {
+            seq,
+            level,
+            target: proto::Target::All,
+        });
     }
 }
