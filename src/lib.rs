@@ -6,6 +6,7 @@
 //! * [`proto`] — the shim <-> agent control protocol.
 //! * [`agent`] — `kfdqd`, the node agent.
 //! * [`doctor`] — what kfdq can do on a node, and why not.
+//! * [`stats`] — the nearest-rank quantile every report uses.
 //!
 //! The command lines (`kfdq`, `kfdqd`) live in `src/bin/` on top of this library.
 #![deny(missing_docs)]
@@ -16,3 +17,4 @@ pub mod doctor;
 pub mod kfd;
 pub mod policy;
 pub mod proto;
+pub mod stats;

@@ -1,4 +1,5 @@
-//! `kfdq --root <mount> topology|ps [--json]` print what the emulator serves.
+//! `kfdq --root <mount> topology|ps [--json]` print what the emulator serves; `kfdq run` puts a
+//! program under the shim; `kfdq-selftest` exercises the safe layer end to end.
 
 mod common;
 
@@ -6,11 +7,19 @@ use std::process::Command;
 
 use common::*;
 
+/// `kfdq --root ROOT ARGS`, kept off the host's agent and registries: no agent socket (not the
+/// default /run/kfdq/kfdq.sock, nor an inherited `KFDQ_SOCKET`), and an empty private state
+/// directory first in the registry search.
 fn kfdq(root: &std::path::Path, args: &[&str]) -> (bool, String, String) {
+    let state = tempfile::tempdir().unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_kfdq"))
         .arg("--root")
         .arg(root)
+        .arg("--agent")
+        .arg(state.path().join("no-agent.sock"))
         .args(args)
+        .env_remove("KFDQ_SOCKET")
+        .env("KFDQ_STATE_DIR", state.path())
         .output()
         .unwrap();
     (
@@ -128,6 +137,7 @@ fn run_puts_a_program_under_the_shim_and_ps_shows_its_streams() {
         .arg(&workload)
         .arg("2")
         .env("KFDQ_STATE_DIR", &state)
+        .env_remove("KFDQ_SOCKET")
         .stdout(std::process::Stdio::piped())
         .spawn()
         .unwrap();
@@ -137,8 +147,10 @@ fn run_puts_a_program_under_the_shim_and_ps_shows_its_streams() {
         let out = Command::new(env!("CARGO_BIN_EXE_kfdq"))
             .arg("--root")
             .arg(emu.root())
-            .args(["ps", "--json"])
+            .args(["ps", "--json", "--agent"])
+            .arg(dir.path().join("no-agent.sock"))
             .env("KFDQ_STATE_DIR", &state)
+            .env_remove("KFDQ_SOCKET")
             .output()
             .unwrap();
         let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
@@ -219,4 +231,42 @@ fn run_refuses_bad_class_and_priority() {
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(err.contains(want), "{args:?}: {err}");
     }
+}
+
+#[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
+fn selftest_deactivates_one_queue_and_drains_it_after_reactivation() {
+    let emu = mount_preset(Preset::Mi308x);
+    let out = Command::new(env!("CARGO_BIN_EXE_kfdq-selftest"))
+        .arg("--root")
+        .arg(emu.root())
+        .arg("queues")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for line in [
+        "priority  0 (CS_LOW)",
+        "priority 15 (CS_HIGH)",
+        "0/20 packets done  (inactive: no progress)",
+        "drained: 20/20 packets done",
+        "destroyed all queues",
+    ] {
+        assert!(text.contains(line), "no {line:?} in:\n{text}");
+    }
+    // The emulator ran the packets, and the queues went with the process.
+    let stats = emu.stats();
+    assert!(stats.queues.is_empty(), "{:?}", stats.queues);
+    assert!(
+        stats
+            .partitions
+            .iter()
+            .any(|p| p.workgroup_events > 0 && p.runlist_updates > 0),
+        "{:?}",
+        stats.partitions
+    );
 }

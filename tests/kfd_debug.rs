@@ -4,7 +4,6 @@
 mod common;
 
 use std::sync::mpsc;
-use std::time::Duration;
 
 use common::*;
 use kfdq::kfd::{
@@ -153,9 +152,15 @@ fn destroy_blocks_while_debugger_suspended() {
             let r = q.destroy();
             tx.send(r.is_ok()).unwrap();
         });
-        // The destroy must not return while the queue is suspended.
+        // The destroy must not return while the queue is suspended: the emulator counts it
+        // blocked, and it has not returned.
+        emu.wait_stats("DESTROY_QUEUE blocked on the suspended queue", |st| {
+            st.processes
+                .iter()
+                .any(|p| p.pid == pid && p.blocked_destroys == 1)
+        });
         assert!(
-            rx.recv_timeout(Duration::from_millis(300)).is_err(),
+            rx.try_recv().is_err(),
             "DESTROY_QUEUE returned while suspended"
         );
         assert!(
@@ -166,7 +171,7 @@ fn destroy_blocks_while_debugger_suspended() {
         );
         kfd.resume_queues(pid, &[id]).unwrap();
         assert!(
-            rx.recv_timeout(Duration::from_secs(5))
+            rx.recv_timeout(test_support::wait::WAIT_LIMIT)
                 .expect("destroy finished after resume")
         );
     });

@@ -11,7 +11,7 @@ use std::path::Path;
 
 use common::kfdqd::{Agent, two_classes};
 use common::sid::{self, Running, Shimmed, ps_entry};
-use common::{Emu, mount, wait_for};
+use common::{Emu, WAIT_LIMIT, mount, wait_for};
 
 /// What a test needs: an emulator and the sid root with the programs built.
 fn setup() -> (Emu, std::path::PathBuf, &'static sid::Built) {
@@ -247,7 +247,7 @@ fn agent_level(level: &str, check: impl Fn(&Emu, u32, &Path) -> bool, what: &str
         .find(|p| p.pid == batch.pid)
         .unwrap();
     assert!(bp.reason.contains("latency"), "{bp:?}");
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let deadline = std::time::Instant::now() + WAIT_LIMIT;
     while !check(&emu, batch.pid, bs.path()) {
         assert!(
             std::time::Instant::now() < deadline,
@@ -256,7 +256,7 @@ fn agent_level(level: &str, check: impl Fn(&Emu, u32, &Path) -> bool, what: &str
             agent.process(batch.pid),
             sid::packages()
         );
-        std::thread::sleep(std::time::Duration::from_millis(5));
+        std::thread::sleep(test_support::wait::POLL);
     }
     let lines = latency.finish();
     assert_eq!(lines.last().map(String::as_str), Some("hip_check: done"));

@@ -21,8 +21,14 @@ const CONFIG: &str = "[agent]\nhysteresis_ms = 20\nmin_preempt_interval_ms = 1\n
 
 /// A flood without the shim: 2 ms work-groups, 64 per dispatch, 2 in flight.
 fn shimless(emu: &Emu, class: &str) -> App {
+    shimless_ahead(emu, class, 2)
+}
+
+/// [`shimless`] with `in_flight` dispatches queued.
+fn shimless_ahead(emu: &Emu, class: &str, in_flight: u32) -> App {
     let mut l = Launch::new(programs().get("flood"))
-        .args(["2000", "64", "2"])
+        .args(["2000", "64"])
+        .arg(in_flight.to_string())
         .env("KFDQ_CLASS", class);
     l.preload = false;
     let mut app = l.start(emu);
@@ -142,13 +148,17 @@ fn the_policy_suspends_a_traced_batch_job_while_a_traced_service_is_busy() {
     let emu = mount();
     // Both classes traced: the service's activity comes from sampling its queues. The batch
     // class asks for level 2, which the tracer does not have: its processes are suspended.
+    // The service stays busy only while its thread keeps work queued: 64 dispatches (128 ms)
+    // ahead and a 1 s hysteresis, so that a loaded machine's scheduling gaps in the service
+    // neither idle its queue nor release the batch job meanwhile.
     let config = CONFIG
         .replace("priority = 13\n", "priority = 13\ncontrol = \"tracer\"\n")
-        .replace("level = \"suspend\"", "level = \"deactivate\"");
+        .replace("level = \"suspend\"", "level = \"deactivate\"")
+        .replace("hysteresis_ms = 20", "hysteresis_ms = 1000");
     let agent = Agent::start(&emu, &config);
     let lp = shimless(&emu, "batch");
     wait_traced(&agent, lp.pid);
-    let hp = shimless(&emu, "latency");
+    let hp = shimless_ahead(&emu, "latency", 64);
     wait_traced(&agent, hp.pid);
     wait_for("the batch job suspended by the policy", || {
         all_suspended(&emu, lp.pid, true)

@@ -6,6 +6,7 @@ use std::os::unix::net::{UnixListener, UnixStream};
 use std::time::{Duration, Instant};
 
 use kfdq::proto::{self, AgentMsg, LineReader, Registry, ShimMsg};
+use test_support::wait::WAIT_LIMIT;
 
 /// The test's agent end of one shim connection.
 pub struct Conn {
@@ -27,7 +28,7 @@ pub fn listen(dir: &std::path::Path) -> (UnixListener, std::path::PathBuf) {
 }
 
 pub fn accept_raw(l: &UnixListener) -> UnixStream {
-    let deadline = Instant::now() + Duration::from_secs(20);
+    let deadline = Instant::now() + WAIT_LIMIT;
     let s = loop {
         match l.accept() {
             Ok((s, _)) => break s,
@@ -39,7 +40,7 @@ pub fn accept_raw(l: &UnixListener) -> UnixStream {
         }
     };
     s.set_nonblocking(false).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    s.set_read_timeout(Some(WAIT_LIMIT)).unwrap();
     s
 }
 
@@ -50,7 +51,7 @@ pub fn accept(l: &UnixListener) -> Conn {
 /// [`accept`], welcoming the shim with a lease of `lease_ms` on every preemption.
 pub fn accept_with_lease(l: &UnixListener, lease_ms: Option<u32>) -> Conn {
     let s = accept_raw(l);
-    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    s.set_read_timeout(Some(WAIT_LIMIT)).unwrap();
     let w = s.try_clone().unwrap();
     let mut c = Conn {
         w,
@@ -113,12 +114,17 @@ impl Conn {
 
     /// Reads until the last `Activity` state reported for `qid` is `busy` (a transition
     /// reported before a command's ack counts: the queue may have drained just before a hold).
+    /// A queue starts idle and the shim reports transitions only, so a queue it never reported
+    /// is idle: one whose work always completed between two samples (a loaded machine delays
+    /// the samples) is never reported at all.
     pub fn wait_activity(&mut self, qid: u32, busy: bool) {
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while self.activity.get(&qid) != Some(&busy) {
+        let deadline = Instant::now() + WAIT_LIMIT;
+        while self.activity.get(&qid).copied().unwrap_or(false) != busy {
             assert!(
                 Instant::now() < deadline,
-                "no activity message queue {qid} busy={busy}"
+                "no activity message queue {qid} busy={busy} within {WAIT_LIMIT:?}; last states {:?}, last registry: {:#?}",
+                self.activity,
+                self.registry
             );
             self.read();
         }
@@ -126,7 +132,7 @@ impl Conn {
 
     /// Reads until a registry satisfying `cond` arrives.
     pub fn wait_registry(&mut self, what: &str, cond: impl Fn(&Registry) -> bool) -> Registry {
-        let deadline = Instant::now() + Duration::from_secs(20);
+        let deadline = Instant::now() + WAIT_LIMIT;
         loop {
             if let Some(r) = &self.registry
                 && cond(r)
@@ -140,5 +146,71 @@ impl Conn {
             );
             self.read();
         }
+    }
+}
+
+/// The contention test's and bench's latency client (`latency_client`'s shape): 12 requests at
+/// 10/s, each 4 dispatches of 80 work-groups of 2 ms (8 ms alone on an MI308X partition: 80 x 4
+/// waves fit its 2560 wave slots at once).
+pub const CONTENTION_CLIENT: [&str; 5] = ["12", "100", "4", "2000", "80"];
+
+/// Their flood ([`Flood::start`]'s arguments): 2560 work-groups of 4 waves and 20 ms each (four
+/// rounds of the whole partition, 80 ms a dispatch), 4 in flight.
+pub const CONTENTION_FLOOD: [&str; 3] = ["20000", "2560", "4"];
+
+/// A program flooding the partition (`programs/flood.c` WG_US WGS IN_FLIGHT, class `batch`)
+/// connected to a test-side agent, its queue registered and running.
+pub struct Flood {
+    pub app: super::App,
+    pub conn: Conn,
+    /// Its queue.
+    pub queue: u32,
+    _listener: UnixListener,
+    _dir: tempfile::TempDir,
+}
+
+impl Flood {
+    pub fn start(emu: &super::Emu, args: [&str; 3]) -> Flood {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (listener, sock) = listen(dir.path());
+        let mut app = super::Launch::new(super::programs().get("flood"))
+            .args(args)
+            .env("KFDQ_CLASS", "batch")
+            .env("KFDQ_SOCKET", sock.display().to_string())
+            .start(emu);
+        let mut conn = accept(&listener);
+        app.wait_line("flooding");
+        let queue = app.queues()["flood"].queue_id;
+        conn.wait_registry("the flood stream on its queue", |r| {
+            r.queues.iter().any(|q| q.queue_id == queue)
+        });
+        let pid = app.pid;
+        super::wait_for("the flood running", || emu.queue(pid, queue).busy_ns > 0);
+        Flood {
+            app,
+            conn,
+            queue,
+            _listener: listener,
+            _dir: dir,
+        }
+    }
+
+    /// Preempts every queue of the flood at `level` (acknowledged).
+    pub fn preempt(&mut self, level: proto::Level) {
+        self.conn.ok(|seq| AgentMsg::Preempt {
+            seq,
+            level,
+            target: proto::Target::All,
+            grace_period: 0,
+        });
+    }
+
+    /// Releases what [`Self::preempt`] did (acknowledged).
+    pub fn release(&mut self, level: proto::Level) {
+        self.conn.ok(|seq| AgentMsg::Release {
+            seq,
+            level,
+            target: proto::Target::All,
+        });
     }
 }

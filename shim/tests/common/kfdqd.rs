@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use kfdq::proto::control::{NodeStatus, ProcessStatus};
 use kfdq::proto::{LineReader, Reply, Request, encode};
 
-use super::{Emu, workspace_bin};
+use super::{App, Emu, Launch, WAIT_LIMIT, programs, workspace_bin};
 
 /// Two classes: `latency` (rank 2, never preempted) above `batch` (rank 0) preempted at
 /// `level`; both selectable with KFDQ_CLASS; 20 ms hysteresis.
@@ -24,9 +24,35 @@ pub fn two_classes(level: &str) -> String {
 /// [`two_classes`] with a hysteresis of `ms` (how long the latency class must stay idle before
 /// the batch class is released).
 pub fn two_classes_with_hysteresis(level: &str, ms: u32) -> String {
+    classes(level, ms, None)
+}
+
+/// [`two_classes`] with the batch class's in-flight `window` (`None`: unbounded).
+pub fn two_classes_with_window(level: &str, window: Option<u32>) -> String {
+    classes(level, 20, window)
+}
+
+fn classes(level: &str, hysteresis_ms: u32, window: Option<u32>) -> String {
+    let w = window.map_or(String::new(), |w| format!("window = {w}\n"));
     format!(
-        "[agent]\nhysteresis_ms = {ms}\nmin_preempt_interval_ms = 1\n\n[[class]]\nname = \"latency\"\nrank = 2\npriority = 13\nmatch = {{ env = true }}\n\n[[class]]\nname = \"batch\"\nrank = 0\npriority = 3\nlevel = \"{level}\"\nmatch = {{ env = true }}\n"
+        "[agent]\nhysteresis_ms = {hysteresis_ms}\nmin_preempt_interval_ms = 1\n\n[[class]]\nname = \"latency\"\nrank = 2\npriority = 13\nmatch = {{ env = true }}\n\n[[class]]\nname = \"batch\"\nrank = 0\npriority = 3\nlevel = \"{level}\"\n{w}match = {{ env = true }}\n"
     )
+}
+
+/// The batch job of the window test and bench, shaped like a PyTorch training loop that runs far
+/// ahead of the GPU: 64 dispatches in flight of 640 work-groups x 8 ms (one round of the
+/// partition: 8 ms each, about a request's length, as the field's 1.7 ms GEMMs were next to its
+/// 2.65 ms requests), in class `batch`, connected to `agent` if given; returned once flooding.
+pub fn batch_far_ahead(emu: &Emu, agent: Option<&Agent>) -> App {
+    let mut l = Launch::new(programs().get("flood"))
+        .args(["8000", "640", "64"])
+        .env("KFDQ_CLASS", "batch");
+    if let Some(a) = agent {
+        l = l.env("KFDQ_SOCKET", a.sock.display().to_string());
+    }
+    let mut app = l.start(emu);
+    app.wait_line("flooding");
+    app
 }
 
 /// A running kfdqd.
@@ -85,7 +111,7 @@ impl Agent {
     }
 
     fn wait_ready(&mut self) {
-        let deadline = Instant::now() + Duration::from_secs(20);
+        let deadline = Instant::now() + WAIT_LIMIT;
         while self.try_request(&Request::Status).is_none() {
             if let Ok(Some(st)) = self.child.try_wait() {
                 panic!("kfdqd exited ({st}): {}", self.log_text());
@@ -112,7 +138,7 @@ impl Agent {
 
     pub fn try_request(&self, req: &Request) -> Option<Reply> {
         let mut s = UnixStream::connect(&self.sock).ok()?;
-        s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
+        s.set_read_timeout(Some(WAIT_LIMIT)).ok()?;
         s.write_all(&encode(req)).ok()?;
         LineReader::new(BufReader::new(s)).next::<Reply>().ok()
     }
@@ -133,9 +159,9 @@ impl Agent {
         self.status().processes.into_iter().find(|p| p.pid == pid)
     }
 
-    /// Waits (20 s) until the status satisfies `cond`.
+    /// Waits (up to [`WAIT_LIMIT`]) until the status satisfies `cond`.
     pub fn wait(&self, what: &str, cond: impl Fn(&NodeStatus) -> bool) -> NodeStatus {
-        test_support::wait::wait_state(what, Duration::from_secs(20), || self.status(), cond)
+        test_support::wait::wait_state(what, WAIT_LIMIT, || self.status(), cond)
     }
 
     /// Waits until `pid` is connected with `queues` queues.

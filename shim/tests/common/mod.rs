@@ -22,6 +22,7 @@ pub use kfdq::proto::{Registry, StreamInfo, StreamKind};
 pub use test_support::bins::{shim_path, workspace_bin};
 pub use test_support::emu::{Emu, EmuConfig, MountedEmu, Preset, QueueStats, Stats};
 pub use test_support::output::read_output;
+pub use test_support::wait::WAIT_LIMIT;
 pub use test_support::{mount as mount_with, mount_with_slots, wait_for};
 
 const PROGRAMS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/programs");
@@ -124,6 +125,22 @@ impl Latency {
             max: num("max"),
         }
     }
+}
+
+/// The latency client (`programs/latency.c`) run to its end on `emu` under the shim: `shape` is
+/// its arguments (requests, gap ms, dispatches per request, µs per work-group, work-groups), in
+/// class `latency`, connected to the agent at `socket` if given. What it measured.
+pub fn latency_client(emu: &Emu, shape: [&str; 5], socket: Option<&Path>) -> Latency {
+    let mut l = Launch::new(programs().get("latency"))
+        .args(shape)
+        .env("KFDQ_CLASS", "latency");
+    if let Some(s) = socket {
+        l = l.env("KFDQ_SOCKET", s.display().to_string());
+    }
+    let app = l.start(emu);
+    app.go();
+    let (lines, _) = app.finish();
+    Latency::parse(&lines, shape[0].parse().expect("a request count"))
 }
 
 /// `queue <name> <qid> <gpu> <handle>` as printed by a program.
@@ -252,13 +269,13 @@ impl<'a> Launch<'a> {
 }
 
 impl App {
-    /// Waits (up to 30 s) for a stdout line starting with `prefix`; returns it. Every line read
-    /// is kept in `seen`.
+    /// Waits (up to [`WAIT_LIMIT`]) for a stdout line starting with `prefix`; returns it. Every
+    /// line read is kept in `seen`.
     pub fn wait_line(&mut self, prefix: &str) -> String {
         if let Some(l) = self.seen.iter().find(|l| l.starts_with(prefix)) {
             return l.clone();
         }
-        let deadline = Instant::now() + Duration::from_secs(30);
+        let deadline = Instant::now() + WAIT_LIMIT;
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
             match self.lines.recv_timeout(left) {
@@ -335,14 +352,14 @@ impl App {
         serde_json::from_str(&text).ok()
     }
 
-    /// Waits (10 s) until the registry of `pid` satisfies `cond`; returns it.
+    /// Waits (up to [`WAIT_LIMIT`]) until the registry of `pid` satisfies `cond`; returns it.
     pub fn wait_registry(
         &mut self,
         pid: u32,
         what: &str,
         cond: impl Fn(&Registry) -> bool,
     ) -> Registry {
-        let deadline = Instant::now() + Duration::from_secs(10);
+        let deadline = Instant::now() + WAIT_LIMIT;
         loop {
             if let Some(r) = self.registry_of(pid)
                 && cond(&r)
@@ -409,8 +426,11 @@ impl Drop for App {
     fn drop(&mut self) {
         let _ = std::fs::write(&self.go, b"go");
         let _ = std::fs::write(&self.stop, b"stop");
-        if let Ok(None) = self.child.try_wait() {
-            std::thread::sleep(Duration::from_millis(200));
+        // A program told to stop gets a moment to exit on its own; then it is killed.
+        let exited = test_support::wait_until(Duration::from_secs(2), || {
+            !matches!(self.child.try_wait(), Ok(None))
+        });
+        if !exited {
             let _ = self.child.kill();
         }
         let _ = self.child.wait();
@@ -459,4 +479,50 @@ pub fn thread_usage(task: &Path) -> (u64, u64) {
         .filter_map(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
         .sum();
     (ns, switches)
+}
+
+/// A thread's wakeups (context switches) and time on CPU per second, measured over a window.
+#[derive(Debug, Clone, Copy)]
+pub struct ThreadRates {
+    pub wakeups_per_s: f64,
+    pub cpu_us_per_s: f64,
+}
+
+impl ThreadRates {
+    /// The rates of thread `task` (`/proc/<pid>/task/<tid>`) over `window` from now.
+    pub fn over(task: &Path, window: Duration) -> ThreadRates {
+        let (ns0, sw0) = thread_usage(task);
+        let t0 = Instant::now();
+        std::thread::sleep(window);
+        let (ns1, sw1) = thread_usage(task);
+        let s = t0.elapsed().as_secs_f64();
+        ThreadRates {
+            wakeups_per_s: (sw1 - sw0) as f64 / s,
+            cpu_us_per_s: (ns1 - ns0) as f64 / 1e3 / s,
+        }
+    }
+
+    /// `label`, wakeups/s, CPU µs per s and % of a core, as a table row (`width`: the label's).
+    pub fn row(&self, label: &str, width: usize) -> String {
+        format!(
+            "{label:<width$} {:>12.0} {:>16.0} {:>14.2}",
+            self.wakeups_per_s,
+            self.cpu_us_per_s,
+            self.cpu_us_per_s / 1e4
+        )
+    }
+}
+
+/// For the shim's bench binaries (`harness = false`, run against kfd-emu): whether to measure.
+/// `cargo bench` passes `--bench`; `cargo test --benches` runs them without it, and they do
+/// nothing. Without root (the emulator's FUSE mount) the bench exits 1 saying so.
+pub fn bench_requested(name: &str) -> bool {
+    if !std::env::args().any(|a| a == "--bench") {
+        return false;
+    }
+    if !nix::unistd::geteuid().is_root() {
+        eprintln!("{name} needs root (it mounts kfd-emu and runs kfdqd); not run");
+        std::process::exit(1);
+    }
+    true
 }

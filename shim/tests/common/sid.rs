@@ -75,7 +75,7 @@ pub fn ps_entry(emu: &Emu, agent: &Agent, state: &Path, pid: u32) -> serde_json:
 }
 
 /// `kfd-emu run` for `argv` inside the sid root against `emu`, with `binds` (host path, path
-/// inside), working directory `cwd` inside.
+/// inside), working directory `cwd` inside, and `HOME=/tmp` (the run's private tmpfs).
 pub fn command(
     emu: &Emu,
     root: &Path,
@@ -94,6 +94,9 @@ pub fn command(
             .arg(format!("{}:{}", src.display(), dst.display()));
     }
     cmd.arg("--cwd").arg(cwd).arg("--").args(argv);
+    // The root is shared by every run (scripts/sid-root.sh's cache): caches that follow $HOME
+    // (comgr's, python's, hipcc's) go to the run's private /tmp instead of the root's /root.
+    cmd.env("HOME", "/tmp");
     for k in [
         "LD_PRELOAD",
         "KFDQ_CLASS",

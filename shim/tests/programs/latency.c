@@ -9,6 +9,7 @@
  *   request <i> <latency_us> <start_us>
  *   window <start_us> <end_us>
  *   latency n <N> p50 <us> p99 <us> max <us>
+ * (nearest-rank quantiles, the definition of kfdq::stats).
  */
 #include "common.h"
 
@@ -26,6 +27,16 @@ static double now_us(void)
 
 	clock_gettime(CLOCK_MONOTONIC, &t);
 	return t.tv_sec * 1e6 + t.tv_nsec / 1e3;
+}
+
+/* Rank (1-based) of the nearest-rank q-quantile of n values: ceil(q n), at least 1. */
+static int nearest_rank(int n, double q)
+{
+	int r = (int)(q * n);
+
+	if (r < q * n)
+		r++; /* ceil without libm */
+	return r < 1 ? 1 : r > n ? n : r;
 }
 
 static int cmp(const void *a, const void *b)
@@ -66,8 +77,8 @@ int main(int argc, char **argv)
 	}
 	printf("window %.0f %.0f\n", start, now_us());
 	qsort(lat, (size_t)n, sizeof(*lat), cmp);
-	int p99 = (int)(0.99 * (n - 1) + 0.5);
-	printf("latency n %d p50 %.0f p99 %.0f max %.0f\n", n, lat[(n - 1) / 2], lat[p99], lat[n - 1]);
+	printf("latency n %d p50 %.0f p99 %.0f max %.0f\n", n, lat[nearest_rank(n, 0.5) - 1],
+	       lat[nearest_rank(n, 0.99) - 1], lat[n - 1]);
 	fflush(stdout);
 	checkpoint("done");
 	free(lat);

@@ -25,11 +25,6 @@ impl Samples {
 
     /// The `q` quantile (0 with no samples).
     pub(super) fn quantile(&self, q: f64) -> f64 {
-        if self.0.is_empty() {
-            return 0.0;
-        }
-        let mut v: Vec<f64> = self.0.iter().copied().collect();
-        v.sort_by(f64::total_cmp);
-        v[((v.len() - 1) as f64 * q).round() as usize]
+        crate::stats::nearest_rank(&self.0, q)
     }
 }

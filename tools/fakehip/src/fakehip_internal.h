@@ -33,28 +33,43 @@
  *   FAKEHIP_NOOP_LAUNCH 1: the hipLaunchKernel family only validates its
  *                       arguments and returns hipSuccess (benchmarks)
  *
- * Source files (each includes this header first):
+ * Source files, in layers (each includes this header first). A file calls
+ * functions and uses variables of the layers below its own only, never of
+ * its own layer or above (tests/layers.rs checks the object files' symbols;
+ * layers.rs lists them):
  *   fakehip_internal.h  what several files share: the structs of devices,
- *                       buffers, queues, streams, events and kernel nodes,
- *                       the global state G and its lock, and the functions
- *                       one file calls in another (everything else is
- *                       static in its file)
- *   runtime.c           the global state; lazy initialisation, fork
- *                       handlers, teardown; small helpers (logging, clock,
- *                       KFD ioctl, errno mapping)
- *   topology.c          device discovery from the sysfs topology (GPU
+ *                       buffers, queues, streams, events, graphs and kernel
+ *                       nodes, the global state G and its lock, and the
+ *                       functions one file calls in another (everything
+ *                       else is static in its file)
+ *   0 runtime.c         the global state; logging, clock, poll interval,
+ *                       KFD ioctl, errno mapping, the thread's device
+ *   1 topology.c        device discovery from the sysfs topology (GPU
  *                       nodes, render minors, CWSR sizes)
- *   memory.c            KFD USERPTR buffers (CPU VA == GPU VA); the
- *                       hipMalloc / hipMemcpy / hipMemset family
- *   queue.c             KFD AQL queues: creation, priority pools, doorbells,
- *                       packet publication, completion and bounded waits
- *   stream.c            streams (user, legacy null, per-thread), their API
- *                       and stream capture
- *   event.c             events
- *   launch.c            kernel launches, call configurations, fat-binary
- *                       registration, graphs
- *   api.c               error strings, last error, versions, device calls,
- *                       hipGetProcAddress, fakehip's own extensions
+ *   1 buffer.c          KFD USERPTR buffers (CPU VA == GPU VA)
+ *   1 graph.c           graphs of kernel nodes (the objects)
+ *   2 queue.c           KFD AQL queues: creation, priority pools, doorbells,
+ *                       packet publication, completion
+ *   3 event.c           events, and the bounded waits on a queue position
+ *                       that stamp them
+ *   4 stream.c          stream objects: resolving handles, the null and
+ *                       per-thread streams, releasing and draining
+ *   5 init.c            lazy initialisation, fork handlers, teardown of
+ *                       every stream and queue
+ *   6 submit.c          putting kernels or a barrier on a stream
+ *   6 sync.c            waiting for a stream's work or an event
+ *   7 hip_device.c      error strings, last error, versions, device calls,
+ *                       synchronisation, reset, hipGetProcAddress
+ *   7 hip_memory.c      the hipMalloc / hipMemcpy / hipMemset family
+ *   7 hip_stream.c      the stream API and stream capture
+ *   7 hip_event.c       the event API
+ *   7 hip_launch.c      kernel launches, call configurations, fat-binary
+ *                       registration, the graph API
+ *   7 hip_ext.c         fakehip's own extensions (FAKEHIP_1)
+ * Layer 7 holds every exported function (FH_API) and nothing else calls
+ * them. Objects below init.c (queues, events, streams) are used with g_lock
+ * held and never initialise the runtime; init.c sits above them because
+ * its teardown (fork, hipDeviceReset) frees them.
  */
 #ifndef FAKEHIP_INTERNAL_H
 #define FAKEHIP_INTERNAL_H
@@ -143,8 +158,13 @@ struct fh_queue {
 
 enum fh_stream_kind { FH_STREAM_USER = 0, FH_STREAM_NULL = 1, FH_STREAM_PER_THREAD = 2 };
 
-/* A graph of kernel nodes (launch.c). */
-struct fh_graph;
+/* A graph of kernel nodes (graph.c). */
+#define FH_GRAPH_MAGIC 0x46484752u
+struct fh_graph {
+	uint32_t magic;
+	size_t n, cap;
+	struct fh_knode **nodes;
+};
 
 #define FH_STREAM_MAGIC 0x46485354u
 struct fh_stream {
@@ -227,17 +247,14 @@ struct fh_global {
 
 extern struct fh_global G;
 extern pthread_mutex_t g_lock;
-/* per-thread default streams (stream.c), destroyed by pts_destructor */
-extern pthread_key_t g_pts_key;
-extern int g_pts_key_ok;
 
 extern __thread int t_device;
 extern __thread hipError_t t_last_error;
-/* depth of the __hipPushCallConfiguration stack (launch.c) */
+/* depth of the __hipPushCallConfiguration stack (hip_launch.c; emptied in a fork child) */
 extern __thread int t_ncfg;
 
 /* ------------------------------------------------------------------ */
-/* runtime.c: helpers, init, teardown                                 */
+/* runtime.c (layer 0): state, helpers                                */
 /* ------------------------------------------------------------------ */
 
 void fh_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -268,17 +285,11 @@ void nap(void);
 /* ioctl on the KFD fd, retried on EINTR/EAGAIN; 0 or -errno */
 int kfd_ioctl(unsigned long req, void *arg);
 hipError_t errno_to_hip(int neg);
-/* initialise if needed; on success returns with g_lock held */
-hipError_t lock_init(void);
-/* initialise if needed; g_lock not held on return */
-hipError_t ensure_init(void);
 /* the calling thread's device */
 int cur_dev(void);
-/* Free streams and queues (and tell KFD if asked). g_lock held or child. */
-void free_all_objects(int talk_to_kfd);
 
 /* ------------------------------------------------------------------ */
-/* topology.c                                                         */
+/* topology.c (layer 1)                                               */
 /* ------------------------------------------------------------------ */
 
 /*
@@ -288,14 +299,22 @@ void free_all_objects(int talk_to_kfd);
 int read_topology(void);
 
 /* ------------------------------------------------------------------ */
-/* memory.c                                                           */
+/* buffer.c (layer 1)                                                 */
 /* ------------------------------------------------------------------ */
 
 hipError_t buf_alloc(struct fh_dev *d, struct fh_buf *b, size_t size, const char *what);
 void buf_free(struct fh_dev *d, struct fh_buf *b, int talk_to_kfd);
 
 /* ------------------------------------------------------------------ */
-/* queue.c                                                            */
+/* graph.c (layer 1)                                                  */
+/* ------------------------------------------------------------------ */
+
+hipError_t graph_append(struct fh_graph *g, const struct fh_knode *k, struct fh_knode **out);
+struct fh_graph *graph_new(void);
+void graph_free(struct fh_graph *g);
+
+/* ------------------------------------------------------------------ */
+/* queue.c (layer 2)                                                  */
 /* ------------------------------------------------------------------ */
 
 volatile uint64_t *q_wptr(struct fh_queue *q);
@@ -309,37 +328,55 @@ void q_unpin(struct fh_queue *q);
 struct fh_queue *q_find_uid(uint64_t uid);
 hipError_t q_create(int dev, int pool, uint32_t kfd_prio, struct fh_queue **out);
 hipError_t pool_acquire(struct fh_stream *st);
-hipError_t wait_pos(struct fh_queue *q, uint64_t pos);
-hipError_t device_wait(int dev);
-hipError_t submit(hipStream_t h, int spt, const struct fh_knode *ks, size_t n, hipEvent_t start,
-		  hipEvent_t stop);
+/* a kernel dispatch of k, or a barrier when k is NULL (q pinned, g_lock not held) */
+hipError_t q_publish(struct fh_queue *q, struct fh_stream *st, const struct fh_knode *k);
 
 /* ------------------------------------------------------------------ */
-/* stream.c                                                           */
-/* ------------------------------------------------------------------ */
-
-hipError_t resolve_stream(hipStream_t h, int spt, int peek, struct fh_stream **out);
-hipError_t stream_queue(struct fh_stream *st);
-hipError_t stream_wait(hipStream_t h, int spt);
-void pts_destructor(void *v);
-
-/* ------------------------------------------------------------------ */
-/* event.c                                                            */
+/* event.c (layer 3)                                                  */
 /* ------------------------------------------------------------------ */
 
 void events_observe_locked(struct fh_queue *q, uint64_t t);
-void events_observe(struct fh_queue *q);
 struct fh_event *event_find(hipEvent_t h);
 void event_record_locked(struct fh_event *ev, struct fh_stream *st);
+/* poll (bounded) until pos completes on pinned queue q, stamping events */
+hipError_t wait_pos(struct fh_queue *q, uint64_t pos);
+
+/* ------------------------------------------------------------------ */
+/* stream.c (layer 4)                                                 */
+/* ------------------------------------------------------------------ */
+
+/* per-thread default streams, released by pts_destructor (the key is created in init.c) */
+extern pthread_key_t g_pts_key;
+extern int g_pts_key_ok;
+
+struct fh_stream *stream_new(int kind, int dev, int prio, unsigned flags);
+void stream_unlink_free(struct fh_stream *st);
+struct fh_stream *stream_find(hipStream_t h);
+hipError_t resolve_stream(hipStream_t h, int spt, int peek, struct fh_stream **out);
+hipError_t stream_queue(struct fh_stream *st);
+void stream_release_locked(struct fh_stream *st);
+void stream_drain_release_locked(struct fh_stream *st);
+void pts_destructor(void *v);
+
+/* ------------------------------------------------------------------ */
+/* init.c (layer 5)                                                   */
+/* ------------------------------------------------------------------ */
+
+/* initialise if needed; on success returns with g_lock held */
+hipError_t lock_init(void);
+/* initialise if needed; g_lock not held on return */
+hipError_t ensure_init(void);
+/* Free streams and queues (and tell KFD if asked). g_lock held or child. */
+void free_all_objects(int talk_to_kfd);
+
+/* ------------------------------------------------------------------ */
+/* submit.c, sync.c (layer 6)                                         */
+/* ------------------------------------------------------------------ */
+
+hipError_t submit(hipStream_t h, int spt, const struct fh_knode *ks, size_t n, hipEvent_t start,
+		  hipEvent_t stop);
+hipError_t stream_wait(hipStream_t h, int spt);
 hipError_t event_check(hipEvent_t h, int wait);
-
-/* ------------------------------------------------------------------ */
-/* launch.c                                                           */
-/* ------------------------------------------------------------------ */
-
-hipError_t graph_append(struct fh_graph *g, const struct fh_knode *k, struct fh_knode **out);
-struct fh_graph *graph_new(void);
-void graph_free(struct fh_graph *g);
 
 #pragma GCC visibility pop
 

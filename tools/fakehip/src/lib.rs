@@ -1,7 +1,8 @@
 //! fakehip: a stand-in `libamdhip64.so.6` for kfdq's tests.
 //!
 //! The library itself is C (`src/*.c` around `src/fakehip_internal.h`, which lists what each
-//! file holds), compiled by this crate's build script into [`LIB_DIR`]. It exports a subset of the HIP runtime with the real library's
+//! file holds), in the layers of [`LAYERS`], compiled by this crate's build script into
+//! [`LIB_DIR`]. It exports a subset of the HIP runtime with the real library's
 //! soname and symbol-version nodes (`hip_4.2` .. `hip_6.4`, ROCm 6.4's chain) and drives amdkfd the way
 //! ROCr does: one KFD AQL queue per stream from three priority pools per device,
 //! USERPTR queue buffers, CWSR areas, doorbells, and AQL dispatch packets whose
@@ -22,6 +23,11 @@ use std::process::Command;
 
 /// Directory holding `libamdhip64.so.6` and the `libamdhip64.so` symlink.
 pub const LIB_DIR: &str = env!("FAKEHIP_LIB_DIR");
+
+/// Directory holding the library's object files, `<name>.o` for each `<name>.c` of [`LAYERS`].
+pub const OBJ_DIR: &str = env!("FAKEHIP_OBJ_DIR");
+
+include!("../layers.rs");
 
 /// Full path of the library (`<LIB_DIR>/libamdhip64.so.6`).
 pub const LIB_PATH: &str = concat!(env!("FAKEHIP_LIB_DIR"), "/libamdhip64.so.6");

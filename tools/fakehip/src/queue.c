@@ -1,10 +1,10 @@
 /*
- * queue.c: KFD AQL queues (docs/kernel-interface.md §2): the per-device
- * render node and VM, queue creation with its four buffers and CWSR headers,
- * ROCclr's three priority pools, doorbell mappings, publishing AQL packets,
- * completion (read index, optionally the completion signal) and the bounded
- * waits on it; and submit(), which puts a stream's kernels or a barrier on
- * its queue.
+ * queue.c (layer 2): KFD AQL queues (docs/kernel-interface.md §2): the
+ * per-device render node and VM, queue creation with its four buffers and
+ * CWSR headers, ROCclr's three priority pools, doorbell mappings, publishing
+ * AQL packets, and completion (read index, optionally the completion
+ * signal). Waiting on a position is in event.c (a wait stamps events);
+ * putting a stream's work on its queue is in submit.c.
  */
 #include "fakehip_internal.h"
 
@@ -375,82 +375,7 @@ hipError_t pool_acquire(struct fh_stream *st)
 }
 
 /* ------------------------------------------------------------------ */
-/* waiting                                                            */
-/* ------------------------------------------------------------------ */
-
-/*
- * Poll until `pos` completes on pinned queue q; bounded by the timeout.
- * Whenever the read index moves, events on the queue are stamped, which is
- * what makes hipEventElapsedTime approximately right.
- */
-hipError_t wait_pos(struct fh_queue *q, uint64_t pos)
-{
-	uint64_t deadline = now_ns() + G.timeout_ns;
-	uint64_t seen = q_read_index(q);
-
-	while (!q_done(q, pos)) {
-		uint64_t r;
-
-		if (now_ns() > deadline) {
-			DBG(1, "timeout waiting for queue %u to reach %llu (read index %llu)", q->queue_id,
-			    (unsigned long long)pos, (unsigned long long)q_read_index(q));
-			return hipErrorLaunchTimeOut;
-		}
-		nap();
-		r = q_read_index(q);
-		if (r != seen) {
-			seen = r;
-			events_observe(q);
-		}
-	}
-	events_observe(q);
-	return hipSuccess;
-}
-
-hipError_t device_wait(int dev)
-{
-	struct fh_queue **qs = NULL;
-	uint64_t *pos = NULL;
-	size_t n = 0, cap = 0;
-	hipError_t e = lock_init(), first = hipSuccess;
-
-	if (e != hipSuccess)
-		return e;
-	for (struct fh_queue *q = G.queues; q; q = q->next) {
-		if (dev >= 0 && q->dev != dev)
-			continue;
-		if (n == cap) {
-			size_t nc = cap ? cap * 2 : 16;
-			struct fh_queue **nq = realloc(qs, nc * sizeof(*qs));
-			uint64_t *np;
-
-			if (!nq)
-				break;
-			qs = nq;
-			np = realloc(pos, nc * sizeof(*pos));
-			if (!np)
-				break;
-			pos = np;
-			cap = nc;
-		}
-		pos[n] = __atomic_load_n(&q->wshadow, __ATOMIC_ACQUIRE);
-		q_pin(q);
-		qs[n++] = q;
-	}
-	pthread_mutex_unlock(&g_lock);
-	for (size_t i = 0; i < n; i++) {
-		e = wait_pos(qs[i], pos[i]);
-		if (e != hipSuccess && first == hipSuccess)
-			first = e;
-		q_unpin(qs[i]);
-	}
-	free(qs);
-	free(pos);
-	return first;
-}
-
-/* ------------------------------------------------------------------ */
-/* submission                                                         */
+/* packets                                                            */
 /* ------------------------------------------------------------------ */
 
 /*
@@ -550,60 +475,20 @@ static void fill_barrier(struct aql_barrier_and *p, struct fh_queue *q)
 }
 
 /*
- * Submit kernels (n > 0) or one barrier (ks == NULL) on a stream, optionally
- * recording events around them. A capturing stream records kernels into its
- * graph instead.
+ * Publish on q for stream st a kernel dispatch of k, or a zero-duration
+ * barrier when k is NULL (q pinned, g_lock not held).
  */
-hipError_t submit(hipStream_t h, int spt, const struct fh_knode *ks, size_t n, hipEvent_t start,
-		  hipEvent_t stop)
+hipError_t q_publish(struct fh_queue *q, struct fh_stream *st, const struct fh_knode *k)
 {
-	struct fh_stream *st;
-	struct fh_queue *q;
-	struct fh_event *ev_start = NULL, *ev_stop = NULL;
-	hipError_t e = lock_init();
-
-	if (e != hipSuccess)
-		return e;
-	e = resolve_stream(h, spt, 0, &st);
-	if (e != hipSuccess)
-		goto out_unlock;
-	if ((start && !(ev_start = event_find(start))) || (stop && !(ev_stop = event_find(stop)))) {
-		e = hipErrorInvalidHandle;
-		goto out_unlock;
-	}
-	if (st->capture) {
-		for (size_t i = 0; ks && i < n && e == hipSuccess; i++)
-			e = graph_append(st->capture, &ks[i], NULL);
-		goto out_unlock;
-	}
-	e = stream_queue(st);
-	if (e != hipSuccess)
-		goto out_unlock;
-	q = st->q;
-	if (ev_start)
-		event_record_locked(ev_start, st);
-	q_pin(q);
-	pthread_mutex_unlock(&g_lock);
-
-	if (!ks) {
+	if (!k) {
 		struct aql_barrier_and b;
 
 		fill_barrier(&b, q);
-		e = q_submit(q, st, &b);
-	}
-	for (size_t i = 0; ks && i < n && e == hipSuccess; i++) {
+		return q_submit(q, st, &b);
+	} else {
 		struct aql_dispatch p;
 
-		fill_dispatch(&p, &ks[i], q);
-		e = q_submit(q, st, &p);
+		fill_dispatch(&p, k, q);
+		return q_submit(q, st, &p);
 	}
-
-	pthread_mutex_lock(&g_lock);
-	if (ev_stop && e == hipSuccess && event_find(stop) == ev_stop)
-		event_record_locked(ev_stop, st);
-	if (--q->pins == 0 && q->dead)
-		q_destroy_final(q, 1);
-out_unlock:
-	pthread_mutex_unlock(&g_lock);
-	return e;
 }

@@ -1,5 +1,5 @@
 /*
- * topology.c: device discovery. GPUs are the nodes of the sysfs topology
+ * topology.c (layer 1): device discovery. GPUs are the nodes of the sysfs topology
  * ($KFDQ_ROOT/sys/class/kfd/kfd/topology/nodes/N) with a non-zero gpu_id,
  * in node order; their properties give the render minor and the CWSR sizes
  * queues are created with. cwsr_size and ctl_stack_size are read from sysfs

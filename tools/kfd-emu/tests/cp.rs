@@ -5,7 +5,6 @@ mod common;
 
 use std::collections::BTreeSet;
 use std::sync::atomic::Ordering;
-use std::time::Duration;
 
 use kfd_emu::{EmuConfig, Preset};
 use kfd_sys::*;
@@ -30,7 +29,7 @@ fn packets_execute_and_stop_while_percentage_is_zero() {
     value.store(4, Ordering::Release);
     let w = submit(&bufs, 0, &[dispatch_packet(2_000_000, signal.addr()); 4]);
     assert!(
-        wait_until(Duration::from_secs(5), || rptr.load(Ordering::Acquire) == w),
+        wait_until(WAIT_LIMIT, || rptr.load(Ordering::Acquire) == w),
         "read index reached {} of {w}",
         rptr.load(Ordering::Acquire)
     );
@@ -57,7 +56,7 @@ fn packets_execute_and_stop_while_percentage_is_zero() {
     let qs = &t.stats().queues[0];
     one_time_within(&qs.stopped_at_us, t0, t1, "deactivated at");
     one_time_within(&qs.runnable_at_us, t2, t3, "reactivated at");
-    assert!(wait_until(Duration::from_secs(5), || rptr
+    assert!(wait_until(WAIT_LIMIT, || rptr
         .load(Ordering::Acquire)
         == w));
     assert_eq!(value.load(Ordering::Acquire), 0);
@@ -70,17 +69,13 @@ fn packets_execute_and_stop_while_percentage_is_zero() {
     assert_eq!(rptr.load(Ordering::Acquire), w);
     pkt[0] = 2;
     submit(&bufs, w, &[pkt]);
-    assert!(wait_until(Duration::from_secs(5), || rptr
-        .load(Ordering::Acquire)
-        == w2));
+    assert!(wait_until(WAIT_LIMIT, || rptr.load(Ordering::Acquire) == w2));
     // Barrier packets (type 3) complete immediately.
     let mut barrier = dispatch_packet(0, signal.addr());
     barrier[0] = 3;
     value.store(1, Ordering::Release);
     let w3 = submit(&bufs, w2, &[barrier]);
-    assert!(wait_until(Duration::from_secs(5), || rptr
-        .load(Ordering::Acquire)
-        == w3));
+    assert!(wait_until(WAIT_LIMIT, || rptr.load(Ordering::Acquire) == w3));
     assert_eq!(value.load(Ordering::Acquire), 0);
 }
 
@@ -165,7 +160,7 @@ fn oversubscribed_partition_rotates_residency() {
         "first num_cp_queues of the runlist"
     );
     assert!(
-        wait_until(Duration::from_secs(2), || resident(&t).contains(&2)),
+        wait_until(WAIT_LIMIT, || resident(&t).contains(&2)),
         "residency never rotated"
     );
     // Deactivating one queue ends the oversubscription.
@@ -196,9 +191,7 @@ fn wave_state_reports_saved_work_of_inactive_queues() {
     );
     // A long dispatch in flight when the queue is deactivated leaves saved waves.
     submit(&bufs, 0, &[dispatch_packet(10_000_000_000, 0)]);
-    assert!(wait_until(Duration::from_secs(10), || t.stats().queues[0]
-        .write_index
-        == 1));
+    assert!(wait_until(WAIT_LIMIT, || t.stats().queues[0].write_index == 1));
     s.kfd.update_queue(&q, 0, 7).unwrap();
     s.kfd
         .ioctl(AMDKFD_IOC_GET_QUEUE_WAVE_STATE, &mut ws)
@@ -245,9 +238,7 @@ fn profiling_queues_get_packet_timestamps() {
         signal.i64_at(8).store(1, Ordering::Release);
         let rptr = bufs.ptrs.u64_at(RPTR_OFF);
         let w = submit(bufs, 0, &[dispatch_packet(100_000, signal.addr())]);
-        assert!(wait_until(Duration::from_secs(5), || rptr
-            .load(Ordering::Acquire)
-            == w));
+        assert!(wait_until(WAIT_LIMIT, || rptr.load(Ordering::Acquire) == w));
         let start = signal.u64_at(0x20).load(Ordering::Acquire);
         let end = signal.u64_at(0x28).load(Ordering::Acquire);
         if profiling {

@@ -5,7 +5,6 @@ mod common;
 
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::process::{Child, Command};
-use std::time::Duration;
 
 use kfd_emu::Preset;
 use kfd_sys::*;
@@ -104,7 +103,7 @@ fn suspend_resume_and_queue_new_rule() {
     let (q, bufs) = s.queue(100, 7);
     // The debugger subscribed to EC_QUEUE_NEW: one byte on dbg_fd.
     let mut byte = [0u8; 1];
-    assert!(wait_until(Duration::from_secs(2), || {
+    assert!(wait_until(WAIT_LIMIT, || {
         nix::unistd::read(&r, &mut byte).is_ok()
     }));
     // A new queue cannot be suspended until EC_QUEUE_NEW is cleared.
@@ -192,9 +191,8 @@ fn destroy_blocks_while_debugger_suspended() {
     );
     std::thread::scope(|sc| {
         let h = sc.spawn(|| s.kfd.destroy_queue(q.id));
-        assert!(wait_until(Duration::from_secs(10), || t.stats().processes
-            [0]
-        .blocked_destroys
+        assert!(wait_until(WAIT_LIMIT, || t.stats().processes[0]
+            .blocked_destroys
             == 1));
         assert!(
             !h.is_finished(),
@@ -207,23 +205,22 @@ fn destroy_blocks_while_debugger_suspended() {
             queue_op(&s, me(), KFD_IOC_DBG_TRAP_RESUME_QUEUES, &[q.id]).0,
             Ok(1)
         );
-        assert!(wait_until(Duration::from_secs(2), || h.is_finished()));
+        assert!(wait_until(WAIT_LIMIT, || h.is_finished()));
         assert_eq!(h.join().unwrap(), Ok(0));
     });
     assert_eq!(t.stats().queues.len(), 1);
     // DISABLE also releases a blocked destroyer.
     std::thread::scope(|sc| {
         let h = sc.spawn(|| s.kfd.destroy_queue(q2.id));
-        assert!(wait_until(Duration::from_secs(10), || t.stats().processes
-            [0]
-        .blocked_destroys
+        assert!(wait_until(WAIT_LIMIT, || t.stats().processes[0]
+            .blocked_destroys
             == 1));
         assert!(!h.is_finished());
         let mut none = 0u64;
         s.kfd
             .dbg_trap(me(), KFD_IOC_DBG_TRAP_DISABLE, &mut none)
             .unwrap();
-        assert!(wait_until(Duration::from_secs(2), || h.is_finished()));
+        assert!(wait_until(WAIT_LIMIT, || h.is_finished()));
         assert_eq!(h.join().unwrap(), Ok(0));
     });
     assert!(t.stats().queues.is_empty());
@@ -313,7 +310,7 @@ fn other_processes_need_the_ptrace_tracer() {
     let (_r, w) = pipe();
     let mut child = kfd_child(&t);
     let pid = child.id();
-    assert!(wait_until(Duration::from_secs(5), || t
+    assert!(wait_until(WAIT_LIMIT, || t
         .path(&format!("sys/class/kfd/kfd/proc/{pid}"))
         .exists()));
     let mut e = kfd_ioctl_dbg_trap_enable_args {
@@ -375,7 +372,7 @@ fn other_processes_need_the_ptrace_tracer() {
     });
     child.kill().unwrap();
     child.wait().unwrap();
-    assert!(wait_until(Duration::from_secs(3), || !t
+    assert!(wait_until(WAIT_LIMIT, || !t
         .path(&format!("sys/class/kfd/kfd/proc/{pid}"))
         .exists()));
 }
@@ -415,7 +412,7 @@ fn tracer_creates_state_for_a_target_without_kfd_and_reaper_removes_it() {
     // The target never opened dev/kfd: only the reaper can notice it is gone.
     child.kill().unwrap();
     child.wait().unwrap();
-    assert!(wait_until(Duration::from_secs(3), || !t
+    assert!(wait_until(WAIT_LIMIT, || !t
         .path(&format!("sys/class/kfd/kfd/proc/{pid}"))
         .exists()));
 }

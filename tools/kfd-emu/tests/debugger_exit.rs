@@ -8,7 +8,6 @@ mod common;
 use std::ffi::CString;
 use std::os::fd::AsRawFd;
 use std::os::unix::ffi::OsStrExt;
-use std::time::Duration;
 
 use kfd_emu::Preset;
 use kfd_sys::*;
@@ -128,7 +127,7 @@ fn debugger_exit_resumes_its_suspended_queues() {
             nix::unistd::write(&down_w, b"x").unwrap();
             assert_eq!(waitpid(child, None).unwrap(), WaitStatus::Exited(child, 0));
             assert!(
-                wait_until(Duration::from_secs(3), || {
+                wait_until(WAIT_LIMIT, || {
                     let st = t.stats();
                     !st.queues[0].suspended && st.queues[0].active
                 }),

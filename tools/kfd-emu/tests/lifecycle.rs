@@ -5,7 +5,6 @@ mod common;
 
 use std::os::fd::AsRawFd;
 use std::process::Command;
-use std::time::Duration;
 
 use kfd_emu::Preset;
 use kfd_sys::*;
@@ -37,16 +36,11 @@ fn proc_dir_appears_and_disappears() {
     assert_eq!(t.stats().processes[0].kfd_opens, 2);
     drop(kfd2);
     // The release reaches the emulator after close returns: wait for it, then the state is kept.
-    assert!(wait_until(Duration::from_secs(10), || t.stats().processes
-        [0]
-    .kfd_opens
-        == 1));
+    assert!(wait_until(WAIT_LIMIT, || t.stats().processes[0].kfd_opens == 1));
     assert!(t.path(&dir).is_dir());
     assert_eq!(t.stats().processes.len(), 1);
     drop(kfd);
-    assert!(wait_until(Duration::from_secs(2), || !t
-        .path(&dir)
-        .exists()));
+    assert!(wait_until(WAIT_LIMIT, || !t.path(&dir).exists()));
     assert!(t.stats().processes.is_empty());
 }
 
@@ -64,11 +58,9 @@ fn exiting_process_loses_its_state_and_queues() {
         .spawn()
         .unwrap();
     let dir = format!("sys/class/kfd/kfd/proc/{}", child.id());
-    assert!(wait_until(Duration::from_secs(5), || t.path(&dir).exists()));
+    assert!(wait_until(WAIT_LIMIT, || t.path(&dir).exists()));
     child.wait().unwrap();
-    assert!(wait_until(Duration::from_secs(3), || !t
-        .path(&dir)
-        .exists()));
+    assert!(wait_until(WAIT_LIMIT, || !t.path(&dir).exists()));
 }
 
 #[test]
@@ -82,10 +74,7 @@ fn queues_of_a_closed_process_are_destroyed_and_counted() {
         let (_q2, _b2) = s.queue(100, 7);
         assert_eq!(t.stats().partitions[0].active_queues, 2);
     }
-    assert!(wait_until(Duration::from_secs(2), || t
-        .stats()
-        .processes
-        .is_empty()));
+    assert!(wait_until(WAIT_LIMIT, || t.stats().processes.is_empty()));
     let p = &t.stats().partitions[0];
     assert_eq!(p.active_queues, 0);
     // 2 creates (1 preempt: the second) + 2 destroys of active queues (2 preempts).

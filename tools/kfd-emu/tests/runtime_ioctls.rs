@@ -8,7 +8,6 @@ mod common;
 
 use std::os::fd::AsRawFd;
 use std::sync::atomic::Ordering;
-use std::time::Duration;
 
 use kfd_emu::Preset;
 use kfd_sys::*;
@@ -267,9 +266,8 @@ fn events_set_wait_age_and_destroy() {
     // A blocked wait is answered by a set from another thread...
     std::thread::scope(|sc| {
         let waiter = sc.spawn(|| wait(&s.kfd, &[event_data(id, 0)], false, u32::MAX));
-        assert!(wait_until(Duration::from_secs(10), || t.stats().processes
-            [0]
-        .blocked_waits
+        assert!(wait_until(WAIT_LIMIT, || t.stats().processes[0]
+            .blocked_waits
             == 1));
         let mut set = id_arg(|a: &mut kfd_ioctl_set_event_args| a.event_id = id);
         s.kfd.ioctl(AMDKFD_IOC_SET_EVENT, &mut set).unwrap();
@@ -280,9 +278,8 @@ fn events_set_wait_age_and_destroy() {
     // ... and fails with EIO when its event is destroyed.
     std::thread::scope(|sc| {
         let waiter = sc.spawn(|| wait(&s.kfd, &[event_data(id, 0)], false, u32::MAX));
-        assert!(wait_until(Duration::from_secs(10), || t.stats().processes
-            [0]
-        .blocked_waits
+        assert!(wait_until(WAIT_LIMIT, || t.stats().processes[0]
+            .blocked_waits
             == 1));
         let mut d = id_arg(|a: &mut kfd_ioctl_destroy_event_args| a.event_id = id);
         s.kfd.ioctl(AMDKFD_IOC_DESTROY_EVENT, &mut d).unwrap();
@@ -315,9 +312,8 @@ fn end_of_kernel_interrupt_fires_the_signal_event() {
     signal.write(0x18, &ev.event_id.to_ne_bytes());
     std::thread::scope(|sc| {
         let waiter = sc.spawn(|| wait(&s.kfd, &[event_data(ev.event_id, 0)], false, u32::MAX));
-        assert!(wait_until(Duration::from_secs(10), || t.stats().processes
-            [0]
-        .blocked_waits
+        assert!(wait_until(WAIT_LIMIT, || t.stats().processes[0]
+            .blocked_waits
             == 1));
         submit(&bufs, 0, &[dispatch_packet(1_000_000, signal.addr())]);
         let (r, res, _) = waiter.join().unwrap();
@@ -328,8 +324,7 @@ fn end_of_kernel_interrupt_fires_the_signal_event() {
     // just after the waiters are answered.
     let slot = page.u64_at(8 * ev.event_id as usize);
     assert!(
-        wait_until(Duration::from_secs(10), || slot.load(Ordering::Acquire)
-            == u64::MAX),
+        wait_until(WAIT_LIMIT, || slot.load(Ordering::Acquire) == u64::MAX),
         "the slot was acknowledged after the interrupt"
     );
 }
@@ -553,9 +548,8 @@ fn sdma_queue_copies_fences_decrements_and_traps() {
     ring.write(0, &bytes);
     std::thread::scope(|sc| {
         let waiter = sc.spawn(|| wait(&s.kfd, &[event_data(ev.event_id, 0)], false, u32::MAX));
-        assert!(wait_until(Duration::from_secs(10), || t.stats().processes
-            [0]
-        .blocked_waits
+        assert!(wait_until(WAIT_LIMIT, || t.stats().processes[0]
+            .blocked_waits
             == 1));
         ptrs.u64_at(0).store(bytes.len() as u64, Ordering::Release);
         assert_eq!(waiter.join().unwrap().1, KFD_IOC_WAIT_RESULT_COMPLETE);
@@ -583,7 +577,7 @@ fn sdma_queue_copies_fences_decrements_and_traps() {
     ring.write(bytes.len(), &0x3fu32.to_ne_bytes());
     ptrs.u64_at(0)
         .store(bytes.len() as u64 + 4, Ordering::Release);
-    assert!(wait_until(Duration::from_secs(10), || t.stats().queues[0].stopped));
+    assert!(wait_until(WAIT_LIMIT, || t.stats().queues[0].stopped));
 }
 
 #[test]

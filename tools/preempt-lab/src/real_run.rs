@@ -259,9 +259,8 @@ pub fn report(
         let mut row = Row::new(c, &runs, &hp_alone, &lp_alone);
         let rtt: Vec<(f64, f64)> = phases.iter().filter_map(|p| p.preempt_rtt_us).collect();
         if !rtt.is_empty() {
-            let mut p50: Vec<f64> = rtt.iter().map(|r| r.0).collect();
-            p50.sort_by(f64::total_cmp);
-            row.preempt_latency_p50_us = crate::report::quantile(&p50, 0.5).round();
+            let p50: Vec<f64> = rtt.iter().map(|r| r.0).collect();
+            row.preempt_latency_p50_us = kfdq::stats::nearest_rank(&p50, 0.5).round();
             row.preempt_latency_p99_us = rtt.iter().map(|r| r.1).fold(0.0, f64::max).round();
         }
         rows.push(row);

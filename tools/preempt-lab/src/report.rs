@@ -2,24 +2,14 @@
 //! Everything in a report follows from the seeds; the same seeds give byte-identical JSON
 //! (the simulation's wall-clock speed is printed apart, never in the report).
 
+use kfdq::stats::nearest_rank;
 use serde::Serialize;
 
 use crate::scenario::Scenario;
 use crate::sim::{Control, RunResult};
 
-/// Nearest-rank quantile of `v` (empty: 0).
-pub fn quantile(v: &[f64], q: f64) -> f64 {
-    if v.is_empty() {
-        return 0.0;
-    }
-    let mut s = v.to_vec();
-    s.sort_by(f64::total_cmp);
-    let rank = ((q * s.len() as f64).ceil() as usize).clamp(1, s.len());
-    s[rank - 1]
-}
-
 fn median(v: &[f64]) -> f64 {
-    quantile(v, 0.5)
+    nearest_rank(v, 0.5)
 }
 
 fn max(v: &[f64]) -> f64 {
@@ -123,9 +113,9 @@ impl Row {
             runs.iter()
                 .zip(hp_alone)
                 .map(|(r, a)| {
-                    let base = quantile(&a.hp_latency_us, q);
+                    let base = nearest_rank(&a.hp_latency_us, q);
                     if base > 0.0 {
-                        quantile(&r.hp_latency_us, q) / base
+                        nearest_rank(&r.hp_latency_us, q) / base
                     } else {
                         0.0
                     }
@@ -162,14 +152,14 @@ impl Row {
             hp_p99_rel_max: r4(max(&p99)),
             lp_rel: r4(median(&lp)),
             preempts_per_s: r4(median(&pps)),
-            preempt_latency_p50_us: r4(quantile(&lat, 0.5)),
-            preempt_latency_p99_us: r4(quantile(&lat, 0.99)),
-            reaction_p50_us: r4(quantile(&reaction, 0.5)),
-            reaction_p99_us: r4(quantile(&reaction, 0.99)),
+            preempt_latency_p50_us: r4(nearest_rank(&lat, 0.5)),
+            preempt_latency_p99_us: r4(nearest_rank(&lat, 0.99)),
+            reaction_p50_us: r4(nearest_rank(&reaction, 0.5)),
+            reaction_p99_us: r4(nearest_rank(&reaction, 0.99)),
             reactions_missed: runs.iter().map(|r| r.reactions_missed).sum(),
             hp_p99_us_per_seed: runs
                 .iter()
-                .map(|r| r4(quantile(&r.hp_latency_us, 0.99)))
+                .map(|r| r4(nearest_rank(&r.hp_latency_us, 0.99)))
                 .collect(),
         }
     }
@@ -270,9 +260,9 @@ impl Report {
         Report {
             scenario: scenario.clone(),
             alone: Baseline {
-                hp_p50_us: per(&|r| quantile(&r.hp_latency_us, 0.5), hp_alone),
-                hp_p99_us: per(&|r| quantile(&r.hp_latency_us, 0.99), hp_alone),
-                hp_max_us: per(&|r| quantile(&r.hp_latency_us, 1.0), hp_alone),
+                hp_p50_us: per(&|r| nearest_rank(&r.hp_latency_us, 0.5), hp_alone),
+                hp_p99_us: per(&|r| nearest_rank(&r.hp_latency_us, 0.99), hp_alone),
+                hp_max_us: per(&|r| nearest_rank(&r.hp_latency_us, 1.0), hp_alone),
                 lp_kernels_per_s: per(&lp_per_s, lp_alone),
                 hp_busy_fraction: hp_alone
                     .iter()
@@ -371,13 +361,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn nearest_rank_quantiles() {
-        let v: Vec<f64> = (1..=100).map(f64::from).collect();
-        assert_eq!(quantile(&v, 0.5), 50.0);
-        assert_eq!(quantile(&v, 0.99), 99.0);
-        assert_eq!(quantile(&v, 1.0), 100.0);
-        assert_eq!(quantile(&[3.0, 1.0, 2.0], 0.5), 2.0);
-        assert_eq!(quantile(&[], 0.5), 0.0);
+    fn four_decimals() {
         assert_eq!(r4(1.234_56), 1.2346);
     }
 }

@@ -6,6 +6,7 @@ use serde::{Serialize, Serializer};
 use super::super::args::Phase;
 use super::super::table::Table;
 use clap::ValueEnum;
+use kfdq::stats::{nearest_rank, nearest_rank_sorted};
 
 impl Serialize for Phase {
     /// As on the command line (`lp-alone`, `level1`, ...).
@@ -22,7 +23,7 @@ impl Serialize for Phase {
 pub struct Latency {
     /// Requests.
     pub n: usize,
-    /// Median.
+    /// Median (nearest rank: the lower one of an even count).
     pub p50_us: f64,
     /// 99th percentile (nearest rank).
     pub p99_us: f64,
@@ -37,9 +38,9 @@ impl Latency {
         s.sort_by(f64::total_cmp);
         Latency {
             n: s.len(),
-            p50_us: quantile(&s, 0.5),
-            p99_us: quantile(&s, 0.99),
-            max_us: quantile(&s, 1.0),
+            p50_us: nearest_rank_sorted(&s, 0.5),
+            p99_us: nearest_rank_sorted(&s, 0.99),
+            max_us: nearest_rank_sorted(&s, 1.0),
         }
     }
 }
@@ -126,14 +127,6 @@ pub struct DemoReport {
     pub runs: Vec<Vec<PhaseResult>>,
 }
 
-/// Nearest-rank quantile of sorted `v` (empty: 0).
-pub fn quantile(sorted: &[f64], q: f64) -> f64 {
-    if sorted.is_empty() {
-        return 0.0;
-    }
-    sorted[((sorted.len() - 1) as f64 * q).round() as usize]
-}
-
 /// Relates one repetition's phases to its own HP-alone and LP-alone phases.
 pub fn relate(results: &mut [PhaseResult]) {
     let alone = results
@@ -165,9 +158,8 @@ fn sum(reps: &[&PhaseResult], f: impl Fn(&PhaseResult) -> Option<usize>) -> Opti
 }
 
 fn median(v: impl Iterator<Item = f64>) -> Option<f64> {
-    let mut v: Vec<f64> = v.collect();
-    v.sort_by(f64::total_cmp);
-    (!v.is_empty()).then(|| quantile(&v, 0.5))
+    let v: Vec<f64> = v.collect();
+    (!v.is_empty()).then(|| nearest_rank(&v, 0.5))
 }
 
 /// One phase over its repetitions (each already related): medians, and the P99 ratio's

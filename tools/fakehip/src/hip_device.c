@@ -1,8 +1,8 @@
 /*
- * api.c: the HIP calls that are not about streams, events, memory, launches
- * or graphs: error names and strings, the last error, versions, device
- * selection, synchronisation and reset; hipGetProcAddress; and fakehip's own
- * extensions (version node FAKEHIP_1).
+ * hip_device.c (layer 7): the HIP calls that are not about streams, events,
+ * memory, launches or graphs: error names and strings, the last error,
+ * versions, device selection, synchronisation and reset, and
+ * hipGetProcAddress.
  */
 #include "fakehip_internal.h"
 
@@ -145,6 +145,49 @@ FH_API hipError_t hipGetDevice(int *deviceId)
 	return hipSuccess;
 }
 
+/* Wait (bounded) for the work on every queue of device dev (-1: of all devices). */
+static hipError_t device_wait(int dev)
+{
+	struct fh_queue **qs = NULL;
+	uint64_t *pos = NULL;
+	size_t n = 0, cap = 0;
+	hipError_t e = lock_init(), first = hipSuccess;
+
+	if (e != hipSuccess)
+		return e;
+	for (struct fh_queue *q = G.queues; q; q = q->next) {
+		if (dev >= 0 && q->dev != dev)
+			continue;
+		if (n == cap) {
+			size_t nc = cap ? cap * 2 : 16;
+			struct fh_queue **nq = realloc(qs, nc * sizeof(*qs));
+			uint64_t *np;
+
+			if (!nq)
+				break;
+			qs = nq;
+			np = realloc(pos, nc * sizeof(*pos));
+			if (!np)
+				break;
+			pos = np;
+			cap = nc;
+		}
+		pos[n] = __atomic_load_n(&q->wshadow, __ATOMIC_ACQUIRE);
+		q_pin(q);
+		qs[n++] = q;
+	}
+	pthread_mutex_unlock(&g_lock);
+	for (size_t i = 0; i < n; i++) {
+		e = wait_pos(qs[i], pos[i]);
+		if (e != hipSuccess && first == hipSuccess)
+			first = e;
+		q_unpin(qs[i]);
+	}
+	free(qs);
+	free(pos);
+	return first;
+}
+
 FH_API hipError_t hipDeviceSynchronize(void)
 {
 	hipError_t e = ensure_init();
@@ -265,61 +308,4 @@ FH_API hipError_t hipGetProcAddress(const char *symbol, void **pfn, int hipVersi
 	if (symbolStatus)
 		*symbolStatus = HIP_GET_PROC_ADDRESS_SUCCESS;
 	return hipSuccess;
-}
-
-/* ---- fakehip extensions ---- */
-
-static hipError_t queue_info(hipStream_t h, fakehipQueueInfo *info)
-{
-	struct fh_stream *st;
-	struct fh_queue *q;
-	hipError_t e = lock_init();
-
-	if (e != hipSuccess)
-		return e;
-	e = resolve_stream(h, 0, 1, &st);
-	if (e == hipSuccess && !st->q)
-		e = hipErrorNotReady;
-	if (e == hipSuccess) {
-		q = st->q;
-		memset(info, 0, sizeof(*info));
-		info->queue_id = q->queue_id;
-		info->gpu_id = q->gpu_id;
-		info->kfd_priority = q->kfd_prio;
-		info->stream_users = (uint32_t)q->users;
-		info->hip_priority = st->prio;
-		info->ring_size = (uint32_t)q->ring.size;
-		info->ring_base = (uint64_t)(uintptr_t)q->ring.ptr;
-		info->write_pointer = (uint64_t)(uintptr_t)q_wptr(q);
-		info->read_pointer = (uint64_t)(uintptr_t)q_rptr(q);
-		info->doorbell_offset = q->doorbell_offset;
-		info->write_index = __atomic_load_n(&q->wshadow, __ATOMIC_ACQUIRE);
-		info->read_index = q_read_index(q);
-		info->ctx_save_restore_size = G.dev[q->dev].cwsr_size;
-		info->ctl_stack_size = G.dev[q->dev].ctl_stack_size;
-		info->cwsr_bytes = q->cwsr.size;
-	}
-	pthread_mutex_unlock(&g_lock);
-	return e;
-}
-
-FH_API int fakehipStreamQueueInfo(hipStream_t stream, fakehipQueueInfo *info)
-{
-	if (!info)
-		return ret(hipErrorInvalidValue);
-	return ret(queue_info(stream, info));
-}
-
-FH_API int fakehipStreamQueueId(hipStream_t stream, uint32_t *queue_id, uint32_t *gpu_id)
-{
-	fakehipQueueInfo info;
-	hipError_t e = queue_info(stream, &info);
-
-	if (e == hipSuccess) {
-		if (queue_id)
-			*queue_id = info.queue_id;
-		if (gpu_id)
-			*gpu_id = info.gpu_id;
-	}
-	return e == hipErrorNotReady ? e : ret(e);
 }

@@ -1,11 +1,12 @@
 /*
- * launch.c: kernel launches (the hipLaunchKernel and hipModuleLaunchKernel
- * families), the call-configuration stack and fat-binary registration of
- * hipcc-generated code, and graphs of kernel nodes.
+ * hip_launch.c (layer 7): kernel launches (the hipLaunchKernel and
+ * hipModuleLaunchKernel families), the call-configuration stack and
+ * fat-binary registration of hipcc-generated code, and the HIP graph calls.
  */
 #include "fakehip_internal.h"
 
-/* __hipPushCallConfiguration's stack (hipcc's <<<...>>> launches), per thread */
+/* __hipPushCallConfiguration's stack (hipcc's <<<...>>> launches), per thread; its depth,
+ * t_ncfg, is in runtime.c (the fork child empties the stack) */
 #define FH_CFG_STACK 16
 struct fh_call_config {
 	dim3 grid, block;
@@ -14,16 +15,8 @@ struct fh_call_config {
 };
 
 static __thread struct fh_call_config t_cfg[FH_CFG_STACK];
-__thread int t_ncfg;
 
-#define FH_GRAPH_MAGIC 0x46484752u
 #define FH_GEXEC_MAGIC 0x46484758u
-struct fh_graph {
-	uint32_t magic;
-	size_t n, cap;
-	struct fh_knode **nodes;
-};
-
 struct fh_gexec {
 	uint32_t magic;
 	size_t n;
@@ -90,51 +83,6 @@ static hipError_t launch_blocks(const void *func, dim3 grid, dim3 block, hipStre
 	if (noop_launch())
 		return hipSuccess;
 	return submit(s, spt, &k, 1, start, stop);
-}
-
-/* ------------------------------------------------------------------ */
-/* graphs                                                             */
-/* ------------------------------------------------------------------ */
-
-hipError_t graph_append(struct fh_graph *g, const struct fh_knode *k, struct fh_knode **out)
-{
-	struct fh_knode *node;
-
-	if (g->n == g->cap) {
-		size_t nc = g->cap ? g->cap * 2 : 8;
-		struct fh_knode **nn = realloc(g->nodes, nc * sizeof(*nn));
-
-		if (!nn)
-			return hipErrorOutOfMemory;
-		g->nodes = nn;
-		g->cap = nc;
-	}
-	node = malloc(sizeof(*node));
-	if (!node)
-		return hipErrorOutOfMemory;
-	*node = *k;
-	g->nodes[g->n++] = node;
-	if (out)
-		*out = node;
-	return hipSuccess;
-}
-
-struct fh_graph *graph_new(void)
-{
-	struct fh_graph *g = calloc(1, sizeof(*g));
-
-	if (g)
-		g->magic = FH_GRAPH_MAGIC;
-	return g;
-}
-
-void graph_free(struct fh_graph *g)
-{
-	for (size_t i = 0; i < g->n; i++)
-		free(g->nodes[i]);
-	free(g->nodes);
-	g->magic = 0;
-	free(g);
 }
 
 static hipError_t graph_launch(hipGraphExec_t h, hipStream_t s, int spt)

@@ -1,5 +1,7 @@
-//! `kfdq-demo` — exercises the KFD layer end to end: queues at several priorities, a
-//! deactivation that visibly stops one queue, reactivation. Works on kfd-emu and on hardware.
+//! `kfdq-selftest` — exercises kfdq's safe KFD layer end to end and fails if it misbehaves:
+//! queues at several priorities, a deactivation that visibly stops one queue (no packet
+//! consumed while inactive), reactivation and drain. Works on kfd-emu and on hardware. Not
+//! `kfdq demo` (the latency client next to a batch job under the agent).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -10,7 +12,7 @@ use kfdq::kfd::{DispatchPacket, GpuId, Kfd, Priority, Queue, QueueSpec, Root};
 
 /// Exercise amdkfd queues through kfdq's safe layer.
 #[derive(Parser)]
-#[command(name = "kfdq-demo", version, max_term_width = 100)]
+#[command(name = "kfdq-selftest", version, max_term_width = 100)]
 struct Args {
     /// Root prefix for /dev/kfd and sysfs (a kfd-emu mount point).
     #[arg(long, global = true, env = "KFDQ_ROOT", default_value = "/")]
@@ -177,7 +179,7 @@ fn main() -> ExitCode {
     match run() {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("kfdq-demo: {e}");
+            eprintln!("kfdq-selftest: {e}");
             ExitCode::FAILURE
         }
     }

@@ -1,11 +1,14 @@
-//! What the tracer path costs: the suspend / resume round trip of a control request (sent →
+//! What the tracer path costs: the suspend / resume round trip of a control request (sent ->
 //! the agent's reply, which comes once the command took effect) through the tracer next to the
 //! same round trip through a shim, and the tracer thread's CPU and wakeups per activity period
 //! and number of tracees (`/proc/<kfdqd>/task/<tracer>/schedstat` and `status` over a fixed
-//! window). `cargo test -p kfdq-shim --test tracer_cost -- --nocapture` prints the tables recorded
-//! in docs/performance.md ("Tracer path"); the test asserts counts and orderings with wide
-//! margins only.
+//! window). Prints the tables recorded in docs/performance.md ("Tracer path"); nothing here
+//! asserts a number (a loaded machine delays wakeups and round trips).
+//!
+//! `cargo build --release -p kfdq --bins && cargo bench -p kfdq-shim --bench tracer_path` (as
+//! root: it mounts kfd-emu and runs kfdqd). `cargo test --benches` runs nothing here.
 
+#[path = "../tests/common/mod.rs"]
 mod common;
 
 use std::time::{Duration, Instant};
@@ -68,57 +71,39 @@ fn round_trips(agent: &Agent, pid: u32) -> (Vec<f64>, Vec<f64>) {
     (s, r)
 }
 
-fn median(v: &mut [f64]) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
+fn median(v: &[f64]) -> f64 {
+    kfdq::stats::nearest_rank(v, 0.5)
 }
 
-struct Row {
-    label: String,
-    wakeups_per_s: f64,
-    cpu_us_per_s: f64,
-}
-
-fn sample_row(emu: &Emu, activity_us: u64, tracees: usize) -> Row {
+/// The tracer thread's rates over [`WINDOW`] at `activity_us` with `tracees` traced floods.
+fn sample_row(emu: &Emu, activity_us: u64, tracees: usize) -> ThreadRates {
     let agent = Agent::start(emu, &config(activity_us));
     let apps: Vec<App> = (0..tracees).map(|_| flood(emu, &agent, false)).collect();
     let task = thread_named(agent.child.id(), "kfdqd-tracer").expect("the tracer thread");
-    let (ns0, sw0) = thread_usage(&task);
-    let t0 = Instant::now();
-    std::thread::sleep(WINDOW);
-    let (ns1, sw1) = thread_usage(&task);
-    let s = t0.elapsed().as_secs_f64();
+    let rates = ThreadRates::over(&task, WINDOW);
     for a in apps {
         a.stop();
         a.finish();
     }
-    Row {
-        label: format!("{} ms, {tracees} tracee(s)", activity_us as f64 / 1000.0),
-        wakeups_per_s: (sw1 - sw0) as f64 / s,
-        cpu_us_per_s: (ns1 - ns0) as f64 / 1e3 / s,
-    }
+    rates
 }
 
-#[test]
-#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
-fn the_tracer_path_costs_are_measured() {
+fn main() {
+    if !bench_requested("tracer_path") {
+        return;
+    }
     let emu = mount();
     // Round trips: one traced and one shim process of the same class, same agent.
     let agent = Agent::start(&emu, &config(2000));
     let traced = flood(&emu, &agent, false);
     let shimmed = flood(&emu, &agent, true);
-    let (mut ts, mut tr) = round_trips(&agent, traced.pid);
-    let (mut ss, mut sr) = round_trips(&agent, shimmed.pid);
+    let (ts, tr) = round_trips(&agent, traced.pid);
+    let (ss, sr) = round_trips(&agent, shimmed.pid);
     println!(
-        "suspend / resume round trip (control request sent -> reply after the ack), median of {PAIRS}"
+        "suspend / resume round trip (control request sent -> reply after the ack), median (nearest rank) of {PAIRS}"
     );
     println!("{:<10} {:>14} {:>14}", "path", "suspend us", "resume us");
-    let (a, b, c, d) = (
-        median(&mut ts),
-        median(&mut tr),
-        median(&mut ss),
-        median(&mut sr),
-    );
+    let (a, b, c, d) = (median(&ts), median(&tr), median(&ss), median(&sr));
     println!("{:<10} {a:>14.0} {b:>14.0}", "tracer");
     println!("{:<10} {c:>14.0} {d:>14.0}", "shim");
     println!(
@@ -134,35 +119,15 @@ fn the_tracer_path_costs_are_measured() {
 
     let mut rows = Vec::new();
     for (us, n) in [(500, 1), (2000, 1), (2000, 4), (10000, 1)] {
-        rows.push(sample_row(&emu, us, n));
+        let label = format!("{} ms, {n} tracee(s)", us as f64 / 1000.0);
+        rows.push((label, sample_row(&emu, us, n)));
     }
     println!("tracer thread over {} s per row", WINDOW.as_secs());
     println!(
         "{:<24} {:>12} {:>16} {:>14}",
         "activity period", "wakeups/s", "CPU us per s", "% of a core"
     );
-    for r in &rows {
-        println!(
-            "{:<24} {:>12.0} {:>16.0} {:>14.2}",
-            r.label,
-            r.wakeups_per_s,
-            r.cpu_us_per_s,
-            r.cpu_us_per_s / 1e4
-        );
+    for (label, r) in &rows {
+        println!("{}", r.row(label, 24));
     }
-    // At most one wakeup per period plus stops and commands; at least a third of the periods.
-    for (r, per_s) in rows.iter().zip([2000.0, 500.0, 500.0, 100.0]) {
-        assert!(
-            r.wakeups_per_s > per_s / 3.0 && r.wakeups_per_s < per_s * 1.5 + 50.0,
-            "{}: {} wakeups/s",
-            r.label,
-            r.wakeups_per_s
-        );
-    }
-    assert!(
-        rows[0].cpu_us_per_s > 2.0 * rows[3].cpu_us_per_s,
-        "a shorter period costs more CPU"
-    );
-    // Four tracees against one is not asserted: the extra reads (two 8-byte /proc/<pid>/mem
-    // reads per queue) cost less than this measurement's run-to-run noise (docs/performance.md).
 }
