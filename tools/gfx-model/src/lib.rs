@@ -9,9 +9,13 @@
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
+mod batches;
 mod dispatch;
 mod params;
 mod partition;
+mod queue;
+mod runlist;
+mod slots;
 mod stats;
 
 pub use dispatch::{AQL_BARRIER_BIT, Dispatch};
