@@ -5,6 +5,7 @@ use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap};
 
 use crate::QueueKey;
+use crate::contention::Footprint;
 use crate::slots::Placement;
 
 /// Work-groups of one packet that started together and end together, with where they run.
@@ -13,9 +14,19 @@ pub(crate) struct Running {
     pub(crate) queue: QueueKey,
     pub(crate) pseq: u64,
     pub(crate) waves: u32,
+    /// Time of one work-group alone on a CU (the packet's, or a saved one's remaining).
+    pub(crate) ns: u64,
+    /// Its end: set when the dispatch pass that starts it is over ([`Batches::commit`]).
     pub(crate) end: u64,
+    /// `ns` scales by this to `end` (permille; 1000 without contention).
+    pub(crate) factor: u64,
     pub(crate) count: u64,
     pub(crate) cus: Placement,
+    pub(crate) fp: Footprint,
+    /// DRAM demand of one work-group, bytes per µs.
+    pub(crate) demand: u64,
+    /// Its kernel's bandwidth share alone, permille.
+    pub(crate) share: u32,
 }
 
 /// The running batches, the batches a dispatch pass is starting, and the end events.
@@ -61,7 +72,7 @@ impl Batches {
     }
 
     /// Starts `r` for queue `i`: joins the batch the queue opened in this pass if `merge` and
-    /// it has the same packet, size and end, else opens a new batch. Returns whether it opened
+    /// it has the same packet, size and time, else opens a new batch. Returns whether it opened
     /// one.
     pub(crate) fn start(&mut self, i: usize, merge: bool, r: Running) -> bool {
         self.next_seq += r.count;
@@ -71,7 +82,7 @@ impl Batches {
             && let (_, b) = &mut self.pending[k]
             && b.pseq == r.pseq
             && b.waves == r.waves
-            && b.end == r.end
+            && b.ns == r.ns
         {
             b.count += r.count;
             b.cus.extend(r.cus);
@@ -81,6 +92,11 @@ impl Batches {
         self.open[i] = Some(self.pending.len());
         self.pending.push((seq, r));
         true
+    }
+
+    /// The batches the pass under way started, to set their ends.
+    pub(crate) fn pending_mut(&mut self) -> impl Iterator<Item = &mut Running> {
+        self.pending.iter_mut().map(|(_, r)| r)
     }
 
     /// The pass is over: its batches run.
@@ -121,9 +137,14 @@ mod tests {
             queue,
             pseq,
             waves: 1,
+            ns: end,
             end,
+            factor: 1000,
             count,
             cus: vec![(0, count as u32)],
+            fp: Footprint::default(),
+            demand: 0,
+            share: 0,
         }
     }
 

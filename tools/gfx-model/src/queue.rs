@@ -4,6 +4,7 @@
 use std::collections::VecDeque;
 
 use crate::QueueKey;
+use crate::contention::Footprint;
 use crate::dispatch::Dispatch;
 use crate::stats::QueueStats;
 
@@ -16,6 +17,8 @@ pub(crate) struct Packet {
     /// Its sequence number in its queue.
     pub(crate) pseq: u64,
     pub(crate) d: Dispatch,
+    /// What one of its work-groups uses of shared resources.
+    pub(crate) fp: Footprint,
     /// Work-groups launched.
     pub(crate) launched: u64,
     /// Work-groups ended ([`COMPLETED`] once its completion was reported).
@@ -29,10 +32,15 @@ pub(crate) struct Packet {
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Saved {
     pub(crate) pseq: u64,
-    /// Their time left once restored.
+    /// Their time left once restored (alone on a CU, as a packet's `wg_ns`).
     pub(crate) remaining: u64,
     pub(crate) waves: u32,
     pub(crate) count: u64,
+    pub(crate) fp: Footprint,
+    /// DRAM demand of one, bytes per µs, as when it started.
+    pub(crate) demand: u64,
+    /// Their kernel's bandwidth share alone, permille (`Running::share`).
+    pub(crate) share: u32,
 }
 
 /// A queue of the runlist.
@@ -52,6 +60,8 @@ pub(crate) struct Queue {
     pub(crate) saved: VecDeque<Saved>,
     /// Work-groups running.
     pub(crate) running: u64,
+    /// DRAM demand of its running work-groups, bytes per µs (with contention).
+    pub(crate) demand: u64,
     pub(crate) busy_since: u64,
     pub(crate) stats: QueueStats,
 }
@@ -70,6 +80,7 @@ impl Queue {
             launch_pseq: 0,
             saved: VecDeque::new(),
             running: 0,
+            demand: 0,
             busy_since: 0,
             stats: QueueStats::default(),
         }
@@ -120,6 +131,7 @@ mod tests {
                 wg_ns: 1,
                 barrier,
             },
+            fp: Footprint::default(),
             launched: 0,
             done: 0,
             submit,

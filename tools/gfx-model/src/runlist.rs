@@ -180,6 +180,7 @@ mod tests {
             r.at_mut(k).packets.push_back(Packet {
                 pseq: 0,
                 d: Dispatch::empty(0, false),
+                fp: Default::default(),
                 launched: 0,
                 done: 0,
                 submit: 0,

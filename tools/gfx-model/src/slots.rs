@@ -32,6 +32,9 @@ pub(crate) struct Slots {
     fit_waves: u32,
     /// Placement lists given back, kept for new ones.
     spare: Vec<Placement>,
+    /// Per CU, the summed `cu_util` (permille) of the work-groups on it (kept only for
+    /// work-groups that give one).
+    load: Vec<u32>,
 }
 
 impl Slots {
@@ -58,7 +61,18 @@ impl Slots {
             fit_of: Vec::new(),
             fit_waves: 0,
             spare: Vec::new(),
+            load: vec![0; cus],
         }
+    }
+
+    /// Wave slots of one CU.
+    pub(crate) fn per_cu(&self) -> u32 {
+        self.per_cu
+    }
+
+    /// The summed `cu_util` (permille) of what runs on CU `cu`.
+    pub(crate) fn load(&self, cu: u32) -> u32 {
+        self.load[cu as usize]
     }
 
     /// CUs.
@@ -74,12 +88,14 @@ impl Slots {
     /// Places up to `want` work-groups of `waves` waves on the CUs `mask` allows (None: every
     /// CU), exactly where the dispatcher would put them one after the other: each on the next
     /// CU, from the cursor on, that has room, so a pass around the CUs gives each CU with room
-    /// one work-group. Returns how many were placed and where (empty when none was).
+    /// one work-group. Returns how many were placed and where (empty when none was). Each adds
+    /// `util` to its CU's load.
     pub(crate) fn place(
         &mut self,
         mask: Option<&[bool]>,
         waves: u32,
         want: u64,
+        util: u32,
     ) -> (u64, Placement) {
         if want == 0 || u64::from(waves) > self.free_total || waves > self.per_cu {
             return (0, Vec::new());
@@ -99,6 +115,7 @@ impl Slots {
                 return (0, Vec::new());
             };
             self.free[c] -= waves;
+            self.load[c] += util;
             self.set_room(c);
             self.free_total -= u64::from(waves);
             self.cursor = if c + 1 == n { 0 } else { c + 1 };
@@ -166,6 +183,7 @@ impl Slots {
                 }
                 if give > 0 {
                     self.free[c] -= give * waves;
+                    self.load[c] += give * util;
                     if c / 64 != word {
                         self.room[word] &= !full;
                         (word, full) = (c / 64, 0);
@@ -188,15 +206,16 @@ impl Slots {
         (placed, cus)
     }
 
-    /// Gives back the slots of `count` work-groups of `waves` waves placed at `cus`, and keeps
-    /// the list for a later placement.
-    pub(crate) fn release(&mut self, mut cus: Placement, waves: u32, count: u64) {
+    /// Gives back the slots (and the `util` load each) of `count` work-groups of `waves` waves
+    /// placed at `cus`, and keeps the list for a later placement.
+    pub(crate) fn release(&mut self, mut cus: Placement, waves: u32, count: u64, util: u32) {
         // The room bits are gathered per word (a list mostly runs in CU order, so the word
         // rarely changes).
         let (mut word, mut bits) = (0usize, 0u64);
         for &(cu, n) in &cus {
             let cu = cu as usize;
             self.free[cu] += n * waves;
+            self.load[cu] -= n * util;
             if cu / 64 != word {
                 self.room[word] |= bits;
                 (word, bits) = (cu / 64, 0);
@@ -264,35 +283,36 @@ mod tests {
     fn a_batch_fills_whole_passes_then_a_partial_one_from_the_cursor() {
         // 4 CUs of 8 slots, 2-wave work-groups: 4 per CU at most.
         let mut s = Slots::new(4, 8);
-        let (n, at) = s.place(None, 2, 1);
+        let (n, at) = s.place(None, 2, 1, 0);
         assert_eq!((n, at), (1, vec![(0, 1)]));
         // 6 more from CU 1: a whole pass over the 4 CUs, then CUs 1 and 2.
-        let (n, at) = s.place(None, 2, 6);
+        let (n, at) = s.place(None, 2, 6, 0);
         assert_eq!(n, 6);
         assert_eq!(per_cu(4, &at), [1, 2, 2, 1]);
         assert_eq!(s.cursor, 3);
         assert_eq!(s.used(), 14);
         // More than fit: every CU filled, the rest not placed.
-        let (n, _) = s.place(None, 2, 100);
+        let (n, _) = s.place(None, 2, 100, 0);
         assert_eq!(n, 9);
         assert_eq!(s.used(), 32);
-        assert_eq!(s.place(None, 1, 1).0, 0);
+        assert_eq!(s.place(None, 1, 1, 0).0, 0);
         // Released slots are found again, wherever the cursor is.
-        s.release(vec![(2, 1)], 2, 1);
-        assert_eq!(s.place(None, 2, 5), (1, vec![(2, 1)]));
+        s.release(vec![(2, 1)], 2, 1, 0);
+        assert_eq!(s.place(None, 2, 5, 0), (1, vec![(2, 1)]));
     }
 
     #[test]
     fn a_mask_keeps_work_groups_off_other_cus_and_too_large_ones_do_not_fit() {
         let mut s = Slots::new(70, 4);
         let mask: Vec<bool> = (0..70).map(|c| c == 3 || c == 66).collect();
-        let (n, at) = s.place(Some(&mask), 1, 100);
+        let (n, at) = s.place(Some(&mask), 1, 100, 250);
         assert_eq!(n, 8);
         assert_eq!(per_cu(70, &at)[3], 4);
         assert_eq!(per_cu(70, &at)[66], 4);
         assert_eq!((s.free[3], s.free[66], s.free[4]), (0, 0, 4));
-        assert_eq!(s.place(Some(&mask), 1, 1).0, 0);
-        assert_eq!(s.place(None, 5, 1).0, 0, "5 waves never fit 4 slots");
+        assert_eq!((s.load(3), s.load(66), s.load(4)), (1000, 1000, 0));
+        assert_eq!(s.place(Some(&mask), 1, 1, 0).0, 0);
+        assert_eq!(s.place(None, 5, 1, 0).0, 0, "5 waves never fit 4 slots");
     }
 
     #[derive(Debug, Clone)]
@@ -337,11 +357,11 @@ mod tests {
             for op in ops {
                 match op {
                     Op::Place { waves, want, mask } => {
-                        let (n, at) = batched.place(mask.as_deref(), waves, want);
+                        let (n, at) = batched.place(mask.as_deref(), waves, want, waves * 10);
                         let mut one = Vec::new();
                         let mut m = 0;
                         while m < want {
-                            let (k, at) = single.place(mask.as_deref(), waves, 1);
+                            let (k, at) = single.place(mask.as_deref(), waves, 1, waves * 10);
                             if k == 0 {
                                 break;
                             }
@@ -354,14 +374,15 @@ mod tests {
                         prop_assert_eq!(batched.cursor, single.cursor);
                         prop_assert_eq!(batched.free_total, single.free_total);
                         prop_assert_eq!(&batched.room, &single.room);
+                        prop_assert_eq!(&batched.load, &single.load);
                         if n > 0 {
                             held.push((at, one, waves, n));
                         }
                     }
                     Op::Release(k) if !held.is_empty() => {
                         let (a, b, waves, n) = held.swap_remove(k % held.len());
-                        batched.release(a, waves, n);
-                        single.release(b, waves, n);
+                        batched.release(a, waves, n, waves * 10);
+                        single.release(b, waves, n, waves * 10);
                         prop_assert_eq!(&batched.free, &single.free);
                         prop_assert_eq!(&batched.room, &single.room);
                     }

@@ -10,7 +10,7 @@
 
 use std::collections::BTreeMap;
 
-use gfx_model::{Dispatch, Edit, Params, Partition, Shape as GpuShape};
+use gfx_model::{Contention, Dispatch, Edit, Footprint, Params, Partition, Shape as GpuShape};
 use kfdq::policy::{Observation, PartitionObs, Policy, PolicyConfig, ProcessObs, QueueObs, Run};
 use kfdq::proto::Level;
 use serde::Serialize;
@@ -104,6 +104,8 @@ pub struct Setup {
     pub gpu: GpuShape,
     /// The partition model's parameters.
     pub params: Params,
+    /// The model's contention terms, if on.
+    pub contention: Option<Contention>,
     /// The host side.
     pub host: HostParams,
     /// HP requests to complete (with an HP job); the run ends with the last one.
@@ -199,6 +201,14 @@ struct Sim<'a> {
     r: RunResult,
 }
 
+/// What one work-group of a kernel uses of the shared CUs and DRAM.
+pub fn footprint(k: &crate::workload::Kernel) -> Footprint {
+    Footprint {
+        cu_util_permille: k.cu_util_permille,
+        dram_bytes: k.dram_bytes,
+    }
+}
+
 fn rule_priority(cfg: &PolicyConfig, class: &str) -> u8 {
     cfg.classes
         .iter()
@@ -259,6 +269,7 @@ impl<'a> Sim<'a> {
             (DEFAULT_PRIORITY, DEFAULT_PRIORITY)
         };
         let mut p = Partition::new(s.gpu, s.params);
+        p.set_contention(s.contention);
         let mut edits = Vec::new();
         if s.hp.is_some() {
             edits.push(Edit::Add {
@@ -354,7 +365,7 @@ impl<'a> Sim<'a> {
             let k = lp.kernels[self.lp_next_kernel % lp.kernels.len()];
             self.lp_next_kernel += 1;
             let d = self.dispatch(k);
-            self.p.submit(LP, d);
+            self.p.submit_with(LP, d, footprint(&k));
             self.lp_in_flight += 1;
         }
     }
@@ -434,8 +445,9 @@ impl<'a> Sim<'a> {
         let range = hp.request(self.next_request);
         self.next_request += 1;
         for i in range {
-            let d = self.dispatch(hp.kernels[i]);
-            self.p.submit(HP, d);
+            let k = hp.kernels[i];
+            let d = self.dispatch(k);
+            self.p.submit_with(HP, d, footprint(&k));
         }
         self.hp_last.insert(self.tag, arrival);
     }
