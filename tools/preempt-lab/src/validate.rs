@@ -465,3 +465,76 @@ impl Validation {
         s
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn kernel(workgroups: u64, waves_per_wg: u32, wg_ns: u64, cu_util_permille: u16) -> Kernel {
+        Kernel {
+            workgroups,
+            waves_per_wg,
+            wg_ns,
+            cu_util_permille,
+            dram_bytes: 0,
+        }
+    }
+
+    fn row(split: Option<u32>, lp_job: Option<Vec<Kernel>>) -> Row {
+        Row {
+            lp: "-".into(),
+            config: "t".into(),
+            hp: true,
+            lp_job,
+            window: 1,
+            mode: Mode::Plain,
+            hp_priority: 7,
+            split,
+        }
+    }
+
+    const C: Contention = Contention {
+        dram_bytes_per_us: H100_DRAM_BYTES_PER_US,
+        latency_cap_permille: 3000,
+    };
+
+    #[test]
+    fn a_request_alone_takes_its_kernels_and_a_split_packs_them() {
+        // 264 blocks of one per SM: 2 rounds of 10 us on 132 SMs; on 16 SMs 17 rounds.
+        let req = [kernel(264, 32, 10_000, 0)];
+        let arrivals = [0, 50_000_000];
+        let alone = replay(&row(None, None), &arrivals, &req, C);
+        assert_eq!(alone.latency_ms, [0.02, 0.02]);
+        let split = replay(&row(Some(16), None), &arrivals, &req, C);
+        assert_eq!(split.latency_ms, [0.17, 0.17]);
+        // Blocks that each use a quarter of an SM: 4 share an SM on 16 SMs (1 round, 64 SMs'
+        // worth of work on 16): the CU factor, not the slots, slows them.
+        let req = [kernel(64, 4, 10_000, 250)];
+        let alone = replay(&row(None, None), &arrivals, &req, C);
+        let split = replay(&row(Some(16), None), &arrivals, &req, C);
+        assert_eq!((alone.latency_ms[0], split.latency_ms[0]), (0.01, 0.01));
+        let split = replay(&row(Some(8), None), &arrivals, &req, C);
+        assert_eq!(split.latency_ms[0], 0.02);
+    }
+
+    #[test]
+    fn a_persistent_batch_kernel_follows_the_sms_of_its_split_and_requests_wait_for_its_blocks() {
+        let gemm = vec![kernel(132, 32, 1_000_000, 900)];
+        let arrivals = [1_000_000_000];
+        let req = [kernel(8, 4, 10_000, 0)];
+        let mut r = row(None, Some(gemm.clone()));
+        r.hp = false;
+        let full = replay(&r, &arrivals, &req, C).lp_units_per_s.unwrap();
+        r.split = Some(16);
+        let split = replay(&r, &arrivals, &req, C).lp_units_per_s.unwrap();
+        // 116 blocks doing 132 blocks' work: 116/132 of the throughput, not half of it.
+        assert!(
+            (split / full - 116.0 / 132.0).abs() < 0.02,
+            "{split} / {full}"
+        );
+        // Next to the GEMM with no split, a request waits for a whole block (1 ms).
+        let r = row(None, Some(gemm));
+        let m = replay(&r, &arrivals, &req, C);
+        assert!(m.latency_ms[0] > 0.5, "{:?}", m.latency_ms);
+    }
+}
