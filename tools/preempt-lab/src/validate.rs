@@ -279,8 +279,21 @@ pub struct Validation {
     pub fit_row: String,
     /// The per-request dispatch gap added to every modelled request, ns (from the alone row).
     pub gap_ns: f64,
-    /// (LP, config, measured P50x, P99x, LP kept; modelled P50x, P99x, LP kept).
-    pub rows: Vec<(String, String, [Option<f64>; 3], [Option<f64>; 3])>,
+    /// Every measured row with the model's values.
+    pub rows: Vec<Compared>,
+}
+
+/// One row: measured and modelled P50 ratio, P99 ratio and LP kept.
+#[derive(Debug, Clone)]
+pub struct Compared {
+    /// The batch job (`-` for none).
+    pub lp: String,
+    /// The configuration.
+    pub config: String,
+    /// Measured: HP P50 / alone, HP P99 / alone, LP / LP alone.
+    pub measured: [Option<f64>; 3],
+    /// The model's, the same.
+    pub modelled: [Option<f64>; 3],
 }
 
 fn load_kernels(traces: &Path, file: &str) -> Result<Vec<Kernel>, String> {
@@ -417,7 +430,12 @@ pub fn run(
             (!model.latency_ms.is_empty()).then(|| ratio(&model, 0.99)),
             model.lp_units_per_s.zip(lp_base).map(|(a, b)| a / b),
         ];
-        out.push((r.lp.clone(), r.config.clone(), meas, modelled));
+        out.push(Compared {
+            lp: r.lp.clone(),
+            config: r.config.clone(),
+            measured: meas,
+            modelled,
+        });
     }
     Ok(Validation {
         latency_cap_permille: best.0,
@@ -446,7 +464,13 @@ impl Validation {
             (Some(m), Some(x)) if m > 0.0 => format!("{:+.0}%", (x / m - 1.0) * 100.0),
             _ => "-".into(),
         };
-        for (lp, config, m, x) in &self.rows {
+        for Compared {
+            lp,
+            config,
+            measured: m,
+            modelled: x,
+        } in &self.rows
+        {
             s += &format!(
                 "{:<6} {:<17} {:>9} {:>9} {:>7} | {:>9} {:>9} {:>7} | {:>7} {:>7} {:>7}\n",
                 lp,
