@@ -9,11 +9,17 @@
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
+mod batches;
+pub mod contention;
 mod dispatch;
 mod params;
 mod partition;
+mod queue;
+mod runlist;
+mod slots;
 mod stats;
 
+pub use contention::{Contention, Footprint};
 pub use dispatch::{AQL_BARRIER_BIT, Dispatch};
 pub use params::{Arbitration, Params, Shape, WAVE_SIZE, pipe_band};
 pub use partition::{Edit, Partition, UpdateCost};

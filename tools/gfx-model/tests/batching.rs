@@ -1,14 +1,21 @@
 //! Batched stepping gives the per-work-group model's results, event for event: random runlists,
-//! packets, CU masks, preempts and time steps, run on `Partition::new` and on
+//! packets (with and without footprints, under contention or not), CU masks, preempts and time
+//! steps, run on `Partition::new` and on
 //! `Partition::per_workgroup`, must report the same completions, counters, occupancy traces and
 //! next events. Only `batch_events` (the simulation's own work) may differ.
 
-use gfx_model::{Arbitration, Dispatch, Edit, Params, Partition, PartitionStats, Shape};
+use gfx_model::{
+    Arbitration, Contention, Dispatch, Edit, Footprint, Params, Partition, PartitionStats, Shape,
+};
 use proptest::prelude::*;
 
 #[derive(Debug, Clone)]
 enum Op {
-    Submit { queue: u64, d: Dispatch },
+    Submit {
+        queue: u64,
+        d: Dispatch,
+        fp: Footprint,
+    },
     Advance(u64),
     Update(Vec<Edit>, Option<u64>),
     RunToNextEvent,
@@ -24,6 +31,17 @@ fn dispatch() -> impl Strategy<Value = Dispatch> {
             barrier,
         },
     )
+}
+
+/// What a dispatch's work-groups use: mostly nothing, else a CU share and DRAM bytes.
+fn footprint() -> impl Strategy<Value = Footprint> {
+    prop_oneof![
+        1 => Just(Footprint::default()),
+        2 => (0u16..1500, 0u64..200_000).prop_map(|(cu_util_permille, dram_bytes)| Footprint {
+            cu_util_permille,
+            dram_bytes,
+        }),
+    ]
 }
 
 fn edit(queues: u64) -> impl Strategy<Value = Edit> {
@@ -43,7 +61,7 @@ fn edit(queues: u64) -> impl Strategy<Value = Edit> {
 
 fn op(queues: u64) -> impl Strategy<Value = Op> {
     prop_oneof![
-        5 => (0..queues, dispatch()).prop_map(|(queue, d)| Op::Submit { queue, d }),
+        5 => (0..queues, dispatch(), footprint()).prop_map(|(queue, d, fp)| Op::Submit { queue, d, fp }),
         3 => (0u64..5000).prop_map(Op::Advance),
         2 => (
             proptest::collection::vec(edit(queues), 1..4),
@@ -54,7 +72,13 @@ fn op(queues: u64) -> impl Strategy<Value = Op> {
     ]
 }
 
-fn setup() -> impl Strategy<Value = (Shape, Params)> {
+fn setup() -> impl Strategy<Value = (Shape, Params, Option<Contention>)> {
+    let contention = proptest::option::of((1u64..400_000, 1000u32..5000).prop_map(
+        |(dram_bytes_per_us, latency_cap_permille)| Contention {
+            dram_bytes_per_us,
+            latency_cap_permille,
+        },
+    ));
     (
         1u32..3,
         1u32..9,
@@ -68,6 +92,7 @@ fn setup() -> impl Strategy<Value = (Shape, Params)> {
         proptest::option::of(1u32..33),
         0u64..500,
         0u64..200_000,
+        contention,
     )
         .prop_map(
             |(
@@ -79,6 +104,7 @@ fn setup() -> impl Strategy<Value = (Shape, Params)> {
                 limit,
                 grace,
                 quantum,
+                contention,
             )| {
                 (
                     Shape {
@@ -97,6 +123,7 @@ fn setup() -> impl Strategy<Value = (Shape, Params)> {
                         quantum_ns: 1 + quantum,
                         waves_per_cu_limit: limit,
                     },
+                    contention,
                 )
             },
         )
@@ -141,7 +168,7 @@ fn view(p: &mut Partition, queues: u64) -> View {
 
 fn apply(p: &mut Partition, op: &Op) {
     match op {
-        Op::Submit { queue, d } => p.submit(*queue, *d),
+        Op::Submit { queue, d, fp } => p.submit_with(*queue, *d, *fp),
         Op::Advance(dt) => p.advance_to(p.now() + dt),
         Op::Update(edits, grace) => {
             p.update_runlist(edits, *grace);
@@ -161,11 +188,13 @@ proptest! {
 
     #[test]
     fn batches_give_the_per_workgroup_results(
-        (shape, params) in setup(),
+        (shape, params, contention) in setup(),
         ops in proptest::collection::vec(op(QUEUES), 1..60),
     ) {
         let mut batched = Partition::new(shape, params);
         let mut single = Partition::per_workgroup(shape, params);
+        batched.set_contention(contention);
+        single.set_contention(contention);
         batched.record_occupancy(true);
         single.record_occupancy(true);
         for (k, op) in ops.iter().enumerate() {

@@ -56,9 +56,7 @@ fn packets_execute_and_stop_while_percentage_is_zero() {
     let qs = &t.stats().queues[0];
     one_time_within(&qs.stopped_at_us, t0, t1, "deactivated at");
     one_time_within(&qs.runnable_at_us, t2, t3, "reactivated at");
-    assert!(wait_until(WAIT_LIMIT, || rptr
-        .load(Ordering::Acquire)
-        == w));
+    assert!(wait_until(WAIT_LIMIT, || rptr.load(Ordering::Acquire) == w));
     assert_eq!(value.load(Ordering::Acquire), 0);
 
     // A packet whose header is still INVALID is waited for, not consumed.

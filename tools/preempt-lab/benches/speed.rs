@@ -34,6 +34,8 @@ fn main() {
             workgroups: 1,
             waves_per_wg: 1,
             wg_ns: 5_000,
+            cu_util_permille: 0,
+            dram_bytes: 0,
         }],
         arrival: closed,
         trace: None,

@@ -10,7 +10,8 @@
 //! [`trace`] reads user trace files, [`sweep`] runs a scenario per value of one parameter, and
 //! [`plot`] draws the latency CDFs and throughput timelines ([`timeline`]) as SVG and PNG.
 //! [`real_run`] (`preempt-lab run`) measures the same with real processes through `kfdq demo`
-//! and reports it with the same code.
+//! and reports it with the same code. [`validate`] (`preempt-lab validate`) holds the model
+//! against co-location measured on an H100.
 //! docs/experiments.md has the model, each parameter with its source, and the results.
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
@@ -25,6 +26,7 @@ pub mod sim;
 pub mod sweep;
 pub mod timeline;
 pub mod trace;
+pub mod validate;
 pub mod workload;
 
 pub use sim::{Control, HostParams, RunResult, Setup};

@@ -1,7 +1,7 @@
 //! Scenarios: a pair of workloads and the configurations to compare, run over seeds. Every
 //! configuration of a seed shares that seed's arrivals, so the ratios compare like with like.
 
-use gfx_model::{Params, Shape as GpuShape};
+use gfx_model::{Contention, Params, Shape as GpuShape};
 use kfdq::policy::{ClassRule, PolicyConfig, Release};
 use kfdq::proto::Level;
 use serde::Serialize;
@@ -71,6 +71,9 @@ pub struct Scenario {
     pub gpu: GpuShape,
     /// The partition model's parameters.
     pub params: Params,
+    /// The model's contention terms (shared CUs and DRAM; docs/gfx-model.md), if on.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub contention: Option<Contention>,
     /// The host model.
     pub host: HostParams,
 }
@@ -98,6 +101,7 @@ impl Scenario {
             grace_period: 0,
             gpu: GpuShape::mi308x(),
             params: Params::default(),
+            contention: None,
             host: HostParams::default(),
         }
     }
@@ -175,6 +179,7 @@ impl Scenario {
             grace_period: self.grace_period,
             gpu: self.gpu,
             params: self.params,
+            contention: self.contention,
             host: self.host,
             requests: self.requests,
             duration_ns: duration,

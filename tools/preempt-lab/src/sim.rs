@@ -18,7 +18,7 @@
 
 use std::collections::BTreeMap;
 
-use gfx_model::{Dispatch, Edit, Params, Partition, Shape as GpuShape};
+use gfx_model::{Contention, Dispatch, Edit, Footprint, Params, Partition, Shape as GpuShape};
 use kfdq::policy::{
     Observation, PartitionObs, Policy, PolicyConfig, ProcessObs, QueueObs, Release, Run,
 };
@@ -144,6 +144,8 @@ pub struct Setup {
     pub gpu: GpuShape,
     /// The partition model's parameters.
     pub params: Params,
+    /// The model's contention terms, if on.
+    pub contention: Option<Contention>,
     /// The host side.
     pub host: HostParams,
     /// HP requests to complete (with an HP job); the run ends with the last one.
@@ -260,6 +262,14 @@ struct Sim<'a> {
     r: RunResult,
 }
 
+/// What one work-group of a kernel uses of the shared CUs and DRAM.
+pub fn footprint(k: &crate::workload::Kernel) -> Footprint {
+    Footprint {
+        cu_util_permille: k.cu_util_permille,
+        dram_bytes: k.dram_bytes,
+    }
+}
+
 fn rule_priority(cfg: &PolicyConfig, class: &str) -> u8 {
     cfg.classes
         .iter()
@@ -321,6 +331,7 @@ impl<'a> Sim<'a> {
             (DEFAULT_PRIORITY, DEFAULT_PRIORITY)
         };
         let mut p = Partition::new(s.gpu, s.params);
+        p.set_contention(s.contention);
         let mut edits = Vec::new();
         if s.hp.is_some() {
             edits.push(Edit::Add {
@@ -427,7 +438,7 @@ impl<'a> Sim<'a> {
             let k = lp.kernels[self.lp_next_kernel % lp.kernels.len()];
             self.lp_next_kernel += 1;
             let d = self.dispatch(k);
-            self.p.submit(LP, d);
+            self.p.submit_with(LP, d, footprint(&k));
             self.lp_in_flight += 1;
         }
     }
@@ -543,8 +554,9 @@ impl<'a> Sim<'a> {
             self.fine_sample = Some(t + self.s.host.busy_sample_ns.max(1));
         }
         for i in range {
-            let d = self.dispatch(hp.kernels[i]);
-            self.p.submit(HP, d);
+            let k = hp.kernels[i];
+            let d = self.dispatch(k);
+            self.p.submit_with(HP, d, footprint(&k));
         }
         self.hp_last.insert(self.tag, arrival);
     }

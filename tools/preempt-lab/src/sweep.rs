@@ -9,8 +9,12 @@ use crate::experiment::{self, Series};
 use crate::report::{Report, Row};
 use crate::scenario::{Scenario, parse_control};
 use crate::workload::{Arrival, Shape};
-use gfx_model::Arbitration;
+use gfx_model::{Arbitration, Contention};
 use kfdq::policy::{CostRelease, Release};
+
+/// The loaded-latency cap the contention terms take unless told otherwise: the value
+/// `preempt-lab validate` fits on the H100's bandwidth-loop split (docs/experiments.md).
+pub const LATENCY_CAP_PERMILLE: u32 = 4500;
 
 /// What a sweep varies.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -36,11 +40,13 @@ pub enum SweepKind {
     ReleaseEpsilon,
     /// The cost release rule's `C`, µs (one device-wide preempt and its restore).
     RoundTripUs,
+    /// The partition's DRAM bandwidth, TB/s, with the model's contention terms on (`none`: off).
+    DramTbs,
 }
 
 impl SweepKind {
     /// Every kind, in `--help` order.
-    pub const ALL: [SweepKind; 10] = [
+    pub const ALL: [SweepKind; 11] = [
         SweepKind::Level,
         SweepKind::HpRate,
         SweepKind::LpSize,
@@ -51,6 +57,7 @@ impl SweepKind {
         SweepKind::ReleaseK,
         SweepKind::ReleaseEpsilon,
         SweepKind::RoundTripUs,
+        SweepKind::DramTbs,
     ];
 
     /// Its name on the command line.
@@ -66,6 +73,7 @@ impl SweepKind {
             SweepKind::ReleaseK => "release-k",
             SweepKind::ReleaseEpsilon => "release-epsilon",
             SweepKind::RoundTripUs => "round-trip-us",
+            SweepKind::DramTbs => "dram-tbs",
         }
     }
 
@@ -82,6 +90,7 @@ impl SweepKind {
             SweepKind::ReleaseK => &["1", "2", "4", "8", "16"],
             SweepKind::ReleaseEpsilon => &["0.02", "0.05", "0.1", "0.2", "0.4"],
             SweepKind::RoundTripUs => &["50", "200", "800", "2000"],
+            SweepKind::DramTbs => &["none", "1.3", "2.65", "5.3"],
         }
     }
 }
@@ -175,6 +184,23 @@ impl Sweep {
                     "strict" => Arbitration::StrictPriority,
                     _ => return Err(bad("is not equal, pipe or strict")),
                 }
+            }
+            SweepKind::DramTbs => {
+                sc.contention = if value == "none" {
+                    None
+                } else {
+                    let tbs: f64 = value
+                        .parse()
+                        .ok()
+                        .filter(|x: &f64| x.is_finite() && *x > 0.0)
+                        .ok_or_else(|| bad("is not none or a bandwidth above 0 (TB/s)"))?;
+                    Some(Contention {
+                        dram_bytes_per_us: (tbs * 1e6).round() as u64,
+                        latency_cap_permille: sc
+                            .contention
+                            .map_or(LATENCY_CAP_PERMILLE, |c| c.latency_cap_permille),
+                    })
+                };
             }
             SweepKind::CuSplit => {
                 let shares = if value == "none" {
@@ -340,6 +366,38 @@ impl SweepReport {
                 );
             }
         }
+        if self.sweep == SweepKind::CuSplit {
+            out += &self.split_costs();
+        }
+        out
+    }
+
+    /// What a split costs the latency job (its `priority` row: the masks without preemption)
+    /// beside what levels 2-3 without a split cost the batch job.
+    fn split_costs(&self) -> String {
+        let row = |value: &str, control: &str| {
+            self.points
+                .iter()
+                .find(|p| p.value == value)
+                .and_then(|p| p.report.rows.iter().find(|r| r.control == control))
+        };
+        let mut out = String::from("\nwhat a split costs, beside what preemption costs:\n");
+        for p in self.points.iter().filter(|p| p.value != "none") {
+            if let Some(r) = row(&p.value, "priority") {
+                out += &format!(
+                    "  split {:<6} the latency job P50 {:.2}x, P99 {:.2}x alone; the batch job keeps {:.3}\n",
+                    p.value, r.hp_p50_rel, r.hp_p99_rel, r.lp_rel
+                );
+            }
+        }
+        for control in ["level 2", "level 3"] {
+            if let Some(r) = row("none", control) {
+                out += &format!(
+                    "  {control}, no split: the latency job P50 {:.2}x, P99 {:.2}x; the batch job keeps {:.3}\n",
+                    r.hp_p50_rel, r.hp_p99_rel, r.lp_rel
+                );
+            }
+        }
         out
     }
 
@@ -446,5 +504,13 @@ mod tests {
                 .edge_ns,
             300_000
         );
+        let s = Sweep::parse("dram-tbs").unwrap();
+        assert_eq!(s.apply(&base, "none").unwrap().contention, None);
+        let c = s.apply(&base, "5.3").unwrap().contention.unwrap();
+        assert_eq!(
+            (c.dram_bytes_per_us, c.latency_cap_permille),
+            (5_300_000, LATENCY_CAP_PERMILLE)
+        );
+        assert!(s.apply(&base, "-1").unwrap_err().contains("TB/s"));
     }
 }

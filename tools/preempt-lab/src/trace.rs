@@ -2,13 +2,21 @@
 //! line (CSV) or array element (JSON), each with
 //!
 //! * `workgroups`: work-groups in the grid (integer, at least 1);
-//! * `waves_per_wg`: waves of 64 threads per work-group (integer 1..=16: a work-group of 256
-//!   threads is 4 waves; gfx942 work-groups hold at most 1024 threads), the unit the partition
-//!   model schedules wave slots in;
-//! * `wg_us`: the time of one work-group once it has its slots, µs (number above 0);
+//! * `waves_per_wg`: waves of 64 threads per work-group (integer 1..=32: a work-group of 256
+//!   threads is 4 waves; gfx942 work-groups hold at most 1024 threads, 16 waves), the unit the
+//!   partition model schedules wave slots in; more than its own waves where registers or LDS
+//!   let fewer work-groups share a CU (32: one per CU of 32 slots, such as an H100 SM);
+//! * `wg_us`: the time of one work-group once it has its slots, µs (number above 0); with
+//!   `cu_util`, its time alone on its CU;
 //! * `stream`: the HIP stream it was launched on (integer, at least 0);
 //! * `barrier`: whether the host waits for it (`hipStreamSynchronize`, `hipDeviceSynchronize`,
-//!   a blocking copy): `true`/`false` or `1`/`0`.
+//!   a blocking copy): `true`/`false` or `1`/`0`;
+//!
+//! and optionally, both or neither (the memory and CU-sharing terms of gfx-model's
+//! `Contention`; docs/gfx-model.md):
+//!
+//! * `cu_util`: the share of its CU's issue rate one work-group uses alone (number 0..=1);
+//! * `dram_bytes`: the DRAM bytes one work-group moves (number, at least 0).
 //!
 //! A request is the dispatches up to and including the next one with `barrier` set;
 //! dispatches after the last barrier form a last request. A latency-critical job submits the
@@ -28,11 +36,15 @@ use serde::de::{self, Deserializer};
 
 use crate::workload::{Arrival, Kernel, Shape, Workload};
 
-/// The most waves a work-group may have: 1024 threads of wave64.
-pub const MAX_WAVES_PER_WG: u32 = 16;
+/// The most wave slots a work-group may occupy: a whole CU of 32 (gfx942 work-groups hold at
+/// most 16 waves; more stands for registers or LDS that let fewer share a CU).
+pub const MAX_WAVES_PER_WG: u32 = 32;
 
-/// The CSV header, in this order.
+/// The CSV header, in this order; [`CSV_OPTIONAL`] may follow it.
 pub const CSV_HEADER: [&str; 5] = ["workgroups", "waves_per_wg", "wg_us", "stream", "barrier"];
+
+/// Optional CSV columns after [`CSV_HEADER`], both or neither.
+pub const CSV_OPTIONAL: [&str; 2] = ["cu_util", "dram_bytes"];
 
 /// One dispatch of a trace.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -72,6 +84,8 @@ impl Trace {
     pub fn from_csv(name: &str, text: &str) -> Result<Trace, String> {
         let mut dispatches = Vec::new();
         let mut header = false;
+        let mut columns = CSV_HEADER.len();
+        let full: Vec<&str> = CSV_HEADER.iter().chain(&CSV_OPTIONAL).copied().collect();
         for (i, raw) in text.lines().enumerate() {
             let line = i + 1;
             let l = raw.trim();
@@ -80,21 +94,24 @@ impl Trace {
             }
             let cells: Vec<&str> = l.split(',').map(str::trim).collect();
             if !header {
-                if cells != CSV_HEADER {
+                if cells == full {
+                    columns = full.len();
+                } else if cells != CSV_HEADER {
                     return Err(format!(
-                        "{name}:{line}: the header must be `{}` (got `{l}`)",
-                        CSV_HEADER.join(",")
+                        "{name}:{line}: the header must be `{}`, optionally followed by `,{}` (got `{l}`)",
+                        CSV_HEADER.join(","),
+                        CSV_OPTIONAL.join(",")
                     ));
                 }
                 header = true;
                 continue;
             }
-            if cells.len() != CSV_HEADER.len() {
+            if cells.len() != columns {
                 return Err(format!(
                     "{name}:{line}: {} fields, expected {} ({})",
                     cells.len(),
-                    CSV_HEADER.len(),
-                    CSV_HEADER.join(",")
+                    columns,
+                    full[..columns].join(",")
                 ));
             }
             let at = |field: &str, rule: String| format!("{name}:{line}: field {field}: {rule}");
@@ -121,7 +138,21 @@ impl Trace {
                 "0" | "false" => false,
                 other => return Err(at("barrier", rule_barrier(other))),
             };
-            dispatches.push(dispatch(workgroups, waves, wg_us, stream, barrier));
+            let mut d = dispatch(workgroups, waves, wg_us, stream, barrier);
+            if columns > CSV_HEADER.len() {
+                let util = cells[5]
+                    .parse::<f64>()
+                    .ok()
+                    .filter(|x| (0.0..=1.0).contains(x))
+                    .ok_or_else(|| at("cu_util", rule_cu_util(cells[5])))?;
+                let bytes = cells[6]
+                    .parse::<f64>()
+                    .ok()
+                    .filter(|x| x.is_finite() && *x >= 0.0)
+                    .ok_or_else(|| at("dram_bytes", rule_dram_bytes(cells[6])))?;
+                footprint(&mut d, util, bytes);
+            }
+            dispatches.push(d);
         }
         if !header {
             return Err(format!(
@@ -148,13 +179,15 @@ impl Trace {
             .dispatches
             .into_iter()
             .map(|d| {
-                dispatch(
+                let mut t = dispatch(
                     d.workgroups.0,
                     d.waves_per_wg.0,
                     d.wg_us.0,
                     d.stream,
                     d.barrier,
-                )
+                );
+                footprint(&mut t, d.cu_util.0, d.dram_bytes.0);
+                t
             })
             .collect();
         Trace::new(name, dispatches)
@@ -224,10 +257,18 @@ fn dispatch(workgroups: u64, waves: u32, wg_us: f64, stream: u32, barrier: bool)
             workgroups,
             waves_per_wg: waves,
             wg_ns: ((wg_us * 1000.0).round() as u64).max(1),
+            cu_util_permille: 0,
+            dram_bytes: 0,
         },
         stream,
         barrier,
     }
+}
+
+/// Sets the optional columns: `util` 0..=1 as permille, `bytes` rounded.
+fn footprint(d: &mut TraceDispatch, util: f64, bytes: f64) {
+    d.kernel.cu_util_permille = (util * 1000.0).round() as u16;
+    d.kernel.dram_bytes = bytes.round() as u64;
 }
 
 fn rule_workgroups(v: &str) -> String {
@@ -236,8 +277,16 @@ fn rule_workgroups(v: &str) -> String {
 
 fn rule_waves(v: &str) -> String {
     format!(
-        "{v:?} is not an integer in 1..={MAX_WAVES_PER_WG} (waves of 64 threads per work-group; 1024 threads at most)"
+        "{v:?} is not an integer in 1..={MAX_WAVES_PER_WG} (wave slots of 64 threads per work-group: a CU's 32 at most)"
     )
+}
+
+fn rule_cu_util(v: &str) -> String {
+    format!("{v:?} is not a number in 0..=1 (the share of its CU one work-group uses)")
+}
+
+fn rule_dram_bytes(v: &str) -> String {
+    format!("{v:?} is not a number of at least 0 (DRAM bytes one work-group moves)")
 }
 
 fn rule_wg_us(v: &str) -> String {
@@ -266,9 +315,45 @@ struct JsonDispatch {
     wg_us: WgUs,
     stream: u32,
     barrier: bool,
+    #[serde(default)]
+    cu_util: CuUtil,
+    #[serde(default)]
+    dram_bytes: DramBytes,
 }
 
 struct Workgroups(u64);
+#[derive(Default)]
+struct CuUtil(f64);
+#[derive(Default)]
+struct DramBytes(f64);
+
+impl<'de> Deserialize<'de> for CuUtil {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let v = f64::deserialize(d)?;
+        if (0.0..=1.0).contains(&v) {
+            Ok(CuUtil(v))
+        } else {
+            Err(de::Error::custom(format!(
+                "field cu_util: {}",
+                rule_cu_util(&v.to_string())
+            )))
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for DramBytes {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let v = f64::deserialize(d)?;
+        if v.is_finite() && v >= 0.0 {
+            Ok(DramBytes(v))
+        } else {
+            Err(de::Error::custom(format!(
+                "field dram_bytes: {}",
+                rule_dram_bytes(&v.to_string())
+            )))
+        }
+    }
+}
 struct Waves(u32);
 struct WgUs(f64);
 
@@ -338,6 +423,25 @@ mod tests {
         assert_eq!(a.dispatches[1].kernel.wg_ns, 12_500);
         assert_eq!(a.request_ends(), vec![2, 3]);
         assert_eq!(a.streams(), 2);
+        assert_eq!(a.dispatches[0].kernel.dram_bytes, 0);
+        // The optional columns, in CSV and JSON alike.
+        let c = Trace::from_csv(
+            "t.csv",
+            "workgroups,waves_per_wg,wg_us,stream,barrier,cu_util,dram_bytes\n132,32,1397.6,0,1,0.9353,10489635\n",
+        )
+        .unwrap();
+        let j = Trace::from_json(
+            "t.json",
+            r#"{"dispatches": [{"workgroups": 132, "waves_per_wg": 32, "wg_us": 1397.6, "stream": 0,
+                "barrier": true, "cu_util": 0.9353, "dram_bytes": 10489635}]}"#,
+        )
+        .unwrap();
+        assert_eq!(c, j);
+        let k = c.dispatches[0].kernel;
+        assert_eq!(
+            (k.cu_util_permille, k.dram_bytes, k.wg_ns),
+            (935, 10_489_635, 1_397_600)
+        );
         let w = a.workload("t.csv", Arrival::Periodic { rate: 10.0 });
         assert_eq!(w.request(0), 0..2);
         assert_eq!(w.request(1), 2..3);
@@ -361,8 +465,20 @@ mod tests {
                 "t:3: field workgroups: \"0\" is not an integer of at least 1",
             ),
             (
-                &format!("{h}64,17,40,0,0\n"),
-                "t:2: field waves_per_wg: \"17\" is not an integer in 1..=16",
+                &format!("{h}64,33,40,0,0\n"),
+                "t:2: field waves_per_wg: \"33\" is not an integer in 1..=32",
+            ),
+            (
+                "workgroups,waves_per_wg,wg_us,stream,barrier,cu_util,dram_bytes\n64,4,40,0,0,1.5,0\n",
+                "t:2: field cu_util: \"1.5\" is not a number in 0..=1",
+            ),
+            (
+                "workgroups,waves_per_wg,wg_us,stream,barrier,cu_util,dram_bytes\n64,4,40,0,0,0.5\n",
+                "t:2: 6 fields, expected 7",
+            ),
+            (
+                "workgroups,waves_per_wg,wg_us,stream,barrier,cu_util\n64,4,40,0,0,0.5\n",
+                "t:1: the header must be",
             ),
             (
                 &format!("{h}64,4,-3,0,0\n"),
@@ -400,7 +516,7 @@ mod tests {
             ),
             (
                 d(
-                    r#"{"workgroups": 1, "waves_per_wg": 20, "wg_us": 1, "stream": 0, "barrier": true}"#,
+                    r#"{"workgroups": 1, "waves_per_wg": 40, "wg_us": 1, "stream": 0, "barrier": true}"#,
                 ),
                 "t:2:",
                 "field waves_per_wg",

@@ -13,10 +13,22 @@ use serde::Serialize;
 pub struct Kernel {
     /// Work-groups in the grid.
     pub workgroups: u64,
-    /// Waves per work-group (256 threads = 4 waves of 64).
+    /// Waves per work-group (256 threads = 4 waves of 64), or the wave slots one occupies where
+    /// registers or LDS let fewer work-groups share a CU.
     pub waves_per_wg: u32,
-    /// Time of one work-group.
+    /// Time of one work-group (alone on its CU, where the trace gives `cu_util`).
     pub wg_ns: u64,
+    /// Share of its CU's issue rate one work-group uses, permille (0: not given; gfx-model's
+    /// `Footprint`).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub cu_util_permille: u16,
+    /// DRAM bytes one work-group moves (0: not given).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub dram_bytes: u64,
+}
+
+fn is_zero<T: Default + PartialEq>(v: &T) -> bool {
+    *v == T::default()
 }
 
 /// A built-in shape: the kernels of one request (latency-critical jobs) or one iteration
@@ -104,6 +116,8 @@ impl Shape {
                     workgroups,
                     waves_per_wg: 4,
                     wg_ns,
+                    cu_util_permille: 0,
+                    dram_bytes: 0,
                 };
                 n
             ]

@@ -127,10 +127,27 @@ enum Cmd {
         #[arg(long)]
         hp_rate: Option<f64>,
         /// Run once per value of one parameter: level, hp-rate, lp-size, lp-wg-us, arbitration,
-        /// cu-split, edge-us, release-k, release-epsilon or round-trip-us, with its default values
-        /// or KIND=V1,V2,... (e.g. cu-split=none,25/75).
+        /// cu-split, dram-tbs, edge-us, release-k, release-epsilon or round-trip-us, with its default
+        /// values or KIND=V1,V2,... (e.g. cu-split=none,25/75).
         #[arg(long, value_name = "KIND[=VALUES]")]
         sweep: Option<String>,
+        /// Turn on the model's contention terms (shared CUs and DRAM, docs/gfx-model.md) with
+        /// this DRAM bandwidth of the partition in TB/s (MI300X: 5.3 for the whole GPU).
+        #[arg(long, value_name = "TB/S")]
+        dram_tbs: Option<f64>,
+        /// The loaded-latency cap of the contention terms (default: the value fitted on the H100).
+        #[arg(long, requires = "dram_tbs")]
+        latency_cap: Option<f64>,
+    },
+    /// Hold the model against the H100 co-location measurements: every measured row replayed
+    /// on gfx-model with the traced kernels, side by side with the error (docs/experiments.md).
+    Validate {
+        /// colocate.py's results (coloc.json).
+        #[arg(long, default_value = "tools/preempt-lab/real-gpu/results")]
+        results: PathBuf,
+        /// The folder of the h100-*.csv traces.
+        #[arg(long, default_value = "tools/preempt-lab/examples/traces")]
+        traces: PathBuf,
     },
     /// The same experiment with real processes: `kfdq demo` runs the HP and LP workloads alone
     /// and under each configuration with a real kfdqd (on kfd-emu without a GPU), repeated;
@@ -190,6 +207,14 @@ fn main() -> ExitCode {
 
 fn run(cli: Cli) -> Result<(), String> {
     match cli.cmd {
+        Cmd::Validate { results, traces } => {
+            let v = preempt_lab::validate::run(&results, &traces, |what| {
+                eprint!("\rpreempt-lab: replaying {what}                    ")
+            })?;
+            eprintln!();
+            print!("{}", v.table());
+            Ok(())
+        }
         Cmd::Shapes => {
             for s in Shape::ALL {
                 let w = preempt_lab::workload::Workload::new(
@@ -266,6 +291,8 @@ fn run(cli: Cli) -> Result<(), String> {
             lp_trace,
             hp_rate,
             sweep,
+            dram_tbs,
+            latency_cap,
         } => {
             if seeds == 0 || requests == 0 {
                 return Err("--seeds and --requests must be at least 1".into());
@@ -321,6 +348,17 @@ fn run(cli: Cli) -> Result<(), String> {
             )?;
             if let Some(r) = hp_rate {
                 sc = Sweep::parse("hp-rate")?.apply(&sc, &r.to_string())?;
+            }
+            if let Some(tbs) = dram_tbs {
+                sc = Sweep::parse("dram-tbs")?.apply(&sc, &tbs.to_string())?;
+            }
+            if let Some(cap) = latency_cap {
+                if !(cap.is_finite() && cap >= 1.0) {
+                    return Err(format!("--latency-cap {cap} must be at least 1"));
+                }
+                if let Some(c) = sc.contention.as_mut() {
+                    c.latency_cap_permille = (cap * 1000.0).round() as u32;
+                }
             }
             trace::apply(&mut sc, hp_trace.as_deref(), lp_trace.as_deref())?;
             let sweep = sweep.as_deref().map(Sweep::parse).transpose()?;
