@@ -34,6 +34,7 @@ mod fs;
 mod gpu_mem;
 mod hws;
 mod ioctl;
+mod iolinks;
 mod kfd_mmap;
 mod locks;
 mod mount;
@@ -44,6 +45,7 @@ mod sandbox;
 mod sdma;
 mod state;
 mod stats;
+mod sysfs_drm;
 mod sysfs_topology;
 mod topology;
 

@@ -8,10 +8,16 @@
 //! Layout inside the namespace (`R` is the root, `/` without `--root`):
 //! * `R/dev`: a fresh tmpfs with the host's `null`, `zero`, `full`, `random`, `urandom` and
 //!   `tty` bound in, a tmpfs `shm`, and the emulator's `kfd` and `dri/`;
-//! * `R/proc`: the host's procfs (same pid namespace);
+//! * `R/proc`: the host's procfs (same pid namespace); `R/proc/modules` lists the host's modules
+//!   and the emulator's amdgpu (older ROCm checks that it is loaded) when the host kernel has
+//!   module support: a kernel without it has no `/proc/modules`, and none can be added to
+//!   procfs (an amdgpu built into such a kernel is not listed either);
 //! * `R/sys`: the host's sysfs with fresh tmpfs on `devices/virtual`, `class` and `module`
-//!   that hold only the emulator's `kfd/kfd`, `kfd` and `amdgpu` (ROCr reads the CPU and NUMA
-//!   topology from the host's `devices/system`);
+//!   that hold only the emulator's `kfd/kfd`, `kfd` (and `drm`, with an empty `hwmon`) and
+//!   `amdgpu` (ROCr reads the CPU and NUMA topology from the host's `devices/system`);
+//!   `R/sys/devices` is a tmpfs with the host's devices bound back beside the emulated GPUs'
+//!   PCI functions (`crate::sysfs_drm`, what ROCm SMI reads), which replace a host device
+//!   directory of the same name;
 //! * `R/tmp` and `R/run`: fresh tmpfs (what a program writes there, e.g. kfdq's registry in
 //!   `/run/kfdq`, stays out of the root filesystem, which may be shared by several runs);
 //! * each `--bind SRC:DST`: host `SRC` at `R/DST`.
@@ -84,6 +90,70 @@ fn only(at: &Path, name: &str, src: &Path) -> Result<(), EmuError> {
     bind(src, &dst, false)
 }
 
+/// Builds `R/sys/devices` in a tmpfs staged in the sandbox's `R/dev` and moved into place: the
+/// host's device directories bound back, except `virtual` (a tmpfs with only the emulator's
+/// `kfd/kfd`) and those the emulator has (its GPUs' PCI functions and partition devices).
+fn devices(emu: &Path, sys: &Path, dev: &Path) -> Result<(), EmuError> {
+    let names = |dir: &Path| -> Result<Vec<String>, EmuError> {
+        let rd = std::fs::read_dir(dir).map_err(|e| io(format!("list {}", dir.display()), e))?;
+        Ok(rd
+            .filter_map(Result::ok)
+            .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+            .filter_map(|e| e.file_name().into_string().ok())
+            .collect())
+    };
+    let host = sys.join("devices");
+    let ours_dir = emu.join("sys/devices");
+    let ours = names(&ours_dir)?;
+    let stage = dev.join(".kfd-emu-devices");
+    mkdir(&stage)?;
+    tmpfs(&stage)?;
+    for name in names(&host)? {
+        if name != "virtual" && !ours.contains(&name) {
+            mkdir(&stage.join(&name))?;
+            bind(&host.join(&name), &stage.join(&name), true)?;
+        }
+    }
+    for name in &ours {
+        mkdir(&stage.join(name))?;
+        bind(&ours_dir.join(name), &stage.join(name), false)?;
+    }
+    only(&stage.join("virtual"), "kfd/kfd", &emu.join("sys/class/kfd/kfd"))?;
+    mount(
+        Some(&stage),
+        &host,
+        None::<&str>,
+        MsFlags::MS_MOVE,
+        None::<&str>,
+    )
+    .map_err(|e| io(format!("move {} to {}", stage.display(), host.display()), e))?;
+    std::fs::remove_dir(&stage).map_err(|e| io(format!("remove {}", stage.display()), e))
+}
+
+/// Shows the emulator's amdgpu module in `R/proc/modules` after the host's modules: the
+/// combined text is written to a file in the sandbox's fresh `R/dev` tmpfs, bound over
+/// `R/proc/modules`, and unlinked (the mount keeps it). Nothing is done when the host kernel has
+/// no `/proc/modules`.
+fn add_amdgpu_module(emu: &Path, root: &Path) -> Result<(), EmuError> {
+    let target = root.join("proc/modules");
+    let Ok(host) = std::fs::read_to_string(&target) else {
+        tracing::debug!("the host kernel has no /proc/modules (no module support): not adding amdgpu");
+        return Ok(());
+    };
+    let emulated = std::fs::read_to_string(emu.join("proc/modules"))
+        .map_err(|e| io(format!("read {}", emu.join("proc/modules").display()), e))?;
+    let mut text: String = host
+        .lines()
+        .filter(|l| l.split(' ').next() != Some("amdgpu"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    text.push_str(&emulated);
+    let file = root.join("dev/.kfd-emu-modules");
+    std::fs::write(&file, text).map_err(|e| io(format!("write {}", file.display()), e))?;
+    bind(&file, &target, false)?;
+    std::fs::remove_file(&file).map_err(|e| io(format!("remove {}", file.display()), e))
+}
+
 /// Checks what can be checked before anything is mounted, with the fix in the message.
 fn check(s: &Sandbox) -> Result<PathBuf, EmuError> {
     if !nix::unistd::geteuid().is_root() {
@@ -154,11 +224,15 @@ pub fn run(s: &Sandbox, argv: &[String]) -> Result<Infallible, EmuError> {
     bind(&emu.join("dev/dri"), &dev.join("dri"), false)?;
     // /proc and /sys
     bind(Path::new("/proc"), &root.join("proc"), true)?;
+    add_amdgpu_module(emu, &root)?;
     let sys = root.join("sys");
     bind(Path::new("/sys"), &sys, true)?;
-    let kfd = emu.join("sys/class/kfd/kfd");
-    only(&sys.join("devices/virtual"), "kfd/kfd", &kfd)?;
-    only(&sys.join("class"), "kfd", &emu.join("sys/class/kfd"))?;
+    devices(emu, &sys, &dev)?;
+    let class = sys.join("class");
+    only(&class, "kfd", &emu.join("sys/class/kfd"))?;
+    mkdir(&class.join("drm"))?;
+    bind(&emu.join("sys/class/drm"), &class.join("drm"), false)?;
+    mkdir(&class.join("hwmon"))?;
     only(
         &sys.join("module"),
         "amdgpu",

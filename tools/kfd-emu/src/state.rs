@@ -137,6 +137,18 @@ impl State {
         self.processes.get_mut(&key.0)?.queues.get_mut(&key.1)
     }
 
+    /// Bytes of the BOs every process holds on GPU node `gpu`: VRAM BOs (`vram`), or the other
+    /// memory-backed ones (GTT and the MMIO remap page).
+    pub fn bo_bytes(&self, gpu: usize, vram: bool) -> u64 {
+        self.processes
+            .values()
+            .filter_map(|p| p.devices.get(gpu))
+            .flat_map(|d| d.bos.values())
+            .filter(|b| b.vram == vram && (b.vram || b.backed))
+            .map(|b| b.size)
+            .sum()
+    }
+
     /// All queues of all processes on partition `part`.
     pub fn queues_on(&self, part: usize) -> impl Iterator<Item = (QueueKey, &Queue)> {
         self.processes.iter().flat_map(move |(tgid, p)| {
