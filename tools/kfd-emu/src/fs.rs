@@ -794,7 +794,16 @@ impl Filesystem for KfdFs {
                 // A bug must not take the FUSE loop down: an unsent reply answers EIO
                 // when it is dropped during unwinding.
                 let run = std::panic::AssertUnwindSafe(|| {
-                    ioctl::dispatch(&self.emu, req.pid(), tgid, cmd, in_data, out_size, reply)
+                    ioctl::dispatch(
+                        &self.emu,
+                        req.unique().0,
+                        req.pid(),
+                        tgid,
+                        cmd,
+                        in_data,
+                        out_size,
+                        reply,
+                    )
                 });
                 if std::panic::catch_unwind(run).is_err() {
                     tracing::error!(cmd, "ioctl handler panicked");

@@ -31,6 +31,7 @@ mod effects;
 mod error;
 mod events;
 mod fs;
+mod fuse_proxy;
 mod gpu_mem;
 mod hws;
 mod ioctl;

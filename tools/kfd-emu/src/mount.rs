@@ -215,7 +215,11 @@ impl MountedEmu {
         cfg.n_threads = Some(FUSE_THREADS);
         let own_mount = nix::unistd::geteuid().is_root();
         let session = if own_mount {
-            let fd = mount_as_root(&root)?;
+            let dev = mount_as_root(&root)?;
+            let fd = crate::fuse_proxy::start(&emu, dev).map_err(|e| {
+                let _ = nix::mount::umount2(&root, MntFlags::MNT_DETACH);
+                e
+            })?;
             cfg.acl = SessionACL::All;
             Session::from_fd(fs, fd, SessionACL::All, cfg).map_err(|e| {
                 let _ = nix::mount::umount2(&root, MntFlags::MNT_DETACH);
