@@ -706,5 +706,11 @@ mod tests {
             .is_err()
         );
         assert!(parse_topology("preset = \"mi308x\"\n", Preset::Mi308x).is_err());
+        let derived = parse_topology(
+            "[[node]]\n[node.properties]\nio_links_count = 3\n",
+            Preset::Mi308x,
+        )
+        .unwrap_err();
+        assert!(derived.contains("io_links_count cannot be set"), "{derived}");
     }
 }

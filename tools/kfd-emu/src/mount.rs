@@ -216,10 +216,16 @@ impl MountedEmu {
         let own_mount = nix::unistd::geteuid().is_root();
         let session = if own_mount {
             let dev = mount_as_root(&root)?;
-            let fd = crate::fuse_proxy::start(&emu, dev).map_err(|e| {
-                let _ = nix::mount::umount2(&root, MntFlags::MNT_DETACH);
-                e
-            })?;
+            // KFD_EMU_FUSE_PROXY=0 serves /dev/fuse directly (no FUSE_INTERRUPT; for measuring
+            // what the proxy costs, docs/performance.md).
+            let fd = if std::env::var("KFD_EMU_FUSE_PROXY").as_deref() == Ok("0") {
+                dev
+            } else {
+                crate::fuse_proxy::start(&emu, dev).map_err(|e| {
+                    let _ = nix::mount::umount2(&root, MntFlags::MNT_DETACH);
+                    e
+                })?
+            };
             cfg.acl = SessionACL::All;
             Session::from_fd(fs, fd, SessionACL::All, cfg).map_err(|e| {
                 let _ = nix::mount::umount2(&root, MntFlags::MNT_DETACH);

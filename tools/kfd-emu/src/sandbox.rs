@@ -12,12 +12,12 @@
 //!   and the emulator's amdgpu (older ROCm checks that it is loaded) when the host kernel has
 //!   module support: a kernel without it has no `/proc/modules`, and none can be added to
 //!   procfs (an amdgpu built into such a kernel is not listed either);
-//! * `R/sys`: the host's sysfs with fresh tmpfs on `devices/virtual`, `class` and `module`
-//!   that hold only the emulator's `kfd/kfd`, `kfd` (and `drm`, with an empty `hwmon`) and
-//!   `amdgpu` (ROCr reads the CPU and NUMA topology from the host's `devices/system`);
-//!   `R/sys/devices` is a tmpfs with the host's devices bound back beside the emulated GPUs'
-//!   PCI functions (`crate::sysfs_drm`, what ROCm SMI reads), which replace a host device
-//!   directory of the same name;
+//! * `R/sys`: the host's sysfs, with fresh tmpfs on `devices/virtual` and `module` that hold
+//!   only the emulator's `kfd/kfd` and `amdgpu`; `R/sys/devices` and `R/sys/class` are tmpfs
+//!   with the host's entries bound back beside the emulator's (its GPUs' PCI functions; the
+//!   `kfd` and `drm` classes: `crate::sysfs_drm`, what ROCm SMI reads), which replace a host
+//!   entry of the same name (ROCr reads the CPU and NUMA topology from the host's
+//!   `devices/system`);
 //! * `R/tmp` and `R/run`: fresh tmpfs (what a program writes there, e.g. kfdq's registry in
 //!   `/run/kfdq`, stays out of the root filesystem, which may be shared by several runs);
 //! * each `--bind SRC:DST`: host `SRC` at `R/DST`.
@@ -90,43 +90,36 @@ fn only(at: &Path, name: &str, src: &Path) -> Result<(), EmuError> {
     bind(src, &dst, false)
 }
 
-/// Builds `R/sys/devices` in a tmpfs staged in the sandbox's `R/dev` and moved into place: the
-/// host's device directories bound back, except `virtual` (a tmpfs with only the emulator's
-/// `kfd/kfd`) and those the emulator has (its GPUs' PCI functions and partition devices).
-fn devices(emu: &Path, sys: &Path, dev: &Path) -> Result<(), EmuError> {
-    let names = |dir: &Path| -> Result<Vec<String>, EmuError> {
-        let rd = std::fs::read_dir(dir).map_err(|e| io(format!("list {}", dir.display()), e))?;
-        Ok(rd
-            .filter_map(Result::ok)
-            .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
-            .filter_map(|e| e.file_name().into_string().ok())
-            .collect())
-    };
-    let host = sys.join("devices");
-    let ours_dir = emu.join("sys/devices");
-    let ours = names(&ours_dir)?;
-    let stage = dev.join(".kfd-emu-devices");
+/// Names of the directories (and links to them) in `dir`.
+fn entries(dir: &Path) -> Result<Vec<String>, EmuError> {
+    let rd = std::fs::read_dir(dir).map_err(|e| io(format!("list {}", dir.display()), e))?;
+    Ok(rd
+        .filter_map(Result::ok)
+        .filter(|e| e.path().is_dir())
+        .filter_map(|e| e.file_name().into_string().ok())
+        .collect())
+}
+
+/// Rebuilds the sysfs directory `host` (under `R/sys`) as a tmpfs, staged in the sandbox's
+/// `R/dev` and moved into place: the emulator's entries of `ours` bound in, the host's other
+/// entries bound back except those named in `skip` (then filled by the caller).
+fn rebuild(host: &Path, ours: &Path, skip: &[&str], dev: &Path) -> Result<(), EmuError> {
+    let emulated = entries(ours)?;
+    let stage = dev.join(".kfd-emu-stage");
     mkdir(&stage)?;
     tmpfs(&stage)?;
-    for name in names(&host)? {
-        if name != "virtual" && !ours.contains(&name) {
+    for name in entries(host)? {
+        if !skip.contains(&name.as_str()) && !emulated.contains(&name) {
             mkdir(&stage.join(&name))?;
             bind(&host.join(&name), &stage.join(&name), true)?;
         }
     }
-    for name in &ours {
+    for name in &emulated {
         mkdir(&stage.join(name))?;
-        bind(&ours_dir.join(name), &stage.join(name), false)?;
+        bind(&ours.join(name), &stage.join(name), false)?;
     }
-    only(&stage.join("virtual"), "kfd/kfd", &emu.join("sys/class/kfd/kfd"))?;
-    mount(
-        Some(&stage),
-        &host,
-        None::<&str>,
-        MsFlags::MS_MOVE,
-        None::<&str>,
-    )
-    .map_err(|e| io(format!("move {} to {}", stage.display(), host.display()), e))?;
+    mount(Some(&stage), host, None::<&str>, MsFlags::MS_MOVE, None::<&str>)
+        .map_err(|e| io(format!("move {} to {}", stage.display(), host.display()), e))?;
     std::fs::remove_dir(&stage).map_err(|e| io(format!("remove {}", stage.display()), e))
 }
 
@@ -227,12 +220,18 @@ pub fn run(s: &Sandbox, argv: &[String]) -> Result<Infallible, EmuError> {
     add_amdgpu_module(emu, &root)?;
     let sys = root.join("sys");
     bind(Path::new("/sys"), &sys, true)?;
-    devices(emu, &sys, &dev)?;
-    let class = sys.join("class");
-    only(&class, "kfd", &emu.join("sys/class/kfd"))?;
-    mkdir(&class.join("drm"))?;
-    bind(&emu.join("sys/class/drm"), &class.join("drm"), false)?;
-    mkdir(&class.join("hwmon"))?;
+    rebuild(
+        &sys.join("devices"),
+        &emu.join("sys/devices"),
+        &["virtual"],
+        &dev,
+    )?;
+    only(
+        &sys.join("devices/virtual"),
+        "kfd/kfd",
+        &emu.join("sys/class/kfd/kfd"),
+    )?;
+    rebuild(&sys.join("class"), &emu.join("sys/class"), &[], &dev)?;
     only(
         &sys.join("module"),
         "amdgpu",
