@@ -711,6 +711,9 @@ mod tests {
             Preset::Mi308x,
         )
         .unwrap_err();
-        assert!(derived.contains("io_links_count cannot be set"), "{derived}");
+        assert!(
+            derived.contains("io_links_count cannot be set"),
+            "{derived}"
+        );
     }
 }

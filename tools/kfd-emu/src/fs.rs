@@ -275,7 +275,9 @@ impl KfdFs {
         b.add(
             proc_dir,
             "modules",
-            text(format!("amdgpu {AMDGPU_MODULE_SIZE} 0 - Live 0x0000000000000000\n")),
+            text(format!(
+                "amdgpu {AMDGPU_MODULE_SIZE} 0 - Live 0x0000000000000000\n"
+            )),
         );
         let proc_sys = b.dir(proc_dir, "sys");
         let kernel = b.dir(proc_sys, "kernel");

@@ -152,7 +152,11 @@ fn xgmi_link(topo: &Topology, a: &GpuNode, b: &GpuNode) -> IoLink {
         let links = topo.xgmi_links_per_peer;
         (WEIGHT_XGMI, XGMI_LINK_MBYTES, links * XGMI_LINK_MBYTES)
     } else if a.physical == b.physical {
-        (WEIGHT_INTRA_SOCKET, INTRA_SOCKET_MBYTES, INTRA_SOCKET_MBYTES)
+        (
+            WEIGHT_INTRA_SOCKET,
+            INTRA_SOCKET_MBYTES,
+            INTRA_SOCKET_MBYTES,
+        )
     } else {
         (2 * WEIGHT_INTRA_SOCKET + WEIGHT_XGMI, 0, 0)
     };
@@ -208,7 +212,10 @@ mod tests {
         assert_eq!(links[1].len(), 1);
         let l = &links[1][0];
         assert_eq!((l.kind, l.node_from, l.node_to), (TYPE_PCIE, 1, 0));
-        assert_eq!((l.weight, l.min_bandwidth, l.max_bandwidth), (20, 312, 32_000));
+        assert_eq!(
+            (l.weight, l.min_bandwidth, l.max_bandwidth),
+            (20, 312, 32_000)
+        );
         assert_eq!((l.flags, l.rec_sdma_eng_id_mask), (1, 0b11));
         assert_eq!(links[0].len(), 1);
         assert_eq!((links[0][0].node_from, links[0][0].node_to), (0, 1));
@@ -222,7 +229,10 @@ mod tests {
         assert_eq!(links[0].len(), 2);
         let x = &links[2][1];
         assert_eq!((x.kind, x.node_from, x.node_to), (TYPE_XGMI, 2, 1));
-        assert_eq!((x.weight, x.min_bandwidth, x.max_bandwidth), (15, 50_000, 50_000));
+        assert_eq!(
+            (x.weight, x.min_bandwidth, x.max_bandwidth),
+            (15, 50_000, 50_000)
+        );
         assert_eq!(x.rec_sdma_eng_id_mask, 0xfffc);
         assert_eq!(links[1][0].max_bandwidth, 64_000);
     }

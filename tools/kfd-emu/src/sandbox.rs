@@ -118,8 +118,14 @@ fn rebuild(host: &Path, ours: &Path, skip: &[&str], dev: &Path) -> Result<(), Em
         mkdir(&stage.join(name))?;
         bind(&ours.join(name), &stage.join(name), false)?;
     }
-    mount(Some(&stage), host, None::<&str>, MsFlags::MS_MOVE, None::<&str>)
-        .map_err(|e| io(format!("move {} to {}", stage.display(), host.display()), e))?;
+    mount(
+        Some(&stage),
+        host,
+        None::<&str>,
+        MsFlags::MS_MOVE,
+        None::<&str>,
+    )
+    .map_err(|e| io(format!("move {} to {}", stage.display(), host.display()), e))?;
     std::fs::remove_dir(&stage).map_err(|e| io(format!("remove {}", stage.display()), e))
 }
 
@@ -130,7 +136,9 @@ fn rebuild(host: &Path, ours: &Path, skip: &[&str], dev: &Path) -> Result<(), Em
 fn add_amdgpu_module(emu: &Path, root: &Path) -> Result<(), EmuError> {
     let target = root.join("proc/modules");
     let Ok(host) = std::fs::read_to_string(&target) else {
-        tracing::debug!("the host kernel has no /proc/modules (no module support): not adding amdgpu");
+        tracing::debug!(
+            "the host kernel has no /proc/modules (no module support): not adding amdgpu"
+        );
         return Ok(());
     };
     let emulated = std::fs::read_to_string(emu.join("proc/modules"))

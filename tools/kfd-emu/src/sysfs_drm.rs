@@ -43,7 +43,11 @@ fn bdf(g: &GpuNode) -> (String, String) {
     let loc = prop("location_id");
     let domain = prop("domain");
     let bus = (loc >> 8) & 0xff;
-    let name = format!("{domain:04x}:{bus:02x}:{:02x}.{:x}", (loc >> 3) & 0x1f, loc & 7);
+    let name = format!(
+        "{domain:04x}:{bus:02x}:{:02x}.{:x}",
+        (loc >> 3) & 0x1f,
+        loc & 7
+    );
     (format!("pci{domain:04x}:{bus:02x}"), name)
 }
 
@@ -64,7 +68,10 @@ pub(crate) fn drm_entries(topo: &Topology) -> Vec<(Vec<String>, Entry)> {
             (format!("sys/devices/{root}/{pci}"), "../../devices")
         } else {
             let xcp = g.physical * (topo.nodes_per_gpu - 1) + part;
-            (format!("sys/devices/{PLATFORM_DIR}/amdgpu_xcp_{xcp}"), "../../devices")
+            (
+                format!("sys/devices/{PLATFORM_DIR}/amdgpu_xcp_{xcp}"),
+                "../../devices",
+            )
         };
         let dev_rel = dev_dir.trim_start_matches("sys/devices/");
         let card = g.node - 1;
@@ -73,10 +80,16 @@ pub(crate) fn drm_entries(topo: &Topology) -> Vec<(Vec<String>, Entry)> {
             (format!("renderD{}", g.render_minor), g.render_minor),
         ] {
             let dir = format!("{dev_dir}/drm/{name}");
-            push(format!("{dir}/dev"), Entry::Text(format!("{DRM_MAJOR}:{minor}\n")));
+            push(
+                format!("{dir}/dev"),
+                Entry::Text(format!("{DRM_MAJOR}:{minor}\n")),
+            );
             push(
                 format!("{dir}/device"),
-                Entry::Link(format!("../../../{}", dev_rel.rsplit('/').next().unwrap_or(""))),
+                Entry::Link(format!(
+                    "../../../{}",
+                    dev_rel.rsplit('/').next().unwrap_or("")
+                )),
             );
             push(
                 format!("sys/class/drm/{name}"),
@@ -90,7 +103,10 @@ pub(crate) fn drm_entries(topo: &Topology) -> Vec<(Vec<String>, Entry)> {
             push(format!("{dev_dir}/{file}"), Entry::Text(text));
         }
         push(format!("{dev_dir}/mem_info_vram_used"), Entry::VramUsed(i));
-        push(format!("{dev_dir}/mem_info_vis_vram_used"), Entry::VramUsed(i));
+        push(
+            format!("{dev_dir}/mem_info_vis_vram_used"),
+            Entry::VramUsed(i),
+        );
         push(format!("{dev_dir}/mem_info_gtt_used"), Entry::GttUsed(i));
     }
     out.push((parts("sys/class/drm"), Entry::Dir));
@@ -101,7 +117,11 @@ pub(crate) fn drm_entries(topo: &Topology) -> Vec<(Vec<String>, Entry)> {
 fn device_files(topo: &Topology, g: &GpuNode) -> Vec<(&'static str, String)> {
     let prop = |k: &str| g.props.get(k).copied().unwrap_or(0);
     let vram = g.vram_bytes();
-    let speed = if topo.pcie_max_mbytes >= 64_000 { "32.0" } else { "16.0" };
+    let speed = if topo.pcie_max_mbytes >= 64_000 {
+        "32.0"
+    } else {
+        "16.0"
+    };
     let mut files = vec![
         ("vendor", format!("{:#06x}\n", prop("vendor_id"))),
         ("device", format!("{:#06x}\n", prop("device_id"))),
@@ -126,7 +146,11 @@ fn device_files(topo: &Topology, g: &GpuNode) -> Vec<(&'static str, String)> {
         ("vbios_version", "kfd-emu\n".to_string()),
     ];
     if topo.has_aids {
-        let compute = if topo.nodes_per_gpu == 1 { "SPX" } else { "CPX" };
+        let compute = if topo.nodes_per_gpu == 1 {
+            "SPX"
+        } else {
+            "CPX"
+        };
         files.push(("current_compute_partition", format!("{compute}\n")));
         files.push(("available_compute_partition", "SPX, DPX, QPX, CPX\n".into()));
         files.push(("current_memory_partition", "NPS1\n".into()));
@@ -155,15 +179,27 @@ mod tests {
         let dev = "sys/devices/pci0000:0c/0000:0c:00.0";
         assert_eq!(
             find(&e, "sys/class/drm/renderD128"),
-            Some(&Entry::Link(format!("../../devices/{}/drm/renderD128", &dev[12..])))
+            Some(&Entry::Link(format!(
+                "../../devices/{}/drm/renderD128",
+                &dev[12..]
+            )))
         );
         assert_eq!(
             find(&e, &format!("{dev}/drm/card0/device")),
             Some(&Entry::Link("../../../0000:0c:00.0".into()))
         );
-        assert_eq!(find(&e, &format!("{dev}/vendor")), Some(&Entry::Text("0x1002\n".into())));
-        assert_eq!(find(&e, &format!("{dev}/device")), Some(&Entry::Text("0x740f\n".into())));
-        assert_eq!(find(&e, &format!("{dev}/mem_info_vram_used")), Some(&Entry::VramUsed(0)));
+        assert_eq!(
+            find(&e, &format!("{dev}/vendor")),
+            Some(&Entry::Text("0x1002\n".into()))
+        );
+        assert_eq!(
+            find(&e, &format!("{dev}/device")),
+            Some(&Entry::Text("0x740f\n".into()))
+        );
+        assert_eq!(
+            find(&e, &format!("{dev}/mem_info_vram_used")),
+            Some(&Entry::VramUsed(0))
+        );
         assert!(find(&e, &format!("{dev}/current_compute_partition")).is_none());
     }
 
@@ -182,7 +218,10 @@ mod tests {
             )))
         );
         assert_eq!(
-            find(&e, "sys/devices/pci0000:0c/0000:0c:00.0/current_compute_partition"),
+            find(
+                &e,
+                "sys/devices/pci0000:0c/0000:0c:00.0/current_compute_partition"
+            ),
             Some(&Entry::Text("CPX\n".into()))
         );
     }

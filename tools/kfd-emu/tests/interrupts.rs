@@ -179,7 +179,10 @@ fn a_process_that_aborts_while_its_thread_waits_exits_at_once() {
     }
     let status = status.unwrap();
     assert_eq!(status.signal(), Some(libc::SIGABRT), "{status:?}");
-    eprintln!("aborting child exited {:?} after the abort", start.elapsed());
+    eprintln!(
+        "aborting child exited {:?} after the abort",
+        start.elapsed()
+    );
     assert!(
         wait_until(PROMPT, || blocked(&emu, pid) == 0),
         "the emulator still holds the dead child's wait"
@@ -213,7 +216,10 @@ fn a_signal_with_sa_restart_restarts_the_wait() {
         wait_until(PROMPT, || blocked(&emu, pid) == 1),
         "the wait was not restarted"
     );
-    assert!(!waiter.is_finished(), "the wait returned instead of restarting");
+    assert!(
+        !waiter.is_finished(),
+        "the wait returned instead of restarting"
+    );
     set_event(&kfd, id);
     let (r, result, _) = waiter.join().unwrap();
     assert_eq!(r, Ok(0));

@@ -31,11 +31,19 @@ pub(crate) fn interrupted(emu: &Emu, unique: u64) {
 
 /// A blocked DESTROY_QUEUE ends with `ERESTARTSYS`; the queue stays.
 fn interrupt_destroy(st: &mut State, unique: u64, effects: &mut Effects) -> bool {
-    let Some(i) = st.pending_destroys.iter().position(|pd| pd.unique == unique) else {
+    let Some(i) = st
+        .pending_destroys
+        .iter()
+        .position(|pd| pd.unique == unique)
+    else {
         return false;
     };
     let pd = st.pending_destroys.swap_remove(i);
-    tracing::debug!(tgid = pd.key.0, qid = pd.key.1, "blocked DESTROY_QUEUE interrupted");
+    tracing::debug!(
+        tgid = pd.key.0,
+        qid = pd.key.1,
+        "blocked DESTROY_QUEUE interrupted"
+    );
     let mut data = pd.buf;
     data.truncate(pd.out_len);
     effects.replies.push((pd.reply, data, Err(ERESTARTSYS)));
