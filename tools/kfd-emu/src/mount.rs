@@ -39,8 +39,10 @@ pub struct MountedEmu {
     emu: Arc<Emu>,
     session: Option<BackgroundSession>,
     threads: Vec<JoinHandle<()>>,
-    /// FUSE connection id (for `/sys/fs/fuse/connections/<id>/abort`).
-    conn: Option<u64>,
+    /// This connection's `/sys/fs/fuse/connections/<id>/abort`, opened while mounted: once the
+    /// mount is gone its id may name another mount's connection, while this file keeps naming
+    /// ours (or none: writing then does nothing).
+    abort: Option<std::fs::File>,
     /// Mounted with mount(2) by us (root) rather than by fusermount3.
     own_mount: bool,
     done: bool,
@@ -221,9 +223,8 @@ impl MountedEmu {
             let fd = if std::env::var("KFD_EMU_FUSE_PROXY").as_deref() == Ok("0") {
                 dev
             } else {
-                crate::fuse_proxy::start(&emu, dev).map_err(|e| {
+                crate::fuse_proxy::start(&emu, dev).inspect_err(|_| {
                     let _ = nix::mount::umount2(&root, MntFlags::MNT_DETACH);
-                    e
                 })?
             };
             cfg.acl = SessionACL::All;
@@ -249,7 +250,7 @@ impl MountedEmu {
             emu: emu.clone(),
             session: Some(session),
             threads: Vec::new(),
-            conn: None,
+            abort: None,
             own_mount,
             done: false,
         };
@@ -279,7 +280,11 @@ impl MountedEmu {
         }
         if let Ok(md) = std::fs::metadata(&root) {
             let dev = md.dev();
-            me.conn = Some((u64::from(libc::major(dev)) << 20) | u64::from(libc::minor(dev)));
+            let conn = (u64::from(libc::major(dev)) << 20) | u64::from(libc::minor(dev));
+            me.abort = OpenOptions::new()
+                .write(true)
+                .open(format!("/sys/fs/fuse/connections/{conn}/abort"))
+                .ok();
             let _ = emu
                 .fuse_dev
                 .set(format!("{}:{}", libc::major(dev), libc::minor(dev)));
@@ -373,9 +378,8 @@ impl MountedEmu {
             s.guard.is_finished()
         };
         if !wait(&session, SESSION_GRACE) {
-            if let Some(conn) = self.conn {
-                let abort = format!("/sys/fs/fuse/connections/{conn}/abort");
-                if std::fs::write(&abort, "1").is_ok() {
+            if let Some(mut abort) = self.abort.as_ref() {
+                if std::io::Write::write_all(&mut abort, b"1").is_ok() {
                     wait(&session, SESSION_GRACE);
                 }
             }
