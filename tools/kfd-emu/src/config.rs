@@ -424,7 +424,7 @@ impl Topology {
             }
         }
         check_unique(&gpus)?;
-        let mut topo = Topology {
+        Ok(Topology {
             cpu_name: CPU_NAME.to_string(),
             cpu_props: cpu_props(),
             gpus,
@@ -434,17 +434,7 @@ impl Topology {
             pcie_max_mbytes: preset.pcie_max_mbytes(),
             xgmi_links_per_peer: preset.xgmi_links_per_peer(),
             marketing_name: preset.marketing_name(),
-        };
-        // The counts `properties` shows are those of the links `io_links/` holds.
-        let links = crate::iolinks::io_links(&topo);
-        topo.cpu_props
-            .insert("io_links_count".into(), links[0].len() as u64);
-        for g in &mut topo.gpus {
-            g.props
-                .insert("io_links_count".into(), links[g.node as usize].len() as u64);
-            g.props.insert("p2p_links_count".into(), 0);
-        }
-        Ok(topo)
+        })
     }
 }
 

@@ -11,8 +11,17 @@ use crate::config::Topology;
 use crate::iolinks::io_links;
 use crate::topology::{COMMON_KEYS, CWSR_KEYS, GPU_KEYS};
 
-/// The `properties` file of one node: `name value\n` lines in the kernel's order.
-fn render_properties(props: &BTreeMap<String, u64>, gpu: bool, buffer_checks: bool) -> String {
+/// The `properties` file of one node: `name value\n` lines in the kernel's order; the link
+/// counts are those of the links the node's `io_links/` holds (`p2p_links/` is empty).
+fn render_properties(
+    props: &BTreeMap<String, u64>,
+    links: usize,
+    gpu: bool,
+    buffer_checks: bool,
+) -> String {
+    let mut props = props.clone();
+    props.insert("io_links_count".into(), links as u64);
+    props.insert("p2p_links_count".into(), 0);
     let mut out = String::new();
     let mut line = |key: &str| {
         let value = props.get(key).copied().unwrap_or(0);
@@ -137,7 +146,7 @@ pub(crate) fn topology_files(topo: &Topology, buffer_checks: bool) -> Vec<Topolo
         0,
         0,
         &topo.cpu_name,
-        render_properties(&topo.cpu_props, false, buffer_checks),
+        render_properties(&topo.cpu_props, links[0].len(), false, buffer_checks),
         vec![(
             sub(["mem_banks", "0", "properties"]),
             mem_bank_properties(HEAP_SYSTEM, CPU_MEM_BYTES, 64, 4800),
@@ -163,7 +172,7 @@ pub(crate) fn topology_files(topo: &Topology, buffer_checks: bool) -> Vec<Topolo
             g.node,
             g.gpu_id,
             &g.name,
-            render_properties(&g.props, true, buffer_checks),
+            render_properties(&g.props, links[g.node as usize].len(), true, buffer_checks),
             extra,
         );
     }
@@ -182,7 +191,7 @@ mod tests {
             ..EmuConfig::default()
         })
         .unwrap();
-        let text = render_properties(&topo.gpus[0].props, true, true);
+        let text = render_properties(&topo.gpus[0].props, 1, true, true);
         let keys: Vec<&str> = text.lines().map(|l| l.split(' ').next().unwrap()).collect();
         assert_eq!(keys[0], "cpu_cores_count");
         assert_eq!(keys[29], "cwsr_size");
@@ -190,10 +199,10 @@ mod tests {
         assert_eq!(keys.last(), Some(&"max_engine_clk_ccompute"));
         assert!(!keys.contains(&"capability2"));
         assert!(text.contains("\nnum_xcc 4\n"));
-        let legacy = render_properties(&topo.gpus[0].props, true, false);
+        let legacy = render_properties(&topo.gpus[0].props, 1, true, false);
         assert!(!legacy.contains("cwsr_size"));
         assert!(!legacy.contains("ctl_stack_size"));
-        let cpu = render_properties(&topo.cpu_props, false, true);
+        let cpu = render_properties(&topo.cpu_props, 1, false, true);
         assert!(!cpu.contains("num_xcc"));
         assert!(cpu.contains("cpu_cores_count 96\n"));
     }
