@@ -32,6 +32,8 @@ use crate::state::Emu;
 
 /// `FUSE_INTERRUPT`.
 const FUSE_INTERRUPT: u32 = 36;
+/// `FUSE_DESTROY`: ends a fuser event loop (the kernel sends it only for block-device mounts).
+const FUSE_DESTROY: u32 = 38;
 /// `sizeof(struct fuse_in_header)`.
 const IN_HEADER: usize = 40;
 /// The largest request (a write of fuser's 16 MiB `max_write`) plus headers, fuser's own read
@@ -57,7 +59,7 @@ fn interrupted_id(msg: &[u8]) -> Option<u64> {
 
 /// Starts the proxy threads on `dev` (a mounted `/dev/fuse` descriptor) and returns the
 /// descriptor fuser is to serve.
-pub(crate) fn start(emu: &Arc<Emu>, dev: OwnedFd) -> Result<OwnedFd, EmuError> {
+pub(crate) fn start(emu: &Arc<Emu>, dev: OwnedFd, threads: usize) -> Result<OwnedFd, EmuError> {
     let (ours, fusers) = socketpair(
         AddressFamily::Unix,
         SockType::SeqPacket,
@@ -80,7 +82,10 @@ pub(crate) fn start(emu: &Arc<Emu>, dev: OwnedFd) -> Result<OwnedFd, EmuError> {
             .map_err(|e| EmuError::io("spawn a FUSE proxy thread", e))
     };
     let (d, o) = (dev.clone(), ours.clone());
-    spawn("kfd-emu-fuse-in", Box::new(move || requests(&d, &o, &tx)))?;
+    spawn(
+        "kfd-emu-fuse-in",
+        Box::new(move || requests(&d, &o, &tx, threads)),
+    )?;
     spawn("kfd-emu-fuse-out", Box::new(move || replies(&ours, &dev)))?;
     let e = emu.clone();
     spawn(
@@ -94,9 +99,18 @@ pub(crate) fn start(emu: &Arc<Emu>, dev: OwnedFd) -> Result<OwnedFd, EmuError> {
     Ok(fusers)
 }
 
-/// `/dev/fuse` -> fuser, interrupts aside, until the connection ends; then fuser's end sees
-/// the end of the stream.
-fn requests(dev: &OwnedFd, ours: &OwnedFd, interrupts: &mpsc::Sender<u64>) {
+/// A `FUSE_DESTROY` request (header only) with request id `unique`.
+fn destroy_request(unique: u64) -> [u8; IN_HEADER] {
+    let mut m = [0u8; IN_HEADER];
+    m[..4].copy_from_slice(&(IN_HEADER as u32).to_ne_bytes());
+    m[4..8].copy_from_slice(&FUSE_DESTROY.to_ne_bytes());
+    m[8..16].copy_from_slice(&unique.to_ne_bytes());
+    m
+}
+
+/// `/dev/fuse` -> fuser, interrupts aside, until the connection ends; then each of fuser's
+/// `threads` event loops gets a FUSE_DESTROY, which ends it.
+fn requests(dev: &OwnedFd, ours: &OwnedFd, interrupts: &mpsc::Sender<u64>, threads: usize) {
     let mut buf = vec![0u8; BUFFER];
     loop {
         let n = match nix::unistd::read(dev.as_fd(), &mut buf) {
@@ -121,7 +135,10 @@ fn requests(dev: &OwnedFd, ours: &OwnedFd, interrupts: &mpsc::Sender<u64>) {
             break;
         }
     }
-    let _ = shutdown(std::os::fd::AsRawFd::as_raw_fd(ours), Shutdown::Both);
+    for i in 0..threads {
+        let _ = nix::unistd::write(ours, &destroy_request(u64::MAX - i as u64));
+    }
+    let _ = shutdown(std::os::fd::AsRawFd::as_raw_fd(ours), Shutdown::Write);
 }
 
 /// fuser -> `/dev/fuse` until fuser's end is closed.
@@ -135,9 +152,9 @@ fn replies(ours: &OwnedFd, dev: &OwnedFd) {
             Err(_) => break,
         };
         match nix::unistd::write(dev, &buf[..n]) {
-            // ENOENT: the request is gone (its caller was killed before the answer).
-            Ok(_) | Err(Errno::ENOENT) => {}
-            Err(Errno::ENODEV) => {}
+            // ENOENT: the request is gone (its caller was killed before the answer); ENODEV:
+            // the connection ended (the answers to the proxy's own FUSE_DESTROYs).
+            Ok(_) | Err(Errno::ENOENT | Errno::ENODEV) => {}
             Err(e) => tracing::warn!("writing a FUSE reply failed ({e})"),
         }
     }

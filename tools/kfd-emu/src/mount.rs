@@ -223,7 +223,7 @@ impl MountedEmu {
             let fd = if std::env::var("KFD_EMU_FUSE_PROXY").as_deref() == Ok("0") {
                 dev
             } else {
-                crate::fuse_proxy::start(&emu, dev).inspect_err(|_| {
+                crate::fuse_proxy::start(&emu, dev, FUSE_THREADS).inspect_err(|_| {
                     let _ = nix::mount::umount2(&root, MntFlags::MNT_DETACH);
                 })?
             };
