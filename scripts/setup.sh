@@ -3,14 +3,15 @@
 # preempt-lab's PNG plots); with --tests also what the
 # tests use (man-db renders the man pages, prometheus scrapes the agent, zsh checks its
 # completion, strace is the debugger the tracer tests meet, mmdebstrap builds the Debian sid
-# root with the real ROCm user space: scripts/sid-root.sh). Idempotent: installs only missing
+# root with the real ROCm user space: scripts/sid-root.sh; rocminfo is Debian 12's 5.2.3, an older
+# ROCm the emulator also serves). Idempotent: installs only missing
 # packages, runs apt-get update only when something is missing.
 set -euo pipefail
 
 pkgs=(libclang1-14 libclang-common-14-dev fuse3 gcc libc6-dev linux-libc-dev libamdhip64-5 binutils
     python3-venv python3-dev systemd fonts-dejavu-core)
 case ${1:-} in
---tests) pkgs+=(man-db prometheus zsh strace mmdebstrap) ;;
+--tests) pkgs+=(man-db prometheus zsh strace mmdebstrap rocminfo) ;;
 "") ;;
 *)
     echo "setup: unknown option $1 (use --tests, or nothing)" >&2

@@ -11,9 +11,14 @@
 #   scripts/sid-root.sh --libs [--rebuild | --versions]
 #                                  the same for the second root, sid-libs-root: the base packages
 #                                  plus the ROCm math libraries PyTorch reaches (rocBLAS, hipBLAS,
-#                                  hipBLASLt, MIOpen) and their headers, for shim/tests/sid_libs.rs
-#                                  (about 450 MB to download and 5.5 GB installed: built only when
-#                                  a test or a person asks for it)
+#                                  hipBLASLt, MIOpen) and their headers, for shim/tests/sid_libs.rs,
+#                                  and third-party programs for shim/tests/sid_tools.rs: rocBLAS's
+#                                  and hipBLASLt's benchmarks, rocm-smi and amd-smi (about 700 MB
+#                                  to download and 5.6 GB installed: built only when a test or a
+#                                  person asks for it)
+#
+# A cached root that lacks packages this script now lists (it was built by an older version) gets
+# them installed into it with apt, without a rebuild.
 #
 # The root lives in $KFDQ_CACHE (default /var/cache/kfdq)/sid-root (sid-libs-root) and is built with
 # mmdebstrap from the Debian mirror this machine's apt already uses. Building needs root. Each build
@@ -35,16 +40,21 @@ recorded=(rocminfo libamdhip64-6 libamdhip64-dev libhsa-runtime64-1 hipcc clang-
 # The file whose presence says the root is complete.
 ready=usr/bin/rocminfo
 cost="about a minute and 1 GB"
+flag=
 if [[ ${1:-} == --libs ]]; then
     shift
+    flag=" --libs"
     name=sid-libs-root
     expected=tests/sid/libs-versions.txt
     # The -dev packages pull the libraries (librocblas4, libhipblas2, libhipblaslt1, libmiopen1).
-    include+=(librocblas-dev libhipblas-dev libhipblaslt-dev libmiopen-dev)
+    # The third-party programs: rocblas-bench, hipblaslt-bench, rocm-smi, amd-smi.
+    include+=(librocblas-dev libhipblas-dev libhipblaslt-dev libmiopen-dev
+        librocblas4-bench libhipblaslt1-bench rocm-smi amd-smi)
     recorded+=(librocblas4 librocblas-dev libhipblas2 libhipblas-dev libhipblaslt1 libhipblaslt-dev
-        libmiopen1 libmiopen-dev libhiprtc6 libhiprtc-builtins6)
+        libmiopen1 libmiopen-dev libhiprtc6 libhiprtc-builtins6
+        librocblas4-bench libhipblaslt1-bench rocm-smi librocm-smi64-1 amd-smi libamd-smi27)
     ready=usr/include/miopen/miopen.h
-    cost="several minutes, 450 MB to download and 5.5 GB"
+    cost="several minutes, 700 MB to download and 5.6 GB"
 fi
 root=$cache/$name
 versions=$cache/$name.versions
@@ -91,11 +101,56 @@ build() {
         die "mmdebstrap could not build the sid root (full log: $log)" \
             "check that $url is reachable and serves sid; a package that sid dropped shows up above"
     fi
-    chroot "$new" dpkg-query -W -f='${Package} ${Version}\n' "${recorded[@]}" 2>/dev/null | sort >"$versions.new" || true
+    record "$new"
     rm -rf "$root"
     mv "$new" "$root"
     mv "$versions.new" "$versions"
     step "sid root ready in $((SECONDS - start)) s ($(du -sh "$root" | cut -f1))" >&2
+}
+
+# record ROOT: writes the versions of the recorded packages installed in ROOT to $versions.new.
+record() {
+    chroot "$1" dpkg-query -W -f='${Package} ${Version}\n' "${recorded[@]}" 2>/dev/null | sort >"$versions.new" || true
+}
+
+# missing: the packages of $include that the cached root does not have installed (dpkg-query
+# fails when it knows one of them not at all).
+missing() {
+    local installed p
+    installed=$(chroot "$root" dpkg-query -W -f='${db:Status-Abbrev} ${Package}\n' "${include[@]}" 2>/dev/null |
+        awk '$1 ~ /^ii/ { print $2 }' || true)
+    for p in "${include[@]}"; do
+        grep -qx -- "$p" <<<"$installed" || printf '%s\n' "$p"
+    done
+}
+
+# add PACKAGE...: installs packages into the cached root with the root's own apt (it keeps the
+# mirror in its sources.list and mmdebstrap's path excludes in dpkg.cfg.d), in a private mount
+# namespace that gives the maintainer scripts a /proc; then clears apt's lists and cache as
+# mmdebstrap does, and records the versions again.
+add() {
+    [[ $(id -u) -eq 0 ]] || die "adding packages to the sid root needs root" \
+        "run scripts/sid-root.sh$flag as root once; the tests then reuse $root"
+    local log=$cache/$name.add.log start=$SECONDS
+    step "adding $* to the cached sid root $root (log: $log)" >&2
+    # shellcheck disable=SC2016 # expanded by the inner shell
+    if ! unshare --mount --propagation private sh -c '
+        root=$1
+        shift
+        mount -t proc proc "$root/proc" || exit 1
+        chroot "$root" apt-get -o Acquire::Check-Valid-Until=false update -qq &&
+            DEBIAN_FRONTEND=noninteractive chroot "$root" apt-get install -y -q --no-install-recommends "$@"
+        status=$?
+        chroot "$root" apt-get clean
+        rm -rf "$root"/var/lib/apt/lists/*
+        exit $status' add "$root" "$@" >"$log" 2>&1; then
+        tail -n 20 "$log" >&2
+        die "apt could not add $* to the sid root (full log: $log)" \
+            "check that the mirror in $root/etc/apt/sources.list is reachable, then rerun; scripts/sid-root.sh$flag --rebuild builds the root anew"
+    fi
+    record "$root"
+    mv "$versions.new" "$versions"
+    step "added in $((SECONDS - start)) s" >&2
 }
 
 mkdir -p "$cache"
@@ -115,6 +170,11 @@ esac
 
 if [[ ! -e $root/$ready || ! -f $versions ]]; then
     build
+else
+    mapfile -t absent < <(missing)
+    if ((${#absent[@]})); then
+        add "${absent[@]}"
+    fi
 fi
 moved >&2
 printf '%s\n' "$root"

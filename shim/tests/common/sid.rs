@@ -347,6 +347,13 @@ impl Running {
         }
     }
 
+    /// After the program ended: takes the rest of its output (until its stdout closes).
+    pub fn drain(&mut self) {
+        while let Ok(l) = self.lines.recv_timeout(Duration::from_secs(60)) {
+            self.seen.push(l);
+        }
+    }
+
     /// Releases it and waits for its end; returns every stdout line. Panics when it failed.
     pub fn finish(mut self) -> Vec<String> {
         self.release();

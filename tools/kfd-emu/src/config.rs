@@ -80,6 +80,40 @@ impl Preset {
         }
     }
 
+    /// The fastest PCIe link to the CPU in MB/s, as `amdgpu_amdkfd_get_pcie_bandwidth_mbytes`
+    /// computes it from the widest width and fastest speed of the link (x16 lanes, 8 bits a
+    /// byte): PCIe 5.0 (32 GT/s) for MI300X and MI308X, PCIe 4.0 (16 GT/s) for MI210 (AMD's
+    /// specifications; ASSUMED: the host's root port is as fast).
+    pub fn pcie_max_mbytes(self) -> u32 {
+        match self {
+            Preset::Mi300xSpx | Preset::Mi300xCpx | Preset::Mi308x => 16 * 32_000 / 8,
+            Preset::Mi210 => 16 * 16_000 / 8,
+        }
+    }
+
+    /// XGMI links between two GPUs of a hive, which the kernel takes from the XGMI firmware's
+    /// topology (`amdgpu_xgmi_get_num_links`). ASSUMED 1: an 8-GPU MI300X platform connects
+    /// every pair by one of each GPU's 7 links; MI210 bridges vary.
+    pub fn xgmi_links_per_peer(self) -> u32 {
+        1
+    }
+
+    /// The board's marketing name (libdrm's `amdgpu.ids` for the device id; sysfs
+    /// `product_name`, which the kernel reads from the board's FRU).
+    pub fn marketing_name(self) -> &'static str {
+        match self {
+            Preset::Mi300xSpx | Preset::Mi300xCpx => "AMD Instinct MI300X",
+            Preset::Mi308x => "AMD Instinct MI308X",
+            Preset::Mi210 => "AMD Instinct MI210",
+        }
+    }
+
+    /// Whether the GPU is built of AIDs (GC 9.4.3: MI300X, MI308X), one of the conditions of
+    /// the kernel's per-peer recommended SDMA engines.
+    pub fn has_aids(self) -> bool {
+        !matches!(self, Preset::Mi210)
+    }
+
     /// The PCI revision the render node's DEV_INFO reports: libdrm's `amdgpu.ids` names a
     /// device by (device id, revision), and lists 0x740F only with revision 02 (MI210).
     pub fn pci_rev(self) -> u32 {
@@ -290,6 +324,10 @@ pub(crate) struct GpuNode {
     pub eop_buffer_size: u32,
     /// Compute units of XCC 0 (used by the wave-state model).
     pub cu_per_xcc: u32,
+    /// Index of the physical GPU the node is a partition of.
+    pub physical: u32,
+    /// XGMI hive of the node (`hive_id`; 0: none).
+    pub hive_id: u64,
 }
 
 /// The model's shape of a topology node.
@@ -343,6 +381,18 @@ pub(crate) struct Topology {
     pub cpu_name: String,
     pub cpu_props: BTreeMap<String, u64>,
     pub gpus: Vec<GpuNode>,
+    /// Nodes (partitions) per physical GPU.
+    pub nodes_per_gpu: u32,
+    /// Physical GPUs (`--gpus`).
+    pub physical_gpus: u32,
+    /// The preset's [`Preset::has_aids`].
+    pub has_aids: bool,
+    /// The preset's [`Preset::pcie_max_mbytes`].
+    pub pcie_max_mbytes: u32,
+    /// The preset's [`Preset::xgmi_links_per_peer`].
+    pub xgmi_links_per_peer: u32,
+    /// The preset's [`Preset::marketing_name`].
+    pub marketing_name: &'static str,
 }
 
 impl Topology {
@@ -378,6 +428,12 @@ impl Topology {
             cpu_name: CPU_NAME.to_string(),
             cpu_props: cpu_props(),
             gpus,
+            nodes_per_gpu: u32::try_from(specs.len()).unwrap_or(u32::MAX),
+            physical_gpus: config.gpus,
+            has_aids: preset.has_aids(),
+            pcie_max_mbytes: preset.pcie_max_mbytes(),
+            xgmi_links_per_peer: preset.xgmi_links_per_peer(),
+            marketing_name: preset.marketing_name(),
         })
     }
 }
@@ -422,6 +478,12 @@ fn parse_topology(text: &str, fallback: Preset) -> Result<(Preset, Vec<NodeSpec>
     }
     for (i, node) in file.node.iter().enumerate() {
         for key in node.properties.keys() {
+            if topology::DERIVED_KEYS.contains(&key.as_str()) {
+                return Err(format!(
+                    "node {i}: {key} cannot be set: it is the number of links the emulator \
+                     builds (io_links/, p2p_links/); remove it"
+                ));
+            }
             if !topology::is_known_key(key) {
                 return Err(format!(
                     "node {i}: unknown property {key:?} (known: {})",
@@ -519,6 +581,8 @@ fn build_node(
         sizes,
         eop_buffer_size: EOP_BUFFER_SIZE,
         cu_per_xcc,
+        physical: gpu,
+        hive_id: props.get("hive_id").copied().unwrap_or(0),
         props,
     })
 }
@@ -632,5 +696,14 @@ mod tests {
             .is_err()
         );
         assert!(parse_topology("preset = \"mi308x\"\n", Preset::Mi308x).is_err());
+        let derived = parse_topology(
+            "[[node]]\n[node.properties]\nio_links_count = 3\n",
+            Preset::Mi308x,
+        )
+        .unwrap_err();
+        assert!(
+            derived.contains("io_links_count cannot be set"),
+            "{derived}"
+        );
     }
 }

@@ -17,7 +17,7 @@ use kfd_sys::{
 
 use crate::abi::{load, store};
 use crate::client_mem;
-use crate::reply::send_reply;
+use crate::reply::{ERESTARTSYS, send_reply};
 use crate::state::{Event, PendingWait, Process, State};
 
 /// Value of a signal slot that has not fired (`UNSIGNALED_EVENT_SLOT`).
@@ -192,6 +192,48 @@ pub(crate) fn expire(st: &mut State, now: Instant) -> Option<Instant> {
         }
     }
     next
+}
+
+/// Ends a blocked wait whose caller got a signal, as `kfd_wait_on_events` does: `EINTR` with a
+/// fatal signal pending; otherwise `ERESTARTSYS` with the remaining timeout written back and the
+/// auto-reset events this waiter consumed set again (`free_waiters(..., undo_auto_reset)`).
+/// The wait result is FAIL either way.
+pub(crate) fn answer_interrupted(p: &mut Process, mut w: PendingWait) {
+    let fatal = crate::process::fatal_signal_pending(w.tid);
+    let mut a: kfd_ioctl_wait_events_args = load(&w.buf);
+    a.wait_result = KFD_IOC_WAIT_RESULT_FAIL;
+    if !fatal && let Some(deadline) = w.deadline {
+        let left = deadline.saturating_duration_since(Instant::now());
+        a.timeout = u32::try_from(left.as_millis()).unwrap_or(u32::MAX - 1);
+    }
+    store(&mut w.buf, &a);
+    tracing::debug!(tgid = p.tgid, tid = w.tid, fatal, "WAIT_EVENTS interrupted");
+    let consumed: Vec<u32> = w
+        .ids
+        .iter()
+        .zip(&w.activated)
+        .filter(|(id, act)| **act && p.events.events.get(*id).is_some_and(|e| e.auto_reset))
+        .map(|(id, _)| *id)
+        .collect();
+    let res = Err(if fatal { libc::EINTR } else { ERESTARTSYS });
+    send_reply(w.reply, &w.buf[..w.out_len.min(w.buf.len())], res);
+    if !fatal {
+        for id in consumed {
+            set(p, id);
+        }
+    }
+}
+
+/// Ends the blocked wait that is FUSE request `unique`, if one is held.
+pub(crate) fn interrupt_wait(st: &mut State, unique: u64) -> bool {
+    for p in st.processes.values_mut() {
+        if let Some(i) = p.events.waits.iter().position(|w| w.unique == unique) {
+            let w = p.events.waits.swap_remove(i);
+            answer_interrupted(p, w);
+            return true;
+        }
+    }
+    false
 }
 
 /// The process is going: its blocked waits are answered with `EINTR` (the caller is exiting).

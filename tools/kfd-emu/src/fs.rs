@@ -18,6 +18,7 @@ use serde::Serialize;
 use crate::config::EmuConfig;
 use crate::state::Emu;
 use crate::state::PAGE;
+use crate::sysfs_drm::{self, Entry};
 use crate::{drm, ioctl, kfd_mmap, locks, process, stats, sysfs_topology};
 
 /// Attribute/entry cache time of the static tree.
@@ -30,6 +31,9 @@ const PROC_BASE: u64 = 1 << 40;
 const DEVICE_SIZE: u64 = i64::MAX as u64;
 /// Size reported for generated text files (served with direct I/O; size is a hint).
 const TEXT_SIZE: u64 = 4096;
+/// Size of the loaded amdgpu module in `proc/modules` and `sys/module/amdgpu/coresize`
+/// (synthetic: about what a Linux 6.x amdgpu.ko occupies).
+const AMDGPU_MODULE_SIZE: u64 = 19_427_328;
 
 #[derive(Clone)]
 enum Kind {
@@ -40,6 +44,10 @@ enum Kind {
     /// A render node: the index of its GPU node.
     Render(usize),
     Text(Arc<[u8]>),
+    /// A symbolic link with this target.
+    Link(Arc<str>),
+    /// `mem_info_{vram,gtt}_used` of a GPU node: (node index, VRAM).
+    MemUsed(usize, bool),
     Stats,
     Config,
 }
@@ -220,18 +228,57 @@ impl KfdFs {
             for d in dirs {
                 parent = b.dir(parent, d);
             }
-            b.add(parent, last, text(f.text));
+            match f.text {
+                Some(t) => {
+                    b.add(parent, last, text(t));
+                }
+                None => {
+                    b.dir(parent, last);
+                }
+            }
         }
         b.add(kfd, "proc", Kind::ProcDir);
+        for (path, entry) in sysfs_drm::drm_entries(&emu.topo) {
+            let (last, dirs) = path.split_last().expect("sysfs paths are never empty");
+            let mut parent = root;
+            for d in dirs {
+                parent = b.dir(parent, d);
+            }
+            let kind = match entry {
+                Entry::Dir => {
+                    b.dir(parent, last);
+                    continue;
+                }
+                Entry::Text(t) => text(t),
+                Entry::Link(target) => Kind::Link(Arc::from(target)),
+                Entry::VramUsed(gpu) => Kind::MemUsed(gpu, true),
+                Entry::GttUsed(gpu) => Kind::MemUsed(gpu, false),
+            };
+            b.add(parent, last, kind);
+        }
         // The running kernel as amdgpu's module parameters and procfs show it (`kfdq doctor`
         // reads them): the HWS with CWSR, and a release that stands for the kernel mode.
         let module = b.dir(sys, "module");
         let amdgpu = b.dir(module, "amdgpu");
         b.add(amdgpu, "initstate", text("live\n".into()));
+        // What lsmod reads besides /proc/modules (a loaded module nobody holds).
+        b.add(amdgpu, "refcnt", text("0\n".into()));
+        b.add(amdgpu, "coresize", text(format!("{AMDGPU_MODULE_SIZE}\n")));
+        b.dir(amdgpu, "holders");
         let params = b.dir(amdgpu, "parameters");
         b.add(params, "sched_policy", text("0\n".into()));
         b.add(params, "cwsr_enable", text("1\n".into()));
         let proc_dir = b.dir(root, "proc");
+        // The loaded-module line older ROCm looks for (rocminfo 5.x runs `lsmod | grep amdgpu`),
+        // as the kernel's `m_show` prints it: name, size, references, users, state, address
+        // (zeros, as for a reader without CAP_SYSLOG). `kfd-emu run` shows it at /proc/modules.
+        b.add(
+            proc_dir,
+            "modules",
+            text(format!(
+                "amdgpu {AMDGPU_MODULE_SIZE} 0 - Live 0x0000000000000000\n"
+            )),
+        );
         let proc_sys = b.dir(proc_dir, "sys");
         let kernel = b.dir(proc_sys, "kernel");
         b.add(
@@ -303,12 +350,13 @@ impl KfdFs {
             Kind::Kfd | Kind::Render(_) => {
                 self.attr(ino, FileType::RegularFile, 0o666, DEVICE_SIZE)
             }
-            Kind::Text(_) | Kind::Stats | Kind::Config => {
+            Kind::Text(_) | Kind::Stats | Kind::Config | Kind::MemUsed(..) => {
                 self.attr(ino, FileType::RegularFile, 0o444, TEXT_SIZE)
             }
+            Kind::Link(ref t) => self.attr(ino, FileType::Symlink, 0o777, t.len() as u64),
         };
         let ttl = match node.kind {
-            Kind::ProcDir | Kind::Stats => DYN_TTL,
+            Kind::ProcDir | Kind::Stats | Kind::MemUsed(..) => DYN_TTL,
             _ => STATIC_TTL,
         };
         Some((a, ttl))
@@ -397,6 +445,7 @@ impl KfdFs {
                     .map(|(n, i)| {
                         let kind = match self.node(*i).map(|c| &c.kind) {
                             Some(Kind::Dir | Kind::ProcDir) => FileType::Directory,
+                            Some(Kind::Link(_)) => FileType::Symlink,
                             _ => FileType::RegularFile,
                         };
                         (*i, kind, n.clone())
@@ -471,6 +520,13 @@ impl Filesystem for KfdFs {
         }
     }
 
+    fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+        match self.node(ino.0).map(|n| &n.kind) {
+            Some(Kind::Link(target)) => reply.data(target.as_bytes()),
+            _ => reply.error(Errno::EINVAL),
+        }
+    }
+
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
         match self.lookup_attr(ino.0) {
             Some((attr, ttl)) => reply.attr(&ttl, &attr),
@@ -517,6 +573,14 @@ impl Filesystem for KfdFs {
         };
         match &node.kind {
             Kind::Dir | Kind::ProcDir => reply.error(Errno::EISDIR),
+            Kind::Link(_) => reply.error(Errno::ELOOP),
+            Kind::MemUsed(gpu, vram) => {
+                let used = self.emu.lock().bo_bytes(*gpu, *vram);
+                reply.opened(
+                    self.new_handle(Handle::Text(format!("{used}\n").into_bytes())),
+                    FopenFlags::FOPEN_DIRECT_IO,
+                )
+            }
             Kind::Kfd => match process::tgid_of(&self.emu, req.pid()) {
                 Some(tgid) => {
                     ioctl::lifecycle::open_kfd(&self.emu, tgid);
@@ -732,7 +796,16 @@ impl Filesystem for KfdFs {
                 // A bug must not take the FUSE loop down: an unsent reply answers EIO
                 // when it is dropped during unwinding.
                 let run = std::panic::AssertUnwindSafe(|| {
-                    ioctl::dispatch(&self.emu, req.pid(), tgid, cmd, in_data, out_size, reply)
+                    ioctl::dispatch(
+                        &self.emu,
+                        req.unique().0,
+                        req.pid(),
+                        tgid,
+                        cmd,
+                        in_data,
+                        out_size,
+                        reply,
+                    )
                 });
                 if std::panic::catch_unwind(run).is_err() {
                     tracing::error!(cmd, "ioctl handler panicked");

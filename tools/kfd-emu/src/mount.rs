@@ -40,8 +40,10 @@ pub struct MountedEmu {
     emu: Arc<Emu>,
     session: Option<BackgroundSession>,
     threads: Vec<JoinHandle<()>>,
-    /// FUSE connection id (for `/sys/fs/fuse/connections/<id>/abort`).
-    conn: Option<u64>,
+    /// This connection's `/sys/fs/fuse/connections/<id>/abort`, opened while mounted: once the
+    /// mount is gone its id may name another mount's connection, while this file keeps naming
+    /// ours (or none: writing then does nothing).
+    abort: Option<std::fs::File>,
     /// Mounted with mount(2) by us (root) rather than by fusermount3.
     own_mount: bool,
     done: bool,
@@ -216,7 +218,16 @@ impl MountedEmu {
         cfg.n_threads = Some(FUSE_THREADS);
         let own_mount = nix::unistd::geteuid().is_root();
         let session = if own_mount {
-            let fd = mount_as_root(&root)?;
+            let dev = mount_as_root(&root)?;
+            // KFD_EMU_FUSE_PROXY=0 serves /dev/fuse directly (no FUSE_INTERRUPT; for measuring
+            // what the proxy costs, docs/performance.md).
+            let fd = if std::env::var("KFD_EMU_FUSE_PROXY").as_deref() == Ok("0") {
+                dev
+            } else {
+                crate::fuse_proxy::start(&emu, dev, FUSE_THREADS).inspect_err(|_| {
+                    let _ = nix::mount::umount2(&root, MntFlags::MNT_DETACH);
+                })?
+            };
             cfg.acl = SessionACL::All;
             Session::from_fd(fs, fd, SessionACL::All, cfg).map_err(|e| {
                 let _ = nix::mount::umount2(&root, MntFlags::MNT_DETACH);
@@ -240,7 +251,7 @@ impl MountedEmu {
             emu: emu.clone(),
             session: Some(session),
             threads: Vec::new(),
-            conn: None,
+            abort: None,
             own_mount,
             done: false,
         };
@@ -270,7 +281,11 @@ impl MountedEmu {
         }
         if let Ok(md) = std::fs::metadata(&root) {
             let dev = md.dev();
-            me.conn = Some((u64::from(libc::major(dev)) << 20) | u64::from(libc::minor(dev)));
+            let conn = (u64::from(libc::major(dev)) << 20) | u64::from(libc::minor(dev));
+            me.abort = OpenOptions::new()
+                .write(true)
+                .open(format!("/sys/fs/fuse/connections/{conn}/abort"))
+                .ok();
             let _ = emu
                 .fuse_dev
                 .set(format!("{}:{}", libc::major(dev), libc::minor(dev)));
@@ -376,9 +391,8 @@ impl MountedEmu {
             s.guard.is_finished()
         };
         if !wait(&session, SESSION_GRACE) {
-            if let Some(conn) = self.conn {
-                let abort = format!("/sys/fs/fuse/connections/{conn}/abort");
-                if std::fs::write(&abort, "1").is_ok() {
+            if let Some(mut abort) = self.abort.as_ref() {
+                if std::io::Write::write_all(&mut abort, b"1").is_ok() {
                     wait(&session, SESSION_GRACE);
                 }
             }

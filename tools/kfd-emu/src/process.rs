@@ -38,6 +38,14 @@ pub(crate) fn tracer_of(pid: u32) -> Option<u32> {
     status_field(pid, "TracerPid")?.parse().ok()
 }
 
+/// Whether thread `tid` has a fatal signal pending: SIGKILL in its own pending set
+/// (`fatal_signal_pending`; a group exit or core dump puts it there for every thread).
+pub(crate) fn fatal_signal_pending(tid: u32) -> bool {
+    status_field(tid, "SigPnd")
+        .and_then(|v| u64::from_str_radix(&v, 16).ok())
+        .is_some_and(|mask| mask & (1 << (libc::SIGKILL - 1)) != 0)
+}
+
 /// Process start time (field 22 of `/proc/<pid>/stat`), to tell pid reuse apart.
 pub(crate) fn start_time(pid: u32) -> Option<u64> {
     let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;

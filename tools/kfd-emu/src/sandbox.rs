@@ -8,10 +8,16 @@
 //! Layout inside the namespace (`R` is the root, `/` without `--root`):
 //! * `R/dev`: a fresh tmpfs with the host's `null`, `zero`, `full`, `random`, `urandom` and
 //!   `tty` bound in, a tmpfs `shm`, and the emulator's `kfd` and `dri/`;
-//! * `R/proc`: the host's procfs (same pid namespace);
-//! * `R/sys`: the host's sysfs with fresh tmpfs on `devices/virtual`, `class` and `module`
-//!   that hold only the emulator's `kfd/kfd`, `kfd` and `amdgpu` (ROCr reads the CPU and NUMA
-//!   topology from the host's `devices/system`);
+//! * `R/proc`: the host's procfs (same pid namespace); `R/proc/modules` lists the host's modules
+//!   and the emulator's amdgpu (older ROCm checks that it is loaded) when the host kernel has
+//!   module support: a kernel without it has no `/proc/modules`, and none can be added to
+//!   procfs (an amdgpu built into such a kernel is not listed either);
+//! * `R/sys`: the host's sysfs, with fresh tmpfs on `devices/virtual` and `module` that hold
+//!   only the emulator's `kfd/kfd` and `amdgpu`; `R/sys/devices` and `R/sys/class` are tmpfs
+//!   with the host's entries bound back beside the emulator's (its GPUs' PCI functions; the
+//!   `kfd` and `drm` classes: `crate::sysfs_drm`, what ROCm SMI reads), which replace a host
+//!   entry of the same name (ROCr reads the CPU and NUMA topology from the host's
+//!   `devices/system`);
 //! * `R/tmp` and `R/run`: fresh tmpfs (what a program writes there, e.g. kfdq's registry in
 //!   `/run/kfdq`, stays out of the root filesystem, which may be shared by several runs);
 //! * each `--bind SRC:DST`: host `SRC` at `R/DST`.
@@ -84,6 +90,71 @@ fn only(at: &Path, name: &str, src: &Path) -> Result<(), EmuError> {
     bind(src, &dst, false)
 }
 
+/// Names of the directories (and links to them) in `dir`.
+fn entries(dir: &Path) -> Result<Vec<String>, EmuError> {
+    let rd = std::fs::read_dir(dir).map_err(|e| io(format!("list {}", dir.display()), e))?;
+    Ok(rd
+        .filter_map(Result::ok)
+        .filter(|e| e.path().is_dir())
+        .filter_map(|e| e.file_name().into_string().ok())
+        .collect())
+}
+
+/// Rebuilds the sysfs directory `host` (under `R/sys`) as a tmpfs, staged in the sandbox's
+/// `R/dev` and moved into place: the emulator's entries of `ours` bound in, the host's other
+/// entries bound back except those named in `skip` (then filled by the caller).
+fn rebuild(host: &Path, ours: &Path, skip: &[&str], dev: &Path) -> Result<(), EmuError> {
+    let emulated = entries(ours)?;
+    let stage = dev.join(".kfd-emu-stage");
+    mkdir(&stage)?;
+    tmpfs(&stage)?;
+    for name in entries(host)? {
+        if !skip.contains(&name.as_str()) && !emulated.contains(&name) {
+            mkdir(&stage.join(&name))?;
+            bind(&host.join(&name), &stage.join(&name), true)?;
+        }
+    }
+    for name in &emulated {
+        mkdir(&stage.join(name))?;
+        bind(&ours.join(name), &stage.join(name), false)?;
+    }
+    mount(
+        Some(&stage),
+        host,
+        None::<&str>,
+        MsFlags::MS_MOVE,
+        None::<&str>,
+    )
+    .map_err(|e| io(format!("move {} to {}", stage.display(), host.display()), e))?;
+    std::fs::remove_dir(&stage).map_err(|e| io(format!("remove {}", stage.display()), e))
+}
+
+/// Shows the emulator's amdgpu module in `R/proc/modules` after the host's modules: the
+/// combined text is written to a file in the sandbox's fresh `R/dev` tmpfs, bound over
+/// `R/proc/modules`, and unlinked (the mount keeps it). Nothing is done when the host kernel has
+/// no `/proc/modules`.
+fn add_amdgpu_module(emu: &Path, root: &Path) -> Result<(), EmuError> {
+    let target = root.join("proc/modules");
+    let Ok(host) = std::fs::read_to_string(&target) else {
+        tracing::debug!(
+            "the host kernel has no /proc/modules (no module support): not adding amdgpu"
+        );
+        return Ok(());
+    };
+    let emulated = std::fs::read_to_string(emu.join("proc/modules"))
+        .map_err(|e| io(format!("read {}", emu.join("proc/modules").display()), e))?;
+    let mut text: String = host
+        .lines()
+        .filter(|l| l.split(' ').next() != Some("amdgpu"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    text.push_str(&emulated);
+    let file = root.join("dev/.kfd-emu-modules");
+    std::fs::write(&file, text).map_err(|e| io(format!("write {}", file.display()), e))?;
+    bind(&file, &target, false)?;
+    std::fs::remove_file(&file).map_err(|e| io(format!("remove {}", file.display()), e))
+}
+
 /// Checks what can be checked before anything is mounted, with the fix in the message.
 fn check(s: &Sandbox) -> Result<PathBuf, EmuError> {
     if !nix::unistd::geteuid().is_root() {
@@ -154,11 +225,21 @@ pub fn run(s: &Sandbox, argv: &[String]) -> Result<Infallible, EmuError> {
     bind(&emu.join("dev/dri"), &dev.join("dri"), false)?;
     // /proc and /sys
     bind(Path::new("/proc"), &root.join("proc"), true)?;
+    add_amdgpu_module(emu, &root)?;
     let sys = root.join("sys");
     bind(Path::new("/sys"), &sys, true)?;
-    let kfd = emu.join("sys/class/kfd/kfd");
-    only(&sys.join("devices/virtual"), "kfd/kfd", &kfd)?;
-    only(&sys.join("class"), "kfd", &emu.join("sys/class/kfd"))?;
+    rebuild(
+        &sys.join("devices"),
+        &emu.join("sys/devices"),
+        &["virtual"],
+        &dev,
+    )?;
+    only(
+        &sys.join("devices/virtual"),
+        "kfd/kfd",
+        &emu.join("sys/class/kfd/kfd"),
+    )?;
+    rebuild(&sys.join("class"), &emu.join("sys/class"), &[], &dev)?;
     only(
         &sys.join("module"),
         "amdgpu",

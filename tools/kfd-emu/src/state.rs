@@ -73,6 +73,7 @@ impl Emu {
                 next_pasid: 0x8001,
                 pending_destroys: Vec::new(),
                 finished: Vec::new(),
+                interrupted: BTreeMap::new(),
             }),
             cp_wake: Condvar::new(),
             shutdown: AtomicBool::new(false),
@@ -129,6 +130,8 @@ pub(crate) struct State {
     pub pending_destroys: Vec<PendingDestroy>,
     /// Completed packets whose memory work the CP thread still has to do (outside the lock).
     pub finished: Vec<Finished>,
+    /// FUSE_INTERRUPTs for requests that were not held when they came (request id, when).
+    pub interrupted: BTreeMap<u64, Instant>,
 }
 
 impl State {
@@ -138,6 +141,32 @@ impl State {
 
     pub fn queue_mut(&mut self, key: QueueKey) -> Option<&mut Queue> {
         self.processes.get_mut(&key.0)?.queues.get_mut(&key.1)
+    }
+
+    /// Remembers a FUSE_INTERRUPT for request `unique`, which is not held (yet). Request ids are
+    /// never reused; ones older than a minute (answered without blocking) are forgotten.
+    pub fn note_interrupt(&mut self, unique: u64) {
+        let now = Instant::now();
+        self.interrupted
+            .retain(|_, at| now.duration_since(*at) < std::time::Duration::from_secs(60));
+        self.interrupted.insert(unique, now);
+    }
+
+    /// Whether request `unique` was interrupted before it could block (the note is taken).
+    pub fn take_interrupt(&mut self, unique: u64) -> bool {
+        self.interrupted.remove(&unique).is_some()
+    }
+
+    /// Bytes of the BOs every process holds on GPU node `gpu`: VRAM BOs (`vram`), or the other
+    /// memory-backed ones (GTT and the MMIO remap page).
+    pub fn bo_bytes(&self, gpu: usize, vram: bool) -> u64 {
+        self.processes
+            .values()
+            .filter_map(|p| p.devices.get(gpu))
+            .flat_map(|d| d.bos.values())
+            .filter(|b| b.vram == vram && (b.vram || b.backed))
+            .map(|b| b.size)
+            .sum()
     }
 
     /// All queues of all processes on partition `part`.
@@ -169,6 +198,8 @@ pub(crate) struct Mirror {
 /// A blocked DESTROY_QUEUE: answered when the queue is resumed or the debugger goes.
 pub(crate) struct PendingDestroy {
     pub key: QueueKey,
+    /// FUSE request id (for FUSE_INTERRUPT).
+    pub unique: u64,
     pub reply: ReplyIoctl,
     pub buf: Vec<u8>,
     pub out_len: usize,
@@ -267,6 +298,9 @@ pub(crate) struct SignalPage {
 /// A WAIT_EVENTS call that blocked: answered when its events signal, one is destroyed, its
 /// deadline passes or the process goes.
 pub(crate) struct PendingWait {
+    /// FUSE request id (for FUSE_INTERRUPT) and the waiting thread.
+    pub unique: u64,
+    pub tid: u32,
     pub ids: Vec<u32>,
     /// Per event: signalled for this waiter.
     pub activated: Vec<bool>,

@@ -1,15 +1,27 @@
 //! The sysfs text of the KFD topology (`/sys/class/kfd/kfd/topology`): `generation_id`,
 //! `system_properties`, and per node `gpu_id`, `name`, `properties` (in the kernel's
-//! `node_show` order), `mem_banks/B/properties` and `caches/C/properties`.
+//! `node_show` order), `mem_banks/B/properties`, `caches/C/properties`,
+//! `io_links/L/properties` (`crate::iolinks`) and the directories `p2p_links/` and `perf/`,
+//! which `kfd_build_sysfs_node_entry` creates for every node even when empty.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use crate::config::Topology;
+use crate::iolinks::io_links;
 use crate::topology::{COMMON_KEYS, CWSR_KEYS, GPU_KEYS};
 
-/// The `properties` file of one node: `name value\n` lines in the kernel's order.
-fn render_properties(props: &BTreeMap<String, u64>, gpu: bool, buffer_checks: bool) -> String {
+/// The `properties` file of one node: `name value\n` lines in the kernel's order; the link
+/// counts are those of the links the node's `io_links/` holds (`p2p_links/` is empty).
+fn render_properties(
+    props: &BTreeMap<String, u64>,
+    links: usize,
+    gpu: bool,
+    buffer_checks: bool,
+) -> String {
+    let mut props = props.clone();
+    props.insert("io_links_count".into(), links as u64);
+    props.insert("p2p_links_count".into(), 0);
     let mut out = String::new();
     let mut line = |key: &str| {
         let value = props.get(key).copied().unwrap_or(0);
@@ -65,26 +77,31 @@ fn cache_properties(k: u32, simd_id_base: u64) -> String {
     )
 }
 
-/// One generated topology file: path relative to `sys/class/kfd/kfd/topology` and text.
+/// One generated topology entry: path relative to `sys/class/kfd/kfd/topology` and the text
+/// of a file, or `None` for a directory (directories that hold files are implied).
 pub(crate) struct TopologyFile {
     pub path: Vec<String>,
-    pub text: String,
+    pub text: Option<String>,
 }
+
+/// Subdirectories of every node (`kfd_build_sysfs_node_entry`).
+const NODE_DIRS: [&str; 5] = ["mem_banks", "caches", "io_links", "p2p_links", "perf"];
 
 /// All files under `sys/class/kfd/kfd/topology`.
 pub(crate) fn topology_files(topo: &Topology, buffer_checks: bool) -> Vec<TopologyFile> {
+    let links = io_links(topo);
     let mut files = vec![
         TopologyFile {
             path: vec!["generation_id".into()],
-            text: "1\n".into(),
+            text: Some("1\n".into()),
         },
         TopologyFile {
             path: vec!["system_properties".into()],
-            text: "platform_oem 0\nplatform_id 0\nplatform_rev 0\n".into(),
+            text: Some("platform_oem 0\nplatform_id 0\nplatform_rev 0\n".into()),
         },
     ];
     let mut node =
-        |n: u32, gpu_id: u32, name: &str, props: String, extra: Vec<(Vec<String>, String)>| {
+        |n: u32, gpu_id: u32, name: &str, props: String, mut extra: Vec<(Vec<String>, String)>| {
             let dir = vec!["nodes".to_string(), n.to_string()];
             let with = |f: &str| {
                 let mut p = dir.clone();
@@ -93,20 +110,35 @@ pub(crate) fn topology_files(topo: &Topology, buffer_checks: bool) -> Vec<Topolo
             };
             files.push(TopologyFile {
                 path: with("gpu_id"),
-                text: format!("{gpu_id}\n"),
+                text: Some(format!("{gpu_id}\n")),
             });
             files.push(TopologyFile {
                 path: with("name"),
-                text: format!("{name}\n"),
+                text: Some(format!("{name}\n")),
             });
             files.push(TopologyFile {
                 path: with("properties"),
-                text: props,
+                text: Some(props),
             });
+            for d in NODE_DIRS {
+                files.push(TopologyFile {
+                    path: with(d),
+                    text: None,
+                });
+            }
+            extra.extend(links[n as usize].iter().enumerate().map(|(l, link)| {
+                (
+                    vec!["io_links".into(), l.to_string(), "properties".into()],
+                    link.properties(buffer_checks),
+                )
+            }));
             for (sub, text) in extra {
                 let mut path = dir.clone();
                 path.extend(sub);
-                files.push(TopologyFile { path, text });
+                files.push(TopologyFile {
+                    path,
+                    text: Some(text),
+                });
             }
         };
     let sub = |parts: [&str; 3]| parts.iter().map(|p| (*p).to_string()).collect::<Vec<_>>();
@@ -114,7 +146,7 @@ pub(crate) fn topology_files(topo: &Topology, buffer_checks: bool) -> Vec<Topolo
         0,
         0,
         &topo.cpu_name,
-        render_properties(&topo.cpu_props, false, buffer_checks),
+        render_properties(&topo.cpu_props, links[0].len(), false, buffer_checks),
         vec![(
             sub(["mem_banks", "0", "properties"]),
             mem_bank_properties(HEAP_SYSTEM, CPU_MEM_BYTES, 64, 4800),
@@ -140,7 +172,7 @@ pub(crate) fn topology_files(topo: &Topology, buffer_checks: bool) -> Vec<Topolo
             g.node,
             g.gpu_id,
             &g.name,
-            render_properties(&g.props, true, buffer_checks),
+            render_properties(&g.props, links[g.node as usize].len(), true, buffer_checks),
             extra,
         );
     }
@@ -159,7 +191,7 @@ mod tests {
             ..EmuConfig::default()
         })
         .unwrap();
-        let text = render_properties(&topo.gpus[0].props, true, true);
+        let text = render_properties(&topo.gpus[0].props, 1, true, true);
         let keys: Vec<&str> = text.lines().map(|l| l.split(' ').next().unwrap()).collect();
         assert_eq!(keys[0], "cpu_cores_count");
         assert_eq!(keys[29], "cwsr_size");
@@ -167,10 +199,10 @@ mod tests {
         assert_eq!(keys.last(), Some(&"max_engine_clk_ccompute"));
         assert!(!keys.contains(&"capability2"));
         assert!(text.contains("\nnum_xcc 4\n"));
-        let legacy = render_properties(&topo.gpus[0].props, true, false);
+        let legacy = render_properties(&topo.gpus[0].props, 1, true, false);
         assert!(!legacy.contains("cwsr_size"));
         assert!(!legacy.contains("ctl_stack_size"));
-        let cpu = render_properties(&topo.cpu_props, false, true);
+        let cpu = render_properties(&topo.cpu_props, 1, false, true);
         assert!(!cpu.contains("num_xcc"));
         assert!(cpu.contains("cpu_cores_count 96\n"));
     }

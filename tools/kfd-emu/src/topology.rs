@@ -38,6 +38,10 @@ pub(crate) const COMMON_KEYS: [&str; 29] = [
     "num_cp_queues",
 ];
 
+/// Keys the emulator derives from the links it builds (`crate::iolinks`); a topology file may
+/// not set them.
+pub(crate) const DERIVED_KEYS: [&str; 2] = ["io_links_count", "p2p_links_count"];
+
 /// Keys added by Linux 6.12 (printed only when buffer checks are modelled).
 pub(crate) const CWSR_KEYS: [&str; 2] = ["cwsr_size", "ctl_stack_size"];
 

@@ -268,3 +268,64 @@ fn stats_and_config_json_are_served() {
     assert_eq!(cfg["config"]["preset"], "mi308x");
     assert_eq!(cfg["nodes"][0]["debug_memory_size"], 25_600);
 }
+
+#[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
+fn io_links_match_their_counts_and_link_the_gpus() {
+    require_root();
+    let t = mount(EmuConfig {
+        preset: Preset::Mi308x,
+        gpus: 2,
+        ..EmuConfig::default()
+    });
+    let links = |node: u32| -> Vec<std::collections::BTreeMap<String, u64>> {
+        let dir = format!("sys/class/kfd/kfd/topology/nodes/{node}/io_links");
+        let n = std::fs::read_dir(t.path(&dir)).unwrap().count();
+        (0..n)
+            .map(|l| parse_properties(&t.read(&format!("{dir}/{l}/properties"))))
+            .collect()
+    };
+    for node in 0..=2 {
+        let props = parse_properties(&t.read(&format!(
+            "sys/class/kfd/kfd/topology/nodes/{node}/properties"
+        )));
+        assert_eq!(
+            props["io_links_count"] as usize,
+            links(node).len(),
+            "node {node}"
+        );
+        assert_eq!(props["p2p_links_count"], 0);
+        let p2p = t.path(&format!(
+            "sys/class/kfd/kfd/topology/nodes/{node}/p2p_links"
+        ));
+        assert_eq!(std::fs::read_dir(p2p).unwrap().count(), 0);
+    }
+    // The CPU has a link to each GPU; each GPU one to the CPU (first) and one XGMI link to the
+    // other GPU.
+    let cpu = links(0);
+    assert_eq!(
+        cpu.iter().map(|l| l["node_to"]).collect::<Vec<_>>(),
+        vec![1, 2]
+    );
+    assert!(cpu.iter().all(|l| l["type"] == 2 && l["flags"] == 3));
+    let g1 = links(1);
+    assert_eq!(
+        (g1[0]["type"], g1[0]["node_to"], g1[0]["weight"]),
+        (2, 0, 20)
+    );
+    assert_eq!(
+        (g1[1]["type"], g1[1]["node_to"], g1[1]["weight"]),
+        (11, 2, 15)
+    );
+    assert_eq!(g1[1]["recommended_sdma_engine_id_mask"], 0xfffc);
+    // The DRM sysfs ROCm SMI reads: the render node's device is the GPU's PCI function.
+    let dev = std::fs::read_link(t.path("sys/class/drm/renderD128/device")).unwrap();
+    assert_eq!(dev.to_str(), Some("../../../0000:0c:00.0"));
+    assert_eq!(t.read("sys/class/drm/renderD129/device/vendor"), "0x1002\n");
+    assert_eq!(t.read("sys/class/drm/card1/device/device"), "0x74a2\n");
+    assert_eq!(
+        t.read("sys/class/drm/card0/device/mem_info_vram_used"),
+        "0\n"
+    );
+    assert_eq!(t.read("proc/modules").split(' ').next(), Some("amdgpu"));
+}

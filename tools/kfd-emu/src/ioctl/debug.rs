@@ -354,6 +354,7 @@ mod tests {
             tid: me,
             tgid: me,
             out_len: 0,
+            unique: 0,
         };
         let mut short = me.to_ne_bytes().to_vec();
         let r = dbg_trap(&ctx, &mut short, &mut None, &mut effects);

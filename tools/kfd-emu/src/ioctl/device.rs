@@ -211,19 +211,7 @@ pub(crate) fn available_memory(
     let mut a: kfd_ioctl_get_available_memory_args = load(buf);
     let g = gpu(ctx, a.gpu_id)?;
     let total = ctx.emu.topo.gpus[g].vram_bytes();
-    let st = ctx.emu.lock();
-    let used: u64 = st
-        .processes
-        .values()
-        .map(|p| {
-            p.devices[g]
-                .bos
-                .values()
-                .filter(|b| b.vram)
-                .map(|b| b.size)
-                .sum::<u64>()
-        })
-        .sum();
+    let used = ctx.emu.lock().bo_bytes(g, true);
     a.available = total.saturating_sub(used);
     store(buf, &a);
     Ok(0)

@@ -15,7 +15,9 @@ use super::{Ctx, KResult, MAX_ARRAY, load, store};
 use crate::abi::{u32_at, u64_at};
 use crate::client_mem;
 use crate::effects::Effects;
-use crate::events::{EVENT_DATA_ID, EVENT_DATA_SIZE, begin_wait, destroy, gpu_signaled, set};
+use crate::events::{
+    EVENT_DATA_ID, EVENT_DATA_SIZE, answer_interrupted, begin_wait, destroy, gpu_signaled, set,
+};
 use crate::state::{Event, PendingWait, Process, SignalPage};
 
 /// Slots of the page the kernel allocates itself when the caller passes no event page
@@ -192,6 +194,7 @@ pub(crate) fn wait(
     client_mem::read(ctx.tgid, a.events_ptr, &mut data)?;
     let entry = |i: usize| i * EVENT_DATA_SIZE as usize;
     let mut st = ctx.emu.lock();
+    let interrupted = st.take_interrupt(ctx.unique);
     let p = st.processes.get_mut(&ctx.tgid).ok_or(ESRCH)?;
     let ids: Vec<u32> = (0..n)
         .map(|i| u32_at(&data, entry(i) + EVENT_DATA_ID as usize).unwrap_or(0))
@@ -234,6 +237,8 @@ pub(crate) fn wait(
         return Err(EINVAL);
     };
     let w = PendingWait {
+        unique: ctx.unique,
+        tid: ctx.tid,
         ids,
         activated: w_activated,
         queued: w_queued,
@@ -246,6 +251,11 @@ pub(crate) fn wait(
         out_len: ctx.out_len,
     };
     if let Some(w) = begin_wait(p, w) {
+        if interrupted {
+            // The caller got a signal before the wait could block.
+            answer_interrupted(p, w);
+            return Ok(0);
+        }
         p.events.waits.push(w);
         if deadline.is_some() {
             effects.wake_cp = true;

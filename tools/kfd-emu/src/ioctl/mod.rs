@@ -12,6 +12,7 @@ pub(crate) mod debug;
 pub(crate) mod detach;
 pub(crate) mod device;
 pub(crate) mod events;
+pub(crate) mod interrupt;
 pub(crate) mod lifecycle;
 pub(crate) mod memory;
 pub(crate) mod queue;
@@ -46,6 +47,8 @@ pub(crate) struct Ctx<'a> {
     pub tgid: u32,
     /// Bytes FUSE copies back to the caller.
     pub out_len: usize,
+    /// FUSE request id (a held request is found by it when FUSE_INTERRUPT comes).
+    pub unique: u64,
 }
 
 type Handler = fn(&Ctx<'_>, &mut [u8], &mut Option<ReplyIoctl>, &mut Effects) -> KResult<i32>;
@@ -117,8 +120,10 @@ fn get_version(
 }
 
 /// Handles one ioctl on a `dev/kfd` handle opened by `opener`.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn dispatch(
     emu: &Emu,
+    unique: u64,
     tid: u32,
     opener: u32,
     cmd: u32,
@@ -153,6 +158,7 @@ pub(crate) fn dispatch(
         tid,
         tgid: opener,
         out_len,
+        unique,
     };
     let mut reply = Some(reply);
     let mut effects = Effects::default();

@@ -358,9 +358,14 @@ pub(crate) fn destroy(
             // A second destroy of a queue already being destroyed.
             return Err(EBUSY);
         }
+        if st.take_interrupt(ctx.unique) {
+            // The caller got a signal before the destroy could block.
+            return Err(crate::reply::ERESTARTSYS);
+        }
         if let Some(r) = reply.take() {
             st.pending_destroys.push(PendingDestroy {
                 key,
+                unique: ctx.unique,
                 reply: r,
                 buf: buf.to_vec(),
                 out_len: ctx.out_len,

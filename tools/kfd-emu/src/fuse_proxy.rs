@@ -1,0 +1,178 @@
+//! FUSE_INTERRUPT for held requests. fuser 0.18 answers every FUSE_INTERRUPT itself with
+//! `ENOSYS`, after which the kernel sends none again (`fc->no_interrupt`) and a caller whose
+//! request the emulator holds (WAIT_EVENTS, a DESTROY_QUEUE blocked on a suspended queue) waits
+//! uninterruptibly: SIGINT does nothing, and a crashing process's core dump waits in D state
+//! until the request is answered.
+//!
+//! So when kfd-emu mounts with its own `/dev/fuse` descriptor (as root), fuser gets one end of
+//! a `SOCK_SEQPACKET` pair instead (one request or reply per message, as on `/dev/fuse`), and
+//! two threads carry the traffic: `kfd-emu-fuse-in` reads `/dev/fuse` and passes every request
+//! to fuser except FUSE_INTERRUPT, whose interrupted request id goes to `kfd-emu-interrupts`,
+//! which answers the request if the emulator holds it (`ioctl::interrupt`); `kfd-emu-fuse-out`
+//! writes fuser's replies to `/dev/fuse`. An interrupt for a request the emulator does not hold
+//! needs no reply: the kernel waits for the request's own answer.
+//!
+//! Facts from the kernel (`include/uapi/linux/fuse.h`, `fs/fuse/dev.c`): a request starts with
+//! `struct fuse_in_header` (40 bytes: length, opcode at byte 4, unique id at byte 8, ...);
+//! FUSE_INTERRUPT is opcode 36 and carries `struct fuse_interrupt_in` (the interrupted request's
+//! unique id, a u64) after the header; the kernel sends it only for a request a reader already
+//! took, so the proxy has passed that request on before.
+
+use std::os::fd::{AsFd, OwnedFd};
+use std::sync::Arc;
+use std::sync::mpsc;
+
+use nix::errno::Errno;
+use nix::sys::socket::{
+    AddressFamily, Shutdown, SockFlag, SockType, setsockopt, shutdown, socketpair, sockopt,
+};
+
+use crate::error::EmuError;
+use crate::state::Emu;
+
+/// `FUSE_INTERRUPT`.
+const FUSE_INTERRUPT: u32 = 36;
+/// `FUSE_DESTROY`: ends a fuser event loop (the kernel sends it only for block-device mounts).
+const FUSE_DESTROY: u32 = 38;
+/// `sizeof(struct fuse_in_header)`.
+const IN_HEADER: usize = 40;
+/// The largest request (a write of fuser's 16 MiB `max_write`) plus headers, fuser's own read
+/// buffer size.
+const BUFFER: usize = (16 << 20) + 4096;
+/// Send buffer of both socket ends: a message must fit (the kernel doubles the value).
+const SOCKET_BUFFER: usize = BUFFER;
+
+fn io(context: &str, e: Errno) -> EmuError {
+    EmuError::io(context, std::io::Error::from(e))
+}
+
+/// The opcode and, for FUSE_INTERRUPT, the interrupted request's id of a request.
+fn interrupted_id(msg: &[u8]) -> Option<u64> {
+    let opcode = u32::from_ne_bytes(msg.get(4..8)?.try_into().ok()?);
+    if opcode != FUSE_INTERRUPT {
+        return None;
+    }
+    Some(u64::from_ne_bytes(
+        msg.get(IN_HEADER..IN_HEADER + 8)?.try_into().ok()?,
+    ))
+}
+
+/// Starts the proxy threads on `dev` (a mounted `/dev/fuse` descriptor) and returns the
+/// descriptor fuser is to serve.
+pub(crate) fn start(emu: &Arc<Emu>, dev: OwnedFd, threads: usize) -> Result<OwnedFd, EmuError> {
+    let (ours, fusers) = socketpair(
+        AddressFamily::Unix,
+        SockType::SeqPacket,
+        None,
+        SockFlag::SOCK_CLOEXEC,
+    )
+    .map_err(|e| io("create the FUSE proxy's socket pair", e))?;
+    for end in [&ours, &fusers] {
+        setsockopt(end, sockopt::SndBufForce, &SOCKET_BUFFER)
+            .map_err(|e| io("size the FUSE proxy's socket buffer", e))?;
+    }
+    let dev = Arc::new(dev);
+    let ours = Arc::new(ours);
+    let (tx, rx) = mpsc::channel::<u64>();
+    let spawn = |name: &str, f: Box<dyn FnOnce() + Send>| {
+        std::thread::Builder::new()
+            .name(name.into())
+            .spawn(f)
+            .map(drop)
+            .map_err(|e| EmuError::io("spawn a FUSE proxy thread", e))
+    };
+    let (d, o) = (dev.clone(), ours.clone());
+    spawn(
+        "kfd-emu-fuse-in",
+        Box::new(move || requests(&d, &o, &tx, threads)),
+    )?;
+    spawn("kfd-emu-fuse-out", Box::new(move || replies(&ours, &dev)))?;
+    let e = emu.clone();
+    spawn(
+        "kfd-emu-interrupts",
+        Box::new(move || {
+            for unique in rx {
+                crate::ioctl::interrupt::interrupted(&e, unique);
+            }
+        }),
+    )?;
+    Ok(fusers)
+}
+
+/// A `FUSE_DESTROY` request (header only) with request id `unique`.
+fn destroy_request(unique: u64) -> [u8; IN_HEADER] {
+    let mut m = [0u8; IN_HEADER];
+    m[..4].copy_from_slice(&(IN_HEADER as u32).to_ne_bytes());
+    m[4..8].copy_from_slice(&FUSE_DESTROY.to_ne_bytes());
+    m[8..16].copy_from_slice(&unique.to_ne_bytes());
+    m
+}
+
+/// `/dev/fuse` -> fuser, interrupts aside, until the connection ends; then each of fuser's
+/// `threads` event loops gets a FUSE_DESTROY, which ends it.
+fn requests(dev: &OwnedFd, ours: &OwnedFd, interrupts: &mpsc::Sender<u64>, threads: usize) {
+    let mut buf = vec![0u8; BUFFER];
+    loop {
+        let n = match nix::unistd::read(dev.as_fd(), &mut buf) {
+            Ok(n) => n,
+            // A request that was interrupted before it was read, or no request now.
+            Err(Errno::ENOENT | Errno::EINTR | Errno::EAGAIN) => continue,
+            Err(e) => {
+                if e != Errno::ENODEV {
+                    tracing::error!("reading /dev/fuse failed ({e}): the mount stops answering");
+                }
+                break;
+            }
+        };
+        let msg = &buf[..n];
+        if let Some(unique) = interrupted_id(msg) {
+            tracing::debug!(unique, "FUSE_INTERRUPT");
+            let _ = interrupts.send(unique);
+            continue;
+        }
+        if let Err(e) = nix::unistd::write(ours, msg) {
+            tracing::error!("passing a FUSE request to the session failed ({e})");
+            break;
+        }
+    }
+    for i in 0..threads {
+        let _ = nix::unistd::write(ours, &destroy_request(u64::MAX - i as u64));
+    }
+    let _ = shutdown(std::os::fd::AsRawFd::as_raw_fd(ours), Shutdown::Write);
+}
+
+/// fuser -> `/dev/fuse` until fuser's end is closed.
+fn replies(ours: &OwnedFd, dev: &OwnedFd) {
+    let mut buf = vec![0u8; BUFFER];
+    loop {
+        let n = match nix::unistd::read(ours.as_fd(), &mut buf) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(Errno::EINTR) => continue,
+            Err(_) => break,
+        };
+        match nix::unistd::write(dev, &buf[..n]) {
+            // ENOENT: the request is gone (its caller was killed before the answer); ENODEV:
+            // the connection ended (the answers to the proxy's own FUSE_DESTROYs).
+            Ok(_) | Err(Errno::ENOENT | Errno::ENODEV) => {}
+            Err(e) => tracing::warn!("writing a FUSE reply failed ({e})"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_interrupts_are_taken_out() {
+        let mut msg = vec![0u8; IN_HEADER + 8];
+        msg[4..8].copy_from_slice(&FUSE_INTERRUPT.to_ne_bytes());
+        msg[8..16].copy_from_slice(&(0x1235u64).to_ne_bytes());
+        msg[IN_HEADER..].copy_from_slice(&(0x1234u64).to_ne_bytes());
+        assert_eq!(interrupted_id(&msg), Some(0x1234));
+        msg[4..8].copy_from_slice(&39u32.to_ne_bytes()); // FUSE_IOCTL
+        assert_eq!(interrupted_id(&msg), None);
+        assert_eq!(interrupted_id(&msg[..6]), None);
+    }
+}
