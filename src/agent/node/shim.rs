@@ -47,6 +47,7 @@ impl NodeState {
                     }
                     p.registry = reg;
                     p.registry_gen += 1;
+                    p.refresh_busy();
                     true
                 }
                 ShimMsg::Activity { queue_id, busy } => {

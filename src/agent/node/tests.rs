@@ -427,3 +427,27 @@ fn timing_probe() {
         times[n * 99 / 100]
     );
 }
+
+#[test]
+fn a_serving_process_that_says_nothing_while_busy_goes_stale_and_releases() {
+    let t0 = Instant::now();
+    let mut n = node(t0);
+    // Busy as its registry says (no activity message): its busy state counts all the same.
+    let mut q = queue(1, 13);
+    q.busy = true;
+    let reg = registry(SERVING, "serving", vec![q]);
+    assert_eq!(step(&mut n, SERVING, reg, t0), [preempt(1)]);
+    step(&mut n, TRAINING, ack(1, true), t0);
+    let stale = t0 + crate::proto::BUSY_STALE;
+    assert!(
+        n.deadline().is_some_and(|d| d <= stale),
+        "{:?}",
+        n.deadline()
+    );
+    let mut out = Vec::new();
+    n.decide(stale, &mut out);
+    assert_eq!(n.status(stale).counters.stale_busy, 1);
+    let later = stale + Duration::from_millis(50);
+    n.decide(later, &mut out);
+    assert!(out.contains(&release(2)), "{out:?}");
+}
