@@ -55,8 +55,10 @@ fn deactivation_mid_stream_freezes_progress() {
     let kfd = Kfd::open(&emu.kfd_root()).unwrap();
     let gpu = kfd.topology().gpus().next().and_then(|n| n.gpu_id).unwrap();
     let mut q = kfd.create_queue(QueueSpec::aql(gpu)).unwrap();
+    // 200 packets of 20 ms: 4 s of work, so a test thread starved for a while between the first
+    // completions and the deactivation (a loaded machine) still deactivates mid-stream.
     for _ in 0..200 {
-        q.submit(&DispatchPacket::new(1, 64, 64).with_duration_ns(1_000_000))
+        q.submit(&DispatchPacket::new(1, 64, 64).with_duration_ns(20_000_000))
             .unwrap();
     }
     wait_for("some progress", || q.read_index().unwrap() >= 3);
