@@ -145,6 +145,14 @@ struct ServeArgs {
     /// Stall of every queue of a partition per device-wide preempt, in microseconds
     #[arg(long, default_value_t = 50, value_name = "N")]
     preempt_cost_us: u64,
+    /// CWSR cost per wave saved at a device-wide preempt, in nanoseconds (the model's
+    /// save_wave_ns)
+    #[arg(long, default_value_t = 20, value_name = "NS")]
+    save_wave_ns: u64,
+    /// CWSR cost per wave restored when its queue is mapped again, in nanoseconds
+    /// (restore_wave_ns)
+    #[arg(long, default_value_t = 20, value_name = "NS")]
+    restore_wave_ns: u64,
     /// Execution time of one work-group of an AQL dispatch whose reserved2 field is 0, in
     /// microseconds
     #[arg(long, default_value_t = 10, value_name = "N")]
@@ -218,6 +226,8 @@ fn serve(args: ServeArgs) -> Result<(), EmuError> {
         kfd_minor: args.kfd_minor,
         buffer_checks: !args.legacy_kernel,
         preempt_cost_us: args.preempt_cost_us,
+        save_wave_ns: args.save_wave_ns,
+        restore_wave_ns: args.restore_wave_ns,
         default_packet_ns: args.packet_us.saturating_mul(1000),
         quantum_us: args.quantum_us,
         queue_priority: args.queue_priority,
