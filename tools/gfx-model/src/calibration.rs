@@ -340,7 +340,7 @@ mod tests {
         match Calibration::parse(&bad).unwrap_err() {
             CalibrationError::Malformed { line: l, reason } => {
                 assert_eq!(l, line);
-                assert!(reason.contains("integer"), "{reason}");
+                assert!(reason.contains("u64"), "{reason}");
             }
             e => panic!("{e}"),
         }

@@ -123,6 +123,11 @@ impl Preset {
         }
     }
 
+    /// The preset's `gfx_target_version` (gfx942: 90402, gfx90a: 90010).
+    pub fn gfx_target_version(self) -> u64 {
+        self.template()["gfx_target_version"]
+    }
+
     /// Properties of one node of this preset, without the per-node identifiers.
     fn template(self) -> BTreeMap<String, u64> {
         // (simd_count, array_count, cu_per_simd_array, device_id, num_xcc)
