@@ -146,6 +146,11 @@ fn measure(kfd: &Kfd, n: &Node, args: &BenchArgs) -> R<PartitionReport> {
     let waves_per_cu =
         n.prop("max_waves_per_simd").unwrap_or(8) * n.prop("simd_per_cu").unwrap_or(4);
     let slots = u32::try_from(u64::from(n.cu_count()) * waves_per_cu).unwrap_or(u32::MAX);
+    if slots < 8 {
+        return Err(CliError::Refused(format!(
+            "gpu {gpu} reports {slots} wave slots (CUs x max_waves_per_simd x simd_per_cu): too few to place a bystander and a busy queue; check `kfdq topology`"
+        )));
+    }
     let plan = Plan::new(kfd, gpu, slots, args.repeat, args.window_ms, false);
     let target = identity::target_name(n);
     let mut samples = Samples::default();

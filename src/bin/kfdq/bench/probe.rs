@@ -4,8 +4,9 @@
 //! and end (GPU counter ticks) into its completion signal, so a dispatch's delay is read on the
 //! GPU's clock, not the host's. Work is 1-wave work-groups (64 work-items each) of one
 //! duration, so a dispatch of `n` work-groups holds exactly `n` wave slots while it runs.
-//! Each run is preceded by a one-work-group marker packet: once the marker's signal is 0 the
-//! dispatch behind it (barrier bit) has started, which the host waits on instead of a sleep.
+//! Each run is followed by a one-work-group marker packet without the barrier bit: the packet
+//! processor starts it once the run launched all its work-groups, so once the marker's signal
+//! is 0 the run is on the GPU, which the host waits on instead of a sleep.
 //!
 //! Durations: on kfd-emu a dispatch's work-group time is its packet's `reserved2`. Real
 //! hardware needs a spinning kernel of a known time for the partition's gfx target, which kfdq
@@ -13,6 +14,7 @@
 
 use std::time::{Duration, Instant};
 
+use kfdq::kfd::aql::HEADER_BARRIER;
 use kfdq::kfd::{DispatchPacket, GpuId, Kfd, Priority, Queue, QueueSpec, Root, Signal};
 
 use super::R;
@@ -98,24 +100,29 @@ impl<'k> Lane<'k> {
         kfd_error(format!("{doing} ({})", self.queue.id()), &self.root, e)
     }
 
-    /// Submits `wgs` one-wave work-groups of `wg_ns` each behind a marker, without waiting.
+    /// Submits `wgs` one-wave work-groups of `wg_ns` each, then (with `marker`) a one-work-group
+    /// marker without the barrier bit: the packet processor starts it once the dispatch before
+    /// it launched all its work-groups, so its completion says the dispatch runs. Does not wait.
     pub fn submit(&mut self, wgs: u32, wg_ns: u64, marker: bool) -> R<()> {
-        if marker {
-            self.marker.set(1).map_err(|e| self.err("a signal", e))?;
-            let m = DispatchPacket::new(KERNEL_OBJECT, u32::from(WG_THREADS), WG_THREADS)
-                .with_duration_ns(1)
-                .with_signal(&self.marker);
-            self.queue
-                .submit(&m)
-                .map_err(|e| self.err("submitting", e))?;
-        }
         self.done.set(1).map_err(|e| self.err("a signal", e))?;
         let d = DispatchPacket::new(KERNEL_OBJECT, wgs * u32::from(WG_THREADS), WG_THREADS)
             .with_duration_ns(wg_ns)
             .with_signal(&self.done);
+        if marker {
+            self.marker.set(1).map_err(|e| self.err("a signal", e))?;
+        }
         self.queue
             .submit(&d)
             .map_err(|e| self.err("submitting", e))?;
+        if marker {
+            let mut m = DispatchPacket::new(KERNEL_OBJECT, u32::from(WG_THREADS), WG_THREADS)
+                .with_duration_ns(1)
+                .with_signal(&self.marker);
+            m.header &= !HEADER_BARRIER;
+            self.queue
+                .submit(&m)
+                .map_err(|e| self.err("submitting", e))?;
+        }
         Ok(())
     }
 
