@@ -169,7 +169,17 @@ fn measure(kfd: &Kfd, n: &Node, args: &BenchArgs) -> R<PartitionReport> {
             if let Err(u) = level3::run(&plan, &mut samples)? {
                 unavailable.push(u);
             }
+            let cwsr = std::fs::read_to_string(
+                kfd.root()
+                    .path()
+                    .join("sys/module/amdgpu/parameters/cwsr_enable"),
+            );
             match stats::fit(&samples.all_stalls()) {
+                Ok(_) if cwsr.is_ok_and(|v| v.trim() == "0") => unavailable.push(Unavailable::new(
+                    "CWSR fit",
+                    "amdgpu's cwsr_enable is 0: a preempt waits for running waves to end instead of saving them, so the stalls measure draining, not CWSR",
+                    "boot with amdgpu.cwsr_enable=1 (the default), as levels 2 and 3 need",
+                )),
                 Ok(f) => fit = Some(f),
                 Err(e) => unavailable.push(Unavailable::new(
                     "CWSR fit",
