@@ -211,3 +211,55 @@ fn an_unknown_gpu_target_is_refused() {
         "{err}"
     );
 }
+
+#[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
+fn the_bench_dispatches_its_spin_kernel_for_gfx942_and_gfx90a() {
+    for preset in [Preset::Mi308x, Preset::Mi210] {
+        let emu = mount(EmuConfig {
+            preset,
+            ..EmuConfig::default()
+        });
+        let mut child = Command::new(env!("CARGO_BIN_EXE_kfdq"))
+            .arg("--root")
+            .arg(emu.root())
+            .args(["--json", "bench", "--repeat", "1"])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        // The emulator names a dispatch's kernel from the code object loaded in the caller's
+        // GPU memory (docs/kfd-emulator.md, "Real code objects"); watch while the bench runs.
+        let mut stdout = child.stdout.take().unwrap();
+        let reader = std::thread::spawn(move || {
+            let mut s = Vec::new();
+            std::io::Read::read_to_end(&mut stdout, &mut s).unwrap();
+            s
+        });
+        let mut seen = std::collections::BTreeSet::new();
+        let status = loop {
+            for p in emu.stats().processes {
+                seen.extend(p.dispatches_by_kernel.into_keys());
+            }
+            if let Some(status) = child.try_wait().unwrap() {
+                break status;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        };
+        let v = json(&Output {
+            status,
+            stdout: reader.join().unwrap(),
+            stderr: Vec::new(),
+        });
+        assert!(
+            seen.contains("kfdq_spin"),
+            "{preset:?}: kernels seen {seen:?}"
+        );
+        within(
+            v[0]["fit"]["fixed_ns"].as_f64().unwrap(),
+            50_000.0,
+            "preempt_fixed_ns",
+        );
+        assert!(v[0]["spin_ns_per_iteration"].as_f64().is_some());
+    }
+}

@@ -58,12 +58,12 @@ fn classify(ratio: f64) -> Seen {
 /// Runs the races on `plan`'s partition.
 pub fn run(plan: &Plan<'_>) -> R<Option<ArbitrationResult>> {
     let kfd = plan.kfd;
-    let mut gate = Lane::new(kfd, plan.gpu, plan.priority)?;
+    let mut gate = Lane::new(kfd, plan.gpu, plan.priority, plan.spin)?;
     let mut discarded = 0;
     let mut ratios = [Vec::new(), Vec::new()];
     for (k, (lo, hi)) in [(2u32, 13u32), (8, 10)].into_iter().enumerate() {
-        let mut low = Lane::new(kfd, plan.gpu, lo)?;
-        let mut high = Lane::new(kfd, plan.gpu, hi)?;
+        let mut low = Lane::new(kfd, plan.gpu, lo, plan.spin)?;
+        let mut high = Lane::new(kfd, plan.gpu, hi, plan.spin)?;
         for i in 0..plan.repeat {
             plan.progress(&format!(
                 "arbitration, priority {lo} vs {hi}: race {}/{}",

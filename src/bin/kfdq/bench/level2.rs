@@ -17,8 +17,8 @@ pub fn run(plan: &Plan<'_>, out: &mut Samples) -> R<()> {
     let kfd = plan.kfd;
     let root = kfd.root();
     let v = u64::from(plan.bystander_wgs);
-    let mut bystander = Lane::new(kfd, plan.gpu, plan.priority)?;
-    let mut idle = Lane::new(kfd, plan.gpu, plan.priority)?;
+    let mut bystander = Lane::new(kfd, plan.gpu, plan.priority, plan.spin)?;
+    let mut idle = Lane::new(kfd, plan.gpu, plan.priority, plan.spin)?;
     for i in 0..plan.repeat {
         plan.progress(&format!(
             "level 2, idle queue: sample {}/{}",
@@ -45,7 +45,7 @@ pub fn run(plan: &Plan<'_>, out: &mut Samples) -> R<()> {
                 i + 1,
                 plan.repeat
             ));
-            let mut victim = Lane::new(kfd, plan.gpu, plan.priority)?;
+            let mut victim = Lane::new(kfd, plan.gpu, plan.priority, plan.spin)?;
             victim.start(w, plan.victim_wg_ns())?;
             bystander.start(plan.bystander_wgs, plan.window_ns)?;
             let (r, us) = timed(|| victim.queue.deactivate());
@@ -74,7 +74,7 @@ pub fn run(plan: &Plan<'_>, out: &mut Samples) -> R<()> {
 /// times of UPDATE_QUEUE on an idle queue only.
 pub fn calls_only(plan: &Plan<'_>, out: &mut Samples) -> R<()> {
     let root = plan.kfd.root();
-    let mut idle = Lane::new(plan.kfd, plan.gpu, plan.priority)?;
+    let mut idle = Lane::new(plan.kfd, plan.gpu, plan.priority, plan.spin)?;
     for i in 0..plan.repeat {
         plan.progress(&format!(
             "level 2, idle queue: sample {}/{}",

@@ -18,6 +18,7 @@ use super::plan::Plan;
 use super::probe::{Lane, timed};
 use super::report::Unavailable;
 use super::samples::Samples;
+use super::spin::{self, Spin};
 use crate::{CliError, kfd_error};
 
 /// Grace period passed to SUSPEND_QUEUES (1K GPU clocks; 0 is sent as 1 by the kernel): waves
@@ -138,7 +139,7 @@ pub fn run(plan: &Plan<'_>, out: &mut Samples) -> R<Result<(), Unavailable>> {
         }
     };
     let v = u64::from(plan.bystander_wgs);
-    let mut bystander = Lane::new(kfd, plan.gpu, plan.priority)?;
+    let mut bystander = Lane::new(kfd, plan.gpu, plan.priority, plan.spin)?;
     for &w in &plan.victim_waves {
         for i in 0..plan.repeat {
             plan.progress(&format!(
@@ -146,7 +147,8 @@ pub fn run(plan: &Plan<'_>, out: &mut Samples) -> R<Result<(), Unavailable>> {
                 i + 1,
                 plan.repeat
             ));
-            let answer = worker.ask(&format!("run {w} {}", plan.victim_wg_ns()))?;
+            let per = plan.spin.map_or(0.0, |s| s.ns_per_iteration.get());
+            let answer = worker.ask(&format!("run {w} {} {per}", plan.victim_wg_ns()))?;
             let qid = answer
                 .strip_prefix("running ")
                 .and_then(|q| q.parse().ok())
@@ -194,19 +196,31 @@ pub fn worker(root: &Root, gpu: GpuId) -> R<()> {
     if let Err(e) = kfd.runtime_enable(0, false) {
         return say(&mut stdout, &format!("error: RUNTIME_ENABLE: {e}"));
     }
+    let spin = match kfd
+        .gpu(gpu)
+        .ok()
+        .and_then(|n| n.prop("gfx_target_version"))
+        .and_then(spin::code_object)
+    {
+        Some(image) => Some(Spin::load(&kfd, gpu, image)?),
+        None => None,
+    };
     say(&mut stdout, "ready")?;
     let mut lane: Option<Lane<'_>> = None;
     for line in std::io::stdin().lock().lines() {
         let line = line.map_err(|e| CliError::Output(e.to_string()))?;
         let words: Vec<&str> = line.split_whitespace().collect();
         match words.as_slice() {
-            ["run", w, ns] => {
-                let (Ok(w), Ok(ns)) = (w.parse(), ns.parse()) else {
-                    say(&mut stdout, "error: run WAVES WG_NS")?;
+            ["run", w, ns, per] => {
+                let (Ok(w), Ok(ns), Ok(per)) = (w.parse(), ns.parse(), per.parse::<f64>()) else {
+                    say(&mut stdout, "error: run WAVES WG_NS NS_PER_ITERATION")?;
                     continue;
                 };
+                if let Some(s) = &spin {
+                    s.ns_per_iteration.set(per);
+                }
                 drop(lane.take());
-                let mut l = Lane::new(&kfd, gpu, 7)?;
+                let mut l = Lane::new(&kfd, gpu, 7, spin.as_ref())?;
                 l.start(w, ns)?;
                 let id = l.queue.id().0;
                 lane = Some(l);

@@ -25,6 +25,7 @@ mod plan;
 mod probe;
 mod report;
 mod samples;
+mod spin;
 mod stats;
 
 use kfdq::kfd::{GpuId, Kfd, Node, Root, procfs};
@@ -151,16 +152,29 @@ fn measure(kfd: &Kfd, n: &Node, args: &BenchArgs) -> R<PartitionReport> {
             "gpu {gpu} reports {slots} wave slots (CUs x max_waves_per_simd x simd_per_cu): too few to place a bystander and a busy queue; check `kfdq topology`"
         )));
     }
-    let plan = Plan::new(kfd, gpu, slots, args.repeat, args.window_ms, false);
+    let spin = match n.prop("gfx_target_version").and_then(spin::code_object) {
+        Some(image) => Some(spin::Spin::load(kfd, gpu, image)?),
+        None => None,
+    };
+    let plan = Plan::new(
+        kfd,
+        gpu,
+        spin.as_ref(),
+        slots,
+        args.repeat,
+        args.window_ms,
+        false,
+    );
     let target = identity::target_name(n);
     let mut samples = Samples::default();
     let mut unavailable = Vec::new();
     let mut fit = None;
     let mut arbitration = None;
-    match WorkSource::detect(kfd.root(), &target) {
-        WorkSource::Emulator => {
+    match WorkSource::detect(kfd.root(), &target, spin.is_some()) {
+        WorkSource::Known => {
+            plan.calibrate_spin()?;
             plan.progress("the bystander alone (baseline)");
-            let mut bystander = Lane::new(kfd, gpu, plan.priority)?;
+            let mut bystander = Lane::new(kfd, gpu, plan.priority, plan.spin)?;
             for us in plan.measure_baseline(&mut bystander)? {
                 samples.call("bystander_alone", 0, us / 1e3);
             }
@@ -216,6 +230,7 @@ fn measure(kfd: &Kfd, n: &Node, args: &BenchArgs) -> R<PartitionReport> {
         victim_waves: plan.victim_waves.clone(),
         samples_per_measurement: plan.repeat,
         discarded_samples: plan.discarded.get(),
+        spin_ns_per_iteration: spin.as_ref().map(|s| s.ns_per_iteration.get()),
         rows: report::rows(&samples),
         fit,
         arbitration,

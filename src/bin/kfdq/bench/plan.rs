@@ -7,12 +7,15 @@ use kfdq::kfd::{GpuId, Kfd};
 
 use super::R;
 use super::probe::Lane;
+use super::spin::Spin;
 
 /// Work sizes and the partition they run on.
 #[derive(Debug)]
 pub struct Plan<'k> {
     pub kfd: &'k Kfd,
     pub gpu: GpuId,
+    /// The spin kernel, where kfdq ships one for the target.
+    pub spin: Option<&'k Spin<'k>>,
     /// Priority of every queue but the arbitration's (7: the default band, CS_MEDIUM).
     pub priority: u32,
     /// Samples per measurement.
@@ -38,6 +41,7 @@ impl<'k> Plan<'k> {
     pub fn new(
         kfd: &'k Kfd,
         gpu: GpuId,
+        spin: Option<&'k Spin<'k>>,
         slots: u32,
         repeat: u32,
         window_ms: u64,
@@ -50,6 +54,7 @@ impl<'k> Plan<'k> {
         Plan {
             kfd,
             gpu,
+            spin,
             priority: 7,
             repeat: repeat.max(1),
             slots,
@@ -94,6 +99,22 @@ impl<'k> Plan<'k> {
         sorted.sort_by(f64::total_cmp);
         self.baseline_ns.set(sorted[(sorted.len() - 1) / 2]);
         Ok(alone)
+    }
+
+    /// Sets the spin kernel's nanoseconds per iteration from one work-group alone (kfd-emu:
+    /// from `reserved2`, so 1 ns per iteration).
+    pub fn calibrate_spin(&self) -> R<()> {
+        let Some(spin) = self.spin else {
+            return Ok(());
+        };
+        const ITERATIONS: u64 = 1 << 16;
+        spin.ns_per_iteration.set(1.0);
+        let mut lane = Lane::new(self.kfd, self.gpu, self.priority, self.spin)?;
+        lane.start(1, ITERATIONS)?;
+        let (s, e) = lane.finish()?;
+        spin.ns_per_iteration
+            .set((e - s) as f64 / ITERATIONS as f64);
+        Ok(())
     }
 
     /// A progress line on stderr.

@@ -8,9 +8,10 @@
 //! processor starts it once the run launched all its work-groups, so once the marker's signal
 //! is 0 the run is on the GPU, which the host waits on instead of a sleep.
 //!
-//! Durations: on kfd-emu a dispatch's work-group time is its packet's `reserved2`. Real
-//! hardware needs a spinning kernel of a known time for the partition's gfx target, which kfdq
-//! does not ship yet (docs/hardware.md); [`WorkSource`] says which applies.
+//! Durations: the dispatches run kfdq's spin kernel where it ships one for the partition's gfx
+//! target (`spin.rs`: an iteration count scaled from a run alone) and also carry the time in the
+//! packet's `reserved2`, which kfd-emu takes as the work-group time and hardware ignores. On a
+//! real GPU without a spin kernel the busy measurements are skipped ([`WorkSource`]).
 
 use std::time::{Duration, Instant};
 
@@ -18,6 +19,7 @@ use kfdq::kfd::aql::HEADER_BARRIER;
 use kfdq::kfd::{DispatchPacket, GpuId, Kfd, Priority, Queue, QueueSpec, Root, Signal};
 
 use super::R;
+use super::spin::Spin;
 use crate::kfd_error;
 
 /// GPU counter period: the timestamps count at 100 MHz (kfd-emu's counter; gfx9's
@@ -25,7 +27,7 @@ use crate::kfd_error;
 pub const TICK_NS: u64 = 10;
 /// Threads of one work-group: one wave64.
 const WG_THREADS: u16 = 64;
-/// The code object address of the dispatches (kfd-emu runs no code; see [`WorkSource`]).
+/// The kernel object of dispatches without the spin kernel (kfd-emu runs no code).
 const KERNEL_OBJECT: u64 = 0x6b66_6471_0000;
 /// How long a wait for the GPU may take before the bench gives up.
 pub const WAIT: Duration = Duration::from_secs(60);
@@ -33,9 +35,9 @@ pub const WAIT: Duration = Duration::from_secs(60);
 /// Whether the bench can run work of a known duration on this node.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum WorkSource {
-    /// kfd-emu: `reserved2` carries each work-group's time.
-    Emulator,
-    /// Real amdkfd: no spinning kernel for this target yet.
+    /// kfd-emu (`reserved2` is each work-group's time) or the spin kernel.
+    Known,
+    /// Real amdkfd and no spin kernel for this target.
     None {
         /// Why, and what to do.
         why: String,
@@ -43,14 +45,15 @@ pub enum WorkSource {
 }
 
 impl WorkSource {
-    /// kfd-emu serves `kfd-emu/config.json` next to its `/dev/kfd`.
-    pub fn detect(root: &Root, gfx_target: &str) -> WorkSource {
-        if root.path().join("kfd-emu/config.json").exists() {
-            WorkSource::Emulator
+    /// kfd-emu serves `kfd-emu/config.json` next to its `/dev/kfd`; elsewhere the spin kernel
+    /// must exist for the target.
+    pub fn detect(root: &Root, gfx_target: &str, has_spin: bool) -> WorkSource {
+        if has_spin || root.path().join("kfd-emu/config.json").exists() {
+            WorkSource::Known
         } else {
             WorkSource::None {
                 why: format!(
-                    "kfdq has no spinning kernel for {gfx_target} yet (issue 28, item 2: code objects built in the sid root); measurements that need busy queues of a known shape are skipped. Fix: wait for those code objects, or run the bench on kfd-emu"
+                    "kfdq ships its spin kernel for gfx942 and gfx90a only, not {gfx_target}; measurements that need busy queues of a known shape are skipped. Fix: add the target to scripts/kernels.sh and rebuild, or run the bench on kfd-emu"
                 ),
             }
         }
@@ -66,11 +69,12 @@ pub struct Lane<'k> {
     done: Signal<'k>,
     /// When the host saw the last run start (its marker completed).
     pub started_at: Instant,
+    spin: Option<&'k Spin<'k>>,
 }
 
 impl<'k> Lane<'k> {
     /// A new queue on `gpu` at `priority`, profiling on.
-    pub fn new(kfd: &'k Kfd, gpu: GpuId, priority: u32) -> R<Lane<'k>> {
+    pub fn new(kfd: &'k Kfd, gpu: GpuId, priority: u32, spin: Option<&'k Spin<'k>>) -> R<Lane<'k>> {
         let root = kfd.root();
         let prio = Priority::new(priority).map_err(|e| kfd_error("a queue priority", root, e))?;
         let mut queue = kfd
@@ -93,6 +97,7 @@ impl<'k> Lane<'k> {
             marker,
             done,
             started_at: Instant::now(),
+            spin,
         })
     }
 
@@ -105,9 +110,7 @@ impl<'k> Lane<'k> {
     /// it launched all its work-groups, so its completion says the dispatch runs. Does not wait.
     pub fn submit(&mut self, wgs: u32, wg_ns: u64, marker: bool) -> R<()> {
         self.done.set(1).map_err(|e| self.err("a signal", e))?;
-        let d = DispatchPacket::new(KERNEL_OBJECT, wgs * u32::from(WG_THREADS), WG_THREADS)
-            .with_duration_ns(wg_ns)
-            .with_signal(&self.done);
+        let d = self.packet(wgs, wg_ns)?.with_signal(&self.done);
         if marker {
             self.marker.set(1).map_err(|e| self.err("a signal", e))?;
         }
@@ -115,15 +118,28 @@ impl<'k> Lane<'k> {
             .submit(&d)
             .map_err(|e| self.err("submitting", e))?;
         if marker {
-            let mut m = DispatchPacket::new(KERNEL_OBJECT, u32::from(WG_THREADS), WG_THREADS)
-                .with_duration_ns(1)
-                .with_signal(&self.marker);
+            let mut m = self.packet(1, 1)?.with_signal(&self.marker);
             m.header &= !HEADER_BARRIER;
             self.queue
                 .submit(&m)
                 .map_err(|e| self.err("submitting", e))?;
         }
         Ok(())
+    }
+
+    /// A dispatch of `wgs` one-wave work-groups of `wg_ns`: the spin kernel when loaded, and
+    /// the time in `reserved2` for kfd-emu.
+    fn packet(&self, wgs: u32, wg_ns: u64) -> R<DispatchPacket> {
+        let grid = wgs * u32::from(WG_THREADS);
+        Ok(match self.spin {
+            Some(spin) => {
+                let mut p = DispatchPacket::new(spin.kernel_object, grid, WG_THREADS)
+                    .with_duration_ns(wg_ns);
+                p.kernarg_address = spin.kernarg(spin.iterations(wg_ns))?;
+                p
+            }
+            None => DispatchPacket::new(KERNEL_OBJECT, grid, WG_THREADS).with_duration_ns(wg_ns),
+        })
     }
 
     /// Submits a run and waits until it runs (its marker completed).

@@ -122,6 +122,9 @@ pub struct PartitionReport {
     /// Wave counts of the preempted busy queue.
     pub victim_waves: Vec<u32>,
     pub samples_per_measurement: u32,
+    /// The spin kernel's time per iteration from its run alone (None: no spin kernel for the
+    /// target; kfd-emu times work by `reserved2`, so 1).
+    pub spin_ns_per_iteration: Option<f64>,
     /// Samples discarded because the host placed a call too late in the bystander's window.
     pub discarded_samples: u32,
     pub rows: Vec<Row>,
