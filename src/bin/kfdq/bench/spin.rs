@@ -119,7 +119,7 @@ impl<'k> Spin<'k> {
         }
         self.kernargs
             .atomic_u64(n * KERNARG_STRIDE)
-            .map_err(|e| kfd_error("writing kernel arguments", &kfdq::kfd::Root::new("/"), e))?
+            .map_err(|e| CliError::Refused(format!("writing kernel arguments: {e}")))?
             .store(iterations, std::sync::atomic::Ordering::Release);
         let addr = self.kernargs.va() + n * KERNARG_STRIDE;
         slots.insert(iterations, addr);
