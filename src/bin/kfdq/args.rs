@@ -188,7 +188,7 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 5, value_name = "N")]
     pub repeat: u32,
     /// Work-group time of the bystander dispatch that spans each call, ms: it must outlast the
-    /// call and its stall (the arbitration's gate takes as long, its rounds a twentieth).
+    /// call and its stall (the arbitration's gate takes four windows, its rounds a twentieth of one).
     #[arg(long, default_value_t = 50, value_name = "MS")]
     pub window_ms: u64,
     /// Measure even when other processes have queues on the partition (they are preempted

@@ -16,8 +16,12 @@ use super::plan::Plan;
 use super::probe::Lane;
 use super::stats::Summary;
 
-/// Gate time: long enough for the packet processor to see both racers before it ends.
-const GATE_FACTOR: u64 = 1;
+/// Gate time, in windows: long enough for the host to submit both racers and the packet
+/// processor to see them before it ends, on a loaded host too.
+const GATE_FACTOR: u64 = 4;
+/// Attempts per pair, in multiples of `--repeat`, before the races that were discarded (a late
+/// host) leave the verdict open.
+const ATTEMPTS: u32 = 3;
 /// Work-group time of the racers, relative to the window.
 const ROUND_DIVISOR: u64 = 20;
 
@@ -64,10 +68,13 @@ pub fn run(plan: &Plan<'_>) -> R<Option<ArbitrationResult>> {
     for (k, (lo, hi)) in [(2u32, 13u32), (8, 10)].into_iter().enumerate() {
         let mut low = Lane::new(kfd, plan.gpu, lo, plan.spin)?;
         let mut high = Lane::new(kfd, plan.gpu, hi, plan.spin)?;
-        for i in 0..plan.repeat {
+        for _ in 0..plan.repeat * ATTEMPTS {
+            if ratios[k].len() >= plan.repeat as usize {
+                break;
+            }
             plan.progress(&format!(
                 "arbitration, priority {lo} vs {hi}: race {}/{}",
-                i + 1,
+                ratios[k].len() + 1,
                 plan.repeat
             ));
             let round = (plan.window_ns / ROUND_DIVISOR).max(1);
@@ -76,7 +83,8 @@ pub fn run(plan: &Plan<'_>) -> R<Option<ArbitrationResult>> {
             gate.start(plan.slots - 1, plan.window_ns * GATE_FACTOR)?;
             low.submit(2 * plan.slots, round, false)?;
             high.submit(2 * plan.slots, round, false)?;
-            let late = gate.started_at.elapsed().as_nanos() as f64 > plan.window_ns as f64 * 0.8;
+            let late = gate.started_at.elapsed().as_nanos() as f64
+                > (plan.window_ns * GATE_FACTOR) as f64 * 0.8;
             let (_, gate_end) = gate.finish()?;
             let (_, low_end) = low.finish()?;
             let (high_start, high_end) = high.finish()?;
