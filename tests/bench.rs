@@ -185,6 +185,9 @@ fn a_partition_in_use_is_refused_unless_forced() {
         (after.partitions[0].runlist_updates, after.queues.len()),
         "a refused bench changed the partition"
     );
+    // With --force it measures (the other process's queue is idle: the fit is still exact).
+    let v = json(&bench(&emu, &["--force"]));
+    within(v[0]["fit"]["fixed_ns"].as_f64().unwrap(), 50_000.0, "preempt_fixed_ns");
     holder.finish();
 }
 
