@@ -14,6 +14,8 @@ scripts/sid-root.sh --versions
 step "the second sid root with rocBLAS, hipBLAS, hipBLASLt and MIOpen (built once, cached: scripts/sid-root.sh --libs)"
 scripts/sid-root.sh --libs >/dev/null
 scripts/sid-root.sh --libs --versions
+step "kfdq bench's spin code objects match kernels/spin.hip (built by the sid root's hipcc)"
+scripts/kernels.sh --check
 
 step "building every package and test target"
 cargo build --quiet --workspace --all-targets ||

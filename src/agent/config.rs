@@ -102,6 +102,10 @@ pub struct AgentConfig {
     pub classes: Vec<ClassConfig>,
     /// The policy's part.
     pub policy: PolicyConfig,
+    /// `[agent] calibration`: the node's calibration file (`kfdq bench --write`), whose round
+    /// trip is the cost rule's C, and the `gfx_target_version` it was measured on (kfdqd
+    /// refuses it on another GPU kind, `check_calibration`).
+    pub calibration: Option<(PathBuf, u32)>,
 }
 
 /// A configuration that was refused; the one in effect stays.
@@ -138,6 +142,7 @@ struct FileAgent {
     release: Option<String>,
     hysteresis_ms: Option<f64>,
     preempt_round_trip_us: Option<f64>,
+    calibration: Option<PathBuf>,
     release_k: Option<f64>,
     release_epsilon: Option<f64>,
     release_max_hold_ms: Option<f64>,
@@ -246,6 +251,33 @@ fn ms(v: f64, key: &'static str) -> Result<u64, SettingError> {
     } else {
         Err(SettingError::Milliseconds { key, value: v })
     }
+}
+
+/// `[agent] calibration = FILE` (relative to the configuration's directory): the cost rule's C
+/// from the node's measured preempt and restore, and the GPU kind it was measured on.
+fn calibration(
+    a: &FileAgent,
+    file: &Path,
+    config: Option<&Path>,
+) -> Result<(u64, u32), SettingError> {
+    let fail = |message: String| SettingError::Calibration {
+        path: file.to_owned(),
+        message,
+    };
+    if a.preempt_round_trip_us.is_some() {
+        return Err(fail(
+            "preempt_round_trip_us sets C as well; remove one".into(),
+        ));
+    }
+    if a.release.as_deref().map(str::trim) == Some("hysteresis") || a.hysteresis_ms.is_some() {
+        return Err(SettingError::CostKeyUnderHysteresis("calibration"));
+    }
+    let full = config
+        .and_then(Path::parent)
+        .map_or_else(|| file.to_owned(), |d| d.join(file));
+    let text = std::fs::read_to_string(&full).map_err(|e| fail(e.to_string()))?;
+    let cal = gfx_model::Calibration::parse(&text).map_err(|e| fail(e.to_string()))?;
+    Ok((cal.model.preempt_round_trip_ns, cal.node.gfx_target_version))
 }
 
 /// The release rule of `[agent]`: `release = "cost"` (the default) with its parameters, or
@@ -370,6 +402,7 @@ impl AgentConfig {
             tracer: TracerSettings::default(),
             classes,
             policy,
+            calibration: None,
         }
     }
 
@@ -426,6 +459,17 @@ impl AgentConfig {
             cfg.admin_group = Some((g.clone(), group_id(g).map_err(|e| at_agent(e.to_string()))?));
         }
         cfg.policy.release = release(a).map_err(|e| at_agent(e.to_string()))?;
+        if let Some(file) = &a.calibration {
+            let line = text
+                .find("calibration")
+                .map_or(agent_line, |o| line_of(text, o));
+            let (round_trip_ns, target) =
+                calibration(a, file, path).map_err(|e| invalid(line, format!("[agent]: {e}")))?;
+            if let Release::Cost(c) = &mut cfg.policy.release {
+                c.round_trip_ns = round_trip_ns;
+            }
+            cfg.calibration = Some((file.clone(), target));
+        }
         if let Some(v) = a.hysteresis_ms {
             cfg.policy.hysteresis_ns =
                 ms(v, "hysteresis_ms").map_err(|e| at_agent(e.to_string()))?;

@@ -45,6 +45,14 @@ pub enum SettingError {
         "preempt_round_trip_us = {0} is out of range 0..=1000000 µs (one device-wide preempt and its restore)"
     )]
     RoundTrip(f64),
+    /// `calibration` names a file that cannot be used.
+    #[error("calibration = {path:?}: {message}")]
+    Calibration {
+        /// The file as written.
+        path: std::path::PathBuf,
+        /// Why (a malformed file's line and reason, or the conflicting key).
+        message: String,
+    },
     /// A parameter of the cost release rule out of range.
     #[error(transparent)]
     Release(#[from] ReleaseError),

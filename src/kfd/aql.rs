@@ -123,6 +123,10 @@ impl DispatchPacket {
 /// `amd_signal_t` offsets.
 const SIGNAL_KIND: u64 = 0;
 const SIGNAL_VALUE: u64 = 8;
+/// `amd_signal_t.start_ts` and `end_ts` (ROCr `inc/amd_hsa_signal.h`): GPU counter ticks the CP
+/// writes when a packet of a queue with profiling enabled starts and ends.
+const SIGNAL_START_TS: u64 = 0x20;
+const SIGNAL_END_TS: u64 = 0x28;
 /// `AMD_SIGNAL_KIND_USER`.
 const SIGNAL_KIND_USER: u64 = 1;
 
@@ -155,6 +159,19 @@ impl<'k> Signal<'k> {
             .mem
             .atomic_u64(SIGNAL_VALUE)?
             .load(std::sync::atomic::Ordering::Acquire) as i64)
+    }
+
+    /// The (start, end) GPU counter ticks the CP wrote for the last packet that completed this
+    /// signal on a queue with profiling enabled ([`super::Queue::enable_profiling`]); (0, 0)
+    /// before any.
+    pub fn timestamps(&self) -> Result<(u64, u64)> {
+        let load = |off| -> Result<u64> {
+            Ok(self
+                .mem
+                .atomic_u64(off)?
+                .load(std::sync::atomic::Ordering::Acquire))
+        };
+        Ok((load(SIGNAL_START_TS)?, load(SIGNAL_END_TS)?))
     }
 
     /// Sets the value.

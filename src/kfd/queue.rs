@@ -35,6 +35,12 @@ use super::types::{CuMask, Percentage, Priority, QueueKind};
 pub const WRITE_INDEX_OFFSET: u64 = 0;
 /// Offset of the 64-bit read index in the pointer page.
 pub const READ_INDEX_OFFSET: u64 = 64;
+/// `amd_queue_t.queue_properties` relative to the read pointer, which the runtime gives
+/// CREATE_QUEUE as `&amd_queue_t.read_dispatch_id` (bytes 180 and 128 of ROCr's
+/// `inc/amd_hsa_queue.h`), and its `AMD_QUEUE_PROPERTIES_ENABLE_PROFILING` bit.
+const QUEUE_PROPERTIES_FROM_READ_INDEX: u64 = 180 - 128;
+const QUEUE_PROPERTIES_ENABLE_PROFILING: u32 = 1 << 3;
+
 /// Default ring: 64 KiB = 1024 AQL packets.
 pub const DEFAULT_RING_SIZE: u32 = 64 * 1024;
 
@@ -375,6 +381,19 @@ impl<'k> Queue<'k> {
             ctl_stack_used_size: ctl,
             save_area_used_size: save,
         })
+    }
+
+    /// Asks the packet processor for each packet's start and end timestamps (GPU counter ticks),
+    /// written to its completion signal ([`super::Signal::timestamps`]): sets
+    /// `AMD_QUEUE_PROPERTIES_ENABLE_PROFILING` where ROCr keeps it, in the `amd_queue_t` whose
+    /// `read_dispatch_id` is this queue's read pointer (ROCr's `AqlQueue::SetProfiling`).
+    pub fn enable_profiling(&mut self) -> Result<()> {
+        let off = READ_INDEX_OFFSET + QUEUE_PROPERTIES_FROM_READ_INDEX;
+        self.buffers
+            .pointers
+            .atomic_u32(off)?
+            .fetch_or(QUEUE_PROPERTIES_ENABLE_PROFILING, Ordering::AcqRel);
+        Ok(())
     }
 
     /// Packets the ring holds.

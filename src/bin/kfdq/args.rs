@@ -144,6 +144,19 @@ pub enum Command {
         #[arg(last = true, required = true, value_name = "COMMAND")]
         command: Vec<String>,
     },
+    /// Measure what preemption costs on this node, per GPU partition (root; docs/hardware.md).
+    ///
+    /// Level 2 (UPDATE_QUEUE to inactive and back on an idle and a busy queue), level 3
+    /// (DBG_TRAP SUSPEND/RESUME_QUEUES on a child process with a busy queue), the stall a
+    /// bystander's running dispatch suffers per device-wide preempt, the CWSR save and restore
+    /// cost per wave (a fit over two busy-queue sizes, with its error) and the arbitration
+    /// between priority bands (equal, pipe, strict or none of these). Call times are on the
+    /// host's clock, stalls on the GPU's (the packet processor's dispatch timestamps). Each
+    /// measurement is repeated (--repeat) and shown as p50, p99 and spread; what the node
+    /// cannot give is named with its fix. Refuses partitions other processes use (--force) and
+    /// GPUs the partition model does not describe. --write FILE keeps the result as the
+    /// model's parameters. Example: `kfdq bench --write node.toml`.
+    Bench(BenchArgs),
     /// Inspect this node: what kfdq can do on each GPU partition, and why not.
     ///
     /// Checks the KFD interface version and the debugger API, amdgpu's sched_policy and
@@ -163,6 +176,32 @@ pub enum Command {
         #[arg(long, value_name = "PATH")]
         shim: Option<PathBuf>,
     },
+}
+
+/// `kfdq bench`'s options.
+#[derive(Debug, Clone, Args)]
+pub struct BenchArgs {
+    /// The partition to measure (gpu_id, decimal or 0x-hex; default: every GPU partition).
+    #[arg(long, value_name = "GPU_ID")]
+    pub gpu: Option<String>,
+    /// Samples per measurement (the table shows p50, p99 and spread).
+    #[arg(long, default_value_t = 5, value_name = "N")]
+    pub repeat: u32,
+    /// Work-group time of the bystander dispatch that spans each call, ms: it must outlast the
+    /// call and its stall (the arbitration's gate takes four windows, its rounds a twentieth of one).
+    #[arg(long, default_value_t = 50, value_name = "MS")]
+    pub window_ms: u64,
+    /// Measure even when other processes have queues on the partition (they are preempted
+    /// with every sample, and their work skews the figures).
+    #[arg(long)]
+    pub force: bool,
+    /// Write the first measured partition's calibration here (TOML, docs/hardware.md), for
+    /// `kfd-emu --calibration`, `preempt-lab sim --calibration` and kfdqd's `calibration` key.
+    #[arg(long, value_name = "FILE")]
+    pub write: Option<PathBuf>,
+    /// Internal: the level-3 measurement's child process (reads requests on stdin).
+    #[arg(long, hide = true)]
+    pub worker: bool,
 }
 
 /// `kfdq demo`'s options.

@@ -2,6 +2,7 @@
 #![forbid(unsafe_code)]
 
 mod args;
+mod bench;
 mod client;
 mod demo;
 mod doctor;
@@ -65,6 +66,7 @@ fn main() -> ExitCode {
             cli.json,
         ),
         Command::Demo(args) => demo::run(&cli.root, args, cli.json),
+        Command::Bench(args) => bench::run(&root, args, cli.json),
         Command::Run {
             class,
             priority,

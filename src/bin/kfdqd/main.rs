@@ -22,6 +22,10 @@ fn main() -> ExitCode {
     if let Some(s) = args.socket {
         cfg.socket.path = s;
     }
+    if let Err(e) = check_calibration(&cfg, &args.root) {
+        eprintln!("kfdqd: configuration refused: {e}");
+        return ExitCode::from(2);
+    }
     if args.check {
         println!(
             "configuration ok: {}",
@@ -99,6 +103,28 @@ fn main() -> ExitCode {
             eprintln!("kfdqd: {e}");
             ExitCode::FAILURE
         }
+    }
+}
+
+/// Refuses `[agent] calibration` measured on another GPU kind than this node's partitions.
+fn check_calibration(cfg: &AgentConfig, root: &std::path::Path) -> Result<(), String> {
+    let Some((file, target)) = &cfg.calibration else {
+        return Ok(());
+    };
+    // A node without readable topology (no driver yet) is checked when it has one.
+    let Ok(topo) = kfdq::kfd::Topology::read(&kfdq::kfd::Root::new(root)) else {
+        return Ok(());
+    };
+    match topo
+        .gpus()
+        .filter_map(|n| n.prop("gfx_target_version"))
+        .find(|v| *v != u64::from(*target))
+    {
+        None => Ok(()),
+        Some(here) => Err(format!(
+            "calibration = {}: measured on gfx_target_version {target}, this node's GPU is {here}; run `kfdq bench --write FILE` on this node",
+            file.display()
+        )),
     }
 }
 

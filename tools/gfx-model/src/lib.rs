@@ -10,6 +10,7 @@
 #![deny(missing_docs)]
 
 mod batches;
+pub mod calibration;
 pub mod contention;
 mod dispatch;
 mod params;
@@ -19,6 +20,7 @@ mod runlist;
 mod slots;
 mod stats;
 
+pub use calibration::{Calibration, CalibrationError};
 pub use contention::{Contention, Footprint};
 pub use dispatch::{AQL_BARRIER_BIT, Dispatch};
 pub use params::{Arbitration, Params, Shape, WAVE_SIZE, pipe_band};

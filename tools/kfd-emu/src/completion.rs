@@ -20,8 +20,10 @@ const SIGNAL_END_TS: u64 = 0x28;
 
 /// Completes packet `index` of queue `key`: decrements its completion signal, counts it, and
 /// publishes the read index (every packet before it completed). The one place a completion is
-/// written to the client.
-pub(crate) fn complete(st: &mut State, key: QueueKey, index: u64) {
+/// written to the client. `model_ns` is the packet's (start, end) in model time, which shares
+/// the GPU counter's epoch: a profiling queue's timestamps are when the model ran the packet,
+/// as the CP writes them when it starts and ends on the GPU, not when the CP thread got to it.
+pub(crate) fn complete(st: &mut State, key: QueueKey, index: u64, model_ns: (u64, u64)) {
     let Some(q) = st.queue_mut(key) else {
         return;
     };
@@ -40,12 +42,18 @@ pub(crate) fn complete(st: &mut State, key: QueueKey, index: u64) {
         q.read_index = frontier;
         (q.rptr_addr, frontier)
     });
+    let tick = 1_000_000_000 / crate::config::GPU_COUNTER_HZ;
+    // A queue that turned profiling on after the packet was fetched gets none (as before).
+    let timestamps = start_ts.map(|_| {
+        let start = model_ns.0 / tick;
+        (start, (model_ns.1 / tick).max(start + 1))
+    });
     st.finished.push(Finished {
         key,
         gpu,
         effect,
         signal,
-        start_ts,
+        timestamps,
         rptr,
     });
 }
@@ -80,12 +88,11 @@ pub(crate) fn finish_completed(emu: &Emu) {
             }
         }
         if f.signal != 0 {
-            if let Some(start) = f.start_ts {
+            if let Some((start, end)) = f.timestamps {
                 // The CP writes the packet's timestamps (GPU counter ticks) before the signal's
                 // value: the runtime reads them once the signal completes (ROCr's
                 // hsa_amd_profiling_get_dispatch_time, HIP's event timing). The end is after the
                 // start even when both fall in one counter tick.
-                let end = emu.gpu_counter().max(start + 1);
                 let _ = client_mem::write_u64(pid, f.signal.wrapping_add(SIGNAL_START_TS), start);
                 let _ = client_mem::write_u64(pid, f.signal.wrapping_add(SIGNAL_END_TS), end);
             }

@@ -123,6 +123,11 @@ impl Preset {
         }
     }
 
+    /// The preset's `gfx_target_version` (gfx942: 90402, gfx90a: 90010).
+    pub fn gfx_target_version(self) -> u64 {
+        self.template()["gfx_target_version"]
+    }
+
     /// Properties of one node of this preset, without the per-node identifiers.
     fn template(self) -> BTreeMap<String, u64> {
         // (simd_count, array_count, cu_per_simd_array, device_id, num_xcc)
@@ -242,6 +247,12 @@ pub struct EmuConfig {
     pub buffer_checks: bool,
     /// Stall of every queue of a partition per device-wide preempt, in microseconds.
     pub preempt_cost_us: u64,
+    /// CWSR cost per wave saved at a device-wide preempt, ns (the model's `save_wave_ns`).
+    #[serde(default = "default_wave_ns")]
+    pub save_wave_ns: u64,
+    /// CWSR cost per wave restored when its queue is mapped again, ns (`restore_wave_ns`).
+    #[serde(default = "default_wave_ns")]
+    pub restore_wave_ns: u64,
     /// Execution time of one work-group of an AQL dispatch whose `reserved2` is 0, in ns.
     pub default_packet_ns: u64,
     /// Time slice of an oversubscribed partition, in microseconds.
@@ -286,6 +297,11 @@ impl EmuConfig {
     }
 }
 
+/// The model's default per-wave CWSR cost (`gfx_model::Params`, docs/gfx-model.md).
+fn default_wave_ns() -> u64 {
+    gfx_model::Params::default().save_wave_ns
+}
+
 impl Default for EmuConfig {
     fn default() -> Self {
         EmuConfig {
@@ -295,6 +311,8 @@ impl Default for EmuConfig {
             kfd_minor: 17,
             buffer_checks: true,
             preempt_cost_us: 50,
+            save_wave_ns: default_wave_ns(),
+            restore_wave_ns: default_wave_ns(),
             default_packet_ns: 10_000,
             quantum_us: 10_000,
             queue_priority: false,
@@ -349,6 +367,8 @@ pub(crate) fn model_params(c: &EmuConfig) -> gfx_model::Params {
         arbitration: c.effective_arbitration(),
         default_wg_ns: c.default_packet_ns,
         preempt_fixed_ns: c.preempt_cost_us.saturating_mul(1000),
+        save_wave_ns: c.save_wave_ns,
+        restore_wave_ns: c.restore_wave_ns,
         quantum_ns: c.quantum_us.max(1).saturating_mul(1000),
         ..gfx_model::Params::default()
     }

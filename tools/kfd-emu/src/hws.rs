@@ -34,7 +34,7 @@ pub(crate) fn settle(emu: &Emu, st: &mut State, part: usize) {
 /// Completes, in client memory, the packets the model of `part` reported ended.
 pub(crate) fn complete_finished(st: &mut State, part: usize) {
     for c in st.partitions[part].model.take_completions() {
-        crate::completion::complete(st, queue_key(c.queue), c.tag);
+        crate::completion::complete(st, queue_key(c.queue), c.tag, (c.start_ns, c.end_ns));
     }
 }
 

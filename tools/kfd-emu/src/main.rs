@@ -145,6 +145,23 @@ struct ServeArgs {
     /// Stall of every queue of a partition per device-wide preempt, in microseconds
     #[arg(long, default_value_t = 50, value_name = "N")]
     preempt_cost_us: u64,
+    /// A node's calibration (`kfdq bench --write FILE`): its preempt cost, per-wave CWSR costs
+    /// and arbitration (unless `none`) instead of the flags' defaults. Refused when measured on
+    /// another GPU kind than the preset's
+    #[arg(
+        long,
+        value_name = "FILE",
+        conflicts_with_all = ["preempt_cost_us", "save_wave_ns", "restore_wave_ns", "arbitration"]
+    )]
+    calibration: Option<PathBuf>,
+    /// CWSR cost per wave saved at a device-wide preempt, in nanoseconds (the model's
+    /// save_wave_ns)
+    #[arg(long, default_value_t = 20, value_name = "NS")]
+    save_wave_ns: u64,
+    /// CWSR cost per wave restored when its queue is mapped again, in nanoseconds
+    /// (restore_wave_ns)
+    #[arg(long, default_value_t = 20, value_name = "NS")]
+    restore_wave_ns: u64,
     /// Execution time of one work-group of an AQL dispatch whose reserved2 field is 0, in
     /// microseconds
     #[arg(long, default_value_t = 10, value_name = "N")]
@@ -190,6 +207,27 @@ fn load_kernel_times(
     Ok(t.work_group_ns)
 }
 
+/// `--calibration FILE`: the measured parameters, refused when measured on another GPU kind.
+fn apply_calibration(config: &mut EmuConfig, path: &std::path::Path) -> Result<(), EmuError> {
+    let text = std::fs::read_to_string(path).map_err(|source| EmuError::Io {
+        context: format!("read calibration {}", path.display()),
+        source,
+    })?;
+    let here = u32::try_from(config.preset.gfx_target_version()).unwrap_or(0);
+    let cal = gfx_model::Calibration::parse(&text)
+        .and_then(|c| c.check_target(&text, here).map(|()| c))
+        .map_err(|e| EmuError::Config(format!("calibration {}: {e}", path.display())))?;
+    let params = cal.apply(gfx_model::Params {
+        arbitration: config.effective_arbitration(),
+        ..gfx_model::Params::default()
+    });
+    config.preempt_cost_us = (params.preempt_fixed_ns + 500) / 1000;
+    config.save_wave_ns = params.save_wave_ns;
+    config.restore_wave_ns = params.restore_wave_ns;
+    config.arbitration = Some(params.arbitration);
+    Ok(())
+}
+
 fn parse_arbitration(s: &str) -> Result<gfx_model::Arbitration, String> {
     match s {
         "equal" => Ok(gfx_model::Arbitration::Equal),
@@ -211,13 +249,15 @@ fn serve(args: ServeArgs) -> Result<(), EmuError> {
             "--mount DIR is required (or use `kfd-emu unmount DIR`); see --help".into(),
         ));
     };
-    let config = EmuConfig {
+    let mut config = EmuConfig {
         preset: args.preset,
         gpus: args.gpus,
         topology_file: args.topology,
         kfd_minor: args.kfd_minor,
         buffer_checks: !args.legacy_kernel,
         preempt_cost_us: args.preempt_cost_us,
+        save_wave_ns: args.save_wave_ns,
+        restore_wave_ns: args.restore_wave_ns,
         default_packet_ns: args.packet_us.saturating_mul(1000),
         quantum_us: args.quantum_us,
         queue_priority: args.queue_priority,
@@ -227,6 +267,9 @@ fn serve(args: ServeArgs) -> Result<(), EmuError> {
             None => Default::default(),
         },
     };
+    if let Some(path) = &args.calibration {
+        apply_calibration(&mut config, path)?;
+    }
     // Block the signals before any thread exists so that only sigwait sees them.
     let mut signals = SigSet::empty();
     signals.add(Signal::SIGINT);

@@ -446,8 +446,8 @@ pub(crate) struct Pending {
     pub signal: u64,
     /// Done to memory when the packet completes.
     pub effect: Option<KernelEffect>,
-    /// GPU counter when the CP took the packet, on a queue with profiling enabled (the
-    /// packet's `start_ts`, written to its completion signal with `end_ts` when it completes).
+    /// GPU counter when the CP took the packet, on a queue with profiling enabled (then the
+    /// completion writes the model's start and end as `start_ts` and `end_ts`).
     pub start_ts: Option<u64>,
 }
 
@@ -459,8 +459,9 @@ pub(crate) struct Finished {
     pub effect: Option<KernelEffect>,
     /// Completion signal address (0: none).
     pub signal: u64,
-    /// `start_ts` of a packet of a profiling queue (see `Pending`).
-    pub start_ts: Option<u64>,
+    /// `start_ts` and `end_ts` of a packet of a profiling queue: the model's start of its first
+    /// work-group and end of its last, in GPU counter ticks (see `Pending`).
+    pub timestamps: Option<(u64, u64)>,
     /// Read index to publish: (address, value).
     pub rptr: Option<(u64, u64)>,
 }

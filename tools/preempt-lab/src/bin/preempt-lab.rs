@@ -106,6 +106,11 @@ enum Cmd {
         /// The fixed cost of a device-wide preempt in µs (the model's preempt_fixed_ns).
         #[arg(long)]
         preempt_us: Option<u64>,
+        /// A node's calibration (`kfdq bench --write FILE`, docs/hardware.md): its preempt and
+        /// per-wave CWSR costs, its arbitration (unless `none`) and, for the cost release rule,
+        /// its round trip C. The flags above (--preempt-us, --round-trip-us) still override.
+        #[arg(long, value_name = "FILE")]
+        calibration: Option<PathBuf>,
         /// Print the report as JSON (deterministic: the same arguments give the same bytes).
         #[arg(long, conflicts_with = "csv")]
         json: bool,
@@ -284,6 +289,7 @@ fn run(cli: Cli) -> Result<(), String> {
             release_epsilon,
             release_max_hold_ms,
             preempt_us,
+            calibration,
             json,
             csv,
             plots,
@@ -323,6 +329,10 @@ fn run(cli: Cli) -> Result<(), String> {
             if let Some(v) = command_us {
                 sc.host.command_ns = v * 1000;
             }
+            let calibration = calibration
+                .as_deref()
+                .map(|path| apply_calibration(&mut sc, path))
+                .transpose()?;
             if let Some(v) = preempt_us {
                 sc.params.preempt_fixed_ns = v * 1000;
             }
@@ -346,6 +356,12 @@ fn run(cli: Cli) -> Result<(), String> {
                     release_max_hold_ms,
                 ],
             )?;
+            if let Some(cal) = &calibration
+                && round_trip_us.is_none()
+                && let Release::Cost(c) = &mut sc.policy.release
+            {
+                c.round_trip_ns = cal.model.preempt_round_trip_ns;
+            }
             if let Some(r) = hp_rate {
                 sc = Sweep::parse("hp-rate")?.apply(&sc, &r.to_string())?;
             }
@@ -433,6 +449,24 @@ fn run(cli: Cli) -> Result<(), String> {
             print_report(&report, json, csv)
         }
     }
+}
+
+/// The partition model's gfx target (`gfx_target_version`): the lab's partitions are gfx942.
+const LAB_TARGET_VERSION: u32 = 90402;
+
+/// `sim --calibration FILE`: the node's measured parameters; returns the file for the cost
+/// rule's C (set once the release options are applied).
+fn apply_calibration(
+    sc: &mut Scenario,
+    path: &std::path::Path,
+) -> Result<gfx_model::Calibration, String> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("--calibration {}: {e}", path.display()))?;
+    let cal = gfx_model::Calibration::parse(&text)
+        .and_then(|c| c.check_target(&text, LAB_TARGET_VERSION).map(|()| c))
+        .map_err(|e| format!("--calibration {}: {e}", path.display()))?;
+    sc.params = cal.apply(sc.params);
+    Ok(cal)
 }
 
 /// The release rule options of `sim`: `--release`, `--hysteresis-ms` and the cost rule's

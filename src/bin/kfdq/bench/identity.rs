@@ -1,0 +1,111 @@
+//! The node's identity and the calibration file `kfdq bench --write` writes
+//! (`gfx_model::calibration`, docs/hardware.md).
+
+use std::path::{Path, PathBuf};
+
+use gfx_model::calibration::{self, Calibration, Measured, MeasuredArbitration, NodeIdentity};
+use kfdq::kfd::{Kfd, Node, Root};
+
+use super::R;
+use super::report::PartitionReport;
+use crate::CliError;
+
+/// gfx targets whose CWSR and scheduler the partition model describes: MI200 (gfx90a) and
+/// MI300 (gfx940-gfx942), as `kfdq topology` and kfd-emu's presets know them.
+pub const KNOWN_TARGETS: &[u32] = &[90010, 90400, 90401, 90402];
+
+fn read_trimmed(p: &Path) -> Option<String> {
+    std::fs::read_to_string(p)
+        .ok()
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+}
+
+/// `rel` under the root, else on the host (the root of an emulator mount has its own
+/// `proc/sys/kernel/osrelease`).
+fn under_root_or_host(root: &Root, rel: &str) -> PathBuf {
+    let p = root.path().join(rel);
+    if p.exists() {
+        p
+    } else {
+        Path::new("/").join(rel)
+    }
+}
+
+/// The gfx target's name (`gfx942`), or the raw version when it has none.
+pub fn target_name(node: &Node) -> String {
+    node.gfx_version().map_or_else(
+        || {
+            format!(
+                "gfx_target_version {}",
+                node.prop("gfx_target_version").unwrap_or(0)
+            )
+        },
+        |g| g.to_string(),
+    )
+}
+
+/// The identity of `node` for the calibration file.
+pub fn identity(kfd: &Kfd, node: &Node, report: &PartitionReport) -> NodeIdentity {
+    let root = kfd.root();
+    let product = node.render_minor().and_then(|m| {
+        read_trimmed(
+            &root
+                .path()
+                .join(format!("sys/class/drm/renderD{m}/device/product_name")),
+        )
+    });
+    NodeIdentity {
+        gpu_name: product.unwrap_or_else(|| node.name.clone()),
+        gfx_target: report.gfx_target.clone(),
+        gfx_target_version: node.prop("gfx_target_version").unwrap_or(0) as u32,
+        cus: report.cus,
+        wave_slots: report.wave_slots,
+        kernel: read_trimmed(&under_root_or_host(root, "proc/sys/kernel/osrelease"))
+            .unwrap_or_default(),
+        mec_firmware: node.prop("fw_version").unwrap_or(0),
+        sdma_firmware: node.prop("sdma_fw_version").unwrap_or(0),
+        kfd_version: format!("{}.{}", kfd.version().major, kfd.version().minor),
+        measured_with: format!("kfdq {} bench", env!("CARGO_PKG_VERSION")),
+    }
+}
+
+/// The calibration of a measured partition; refused when the fit or the arbitration is missing.
+pub fn calibration(kfd: &Kfd, node: &Node, report: &PartitionReport) -> R<Calibration> {
+    let Some(fit) = &report.fit else {
+        return Err(CliError::Refused(format!(
+            "--write: gpu {:#x} gave no CWSR fit (see \"not measured\" above), so there is no calibration to write",
+            report.gpu_id
+        )));
+    };
+    let arbitration = match report.arbitration.as_ref().map(|a| a.verdict) {
+        Some("equal") => MeasuredArbitration::Equal,
+        Some("pipe") => MeasuredArbitration::Pipe,
+        Some("strict") => MeasuredArbitration::Strict,
+        _ => MeasuredArbitration::None,
+    };
+    let ns = |v: f64| v.max(0.0).round() as u64;
+    let (fixed, save, restore) = (
+        ns(fit.fixed_ns),
+        ns(fit.save_wave_ns),
+        ns(fit.restore_wave_ns),
+    );
+    Ok(Calibration {
+        format: calibration::FORMAT,
+        node: identity(kfd, node, report),
+        model: Measured {
+            preempt_fixed_ns: fixed,
+            save_wave_ns: save,
+            restore_wave_ns: restore,
+            arbitration,
+            preempt_round_trip_ns: calibration::round_trip_ns(
+                fixed,
+                save,
+                restore,
+                report.wave_slots,
+            ),
+            preempt_fixed_error_ns: ns(fit.fixed_error_ns),
+            per_wave_error_ns: ns(fit.save_error_ns.max(fit.restore_error_ns)),
+        },
+    })
+}

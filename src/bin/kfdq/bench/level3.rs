@@ -1,0 +1,239 @@
+//! The level-3 path: DBG_TRAP SUSPEND_QUEUES / RESUME_QUEUES on a child process with a busy
+//! queue, as kfdqd's tracer does it (ptrace seize, DBG_TRAP ENABLE, the queue snapshot that
+//! clears `EC_QUEUE_NEW`).
+//!
+//! The child is this binary again (`kfdq bench --worker`, hidden): it enables the runtime
+//! (RUNTIME_ENABLE, which suspend needs), creates a queue per `run` line on its stdin, starts
+//! known-shape work on it and answers `running QID`.
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+
+use kfdq::kfd::{EXCEPTION_QUEUE_NEW, GpuId, Kfd, QueueId, Root};
+
+use std::time::Instant;
+
+use super::R;
+use super::plan::Plan;
+use super::probe::{Lane, timed};
+use super::report::Unavailable;
+use super::samples::Samples;
+use super::spin::{self, Spin};
+use crate::{CliError, kfd_error};
+
+/// Grace period passed to SUSPEND_QUEUES (1K GPU clocks; 0 is sent as 1 by the kernel): waves
+/// are saved at once, so the stall is the save's, not the grace's.
+const GRACE: u32 = 0;
+
+/// The worker child, killed and reaped if the bench stops early.
+struct Worker {
+    child: Child,
+    stdin: ChildStdin,
+    stdout: BufReader<ChildStdout>,
+}
+
+impl Worker {
+    fn spawn(root: &Root, gpu: GpuId) -> R<Worker> {
+        let exe = std::env::current_exe()
+            .map_err(|e| CliError::Output(format!("finding kfdq's own binary: {e}")))?;
+        let mut child = Command::new(exe)
+            .arg("--root")
+            .arg(root.path())
+            .args(["bench", "--worker", "--gpu", &gpu.0.to_string()])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .map_err(|e| CliError::Output(format!("starting the level-3 worker: {e}")))?;
+        let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(CliError::Output("the level-3 worker has no pipes".into()));
+        };
+        Ok(Worker {
+            child,
+            stdin,
+            stdout: BufReader::new(stdout),
+        })
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    fn ask(&mut self, line: &str) -> R<String> {
+        writeln!(self.stdin, "{line}")
+            .and_then(|()| self.stdin.flush())
+            .map_err(|e| CliError::Output(format!("talking to the level-3 worker: {e}")))?;
+        self.answer()
+    }
+
+    fn answer(&mut self) -> R<String> {
+        let mut s = String::new();
+        self.stdout
+            .read_line(&mut s)
+            .map_err(|e| CliError::Output(format!("reading the level-3 worker: {e}")))?;
+        if s.is_empty() {
+            return Err(CliError::Refused(
+                "the level-3 worker exited (its error is above)".into(),
+            ));
+        }
+        Ok(s.trim().to_string())
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        let _ = writeln!(self.stdin, "quit");
+        let _ = self.stdin.flush();
+        if !matches!(self.child.try_wait(), Ok(Some(_))) {
+            // A worker that does not quit (e.g. blocked) is ended; it is this bench's child.
+            std::thread::sleep(std::time::Duration::from_millis(200));
+            if !matches!(self.child.try_wait(), Ok(Some(_))) {
+                let _ = self.child.kill();
+            }
+        }
+        let _ = self.child.wait();
+    }
+}
+
+/// Runs the level-3 samples; `Err(Unavailable)` inside when the node cannot give them.
+pub fn run(plan: &Plan<'_>, out: &mut Samples) -> R<Result<(), Unavailable>> {
+    let kfd = plan.kfd;
+    let root = kfd.root();
+    if !kfd.capabilities().debugger_api {
+        return Ok(Err(Unavailable::new(
+            "level 3",
+            format!(
+                "KFD {}.{} has no debugger API (RUNTIME_ENABLE and DBG_TRAP came with KFD 1.13)",
+                kfd.version().major,
+                kfd.version().minor
+            ),
+            "run a kernel whose amdkfd reports 1.13 or later (Linux 6.2+); `kfdq doctor` checks it",
+        )));
+    }
+    let mut worker = Worker::spawn(root, plan.gpu)?;
+    let hello = worker.answer()?;
+    if hello != "ready" {
+        return Ok(Err(Unavailable::new(
+            "level 3",
+            format!("the worker could not enable the debugger runtime: {hello}"),
+            "see `kfdq doctor` (debugger API, TRAP_DEBUG_FIRMWARE_SUPPORTED)",
+        )));
+    }
+    let pid = worker.pid();
+    if let Err(e) = kfdq::kfd::ptrace::seize(pid) {
+        return Ok(Err(Unavailable::new(
+            "level 3",
+            format!("PTRACE_SEIZE of the worker was refused: {e}"),
+            "run the bench as root, or allow tracing children (kernel.yama.ptrace_scope <= 1)",
+        )));
+    }
+    let _attachment = match kfd.dbg_enable(pid, 0) {
+        Ok(a) => a,
+        Err(e) => {
+            return Ok(Err(Unavailable::new(
+                "level 3",
+                format!("DBG_TRAP ENABLE on the worker failed: {e}"),
+                "see `kfdq doctor` (debugger API)",
+            )));
+        }
+    };
+    let v = u64::from(plan.bystander_wgs);
+    let mut bystander = Lane::new(kfd, plan.gpu, plan.priority, plan.spin)?;
+    for &w in &plan.victim_waves {
+        for i in 0..plan.repeat {
+            plan.progress(&format!(
+                "level 3, child with a busy queue of {w} waves: sample {}/{}",
+                i + 1,
+                plan.repeat
+            ));
+            let per = plan.spin.map_or(0.0, |s| s.ns_per_iteration.get());
+            let answer = worker.ask(&format!("run {w} {} {per}", plan.victim_wg_ns()))?;
+            let qid = answer
+                .strip_prefix("running ")
+                .and_then(|q| q.parse().ok())
+                .map(QueueId)
+                .ok_or_else(|| CliError::Refused(format!("level-3 worker: {answer}")))?;
+            kfd.queue_snapshot(pid, EXCEPTION_QUEUE_NEW)
+                .map_err(|e| kfd_error("DBG_TRAP GET_QUEUE_SNAPSHOT", root, e))?;
+            bystander.start(plan.bystander_wgs, plan.window_ns)?;
+            let (r, us) = timed(|| kfd.suspend_queues(pid, &[qid], GRACE));
+            let (n, _) = r.map_err(|e| kfd_error("DBG_TRAP SUSPEND_QUEUES", root, e))?;
+            if n != 1 {
+                return Err(CliError::Refused(format!(
+                    "SUSPEND_QUEUES suspended {n} of the worker's 1 queue ({qid})"
+                )));
+            }
+            out.call("l3_suspend_call", w, us);
+            let stall = plan.stall(&bystander, Instant::now())?;
+            let wv = u64::from(w);
+            out.stall("l3_suspend_stall", w, (wv + v, v), stall);
+            bystander.start(plan.bystander_wgs, plan.window_ns)?;
+            let (r, us) = timed(|| kfd.resume_queues(pid, &[qid]));
+            r.map_err(|e| kfd_error("DBG_TRAP RESUME_QUEUES", root, e))?;
+            out.call("l3_resume_call", w, us);
+            let stall = plan.stall(&bystander, Instant::now())?;
+            out.stall("l3_resume_stall", w, (v, v + wv), stall);
+            let answer = worker.ask("stop")?;
+            if answer != "stopped" {
+                return Err(CliError::Refused(format!("level-3 worker: {answer}")));
+            }
+        }
+    }
+    let _ = kfd.dbg_disable(pid);
+    Ok(Ok(()))
+}
+
+/// The worker's side (`kfdq bench --worker --gpu ID`): lines on stdin, answers on stdout.
+pub fn worker(root: &Root, gpu: GpuId) -> R<()> {
+    let kfd = Kfd::open(root).map_err(|e| kfd_error("opening /dev/kfd", root, e))?;
+    let mut stdout = std::io::stdout();
+    let say = |out: &mut std::io::Stdout, s: &str| -> R<()> {
+        writeln!(out, "{s}")
+            .and_then(|()| out.flush())
+            .map_err(|e| CliError::Output(e.to_string()))
+    };
+    if let Err(e) = kfd.runtime_enable(0, false) {
+        return say(&mut stdout, &format!("error: RUNTIME_ENABLE: {e}"));
+    }
+    let spin = match kfd
+        .gpu(gpu)
+        .ok()
+        .and_then(|n| n.prop("gfx_target_version"))
+        .and_then(spin::code_object)
+    {
+        Some(image) => Some(Spin::load(&kfd, gpu, image)?),
+        None => None,
+    };
+    say(&mut stdout, "ready")?;
+    let mut lane: Option<Lane<'_>> = None;
+    for line in std::io::stdin().lock().lines() {
+        let line = line.map_err(|e| CliError::Output(e.to_string()))?;
+        let words: Vec<&str> = line.split_whitespace().collect();
+        match words.as_slice() {
+            ["run", w, ns, per] => {
+                let (Ok(w), Ok(ns), Ok(per)) = (w.parse(), ns.parse(), per.parse::<f64>()) else {
+                    say(&mut stdout, "error: run WAVES WG_NS NS_PER_ITERATION")?;
+                    continue;
+                };
+                if let Some(s) = &spin {
+                    s.ns_per_iteration.set(per);
+                }
+                drop(lane.take());
+                let mut l = Lane::new(&kfd, gpu, 7, spin.as_ref())?;
+                l.start(w, ns)?;
+                let id = l.queue.id().0;
+                lane = Some(l);
+                say(&mut stdout, &format!("running {id}"))?;
+            }
+            ["stop"] => {
+                lane = None;
+                say(&mut stdout, "stopped")?;
+            }
+            ["quit"] => break,
+            _ => say(&mut stdout, &format!("error: unknown request {line:?}"))?,
+        }
+    }
+    drop(lane);
+    Ok(())
+}

@@ -1,0 +1,224 @@
+//! What `kfdq bench` prints: per partition a table of measurements (p50, p99, spread), the
+//! CWSR fit and the arbitration verdict, and what the node could not give with its fix.
+
+use serde::Serialize;
+
+use super::arbitration::ArbitrationResult;
+use super::samples::Samples;
+use super::stats::{Fit, Summary};
+use crate::table::Table;
+
+/// The measurements, in the order printed: (name, clock, what it is).
+pub const MEASUREMENTS: &[(&str, &str, &str)] = &[
+    (
+        "bystander_alone",
+        "gpu",
+        "the bystander dispatch alone (the baseline of every stall)",
+    ),
+    (
+        "l2_idle_deactivate_call",
+        "host",
+        "level 2, idle queue: UPDATE_QUEUE to inactive, call",
+    ),
+    (
+        "l2_idle_deactivate_stall",
+        "gpu",
+        "level 2, idle queue: bystander stall (one device-wide preempt)",
+    ),
+    (
+        "l2_idle_activate_call",
+        "host",
+        "level 2, idle queue: UPDATE_QUEUE to active, call",
+    ),
+    (
+        "l2_idle_activate_stall",
+        "gpu",
+        "level 2, idle queue: bystander stall at reactivation",
+    ),
+    (
+        "l2_busy_deactivate_call",
+        "host",
+        "level 2, busy queue: UPDATE_QUEUE to inactive, call",
+    ),
+    (
+        "l2_busy_deactivate_stall",
+        "gpu",
+        "level 2, busy queue: stall until its waves are saved",
+    ),
+    (
+        "l2_busy_activate_call",
+        "host",
+        "level 2, busy queue: UPDATE_QUEUE to active, call",
+    ),
+    (
+        "l2_busy_activate_stall",
+        "gpu",
+        "level 2, busy queue: stall until its waves are restored",
+    ),
+    (
+        "l3_suspend_call",
+        "host",
+        "level 3: DBG_TRAP SUSPEND_QUEUES on a busy child, call (returns quiesced)",
+    ),
+    (
+        "l3_suspend_stall",
+        "gpu",
+        "level 3: stall until the child's waves are saved",
+    ),
+    (
+        "l3_resume_call",
+        "host",
+        "level 3: DBG_TRAP RESUME_QUEUES, call",
+    ),
+    (
+        "l3_resume_stall",
+        "gpu",
+        "level 3: stall until the child's waves are restored",
+    ),
+];
+
+/// A measurement the node could not give: why, and what to change.
+#[derive(Debug, Clone, Serialize)]
+pub struct Unavailable {
+    /// What was not measured.
+    pub measurement: String,
+    /// Why.
+    pub why: String,
+    /// What to change.
+    pub fix: String,
+}
+
+impl Unavailable {
+    pub fn new(measurement: &str, why: impl Into<String>, fix: impl Into<String>) -> Unavailable {
+        Unavailable {
+            measurement: measurement.into(),
+            why: why.into(),
+            fix: fix.into(),
+        }
+    }
+}
+
+/// One measurement's samples, µs.
+#[derive(Debug, Clone, Serialize)]
+pub struct Row {
+    pub name: &'static str,
+    /// `host` (CLOCK_MONOTONIC around the call) or `gpu` (the packet processor's timestamps).
+    pub clock: &'static str,
+    pub what: &'static str,
+    /// Waves of the busy queue preempted (None: an idle queue, or no busy queue).
+    pub busy_waves: Option<u32>,
+    pub us: Summary,
+}
+
+/// One partition's results.
+#[derive(Debug, Clone, Serialize)]
+pub struct PartitionReport {
+    pub gpu_id: u32,
+    pub gfx_target: String,
+    pub cus: u32,
+    pub wave_slots: u32,
+    /// Waves of the bystander dispatch.
+    pub bystander_waves: u32,
+    /// Wave counts of the preempted busy queue.
+    pub victim_waves: Vec<u32>,
+    pub samples_per_measurement: u32,
+    /// The spin kernel's time per iteration from its run alone (None: no spin kernel for the
+    /// target; kfd-emu times work by `reserved2`, so 1).
+    pub spin_ns_per_iteration: Option<f64>,
+    /// Samples discarded because the host placed a call too late in the bystander's window.
+    pub discarded_samples: u32,
+    pub rows: Vec<Row>,
+    /// `stall = fixed + save x saved waves + restore x restored waves` over every stall.
+    pub fit: Option<Fit>,
+    pub arbitration: Option<ArbitrationResult>,
+    pub unavailable: Vec<Unavailable>,
+}
+
+/// The rows of `samples`, in [`MEASUREMENTS`] order.
+pub fn rows(samples: &Samples) -> Vec<Row> {
+    MEASUREMENTS
+        .iter()
+        .flat_map(|&(name, clock, what)| {
+            let calls = samples
+                .calls
+                .iter()
+                .filter(move |((n, _), _)| *n == name)
+                .map(|((_, w), v)| (*w, v.clone()));
+            let stalls = samples
+                .stalls
+                .iter()
+                .filter(move |((n, _), _)| *n == name)
+                .map(|((_, w), v)| (*w, v.iter().map(|s| s.stall_ns / 1e3).collect::<Vec<_>>()));
+            calls.chain(stalls).filter_map(move |(w, us)| {
+                Some(Row {
+                    name,
+                    clock,
+                    what,
+                    busy_waves: (w > 0).then_some(w),
+                    us: Summary::of(&us)?,
+                })
+            })
+        })
+        .collect()
+}
+
+/// The report of one partition as text.
+pub fn render(p: &PartitionReport) -> String {
+    let mut out = format!(
+        "gpu {:#x} ({}, {} CUs, {} wave slots): bystander {} waves, busy queues of {:?} waves, {} samples each\n\n",
+        p.gpu_id,
+        p.gfx_target,
+        p.cus,
+        p.wave_slots,
+        p.bystander_waves,
+        p.victim_waves,
+        p.samples_per_measurement
+    );
+    let mut t = Table::new(&[
+        "MEASUREMENT",
+        ">WAVES",
+        "CLOCK",
+        ">P50_US",
+        ">P99_US",
+        ">SPREAD_US",
+        ">N",
+    ]);
+    for r in &p.rows {
+        t.row(vec![
+            r.what.to_string(),
+            r.busy_waves.map_or("-".into(), |w| w.to_string()),
+            r.clock.to_string(),
+            format!("{:.1}", r.us.p50),
+            format!("{:.1}", r.us.p99),
+            format!("{:.1}", r.us.spread),
+            r.us.n.to_string(),
+        ]);
+    }
+    out.push_str(&t.render());
+    if p.discarded_samples > 0 {
+        out.push_str(&format!(
+            "({} samples discarded: the host called too late in the bystander's window; a busy host, or raise --window-ms)\n",
+            p.discarded_samples
+        ));
+    }
+    if let Some(f) = &p.fit {
+        out.push_str(&format!(
+            "\nCWSR fit over {} stalls at {} wave counts (stall = fixed + save x saved + restore x restored):\n  preempt_fixed_ns {:.0} ± {:.0}, save_wave_ns {:.1} ± {:.1}, restore_wave_ns {:.1} ± {:.1} (rms residual {:.0} ns)\n",
+            f.samples, f.wave_counts, f.fixed_ns, f.fixed_error_ns, f.save_wave_ns, f.save_error_ns,
+            f.restore_wave_ns, f.restore_error_ns, f.rms_residual_ns
+        ));
+    }
+    if let Some(a) = &p.arbitration {
+        out.push_str(&format!(
+            "\narbitration: {} (high/low finish ratio across bands p50 {:.2}, inside a band p50 {:.2}; 0.5 = the higher queue first, 1 = shared; {} races discarded)\n",
+            a.verdict, a.across_bands.p50, a.inside_band.p50, a.discarded
+        ));
+    }
+    for u in &p.unavailable {
+        out.push_str(&format!(
+            "\nnot measured: {}: {}\n  fix: {}\n",
+            u.measurement, u.why, u.fix
+        ));
+    }
+    out
+}

@@ -1,0 +1,93 @@
+//! kfdqd's `[agent] calibration = FILE`: the cost release rule's C is the node's measured round
+//! trip; a malformed file, a conflicting key or a file from another GPU kind is refused.
+
+mod common;
+
+use std::process::Command;
+
+use common::*;
+use gfx_model::calibration::{self, Calibration, Measured, MeasuredArbitration, NodeIdentity};
+use kfdq::agent::AgentConfig;
+use kfdq::policy::Release;
+
+fn file_for(version: u32, round_trip_ns: u64) -> String {
+    Calibration {
+        format: calibration::FORMAT,
+        node: NodeIdentity {
+            gpu_name: "test".into(),
+            gfx_target: "gfx942".into(),
+            gfx_target_version: version,
+            cus: 80,
+            wave_slots: 2560,
+            kernel: "7.0".into(),
+            mec_firmware: 177,
+            sdma_firmware: 1,
+            kfd_version: "1.17".into(),
+            measured_with: "test".into(),
+        },
+        model: Measured {
+            preempt_fixed_ns: 300_000,
+            save_wave_ns: 100,
+            restore_wave_ns: 100,
+            arbitration: MeasuredArbitration::Pipe,
+            preempt_round_trip_ns: round_trip_ns,
+            preempt_fixed_error_ns: 0,
+            per_wave_error_ns: 0,
+        },
+    }
+    .to_toml()
+}
+
+#[test]
+fn the_cost_rule_takes_c_from_the_calibration() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("node.toml"), file_for(90402, 1_112_000)).unwrap();
+    let conf = dir.path().join("kfdq.toml");
+    std::fs::write(&conf, "[agent]\ncalibration = \"node.toml\"\n").unwrap();
+    let c = AgentConfig::load(&conf).unwrap();
+    match c.policy.release {
+        Release::Cost(r) => assert_eq!(r.round_trip_ns, 1_112_000),
+        Release::Hysteresis => panic!("the cost rule is the default"),
+    }
+    assert_eq!(c.calibration, Some(("node.toml".into(), 90402)));
+
+    std::fs::write(
+        &conf,
+        "[agent]\ncalibration = \"node.toml\"\npreempt_round_trip_us = 300\n",
+    )
+    .unwrap();
+    let e = AgentConfig::load(&conf).unwrap_err().to_string();
+    assert!(
+        e.contains("preempt_round_trip_us") && e.contains("kfdq.toml:2:"),
+        "{e}"
+    );
+
+    std::fs::write(dir.path().join("bad.toml"), "format = 1\n[node]\n").unwrap();
+    std::fs::write(&conf, "[agent]\ncalibration = \"bad.toml\"\n").unwrap();
+    let e = AgentConfig::load(&conf).unwrap_err().to_string();
+    assert!(e.contains("bad.toml") && e.contains("line "), "{e}");
+}
+
+#[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
+fn kfdqd_refuses_a_calibration_from_another_gpu_kind() {
+    let emu = mount_preset(Preset::Mi210);
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("node.toml"), file_for(90402, 500_000)).unwrap();
+    let conf = dir.path().join("kfdq.toml");
+    std::fs::write(&conf, "[agent]\ncalibration = \"node.toml\"\n").unwrap();
+    let o = Command::new(workspace_bin("kfdqd"))
+        .arg("--root")
+        .arg(emu.root())
+        .arg("--config")
+        .arg(&conf)
+        .arg("--check")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        e.contains("90402") && e.contains("90010") && e.contains("kfdq bench"),
+        "{e}"
+    );
+}

@@ -1,0 +1,268 @@
+//! `kfdq bench` on the emulator: the closed loop (the emulator's model parameters, set away
+//! from their defaults, are what the bench measures), the calibration file it writes, and its
+//! refusals (no debugger API, a partition other processes use, an unknown GPU target).
+
+mod common;
+
+use std::process::{Command, Output};
+
+use common::*;
+use gfx_model::Arbitration;
+
+fn bench(emu: &Emu, extra: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_kfdq"))
+        .arg("--root")
+        .arg(emu.root())
+        .args(["--json", "bench", "--repeat", "2"])
+        .args(extra)
+        .output()
+        .expect("run kfdq bench")
+}
+
+fn json(out: &Output) -> serde_json::Value {
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "kfdq bench failed: {}\n{text}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"))
+}
+
+fn within(measured: f64, truth: f64, what: &str) {
+    assert!(
+        (measured - truth).abs() <= 0.2 * truth,
+        "{what}: measured {measured}, set {truth} (more than 20 % off)"
+    );
+}
+
+fn config(fixed_us: u64, save: u64, restore: u64, arbitration: Arbitration) -> EmuConfig {
+    EmuConfig {
+        preset: Preset::Mi308x,
+        preempt_cost_us: fixed_us,
+        save_wave_ns: save,
+        restore_wave_ns: restore,
+        arbitration: Some(arbitration),
+        ..EmuConfig::default()
+    }
+}
+
+#[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
+fn the_bench_recovers_the_emulators_parameters() {
+    // Away from the defaults (50 µs, 20 ns, 20 ns, pipe), each case different.
+    let cases = [
+        (300, 500, 1000, Arbitration::Equal, "equal"),
+        (120, 80, 40, Arbitration::PipePriority, "pipe"),
+        (900, 30, 250, Arbitration::StrictPriority, "strict"),
+    ];
+    for (fixed_us, save, restore, arbitration, word) in cases {
+        let emu = mount(config(fixed_us, save, restore, arbitration));
+        let v = json(&bench(&emu, &[]));
+        let p = &v[0];
+        let fit = &p["fit"];
+        within(
+            fit["fixed_ns"].as_f64().unwrap(),
+            (fixed_us * 1000) as f64,
+            "preempt_fixed_ns",
+        );
+        within(
+            fit["save_wave_ns"].as_f64().unwrap(),
+            save as f64,
+            "save_wave_ns",
+        );
+        within(
+            fit["restore_wave_ns"].as_f64().unwrap(),
+            restore as f64,
+            "restore_wave_ns",
+        );
+        assert!(fit["wave_counts"].as_u64().unwrap() >= 2, "{fit}");
+        assert_eq!(p["arbitration"]["verdict"], word, "{:#}", p["arbitration"]);
+        assert_eq!(
+            p["unavailable"].as_array().unwrap().len(),
+            0,
+            "{:#}",
+            p["unavailable"]
+        );
+        // Every measurement the issue names is there, with its samples.
+        let names: Vec<&str> = p["rows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["name"].as_str().unwrap())
+            .collect();
+        for n in [
+            "l2_idle_deactivate_call",
+            "l2_idle_deactivate_stall",
+            "l2_busy_deactivate_call",
+            "l2_busy_activate_stall",
+            "l3_suspend_call",
+            "l3_suspend_stall",
+            "l3_resume_call",
+            "l3_resume_stall",
+        ] {
+            assert!(names.contains(&n), "{n} missing from {names:?}");
+        }
+        // The bench leaves nothing behind: no queue of its own or of its worker.
+        wait_for("the bench's queues to be gone", || {
+            emu.stats().queues.is_empty()
+        });
+    }
+}
+
+#[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
+fn the_calibration_file_carries_the_fit_and_the_node() {
+    let emu = mount(config(250, 100, 300, Arbitration::StrictPriority));
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("node.toml");
+    let out = bench(&emu, &["--write", file.to_str().unwrap()]);
+    json(&out);
+    let text = std::fs::read_to_string(&file).unwrap();
+    let c = gfx_model::Calibration::parse(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+    within(
+        c.model.preempt_fixed_ns as f64,
+        250_000.0,
+        "preempt_fixed_ns",
+    );
+    within(c.model.save_wave_ns as f64, 100.0, "save_wave_ns");
+    within(c.model.restore_wave_ns as f64, 300.0, "restore_wave_ns");
+    assert_eq!(c.model.arbitration.as_str(), "strict");
+    assert_eq!(c.node.gfx_target, "gfx942");
+    assert_eq!(c.node.gfx_target_version, 90402);
+    assert_eq!(c.node.wave_slots, 2560);
+    assert!(c.node.kernel.contains("kfd-emu"), "{}", c.node.kernel);
+    assert_eq!(
+        c.model.preempt_round_trip_ns,
+        gfx_model::calibration::round_trip_ns(
+            c.model.preempt_fixed_ns,
+            c.model.save_wave_ns,
+            c.model.restore_wave_ns,
+            2560
+        )
+    );
+    c.check_target(&text, 90402).unwrap();
+    assert!(c.check_target(&text, 90010).is_err());
+}
+
+#[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
+fn without_the_debugger_api_level_3_is_named_with_its_fix() {
+    let emu = mount(EmuConfig {
+        preset: Preset::Mi308x,
+        kfd_minor: 11,
+        ..EmuConfig::default()
+    });
+    let v = json(&bench(&emu, &[]));
+    let p = &v[0];
+    let u = p["unavailable"].as_array().unwrap();
+    assert_eq!(u.len(), 1, "{u:#?}");
+    assert_eq!(u[0]["measurement"], "level 3");
+    assert!(u[0]["why"].as_str().unwrap().contains("1.13"), "{u:#?}");
+    assert!(!u[0]["fix"].as_str().unwrap().is_empty());
+    // Level 2 still gives the fit (the default parameters: 50 µs, 20 ns per wave).
+    within(
+        p["fit"]["fixed_ns"].as_f64().unwrap(),
+        50_000.0,
+        "preempt_fixed_ns",
+    );
+}
+
+#[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
+fn a_partition_in_use_is_refused_unless_forced() {
+    let emu = mount(config(50, 20, 20, Arbitration::PipePriority));
+    let holder = Holder::spawn(emu.root(), &["--queues", "1"]);
+    let before = emu.stats();
+    let out = bench(&emu, &[]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("in use") && err.contains("--force"), "{err}");
+    assert!(err.contains(&holder.pid.to_string()), "{err}");
+    let after = emu.stats();
+    assert_eq!(
+        (before.partitions[0].runlist_updates, before.queues.len()),
+        (after.partitions[0].runlist_updates, after.queues.len()),
+        "a refused bench changed the partition"
+    );
+    // With --force it measures (the other process's queue is idle: the fit is still exact).
+    let v = json(&bench(&emu, &["--force"]));
+    within(v[0]["fit"]["fixed_ns"].as_f64().unwrap(), 50_000.0, "preempt_fixed_ns");
+    holder.finish();
+}
+
+#[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
+fn an_unknown_gpu_target_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let topo = dir.path().join("topology.toml");
+    std::fs::write(
+        &topo,
+        "preset = \"mi308x\"\n[[node]]\n[node.properties]\ngfx_target_version = 110000\n",
+    )
+    .unwrap();
+    let emu = mount(EmuConfig {
+        preset: Preset::Mi308x,
+        topology_file: Some(topo),
+        ..EmuConfig::default()
+    });
+    let out = bench(&emu, &[]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("gfx1100") && err.contains("not a GPU kfdq bench knows"),
+        "{err}"
+    );
+}
+
+#[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
+fn the_bench_dispatches_its_spin_kernel_for_gfx942_and_gfx90a() {
+    for preset in [Preset::Mi308x, Preset::Mi210] {
+        let emu = mount(EmuConfig {
+            preset,
+            ..EmuConfig::default()
+        });
+        let mut child = Command::new(env!("CARGO_BIN_EXE_kfdq"))
+            .arg("--root")
+            .arg(emu.root())
+            .args(["--json", "bench", "--repeat", "1"])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        // The emulator names a dispatch's kernel from the code object loaded in the caller's
+        // GPU memory (docs/kfd-emulator.md, "Real code objects"); watch while the bench runs.
+        let mut stdout = child.stdout.take().unwrap();
+        let reader = std::thread::spawn(move || {
+            let mut s = Vec::new();
+            std::io::Read::read_to_end(&mut stdout, &mut s).unwrap();
+            s
+        });
+        let mut seen = std::collections::BTreeSet::new();
+        let status = loop {
+            for p in emu.stats().processes {
+                seen.extend(p.dispatches_by_kernel.into_keys());
+            }
+            if let Some(status) = child.try_wait().unwrap() {
+                break status;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        };
+        let v = json(&Output {
+            status,
+            stdout: reader.join().unwrap(),
+            stderr: Vec::new(),
+        });
+        assert!(
+            seen.contains("kfdq_spin"),
+            "{preset:?}: kernels seen {seen:?}"
+        );
+        within(
+            v[0]["fit"]["fixed_ns"].as_f64().unwrap(),
+            50_000.0,
+            "preempt_fixed_ns",
+        );
+        assert!(v[0]["spin_ns_per_iteration"].as_f64().is_some());
+    }
+}
