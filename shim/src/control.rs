@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 
 use kfdq::proto::peer::{AgentTrust, peer_cred};
 use kfdq::proto::{self, AgentMsg, DecodeError, LineReader, ShimMsg};
+use kfdq::{Pid, QueueId};
 
 use crate::commands::handle;
 use crate::guard::guarded;
@@ -46,8 +47,8 @@ pub fn start() {
     }
 }
 
-fn pid() -> u32 {
-    std::process::id()
+fn pid() -> Pid {
+    Pid::this()
 }
 
 /// Reconnection backoff: from 20 ms, doubling up to this; reset only by a session that got as
@@ -364,6 +365,7 @@ fn session(stream: UnixStream, last_published: &mut u64, watch: &mut UnclaimedWa
             }
         }
         for (queue_id, busy) in edges_seen {
+            let queue_id = QueueId(queue_id);
             if let Err(e) = send(&mut w, &ShimMsg::Activity { queue_id, busy }) {
                 return e;
             }

@@ -31,6 +31,7 @@ use nix::sys::signalfd::{SfdFlags, SignalFd};
 use nix::sys::time::TimeSpec;
 
 use super::conn::ConnId;
+use crate::ids::Pid;
 use crate::kfd::debug::{DebugAttachment, QueueSnapshot, QueueStatus};
 use crate::kfd::ptrace::{self, Stop};
 use crate::kfd::{EXCEPTION_QUEUE_NEW, Kfd, QueueId, Root};
@@ -66,21 +67,21 @@ pub enum Cmd {
     /// Take control of `pid`, known to the node as connection `conn`.
     Seize {
         /// The process.
-        pid: u32,
+        pid: Pid,
         /// Its connection id.
         conn: ConnId,
     },
     /// An executor command for a tracee.
     Command {
         /// The process.
-        pid: u32,
+        pid: Pid,
         /// The command.
         msg: AgentMsg,
     },
     /// Resume and detach `pid`.
     Leave {
         /// The process.
-        pid: u32,
+        pid: Pid,
         /// Why (logged).
         why: String,
     },
@@ -94,14 +95,14 @@ pub enum Event {
     /// `pid` is traced and debug-enabled; its registry follows as a message.
     Seized {
         /// The process.
-        pid: u32,
+        pid: Pid,
         /// Its connection id.
         conn: ConnId,
     },
     /// `pid` could not be taken (already traced, not runtime-enabled, permission).
     Refused {
         /// The process.
-        pid: u32,
+        pid: Pid,
         /// Why, naming the rule and the fix.
         reason: String,
     },
@@ -117,7 +118,7 @@ pub enum Event {
         /// Its connection id.
         conn: ConnId,
         /// The process.
-        pid: u32,
+        pid: Pid,
         /// Why.
         why: String,
     },
@@ -232,7 +233,7 @@ struct Thread {
     root: Root,
     settings: TracerSettings,
     kfd: Option<Kfd>,
-    tracees: BTreeMap<u32, Tracee>,
+    tracees: BTreeMap<Pid, Tracee>,
     cmd_read: File,
     cmds: Receiver<Cmd>,
     sigfd: SignalFd,
@@ -325,7 +326,7 @@ impl Thread {
                 Ok(t) => {
                     let reg = registry(pid, &t);
                     self.tracees.insert(pid, t);
-                    tracing::info!(pid, "tracer: seized and debug-enabled");
+                    tracing::info!(pid = %pid, "tracer: seized and debug-enabled");
                     self.emit(Event::Seized { pid, conn });
                     self.emit(Event::Msg {
                         conn,
@@ -334,7 +335,7 @@ impl Thread {
                 }
                 Err(e) => {
                     let reason = e.to_string();
-                    tracing::warn!(pid, "tracer: not controlled: {reason}");
+                    tracing::warn!(pid = %pid, "tracer: not controlled: {reason}");
                     self.emit(Event::Refused { pid, reason });
                 }
             },
@@ -343,7 +344,7 @@ impl Thread {
             Cmd::Shutdown => {
                 if self.stopping.is_none() {
                     self.stopping = Some(Instant::now());
-                    let pids: Vec<u32> = self.tracees.keys().copied().collect();
+                    let pids: Vec<Pid> = self.tracees.keys().copied().collect();
                     for pid in pids {
                         self.leave(pid, "kfdqd stops".into());
                     }
@@ -363,8 +364,8 @@ impl Thread {
         self.kfd.as_ref().ok_or(TracerError::NoKfd)
     }
 
-    fn seize(&mut self, pid: u32, conn: ConnId) -> Result<Tracee, TracerError> {
-        match ptrace::tracer_of(pid) {
+    fn seize(&mut self, pid: Pid, conn: ConnId) -> Result<Tracee, TracerError> {
+        match ptrace::tracer_of(pid.0) {
             None => return Err(TracerError::Exited),
             Some(0) => {}
             Some(t) => {
@@ -374,7 +375,7 @@ impl Thread {
                 });
             }
         }
-        ptrace::seize(pid).map_err(|e| match e {
+        ptrace::seize(pid.0).map_err(|e| match e {
             Errno::EPERM => TracerError::SeizeRefused(e),
             Errno::ESRCH => TracerError::Exited,
             e => TracerError::Seize(e),
@@ -382,14 +383,14 @@ impl Thread {
         let attached = (|| {
             let kfd = self.kfd()?;
             let att = kfd
-                .dbg_enable(pid, 0)
+                .dbg_enable(pid.0, 0)
                 .map_err(TracerError::call("DBG_TRAP ENABLE"))?;
             if !att.runtime.runtime_enabled() {
-                let _ = kfd.dbg_disable(pid);
+                let _ = kfd.dbg_disable(pid.0);
                 return Err(TracerError::NotRuntimeEnabled);
             }
             let queues = kfd
-                .queue_snapshot(pid, EXCEPTION_QUEUE_NEW)
+                .queue_snapshot(pid.0, EXCEPTION_QUEUE_NEW)
                 .map_err(TracerError::call("DBG_TRAP GET_QUEUE_SNAPSHOT"))?;
             let mem = File::open(format!("/proc/{pid}/mem"))
                 .map_err(|source| TracerError::Mem { pid, source })?;
@@ -408,7 +409,7 @@ impl Thread {
             }),
             Err(e) => {
                 if let Some(k) = &self.kfd {
-                    let _ = k.dbg_disable(pid);
+                    let _ = k.dbg_disable(pid.0);
                 }
                 self.detach_now(pid);
                 Err(e)
@@ -417,36 +418,36 @@ impl Thread {
     }
 
     /// Detaches a tracee that is not (yet) in `tracees`: interrupt, wait for its stop, detach.
-    fn detach_now(&mut self, pid: u32) {
-        if ptrace::interrupt(pid).is_err() {
+    fn detach_now(&mut self, pid: Pid) {
+        if ptrace::interrupt(pid.0).is_err() {
             return;
         }
         let deadline = Instant::now() + LEAVE_WAIT;
         while Instant::now() < deadline {
-            match ptrace::poll_stop(pid) {
+            match ptrace::poll_stop(pid.0) {
                 Ok(Stop::None) => {
                     let mut fds = [PollFd::new(self.sigfd.as_fd(), PollFlags::POLLIN)];
                     let _ = poll(&mut fds, PollTimeout::from(10u8));
                     while let Ok(Some(_)) = self.sigfd.read_signal() {}
                 }
                 Ok(Stop::Signal(s)) => {
-                    let _ = ptrace::detach(pid, Some(s));
+                    let _ = ptrace::detach(pid.0, Some(s));
                     return;
                 }
                 Ok(Stop::Exited) | Err(_) => return,
                 Ok(_) => {
-                    let _ = ptrace::detach(pid, None);
+                    let _ = ptrace::detach(pid.0, None);
                     return;
                 }
             }
         }
         tracing::warn!(
-            pid,
+            pid = %pid,
             "tracer: no stop to detach at; the kernel detaches when kfdqd exits"
         );
     }
 
-    fn leave(&mut self, pid: u32, why: String) {
+    fn leave(&mut self, pid: Pid, why: String) {
         let Some(t) = self.tracees.get_mut(&pid) else {
             return;
         };
@@ -455,19 +456,19 @@ impl Thread {
         }
         t.leaving = Some(why);
         if let Some(k) = &self.kfd
-            && let Err(e) = k.dbg_disable(pid)
+            && let Err(e) = k.dbg_disable(pid.0)
         {
-            tracing::debug!(pid, "tracer: DBG_TRAP DISABLE: {e}");
+            tracing::debug!(pid = %pid, "tracer: DBG_TRAP DISABLE: {e}");
         }
-        if ptrace::interrupt(pid).is_err() {
+        if ptrace::interrupt(pid.0).is_err() {
             // Gone already: the next stop check reports the exit.
-            tracing::debug!(pid, "tracer: PTRACE_INTERRUPT failed");
+            tracing::debug!(pid = %pid, "tracer: PTRACE_INTERRUPT failed");
         }
     }
 
-    fn gone(&mut self, pid: u32, why: String) {
+    fn gone(&mut self, pid: Pid, why: String) {
         if let Some(t) = self.tracees.remove(&pid) {
-            tracing::info!(pid, "tracer: no longer traced: {why}");
+            tracing::info!(pid = %pid, "tracer: no longer traced: {why}");
             self.emit(Event::Gone {
                 conn: t.conn,
                 pid,
@@ -477,11 +478,11 @@ impl Thread {
     }
 
     fn stops(&mut self) {
-        let pids: Vec<u32> = self.tracees.keys().copied().collect();
+        let pids: Vec<Pid> = self.tracees.keys().copied().collect();
         for pid in pids {
             loop {
                 let leaving = self.tracees.get(&pid).and_then(|t| t.leaving.clone());
-                let stop = match ptrace::poll_stop(pid) {
+                let stop = match ptrace::poll_stop(pid.0) {
                     Ok(s) => s,
                     Err(e) => {
                         self.gone(pid, format!("waitpid: {e}"));
@@ -497,26 +498,26 @@ impl Thread {
                     (Stop::Exec, _) => {
                         // The old image's KFD context went with it; the new one is found
                         // again by discovery if it uses the GPU.
-                        let _ = ptrace::detach(pid, None);
+                        let _ = ptrace::detach(pid.0, None);
                         self.gone(pid, leaving.unwrap_or_else(|| "it called execve".into()));
                         break;
                     }
                     (Stop::Signal(s), Some(why)) => {
-                        let r = ptrace::detach(pid, Some(s));
+                        let r = ptrace::detach(pid.0, Some(s));
                         self.gone(pid, why.clone());
                         r
                     }
                     (Stop::Group(_) | Stop::Trap, Some(why)) => {
-                        let r = ptrace::detach(pid, None);
+                        let r = ptrace::detach(pid.0, None);
                         self.gone(pid, why.clone());
                         r
                     }
-                    (Stop::Signal(s), None) => ptrace::cont(pid, Some(s)),
-                    (Stop::Group(_), None) => ptrace::listen(pid),
-                    (Stop::Trap, None) => ptrace::cont(pid, None),
+                    (Stop::Signal(s), None) => ptrace::cont(pid.0, Some(s)),
+                    (Stop::Group(_), None) => ptrace::listen(pid.0),
+                    (Stop::Trap, None) => ptrace::cont(pid.0, None),
                 };
                 if let Err(e) = r {
-                    tracing::debug!(pid, "tracer: restarting after {stop:?}: {e}");
+                    tracing::debug!(pid = %pid, "tracer: restarting after {stop:?}: {e}");
                 }
             }
         }
@@ -544,19 +545,22 @@ impl Thread {
         for (conn, queue_id, busy) in changes {
             self.emit(Event::Msg {
                 conn,
-                msg: ShimMsg::Activity { queue_id, busy },
+                msg: ShimMsg::Activity {
+                    queue_id: QueueId(queue_id),
+                    busy,
+                },
             });
         }
     }
 
     /// GET_QUEUE_SNAPSHOT of `pid` (clearing EC_QUEUE_NEW, so new queues can be suspended);
     /// reports a changed queue set as a registry.
-    fn refresh(&mut self, pid: u32) {
+    fn refresh(&mut self, pid: Pid) {
         let Some(kfd) = &self.kfd else { return };
-        let snap = match kfd.queue_snapshot(pid, EXCEPTION_QUEUE_NEW) {
+        let snap = match kfd.queue_snapshot(pid.0, EXCEPTION_QUEUE_NEW) {
             Ok(s) => s,
             Err(e) => {
-                tracing::debug!(pid, "tracer: snapshot: {e}");
+                tracing::debug!(pid = %pid, "tracer: snapshot: {e}");
                 return;
             }
         };
@@ -584,7 +588,7 @@ impl Thread {
     }
 
     fn refresh_all(&mut self) {
-        let pids: Vec<u32> = self
+        let pids: Vec<Pid> = self
             .tracees
             .iter()
             .filter(|(_, t)| t.leaving.is_none())
@@ -595,7 +599,7 @@ impl Thread {
         }
     }
 
-    fn execute(&mut self, pid: u32, msg: AgentMsg) {
+    fn execute(&mut self, pid: Pid, msg: AgentMsg) {
         let Some(conn) = self.tracees.get(&pid).map(|t| t.conn) else {
             return;
         };
@@ -647,12 +651,12 @@ impl Thread {
             .map(|q| q.queue_id)
             .filter(|q| match target {
                 Target::All | Target::Streams(_) => true,
-                Target::Queues(ids) => ids.contains(&q.0),
+                Target::Queues(ids) => ids.contains(q),
             })
             .collect()
     }
 
-    fn suspend(&mut self, pid: u32, target: &Target, grace: u32) -> Result<String, TracerError> {
+    fn suspend(&mut self, pid: Pid, target: &Target, grace: u32) -> Result<String, TracerError> {
         let mut todo: Vec<QueueId> = {
             let t = self.tracees.get(&pid).ok_or(TracerError::NotTraced)?;
             Self::targets(t, target)
@@ -667,7 +671,7 @@ impl Thread {
         for attempt in 0..2 {
             let kfd = self.kfd.as_ref().ok_or(TracerError::NoKfd)?;
             let (_, statuses) = kfd
-                .suspend_queues(pid, &todo, grace)
+                .suspend_queues(pid.0, &todo, grace)
                 .map_err(TracerError::call("DBG_TRAP SUSPEND_QUEUES"))?;
             let mut again = Vec::new();
             for (q, s) in todo.iter().zip(statuses) {
@@ -701,7 +705,7 @@ impl Thread {
         }
     }
 
-    fn resume(&mut self, pid: u32, target: &Target) -> Result<String, TracerError> {
+    fn resume(&mut self, pid: Pid, target: &Target) -> Result<String, TracerError> {
         let todo: Vec<QueueId> = {
             let t = self.tracees.get(&pid).ok_or(TracerError::NotTraced)?;
             Self::targets(t, target)
@@ -714,7 +718,7 @@ impl Thread {
         }
         let kfd = self.kfd.as_ref().ok_or(TracerError::NoKfd)?;
         let (n, _) = kfd
-            .resume_queues(pid, &todo)
+            .resume_queues(pid.0, &todo)
             .map_err(TracerError::call("DBG_TRAP RESUME_QUEUES"))?;
         if let Some(t) = self.tracees.get_mut(&pid) {
             for q in &todo {
@@ -779,7 +783,7 @@ pub enum TracerError {
     #[error("/proc/{pid}/mem: {source}")]
     Mem {
         /// The process.
-        pid: u32,
+        pid: Pid,
         /// The error.
         source: std::io::Error,
     },
@@ -815,7 +819,7 @@ fn read_u64(mem: &File, addr: u64) -> Option<u64> {
 
 /// The registry a tracee shows: its queues as the snapshot gives them; no streams, no
 /// priorities (neither can be read from outside the process).
-fn registry(pid: u32, t: &Tracee) -> Registry {
+fn registry(pid: Pid, t: &Tracee) -> Registry {
     Registry {
         lease_expiries: 0,
         pid,
@@ -825,8 +829,8 @@ fn registry(pid: u32, t: &Tracee) -> Registry {
             .queues
             .iter()
             .map(|q| QueueInfo {
-                queue_id: q.queue_id.0,
-                gpu_id: q.gpu_id.0,
+                queue_id: q.queue_id,
+                gpu_id: q.gpu_id,
                 requested_priority: 0,
                 effective_priority: 0,
                 ring_base: q.ring_base_address,
