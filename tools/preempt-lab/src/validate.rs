@@ -297,7 +297,7 @@ pub struct Compared {
 }
 
 fn load_kernels(traces: &Path, file: &str) -> Result<Vec<Kernel>, String> {
-    let t = Trace::load(&traces.join(file))?;
+    let t = Trace::load(&traces.join(file)).map_err(|e| e.to_string())?;
     Ok(t.dispatches.iter().map(|d| d.kernel).collect())
 }
 
