@@ -210,7 +210,8 @@ fn run(cli: Cli) -> Result<(), String> {
         Cmd::Validate { results, traces } => {
             let v = preempt_lab::validate::run(&results, &traces, |what| {
                 eprint!("\rpreempt-lab: replaying {what}                    ")
-            })?;
+            })
+            .map_err(|e| e.to_string())?;
             eprintln!();
             print!("{}", v.table());
             Ok(())
