@@ -11,6 +11,7 @@
 //!
 //! The command lines (`kfdq`, `kfdqd`) live in `src/bin/` on top of this library.
 #![deny(missing_docs)]
+#![deny(missing_debug_implementations)]
 #![deny(unsafe_code)]
 
 pub mod agent;
