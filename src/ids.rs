@@ -114,6 +114,7 @@ mod tests {
         assert_eq!(Pid::from_raw(4242), Some(Pid(4242)));
         assert_eq!(Pid(4242).as_raw(), 4242);
         assert_eq!(Pid(u32::MAX).as_raw(), -1);
+        assert_eq!(Pid(4242).as_nix(), nix::unistd::Pid::from_raw(4242));
         assert_eq!(Pid::this().as_raw(), nix::unistd::getpid().as_raw());
     }
 

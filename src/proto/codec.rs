@@ -10,6 +10,7 @@ pub const MAX_LINE: usize = 1 << 20;
 
 /// Why a line could not be decoded.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum DecodeError {
     /// The peer closed the connection.
     #[error("connection closed")]

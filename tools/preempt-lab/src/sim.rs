@@ -195,6 +195,7 @@ pub struct RunResult {
 
 /// Errors in a setup.
 #[derive(Debug, thiserror::Error, PartialEq)]
+#[non_exhaustive]
 pub enum SetupError {
     /// The policy refused the configuration.
     #[error("{0}")]
