@@ -233,7 +233,7 @@ struct Thread {
     root: Root,
     settings: TracerSettings,
     kfd: Option<Kfd>,
-    tracees: BTreeMap<Pid, Tracee>,
+    tracees: BTreeMap<u32, Tracee>,
     cmd_read: File,
     cmds: Receiver<Cmd>,
     sigfd: SignalFd,
@@ -322,12 +322,18 @@ impl Thread {
 
     fn command(&mut self, cmd: Cmd) {
         match cmd {
-            Cmd::Seize { pid, conn } => match self.seize(pid, conn) {
+            Cmd::Seize {
+                pid: Pid(pid),
+                conn,
+            } => match self.seize(pid, conn) {
                 Ok(t) => {
                     let reg = registry(pid, &t);
                     self.tracees.insert(pid, t);
-                    tracing::info!(pid = %pid, "tracer: seized and debug-enabled");
-                    self.emit(Event::Seized { pid, conn });
+                    tracing::info!(pid, "tracer: seized and debug-enabled");
+                    self.emit(Event::Seized {
+                        pid: Pid(pid),
+                        conn,
+                    });
                     self.emit(Event::Msg {
                         conn,
                         msg: ShimMsg::Registry(reg),
@@ -335,16 +341,19 @@ impl Thread {
                 }
                 Err(e) => {
                     let reason = e.to_string();
-                    tracing::warn!(pid = %pid, "tracer: not controlled: {reason}");
-                    self.emit(Event::Refused { pid, reason });
+                    tracing::warn!(pid, "tracer: not controlled: {reason}");
+                    self.emit(Event::Refused {
+                        pid: Pid(pid),
+                        reason,
+                    });
                 }
             },
-            Cmd::Command { pid, msg } => self.execute(pid, msg),
-            Cmd::Leave { pid, why } => self.leave(pid, why),
+            Cmd::Command { pid: Pid(pid), msg } => self.execute(pid, msg),
+            Cmd::Leave { pid: Pid(pid), why } => self.leave(pid, why),
             Cmd::Shutdown => {
                 if self.stopping.is_none() {
                     self.stopping = Some(Instant::now());
-                    let pids: Vec<Pid> = self.tracees.keys().copied().collect();
+                    let pids: Vec<u32> = self.tracees.keys().copied().collect();
                     for pid in pids {
                         self.leave(pid, "kfdqd stops".into());
                     }
@@ -364,8 +373,8 @@ impl Thread {
         self.kfd.as_ref().ok_or(TracerError::NoKfd)
     }
 
-    fn seize(&mut self, pid: Pid, conn: ConnId) -> Result<Tracee, TracerError> {
-        match ptrace::tracer_of(pid.0) {
+    fn seize(&mut self, pid: u32, conn: ConnId) -> Result<Tracee, TracerError> {
+        match ptrace::tracer_of(pid) {
             None => return Err(TracerError::Exited),
             Some(0) => {}
             Some(t) => {
@@ -375,7 +384,7 @@ impl Thread {
                 });
             }
         }
-        ptrace::seize(pid.0).map_err(|e| match e {
+        ptrace::seize(pid).map_err(|e| match e {
             Errno::EPERM => TracerError::SeizeRefused(e),
             Errno::ESRCH => TracerError::Exited,
             e => TracerError::Seize(e),
@@ -383,14 +392,14 @@ impl Thread {
         let attached = (|| {
             let kfd = self.kfd()?;
             let att = kfd
-                .dbg_enable(pid.0, 0)
+                .dbg_enable(pid, 0)
                 .map_err(TracerError::call("DBG_TRAP ENABLE"))?;
             if !att.runtime.runtime_enabled() {
-                let _ = kfd.dbg_disable(pid.0);
+                let _ = kfd.dbg_disable(pid);
                 return Err(TracerError::NotRuntimeEnabled);
             }
             let queues = kfd
-                .queue_snapshot(pid.0, EXCEPTION_QUEUE_NEW)
+                .queue_snapshot(pid, EXCEPTION_QUEUE_NEW)
                 .map_err(TracerError::call("DBG_TRAP GET_QUEUE_SNAPSHOT"))?;
             let mem = File::open(format!("/proc/{pid}/mem"))
                 .map_err(|source| TracerError::Mem { pid, source })?;
@@ -409,7 +418,7 @@ impl Thread {
             }),
             Err(e) => {
                 if let Some(k) = &self.kfd {
-                    let _ = k.dbg_disable(pid.0);
+                    let _ = k.dbg_disable(pid);
                 }
                 self.detach_now(pid);
                 Err(e)
@@ -418,36 +427,36 @@ impl Thread {
     }
 
     /// Detaches a tracee that is not (yet) in `tracees`: interrupt, wait for its stop, detach.
-    fn detach_now(&mut self, pid: Pid) {
-        if ptrace::interrupt(pid.0).is_err() {
+    fn detach_now(&mut self, pid: u32) {
+        if ptrace::interrupt(pid).is_err() {
             return;
         }
         let deadline = Instant::now() + LEAVE_WAIT;
         while Instant::now() < deadline {
-            match ptrace::poll_stop(pid.0) {
+            match ptrace::poll_stop(pid) {
                 Ok(Stop::None) => {
                     let mut fds = [PollFd::new(self.sigfd.as_fd(), PollFlags::POLLIN)];
                     let _ = poll(&mut fds, PollTimeout::from(10u8));
                     while let Ok(Some(_)) = self.sigfd.read_signal() {}
                 }
                 Ok(Stop::Signal(s)) => {
-                    let _ = ptrace::detach(pid.0, Some(s));
+                    let _ = ptrace::detach(pid, Some(s));
                     return;
                 }
                 Ok(Stop::Exited) | Err(_) => return,
                 Ok(_) => {
-                    let _ = ptrace::detach(pid.0, None);
+                    let _ = ptrace::detach(pid, None);
                     return;
                 }
             }
         }
         tracing::warn!(
-            pid = %pid,
+            pid,
             "tracer: no stop to detach at; the kernel detaches when kfdqd exits"
         );
     }
 
-    fn leave(&mut self, pid: Pid, why: String) {
+    fn leave(&mut self, pid: u32, why: String) {
         let Some(t) = self.tracees.get_mut(&pid) else {
             return;
         };
@@ -456,33 +465,33 @@ impl Thread {
         }
         t.leaving = Some(why);
         if let Some(k) = &self.kfd
-            && let Err(e) = k.dbg_disable(pid.0)
+            && let Err(e) = k.dbg_disable(pid)
         {
-            tracing::debug!(pid = %pid, "tracer: DBG_TRAP DISABLE: {e}");
+            tracing::debug!(pid, "tracer: DBG_TRAP DISABLE: {e}");
         }
-        if ptrace::interrupt(pid.0).is_err() {
+        if ptrace::interrupt(pid).is_err() {
             // Gone already: the next stop check reports the exit.
-            tracing::debug!(pid = %pid, "tracer: PTRACE_INTERRUPT failed");
+            tracing::debug!(pid, "tracer: PTRACE_INTERRUPT failed");
         }
     }
 
-    fn gone(&mut self, pid: Pid, why: String) {
+    fn gone(&mut self, pid: u32, why: String) {
         if let Some(t) = self.tracees.remove(&pid) {
-            tracing::info!(pid = %pid, "tracer: no longer traced: {why}");
+            tracing::info!(pid, "tracer: no longer traced: {why}");
             self.emit(Event::Gone {
                 conn: t.conn,
-                pid,
+                pid: Pid(pid),
                 why,
             });
         }
     }
 
     fn stops(&mut self) {
-        let pids: Vec<Pid> = self.tracees.keys().copied().collect();
+        let pids: Vec<u32> = self.tracees.keys().copied().collect();
         for pid in pids {
             loop {
                 let leaving = self.tracees.get(&pid).and_then(|t| t.leaving.clone());
-                let stop = match ptrace::poll_stop(pid.0) {
+                let stop = match ptrace::poll_stop(pid) {
                     Ok(s) => s,
                     Err(e) => {
                         self.gone(pid, format!("waitpid: {e}"));
@@ -498,26 +507,26 @@ impl Thread {
                     (Stop::Exec, _) => {
                         // The old image's KFD context went with it; the new one is found
                         // again by discovery if it uses the GPU.
-                        let _ = ptrace::detach(pid.0, None);
+                        let _ = ptrace::detach(pid, None);
                         self.gone(pid, leaving.unwrap_or_else(|| "it called execve".into()));
                         break;
                     }
                     (Stop::Signal(s), Some(why)) => {
-                        let r = ptrace::detach(pid.0, Some(s));
+                        let r = ptrace::detach(pid, Some(s));
                         self.gone(pid, why.clone());
                         r
                     }
                     (Stop::Group(_) | Stop::Trap, Some(why)) => {
-                        let r = ptrace::detach(pid.0, None);
+                        let r = ptrace::detach(pid, None);
                         self.gone(pid, why.clone());
                         r
                     }
-                    (Stop::Signal(s), None) => ptrace::cont(pid.0, Some(s)),
-                    (Stop::Group(_), None) => ptrace::listen(pid.0),
-                    (Stop::Trap, None) => ptrace::cont(pid.0, None),
+                    (Stop::Signal(s), None) => ptrace::cont(pid, Some(s)),
+                    (Stop::Group(_), None) => ptrace::listen(pid),
+                    (Stop::Trap, None) => ptrace::cont(pid, None),
                 };
                 if let Err(e) = r {
-                    tracing::debug!(pid = %pid, "tracer: restarting after {stop:?}: {e}");
+                    tracing::debug!(pid, "tracer: restarting after {stop:?}: {e}");
                 }
             }
         }
@@ -555,12 +564,12 @@ impl Thread {
 
     /// GET_QUEUE_SNAPSHOT of `pid` (clearing EC_QUEUE_NEW, so new queues can be suspended);
     /// reports a changed queue set as a registry.
-    fn refresh(&mut self, pid: Pid) {
+    fn refresh(&mut self, pid: u32) {
         let Some(kfd) = &self.kfd else { return };
-        let snap = match kfd.queue_snapshot(pid.0, EXCEPTION_QUEUE_NEW) {
+        let snap = match kfd.queue_snapshot(pid, EXCEPTION_QUEUE_NEW) {
             Ok(s) => s,
             Err(e) => {
-                tracing::debug!(pid = %pid, "tracer: snapshot: {e}");
+                tracing::debug!(pid, "tracer: snapshot: {e}");
                 return;
             }
         };
@@ -588,7 +597,7 @@ impl Thread {
     }
 
     fn refresh_all(&mut self) {
-        let pids: Vec<Pid> = self
+        let pids: Vec<u32> = self
             .tracees
             .iter()
             .filter(|(_, t)| t.leaving.is_none())
@@ -599,7 +608,7 @@ impl Thread {
         }
     }
 
-    fn execute(&mut self, pid: Pid, msg: AgentMsg) {
+    fn execute(&mut self, pid: u32, msg: AgentMsg) {
         let Some(conn) = self.tracees.get(&pid).map(|t| t.conn) else {
             return;
         };
@@ -656,7 +665,7 @@ impl Thread {
             .collect()
     }
 
-    fn suspend(&mut self, pid: Pid, target: &Target, grace: u32) -> Result<String, TracerError> {
+    fn suspend(&mut self, pid: u32, target: &Target, grace: u32) -> Result<String, TracerError> {
         let mut todo: Vec<QueueId> = {
             let t = self.tracees.get(&pid).ok_or(TracerError::NotTraced)?;
             Self::targets(t, target)
@@ -671,7 +680,7 @@ impl Thread {
         for attempt in 0..2 {
             let kfd = self.kfd.as_ref().ok_or(TracerError::NoKfd)?;
             let (_, statuses) = kfd
-                .suspend_queues(pid.0, &todo, grace)
+                .suspend_queues(pid, &todo, grace)
                 .map_err(TracerError::call("DBG_TRAP SUSPEND_QUEUES"))?;
             let mut again = Vec::new();
             for (q, s) in todo.iter().zip(statuses) {
@@ -705,7 +714,7 @@ impl Thread {
         }
     }
 
-    fn resume(&mut self, pid: Pid, target: &Target) -> Result<String, TracerError> {
+    fn resume(&mut self, pid: u32, target: &Target) -> Result<String, TracerError> {
         let todo: Vec<QueueId> = {
             let t = self.tracees.get(&pid).ok_or(TracerError::NotTraced)?;
             Self::targets(t, target)
@@ -718,7 +727,7 @@ impl Thread {
         }
         let kfd = self.kfd.as_ref().ok_or(TracerError::NoKfd)?;
         let (n, _) = kfd
-            .resume_queues(pid.0, &todo)
+            .resume_queues(pid, &todo)
             .map_err(TracerError::call("DBG_TRAP RESUME_QUEUES"))?;
         if let Some(t) = self.tracees.get_mut(&pid) {
             for q in &todo {
@@ -783,7 +792,7 @@ pub enum TracerError {
     #[error("/proc/{pid}/mem: {source}")]
     Mem {
         /// The process.
-        pid: Pid,
+        pid: u32,
         /// The error.
         source: std::io::Error,
     },
@@ -819,10 +828,10 @@ fn read_u64(mem: &File, addr: u64) -> Option<u64> {
 
 /// The registry a tracee shows: its queues as the snapshot gives them; no streams, no
 /// priorities (neither can be read from outside the process).
-fn registry(pid: Pid, t: &Tracee) -> Registry {
+fn registry(pid: u32, t: &Tracee) -> Registry {
     Registry {
         lease_expiries: 0,
-        pid,
+        pid: Pid(pid),
         class: None,
         streams: Vec::new(),
         queues: t
