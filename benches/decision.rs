@@ -19,6 +19,7 @@ use std::sync::mpsc::channel;
 use std::time::{Duration, Instant};
 
 use kfdq::proto::{AgentMsg, LineReader, QueueInfo, Registry, Reply, Request, ShimMsg, encode};
+use kfdq::{GpuId, Pid, QueueId};
 
 const CLIENTS: usize = 64;
 const QUEUES: u32 = 8;
@@ -34,7 +35,7 @@ fn client(sock: &str, class: &str, gpu: u32) {
     let s = UnixStream::connect(sock).expect("connect");
     let mut w = s.try_clone().unwrap();
     let mut r = LineReader::new(BufReader::new(s));
-    let pid = std::process::id();
+    let pid = Pid::this();
     w.write_all(&encode(&ShimMsg::Hello {
         version: kfdq::proto::VERSION,
         pid,
@@ -46,8 +47,8 @@ fn client(sock: &str, class: &str, gpu: u32) {
     assert!(matches!(r.next::<AgentMsg>(), Ok(AgentMsg::Welcome { .. })));
     let queues = (1..=QUEUES)
         .map(|q| QueueInfo {
-            queue_id: q,
-            gpu_id: gpu,
+            queue_id: QueueId(q),
+            gpu_id: GpuId(gpu),
             requested_priority: 7,
             effective_priority: if class == "latency" { 13 } else { 3 },
             ring_base: 0,
@@ -84,8 +85,11 @@ fn client(sock: &str, class: &str, gpu: u32) {
         for line in std::io::stdin().lock().lines() {
             let busy = line.unwrap() == "busy";
             let t = mono_ns();
-            w2.write_all(&encode(&ShimMsg::Activity { queue_id: 1, busy }))
-                .unwrap();
+            w2.write_all(&encode(&ShimMsg::Activity {
+                queue_id: QueueId(1),
+                busy,
+            }))
+            .unwrap();
             writeln!(out, "sent {t}").unwrap();
             out.flush().unwrap();
         }

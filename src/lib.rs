@@ -1,6 +1,7 @@
 //! kfdq: real GPU queue priorities and preemption for AMD Instinct (gfx942) nodes, driven by
 //! the upstream amdkfd ioctls.
 //!
+//! * [`ids`] — the process, GPU and queue ids every layer passes.
 //! * [`kfd`] — the safe, typed layer over `/dev/kfd` and its sysfs topology.
 //! * [`policy`] — pure decision logic (priority classes).
 //! * [`proto`] — the shim <-> agent control protocol.
@@ -10,11 +11,15 @@
 //!
 //! The command lines (`kfdq`, `kfdqd`) live in `src/bin/` on top of this library.
 #![deny(missing_docs)]
+#![deny(missing_debug_implementations)]
 #![deny(unsafe_code)]
 
 pub mod agent;
 pub mod doctor;
+pub mod ids;
 pub mod kfd;
 pub mod policy;
 pub mod proto;
 pub mod stats;
+
+pub use ids::{GpuId, Pid, QueueId};

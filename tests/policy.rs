@@ -5,9 +5,10 @@ use kfdq::policy::{
     Reason, Release, Run, Starvation,
 };
 use kfdq::proto::Level;
+use kfdq::{GpuId, Pid, QueueId};
 
 const MS: u64 = 1_000_000;
-const GPU: u32 = 0xb1a0;
+const GPU: GpuId = GpuId(0xb1a0);
 
 fn part(slots: u32) -> Vec<PartitionObs> {
     vec![PartitionObs {
@@ -19,13 +20,13 @@ fn part(slots: u32) -> Vec<PartitionObs> {
 
 fn proc(pid: u32, class: &str, busy: &[bool]) -> ProcessObs {
     ProcessObs {
-        pid,
+        pid: Pid(pid),
         class: class.into(),
         queues: busy
             .iter()
             .enumerate()
             .map(|(i, &busy)| QueueObs {
-                queue_id: i as u32,
+                queue_id: QueueId(i as u32),
                 gpu_id: GPU,
                 busy,
             })
@@ -60,12 +61,12 @@ fn a_busy_higher_class_preempts_lower_classes_at_their_levels() {
         proc(30, "batch", &[true, false]),
     ];
     let d = decide(&mut p, 0, &parts, &procs);
-    let run = |pid| d.targets.iter().find(|t| t.pid == pid).unwrap().run;
+    let run = |pid| d.targets.iter().find(|t| t.pid == Pid(pid)).unwrap().run;
     assert_eq!(run(10), Run::Running);
     assert_eq!(run(20), Run::Preempted(Level::Hold));
     assert_eq!(run(30), Run::Preempted(Level::Deactivate));
     assert!(matches!(
-        d.targets.iter().find(|t| t.pid == 30).unwrap().reason,
+        d.targets.iter().find(|t| t.pid == Pid(30)).unwrap().reason,
         Reason::HigherClassBusy(ref c) if &**c == "latency"
     ));
     // Priorities come from the classes.
@@ -96,7 +97,7 @@ fn lower_classes_resume_only_after_the_hysteresis() {
     let h = p.config().hysteresis_ns;
     decide(&mut p, 5 * MS, &parts, &idle);
     let d = decide(&mut p, 5 * MS + h - 1, &parts, &idle);
-    assert_eq!(p.state_of(30), Some(Run::Preempted(Level::Deactivate)));
+    assert_eq!(p.state_of(Pid(30)), Some(Run::Preempted(Level::Deactivate)));
     assert!(matches!(d.targets[1].reason, Reason::Hysteresis(_)));
     assert_eq!(
         d.next_ns,
@@ -104,7 +105,7 @@ fn lower_classes_resume_only_after_the_hysteresis() {
         "decide again when the hysteresis runs out"
     );
     let d = decide(&mut p, 5 * MS + h, &parts, &idle);
-    assert_eq!(p.state_of(30), Some(Run::Running));
+    assert_eq!(p.state_of(Pid(30)), Some(Run::Running));
     assert_eq!(d.changes.len(), 1);
     assert_eq!(d.total_preempts(), 1);
 }
@@ -126,7 +127,7 @@ fn the_hysteresis_runs_from_the_idle_edge_not_the_busy_one() {
     );
     let idle = [proc(10, "latency", &[false]), proc(30, "batch", &[true])];
     let d = decide(&mut p, 3 * h, &parts, &idle);
-    assert_eq!(p.state_of(30), Some(Run::Preempted(Level::Deactivate)));
+    assert_eq!(p.state_of(Pid(30)), Some(Run::Preempted(Level::Deactivate)));
     assert_eq!(d.next_ns, Some(4 * h));
 }
 
@@ -214,7 +215,13 @@ fn the_residency_guard_deactivates_lower_classes_until_the_rest_fit() {
         proc(30, "batch", &[false, false]),
     ];
     let d = decide(&mut p, 0, &parts, &procs);
-    let t = |pid| d.targets.iter().find(|t| t.pid == pid).unwrap().clone();
+    let t = |pid| {
+        d.targets
+            .iter()
+            .find(|t| t.pid == Pid(pid))
+            .unwrap()
+            .clone()
+    };
     // The batch process goes first; 5 > 4 still, so the normal one too.
     assert_eq!(t(30).run, Run::Preempted(Level::Deactivate));
     assert_eq!(t(30).reason, Reason::ResidencyGuard(GPU));
@@ -239,16 +246,16 @@ fn the_starvation_guard_lets_a_preempted_class_run_its_share() {
     let procs = [proc(10, "latency", &[true]), proc(30, "batch", &[true])];
     decide(&mut p, 0, &parts, &procs);
     let d = decide(&mut p, s.after_ns - MS, &parts, &procs);
-    assert_eq!(p.state_of(30), Some(Run::Preempted(Level::Deactivate)));
+    assert_eq!(p.state_of(Pid(30)), Some(Run::Preempted(Level::Deactivate)));
     assert_eq!(d.next_ns, Some(s.after_ns));
     let d = decide(&mut p, s.after_ns, &parts, &procs);
-    assert_eq!(p.state_of(30), Some(Run::Running));
+    assert_eq!(p.state_of(Pid(30)), Some(Run::Running));
     assert_eq!(d.targets[1].reason, Reason::StarvationGuard);
     assert_eq!(d.next_ns, Some(s.after_ns + s.run_ns));
     decide(&mut p, s.after_ns + s.run_ns - 1, &parts, &procs);
-    assert_eq!(p.state_of(30), Some(Run::Running));
+    assert_eq!(p.state_of(Pid(30)), Some(Run::Running));
     decide(&mut p, s.after_ns + s.run_ns, &parts, &procs);
-    assert_eq!(p.state_of(30), Some(Run::Preempted(Level::Deactivate)));
+    assert_eq!(p.state_of(Pid(30)), Some(Run::Preempted(Level::Deactivate)));
 }
 
 #[test]
@@ -269,7 +276,7 @@ fn changes_wait_for_the_minimum_interval_between_preempts() {
     assert_eq!(d.next_ns, Some(5 * MS));
     let d = decide(&mut p, 5 * MS, &parts, &idle);
     assert_eq!(d.total_preempts(), 1);
-    assert_eq!(p.state_of(30), Some(Run::Running));
+    assert_eq!(p.state_of(Pid(30)), Some(Run::Running));
 }
 
 #[test]
@@ -285,7 +292,14 @@ fn cu_shares_split_the_partition_by_rank() {
         &parts,
         &[proc(10, "latency", &[false]), proc(30, "batch", &[false])],
     );
-    let mask = |pid| d.targets.iter().find(|t| t.pid == pid).unwrap().cu_masks[&GPU].clone();
+    let mask = |pid| {
+        d.targets
+            .iter()
+            .find(|t| t.pid == Pid(pid))
+            .unwrap()
+            .cu_masks[&GPU]
+            .clone()
+    };
     // 80 CUs: latency 0..20, batch 20..80; no overlap, all covered.
     assert_eq!(mask(10), vec![0x000f_ffff, 0, 0]);
     assert_eq!(mask(30), vec![0xfff0_0000, 0xffff_ffff, 0xffff]);
@@ -301,9 +315,9 @@ fn exited_processes_are_forgotten() {
         &parts,
         &[proc(10, "latency", &[true]), proc(30, "batch", &[true])],
     );
-    assert!(p.state_of(30).is_some());
+    assert!(p.state_of(Pid(30)).is_some());
     decide(&mut p, MS, &parts, &[proc(10, "latency", &[true])]);
-    assert_eq!(p.state_of(30), None);
+    assert_eq!(p.state_of(Pid(30)), None);
 }
 
 #[test]

@@ -6,13 +6,14 @@ use kfdq::policy::{
     CostRelease, Decision, Observation, PartitionObs, Policy, PolicyConfig, PolicyError,
     ProcessObs, QueueObs, Reason, Release, Run,
 };
+use kfdq::{GpuId, Pid, QueueId};
 
 const US: u64 = 1_000;
 const MS: u64 = 1_000_000;
-const GPU: u32 = 7;
-const BATCH: u32 = 30;
+const GPU: GpuId = GpuId(7);
+const BATCH: Pid = Pid(30);
 
-fn proc(pid: u32, class: &str, busy: &[bool]) -> ProcessObs {
+fn proc(pid: Pid, class: &str, busy: &[bool]) -> ProcessObs {
     ProcessObs {
         pid,
         class: class.into(),
@@ -20,7 +21,7 @@ fn proc(pid: u32, class: &str, busy: &[bool]) -> ProcessObs {
             .iter()
             .enumerate()
             .map(|(i, &busy)| QueueObs {
-                queue_id: i as u32,
+                queue_id: QueueId(i as u32),
                 gpu_id: GPU,
                 busy,
             })
@@ -59,7 +60,7 @@ impl Lab {
             cus: 80,
         }];
         let procs = [
-            proc(10, "latency", &[latency_busy]),
+            proc(Pid(10), "latency", &[latency_busy]),
             proc(BATCH, self.class, &vec![true; self.batch_queues]),
         ];
         self.policy.decide(&Observation {

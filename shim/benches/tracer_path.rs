@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 
 use common::kfdqd::Agent;
 use common::*;
+use kfdq::Pid;
 use kfdq::proto::control::Control;
 use kfdq::proto::{Level, Reply, Request};
 
@@ -44,7 +45,7 @@ fn flood(emu: &Emu, agent: &Agent, shim: bool) -> App {
     agent.wait("the flood under control", |s| {
         s.processes
             .iter()
-            .any(|p| p.pid == app.pid && p.control == want && !p.queues.is_empty())
+            .any(|p| p.pid == Pid(app.pid) && p.control == want && !p.queues.is_empty())
     });
     app
 }
@@ -60,12 +61,12 @@ fn round_trips(agent: &Agent, pid: u32) -> (Vec<f64>, Vec<f64>) {
     for _ in 0..PAIRS {
         let t = Instant::now();
         done(agent.request(&Request::Suspend {
-            pid,
+            pid: Pid(pid),
             level: Level::Suspend,
         }));
         s.push(t.elapsed().as_secs_f64() * 1e6);
         let t = Instant::now();
-        done(agent.request(&Request::Resume { pid }));
+        done(agent.request(&Request::Resume { pid: Pid(pid) }));
         r.push(t.elapsed().as_secs_f64() * 1e6);
     }
     (s, r)

@@ -2,6 +2,7 @@
 //! (levels 0, 2, 3) they name, each command executed under the registry lock (`levels.rs`), and
 //! the replies (acknowledgements, the registry) to send back.
 
+use kfdq::Pid;
 use kfdq::proto::{AgentMsg, Level, ShimMsg, Target};
 
 use crate::command_error::CommandError;
@@ -51,7 +52,7 @@ pub fn handle(msg: AgentMsg) -> Vec<ShimMsg> {
         }
         AgentMsg::SetWindow { seq, dispatches } => vec![ack(seq, set_window(&mut st, dispatches))],
         AgentMsg::Query { seq } => vec![
-            ShimMsg::Registry(st.to_proto(std::process::id())),
+            ShimMsg::Registry(st.to_proto(Pid::this())),
             ack(seq, Ok("registry sent".into())),
         ],
         AgentMsg::SetPriority {

@@ -16,8 +16,9 @@ use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use kfdq::proto::peer::{AgentTrust, peer_cred};
+use kfdq::proto::peer::{AgentTrust, UntrustedAgent, peer_cred};
 use kfdq::proto::{self, AgentMsg, DecodeError, LineReader, ShimMsg};
+use kfdq::{Pid, QueueId};
 
 use crate::commands::handle;
 use crate::guard::guarded;
@@ -46,8 +47,8 @@ pub fn start() {
     }
 }
 
-fn pid() -> u32 {
-    std::process::id()
+fn pid() -> Pid {
+    Pid::this()
 }
 
 /// Reconnection backoff: from 20 ms, doubling up to this; reset only by a session that got as
@@ -80,7 +81,7 @@ fn main() {
                             // One warning, then this process runs uncontrolled for good: an
                             // impostor must not be retried into (nor wait for the real agent
                             // on a path someone else controls).
-                            crate::log::warn_always(&why);
+                            crate::log::warn_always(&why.to_string());
                             controlling = false;
                             continue;
                         }
@@ -188,36 +189,81 @@ impl UnclaimedWatch {
 /// Least time between two registry files written without an agent.
 const PUBLISH_EVERY: Duration = Duration::from_millis(50);
 
+/// Why the shim does not obey whoever listens at `KFDQ_SOCKET`.
+#[derive(Debug, thiserror::Error)]
+enum Distrust {
+    /// `SO_PEERCRED` failed.
+    #[error(
+        "refusing the agent at {socket}: its credentials cannot be read ({source}); running uncontrolled"
+    )]
+    Unreadable {
+        socket: String,
+        source: std::io::Error,
+    },
+    /// The peer runs as a uid the shim does not trust.
+    #[error(transparent)]
+    Untrusted(#[from] UntrustedAgent),
+}
+
 /// Checks the kernel's credentials of the listening peer before a single byte is exchanged.
-fn trusted(s: &UnixStream, trust: &AgentTrust, path: &Path) -> Result<(), String> {
+fn trusted(s: &UnixStream, trust: &AgentTrust, path: &Path) -> Result<(), Distrust> {
     let shown = path.display().to_string();
-    let cred = peer_cred(s).map_err(|e| {
-        format!("refusing the agent at {shown}: its credentials cannot be read ({e}); running uncontrolled")
+    let cred = peer_cred(s).map_err(|source| Distrust::Unreadable {
+        socket: shown.clone(),
+        source,
     })?;
-    trust.check(&cred, &shown).map_err(|e| e.to_string())
+    Ok(trust.check(&cred, &shown)?)
 }
 
 /// Why a session ended.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 enum End {
     /// The agent closed an established session.
+    #[error("closed by the agent")]
     Closed,
-    /// The agent refused this process.
+    /// The agent refused this process (its reason, as it sent it).
+    #[error("refused by the agent: {0}")]
     Refused(String),
     /// It ended before the agent's welcome (closed at once, garbage, silence).
-    BeforeWelcome(String),
+    #[error(transparent)]
+    BeforeWelcome(NoWelcome),
     /// An established session failed.
-    Error(String),
+    #[error(transparent)]
+    Error(Broken),
 }
 
-impl std::fmt::Display for End {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            End::Closed => f.write_str("closed by the agent"),
-            End::Refused(r) => write!(f, "refused by the agent: {r}"),
-            End::BeforeWelcome(e) | End::Error(e) => f.write_str(e),
-        }
-    }
+/// How a session ended before the agent's welcome.
+#[derive(Debug, thiserror::Error)]
+enum NoWelcome {
+    /// The hello could not be sent.
+    #[error("did not take this process's hello ({0})")]
+    Hello(Broken),
+    /// The agent answered with another message.
+    #[error("answered hello with {0:?} instead of a welcome")]
+    Unexpected(Box<AgentMsg>),
+    /// The agent closed the connection.
+    #[error("closed the connection without answering hello")]
+    Closed,
+    /// The answer was not a message (or the socket failed, or timed out).
+    #[error("did not answer hello with a welcome ({0})")]
+    Unreadable(DecodeError),
+}
+
+/// How an established session failed (or could not start).
+#[derive(Debug, thiserror::Error)]
+enum Broken {
+    /// Cloning the socket failed.
+    #[error("socket: {0}")]
+    Socket(std::io::Error),
+    /// Writing to the agent failed.
+    #[error("write: {0}")]
+    Write(std::io::Error),
+    /// The agent's side broke the protocol (an overlong line, a socket error).
+    #[error("protocol error: {0}")]
+    Protocol(DecodeError),
+    /// The process is exiting, or the shim stopped controlling it.
+    #[error("shim stopped controlling")]
+    Stopped,
 }
 
 fn release_everything(why: &str) {
@@ -234,16 +280,15 @@ fn release_everything(why: &str) {
     }
 }
 
-fn send(w: &mut UnixStream, msg: &ShimMsg) -> Result<(), End> {
-    w.write_all(&proto::encode(msg))
-        .map_err(|e| End::Error(format!("write: {e}")))
+fn send(w: &mut UnixStream, msg: &ShimMsg) -> Result<(), Broken> {
+    w.write_all(&proto::encode(msg)).map_err(Broken::Write)
 }
 
 fn session(stream: UnixStream, last_published: &mut u64, watch: &mut UnclaimedWatch) -> End {
     let cfg = crate::config::config();
     let mut w = match stream.try_clone() {
         Ok(w) => w,
-        Err(e) => return End::Error(format!("socket: {e}")),
+        Err(e) => return End::Error(Broken::Socket(e)),
     };
     let _ = w.set_write_timeout(Some(Duration::from_secs(2)));
     let (class, priority) = {
@@ -263,7 +308,7 @@ fn session(stream: UnixStream, last_published: &mut u64, watch: &mut UnclaimedWa
             priority,
         },
     ) {
-        return End::BeforeWelcome(format!("did not take this process's hello ({e})"));
+        return End::BeforeWelcome(NoWelcome::Hello(e));
     }
     let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
     let fd = stream.as_raw_fd();
@@ -276,15 +321,9 @@ fn session(stream: UnixStream, last_published: &mut u64, watch: &mut UnclaimedWa
             crate::log::warn_always(&format!("the agent refused this process: {reason}"));
             return End::Refused(reason);
         }
-        Ok(other) => {
-            return End::BeforeWelcome(format!(
-                "answered hello with {other:?} instead of a welcome"
-            ));
-        }
-        Err(DecodeError::Closed) => {
-            return End::BeforeWelcome("closed the connection without answering hello".into());
-        }
-        Err(e) => return End::BeforeWelcome(format!("did not answer hello with a welcome ({e})")),
+        Ok(other) => return End::BeforeWelcome(NoWelcome::Unexpected(Box::new(other))),
+        Err(DecodeError::Closed) => return End::BeforeWelcome(NoWelcome::Closed),
+        Err(e) => return End::BeforeWelcome(NoWelcome::Unreadable(e)),
     };
     let _ = reader.get_ref().get_ref().set_read_timeout(None);
     crate::log::debug(|| {
@@ -303,7 +342,7 @@ fn session(stream: UnixStream, last_published: &mut u64, watch: &mut UnclaimedWa
     let mut last_renew = Instant::now();
     loop {
         if EXITING.load(Ordering::Relaxed) || FLAGS.load(Ordering::Relaxed) & F_DISABLED != 0 {
-            return End::Error("shim stopped controlling".into());
+            return End::Error(Broken::Stopped);
         }
         let edges = FLAGS.load(Ordering::Relaxed) & F_EDGES != 0;
         let period = if edges && crate::edges::armed() {
@@ -324,7 +363,7 @@ fn session(stream: UnixStream, last_published: &mut u64, watch: &mut UnclaimedWa
                     let replies = guarded(|| handle(msg)).unwrap_or_default();
                     for r in replies {
                         if let Err(e) = send(&mut w, &r) {
-                            return e;
+                            return End::Error(e);
                         }
                     }
                 }
@@ -333,7 +372,7 @@ fn session(stream: UnixStream, last_published: &mut u64, watch: &mut UnclaimedWa
                     &format!("ignoring a malformed message from the agent: {m}"),
                 ),
                 Err(DecodeError::Closed) => return End::Closed,
-                Err(e) => return End::Error(format!("protocol error: {e}")),
+                Err(e) => return End::Error(Broken::Protocol(e)),
             }
         }
         lease.check(Instant::now());
@@ -364,8 +403,9 @@ fn session(stream: UnixStream, last_published: &mut u64, watch: &mut UnclaimedWa
             }
         }
         for (queue_id, busy) in edges_seen {
+            let queue_id = QueueId(queue_id);
             if let Err(e) = send(&mut w, &ShimMsg::Activity { queue_id, busy }) {
-                return e;
+                return End::Error(e);
             }
         }
         let (gen_now, reg) = {
@@ -377,7 +417,7 @@ fn session(stream: UnixStream, last_published: &mut u64, watch: &mut UnclaimedWa
         };
         if let Some(reg) = reg {
             if let Err(e) = send(&mut w, &ShimMsg::Registry(reg)) {
-                return e;
+                return End::Error(e);
             }
             sent_gen = gen_now;
         }

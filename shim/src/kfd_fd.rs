@@ -23,6 +23,7 @@ pub struct KfdFd {
 
 /// Why the runtime's `/dev/kfd` fd cannot be acted on.
 #[derive(Debug)]
+#[non_exhaustive]
 pub enum KfdFdError {
     /// The number is not open any more: the runtime closed its `/dev/kfd` fd.
     Closed {

@@ -309,9 +309,9 @@ fn prepare(s: StreamRef, probe: bool) -> Prep {
 /// alive and control runs, with the generation read before the lookup (the rule of
 /// `index_reads.rs`: the addresses may be read without the lock only at that generation).
 /// Registers nothing.
-fn window_target(s: StreamRef) -> crate::window::Target {
+fn window_target(s: StreamRef) -> crate::window::QueueIndices {
     let generation = crate::window_setting::WINDOW_GEN.load(Ordering::SeqCst);
-    let none = crate::window::Target::none(generation);
+    let none = crate::window::QueueIndices::none(generation);
     guarded(|| {
         let st = STATE.lock();
         // Control stopped (set under this lock): DESTROY_QUEUE passes the hook untouched.
@@ -332,7 +332,7 @@ fn window_target(s: StreamRef) -> crate::window::Target {
             .filter(|q| q.compute && !q.dying)
             .map(|q| (q.id, q.index_addresses()))
             .filter(|(_, (w, r))| *w != 0 && *r != 0 && w % 8 == 0 && r % 8 == 0)
-            .map_or(none, |(queue, (w, r))| crate::window::Target {
+            .map_or(none, |(queue, (w, r))| crate::window::QueueIndices {
                 queue,
                 wptr: w as usize,
                 rptr: r as usize,

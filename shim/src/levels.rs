@@ -151,7 +151,7 @@ pub fn set_cu_masks(
     let mut errs = Vec::new();
     for id in by_gpu(st, &qids) {
         let Some(q) = st.queue(id) else { continue };
-        let Some(m) = masks.iter().find(|m| m.gpu_id == q.gpu_id) else {
+        let Some(m) = masks.iter().find(|m| m.gpu_id.0 == q.gpu_id) else {
             continue;
         };
         match with_bypass(|| kfdq::kfd::ioctl::set_cu_mask(fd, QueueId(id), &m.words)) {

@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
+use kfdq::Pid;
 use kfdq::proto;
 
 use crate::state::STATE;
@@ -62,10 +63,10 @@ pub fn publish_file(last: &mut u64) {
         if st.generation == *last {
             return;
         }
-        (st.generation, st.to_proto(std::process::id()))
+        (st.generation, st.to_proto(Pid::this()))
     };
     let Some(dir) = state_dir() else { return };
-    let name = proto::state::registry_file_name(std::process::id());
+    let name = proto::state::registry_file_name(Pid::this());
     let tmp = dir.join(format!(".{name}.tmp"));
     let Ok(json) = serde_json::to_vec_pretty(&reg) else {
         return;
@@ -83,6 +84,6 @@ pub fn remove_registry_file() {
     if WROTE_PID.load(Ordering::Relaxed) == me
         && let Some(dir) = state_dir()
     {
-        let _ = std::fs::remove_file(dir.join(proto::state::registry_file_name(me)));
+        let _ = std::fs::remove_file(dir.join(proto::state::registry_file_name(Pid(me))));
     }
 }

@@ -28,6 +28,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use kfdq::policy::class::PriorityPolicy;
 use kfdq::proto::{self, StreamKind};
+use kfdq::{GpuId, Pid, QueueId};
 
 use crate::kfd_fd::KfdFd;
 use crate::pmutex::PMutex;
@@ -661,7 +662,7 @@ impl State {
     }
 
     /// The registry in protocol form.
-    pub fn to_proto(&self, pid: u32) -> proto::Registry {
+    pub fn to_proto(&self, pid: Pid) -> proto::Registry {
         proto::Registry {
             pid,
             class: self.class.clone(),
@@ -673,7 +674,7 @@ impl State {
                     kind: s.kind,
                     handle: s.handle as u64,
                     hip_priority: s.hip_priority,
-                    queue_id: s.queue,
+                    queue_id: s.queue.map(QueueId),
                     creator: s.creator.clone(),
                     held: s.held,
                     held_calls: s.held_calls,
@@ -683,8 +684,8 @@ impl State {
                 .queues
                 .iter()
                 .map(|q| proto::QueueInfo {
-                    queue_id: q.id,
-                    gpu_id: q.gpu_id,
+                    queue_id: QueueId(q.id),
+                    gpu_id: GpuId(q.gpu_id),
                     requested_priority: q.requested,
                     effective_priority: q.effective,
                     ring_base: q.ring_base,
@@ -849,8 +850,8 @@ mod tests {
             "{}",
             st.warnings[0]
         );
-        let r = st.to_proto(42);
-        assert_eq!(r.pid, 42);
+        let r = st.to_proto(Pid(42));
+        assert_eq!(r.pid, Pid(42));
         assert_eq!(r.streams.len(), 3);
         assert_eq!(r.queues[0].streams, vec![1, 2, 3]);
     }

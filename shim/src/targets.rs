@@ -1,6 +1,7 @@
 //! Which streams (level 1) or queues (levels 0, 2, 3) an agent's target names in this process's
 //! registry, or why it names none.
 
+use kfdq::QueueId;
 use kfdq::proto::Target;
 
 use crate::command_error::CommandError;
@@ -12,8 +13,11 @@ fn unknown<T: Copy>(ids: &[T], known: impl Fn(T) -> bool) -> Vec<T> {
 }
 
 /// Every queue id of `qs` is one of this process's KFD queues, or the error naming the others.
-fn known_queues(st: &State, qs: &[u32]) -> Result<(), CommandError> {
-    let unknown = unknown(qs, |q| st.queue(q).is_some());
+fn known_queues(st: &State, qs: &[QueueId]) -> Result<(), CommandError> {
+    let unknown: Vec<u32> = unknown(qs, |q| st.queue(q.0).is_some())
+        .into_iter()
+        .map(|q| q.0)
+        .collect();
     if unknown.is_empty() {
         Ok(())
     } else {
@@ -38,7 +42,7 @@ pub fn streams_of(st: &State, t: &Target) -> Result<Vec<u64>, CommandError> {
             Ok(st
                 .streams
                 .iter()
-                .filter(|s| s.queue.is_some_and(|q| qs.contains(&q)))
+                .filter(|s| s.queue.is_some_and(|q| qs.contains(&QueueId(q))))
                 .map(|s| s.id)
                 .collect())
         }
@@ -56,7 +60,7 @@ pub fn queues_of(st: &State, t: &Target) -> Result<Vec<u32>, CommandError> {
             .collect()),
         Target::Queues(qs) => {
             known_queues(st, qs)?;
-            Ok(qs.clone())
+            Ok(qs.iter().map(|q| q.0).collect())
         }
         Target::Streams(ids) => {
             let mut out = Vec::new();

@@ -43,9 +43,9 @@ const NAP_MAX: Duration = Duration::from_micros(250);
 /// stream has no known compute queue (never windowed).
 ///
 /// Made only by the registry's lookup (`launch.rs`) under the rule of `index_reads.rs`, or as
-/// [`Target::none`].
+/// [`QueueIndices::none`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Target {
+pub struct QueueIndices {
     /// KFD queue id.
     pub queue: u32,
     /// Address of the 64-bit write index.
@@ -56,10 +56,10 @@ pub struct Target {
     pub generation: u64,
 }
 
-impl Target {
+impl QueueIndices {
     /// No window for this stream (as of `generation`).
-    pub const fn none(generation: u64) -> Target {
-        Target {
+    pub const fn none(generation: u64) -> QueueIndices {
+        QueueIndices {
             queue: 0,
             wptr: 0,
             rptr: 0,
@@ -72,15 +72,15 @@ const SLOTS: usize = 4;
 
 thread_local! {
     /// (stream key, target) for the last streams this thread launched on, most recent first.
-    static CACHE: [Cell<(usize, Target)>; SLOTS] =
-        const { [const { Cell::new((usize::MAX, Target::none(0))) }; SLOTS] };
+    static CACHE: [Cell<(usize, QueueIndices)>; SLOTS] =
+        const { [const { Cell::new((usize::MAX, QueueIndices::none(0))) }; SLOTS] };
 }
 
 /// The indices of `t`'s queue: read without the lock inside a section at `t.generation`, or
 /// under the lock when this thread has no slot. `None`: the generation moved, look up again.
 #[inline(always)]
-fn indices(t: Target) -> Option<(u64, u64)> {
-    // SAFETY: `t` was made by the registry's lookup under the rule (see `Target`).
+fn indices(t: QueueIndices) -> Option<(u64, u64)> {
+    // SAFETY: `t` was made by the registry's lookup under the rule (see `QueueIndices`).
     match unsafe { index_reads::read(t.wptr, t.rptr, t.generation) } {
         Read::Indices(w, r) => Some((w, r)),
         Read::Stale => None,
@@ -99,7 +99,7 @@ fn locked_indices(queue: u32) -> (u64, u64) {
 /// stream's queue on a cache miss or when the registry moved on (it takes the registry lock;
 /// never called with it held).
 #[inline(always)]
-pub fn gate(key: usize, lookup: impl Fn() -> Target) {
+pub fn gate(key: usize, lookup: impl Fn() -> QueueIndices) {
     let limit = WINDOW.load(Ordering::Relaxed);
     if limit == 0 {
         return;
@@ -138,7 +138,7 @@ pub fn gate(key: usize, lookup: impl Fn() -> Target) {
 
 #[cold]
 #[inline(never)]
-fn miss(key: usize, lookup: &impl Fn() -> Target) -> Target {
+fn miss(key: usize, lookup: &impl Fn() -> QueueIndices) -> QueueIndices {
     let t = lookup();
     CACHE.with(|c| {
         if let Some(i) = c.iter().position(|e| e.get().0 == key) {
@@ -164,7 +164,7 @@ pub enum WaitEnd {
 
 #[cold]
 #[inline(never)]
-fn wait(t: Target, lookup: &impl Fn() -> Target) {
+fn wait(t: QueueIndices, lookup: &impl Fn() -> QueueIndices) {
     crate::log::debug(|| format!("launch waits at the window of queue {}", t.queue));
     let end = wait_for_room(
         t,
@@ -213,11 +213,11 @@ fn queue_preempted(queue: u32) -> bool {
 /// section at the target's generation; when the generation has moved, `lookup()` finds the
 /// stream's queue again, and a stream whose queue went away (or was never windowed) has room.
 pub fn wait_for_room(
-    mut t: Target,
+    mut t: QueueIndices,
     limit: impl Fn() -> u32,
     stall: Duration,
     preempted: impl Fn() -> bool,
-    lookup: impl Fn() -> Target,
+    lookup: impl Fn() -> QueueIndices,
 ) -> WaitEnd {
     let mut nap = NAP_MIN;
     let mut last_read = None;
@@ -265,8 +265,8 @@ mod tests {
 
     /// The indices as the registry's lookup would give them (other tests move the generation;
     /// the wait then looks them up again through the same function).
-    fn target(ix: &Arc<[AtomicU64; 2]>) -> Target {
-        Target {
+    fn target(ix: &Arc<[AtomicU64; 2]>) -> QueueIndices {
+        QueueIndices {
             queue: 1,
             wptr: ix[0].as_ptr() as usize,
             rptr: ix[1].as_ptr() as usize,

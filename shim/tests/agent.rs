@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use common::kfdqd::{Agent, text, two_classes};
 use common::*;
+use kfdq::Pid;
 use kfdq::proto::{AgentMsg, Level, LineReader, Reply, Request, encode};
 use nix::sys::signal::Signal;
 
@@ -61,7 +62,7 @@ fn a_busy_latency_process_preempts_the_batch_job_and_one_burst_costs_two_preempt
     agent.wait("the batch job running", |s| {
         s.processes
             .iter()
-            .any(|p| p.pid == lp.pid && p.state == "running")
+            .any(|p| p.pid == Pid(lp.pid) && p.state == "running")
     });
     wait_for("the batch job's queues all active", || {
         lp_queues.iter().all(|q| emu.queue(lp.pid, *q).active)
@@ -213,7 +214,7 @@ fn a_process_that_exits_while_preempted_leaves_nothing_behind() {
     lp.child.kill().unwrap();
     let _ = lp.child.wait();
     agent.wait("the agent forgetting it", |s| {
-        s.processes.iter().all(|p| p.pid != pid)
+        s.processes.iter().all(|p| p.pid != Pid(pid))
     });
     wait_for("the emulator releasing its queues", || {
         emu.queues_of(pid).is_empty()
@@ -316,13 +317,13 @@ fn bad_messages_get_error_replies_and_a_silent_peer_blocks_nobody() {
     assert!(matches!(reply_line(&mut r), Reply::Status(_)));
     // Out-of-range and unknown targets change nothing.
     w.write_all(&encode(&Request::SetPriority {
-        pid: 1,
+        pid: Pid(1),
         priority: 99,
     }))
     .unwrap();
     assert!(matches!(reply_line(&mut r), Reply::Error { error } if error.contains("0..=15")));
     w.write_all(&encode(&Request::Suspend {
-        pid: 999_999,
+        pid: Pid(999_999),
         level: Level::Suspend,
     }))
     .unwrap();
@@ -346,7 +347,7 @@ fn bad_messages_get_error_replies_and_a_silent_peer_blocks_nobody() {
     let mut sr = LineReader::new(BufReader::new(s));
     sw.write_all(&encode(&kfdq::proto::ShimMsg::Hello {
         version: kfdq::proto::VERSION,
-        pid: 1,
+        pid: Pid(1),
         exe: "fake".into(),
         class: Some("batch".into()),
         priority: None,
@@ -364,7 +365,7 @@ fn bad_messages_get_error_replies_and_a_silent_peer_blocks_nobody() {
     // SO_PEERCRED's pid, not the hello's: the agent lists this test process.
     let me = std::process::id();
     agent.wait("the fake shim listed under its real pid", |s| {
-        s.processes.iter().any(|p| p.pid == me)
+        s.processes.iter().any(|p| p.pid == Pid(me))
     });
 
     // Everyone else was served all along: the CLI works with the silent peers connected.
@@ -435,7 +436,7 @@ fn users_control_only_their_own_processes_and_never_above_their_class_cap() {
     agent.wait("both fake shims connected", |s| {
         [mine_pid, root_pid]
             .iter()
-            .all(|p| s.processes.iter().any(|x| x.pid == *p))
+            .all(|p| s.processes.iter().any(|x| x.pid == Pid(*p)))
     });
     let p = agent.process(mine_pid).unwrap();
     assert_eq!(p.class, "batch", "KFDQ_CLASS=latency is above nobody's cap");

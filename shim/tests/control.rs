@@ -13,6 +13,7 @@ use std::process::{Command, Stdio};
 use common::agent::*;
 use common::*;
 use kfdq::proto::{self, AgentMsg, Level, LineReader, ShimMsg, Target};
+use kfdq::{Pid, QueueId};
 
 /// A worker under the shim, connected to the test's agent, with its streams mapped.
 struct Setup {
@@ -40,7 +41,7 @@ fn setup(lib: bool, extra_env: &[(&'static str, &str)]) -> Setup {
     }
     let mut app = l.start(&emu);
     let mut conn = accept(&listener);
-    assert_eq!(conn.pid, app.pid);
+    assert_eq!(conn.pid, Pid(app.pid));
     app.wait_line("READY");
     let q = app.queues();
     let want = if lib { 5 } else { 3 };
@@ -50,7 +51,7 @@ fn setup(lib: bool, extra_env: &[(&'static str, &str)]) -> Setup {
     let mut streams = std::collections::HashMap::new();
     for name in ["hi", "lo"] {
         let s = stream_by_handle(&reg, q[name].handle);
-        assert_eq!(s.queue_id, Some(q[name].queue_id));
+        assert_eq!(s.queue_id, Some(QueueId(q[name].queue_id)));
         streams.insert(name.to_string(), (s.stream_id, q[name].queue_id));
     }
     let null = reg
@@ -58,7 +59,7 @@ fn setup(lib: bool, extra_env: &[(&'static str, &str)]) -> Setup {
         .iter()
         .find(|s| s.kind == StreamKind::Null)
         .expect("null stream");
-    assert_eq!(null.queue_id, Some(q["null"].queue_id));
+    assert_eq!(null.queue_id, Some(QueueId(q["null"].queue_id)));
     streams.insert("null".into(), (null.stream_id, q["null"].queue_id));
     if lib {
         let s = stream_by_handle(&reg, q["lib-low"].handle);
@@ -199,7 +200,7 @@ fn level2_deactivate_and_reactivate_one_queue() {
     s.conn.ok(|seq| AgentMsg::Preempt {
         seq,
         level: Level::Deactivate,
-        target: Target::Queues(vec![lo]),
+        target: Target::Queues(vec![QueueId(lo)]),
         grace_period: 0,
     });
     let q = s.emu.queue(pid, lo);
@@ -214,13 +215,15 @@ fn level2_deactivate_and_reactivate_one_queue() {
         );
     }
     s.conn.wait_registry("lo deactivated", |r| {
-        r.queues.iter().any(|x| x.queue_id == lo && x.deactivated)
+        r.queues
+            .iter()
+            .any(|x| x.queue_id == QueueId(lo) && x.deactivated)
     });
     s.assert_progress(&["lo"], &["hi", "null"]);
     s.conn.ok(|seq| AgentMsg::Release {
         seq,
         level: Level::Deactivate,
-        target: Target::Queues(vec![lo]),
+        target: Target::Queues(vec![QueueId(lo)]),
     });
     let q = s.emu.queue(pid, lo);
     assert!(
@@ -286,25 +289,25 @@ fn level0_priority_and_command_errors_name_the_rule() {
     let (hi, pid) = (s.qid("hi"), s.app.pid);
     s.conn.ok(|seq| AgentMsg::SetPriority {
         seq,
-        target: Target::Queues(vec![hi]),
+        target: Target::Queues(vec![QueueId(hi)]),
         priority: 14,
     });
     assert_eq!(s.emu.queue(pid, hi).priority, 14);
     s.conn.wait_registry("priority 14", |r| {
         r.queues
             .iter()
-            .any(|q| q.queue_id == hi && q.effective_priority == 14)
+            .any(|q| q.queue_id == QueueId(hi) && q.effective_priority == 14)
     });
     let (ok, d) = s.conn.command(|seq| AgentMsg::SetPriority {
         seq,
-        target: Target::Queues(vec![hi]),
+        target: Target::Queues(vec![QueueId(hi)]),
         priority: 16,
     });
     assert!(!ok && d.contains("out of range 0..=15"), "{d}");
     let (ok, d) = s.conn.command(|seq| AgentMsg::Preempt {
         seq,
         level: Level::Deactivate,
-        target: Target::Queues(vec![999]),
+        target: Target::Queues(vec![QueueId(999)]),
         grace_period: 0,
     });
     assert!(!ok && d.contains("no KFD queue [999]"), "{d}");
@@ -348,13 +351,13 @@ fn closing_the_socket_releases_every_level() {
     s.conn.ok(|seq| AgentMsg::Preempt {
         seq,
         level: Level::Deactivate,
-        target: Target::Queues(vec![null]),
+        target: Target::Queues(vec![QueueId(null)]),
         grace_period: 0,
     });
     s.conn.ok(|seq| AgentMsg::Preempt {
         seq,
         level: Level::Suspend,
-        target: Target::Queues(vec![hi]),
+        target: Target::Queues(vec![QueueId(hi)]),
         grace_period: 0,
     });
     s.assert_progress(&["lo", "null", "hi"], &[]);
@@ -403,7 +406,7 @@ fn a_killed_agent_never_leaves_the_app_held() {
     s.conn.ok(|seq| AgentMsg::Preempt {
         seq,
         level: Level::Suspend,
-        target: Target::Queues(vec![lo]),
+        target: Target::Queues(vec![QueueId(lo)]),
         grace_period: 0,
     });
     s.assert_progress(&["lo", "hi", "null"], &[]);
@@ -502,12 +505,14 @@ fn runtime_update_queue_cannot_undo_the_shims_state() {
     app.wait_line("CHECKPOINT deactivated");
     let lo = app.queues()["lo"].queue_id;
     let pid = app.pid;
-    conn.wait_registry("the queue", |r| r.queues.iter().any(|q| q.queue_id == lo));
+    conn.wait_registry("the queue", |r| {
+        r.queues.iter().any(|q| q.queue_id == QueueId(lo))
+    });
     assert_eq!(emu.queue(pid, lo).priority, 0, "batch class, low stream");
     conn.ok(|seq| AgentMsg::Preempt {
         seq,
         level: Level::Deactivate,
-        target: Target::Queues(vec![lo]),
+        target: Target::Queues(vec![QueueId(lo)]),
         grace_period: 0,
     });
     app.release("deactivated");
@@ -521,13 +526,13 @@ fn runtime_update_queue_cannot_undo_the_shims_state() {
     let reg = conn.wait_registry("new request recorded", |r| {
         r.queues
             .iter()
-            .any(|q| q.queue_id == lo && q.requested_priority == 11)
+            .any(|q| q.queue_id == QueueId(lo) && q.requested_priority == 11)
     });
     assert_eq!(effective(&reg, lo), 6);
     conn.ok(|seq| AgentMsg::Release {
         seq,
         level: Level::Deactivate,
-        target: Target::Queues(vec![lo]),
+        target: Target::Queues(vec![QueueId(lo)]),
     });
     let q = emu.queue(pid, lo);
     assert!(
@@ -635,14 +640,14 @@ fn level1_holds_stream_ordered_work_but_not_synchronisation() {
         r.streams.iter().filter(|s| s.queue_id.is_some()).count() >= 3
     });
     let a = stream_by_handle(&reg, q["a"].handle);
-    assert_eq!(a.queue_id, Some(q["a"].queue_id));
+    assert_eq!(a.queue_id, Some(QueueId(q["a"].queue_id)));
     let a_sid = a.stream_id;
     let null = reg
         .streams
         .iter()
         .find(|s| s.kind == StreamKind::Null)
         .expect("null stream");
-    assert_eq!(null.queue_id, Some(q["null"].queue_id));
+    assert_eq!(null.queue_id, Some(QueueId(q["null"].queue_id)));
     conn.ok(|seq| AgentMsg::Preempt {
         seq,
         level: Level::Hold,

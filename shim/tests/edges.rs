@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use common::agent::{Conn, accept_with_lease, listen};
 use common::*;
 use kfdq::proto::{AgentMsg, Level, Target};
+use kfdq::{GpuId, Pid, QueueId};
 
 /// The activity period of these tests: the longest the shim accepts, so that a sampled report
 /// would come up to 100 ms after the sample that follows a command.
@@ -28,7 +29,7 @@ fn latency_app(emu: &Emu, sock: &std::path::Path, args: [&str; 5]) -> App {
 /// Waits for the registry to show `n` queues; returns the first one's id.
 fn first_queue(c: &mut Conn, n: usize) -> u32 {
     let reg = c.wait_registry(&format!("{n} queue(s)"), |r| r.queues.len() >= n);
-    reg.queues[0].queue_id
+    reg.queues[0].queue_id.0
 }
 
 #[test]
@@ -200,7 +201,7 @@ fn short_requests_preempt_the_batch_job_although_the_sampling_period_is_longer()
     agent.wait("the batch job running", |s| {
         s.processes
             .iter()
-            .any(|p| p.pid == lp.pid && p.state == "running")
+            .any(|p| p.pid == Pid(lp.pid) && p.state == "running")
     });
     let before = total_preempts(&emu);
     let edges_before = agent.status().counters.busy_edges;
@@ -231,11 +232,11 @@ struct ForgedShim {
 }
 
 impl ForgedShim {
-    fn connect(sock: &std::path::Path, class: &str, gpu: u32) -> ForgedShim {
+    fn connect(sock: &std::path::Path, class: &str, gpu: GpuId) -> ForgedShim {
         let s = std::os::unix::net::UnixStream::connect(sock).unwrap();
         let mut w = s.try_clone().unwrap();
         let mut r = LineReader::new(BufReader::new(s));
-        let pid = std::process::id();
+        let pid = Pid::this();
         w.write_all(&encode(&ShimMsg::Hello {
             version: kfdq::proto::VERSION,
             pid,
@@ -246,7 +247,7 @@ impl ForgedShim {
         .unwrap();
         assert!(matches!(r.next::<AgentMsg>(), Ok(AgentMsg::Welcome { .. })));
         let q = QueueInfo {
-            queue_id: 7,
+            queue_id: QueueId(7),
             gpu_id: gpu,
             requested_priority: 7,
             effective_priority: 3,
@@ -272,7 +273,7 @@ impl ForgedShim {
     fn busy(&mut self) {
         self.w
             .write_all(&encode(&ShimMsg::Activity {
-                queue_id: 7,
+                queue_id: QueueId(7),
                 busy: true,
             }))
             .unwrap();
@@ -294,9 +295,13 @@ fn a_batch_process_that_forges_busy_edges_preempts_nobody() {
     let st = agent.wait("the forged busy queue seen", |s| {
         s.processes
             .iter()
-            .any(|p| p.pid == std::process::id() && p.queues.iter().any(|q| q.busy))
+            .any(|p| p.pid == Pid::this() && p.queues.iter().any(|q| q.busy))
     });
-    let p = st.processes.iter().find(|p| p.pid == normal.pid).unwrap();
+    let p = st
+        .processes
+        .iter()
+        .find(|p| p.pid == Pid(normal.pid))
+        .unwrap();
     assert_eq!(p.state, "running", "preempted by a batch process: {p:?}");
     assert!(emu.queue(normal.pid, q).active);
     let reg = normal.registry_of(normal.pid).unwrap();
@@ -330,7 +335,7 @@ fn a_latency_process_killed_while_busy_releases_the_batch_job() {
     agent.wait("the batch job running in the agent's view", |s| {
         s.processes
             .iter()
-            .any(|p| p.pid == lp.pid && p.state == "running")
+            .any(|p| p.pid == Pid(lp.pid) && p.state == "running")
     });
     lp.stop();
     lp.finish();
@@ -348,7 +353,7 @@ fn a_latency_process_stopped_while_busy_releases_the_batch_job_after_its_reports
         emu.queue(lp.pid, q).active
     });
     let st = agent.wait("the stale reports counted", |s| s.counters.stale_busy >= 1);
-    let p = st.processes.iter().find(|p| p.pid == hp.pid).unwrap();
+    let p = st.processes.iter().find(|p| p.pid == Pid(hp.pid)).unwrap();
     assert!(
         p.warnings.iter().any(|w| w.contains("said nothing")),
         "{p:?}"

@@ -3,6 +3,7 @@
 
 mod common;
 
+use kfdq::Pid;
 use std::os::unix::net::UnixDatagram;
 use std::time::{Duration, Instant};
 
@@ -67,7 +68,7 @@ fn a_hung_agent_leaves_the_batch_job_preempted_no_longer_than_its_lease() {
     agent.wait("the batch job running in the agent's view", |s| {
         s.processes
             .iter()
-            .any(|p| p.pid == lp.pid && p.state == "running")
+            .any(|p| p.pid == Pid(lp.pid) && p.state == "running")
     });
     assert!(emu.queue(lp.pid, q).active);
     lp.stop();

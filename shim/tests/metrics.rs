@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use common::kfdqd::{Agent, two_classes};
 use common::*;
+use kfdq::Pid;
 use kfdq::proto::{Level, Reply, Request};
 
 fn tool(name: &str) -> PathBuf {
@@ -178,7 +179,7 @@ fn prometheus_scrapes_the_agent_and_reads_a_preempted_process_back() {
 
     // Preempted by hand at level 2.
     let r = agent.request(&Request::Suspend {
-        pid: lp.pid,
+        pid: Pid(lp.pid),
         level: Level::Deactivate,
     });
     assert!(matches!(r, Reply::Done { .. }), "{r:?}");
@@ -257,7 +258,7 @@ fn prometheus_scrapes_the_agent_and_reads_a_preempted_process_back() {
     assert_eq!(query(&p, "up{job=\"kfdqd\"}"), Some(1.0));
 
     // Resumed: the server sees level 0 on a later scrape.
-    let r = agent.request(&Request::Resume { pid: lp.pid });
+    let r = agent.request(&Request::Resume { pid: Pid(lp.pid) });
     assert!(matches!(r, Reply::Done { .. }), "{r:?}");
     test_support::wait::wait_value(
         "prometheus to see the resume",
@@ -292,7 +293,7 @@ fn bad_http_requests_get_errors_and_the_agent_keeps_serving() {
     // A client that connects and says nothing does not block the agent's own socket.
     let _idle = TcpStream::connect(addr).unwrap();
     let st = agent.status();
-    assert_eq!(st.agent_pid, agent.child.id());
+    assert_eq!(st.agent_pid, Pid(agent.child.id()));
     // Nor, once it times out, the endpoint.
     let (status, body) = get(addr, "/metrics");
     assert!(status.contains("200"), "{status}");

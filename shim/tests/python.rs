@@ -5,6 +5,7 @@
 
 mod common;
 
+use kfdq::QueueId;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
@@ -143,7 +144,7 @@ fn managed_like_a_linked_program(script: &str) {
     assert!(
         reg.streams
             .iter()
-            .any(|x| x.kind == kfdq::proto::StreamKind::Null && x.queue_id == Some(null)),
+            .any(|x| x.kind == kfdq::proto::StreamKind::Null && x.queue_id == Some(QueueId(null))),
         "{reg:?}"
     );
     let table = app.kfdq_ps(&emu);

@@ -11,6 +11,7 @@
 
 mod common;
 
+use kfdq::Pid;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -285,7 +286,7 @@ fn level_1(args: &[&str], pause: &str, passthrough: Option<&str>) -> Held {
     agent.wait("the batch job held at level 1", |s| {
         s.processes
             .iter()
-            .any(|p| p.pid == batch.pid && p.level.is_some())
+            .any(|p| p.pid == Pid(batch.pid) && p.level.is_some())
     });
     wait_for(
         "every used stream of the batch job held in its shim",
@@ -341,7 +342,7 @@ fn level_1(args: &[&str], pause: &str, passthrough: Option<&str>) -> Held {
     agent.wait("the batch job released", |s| {
         s.processes
             .iter()
-            .all(|p| p.pid != batch.pid || p.level.is_none())
+            .all(|p| p.pid != Pid(batch.pid) || p.level.is_none())
     });
     let lines = batch.finish();
     assert_eq!(

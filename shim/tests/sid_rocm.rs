@@ -7,6 +7,7 @@
 
 mod common;
 
+use kfdq::Pid;
 use std::path::Path;
 
 use common::kfdqd::{Agent, two_classes};
@@ -239,12 +240,12 @@ fn agent_level(level: &str, check: impl Fn(&Emu, u32, &Path) -> bool, what: &str
     let preempted = agent.wait(&format!("the batch job preempted at {level}"), |s| {
         s.processes
             .iter()
-            .any(|p| p.pid == batch.pid && p.level.is_some())
+            .any(|p| p.pid == Pid(batch.pid) && p.level.is_some())
     });
     let bp = preempted
         .processes
         .iter()
-        .find(|p| p.pid == batch.pid)
+        .find(|p| p.pid == Pid(batch.pid))
         .unwrap();
     assert!(bp.reason.contains("latency"), "{bp:?}");
     let deadline = std::time::Instant::now() + WAIT_LIMIT;
@@ -263,7 +264,7 @@ fn agent_level(level: &str, check: impl Fn(&Emu, u32, &Path) -> bool, what: &str
     agent.wait("the batch job running again", |s| {
         s.processes
             .iter()
-            .any(|p| p.pid == batch.pid && p.level.is_none())
+            .any(|p| p.pid == Pid(batch.pid) && p.level.is_none())
     });
     wait_for("the batch queues active and not suspended", || {
         emu.queues_of(batch.pid)

@@ -12,6 +12,7 @@
 
 mod common;
 
+use kfdq::Pid;
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::ExitStatus;
@@ -210,7 +211,7 @@ fn held(emu: &Emu, root: &Path, bench: &Bench, level: &str, expected: &(ExitStat
     agent.wait("the benchmark held", |s| {
         s.processes
             .iter()
-            .any(|p| p.pid == pid && p.level.is_some())
+            .any(|p| p.pid == Pid(pid) && p.level.is_some())
     });
     // rocblas-bench loads its code objects (tens of seconds) before its first launch.
     let mut ended = false;

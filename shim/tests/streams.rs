@@ -6,6 +6,7 @@
 mod common;
 
 use common::*;
+use kfdq::{Pid, QueueId};
 
 /// Asserts registry and emulator agree on every queue of `pid`: same ids, and the emulator's
 /// priority is the registry's effective priority.
@@ -14,14 +15,16 @@ fn assert_emulator_agrees(emu: &Emu, pid: u32, reg: &Registry) {
     for q in &reg.queues {
         let e = emu_q
             .iter()
-            .find(|e| e.queue_id == q.queue_id)
-            .unwrap_or_else(|| panic!("emulator lacks queue {} of {pid}: {emu_q:#?}", q.queue_id));
+            .find(|e| e.queue_id == q.queue_id.0)
+            .unwrap_or_else(|| {
+                panic!("emulator lacks queue {} of {pid}: {emu_q:#?}", q.queue_id.0)
+            });
         assert_eq!(
             e.priority, q.effective_priority,
             "queue {}: emulator priority vs registry effective priority",
-            q.queue_id
+            q.queue_id.0
         );
-        assert_eq!(e.gpu_id, q.gpu_id);
+        assert_eq!(e.gpu_id, q.gpu_id.0);
     }
     assert_eq!(
         emu_q.len(),
@@ -53,7 +56,7 @@ fn null_stream_pytorch_style() {
     assert_eq!(s.stream_id, 0);
     assert_eq!(
         s.queue_id,
-        Some(null.queue_id),
+        Some(QueueId(null.queue_id)),
         "registry maps the null stream to fakehip's null-stream queue"
     );
     assert_eq!(
@@ -109,7 +112,7 @@ fn run_priorities(
         assert_eq!(s.kind, StreamKind::Created);
         assert_eq!(
             s.queue_id,
-            Some(pq.queue_id),
+            Some(QueueId(pq.queue_id)),
             "stream {name}: registry vs fakehip"
         );
         assert_eq!(s.creator, None, "created by the main program");
@@ -241,6 +244,7 @@ fn per_thread_default_streams() {
         .iter()
         .filter(|s| s.kind == StreamKind::PerThread)
         .filter_map(|s| s.queue_id)
+        .map(|q| q.0)
         .collect();
     let mut want: Vec<u32> = ["spt0", "spt1", "spt2"]
         .iter()
@@ -292,7 +296,7 @@ fn hip_get_proc_address_returns_the_wrappers() {
         r.streams.iter().filter(|s| s.queue_id.is_some()).count() == 3
     });
     let created = stream_by_handle(&reg, q["procaddr-high"].handle);
-    assert_eq!(created.queue_id, Some(q["procaddr-high"].queue_id));
+    assert_eq!(created.queue_id, Some(QueueId(q["procaddr-high"].queue_id)));
     assert_eq!(created.hip_priority, Some(-1));
     assert_eq!(
         effective(&reg, q["procaddr-high"].queue_id),
@@ -304,13 +308,13 @@ fn hip_get_proc_address_returns_the_wrappers() {
         .iter()
         .find(|s| s.kind == StreamKind::Null)
         .expect("null stream");
-    assert_eq!(null.queue_id, Some(q["null"].queue_id));
+    assert_eq!(null.queue_id, Some(QueueId(q["null"].queue_id)));
     let spt = reg
         .streams
         .iter()
         .find(|s| s.kind == StreamKind::PerThread)
         .expect("per-thread stream");
-    assert_eq!(spt.queue_id, Some(q["spt"].queue_id));
+    assert_eq!(spt.queue_id, Some(QueueId(q["spt"].queue_id)));
     assert_emulator_agrees(&emu, pid, &reg);
     app.go();
     app.finish();
@@ -333,7 +337,7 @@ fn library_streams_are_attributed_to_the_library() {
     });
     for (name, hip, prio) in [("lib-high", -1, 10), ("lib-low", 1, 7)] {
         let s = stream_by_handle(&reg, q[name].handle);
-        assert_eq!(s.queue_id, Some(q[name].queue_id), "{name}");
+        assert_eq!(s.queue_id, Some(QueueId(q[name].queue_id)), "{name}");
         assert_eq!(
             s.creator.as_deref(),
             Some("libkfdqtest_streams.so"),
@@ -348,13 +352,13 @@ fn library_streams_are_attributed_to_the_library() {
     }
     let app_stream = stream_by_handle(&reg, q["app"].handle);
     assert_eq!(app_stream.creator, None);
-    assert_eq!(app_stream.queue_id, Some(q["app"].queue_id));
+    assert_eq!(app_stream.queue_id, Some(QueueId(q["app"].queue_id)));
     let null = reg
         .streams
         .iter()
         .find(|s| s.kind == StreamKind::Null)
         .expect("null stream used by the library");
-    assert_eq!(null.queue_id, Some(q["null"].queue_id));
+    assert_eq!(null.queue_id, Some(QueueId(q["null"].queue_id)));
     assert_emulator_agrees(&emu, pid, &reg);
     // The library's launches (hipLaunchKernel, hipModuleLaunchKernel, the mangled
     // hipExtModuleLaunchKernel) ran on its queues.
@@ -387,11 +391,15 @@ fn streams_sharing_a_queue_are_found_and_reported() {
     for n in ["shared0", "shared1", "shared2"] {
         assert_eq!(
             stream_by_handle(&reg, q[n].handle).queue_id,
-            Some(shared),
+            Some(QueueId(shared)),
             "{n} found through the write index of the shared queue"
         );
     }
-    let qi = reg.queues.iter().find(|x| x.queue_id == shared).unwrap();
+    let qi = reg
+        .queues
+        .iter()
+        .find(|x| x.queue_id == QueueId(shared))
+        .unwrap();
     assert_eq!(qi.streams.len(), 3);
     let sharing: Vec<&String> = reg
         .warnings
@@ -436,17 +444,17 @@ fn fork_child_starts_empty_and_registers_its_own_queues() {
     let child = app.wait_registry(child_pid, "child streams", |r| {
         r.streams.iter().filter(|s| s.queue_id.is_some()).count() == 2
     });
-    assert_eq!(child.pid, child_pid);
+    assert_eq!(child.pid, Pid(child_pid));
     assert_eq!(
         stream_by_handle(&child, q["child-high"].handle).queue_id,
-        Some(q["child-high"].queue_id)
+        Some(QueueId(q["child-high"].queue_id))
     );
     let cnull = child
         .streams
         .iter()
         .find(|s| s.kind == StreamKind::Null)
         .expect("child null stream");
-    assert_eq!(cnull.queue_id, Some(q["child-null"].queue_id));
+    assert_eq!(cnull.queue_id, Some(QueueId(q["child-null"].queue_id)));
     // The child's registry holds only its own queues, which the emulator lists under its pid.
     assert_emulator_agrees(&emu, child_pid, &child);
     assert_emulator_agrees(&emu, parent_pid, &parent);
@@ -475,10 +483,10 @@ fn exec_registers_the_new_image_once() {
     let after = app.wait_registry(pid, "the new image's null stream", |r| {
         r.streams
             .iter()
-            .any(|s| s.queue_id == Some(q["null"].queue_id))
+            .any(|s| s.queue_id == Some(QueueId(q["null"].queue_id)))
             && r.queues.len() == 1
     });
-    assert_eq!(after.pid, pid, "same pid after exec");
+    assert_eq!(after.pid, Pid(pid), "same pid after exec");
     assert_eq!(
         after.streams.len(),
         1,
@@ -526,7 +534,7 @@ fn first_operation_attributes(emu: &Emu, op: &str, name: &str, kind: StreamKind)
     }
     assert_eq!(
         s.queue_id,
-        Some(want.queue_id),
+        Some(QueueId(want.queue_id)),
         "{op}: the queue created during the stream's first operation (a copy/fill, no launch \
          in this program) is attributed to it"
     );
@@ -596,13 +604,13 @@ fn hip_get_proc_address_returns_the_stream_work_wrappers() {
         .iter()
         .find(|s| s.kind == StreamKind::Null)
         .expect("null stream");
-    assert_eq!(null.queue_id, Some(q["null"].queue_id));
+    assert_eq!(null.queue_id, Some(QueueId(q["null"].queue_id)));
     let spt = reg
         .streams
         .iter()
         .find(|s| s.kind == StreamKind::PerThread)
         .expect("per-thread stream");
-    assert_eq!(spt.queue_id, Some(q["spt"].queue_id));
+    assert_eq!(spt.queue_id, Some(QueueId(q["spt"].queue_id)));
     assert_ne!(q["null"].queue_id, q["spt"].queue_id);
     assert_emulator_agrees(&emu, pid, &reg);
     app.go();

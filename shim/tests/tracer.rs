@@ -48,9 +48,9 @@ fn all_suspended(emu: &Emu, pid: u32, want: bool) -> bool {
 /// Waits until the agent traces `pid` with at least one queue; returns the tracer thread's tid.
 fn wait_traced(agent: &Agent, pid: u32) -> u32 {
     agent.wait(&format!("pid {pid} traced"), |s| {
-        s.processes
-            .iter()
-            .any(|p| p.pid == pid && p.control == Control::Tracer && !p.queues.is_empty())
+        s.processes.iter().any(|p| {
+            p.pid == kfdq::Pid(pid) && p.control == Control::Tracer && !p.queues.is_empty()
+        })
     });
     let tracer = tracer_of(pid).expect("the tracee's status");
     assert_ne!(tracer, 0, "traced, but TracerPid is 0");
@@ -278,7 +278,7 @@ fn a_process_under_strace_is_left_alone_with_its_tracer_named() {
         "{l:?}"
     );
     assert_eq!(l.class, "batch");
-    assert_eq!(tracer_of(l.pid), Some(st.pid), "strace is its tracer");
+    assert_eq!(tracer_of(l.pid.0), Some(st.pid), "strace is its tracer");
     assert!(s.processes.iter().all(|p| p.pid != l.pid));
     let status = agent.kfdq(&["status"], None);
     assert!(

@@ -32,7 +32,7 @@ fn work_no_stream_claims_is_reported_once_and_the_program_is_unchanged() {
         .queues
         .iter()
         .filter(|q| q.streams.is_empty())
-        .map(|q| q.queue_id)
+        .map(|q| q.queue_id.0)
         .collect();
     assert!(
         unclaimed

@@ -5,6 +5,7 @@
 mod common;
 
 use common::*;
+use kfdq::QueueId;
 
 #[test]
 #[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
@@ -27,12 +28,12 @@ fn a_queue_whose_memory_is_gone_leaves_the_registry_and_the_program_runs_on() {
         r.warnings.iter().any(|w| w.starts_with(&warning))
     });
     assert!(
-        reg.queues.iter().all(|q| q.queue_id != gone),
+        reg.queues.iter().all(|q| q.queue_id != QueueId(gone)),
         "the queue left the registry: {:?}",
         reg.queues
     );
     assert!(
-        reg.queues.iter().any(|q| q.queue_id == null),
+        reg.queues.iter().any(|q| q.queue_id == QueueId(null)),
         "the null stream's queue is known: {:?}",
         reg.queues
     );

@@ -7,6 +7,7 @@ mod common;
 
 use common::kfdqd::{Agent, batch_far_ahead, two_classes_with_window};
 use common::*;
+use kfdq::QueueId;
 
 /// Runs `window MODE N` with `KFDQ_WINDOW=1`; returns its `done` count and the registry's
 /// (window, waits on the first stream's queue) once the registry shows at least `min_waits`
@@ -27,12 +28,12 @@ fn run_mode(emu: &Emu, mode: &str, n: u32, min_waits: u64) -> (u32, Option<u32>,
     let reg = app.wait_registry(pid, &format!("{min_waits}+ window waits published"), |r| {
         r.queues
             .iter()
-            .any(|q| q.queue_id == qa && q.window_waits >= min_waits)
+            .any(|q| q.queue_id == QueueId(qa) && q.window_waits >= min_waits)
     });
     let waits = reg
         .queues
         .iter()
-        .find(|q| q.queue_id == qa)
+        .find(|q| q.queue_id == QueueId(qa))
         .map_or(0, |q| q.window_waits);
     // `kfdq ps` shows the window and the waits on that queue's row.
     let table = app.kfdq_ps(emu);
@@ -139,12 +140,12 @@ fn a_class_window_bounds_the_batch_jobs_queued_dispatches() {
                 let reg = b.wait_registry(pid, "window waits published", |r| {
                     r.queues
                         .iter()
-                        .any(|x| x.queue_id == q && x.window_waits > 0)
+                        .any(|x| x.queue_id == QueueId(q) && x.window_waits > 0)
                 });
                 let stalls = reg
                     .queues
                     .iter()
-                    .find(|x| x.queue_id == q)
+                    .find(|x| x.queue_id == QueueId(q))
                     .map_or(0, |x| x.window_stalls);
                 assert!(
                     most <= u64::from(w) + stalls,

@@ -144,6 +144,7 @@ impl Conn {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ids::Pid;
 
     fn conn() -> (Conn, UnixStream) {
         let (a, b) = UnixStream::pair().unwrap();
@@ -202,11 +203,19 @@ mod tests {
         ];
         prop_oneof![
             Just(Request::Status),
-            (any::<u32>(), any::<u32>())
-                .prop_map(|(pid, priority)| Request::SetPriority { pid, priority }),
-            (any::<u32>(), level).prop_map(|(pid, level)| Request::Suspend { pid, level }),
-            any::<u32>().prop_map(|pid| Request::Resume { pid }),
-            (any::<u32>(), ".{0,40}").prop_map(|(pid, class)| Request::SetClass { pid, class }),
+            (any::<u32>(), any::<u32>()).prop_map(|(pid, priority)| Request::SetPriority {
+                pid: Pid(pid),
+                priority
+            }),
+            (any::<u32>(), level).prop_map(|(pid, level)| Request::Suspend {
+                pid: Pid(pid),
+                level
+            }),
+            any::<u32>().prop_map(|pid| Request::Resume { pid: Pid(pid) }),
+            (any::<u32>(), ".{0,40}").prop_map(|(pid, class)| Request::SetClass {
+                pid: Pid(pid),
+                class
+            }),
         ]
     }
 

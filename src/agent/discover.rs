@@ -4,6 +4,7 @@
 use std::collections::BTreeSet;
 
 use super::identity::Identity;
+use crate::ids::Pid;
 use crate::kfd::Root;
 use crate::kfd::procfs;
 
@@ -19,8 +20,8 @@ pub struct Found {
 
 /// Processes under `root` with at least one KFD queue, not this agent, and not `known`.
 /// An unreadable KFD sysfs is an empty list (logged): discovery retries at the next scan.
-pub fn gpu_processes(root: &Root, known: impl Fn(u32) -> bool) -> Vec<Found> {
-    let me = std::process::id();
+pub fn gpu_processes(root: &Root, known: impl Fn(Pid) -> bool) -> Vec<Found> {
+    let me = Pid::this();
     let procs = match procfs::processes(root) {
         Ok(p) => p,
         Err(e) => {
@@ -30,18 +31,20 @@ pub fn gpu_processes(root: &Root, known: impl Fn(u32) -> bool) -> Vec<Found> {
     };
     procs
         .into_iter()
-        .filter(|p| !p.queues.is_empty() && p.pid != me && !known(p.pid))
-        .filter_map(|p| {
+        .filter(|p| !p.queues.is_empty())
+        .map(|p| Pid(p.pid))
+        .filter(|&pid| pid != me && !known(pid))
+        .filter_map(|pid| {
             Some(Found {
-                id: Identity::of_pid(p.pid)?,
-                requested: requested_class(p.pid),
+                id: Identity::of_pid(pid)?,
+                requested: requested_class(pid),
             })
         })
         .collect()
 }
 
 /// `KFDQ_CLASS` from `/proc/<pid>/environ` (readable by root and the process's owner).
-pub fn requested_class(pid: u32) -> Option<String> {
+pub fn requested_class(pid: Pid) -> Option<String> {
     let env = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
     env.split(|b| *b == 0)
         .find_map(|kv| kv.strip_prefix(b"KFDQ_CLASS="))
@@ -53,7 +56,7 @@ pub fn requested_class(pid: u32) -> Option<String> {
 /// Which of this scan's candidates were also candidates at the previous one: a process is
 /// taken only when it has had queues for a whole scan period without a shim session, so a
 /// shim that connects just after creating its first queue is never raced.
-pub fn settled(previous: &BTreeSet<u32>, now: &[Found]) -> Vec<Found> {
+pub fn settled(previous: &BTreeSet<Pid>, now: &[Found]) -> Vec<Found> {
     now.iter()
         .filter(|f| previous.contains(&f.id.pid))
         .cloned()
@@ -67,12 +70,12 @@ mod tests {
     #[test]
     fn own_environment_class_is_read() {
         // The test process's own environ: KFDQ_CLASS is unset unless a caller set it.
-        let me = std::process::id();
+        let me = Pid::this();
         assert_eq!(
             requested_class(me),
             std::env::var("KFDQ_CLASS").ok().filter(|v| !v.is_empty())
         );
-        assert_eq!(requested_class(u32::MAX / 2), None);
+        assert_eq!(requested_class(Pid(u32::MAX / 2)), None);
     }
 
     #[test]
@@ -88,11 +91,11 @@ mod tests {
             },
             requested: None,
         };
-        let prev: BTreeSet<u32> = [1, 2].into();
-        let got: Vec<u32> = settled(&prev, &[id(2), id(3)])
+        let prev: BTreeSet<Pid> = [Pid(1), Pid(2)].into();
+        let got: Vec<Pid> = settled(&prev, &[id(Pid(2)), id(Pid(3))])
             .iter()
             .map(|f| f.id.pid)
             .collect();
-        assert_eq!(got, [2]);
+        assert_eq!(got, [Pid(2)]);
     }
 }

@@ -4,12 +4,13 @@
 use std::os::fd::AsFd;
 
 use super::config::AgentConfig;
+use crate::ids::Pid;
 
 /// A peer's identity.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Identity {
     /// Process id in the agent's pid namespace.
-    pub pid: u32,
+    pub pid: Pid,
     /// Its user id.
     pub uid: u32,
     /// Its primary group id.
@@ -31,7 +32,7 @@ impl Identity {
 
     /// The identity of a process found without a connection (real uid and gid from
     /// `/proc/<pid>/status`); `None` when it exited.
-    pub fn of_pid(pid: u32) -> Option<Identity> {
+    pub fn of_pid(pid: Pid) -> Option<Identity> {
         let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
         let first = |key: &str| -> Option<u32> {
             status
@@ -46,7 +47,7 @@ impl Identity {
     }
 
     /// The identity of `pid`, whose credentials the kernel gave as `uid`/`gid`.
-    pub fn of_process(pid: u32, uid: u32, gid: u32) -> Identity {
+    pub fn of_process(pid: Pid, uid: u32, gid: u32) -> Identity {
         let proc_dir = format!("/proc/{pid}");
         let groups = std::fs::read_to_string(format!("{proc_dir}/status"))
             .ok()
@@ -236,7 +237,7 @@ mod tests {
 
     fn id(uid: u32) -> Identity {
         Identity {
-            pid: 1,
+            pid: Pid(1),
             uid,
             gid: uid,
             groups: vec![],

@@ -18,6 +18,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::{Registry, Unit};
 
+use crate::ids::GpuId;
 use crate::proto::Level;
 use crate::proto::control::NodeStatus;
 
@@ -252,8 +253,8 @@ fn gauge_family<L>(
 /// The text of a scrape (Prometheus text format) of `status` and `rec`.
 pub fn render(status: &NodeStatus, rec: &Recorder) -> Result<String, std::fmt::Error> {
     let mut r = Registry::with_prefix("kfdq");
-    let gpu = |id: u32| GpuLabel {
-        gpu: id.to_string(),
+    let gpu = |id: GpuId| GpuLabel {
+        gpu: id.0.to_string(),
     };
 
     let info = Family::<VersionLabel, Gauge>::default();

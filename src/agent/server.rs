@@ -22,6 +22,7 @@ use super::node::{NodeState, Out};
 use super::notify::{Watchdog, notify};
 use super::tracer::{Cmd, Event, Tracer};
 use super::{AgentError, socket};
+use crate::ids::Pid;
 use crate::kfd::{Root, Topology};
 use crate::policy::PartitionObs;
 use crate::proto::{self, AgentMsg, Reply, Request, ShimMsg};
@@ -72,7 +73,7 @@ pub fn partitions(root: &Root) -> Result<Vec<PartitionObs>, AgentError> {
         .gpus()
         .filter_map(|n| {
             Some(PartitionObs {
-                gpu_id: n.gpu_id?.0,
+                gpu_id: n.gpu_id?,
                 resident_slots: n.resident_queue_limit(),
                 cus: n.cu_count(),
             })
@@ -139,13 +140,13 @@ struct Server<'a> {
     /// Processes without the shim (started at the first one to take).
     tracer: Option<Tracer>,
     /// Tracer sessions: connection id -> pid.
-    traced: BTreeMap<ConnId, u32>,
+    traced: BTreeMap<ConnId, Pid>,
     /// Sent to the tracer, not answered yet: the process and its class.
-    seizing: BTreeMap<u32, (Found, String)>,
+    seizing: BTreeMap<Pid, (Found, String)>,
     /// Candidates of the last scan (a process is taken at its second).
-    candidates: BTreeSet<u32>,
+    candidates: BTreeSet<Pid>,
     /// Not tried again before.
-    retry: BTreeMap<u32, Instant>,
+    retry: BTreeMap<Pid, Instant>,
     next_scan: Instant,
 }
 
@@ -578,7 +579,7 @@ impl Server<'_> {
             {
                 tracing::warn!(
                     conn = cid,
-                    pid = p.id.pid,
+                    pid = %p.id.pid,
                     "peer leaves its messages unread; disconnecting it"
                 );
                 p.conn.closing = true;
@@ -642,7 +643,7 @@ impl Server<'_> {
                     }
                 }
                 Event::Gone { conn, pid, why } => {
-                    tracing::debug!(pid, "tracer session ended: {why}");
+                    tracing::debug!(pid = %pid, "tracer session ended: {why}");
                     self.traced.remove(&conn);
                     self.node.gone(conn, &mut self.out);
                     dirty = true;

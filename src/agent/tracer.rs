@@ -31,6 +31,7 @@ use nix::sys::signalfd::{SfdFlags, SignalFd};
 use nix::sys::time::TimeSpec;
 
 use super::conn::ConnId;
+use crate::ids::Pid;
 use crate::kfd::debug::{DebugAttachment, QueueSnapshot, QueueStatus};
 use crate::kfd::ptrace::{self, Stop};
 use crate::kfd::{EXCEPTION_QUEUE_NEW, Kfd, QueueId, Root};
@@ -66,21 +67,21 @@ pub enum Cmd {
     /// Take control of `pid`, known to the node as connection `conn`.
     Seize {
         /// The process.
-        pid: u32,
+        pid: Pid,
         /// Its connection id.
         conn: ConnId,
     },
     /// An executor command for a tracee.
     Command {
         /// The process.
-        pid: u32,
+        pid: Pid,
         /// The command.
         msg: AgentMsg,
     },
     /// Resume and detach `pid`.
     Leave {
         /// The process.
-        pid: u32,
+        pid: Pid,
         /// Why (logged).
         why: String,
     },
@@ -94,14 +95,14 @@ pub enum Event {
     /// `pid` is traced and debug-enabled; its registry follows as a message.
     Seized {
         /// The process.
-        pid: u32,
+        pid: Pid,
         /// Its connection id.
         conn: ConnId,
     },
     /// `pid` could not be taken (already traced, not runtime-enabled, permission).
     Refused {
         /// The process.
-        pid: u32,
+        pid: Pid,
         /// Why, naming the rule and the fix.
         reason: String,
     },
@@ -117,7 +118,7 @@ pub enum Event {
         /// Its connection id.
         conn: ConnId,
         /// The process.
-        pid: u32,
+        pid: Pid,
         /// Why.
         why: String,
     },
@@ -321,12 +322,18 @@ impl Thread {
 
     fn command(&mut self, cmd: Cmd) {
         match cmd {
-            Cmd::Seize { pid, conn } => match self.seize(pid, conn) {
+            Cmd::Seize {
+                pid: Pid(pid),
+                conn,
+            } => match self.seize(pid, conn) {
                 Ok(t) => {
                     let reg = registry(pid, &t);
                     self.tracees.insert(pid, t);
                     tracing::info!(pid, "tracer: seized and debug-enabled");
-                    self.emit(Event::Seized { pid, conn });
+                    self.emit(Event::Seized {
+                        pid: Pid(pid),
+                        conn,
+                    });
                     self.emit(Event::Msg {
                         conn,
                         msg: ShimMsg::Registry(reg),
@@ -335,11 +342,14 @@ impl Thread {
                 Err(e) => {
                     let reason = e.to_string();
                     tracing::warn!(pid, "tracer: not controlled: {reason}");
-                    self.emit(Event::Refused { pid, reason });
+                    self.emit(Event::Refused {
+                        pid: Pid(pid),
+                        reason,
+                    });
                 }
             },
-            Cmd::Command { pid, msg } => self.execute(pid, msg),
-            Cmd::Leave { pid, why } => self.leave(pid, why),
+            Cmd::Command { pid: Pid(pid), msg } => self.execute(pid, msg),
+            Cmd::Leave { pid: Pid(pid), why } => self.leave(pid, why),
             Cmd::Shutdown => {
                 if self.stopping.is_none() {
                     self.stopping = Some(Instant::now());
@@ -470,7 +480,7 @@ impl Thread {
             tracing::info!(pid, "tracer: no longer traced: {why}");
             self.emit(Event::Gone {
                 conn: t.conn,
-                pid,
+                pid: Pid(pid),
                 why,
             });
         }
@@ -544,7 +554,10 @@ impl Thread {
         for (conn, queue_id, busy) in changes {
             self.emit(Event::Msg {
                 conn,
-                msg: ShimMsg::Activity { queue_id, busy },
+                msg: ShimMsg::Activity {
+                    queue_id: QueueId(queue_id),
+                    busy,
+                },
             });
         }
     }
@@ -647,7 +660,7 @@ impl Thread {
             .map(|q| q.queue_id)
             .filter(|q| match target {
                 Target::All | Target::Streams(_) => true,
-                Target::Queues(ids) => ids.contains(&q.0),
+                Target::Queues(ids) => ids.contains(q),
             })
             .collect()
     }
@@ -818,15 +831,15 @@ fn read_u64(mem: &File, addr: u64) -> Option<u64> {
 fn registry(pid: u32, t: &Tracee) -> Registry {
     Registry {
         lease_expiries: 0,
-        pid,
+        pid: Pid(pid),
         class: None,
         streams: Vec::new(),
         queues: t
             .queues
             .iter()
             .map(|q| QueueInfo {
-                queue_id: q.queue_id.0,
-                gpu_id: q.gpu_id.0,
+                queue_id: q.queue_id,
+                gpu_id: q.gpu_id,
                 requested_priority: 0,
                 effective_priority: 0,
                 ring_base: q.ring_base_address,

@@ -14,6 +14,7 @@ use object::{Endianness, SymbolIndex};
 
 /// Why a shared object's symbols could not be read.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum SymbolsError {
     /// The file could not be read.
     #[error("{path}: {source}")]

@@ -24,12 +24,13 @@ use std::collections::BTreeMap;
 use super::Level;
 use super::release::{Edges, Release};
 use super::rules::{ClassRule, PolicyConfig, PolicyError};
+use crate::ids::{GpuId, Pid, QueueId};
 
 /// A GPU partition as the policy sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PartitionObs {
     /// Topology gpu_id.
-    pub gpu_id: u32,
+    pub gpu_id: GpuId,
     /// Active queues the hardware keeps resident (`num_cp_queues`).
     pub resident_slots: u32,
     /// CUs of the partition.
@@ -40,9 +41,9 @@ pub struct PartitionObs {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct QueueObs {
     /// KFD queue id.
-    pub queue_id: u32,
+    pub queue_id: QueueId,
     /// Its partition.
-    pub gpu_id: u32,
+    pub gpu_id: GpuId,
     /// Work is queued on it (write index ahead of read index).
     pub busy: bool,
 }
@@ -51,7 +52,7 @@ pub struct QueueObs {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ProcessObs {
     /// Process id.
-    pub pid: u32,
+    pub pid: Pid,
     /// Its class name.
     pub class: String,
     /// Its queues.
@@ -93,7 +94,7 @@ pub enum Reason {
     /// The starvation guard lets it run.
     StarvationGuard,
     /// Too many active queues on this partition: deactivated so higher classes stay resident.
-    ResidencyGuard(u32),
+    ResidencyGuard(GpuId),
     /// A change waits for the minimum interval between device-wide preempts.
     RateLimited,
 }
@@ -102,7 +103,7 @@ pub enum Reason {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ProcessDecision {
     /// Process id.
-    pub pid: u32,
+    pub pid: Pid,
     /// What it should be.
     pub run: Run,
     /// Why.
@@ -110,14 +111,14 @@ pub struct ProcessDecision {
     /// KFD priority of its queues (its class's).
     pub priority: u8,
     /// CU mask per partition (gpu_id -> 32-bit words), when its class has a CU share.
-    pub cu_masks: BTreeMap<u32, Vec<u32>>,
+    pub cu_masks: BTreeMap<GpuId, Vec<u32>>,
 }
 
 /// A process whose state changes with this decision.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Change {
     /// Process id.
-    pub pid: u32,
+    pub pid: Pid,
     /// Before.
     pub from: Run,
     /// After.
@@ -133,7 +134,7 @@ pub struct Decision {
     pub changes: Vec<Change>,
     /// Device-wide preempts this decision costs, per partition (gpu_id -> count; see
     /// [`preempt_cost`]).
-    pub preempts: BTreeMap<u32, u32>,
+    pub preempts: BTreeMap<GpuId, u32>,
     /// When to decide again even if nothing is observed to change (a hysteresis, a starvation
     /// guard or a rate limit runs out then).
     pub next_ns: Option<u64>,
@@ -164,9 +165,9 @@ pub struct Policy {
     unknown: std::sync::Arc<ClassRule>,
     /// Each rank's class name, shared by the reasons that name it.
     names: Vec<(u8, std::sync::Arc<str>)>,
-    edges: BTreeMap<(u32, u8), Edges>,
-    procs: BTreeMap<u32, ProcState>,
-    last_preempt: BTreeMap<u32, u64>,
+    edges: BTreeMap<(GpuId, u8), Edges>,
+    procs: BTreeMap<Pid, ProcState>,
+    last_preempt: BTreeMap<GpuId, u64>,
 }
 
 fn costs_preempt(r: Run) -> bool {
@@ -223,12 +224,12 @@ impl Policy {
     }
 
     /// The state the policy last decided for `pid`.
-    pub fn state_of(&self, pid: u32) -> Option<Run> {
+    pub fn state_of(&self, pid: Pid) -> Option<Run> {
         self.procs.get(&pid).map(|p| p.run)
     }
 
     /// Forgets a process that exited.
-    pub fn forget(&mut self, pid: u32) {
+    pub fn forget(&mut self, pid: Pid) {
         self.procs.remove(&pid);
     }
 
@@ -246,7 +247,7 @@ impl Policy {
             .collect();
         self.observe_edges(obs, &rules);
         // Forget processes that are gone.
-        let mut alive: Vec<u32> = obs.processes.iter().map(|p| p.pid).collect();
+        let mut alive: Vec<Pid> = obs.processes.iter().map(|p| p.pid).collect();
         alive.sort_unstable();
         self.procs.retain(|pid, _| alive.binary_search(pid).is_ok());
 
@@ -332,7 +333,7 @@ impl Policy {
 
         // Rate limit and cost, per partition.
         let mut decision = Decision::default();
-        let mut blocked_parts: Vec<u32> = Vec::new();
+        let mut blocked_parts: Vec<GpuId> = Vec::new();
         for part in obs.partitions {
             let wants_preempt = obs.processes.iter().zip(&wanted).any(|(p, (run, _))| {
                 let cur = self.procs.get(&p.pid).map_or(Run::Running, |s| s.run);
@@ -406,7 +407,7 @@ impl Policy {
             Release::Cost(c) => c.history as usize,
             Release::Hysteresis => 1,
         };
-        let mut busy: Vec<(u32, u8)> = Vec::new();
+        let mut busy: Vec<(GpuId, u8)> = Vec::new();
         for (p, rule) in obs.processes.iter().zip(rules) {
             for q in p.queues.iter().filter(|q| q.busy) {
                 busy.push((q.gpu_id, rule.rank));
@@ -483,7 +484,7 @@ impl Policy {
         rule: &ClassRule,
         parts: &[PartitionObs],
         p: &ProcessObs,
-    ) -> BTreeMap<u32, Vec<u32>> {
+    ) -> BTreeMap<GpuId, Vec<u32>> {
         let mut out = BTreeMap::new();
         if rule.cu_share_permille.is_none() {
             return out;

@@ -56,6 +56,7 @@ pub struct PolicyConfig {
 
 /// A configuration the policy refuses, with the rule it breaks.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
 pub enum PolicyError {
     /// No class at all.
     #[error("the policy needs at least one class; add a [[class]] table")]

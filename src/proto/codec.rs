@@ -10,6 +10,7 @@ pub const MAX_LINE: usize = 1 << 20;
 
 /// Why a line could not be decoded.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum DecodeError {
     /// The peer closed the connection.
     #[error("connection closed")]
@@ -91,6 +92,7 @@ impl<R: BufRead> LineReader<R> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ids::QueueId;
     use crate::proto::{AgentMsg, Level, ShimMsg, Target};
 
     #[test]
@@ -98,7 +100,7 @@ mod tests {
         let m = AgentMsg::Preempt {
             seq: 7,
             level: Level::Deactivate,
-            target: Target::Queues(vec![1, 2]),
+            target: Target::Queues(vec![QueueId(1), QueueId(2)]),
             grace_period: 0,
         };
         let line = encode(&m);
@@ -112,7 +114,7 @@ mod tests {
     fn malformed_line_is_skipped() {
         let mut data = b"{not json}\n".to_vec();
         data.extend(encode(&ShimMsg::Activity {
-            queue_id: 3,
+            queue_id: QueueId(3),
             busy: true,
         }));
         let mut r = LineReader::new(&data[..]);
@@ -123,7 +125,7 @@ mod tests {
         assert_eq!(
             r.next::<ShimMsg>().unwrap(),
             ShimMsg::Activity {
-                queue_id: 3,
+                queue_id: QueueId(3),
                 busy: true
             }
         );

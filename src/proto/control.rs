@@ -6,6 +6,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::Level;
+use crate::ids::{GpuId, Pid, QueueId};
 
 /// A control request.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -16,26 +17,26 @@ pub enum Request {
     /// Set the KFD queue priority (0..=15) of every queue of a process (level 0).
     SetPriority {
         /// Target process.
-        pid: u32,
+        pid: Pid,
         /// 0..=15.
         priority: u32,
     },
     /// Preempt a process at `level` until [`Request::Resume`] (overrides the policy).
     Suspend {
         /// Target process.
-        pid: u32,
+        pid: Pid,
         /// Level 1, 2 or 3.
         level: Level,
     },
     /// Undo [`Request::Suspend`]: the policy decides for the process again.
     Resume {
         /// Target process.
-        pid: u32,
+        pid: Pid,
     },
     /// Move a process to another class (until it exits).
     SetClass {
         /// Target process.
-        pid: u32,
+        pid: Pid,
         /// Class name from the agent's configuration.
         class: String,
     },
@@ -63,7 +64,7 @@ pub enum Reply {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 pub struct NodeStatus {
     /// Agent process id.
-    pub agent_pid: u32,
+    pub agent_pid: Pid,
     /// kfdq version of the agent.
     pub version: String,
     /// Configuration file in effect (`None`: the built-in defaults).
@@ -89,7 +90,7 @@ pub struct NodeStatus {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PartitionStatus {
     /// Topology gpu_id.
-    pub gpu_id: u32,
+    pub gpu_id: GpuId,
     /// Queues the hardware keeps resident.
     pub resident_slots: u32,
     /// Compute units.
@@ -169,7 +170,7 @@ impl Control {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LeftAlone {
     /// Process id.
-    pub pid: u32,
+    pub pid: Pid,
     /// Executable.
     pub exe: String,
     /// Its class.
@@ -182,7 +183,7 @@ pub struct LeftAlone {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ProcessStatus {
     /// Process id (from the socket's credentials, or the one the tracer seized).
-    pub pid: u32,
+    pub pid: Pid,
     /// Through its shim or as its tracer.
     #[serde(default)]
     pub control: Control,
@@ -215,9 +216,9 @@ pub struct ProcessStatus {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ProcessQueue {
     /// KFD queue id.
-    pub queue_id: u32,
+    pub queue_id: QueueId,
     /// Partition.
-    pub gpu_id: u32,
+    pub gpu_id: GpuId,
     /// Priority in effect (0 for a traced process: a queue's priority cannot be read from
     /// outside its process).
     pub priority: u32,

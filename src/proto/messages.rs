@@ -2,6 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::ids::{GpuId, Pid, QueueId};
 pub use crate::policy::Level;
 
 /// Which streams or queues a command addresses.
@@ -13,7 +14,7 @@ pub enum Target {
     /// Streams by the shim's stream id (see [`StreamInfo::stream_id`]).
     Streams(Vec<u64>),
     /// KFD queues by queue id.
-    Queues(Vec<u32>),
+    Queues(Vec<QueueId>),
 }
 
 /// A stream as the shim manages it.
@@ -28,7 +29,7 @@ pub struct StreamInfo {
     /// HIP priority the application asked for (-1 greatest .. 1 least), if any.
     pub hip_priority: Option<i32>,
     /// KFD queue backing it, once known.
-    pub queue_id: Option<u32>,
+    pub queue_id: Option<QueueId>,
     /// Library that created it (file name), when not the main program.
     pub creator: Option<String>,
     /// Held at level 1 right now.
@@ -55,9 +56,9 @@ pub enum StreamKind {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct QueueInfo {
     /// KFD queue id.
-    pub queue_id: u32,
+    pub queue_id: QueueId,
     /// GPU node.
-    pub gpu_id: u32,
+    pub gpu_id: GpuId,
     /// Priority the runtime asked for.
     pub requested_priority: u32,
     /// Priority in effect (after the class mapping).
@@ -86,7 +87,7 @@ pub struct QueueInfo {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
 pub struct Registry {
     /// Process id.
-    pub pid: u32,
+    pub pid: Pid,
     /// Class name (`KFDQ_CLASS`), if any.
     pub class: Option<String>,
     /// Streams.
@@ -109,7 +110,7 @@ pub struct Registry {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CuMask {
     /// The partition.
-    pub gpu_id: u32,
+    pub gpu_id: GpuId,
     /// Bit i of word i/32 = CU i (SET_CU_MASK's layout; 32 bits per word).
     pub words: Vec<u32>,
 }
@@ -125,7 +126,7 @@ pub enum ShimMsg {
         /// Protocol version ([`super::VERSION`]).
         version: u32,
         /// Process id.
-        pid: u32,
+        pid: Pid,
         /// Executable path.
         exe: String,
         /// `KFDQ_CLASS`.
@@ -138,7 +139,7 @@ pub enum ShimMsg {
     /// A queue became busy or idle.
     Activity {
         /// Queue id.
-        queue_id: u32,
+        queue_id: QueueId,
         /// Busy now.
         busy: bool,
     },

@@ -12,6 +12,8 @@ use std::os::fd::AsFd;
 
 use nix::sys::socket::{getsockopt, sockopt::PeerCredentials};
 
+use crate::ids::Pid;
+
 /// Environment variable naming more uids the shim accepts as its agent (comma-separated numbers).
 pub const AGENT_UID_ENV: &str = "KFDQ_AGENT_UID";
 
@@ -19,7 +21,7 @@ pub const AGENT_UID_ENV: &str = "KFDQ_AGENT_UID";
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PeerCred {
     /// Process that created the peer socket (0 if in another pid namespace).
-    pub pid: u32,
+    pub pid: Pid,
     /// Its effective user id at that time.
     pub uid: u32,
     /// Its effective group id at that time.
@@ -30,7 +32,7 @@ pub struct PeerCred {
 pub fn peer_cred(sock: &impl AsFd) -> std::io::Result<PeerCred> {
     let c = getsockopt(sock, PeerCredentials).map_err(std::io::Error::from)?;
     Ok(PeerCred {
-        pid: u32::try_from(c.pid()).unwrap_or(0),
+        pid: Pid::from_raw(c.pid()).unwrap_or_default(),
         uid: c.uid(),
         gid: c.gid(),
     })
@@ -116,7 +118,7 @@ pub struct UntrustedAgent {
     /// The listening peer's uid.
     pub uid: u32,
     /// The listening peer's pid.
-    pub pid: u32,
+    pub pid: Pid,
     /// The trusted uids, described.
     pub expected: String,
 }
@@ -127,7 +129,7 @@ mod tests {
 
     fn cred(uid: u32) -> PeerCred {
         PeerCred {
-            pid: 42,
+            pid: Pid(42),
             uid,
             gid: uid,
         }

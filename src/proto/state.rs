@@ -2,11 +2,13 @@
 
 use std::path::PathBuf;
 
+use crate::ids::Pid;
+
 /// Environment variable overriding the state directory.
 pub const STATE_DIR_ENV: &str = "KFDQ_STATE_DIR";
 
 /// File name of `pid`'s registry.
-pub fn registry_file_name(pid: u32) -> String {
+pub fn registry_file_name(pid: Pid) -> String {
     format!("shim-{pid}.json")
 }
 
@@ -34,7 +36,7 @@ pub fn state_dirs() -> Vec<PathBuf> {
 }
 
 /// Reads the registry `pid` published, if any (the first one found in [`state_dirs`]).
-pub fn read_registry(pid: u32) -> Option<super::Registry> {
+pub fn read_registry(pid: Pid) -> Option<super::Registry> {
     state_dirs().into_iter().find_map(|d| {
         let text = std::fs::read_to_string(d.join(registry_file_name(pid))).ok()?;
         serde_json::from_str(&text).ok()

@@ -6,6 +6,7 @@ use std::os::unix::net::{UnixListener, UnixStream};
 use std::time::{Duration, Instant};
 
 use kfdq::proto::{self, AgentMsg, LineReader, Registry, ShimMsg};
+use kfdq::{Pid, QueueId};
 use test_support::wait::WAIT_LIMIT;
 
 /// The test's agent end of one shim connection.
@@ -16,7 +17,7 @@ pub struct Conn {
     /// Last `Activity` state reported per queue (also from messages read while waiting for an
     /// ack, so a transition reported just before an ack is not lost).
     pub activity: std::collections::HashMap<u32, bool>,
-    pub pid: u32,
+    pub pid: Pid,
     pub seq: u64,
 }
 
@@ -58,7 +59,7 @@ pub fn accept_with_lease(l: &UnixListener, lease_ms: Option<u32>) -> Conn {
         r: LineReader::new(BufReader::new(s)),
         registry: None,
         activity: std::collections::HashMap::new(),
-        pid: 0,
+        pid: Pid(0),
         seq: 0,
     };
     match c.r.next::<ShimMsg>().expect("hello") {
@@ -85,7 +86,7 @@ impl Conn {
         match &m {
             ShimMsg::Registry(r) => self.registry = Some(r.clone()),
             ShimMsg::Activity { queue_id, busy } => {
-                self.activity.insert(*queue_id, *busy);
+                self.activity.insert(queue_id.0, *busy);
             }
             _ => {}
         }
@@ -182,7 +183,7 @@ impl Flood {
         app.wait_line("flooding");
         let queue = app.queues()["flood"].queue_id;
         conn.wait_registry("the flood stream on its queue", |r| {
-            r.queues.iter().any(|q| q.queue_id == queue)
+            r.queues.iter().any(|q| q.queue_id == QueueId(queue))
         });
         let pid = app.pid;
         super::wait_for("the flood running", || emu.queue(pid, queue).busy_ns > 0);

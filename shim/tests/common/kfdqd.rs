@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+use kfdq::Pid;
 use kfdq::proto::control::{NodeStatus, ProcessStatus};
 use kfdq::proto::{LineReader, Reply, Request, encode};
 
@@ -156,7 +157,10 @@ impl Agent {
     }
 
     pub fn process(&self, pid: u32) -> Option<ProcessStatus> {
-        self.status().processes.into_iter().find(|p| p.pid == pid)
+        self.status()
+            .processes
+            .into_iter()
+            .find(|p| p.pid == Pid(pid))
     }
 
     /// Waits (up to [`WAIT_LIMIT`]) until the status satisfies `cond`.
@@ -171,10 +175,10 @@ impl Agent {
             |s| {
                 s.processes
                     .iter()
-                    .any(|p| p.pid == pid && p.queues.len() >= queues)
+                    .any(|p| p.pid == Pid(pid) && p.queues.len() >= queues)
             },
         );
-        s.processes.into_iter().find(|p| p.pid == pid).unwrap()
+        s.processes.into_iter().find(|p| p.pid == Pid(pid)).unwrap()
     }
 
     pub fn signal(&self, sig: nix::sys::signal::Signal) {

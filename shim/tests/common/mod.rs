@@ -8,6 +8,7 @@ pub mod kfdqd;
 pub mod sid;
 pub mod sid_libs;
 
+use kfdq::QueueId;
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
@@ -449,7 +450,7 @@ pub fn stream_by_handle(reg: &Registry, h: u64) -> &StreamInfo {
 pub fn effective(reg: &Registry, qid: u32) -> u32 {
     reg.queues
         .iter()
-        .find(|q| q.queue_id == qid)
+        .find(|q| q.queue_id == QueueId(qid))
         .unwrap_or_else(|| panic!("registry has no queue {qid}: {reg:#?}"))
         .effective_priority
 }

@@ -4,6 +4,7 @@
 use std::collections::{BTreeMap, VecDeque};
 use std::time::{Duration, Instant};
 
+use crate::ids::{GpuId, QueueId};
 use crate::policy::{Run, preempt_cost};
 use crate::proto::{AgentMsg, CuMask, Level, Registry, Target};
 
@@ -24,7 +25,7 @@ pub(super) enum Command {
     /// These CU masks on these queues.
     SetCuMask {
         /// The queues that do not have the masks yet.
-        queues: Vec<u32>,
+        queues: Vec<QueueId>,
         /// One per partition.
         masks: Vec<CuMask>,
     },
@@ -76,8 +77,8 @@ impl Command {
     /// command counts only the queues it changes (those not yet at the level for a preempt,
     /// those at it for a release), as the shim skips the others; each SET_CU_MASK is an
     /// UPDATE_QUEUE in amdkfd, one per queue; holds, priorities and windows cost none here.
-    pub(super) fn cost(&self, reg: &Registry) -> BTreeMap<u32, u32> {
-        let mut per: BTreeMap<u32, u32> = BTreeMap::new();
+    pub(super) fn cost(&self, reg: &Registry) -> BTreeMap<GpuId, u32> {
+        let mut per: BTreeMap<GpuId, u32> = BTreeMap::new();
         match self {
             Command::Preempt(l) | Command::Release(l) => {
                 let preempt = matches!(self, Command::Preempt(_));
@@ -112,13 +113,13 @@ impl Command {
 #[derive(Debug, Default)]
 pub(super) struct Preempts {
     total: u64,
-    per_partition: BTreeMap<u32, u64>,
+    per_partition: BTreeMap<GpuId, u64>,
     recent: VecDeque<(Instant, u32)>,
 }
 
 impl Preempts {
     /// Counts a command's cost (see [`Command::cost`]), sent at `now`.
-    pub(super) fn count(&mut self, cost: &BTreeMap<u32, u32>, now: Instant) {
+    pub(super) fn count(&mut self, cost: &BTreeMap<GpuId, u32>, now: Instant) {
         for (gpu, c) in cost {
             *self.per_partition.entry(*gpu).or_default() += u64::from(*c);
             self.total += u64::from(*c);
@@ -143,7 +144,7 @@ impl Preempts {
     }
 
     /// Preempts counted on partition `gpu_id`.
-    pub(super) fn on_partition(&self, gpu_id: u32) -> u64 {
+    pub(super) fn on_partition(&self, gpu_id: GpuId) -> u64 {
         self.per_partition.get(&gpu_id).copied().unwrap_or(0)
     }
 
@@ -165,7 +166,10 @@ mod tests {
     use crate::proto::QueueInfo;
 
     fn on(gpu_id: u32, q: QueueInfo) -> QueueInfo {
-        QueueInfo { gpu_id, ..q }
+        QueueInfo {
+            gpu_id: GpuId(gpu_id),
+            ..q
+        }
     }
 
     #[test]
@@ -182,29 +186,36 @@ mod tests {
             ..Registry::default()
         };
         let level2 = Command::Preempt(Level::Deactivate).cost(&reg);
-        assert_eq!(level2, BTreeMap::from([(10, 1), (20, 1)]));
+        assert_eq!(level2, BTreeMap::from([(GpuId(10), 1), (GpuId(20), 1)]));
         let release = Command::Release(Level::Deactivate).cost(&reg);
-        assert_eq!(release, BTreeMap::from([(10, 1)]));
+        assert_eq!(release, BTreeMap::from([(GpuId(10), 1)]));
         // Level 3: one runlist update per partition, whatever the number of queues.
         let level3 = Command::Preempt(Level::Suspend).cost(&reg);
-        assert_eq!(level3, BTreeMap::from([(10, 1), (20, 1)]));
+        assert_eq!(level3, BTreeMap::from([(GpuId(10), 1), (GpuId(20), 1)]));
         assert!(Command::Preempt(Level::Hold).cost(&reg).is_empty());
         assert!(Command::SetPriority(3).cost(&reg).is_empty());
         let cu = Command::SetCuMask {
-            queues: vec![1, 2],
+            queues: vec![QueueId(1), QueueId(2)],
             masks: vec![],
         };
-        assert_eq!(cu.cost(&reg), BTreeMap::from([(10, 2)]));
+        assert_eq!(cu.cost(&reg), BTreeMap::from([(GpuId(10), 2)]));
     }
 
     #[test]
     fn the_rate_covers_the_last_ten_seconds() {
         let t0 = Instant::now();
         let mut p = Preempts::default();
-        p.count(&BTreeMap::from([(10, 4), (20, 1)]), t0);
-        p.count(&BTreeMap::from([(10, 5)]), t0 + Duration::from_secs(5));
+        p.count(&BTreeMap::from([(GpuId(10), 4), (GpuId(20), 1)]), t0);
+        p.count(
+            &BTreeMap::from([(GpuId(10), 5)]),
+            t0 + Duration::from_secs(5),
+        );
         assert_eq!(
-            (p.total(), p.on_partition(10), p.on_partition(30)),
+            (
+                p.total(),
+                p.on_partition(GpuId(10)),
+                p.on_partition(GpuId(30))
+            ),
             (10, 9, 0)
         );
         assert_eq!(p.per_s(t0 + Duration::from_secs(5)), 2.0);

@@ -9,6 +9,7 @@ use super::process::Proc;
 use super::status::level_name;
 use super::waiters::{ACK_TIMEOUT, Waiter};
 use super::{NodeState, Out};
+use crate::ids::Pid;
 use crate::proto::control::Control;
 use crate::proto::{Level, Reply, Request};
 
@@ -33,7 +34,7 @@ impl NodeState {
         out.push(Out::Control(conn, reply));
     }
 
-    fn target(&self, who: &Identity, pid: u32) -> Result<&Proc, ControlError> {
+    fn target(&self, who: &Identity, pid: Pid) -> Result<&Proc, ControlError> {
         let p = self
             .procs
             .get(&pid)
@@ -173,7 +174,7 @@ pub enum ControlError {
     )]
     NotConnected {
         /// The pid asked for.
-        pid: u32,
+        pid: Pid,
     },
     /// The requester neither owns the process nor is an admin.
     #[error(
@@ -182,7 +183,7 @@ pub enum ControlError {
     )]
     NotOwner {
         /// The process.
-        pid: u32,
+        pid: Pid,
         /// Its owner.
         owner: u32,
         /// The requester.
@@ -204,7 +205,7 @@ pub enum ControlError {
     )]
     PriorityNeedsShim {
         /// The process.
-        pid: u32,
+        pid: Pid,
     },
     /// A priority above the class's cap, asked by a non-admin.
     #[error(
@@ -212,7 +213,7 @@ pub enum ControlError {
     )]
     PriorityCap {
         /// The process.
-        pid: u32,
+        pid: Pid,
         /// Its class.
         class: String,
         /// The class's `max_priority`.
@@ -224,7 +225,7 @@ pub enum ControlError {
     )]
     LevelNeedsShim {
         /// The process.
-        pid: u32,
+        pid: Pid,
     },
     /// A class change the requester may not make.
     #[error(transparent)]

@@ -9,6 +9,7 @@ use super::process::Proc;
 use super::reconcile::{Step, Want, reconcile};
 use super::why::Why;
 use super::{NodeState, Out};
+use crate::ids::{GpuId, Pid};
 use crate::policy::{Decision, Observation, Run};
 use crate::proto::Level;
 use crate::proto::control::Control;
@@ -49,7 +50,7 @@ impl NodeState {
             .next_ns
             .map(|t| self.started + Duration::from_nanos(t));
         let wants = self.wants(decision);
-        let mut steps: Vec<(u32, u32, Step)> = Vec::with_capacity(wants.len());
+        let mut steps: Vec<(GpuId, Pid, Step)> = Vec::with_capacity(wants.len());
         for ((pid, p), want) in self.procs.iter_mut().zip(wants) {
             let step = reconcile(p, want, now);
             if let Some(at) = step.retry_at {
@@ -79,7 +80,7 @@ impl NodeState {
                     "said nothing for {} ms while busy (stopped or hung): its queues count as idle until it reports again",
                     crate::proto::BUSY_STALE.as_millis()
                 ));
-                tracing::info!(pid, "busy reports stale");
+                tracing::info!(pid = %pid, "busy reports stale");
             }
             p.stale = stale;
             if let Some(at) = at {
@@ -200,7 +201,7 @@ impl NodeState {
     /// Sends the steps' commands phase by phase: preempts and releases in partition order
     /// (`(first gpu, pid, step)`, given in pid order), then priorities, windows and CU masks in
     /// pid order.
-    fn send_steps(&mut self, mut steps: Vec<(u32, u32, Step)>, now: Instant, out: &mut Vec<Out>) {
+    fn send_steps(&mut self, mut steps: Vec<(GpuId, Pid, Step)>, now: Instant, out: &mut Vec<Out>) {
         let mut by_partition: Vec<usize> = (0..steps.len()).collect();
         by_partition.sort_by_key(|&i| (steps[i].0, steps[i].1));
         for i in by_partition {
@@ -227,7 +228,7 @@ impl NodeState {
     /// what it costs.
     pub(super) fn send(
         &mut self,
-        pid: u32,
+        pid: Pid,
         cmd: Command,
         now: Instant,
         out: &mut Vec<Out>,
@@ -242,14 +243,14 @@ impl NodeState {
         self.preempts.count(&cmd.cost(&p.registry), now);
         self.counters.commands += 1;
         let msg = cmd.message(seq, self.cfg.grace_period);
-        tracing::debug!(pid, "command {msg:?}");
+        tracing::debug!(pid = %pid, "command {msg:?}");
         out.push(Out::Shim(p.conn, msg));
         Some(seq)
     }
 
     /// Releases every preempted process (shutdown). Returns how many commands were sent.
     pub fn release_all(&mut self, now: Instant, out: &mut Vec<Out>) -> usize {
-        let held: Vec<(u32, Level)> = self
+        let held: Vec<(Pid, Level)> = self
             .procs
             .iter_mut()
             .filter_map(|(pid, p)| match p.applied {

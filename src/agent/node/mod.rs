@@ -19,6 +19,7 @@ use super::config::AgentConfig;
 use super::conn::ConnId;
 use super::identity::{Identity, classify};
 use super::metrics::Recorder;
+use crate::ids::Pid;
 use crate::policy::{PartitionObs, Policy};
 use crate::proto::control::{Control, Counters, LeftAlone};
 use crate::proto::{AgentMsg, Reply};
@@ -62,8 +63,8 @@ pub struct NodeState {
     policy: Policy,
     partitions: Vec<PartitionObs>,
     priority_note: String,
-    procs: BTreeMap<u32, Proc>,
-    left_alone: BTreeMap<u32, LeftAlone>,
+    procs: BTreeMap<Pid, Proc>,
+    left_alone: BTreeMap<Pid, LeftAlone>,
     waiters: Waiters,
     seq: u64,
     started: Instant,
@@ -178,7 +179,7 @@ impl NodeState {
     }
 
     /// The pid a shim connection belongs to.
-    pub fn pid_of(&self, conn: ConnId) -> Option<u32> {
+    pub fn pid_of(&self, conn: ConnId) -> Option<Pid> {
         self.procs
             .iter()
             .find(|(_, p)| p.conn == conn)
@@ -193,19 +194,19 @@ impl NodeState {
         id: Identity,
         version: u32,
         class: Option<String>,
-        claimed_pid: u32,
+        claimed_pid: Pid,
         out: &mut Vec<Out>,
     ) -> Result<(), HelloError> {
         if version != crate::proto::VERSION {
             return Err(HelloError::Version { version });
         }
-        if id.pid == 0 {
+        if id.pid == Pid(0) {
             return Err(HelloError::NoPid);
         }
         if claimed_pid != id.pid {
             tracing::debug!(
-                pid = id.pid,
-                claimed_pid,
+                pid = %id.pid,
+                claimed_pid = %claimed_pid,
                 "the shim's pid differs from SO_PEERCRED's (another pid namespace); using SO_PEERCRED's"
             );
         }
@@ -236,7 +237,7 @@ impl NodeState {
     }
 
     /// True when `pid` is connected through its shim or traced.
-    pub fn knows(&self, pid: u32) -> bool {
+    pub fn knows(&self, pid: Pid) -> bool {
         self.procs.contains_key(&pid)
     }
 
@@ -255,14 +256,14 @@ impl NodeState {
     }
 
     /// Forgets the left-alone processes `keep` says no to (those that exited).
-    pub fn forget_left_alone(&mut self, keep: impl Fn(u32) -> bool) {
+    pub fn forget_left_alone(&mut self, keep: impl Fn(Pid) -> bool) {
         self.left_alone.retain(|pid, _| keep(*pid));
     }
 
     fn insert(&mut self, conn: ConnId, via: Control, id: Identity, class: Option<String>) {
         let classified = classify(&self.cfg, &id, class.as_deref());
         let pid = id.pid;
-        tracing::info!(pid, uid = id.uid, exe = %id.exe, class = %classified.class, control = via.name(), "process connected ({})", classified.reason);
+        tracing::info!(pid = %pid, uid = id.uid, exe = %id.exe, class = %classified.class, control = via.name(), "process connected ({})", classified.reason);
         let p = Proc::new(conn, via, id, class, classified);
         self.procs.insert(pid, p);
     }
@@ -275,7 +276,7 @@ impl NodeState {
         };
         self.procs.remove(&pid);
         self.policy.forget(pid);
-        tracing::info!(pid, "disconnected; forgotten");
+        tracing::info!(pid = %pid, "disconnected; forgotten");
         self.waiters.process_gone(pid, out);
     }
 

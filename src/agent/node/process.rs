@@ -8,6 +8,7 @@ use super::super::conn::ConnId;
 use super::super::identity::{Classified, Identity};
 use super::command::Command;
 use super::why::Why;
+use crate::ids::{GpuId, Pid, QueueId};
 use crate::policy::{ProcessObs, QueueObs, Run};
 use crate::proto::control::Control;
 use crate::proto::{CuMask, Level, Registry};
@@ -42,10 +43,10 @@ pub(super) struct Proc {
     /// `registry_gen` when the last preempt was sent (re-sent only for a newer registry).
     pub(super) preempt_gen: u64,
     /// CU masks last sent, and the queues they were sent for.
-    pub(super) cu_sent: Option<(Vec<CuMask>, Vec<u32>)>,
+    pub(super) cu_sent: Option<(Vec<CuMask>, Vec<QueueId>)>,
     /// In-flight window last sent (`Some(None)`: unbounded was sent).
     pub(super) window_sent: Option<Option<u32>>,
-    pub(super) busy: BTreeMap<u32, bool>,
+    pub(super) busy: BTreeMap<QueueId, bool>,
     pub(super) applied: Run,
     pub(super) manual: Option<Level>,
     pub(super) priority_override: Option<u32>,
@@ -118,7 +119,7 @@ impl Proc {
 
     /// Logs a warning and keeps the last few for `kfdq status`.
     pub(super) fn warn(&mut self, w: String) {
-        tracing::warn!(pid = self.id.pid, "{w}");
+        tracing::warn!(pid = %self.id.pid, "{w}");
         if self.warnings.len() == WARNINGS {
             self.warnings.pop_front();
         }
@@ -126,7 +127,7 @@ impl Proc {
     }
 
     /// The last activity sample of queue `qid`, else the registry's.
-    pub(super) fn queue_busy(&self, qid: u32) -> bool {
+    pub(super) fn queue_busy(&self, qid: QueueId) -> bool {
         self.busy.get(&qid).copied().unwrap_or_else(|| {
             self.registry
                 .queues
@@ -151,13 +152,13 @@ impl Proc {
 
     /// The first partition it has queues on (`u32::MAX` for none): commands go out in
     /// partition order.
-    pub(super) fn first_gpu(&self) -> u32 {
+    pub(super) fn first_gpu(&self) -> GpuId {
         self.registry
             .queues
             .iter()
             .map(|q| q.gpu_id)
             .min()
-            .unwrap_or(u32::MAX)
+            .unwrap_or(GpuId(u32::MAX))
     }
 
     /// Whether its busy reports have gone stale at `now`: it reports edges (so its shim says
@@ -177,7 +178,7 @@ impl Proc {
 
     /// [`Proc::observe`] into `obs`, reusing its allocations (a decision allocates nothing
     /// for the processes it already saw).
-    pub(super) fn observe_into(&self, pid: u32, obs: &mut ProcessObs) {
+    pub(super) fn observe_into(&self, pid: Pid, obs: &mut ProcessObs) {
         obs.pid = pid;
         if obs.class != self.class() {
             obs.class.clear();
@@ -193,7 +194,7 @@ impl Proc {
     }
 
     /// What the policy sees of it (no busy queue while its reports are [`Proc::stale`]).
-    pub(super) fn observe(&self, pid: u32) -> ProcessObs {
+    pub(super) fn observe(&self, pid: Pid) -> ProcessObs {
         ProcessObs {
             pid,
             class: self.class().to_owned(),

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use super::command::Command;
 use super::process::Proc;
 use super::why::Why;
+use crate::ids::{GpuId, QueueId};
 use crate::policy::Run;
 use crate::proto::control::Control;
 use crate::proto::{CuMask, Level};
@@ -28,7 +29,7 @@ pub(super) struct Want {
     /// Its class's in-flight window (`None`: unbounded).
     pub(super) window: Option<u32>,
     /// Its class's CU masks, partition -> 32-bit words (empty: no CU share).
-    pub(super) cu_masks: BTreeMap<u32, Vec<u32>>,
+    pub(super) cu_masks: BTreeMap<GpuId, Vec<u32>>,
 }
 
 /// The commands one step sends one process, by phase: a decision sends each phase to every
@@ -157,7 +158,7 @@ fn window(p: &mut Proc, want: Option<u32>) -> Option<Command> {
 /// CU masks of a class with a CU share, once per registry that shows new queues: each
 /// SET_CU_MASK is an UPDATE_QUEUE in amdkfd (a device-wide preempt), so only queues without
 /// the mask get it.
-fn cu_mask(p: &mut Proc, want: &BTreeMap<u32, Vec<u32>>) -> Option<Command> {
+fn cu_mask(p: &mut Proc, want: &BTreeMap<GpuId, Vec<u32>>) -> Option<Command> {
     if want.is_empty() || p.via == Control::Tracer {
         return None;
     }
@@ -168,8 +169,8 @@ fn cu_mask(p: &mut Proc, want: &BTreeMap<u32, Vec<u32>>) -> Option<Command> {
             words: w.clone(),
         })
         .collect();
-    let queues: Vec<u32> = p.registry.queues.iter().map(|q| q.queue_id).collect();
-    let todo: Vec<u32> = match &p.cu_sent {
+    let queues: Vec<QueueId> = p.registry.queues.iter().map(|q| q.queue_id).collect();
+    let todo: Vec<QueueId> = match &p.cu_sent {
         Some((m, done)) if *m == masks => queues
             .iter()
             .copied()

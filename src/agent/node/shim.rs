@@ -3,6 +3,7 @@
 use std::time::Instant;
 
 use super::{NodeState, Out};
+use crate::ids::Pid;
 use crate::policy::Run;
 use crate::proto::{AgentMsg, ShimMsg};
 
@@ -10,7 +11,7 @@ impl NodeState {
     /// A message from the shim of `pid`. Returns whether a decision is due.
     pub fn shim_message(
         &mut self,
-        pid: u32,
+        pid: Pid,
         msg: ShimMsg,
         now: Instant,
         out: &mut Vec<Out>,
@@ -66,14 +67,14 @@ impl NodeState {
     /// the process runs, and the level is not retried on it for a while).
     fn ack(
         &mut self,
-        pid: u32,
+        pid: Pid,
         seq: u64,
         ok: bool,
         detail: String,
         now: Instant,
         out: &mut Vec<Out>,
     ) -> bool {
-        tracing::debug!(pid, seq, ok, "ack: {detail}");
+        tracing::debug!(pid = %pid, seq, ok, "ack: {detail}");
         let Some(p) = self.procs.get_mut(&pid) else {
             return false;
         };

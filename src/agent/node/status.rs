@@ -3,6 +3,7 @@
 use std::time::Instant;
 
 use super::NodeState;
+use crate::ids::Pid;
 use crate::policy::Run;
 use crate::proto::Level;
 use crate::proto::control::{
@@ -159,7 +160,7 @@ impl NodeState {
         counters.ack_us_p50 = self.ack_us.quantile(0.5);
         counters.ack_us_max = self.ack_us.quantile(1.0);
         NodeStatus {
-            agent_pid: std::process::id(),
+            agent_pid: Pid::this(),
             version: env!("CARGO_PKG_VERSION").into(),
             config: self.cfg.source.as_ref().map(|p| p.display().to_string()),
             uptime_s: now.duration_since(self.started).as_secs_f64(),

@@ -6,6 +6,7 @@ use super::command::Command;
 use super::reconcile::{RETRY_AFTER, Want, reconcile};
 use super::*;
 use crate::agent::identity::Identity;
+use crate::ids::{GpuId, Pid, QueueId};
 use crate::policy::Run;
 use crate::proto::{Level, QueueInfo, Registry, Request, ShimMsg, Target};
 
@@ -28,11 +29,11 @@ level = "deactivate"
 match = { env = true }
 "#;
 
-const GPU: u32 = 0x1000;
-const SERVING: u32 = 100;
-const TRAINING: u32 = 200;
+const GPU: GpuId = GpuId(0x1000);
+const SERVING: Pid = Pid(100);
+const TRAINING: Pid = Pid(200);
 
-fn identity(pid: u32) -> Identity {
+fn identity(pid: Pid) -> Identity {
     Identity {
         pid,
         uid: 0,
@@ -46,7 +47,7 @@ fn identity(pid: u32) -> Identity {
 /// A queue on the test partition with this effective priority.
 pub(super) fn queue(queue_id: u32, priority: u32) -> QueueInfo {
     QueueInfo {
-        queue_id,
+        queue_id: QueueId(queue_id),
         gpu_id: GPU,
         requested_priority: 7,
         effective_priority: priority,
@@ -61,7 +62,7 @@ pub(super) fn queue(queue_id: u32, priority: u32) -> QueueInfo {
     }
 }
 
-fn registry(pid: u32, class: &str, queues: Vec<QueueInfo>) -> ShimMsg {
+fn registry(pid: Pid, class: &str, queues: Vec<QueueInfo>) -> ShimMsg {
     ShimMsg::Registry(Registry {
         pid,
         class: Some(class.into()),
@@ -107,7 +108,7 @@ fn node(t0: Instant) -> NodeState {
 }
 
 /// Sends `msg` from `pid` at `now`, decides if it asks for it, and returns the commands.
-fn step(n: &mut NodeState, pid: u32, msg: ShimMsg, now: Instant) -> Vec<Out> {
+fn step(n: &mut NodeState, pid: Pid, msg: ShimMsg, now: Instant) -> Vec<Out> {
     let mut out = Vec::new();
     if n.shim_message(pid, msg, now, &mut out) {
         n.decide(now, &mut out);
@@ -117,7 +118,7 @@ fn step(n: &mut NodeState, pid: u32, msg: ShimMsg, now: Instant) -> Vec<Out> {
 
 fn busy(b: bool) -> ShimMsg {
     ShimMsg::Activity {
-        queue_id: 1,
+        queue_id: QueueId(1),
         busy: b,
     }
 }
@@ -240,7 +241,7 @@ fn a_failed_level_is_not_retried_until_its_time() {
 fn a_manual_suspend_answers_once_acknowledged_or_at_its_deadline() {
     let t0 = Instant::now();
     let mut n = node(t0);
-    let root = identity(1);
+    let root = identity(Pid(1));
     let mut out = Vec::new();
     let req = Request::Suspend {
         pid: TRAINING,
@@ -277,7 +278,7 @@ fn a_priority_is_sent_once_per_registry_that_lacks_it() {
         pid: SERVING,
         priority: 15,
     };
-    n.control(9, &identity(1), req, t0, &mut out);
+    n.control(9, &identity(Pid(1)), req, t0, &mut out);
     let set = Out::Shim(
         1,
         AgentMsg::SetPriority {
@@ -362,7 +363,7 @@ fn timing_probe() {
     let mut n = NodeState::new(cfg, parts, String::new(), t0).unwrap();
     let mut out = Vec::new();
     for i in 0..64u32 {
-        let pid = 1000 + i;
+        let pid = Pid(1000 + i);
         let class = if i == 0 { "serving" } else { "training" };
         n.hello(
             u64::from(i) + 1,
@@ -386,9 +387,9 @@ fn timing_probe() {
         out.clear();
         let now = t0 + Duration::from_millis(u64::from(t) * 20 + 20);
         n.shim_message(
-            1000,
+            Pid(1000),
             ShimMsg::Activity {
-                queue_id: 1,
+                queue_id: QueueId(1),
                 busy: t % 2 == 0,
             },
             now,
@@ -405,7 +406,7 @@ fn timing_probe() {
                     | crate::proto::AgentMsg::Release { seq, .. } => seq,
                     _ => continue,
                 };
-                let pid = 1000 + conn as u32 - 1;
+                let pid = Pid(1000 + conn as u32 - 1);
                 n.shim_message(
                     pid,
                     ShimMsg::Ack {

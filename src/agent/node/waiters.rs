@@ -5,6 +5,7 @@ use std::time::{Duration, Instant};
 
 use super::super::conn::ConnId;
 use super::Out;
+use crate::ids::Pid;
 use crate::proto::Reply;
 
 /// How long a control request waits for the shims' acks.
@@ -14,7 +15,7 @@ pub const ACK_TIMEOUT: Duration = Duration::from_secs(5);
 #[derive(Debug)]
 pub(super) struct Waiter {
     pub(super) conn: ConnId,
-    pub(super) pid: u32,
+    pub(super) pid: Pid,
     pub(super) seqs: Vec<u64>,
     pub(super) details: Vec<String>,
     pub(super) failed: bool,
@@ -61,7 +62,7 @@ impl Waiters {
     }
 
     /// Answers those waiting on `pid`, which went away.
-    pub(super) fn process_gone(&mut self, pid: u32, out: &mut Vec<Out>) {
+    pub(super) fn process_gone(&mut self, pid: Pid, out: &mut Vec<Out>) {
         let mut keep = Vec::new();
         for w in self.0.drain(..) {
             if w.pid == pid {
@@ -89,7 +90,7 @@ impl Waiters {
     /// Returns true when one of them failed and asks for its manual preemption to be undone.
     pub(super) fn settle(
         &mut self,
-        pid: u32,
+        pid: Pid,
         seq: u64,
         ok: bool,
         detail: &str,

@@ -37,7 +37,7 @@ pub(super) fn reason_text(r: &Reason) -> String {
         Reason::Hysteresis(c) => format!("held after class {c} went idle (the release rule)"),
         Reason::StarvationGuard => "starvation guard: running its share".into(),
         Reason::ResidencyGuard(g) => {
-            format!("residency guard: more active queues than slots on gpu {g:#x}")
+            format!("residency guard: more active queues than slots on gpu {g}")
         }
         Reason::RateLimited => "waiting for the minimum interval between preempts".into(),
     }

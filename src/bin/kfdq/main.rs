@@ -44,25 +44,33 @@ fn main() -> ExitCode {
         }
         Command::SetPriority { pid, priority } => client::command(
             &client::socket_path(cli.agent.as_deref()),
-            &kfdq::proto::Request::SetPriority { pid, priority },
+            &kfdq::proto::Request::SetPriority {
+                pid: kfdq::Pid(pid),
+                priority,
+            },
             cli.json,
         ),
         Command::Suspend { pid, level } => client::command(
             &client::socket_path(cli.agent.as_deref()),
             &kfdq::proto::Request::Suspend {
-                pid,
+                pid: kfdq::Pid(pid),
                 level: level.into(),
             },
             cli.json,
         ),
         Command::Resume { pid } => client::command(
             &client::socket_path(cli.agent.as_deref()),
-            &kfdq::proto::Request::Resume { pid },
+            &kfdq::proto::Request::Resume {
+                pid: kfdq::Pid(pid),
+            },
             cli.json,
         ),
         Command::Class { pid, class } => client::command(
             &client::socket_path(cli.agent.as_deref()),
-            &kfdq::proto::Request::SetClass { pid, class },
+            &kfdq::proto::Request::SetClass {
+                pid: kfdq::Pid(pid),
+                class,
+            },
             cli.json,
         ),
         Command::Demo(args) => demo::run(&cli.root, args, cli.json),

@@ -4,6 +4,7 @@ use serde::Serialize;
 
 use super::table::Table;
 use super::{CliError, kfd_error, print_json};
+use kfdq::Pid;
 use kfdq::kfd::Root;
 use kfdq::kfd::procfs::{self, ProcQueue};
 use kfdq::proto::control::{Control, ProcessStatus};
@@ -83,9 +84,10 @@ pub(super) fn run(root: &Root, agent: &std::path::Path, json: bool) -> Result<()
     let agent_view = |pid: u32| {
         status
             .as_ref()
-            .and_then(|s| s.processes.iter().find(|p| p.pid == pid))
+            .and_then(|s| s.processes.iter().find(|p| p.pid == Pid(pid)))
     };
-    let registries: Vec<Option<Registry>> = procs.iter().map(|p| read_registry(p.pid)).collect();
+    let registries: Vec<Option<Registry>> =
+        procs.iter().map(|p| read_registry(Pid(p.pid))).collect();
     let views: Vec<ProcessView<'_>> = procs
         .iter()
         .zip(&registries)
@@ -101,14 +103,14 @@ pub(super) fn run(root: &Root, agent: &std::path::Path, json: bool) -> Result<()
                     let managed = reg.as_ref().and_then(|r| {
                         r.queues
                             .iter()
-                            .find(|m| m.queue_id == q.queue_id.0 && m.gpu_id == q.gpu_id.0)
+                            .find(|m| m.queue_id == q.queue_id && m.gpu_id == q.gpu_id)
                     });
                     let streams = reg
                         .as_ref()
                         .map(|r| {
                             r.streams
                                 .iter()
-                                .filter(|s| s.queue_id == Some(q.queue_id.0))
+                                .filter(|s| s.queue_id == Some(q.queue_id))
                                 .collect()
                         })
                         .unwrap_or_default();
@@ -116,7 +118,7 @@ pub(super) fn run(root: &Root, agent: &std::path::Path, json: bool) -> Result<()
                         a.control == Control::Tracer
                             && a.queues
                                 .iter()
-                                .any(|x| x.queue_id == q.queue_id.0 && x.preempted.is_some())
+                                .any(|x| x.queue_id == q.queue_id && x.preempted.is_some())
                     });
                     QueueView {
                         queue: q,
@@ -232,7 +234,7 @@ pub(super) fn run(root: &Root, agent: &std::path::Path, json: bool) -> Result<()
                 streams,
                 state,
                 p.agent
-                    .and_then(|a| a.queues.iter().find(|x| x.queue_id == q.queue.queue_id.0))
+                    .and_then(|a| a.queues.iter().find(|x| x.queue_id == q.queue.queue_id))
                     .map_or("-", |x| if x.busy { "yes" } else { "no" })
                     .into(),
                 window_cell(p.window, q.managed),

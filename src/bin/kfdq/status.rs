@@ -40,7 +40,7 @@ pub fn render(s: &NodeStatus) -> String {
     ]);
     for p in &s.partitions {
         t.row(vec![
-            format!("{:#06x}", p.gpu_id),
+            format!("{:#06x}", p.gpu_id.0),
             p.resident_slots.to_string(),
             p.cus.to_string(),
             p.queues.to_string(),

@@ -8,6 +8,7 @@
 //! the guessed parameters are in `docs/gfx-model.md`.
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
+#![deny(missing_debug_implementations)]
 
 mod batches;
 pub mod calibration;

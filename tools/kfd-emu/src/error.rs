@@ -5,6 +5,7 @@ use std::path::PathBuf;
 
 /// Why the emulator could not be started or stopped.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum EmuError {
     /// Invalid configuration or topology file.
     #[error("kfd-emu configuration: {0}")]

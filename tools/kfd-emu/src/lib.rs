@@ -17,6 +17,7 @@
 //! See `docs/kfd-emulator.md` for the tree, the conventions that differ from the
 //! kernel, and what is and is not modelled.
 #![deny(missing_docs)]
+#![deny(missing_debug_implementations)]
 #![deny(clippy::undocumented_unsafe_blocks)]
 
 mod abi;

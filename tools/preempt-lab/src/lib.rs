@@ -15,6 +15,7 @@
 //! docs/experiments.md has the model, each parameter with its source, and the results.
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
+#![deny(missing_debug_implementations)]
 
 pub mod experiment;
 pub mod plot;

@@ -43,6 +43,7 @@ pub struct RunOptions {
 
 /// Why a run gave no report; each says what to do.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum RunError {
     /// Bad options.
     #[error("{0}")]
@@ -73,6 +74,26 @@ pub enum RunError {
         /// What was wrong.
         why: String,
     },
+}
+
+/// What a demo's report lacks for [`report`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ReportError {
+    /// The report has no repetition.
+    #[error("no repetitions")]
+    NoRepetitions,
+    /// A repetition lacks a phase (numbered from 1).
+    #[error("repetition {repetition} has no {phase} phase")]
+    NoPhase {
+        /// The repetition.
+        repetition: usize,
+        /// The phase.
+        phase: String,
+    },
+    /// A repetition's alone phase has no HP request (numbered from 1).
+    #[error("repetition {0} has no HP request in its alone phase")]
+    NoAloneRequest(usize),
 }
 
 /// The `kfdq demo` phase of a configuration.
@@ -217,10 +238,13 @@ impl DemoPhase {
     }
 }
 
-fn phase<'a>(rep: &'a [DemoPhase], name: &str, i: usize) -> Result<&'a DemoPhase, String> {
+fn phase<'a>(rep: &'a [DemoPhase], name: &str, i: usize) -> Result<&'a DemoPhase, ReportError> {
     rep.iter()
         .find(|p| p.phase == name)
-        .ok_or_else(|| format!("repetition {} has no {name} phase", i + 1))
+        .ok_or_else(|| ReportError::NoPhase {
+            repetition: i + 1,
+            phase: name.into(),
+        })
 }
 
 /// The report of a demo's repetitions for `controls`: every number computed as `sim`
@@ -230,11 +254,11 @@ pub fn report(
     kfdq: &Path,
     controls: &[Control],
     builtin: (bool, bool),
-) -> Result<Report, String> {
+) -> Result<Report, ReportError> {
     if demo.runs.is_empty() {
-        return Err("no repetitions".into());
+        return Err(ReportError::NoRepetitions);
     }
-    let each = |name: &str| -> Result<Vec<&DemoPhase>, String> {
+    let each = |name: &str| -> Result<Vec<&DemoPhase>, ReportError> {
         demo.runs
             .iter()
             .enumerate()
@@ -245,10 +269,7 @@ pub fn report(
     let hp_alone = results(&each("alone")?);
     let lp_alone = results(&each("lp-alone")?);
     if let Some(i) = hp_alone.iter().position(|r| r.hp_latency_us.is_empty()) {
-        return Err(format!(
-            "repetition {} has no HP request in its alone phase",
-            i + 1
-        ));
+        return Err(ReportError::NoAloneRequest(i + 1));
     }
     let mut rows = Vec::new();
     let mut completions = 0;
@@ -377,7 +398,7 @@ pub fn run(opts: &RunOptions, mut progress: impl FnMut(&str)) -> Result<Report, 
         &opts.controls,
         (opts.hp_command.is_none(), opts.lp_command.is_none()),
     )
-    .map_err(bad)
+    .map_err(|e| bad(e.to_string()))
 }
 
 #[cfg(test)]
@@ -445,7 +466,7 @@ mod tests {
             (true, true),
         );
         assert_eq!(
-            missing.unwrap_err(),
+            missing.unwrap_err().to_string(),
             "repetition 1 has no uncontrolled phase"
         );
     }

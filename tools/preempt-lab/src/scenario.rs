@@ -24,8 +24,25 @@ pub const CONTROLS: [Control; 7] = [
     Control::Edge(Level::Suspend),
 ];
 
+/// A configuration name [`parse_control`] does not know.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+#[error(
+    "unknown configuration {0:?}: use native, priority, l1, l2, l3 (sampled, fixed hysteresis) or l1e, l2e, l3e (edges, release rule)"
+)]
+pub struct UnknownControl(pub String);
+
+/// A scenario name [`Scenario::named`] does not know.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+#[error(
+    "unknown scenario {0:?}: built-in scenarios are {known}",
+    known = SCENARIOS.join(", ")
+)]
+pub struct UnknownScenario(pub String);
+
 /// Parses a configuration name (`native`, `priority`, `l1`..`l3`, `l1e`..`l3e`).
-pub fn parse_control(s: &str) -> Result<Control, String> {
+pub fn parse_control(s: &str) -> Result<Control, UnknownControl> {
     match s.trim().to_ascii_lowercase().as_str() {
         "native" => Ok(Control::Native),
         "priority" => Ok(Control::PriorityOnly),
@@ -35,9 +52,7 @@ pub fn parse_control(s: &str) -> Result<Control, String> {
         "l1e" => Ok(Control::Edge(Level::Hold)),
         "l2e" => Ok(Control::Edge(Level::Deactivate)),
         "l3e" => Ok(Control::Edge(Level::Suspend)),
-        other => Err(format!(
-            "unknown configuration {other:?}: use native, priority, l1, l2, l3 (sampled, fixed hysteresis) or l1e, l2e, l3e (edges, release rule)"
-        )),
+        other => Err(UnknownControl(other.into())),
     }
 }
 
@@ -154,15 +169,12 @@ impl Scenario {
 
     /// A built-in scenario by name; `lp_wg_us` overrides the batch work-group time (unused by
     /// xsched-mi50, whose background job is the foreground's model).
-    pub fn named(name: &str, lp_wg_us: Option<f64>) -> Result<Scenario, String> {
+    pub fn named(name: &str, lp_wg_us: Option<f64>) -> Result<Scenario, UnknownScenario> {
         match name {
             "field" => Ok(Scenario::field(lp_wg_us.unwrap_or(1000.0))),
             "demo" => Ok(Scenario::demo(lp_wg_us)),
             "xsched-mi50" => Ok(Scenario::xsched_mi50()),
-            other => Err(format!(
-                "unknown scenario {other:?}: built-in scenarios are {}",
-                SCENARIOS.join(", ")
-            )),
+            other => Err(UnknownScenario(other.into())),
         }
     }
 
@@ -238,11 +250,12 @@ mod tests {
     fn controls_parse() {
         assert_eq!(parse_control("L2"), Ok(Control::Level(Level::Deactivate)));
         assert_eq!(parse_control("priority"), Ok(Control::PriorityOnly));
-        assert!(parse_control("l4").unwrap_err().contains("l3e"));
+        assert!(parse_control("l4").unwrap_err().to_string().contains("l3e"));
         assert_eq!(parse_control("l2e"), Ok(Control::Edge(Level::Deactivate)));
         assert!(
             Scenario::named("nope", None)
                 .unwrap_err()
+                .to_string()
                 .contains("field, demo, xsched-mi50")
         );
         assert!(demo_policy().validate().is_ok());

@@ -23,6 +23,7 @@ use kfdq::policy::{
     Observation, PartitionObs, Policy, PolicyConfig, ProcessObs, QueueObs, Release, Run,
 };
 use kfdq::proto::Level;
+use kfdq::{GpuId, Pid, QueueId};
 use serde::Serialize;
 
 use crate::rng::Rng;
@@ -194,6 +195,7 @@ pub struct RunResult {
 
 /// Errors in a setup.
 #[derive(Debug, thiserror::Error, PartialEq)]
+#[non_exhaustive]
 pub enum SetupError {
     /// The policy refused the configuration.
     #[error("{0}")]
@@ -208,7 +210,7 @@ pub enum SetupError {
 
 const HP: u64 = 1;
 const LP: u64 = 2;
-const GPU: u32 = 1;
+const GPU: GpuId = GpuId(1);
 /// The runtime's default queue priority (HIP's normal stream priority maps to KFD 7).
 const DEFAULT_PRIORITY: u8 = 7;
 
@@ -635,10 +637,10 @@ impl<'a> Sim<'a> {
         let mut procs = Vec::new();
         if self.s.hp.is_some() {
             procs.push(ProcessObs {
-                pid: HP as u32,
+                pid: Pid(HP as u32),
                 class: self.s.hp_class.clone(),
                 queues: vec![QueueObs {
-                    queue_id: 1,
+                    queue_id: QueueId(1),
                     gpu_id: GPU,
                     busy: self.seen.0,
                 }],
@@ -646,10 +648,10 @@ impl<'a> Sim<'a> {
         }
         if self.s.lp.is_some() {
             procs.push(ProcessObs {
-                pid: LP as u32,
+                pid: Pid(LP as u32),
                 class: self.s.lp_class.clone(),
                 queues: vec![QueueObs {
-                    queue_id: 1,
+                    queue_id: QueueId(1),
                     gpu_id: GPU,
                     busy: self.seen.1,
                 }],
@@ -663,7 +665,7 @@ impl<'a> Sim<'a> {
         self.policy_due = d.next_ns.filter(|n| *n > t);
         let at = t + self.s.host.decision_ns + self.s.host.command_ns;
         for target in &d.targets {
-            let queue = u64::from(target.pid);
+            let queue = u64::from(target.pid.0);
             let mask = target.cu_masks.get(&GPU).cloned();
             if self.masks.get(&queue) != Some(&mask)
                 && (mask.is_some() || self.masks.contains_key(&queue))
@@ -675,7 +677,7 @@ impl<'a> Sim<'a> {
             }
         }
         for ch in d.changes {
-            if u64::from(ch.pid) != LP {
+            if u64::from(ch.pid.0) != LP {
                 continue;
             }
             self.cmd_seq += 1;

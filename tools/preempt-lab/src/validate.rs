@@ -8,13 +8,13 @@
 //! One model parameter (the loaded-latency cap) is fitted on one row; the rest are measured or
 //! come from the H100's datasheet.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use gfx_model::{Arbitration, Contention, Dispatch, Edit, Params, Partition, Shape as GpuShape};
 use serde::Deserialize;
 
 use crate::sim::footprint;
-use crate::trace::Trace;
+use crate::trace::{Trace, TraceError};
 use crate::workload::Kernel;
 use kfdq::stats::nearest_rank;
 
@@ -296,7 +296,35 @@ pub struct Compared {
     pub modelled: [Option<f64>; 3],
 }
 
-fn load_kernels(traces: &Path, file: &str) -> Result<Vec<Kernel>, String> {
+/// Why a validation could not run.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ValidateError {
+    /// The results file could not be read.
+    #[error("cannot read {}: {source}", path.display())]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The results file is not colocate.py's.
+    #[error("{}: {source}", path.display())]
+    Results {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        source: serde_json::Error,
+    },
+    /// A trace file.
+    #[error(transparent)]
+    Trace(#[from] TraceError),
+    /// A row the validation needs is not in the results.
+    #[error("{0}")]
+    Missing(&'static str),
+}
+
+fn load_kernels(traces: &Path, file: &str) -> Result<Vec<Kernel>, ValidateError> {
     let t = Trace::load(&traces.join(file))?;
     Ok(t.dispatches.iter().map(|d| d.kernel).collect())
 }
@@ -307,12 +335,16 @@ pub fn run(
     results: &Path,
     traces: &Path,
     mut progress: impl FnMut(&str),
-) -> Result<Validation, String> {
+) -> Result<Validation, ValidateError> {
     let path = results.join("coloc.json");
-    let text = std::fs::read_to_string(&path)
-        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-    let coloc: Coloc =
-        serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+    let text = match std::fs::read_to_string(&path) {
+        Ok(t) => t,
+        Err(source) => return Err(ValidateError::Read { path, source }),
+    };
+    let coloc: Coloc = match serde_json::from_str(&text) {
+        Ok(c) => c,
+        Err(source) => return Err(ValidateError::Results { path, source }),
+    };
     let hp_req = load_kernels(traces, "h100-resnet18-b1.csv")?;
     let jobs = [
         ("train", load_kernels(traces, "h100-resnet50-train.csv")?),
@@ -360,11 +392,14 @@ pub fn run(
     };
     let measured =
         |lp: &str, config: &str| coloc.rows.iter().find(|m| m.lp == lp && m.config == config);
-    let alone_m = measured("-", "hp-alone-cold").ok_or("coloc.json has no hp-alone-cold row")?;
+    let alone_m = measured("-", "hp-alone-cold").ok_or(ValidateError::Missing(
+        "coloc.json has no hp-alone-cold row",
+    ))?;
     // The fit: the cap that puts the bandwidth loop's 32-SM split on its measured P50 ratio.
     let fit_row = "bw split32";
     let fit_target = {
-        let m = measured("bw", "split32").ok_or("coloc.json has no bw split32 row")?;
+        let m = measured("bw", "split32")
+            .ok_or(ValidateError::Missing("coloc.json has no bw split32 row"))?;
         nearest_rank(&m.latency_ms, 0.5) / nearest_rank(&alone_m.latency_ms, 0.5)
     };
     let find = |lp: &str, config: &str| {
@@ -372,8 +407,8 @@ pub fn run(
             .find(|r| r.lp == lp && r.config == config)
             .cloned()
     };
-    let alone_row = find("-", "hp-alone-cold").ok_or("no alone row")?;
-    let fit = find("bw", "split32").ok_or("no bw split32 row")?;
+    let alone_row = find("-", "hp-alone-cold").ok_or(ValidateError::Missing("no alone row"))?;
+    let fit = find("bw", "split32").ok_or(ValidateError::Missing("no bw split32 row"))?;
     // The alone baseline does not depend on the cap (nothing else runs).
     let alone = replay(&alone_row, &arrivals, &hp_req, contention(1000));
     // Per-request dispatch gap: measured alone minus the model's alone, spread over its kernels.
@@ -410,7 +445,7 @@ pub fn run(
     let mut out = Vec::new();
     for r in &rows {
         progress(&format!("{} {}", r.lp, r.config));
-        let m = measured(&r.lp, &r.config).ok_or("row vanished")?;
+        let m = measured(&r.lp, &r.config).ok_or(ValidateError::Missing("row vanished"))?;
         let model = if r.config == "hp-alone-cold" {
             alone.clone()
         } else {

@@ -67,6 +67,15 @@ pub enum Shape {
     External,
 }
 
+/// A workload shape name [`Shape::parse`] does not know.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+#[error(
+    "unknown workload shape {0:?}: use one of {known}",
+    known = Shape::ALL.map(Shape::name).join(", ")
+)]
+pub struct UnknownShape(pub String);
+
 impl Shape {
     /// Every built-in shape (with kernels of its own), for `--help` and listings.
     pub const ALL: [Shape; 7] = [
@@ -95,16 +104,11 @@ impl Shape {
     }
 
     /// Parses a name.
-    pub fn parse(s: &str) -> Result<Shape, String> {
+    pub fn parse(s: &str) -> Result<Shape, UnknownShape> {
         Shape::ALL
             .into_iter()
             .find(|x| x.name() == s)
-            .ok_or_else(|| {
-                format!(
-                    "unknown workload shape {s:?}: use one of {}",
-                    Shape::ALL.map(Shape::name).join(", ")
-                )
-            })
+            .ok_or_else(|| UnknownShape(s.into()))
     }
 
     /// The kernels of one request or iteration; `wg_us` overrides the work-group time.
@@ -249,7 +253,12 @@ mod tests {
         for s in Shape::ALL {
             assert_eq!(Shape::parse(s.name()), Ok(s));
         }
-        assert!(Shape::parse("vgg").unwrap_err().contains("resnet18"));
+        assert!(
+            Shape::parse("vgg")
+                .unwrap_err()
+                .to_string()
+                .contains("resnet18")
+        );
         let w = Workload::new(Shape::Resnet18, None, Arrival::Poisson { rate: 20.0 });
         // 64 x 4 waves fit in one round of 80 CUs x 32 slots: 60 x 40 µs.
         assert_eq!(w.alone_ns(80 * 32), 2_400_000);

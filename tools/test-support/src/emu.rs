@@ -9,6 +9,7 @@ use crate::privileged::require_root;
 use crate::wait::WAIT_LIMIT;
 
 /// A mounted emulator; unmounted, and its directory removed, when dropped.
+#[derive(Debug)]
 pub struct Emu {
     // Field order: unmount before the directory is removed.
     /// The mount itself.

@@ -11,6 +11,7 @@ use crate::emu::Emu;
 use crate::wait::wait_for;
 
 /// A `kfdq-test-hold` child: a separate process owning KFD queues.
+#[derive(Debug)]
 pub struct Holder {
     /// The process.
     pub child: Child,

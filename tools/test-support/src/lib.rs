@@ -14,6 +14,8 @@
 //!
 //! The binary `kfdq-test-hold` is a process that owns KFD queues for tests to act on.
 
+#![deny(missing_debug_implementations)]
+
 pub mod bins;
 pub mod emu;
 pub mod hold;

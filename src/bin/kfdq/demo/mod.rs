@@ -372,7 +372,7 @@ fn reactions(
         .processes
         .iter()
         .filter(|p| p.class == BATCH_CLASS)
-        .map(|p| p.pid)
+        .map(|p| p.pid.0)
         .collect();
     let queues = emu?.queue_times(&batch)?;
     Some(reaction::pair(starts_us?, &queues))

@@ -215,7 +215,8 @@ fn run(cli: Cli) -> Result<(), String> {
         Cmd::Validate { results, traces } => {
             let v = preempt_lab::validate::run(&results, &traces, |what| {
                 eprint!("\rpreempt-lab: replaying {what}                    ")
-            })?;
+            })
+            .map_err(|e| e.to_string())?;
             eprintln!();
             print!("{}", v.table());
             Ok(())
@@ -257,7 +258,8 @@ fn run(cli: Cli) -> Result<(), String> {
                 controls: controls
                     .iter()
                     .map(|c| parse_control(c))
-                    .collect::<Result<_, _>>()?,
+                    .collect::<Result<_, _>>()
+                    .map_err(|e| e.to_string())?,
                 repeat,
                 requests,
                 rate,
@@ -308,13 +310,14 @@ fn run(cli: Cli) -> Result<(), String> {
             {
                 return Err(format!("--lp-wg-us {v} must be above 0"));
             }
-            let mut sc = Scenario::named(&scenario, lp_wg_us)?;
+            let mut sc = Scenario::named(&scenario, lp_wg_us).map_err(|e| e.to_string())?;
             sc.seeds = (1..=seeds).collect();
             sc.requests = requests;
             sc.controls = controls
                 .iter()
                 .map(|c| parse_control(c))
-                .collect::<Result<_, _>>()?;
+                .collect::<Result<_, _>>()
+                .map_err(|e| e.to_string())?;
             if let Some(path) = &config {
                 let cfg = AgentConfig::load(path).map_err(|e| e.to_string())?;
                 sc.policy = cfg.policy;
@@ -363,10 +366,14 @@ fn run(cli: Cli) -> Result<(), String> {
                 c.round_trip_ns = cal.model.preempt_round_trip_ns;
             }
             if let Some(r) = hp_rate {
-                sc = Sweep::parse("hp-rate")?.apply(&sc, &r.to_string())?;
+                sc = Sweep::parse("hp-rate")
+                    .and_then(|s| s.apply(&sc, &r.to_string()))
+                    .map_err(|e| e.to_string())?;
             }
             if let Some(tbs) = dram_tbs {
-                sc = Sweep::parse("dram-tbs")?.apply(&sc, &tbs.to_string())?;
+                sc = Sweep::parse("dram-tbs")
+                    .and_then(|s| s.apply(&sc, &tbs.to_string()))
+                    .map_err(|e| e.to_string())?;
             }
             if let Some(cap) = latency_cap {
                 if !(cap.is_finite() && cap >= 1.0) {
@@ -376,11 +383,16 @@ fn run(cli: Cli) -> Result<(), String> {
                     c.latency_cap_permille = (cap * 1000.0).round() as u32;
                 }
             }
-            trace::apply(&mut sc, hp_trace.as_deref(), lp_trace.as_deref())?;
-            let sweep = sweep.as_deref().map(Sweep::parse).transpose()?;
+            trace::apply(&mut sc, hp_trace.as_deref(), lp_trace.as_deref())
+                .map_err(|e| e.to_string())?;
+            let sweep = sweep
+                .as_deref()
+                .map(Sweep::parse)
+                .transpose()
+                .map_err(|e| e.to_string())?;
             if let Some(sw) = &sweep {
                 for v in &sw.values {
-                    sw.apply(&sc, v)?;
+                    sw.apply(&sc, v).map_err(|e| e.to_string())?;
                 }
             }
             if plots.is_some() {
@@ -405,9 +417,10 @@ fn run(cli: Cli) -> Result<(), String> {
                             .map_err(|e| e.to_string())?
                             .len();
                     }
-                    Ok(())
+                    Ok::<(), String>(())
                 },
-            )?;
+            )
+            .map_err(|e| e.to_string())?;
             let secs = t0.elapsed().as_secs_f64();
             let completions: u64 = points.iter().map(|p| p.report.completions).sum();
             eprintln!(

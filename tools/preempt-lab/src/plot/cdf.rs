@@ -10,6 +10,7 @@ use super::{Chart, decade_ticks, draw_mesh, err, framed, legend, style_of};
 use crate::experiment::Series;
 
 /// The chart of a scenario's series.
+#[derive(Debug)]
 pub struct Cdf<'a> {
     /// The scenario, as the title's first line.
     pub title: &'a str,

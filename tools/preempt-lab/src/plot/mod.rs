@@ -25,6 +25,7 @@ use crate::sweep::Point;
 
 /// Errors while writing plots.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum PlotError {
     /// The font for text could not be read.
     #[error("{0}")]

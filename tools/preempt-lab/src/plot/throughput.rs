@@ -38,6 +38,7 @@ pub fn bin_ns(end_ns: u64) -> u64 {
 }
 
 /// The chart of a scenario's series.
+#[derive(Debug)]
 pub struct Throughput<'a> {
     /// The scenario, as the title's first line.
     pub title: &'a str,

@@ -12,6 +12,7 @@ use super::{Chart, decade_ticks, draw_mesh, err, framed, legend, style_of};
 use crate::sweep::Point;
 
 /// The chart of a run's points (one without a sweep has one point, its value empty).
+#[derive(Debug)]
 pub struct Tradeoff<'a> {
     /// The scenario (and sweep), as the title's first line.
     pub title: &'a str,

@@ -36,6 +36,9 @@ use serde::de::{self, Deserializer};
 
 use crate::workload::{Arrival, Kernel, Shape, Workload};
 
+mod error;
+pub use error::TraceError;
+
 /// The most wave slots a work-group may occupy: a whole CU of 32 (gfx942 work-groups hold at
 /// most 16 waves; more stands for registers or LDS that let fewer share a CU).
 pub const MAX_WAVES_PER_WG: u32 = 32;
@@ -66,9 +69,12 @@ pub struct Trace {
 
 impl Trace {
     /// Reads a trace file: JSON if its name ends in `.json`, CSV otherwise.
-    pub fn load(path: &Path) -> Result<Trace, String> {
+    pub fn load(path: &Path) -> Result<Trace, TraceError> {
         let name = path.display().to_string();
-        let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {name}: {e}"))?;
+        let text = match std::fs::read_to_string(path) {
+            Ok(t) => t,
+            Err(source) => return Err(TraceError::Read { name, source }),
+        };
         if path
             .extension()
             .is_some_and(|e| e.eq_ignore_ascii_case("json"))
@@ -81,7 +87,7 @@ impl Trace {
 
     /// Parses CSV: a header line naming the five fields in [`CSV_HEADER`] order, then one
     /// dispatch per line; blank lines and lines starting with `#` are skipped; no quoting.
-    pub fn from_csv(name: &str, text: &str) -> Result<Trace, String> {
+    pub fn from_csv(name: &str, text: &str) -> Result<Trace, TraceError> {
         let mut dispatches = Vec::new();
         let mut header = false;
         let mut columns = CSV_HEADER.len();
@@ -97,24 +103,30 @@ impl Trace {
                 if cells == full {
                     columns = full.len();
                 } else if cells != CSV_HEADER {
-                    return Err(format!(
-                        "{name}:{line}: the header must be `{}`, optionally followed by `,{}` (got `{l}`)",
-                        CSV_HEADER.join(","),
-                        CSV_OPTIONAL.join(",")
-                    ));
+                    return Err(TraceError::Header {
+                        name: name.into(),
+                        line,
+                        got: l.into(),
+                    });
                 }
                 header = true;
                 continue;
             }
             if cells.len() != columns {
-                return Err(format!(
-                    "{name}:{line}: {} fields, expected {} ({})",
-                    cells.len(),
-                    columns,
-                    full[..columns].join(",")
-                ));
+                return Err(TraceError::Fields {
+                    name: name.into(),
+                    line,
+                    got: cells.len(),
+                    expected: columns,
+                    columns: full[..columns].join(","),
+                });
             }
-            let at = |field: &str, rule: String| format!("{name}:{line}: field {field}: {rule}");
+            let at = |field: &'static str, rule: String| TraceError::Field {
+                name: name.into(),
+                line,
+                field,
+                rule,
+            };
             let workgroups = cells[0]
                 .parse::<u64>()
                 .ok()
@@ -155,17 +167,14 @@ impl Trace {
             dispatches.push(d);
         }
         if !header {
-            return Err(format!(
-                "{name}: empty: a trace needs the header `{}` and at least one dispatch",
-                CSV_HEADER.join(",")
-            ));
+            return Err(TraceError::Empty { name: name.into() });
         }
         Trace::new(name, dispatches)
     }
 
     /// Parses JSON: `{"dispatches": [{"workgroups": 64, "waves_per_wg": 4, "wg_us": 40,
     /// "stream": 0, "barrier": false}, ...]}`; every field is required, no other is allowed.
-    pub fn from_json(name: &str, text: &str) -> Result<Trace, String> {
+    pub fn from_json(name: &str, text: &str) -> Result<Trace, TraceError> {
         let file: JsonFile = serde_json::from_str(text).map_err(|e| {
             let msg = e.to_string();
             // serde_json appends " at line L column C"; put the position first, as for CSV.
@@ -173,7 +182,12 @@ impl Trace {
                 .rsplit_once(" at line ")
                 .map_or(msg.as_str(), |(m, _)| m)
                 .to_string();
-            format!("{name}:{}:{}: {msg}", e.line(), e.column())
+            TraceError::Json {
+                name: name.into(),
+                line: e.line(),
+                column: e.column(),
+                message: msg,
+            }
         })?;
         let dispatches = file
             .dispatches
@@ -193,9 +207,9 @@ impl Trace {
         Trace::new(name, dispatches)
     }
 
-    fn new(name: &str, dispatches: Vec<TraceDispatch>) -> Result<Trace, String> {
+    fn new(name: &str, dispatches: Vec<TraceDispatch>) -> Result<Trace, TraceError> {
         if dispatches.is_empty() {
-            return Err(format!("{name}: no dispatches: a trace needs at least one"));
+            return Err(TraceError::NoDispatches { name: name.into() });
         }
         Ok(Trace { dispatches })
     }
@@ -241,7 +255,7 @@ pub fn apply(
     sc: &mut crate::scenario::Scenario,
     hp: Option<&Path>,
     lp: Option<&Path>,
-) -> Result<(), String> {
+) -> Result<(), TraceError> {
     if let Some(p) = hp {
         sc.hp = Trace::load(p)?.workload(&p.display().to_string(), sc.hp.arrival);
     }
@@ -495,7 +509,7 @@ mod tests {
             ("", "t: empty"),
         ];
         for (text, want) in cases {
-            let e = Trace::from_csv("t", text).unwrap_err();
+            let e = Trace::from_csv("t", text).unwrap_err().to_string();
             assert!(e.contains(want), "{text:?}: {e}");
         }
     }
@@ -543,7 +557,7 @@ mod tests {
             (d(""), "t: no dispatches", ""),
         ];
         for (text, at, want) in cases {
-            let e = Trace::from_json("t", &text).unwrap_err();
+            let e = Trace::from_json("t", &text).unwrap_err().to_string();
             assert!(e.starts_with(at) && e.contains(want), "{text}: {e}");
         }
     }

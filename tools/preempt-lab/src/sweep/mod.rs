@@ -12,6 +12,9 @@ use crate::workload::{Arrival, Shape};
 use gfx_model::{Arbitration, Contention};
 use kfdq::policy::{CostRelease, Release};
 
+mod error;
+pub use error::{NotCostRule, RunError, SweepError};
+
 /// The loaded-latency cap the contention terms take unless told otherwise: the value
 /// `preempt-lab validate` fits on the H100's bandwidth-loop split (docs/experiments.md).
 pub const LATENCY_CAP_PERMILLE: u32 = 4500;
@@ -106,7 +109,7 @@ pub struct Sweep {
 
 impl Sweep {
     /// Parses `KIND` or `KIND=V1,V2,...`.
-    pub fn parse(spec: &str) -> Result<Sweep, String> {
+    pub fn parse(spec: &str) -> Result<Sweep, SweepError> {
         let (kind, values) = match spec.split_once('=') {
             Some((k, v)) => (k.trim(), Some(v)),
             None => (spec.trim(), None),
@@ -114,12 +117,7 @@ impl Sweep {
         let kind = SweepKind::ALL
             .into_iter()
             .find(|k| k.name() == kind)
-            .ok_or_else(|| {
-                format!(
-                    "unknown sweep {kind:?}: use one of {} (optionally =V1,V2,...)",
-                    SweepKind::ALL.map(SweepKind::name).join(", ")
-                )
-            })?;
+            .ok_or_else(|| SweepError::UnknownKind(kind.into()))?;
         let values: Vec<String> = match values {
             Some(v) => v
                 .split(',')
@@ -129,15 +127,19 @@ impl Sweep {
             None => kind.defaults().iter().map(|s| s.to_string()).collect(),
         };
         if values.is_empty() {
-            return Err(format!("--sweep {}= names no value", kind.name()));
+            return Err(SweepError::NoValues(kind));
         }
         Ok(Sweep { kind, values })
     }
 
     /// The scenario at one value of the sweep, from `base`.
-    pub fn apply(&self, base: &Scenario, value: &str) -> Result<Scenario, String> {
+    pub fn apply(&self, base: &Scenario, value: &str) -> Result<Scenario, SweepError> {
         let mut sc = base.clone();
-        let bad = |rule: &str| format!("--sweep {}: {value:?} {rule}", self.kind.name());
+        let bad = |rule: &'static str| SweepError::Value {
+            kind: self.kind,
+            value: value.into(),
+            rule,
+        };
         match self.kind {
             SweepKind::Level => sc.controls = vec![parse_control(value)?],
             SweepKind::HpRate => {
@@ -238,13 +240,21 @@ impl Sweep {
                     .ok()
                     .filter(|x: &f64| x.is_finite())
                     .ok_or_else(|| bad("is not a number"))?;
-                let c = cost_rule(&mut sc).map_err(|e| bad(&e))?;
+                let c = cost_rule(&mut sc).map_err(|source| SweepError::NotCostRule {
+                    kind: self.kind,
+                    value: value.into(),
+                    source,
+                })?;
                 match self.kind {
                     SweepKind::ReleaseK => c.k = x,
                     SweepKind::ReleaseEpsilon => c.epsilon = x,
                     _ => c.round_trip_ns = (x.max(0.0) * 1000.0) as u64,
                 }
-                c.validate().map_err(|e| bad(&e.to_string()))?;
+                c.validate().map_err(|source| SweepError::Release {
+                    kind: self.kind,
+                    value: value.into(),
+                    source,
+                })?;
             }
         }
         Ok(sc)
@@ -253,38 +263,36 @@ impl Sweep {
 
 /// The scenario's cost release rule, to change a parameter of it; an error when its classes use
 /// the fixed hysteresis (the message says how to choose the cost rule).
-pub fn cost_rule(sc: &mut Scenario) -> Result<&mut CostRelease, String> {
+pub fn cost_rule(sc: &mut Scenario) -> Result<&mut CostRelease, NotCostRule> {
     match &mut sc.policy.release {
         Release::Cost(c) => Ok(c),
-        Release::Hysteresis => Err(format!(
-            "applies to the cost release rule, but the classes of scenario {} use the fixed hysteresis: add --release cost",
-            sc.name
-        )),
+        Release::Hysteresis => Err(NotCostRule {
+            scenario: sc.name.clone(),
+        }),
     }
 }
 
 /// Runs `sc` at every value of `sweep` (once, with an empty value, without one). Each
 /// value's series goes to `on_series` with a file-name prefix and a title for its plots;
 /// `progress` is told each run as it ends.
-pub fn run(
+pub fn run<E>(
     sc: &Scenario,
     sweep: Option<&Sweep>,
     mut progress: impl FnMut(&str, &str, u64),
-    mut on_series: impl FnMut(&str, &str, &Series) -> Result<(), String>,
-) -> Result<Vec<Point>, String> {
+    mut on_series: impl FnMut(&str, &str, &Series) -> Result<(), E>,
+) -> Result<Vec<Point>, RunError<E>> {
     let points: Vec<(String, Scenario)> = match sweep {
         Some(sw) => sw
             .values
             .iter()
             .map(|v| Ok((v.clone(), sw.apply(sc, v)?)))
-            .collect::<Result<_, String>>()?,
+            .collect::<Result<_, SweepError>>()?,
         None => vec![(String::new(), sc.clone())],
     };
     let mut out = Vec::new();
     for (value, point) in &points {
         let (report, series) =
-            experiment::run_with_series(point, |what, seed| progress(value, what, seed))
-                .map_err(|e| e.to_string())?;
+            experiment::run_with_series(point, |what, seed| progress(value, what, seed))?;
         let (prefix, title) = match sweep {
             Some(sw) => (
                 format!(
@@ -297,7 +305,7 @@ pub fn run(
             ),
             None => (point.name.clone(), point.name.clone()),
         };
-        on_series(&prefix, &title, &series)?;
+        on_series(&prefix, &title, &series).map_err(RunError::Series)?;
         out.push(Point {
             value: value.clone(),
             report,
@@ -448,6 +456,7 @@ mod tests {
         assert!(
             s.apply(&base, "fifo")
                 .unwrap_err()
+                .to_string()
                 .contains("equal, pipe or strict")
         );
         let s = Sweep::parse("cu-split").unwrap();
@@ -476,6 +485,7 @@ mod tests {
         assert!(
             Sweep::parse("size")
                 .unwrap_err()
+                .to_string()
                 .contains("hp-rate, lp-size")
         );
         assert!(Sweep::parse("hp-rate=").is_err());
@@ -487,13 +497,15 @@ mod tests {
         let e = Sweep::parse("release-epsilon")
             .unwrap()
             .apply(&base, "1.5")
-            .unwrap_err();
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("0 <= epsilon < 1"), "{e}");
         let demo = Scenario::named("demo", None).unwrap();
         let e = Sweep::parse("round-trip-us")
             .unwrap()
             .apply(&demo, "400")
-            .unwrap_err();
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("--release cost"), "{e}");
         assert_eq!(
             Sweep::parse("edge-us")
@@ -511,6 +523,11 @@ mod tests {
             (c.dram_bytes_per_us, c.latency_cap_permille),
             (5_300_000, LATENCY_CAP_PERMILLE)
         );
-        assert!(s.apply(&base, "-1").unwrap_err().contains("TB/s"));
+        assert!(
+            s.apply(&base, "-1")
+                .unwrap_err()
+                .to_string()
+                .contains("TB/s")
+        );
     }
 }
