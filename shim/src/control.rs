@@ -112,6 +112,7 @@ fn main() {
         // Between connection attempts keep the registry file current.
         let deadline = Instant::now() + backoff;
         while Instant::now() < deadline {
+            retry_releases();
             publish_file(&mut last_published);
             std::thread::sleep(Duration::from_millis(10).min(backoff));
         }
@@ -234,6 +235,16 @@ fn release_everything(why: &str) {
     }
 }
 
+/// Retries the releases the kernel refused, when due (`release_retry.rs`), with or without an
+/// agent.
+fn retry_releases() {
+    let mut st = STATE.lock();
+    if st.owed.is_empty() {
+        return;
+    }
+    crate::levels::retry_owed(&mut st);
+}
+
 fn send(w: &mut UnixStream, msg: &ShimMsg) -> Result<(), End> {
     w.write_all(&proto::encode(msg))
         .map_err(|e| End::Error(format!("write: {e}")))
@@ -311,7 +322,13 @@ fn session(stream: UnixStream, last_published: &mut u64, watch: &mut UnclaimedWa
         } else {
             cfg.activity_period
         };
-        let timeout = lease.bound(period, Instant::now());
+        let now = Instant::now();
+        let timeout = lease.bound(period, now);
+        let timeout = STATE
+            .lock()
+            .owed
+            .wait(now)
+            .map_or(timeout, |w| w.min(timeout));
         let readable = !reader.get_ref().buffer().is_empty()
             || poll_readable(fd, wake.filter(|_| edges), timeout);
         if let Some(w) = wake {
@@ -337,6 +354,7 @@ fn session(stream: UnixStream, last_published: &mut u64, watch: &mut UnclaimedWa
             }
         }
         lease.check(Instant::now());
+        retry_releases();
         let (mut edges_seen, busy) = sample_activity(watch);
         if edges {
             if !busy.is_empty() {

@@ -261,6 +261,8 @@ pub struct State {
     pub edges: bool,
     /// Leases that ran out (the control thread released everything on its own).
     pub lease_expiries: u64,
+    /// Releases the kernel refused, retried until they hold (`release_retry.rs`).
+    pub owed: crate::release_retry::Owed,
 }
 
 impl State {
@@ -283,6 +285,7 @@ impl State {
             class: None,
             edges: false,
             lease_expiries: 0,
+            owed: crate::release_retry::Owed::new(),
         }
     }
 
@@ -700,6 +703,7 @@ impl State {
             warnings: self.warnings.clone(),
             window: crate::window_setting::get(),
             lease_expiries: self.lease_expiries,
+            release_failures: self.owed.failures,
         }
     }
 }

@@ -818,6 +818,7 @@ fn read_u64(mem: &File, addr: u64) -> Option<u64> {
 fn registry(pid: u32, t: &Tracee) -> Registry {
     Registry {
         lease_expiries: 0,
+        release_failures: 0,
         pid,
         class: None,
         streams: Vec::new(),
