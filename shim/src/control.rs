@@ -235,7 +235,7 @@ fn release_everything(why: &str) {
     }
 }
 
-/// Retries the releases the kernel refused, when due (`release_retry.rs`), with or without an
+/// Retries the releases the kernel refused, when due (`kfdq::policy::retry`), with or without an
 /// agent.
 fn retry_releases() {
     let mut st = STATE.lock();

@@ -21,11 +21,11 @@ use kfd_sys as sys;
 use kfdq::kfd::debug::{QueueStatus, dbg_enable, queue_snapshot, resume_queues, suspend_queues};
 use kfdq::kfd::{EXCEPTION_QUEUE_NEW, QueueId};
 use kfdq::policy::class::KFD_PRIORITY_MAX;
+use kfdq::policy::retry::RETRY_MAX;
 use kfdq::proto::{self, Target};
 
 use crate::bypass::with_bypass;
 use crate::command_error::{CommandError, QueueFailure};
-use crate::release_retry::{RELEASE_WARNING, RETRY_MAX};
 use crate::state::State;
 use crate::targets::queues_of;
 
@@ -390,7 +390,10 @@ pub fn resume(st: &mut State, qids: &[u32]) -> Result<String, CommandError> {
         .map(|()| format!("level 3: resumed queue(s) {todo:?}"))
 }
 
-/// A release of `queue` failed with `e`: owed and retried (`release_retry.rs`); the alarm when
+/// The start of the registry warning a refused release leaves (once per process).
+pub const RELEASE_WARNING: &str = "release failed, retrying";
+
+/// A release of `queue` failed with `e`: owed and retried (`kfdq::policy::retry`); the alarm when
 /// this starts an episode.
 fn owe(st: &mut State, queue: u32, level3: bool, e: &dyn std::fmt::Display) {
     if st.owed.failed(queue, level3, Instant::now()) {

@@ -68,7 +68,6 @@ mod log;
 pub mod pmutex;
 mod real;
 mod registry_file;
-mod release_retry;
 mod self_mem;
 mod state;
 mod sys;

@@ -261,8 +261,8 @@ pub struct State {
     pub edges: bool,
     /// Leases that ran out (the control thread released everything on its own).
     pub lease_expiries: u64,
-    /// Releases the kernel refused, retried until they hold (`release_retry.rs`).
-    pub owed: crate::release_retry::Owed,
+    /// Releases the kernel refused, retried until they hold (`kfdq::policy::retry`).
+    pub owed: kfdq::policy::retry::Owed,
 }
 
 impl State {
@@ -285,7 +285,7 @@ impl State {
             class: None,
             edges: false,
             lease_expiries: 0,
-            owed: crate::release_retry::Owed::new(),
+            owed: kfdq::policy::retry::Owed::new(),
         }
     }
 

@@ -270,3 +270,44 @@ fn refused_queue_creation_and_destruction_leave_the_registry_consistent() {
     );
     wait_consistent(&emu, &agent);
 }
+
+/// `batch` (rank 0, level 3) taken through the agent's tracer, without the shim.
+const TRACER: &str = "[agent]\nhysteresis_ms = 20\nmin_preempt_interval_ms = 1\n\n[tracer]\nscan_ms = 100\n\n[[class]]\nname = \"latency\"\nrank = 2\npriority = 13\nmatch = { env = true }\n\n[[class]]\nname = \"batch\"\nrank = 0\npriority = 3\nlevel = \"suspend\"\ncontrol = \"tracer\"\nmatch = { env = true }\n";
+
+#[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
+fn the_tracer_retries_a_refused_resume_until_it_holds() {
+    let emu = mount();
+    let agent = Agent::start(&emu, TRACER);
+    let mut l = Launch::new(programs().get("flood"))
+        .args(["2000", "64", "2"])
+        .env("KFDQ_CLASS", "batch");
+    l.preload = false;
+    let mut lp = l.start(&emu);
+    lp.wait_line("flooding");
+    agent.wait("the batch job traced", |s| {
+        s.processes
+            .iter()
+            .any(|p| p.pid == lp.pid && !p.queues.is_empty())
+    });
+    let pid = lp.pid.to_string();
+    let o = agent.kfdq(&["suspend", &pid, "--level", "suspend"], None);
+    assert!(o.status.success(), "{}", common::kfdqd::text(&o));
+    let suspended = |want: bool| {
+        let qs = emu.queues_of(lp.pid);
+        !qs.is_empty() && qs.iter().all(|q| q.suspended == want)
+    };
+    wait_for("its queues suspended", || suspended(true));
+
+    // RESUME_QUEUES refused three times: the tracer retries until the resume holds.
+    inject(&emu, "dbg_trap/resume_queues=EIO,times=3");
+    let _ = agent.kfdq(&["resume", &pid], None);
+    wait_for("its queues resumed", || suspended(false));
+    assert_eq!(failed_calls(&emu), 3);
+    agent.wait("the refused resumes counted", |s| {
+        s.counters.release_failures >= 1
+    });
+    wait_consistent(&emu, &agent);
+    lp.stop();
+    drop(lp);
+}

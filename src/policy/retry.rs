@@ -2,11 +2,13 @@
 //!
 //! A release (level 2's reactivation, level 3's RESUME_QUEUES) that fails — an agent's release,
 //! a fail-open after the agent went away, a lease that ran out — leaves a queue preempted that
-//! nobody wants preempted. The shim does not forget it: the queue is owed a release, and the
-//! control thread tries again with backoff ([`RETRY_FIRST`] doubling up to [`RETRY_MAX`]) until
-//! the kernel takes it, or until the agent preempts the queue again (then nothing is owed). The
-//! alarm: a log line and a registry warning when a release first fails, a log line when it
+//! nobody wants preempted. Neither the shim nor the agent's tracer forgets it: the queue is owed
+//! a release, tried again with backoff ([`RETRY_FIRST`] doubling up to [`RETRY_MAX`]) until the
+//! kernel takes it, or until the queue is preempted again at that level on purpose (then nothing
+//! is owed). Their alarm: a log line and a warning when a release first fails, a log line when it
 //! holds, and the registry's `release_failures` counter (the agent's `kfdq status` and metrics).
+//!
+//! Pure bookkeeping: the caller makes the calls and says what happened.
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
@@ -20,9 +22,6 @@ pub const RETRY_FIRST: Duration = Duration::from_millis(10);
 /// asked once a second, not flooded; the queue is released within a second of the kernel
 /// taking calls again.
 pub const RETRY_MAX: Duration = Duration::from_secs(1);
-
-/// The start of the registry warning a failed release leaves (once per process).
-pub const RELEASE_WARNING: &str = "release failed, retrying";
 
 /// The releases owed and when to try them again.
 #[derive(Debug, Default)]
@@ -40,7 +39,7 @@ pub struct Owed {
 }
 
 impl Owed {
-    /// Empty (for the registry's `const` constructor).
+    /// Empty (`const`: the shim's registry is a static).
     pub const fn new() -> Owed {
         Owed {
             activate: BTreeSet::new(),
