@@ -368,6 +368,27 @@ pub fn resume(st: &mut State, qids: &[u32]) -> Result<String, CommandError> {
     let ids: Vec<QueueId> = todo.iter().map(|q| QueueId(*q)).collect();
     let (_, statuses) = match with_bypass(|| resume_queues(fd, std::process::id(), &ids)) {
         Ok(r) => r,
+        Err(source)
+            if source.errno().map(|e| e as i32) == Some(libc::EINVAL) && st.debug.is_some() =>
+        {
+            // The kernel no longer has this process debug-enabled: another process's DBG_TRAP
+            // DISABLE (it needs no ptrace link) ended the session, and disabling resumes every
+            // queue it suspended. Nothing is suspended any more; the next level 3 enables again.
+            crate::log::warn_always(&format!(
+                "level 3: RESUME_QUEUES: {source}; debugging of this process was disabled from outside, which resumed its queues"
+            ));
+            st.debug = None;
+            for id in &todo {
+                if let Some(q) = st.queue_mut(*id) {
+                    q.suspended = false;
+                }
+                settle(st, *id, true);
+            }
+            st.changed();
+            return Ok(format!(
+                "level 3: queue(s) {todo:?} resumed (debugging was disabled from outside)"
+            ));
+        }
         Err(source) => {
             let e = CommandError::Call {
                 what: "level 3: RESUME_QUEUES",

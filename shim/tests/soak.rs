@@ -69,6 +69,10 @@ fn starvation_bound() -> Duration {
     kfdq::proto::DEFAULT_LEASE + kfdq::policy::retry::RETRY_MAX + Duration::from_secs(2)
 }
 
+/// Samples further apart than this (the soak's loop held up by a loaded machine) restart the
+/// starvation measurements; three times this, the agreement ones (sampled every 10 loops).
+const SAMPLE_GAP: Duration = Duration::from_millis(1500);
+
 struct Proc {
     app: App,
     class: &'static str,
@@ -92,10 +96,13 @@ struct Tally {
     agent_stops: u64,
     worst_starvation: Duration,
     worst_detail: String,
+    disagreement_detail: String,
     /// What happened, with the soak's clock (printed when a check fails).
     events: Vec<String>,
     worst_disagreement: Duration,
     checks: u64,
+    /// Samples that came later than [`SAMPLE_GAP`] (the running measurements restart).
+    gaps: u64,
     violations: Vec<String>,
 }
 
@@ -216,6 +223,7 @@ fn soak() {
     let mut tick = 0u64;
 
     let mut last_tick = Instant::now();
+    let mut last_check: Option<Instant> = None;
     while Instant::now() < end {
         tick += 1;
         let now = Instant::now();
@@ -225,6 +233,12 @@ fn soak() {
                 start,
                 format!("the soak's loop took {:?}", now - last_tick),
             );
+        }
+        // A loop held up (a loaded machine) saw nothing in between: a preemption seen before
+        // and after the gap is not known to have lasted through it.
+        if now - last_tick > SAMPLE_GAP {
+            starve_since.clear();
+            t.gaps += 1;
         }
         last_tick = now;
         // Faults first: a program they failed may be reaped below.
@@ -240,11 +254,8 @@ fn soak() {
             let asked = p.asked_to_stop;
             let pid = p.app.pid;
             match p.app.try_finish() {
-                Err(app) => {
-                    p.app = app;
-                    live.push(p);
-                }
-                Ok((status, lines, stderr)) => {
+                None => live.push(p),
+                Some((status, lines, stderr)) => {
                     event(
                         &mut t,
                         start,
@@ -263,10 +274,7 @@ fn soak() {
             }
         }
         procs = live;
-        dying = dying
-            .into_iter()
-            .filter_map(|app| app.try_finish().err())
-            .collect();
+        dying.retain_mut(|app| app.try_finish().is_none());
 
         // Continue the processes whose stop is over.
         for p in procs.iter_mut() {
@@ -422,6 +430,11 @@ fn soak() {
             let stats = emu.stats();
             let now = Instant::now();
             t.checks += 1;
+            if last_check.is_some_and(|c| now - c > SAMPLE_GAP * 3) {
+                differ_since.clear();
+                t.gaps += 1;
+            }
+            last_check = Some(now);
             for p in &s.processes {
                 for q in &p.queues {
                     let key = (p.pid, q.queue_id);
@@ -440,7 +453,18 @@ fn soak() {
                         differ_since.remove(&key);
                     } else {
                         let since = *differ_since.entry(key).or_insert(now);
-                        t.worst_disagreement = t.worst_disagreement.max(now - since);
+                        if now - since > t.worst_disagreement {
+                            t.worst_disagreement = now - since;
+                            t.disagreement_detail = format!(
+                                "queue {key:?} ({:?}, control {:?}): agent {:?}, kernel active {:?} suspended {:?}, at {:?}",
+                                class_of(p.pid).map(|p| p.class),
+                                p.control,
+                                q.preempted,
+                                kernel.map(|k| k.active),
+                                kernel.map(|k| k.suspended),
+                                start.elapsed()
+                            );
+                        }
                     }
                 }
             }
@@ -482,7 +506,7 @@ fn soak() {
             matches!(app.child.try_wait(), Ok(Some(_)))
         });
         assert!(exited, "pid {pid} ({class}) did not stop");
-        let Ok((status, lines, stderr)) = app.try_finish() else {
+        let Some((status, lines, stderr)) = app.try_finish() else {
             unreachable!("exited")
         };
         if status.success() && output_ok(class, &lines) {
@@ -520,6 +544,7 @@ fn soak() {
         "agent_kills": t.agent_kills,
         "agent_stops": t.agent_stops,
         "status_checks": t.checks,
+        "sample_gaps": t.gaps,
         "worst_starvation_ms": t.worst_starvation.as_millis() as u64,
         "worst_disagreement_ms": t.worst_disagreement.as_millis() as u64,
         "bound_ms": bound.as_millis() as u64,
@@ -550,9 +575,15 @@ fn soak() {
     if let Ok(path) = std::env::var("KFDQ_SOAK_JSON") {
         std::fs::write(path, format!("{summary:#}\n")).expect("write the soak summary");
     }
-    if t.worst_starvation > bound {
-        let pid = t
-            .worst_detail
+    for detail in [
+        (t.worst_starvation > bound).then_some(&t.worst_detail),
+        (t.worst_disagreement > bound).then_some(&t.disagreement_detail),
+    ]
+    .into_iter()
+    .flatten()
+    {
+        eprintln!("soak: {detail}");
+        let pid = detail
             .split(['(', ','])
             .nth(1)
             .unwrap_or("")
@@ -578,8 +609,9 @@ fn soak() {
     );
     assert!(
         t.worst_disagreement <= bound,
-        "the agent's view differed from the kernel's for {:?} (bound {bound:?})",
-        t.worst_disagreement
+        "the agent's view differed from the kernel's for {:?} (bound {bound:?}): {}",
+        t.worst_disagreement,
+        t.disagreement_detail
     );
     // Bounded: the agent holds a few fds per connection; none may leak with the churn.
     assert!(

@@ -389,11 +389,17 @@ impl Thread {
             Errno::ESRCH => TracerError::Exited,
             e => TracerError::Seize(e),
         })?;
+        // Whether this tracer's ENABLE took: only then is a DISABLE ours to send. (DBG_TRAP
+        // DISABLE needs no ptrace link: sent after an ENABLE refused with EALREADY, it would end
+        // the debug session the process holds on itself — its shim's level 3 — and resume
+        // what that shim suspended behind its back. Found by the soak.)
+        let mut enabled = false;
         let attached = (|| {
             let kfd = self.kfd()?;
             let att = kfd
                 .dbg_enable(pid, 0)
                 .map_err(TracerError::call("DBG_TRAP ENABLE"))?;
+            enabled = true;
             if !att.runtime.runtime_enabled() {
                 let _ = kfd.dbg_disable(pid);
                 return Err(TracerError::NotRuntimeEnabled);
@@ -418,7 +424,7 @@ impl Thread {
                 owed: Owed::new(),
             }),
             Err(e) => {
-                if let Some(k) = &self.kfd {
+                if enabled && let Some(k) = &self.kfd {
                     let _ = k.dbg_disable(pid);
                 }
                 self.detach_now(pid);

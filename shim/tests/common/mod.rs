@@ -393,12 +393,10 @@ impl App {
         std::fs::write(&self.stop, b"stop").expect("create stop file");
     }
 
-    /// The program's exit status, stdout lines and stderr, if it has exited (`Err(self)`:
-    /// still running); no check of the status.
-    pub fn try_finish(mut self) -> Result<(std::process::ExitStatus, Vec<String>, String), App> {
-        let Some(status) = self.child.try_wait().expect("wait") else {
-            return Err(self);
-        };
+    /// The program's exit status, stdout lines and stderr, if it has exited (`None`: still
+    /// running); no check of the status. Once it gave them, it gives nothing more.
+    pub fn try_finish(&mut self) -> Option<(std::process::ExitStatus, Vec<String>, String)> {
+        let status = self.child.try_wait().expect("wait")?;
         while let Ok(l) = self.lines.recv_timeout(Duration::from_secs(5)) {
             self.seen.push(l);
         }
@@ -407,7 +405,7 @@ impl App {
             .take()
             .and_then(|h| h.join().ok())
             .unwrap_or_default();
-        Ok((status, std::mem::take(&mut self.seen), stderr))
+        Some((status, std::mem::take(&mut self.seen), stderr))
     }
 
     /// Waits (60 s) for the program to exit successfully; returns (stdout lines, stderr).
