@@ -69,6 +69,7 @@ fn client(sock: &str, class: &str, gpu: u32) {
         warnings: vec![],
         window: None,
         lease_expiries: 0,
+        release_failures: 0,
     })))
     .unwrap();
     let mut out = std::io::stdout().lock();

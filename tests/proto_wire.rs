@@ -78,10 +78,11 @@ fn a_registry_carries_pid_queue_and_gpu_ids_as_numbers() {
         warnings: vec![],
         window: Some(64),
         lease_expiries: 0,
+        release_failures: 0,
     };
     check(
         &ShimMsg::Registry(registry),
-        r#"{"type":"registry","pid":4242,"class":"latency","streams":[{"stream_id":1,"kind":"created","handle":4096,"hip_priority":-1,"queue_id":3,"creator":null,"held":false,"held_calls":0}],"queues":[{"queue_id":3,"gpu_id":45472,"requested_priority":7,"effective_priority":13,"ring_base":2130706432,"ring_size":4096,"streams":[1],"deactivated":false,"suspended":false,"busy":true,"window_waits":0,"window_stalls":0}],"warnings":[],"window":64,"lease_expiries":0}"#,
+        r#"{"type":"registry","pid":4242,"class":"latency","streams":[{"stream_id":1,"kind":"created","handle":4096,"hip_priority":-1,"queue_id":3,"creator":null,"held":false,"held_calls":0}],"queues":[{"queue_id":3,"gpu_id":45472,"requested_priority":7,"effective_priority":13,"ring_base":2130706432,"ring_size":4096,"streams":[1],"deactivated":false,"suspended":false,"busy":true,"window_waits":0,"window_stalls":0}],"warnings":[],"window":64,"lease_expiries":0,"release_failures":0}"#,
     );
 }
 
@@ -172,6 +173,6 @@ fn the_status_carries_pid_queue_and_gpu_ids_as_numbers() {
     };
     check(
         &Reply::Status(Box::new(status)),
-        r#"{"type":"status","agent_pid":17,"version":"0.1.0","config":null,"uptime_s":1.5,"priority_note":"","partitions":[{"gpu_id":45472,"resident_slots":24,"cus":80,"queues":1,"busy_queues":1,"preempts":2}],"classes":[],"processes":[{"pid":4242,"control":"shim","uid":1000,"exe":"/usr/bin/app","class":"latency","class_reason":"env","state":"running","level":null,"reason":"free","manual":null,"priority_override":null,"queues":[{"queue_id":3,"gpu_id":45472,"priority":13,"busy":true,"preempted":null}],"warnings":[]}],"left_alone":[{"pid":99,"exe":"/usr/bin/other","class":"batch","reason":"traced"}],"counters":{"decisions":0,"commands":0,"command_failures":0,"preempts":0,"preempts_per_s":0.0,"bad_messages":0,"tracer_scans":0,"connections":0,"decision_us_p50":0.0,"decision_us_p99":0.0,"decide_us_p50":0.0,"decide_us_p99":0.0,"ack_us_p50":0.0,"ack_us_max":0.0,"reloads":0,"reload_failures":0,"lease_expiries":0,"busy_edges":0,"stale_busy":0}}"#,
+        r#"{"type":"status","agent_pid":17,"version":"0.1.0","config":null,"uptime_s":1.5,"priority_note":"","partitions":[{"gpu_id":45472,"resident_slots":24,"cus":80,"queues":1,"busy_queues":1,"preempts":2}],"classes":[],"processes":[{"pid":4242,"control":"shim","uid":1000,"exe":"/usr/bin/app","class":"latency","class_reason":"env","state":"running","level":null,"reason":"free","manual":null,"priority_override":null,"queues":[{"queue_id":3,"gpu_id":45472,"priority":13,"busy":true,"preempted":null}],"warnings":[]}],"left_alone":[{"pid":99,"exe":"/usr/bin/other","class":"batch","reason":"traced"}],"counters":{"decisions":0,"commands":0,"command_failures":0,"preempts":0,"preempts_per_s":0.0,"bad_messages":0,"tracer_scans":0,"connections":0,"decision_us_p50":0.0,"decision_us_p99":0.0,"decide_us_p50":0.0,"decide_us_p99":0.0,"ack_us_p50":0.0,"ack_us_max":0.0,"reloads":0,"reload_failures":0,"lease_expiries":0,"busy_edges":0,"stale_busy":0,"release_failures":0}}"#,
     );
 }

@@ -113,6 +113,7 @@ fn main() {
         // Between connection attempts keep the registry file current.
         let deadline = Instant::now() + backoff;
         while Instant::now() < deadline {
+            retry_releases();
             publish_file(&mut last_published);
             std::thread::sleep(Duration::from_millis(10).min(backoff));
         }
@@ -280,6 +281,16 @@ fn release_everything(why: &str) {
     }
 }
 
+/// Retries the releases the kernel refused, when due (`kfdq::policy::retry`), with or without an
+/// agent.
+fn retry_releases() {
+    let mut st = STATE.lock();
+    if st.owed.is_empty() {
+        return;
+    }
+    crate::levels::retry_owed(&mut st);
+}
+
 fn send(w: &mut UnixStream, msg: &ShimMsg) -> Result<(), Broken> {
     w.write_all(&proto::encode(msg)).map_err(Broken::Write)
 }
@@ -350,7 +361,13 @@ fn session(stream: UnixStream, last_published: &mut u64, watch: &mut UnclaimedWa
         } else {
             cfg.activity_period
         };
-        let timeout = lease.bound(period, Instant::now());
+        let now = Instant::now();
+        let timeout = lease.bound(period, now);
+        let timeout = STATE
+            .lock()
+            .owed
+            .wait(now)
+            .map_or(timeout, |w| w.min(timeout));
         let readable = !reader.get_ref().buffer().is_empty()
             || poll_readable(fd, wake.filter(|_| edges), timeout);
         if let Some(w) = wake {
@@ -376,6 +393,7 @@ fn session(stream: UnixStream, last_published: &mut u64, watch: &mut UnclaimedWa
             }
         }
         lease.check(Instant::now());
+        retry_releases();
         let (mut edges_seen, busy) = sample_activity(watch);
         if edges {
             if !busy.is_empty() {

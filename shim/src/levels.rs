@@ -15,11 +15,13 @@
 //! (`kfd_fd.rs`), with the bypass flag set so that the ioctl hook passes them through.
 
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::time::Instant;
 
 use kfd_sys as sys;
 use kfdq::kfd::debug::{QueueStatus, dbg_enable, queue_snapshot, resume_queues, suspend_queues};
 use kfdq::kfd::{EXCEPTION_QUEUE_NEW, QueueId};
 use kfdq::policy::class::KFD_PRIORITY_MAX;
+use kfdq::policy::retry::RETRY_MAX;
 use kfdq::proto::{self, Target};
 
 use crate::bypass::with_bypass;
@@ -229,6 +231,9 @@ fn set_level2(
     for id in by_gpu(st, qids) {
         let Some(q) = st.queue_mut(id) else { continue };
         if q.deactivated == deactivate || (deactivate && q.dying) {
+            if !q.deactivated || deactivate {
+                settle(st, id, false);
+            }
             continue;
         }
         let percentage = if deactivate {
@@ -240,8 +245,14 @@ fn set_level2(
             Ok(()) => {
                 q.deactivated = deactivate;
                 done.push(id);
+                settle(st, id, false);
             }
-            Err(e) => errs.push(e),
+            Err(e) => {
+                if !deactivate {
+                    owe(st, id, false, &e);
+                }
+                errs.push(e);
+            }
         }
     }
     st.changed();
@@ -307,6 +318,10 @@ fn record_level3(
 
 /// Level 3 on `qids`.
 pub fn suspend(st: &mut State, qids: &[u32], grace_period: u32) -> Result<String, CommandError> {
+    // The agent wants them suspended: no resume is owed any more.
+    for id in qids {
+        settle(st, *id, true);
+    }
     let kfd = kfd_fd(st)?;
     let fd = kfd.as_fd();
     ensure_debug(st, fd)?;
@@ -351,15 +366,116 @@ pub fn resume(st: &mut State, qids: &[u32]) -> Result<String, CommandError> {
     let kfd = kfd_fd(st)?;
     let fd = kfd.as_fd();
     let ids: Vec<QueueId> = todo.iter().map(|q| QueueId(*q)).collect();
-    let (_, statuses) =
-        with_bypass(|| resume_queues(fd, std::process::id(), &ids)).map_err(|source| {
-            CommandError::Call {
+    let (_, statuses) = match with_bypass(|| resume_queues(fd, std::process::id(), &ids)) {
+        Ok(r) => r,
+        Err(source)
+            if source.errno().map(|e| e as i32) == Some(libc::EINVAL) && st.debug.is_some() =>
+        {
+            // The kernel no longer has this process debug-enabled: another process's DBG_TRAP
+            // DISABLE (it needs no ptrace link) ended the session, and disabling resumes every
+            // queue it suspended. Nothing is suspended any more; the next level 3 enables again.
+            crate::log::warn_always(&format!(
+                "level 3: RESUME_QUEUES: {source}; debugging of this process was disabled from outside, which resumed its queues"
+            ));
+            st.debug = None;
+            for id in &todo {
+                if let Some(q) = st.queue_mut(*id) {
+                    q.suspended = false;
+                }
+                settle(st, *id, true);
+            }
+            st.changed();
+            return Ok(format!(
+                "level 3: queue(s) {todo:?} resumed (debugging was disabled from outside)"
+            ));
+        }
+        Err(source) => {
+            let e = CommandError::Call {
                 what: "level 3: RESUME_QUEUES",
                 source,
+            };
+            for id in &todo {
+                owe(st, *id, true, &e);
             }
-        })?;
+            return Err(e);
+        }
+    };
+    for (id, s) in todo.iter().zip(&statuses) {
+        if *s == QueueStatus::Ok {
+            settle(st, *id, true);
+        } else {
+            owe(st, *id, true, &format!("status {s:?}"));
+        }
+    }
     record_level3(st, &todo, &statuses, false, "level 3: RESUME_QUEUES")
         .map(|()| format!("level 3: resumed queue(s) {todo:?}"))
+}
+
+/// The start of the registry warning a refused release leaves (once per process).
+pub const RELEASE_WARNING: &str = "release failed, retrying";
+
+/// A release of `queue` failed with `e`: owed and retried (`kfdq::policy::retry`); the alarm when
+/// this starts an episode.
+fn owe(st: &mut State, queue: u32, level3: bool, e: &dyn std::fmt::Display) {
+    if st.owed.failed(queue, level3, Instant::now()) {
+        let what = if level3 {
+            "RESUME_QUEUES"
+        } else {
+            "reactivation (UPDATE_QUEUE)"
+        };
+        crate::log::warn_always(&format!(
+            "{RELEASE_WARNING}: {what} of queue {queue} failed ({e}); the shim retries with backoff \
+             (up to every {} ms) until the kernel takes it",
+            RETRY_MAX.as_millis()
+        ));
+        st.report_once(RELEASE_WARNING, || {
+            format!(
+                "{RELEASE_WARNING}: the kernel refused to release queue {queue} ({e}); retried until it holds \
+                 (see release_failures; check the kernel log: dmesg | grep amdgpu)"
+            )
+        });
+    }
+}
+
+/// `queue` is released or wanted preempted again at its level: nothing owed for it.
+fn settle(st: &mut State, queue: u32, level3: bool) {
+    if let Some(attempts) = st.owed.settled(queue, level3) {
+        crate::log::warn_always(&format!(
+            "the releases the kernel refused hold now (after {attempts} retries)"
+        ));
+    }
+}
+
+/// Retries the releases owed, when due (the control thread calls this every turn). Queues
+/// already back in the wanted state, or gone, are owed nothing.
+pub fn retry_owed(st: &mut State) {
+    let now = Instant::now();
+    if !st.owed.due(now) {
+        return;
+    }
+    let present: Vec<(u32, bool, bool)> = st
+        .queues()
+        .iter()
+        .map(|q| (q.id, q.deactivated, q.suspended))
+        .collect();
+    st.owed.retain(|id| present.iter().any(|(q, ..)| *q == id));
+    for (id, deactivated, suspended) in &present {
+        if !deactivated && st.owed.activate.contains(id) {
+            settle(st, *id, false);
+        }
+        if !suspended && st.owed.resume.contains(id) {
+            settle(st, *id, true);
+        }
+    }
+    let resume_ids: Vec<u32> = st.owed.resume.iter().copied().collect();
+    if !resume_ids.is_empty() {
+        let _ = resume(st, &resume_ids);
+    }
+    let activate_ids: Vec<u32> = st.owed.activate.iter().copied().collect();
+    if !activate_ids.is_empty() {
+        let _ = activate(st, &activate_ids);
+    }
+    st.owed.retried(Instant::now());
 }
 
 /// Fail open: releases every hold, reactivates every deactivated queue, resumes every

@@ -262,6 +262,8 @@ pub struct State {
     pub edges: bool,
     /// Leases that ran out (the control thread released everything on its own).
     pub lease_expiries: u64,
+    /// Releases the kernel refused, retried until they hold (`kfdq::policy::retry`).
+    pub owed: kfdq::policy::retry::Owed,
 }
 
 impl State {
@@ -284,6 +286,7 @@ impl State {
             class: None,
             edges: false,
             lease_expiries: 0,
+            owed: kfdq::policy::retry::Owed::new(),
         }
     }
 
@@ -701,6 +704,7 @@ impl State {
             warnings: self.warnings.clone(),
             window: crate::window_setting::get(),
             lease_expiries: self.lease_expiries,
+            release_failures: self.owed.failures,
         }
     }
 }

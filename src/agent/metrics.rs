@@ -377,6 +377,18 @@ pub fn render(status: &NodeStatus, rec: &Recorder) -> Result<String, std::fmt::E
     );
     counter(
         &mut r,
+        "lease_expiries",
+        "Leases that ran out in shims (each released its process on its own: the agent did not renew in time)",
+        k.lease_expiries,
+    );
+    counter(
+        &mut r,
+        "release_failures",
+        "Releases (reactivate, resume) the kernel refused in shims; each is retried with backoff until it holds",
+        k.release_failures,
+    );
+    counter(
+        &mut r,
         "connections",
         "Connections accepted on the agent's socket",
         k.connections,

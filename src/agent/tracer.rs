@@ -35,6 +35,7 @@ use crate::ids::Pid;
 use crate::kfd::debug::{DebugAttachment, QueueSnapshot, QueueStatus};
 use crate::kfd::ptrace::{self, Stop};
 use crate::kfd::{EXCEPTION_QUEUE_NEW, Kfd, QueueId, Root};
+use crate::policy::retry::{Owed, RETRY_MAX};
 use crate::proto::{AgentMsg, QueueInfo, Registry, ShimMsg, Target};
 
 /// How the tracer samples and refreshes (`[tracer]` in the configuration).
@@ -227,6 +228,8 @@ struct Tracee {
     idle_scans: u32,
     /// Leaving: detach at the next stop.
     leaving: Option<String>,
+    /// Resumes the kernel refused, retried until they hold.
+    owed: Owed,
 }
 
 struct Thread {
@@ -276,7 +279,13 @@ impl Thread {
             }
             // ppoll: sub-millisecond activity periods must not round up to poll's 1 ms.
             let timeout = (!self.tracees.is_empty()).then(|| {
-                let due = next_sample.min(next_scan);
+                let retry = self
+                    .tracees
+                    .values()
+                    .filter_map(|t| t.owed.next)
+                    .min()
+                    .unwrap_or(next_scan);
+                let due = next_sample.min(next_scan).min(retry);
                 TimeSpec::from_duration(
                     due.saturating_duration_since(Instant::now())
                         .min(Duration::from_secs(1)),
@@ -308,6 +317,7 @@ impl Thread {
             }
             // Stops are checked on every wake-up: SIGCHLD coalesces, and a stop must not wait.
             self.stops();
+            self.retry_resumes();
             let now = Instant::now();
             if now >= next_sample {
                 self.sample();
@@ -389,11 +399,17 @@ impl Thread {
             Errno::ESRCH => TracerError::Exited,
             e => TracerError::Seize(e),
         })?;
+        // Whether this tracer's ENABLE took: only then is a DISABLE ours to send. (DBG_TRAP
+        // DISABLE needs no ptrace link: sent after an ENABLE refused with EALREADY, it would end
+        // the debug session the process holds on itself — its shim's level 3 — and resume
+        // what that shim suspended behind its back. Found by the soak.)
+        let mut enabled = false;
         let attached = (|| {
             let kfd = self.kfd()?;
             let att = kfd
                 .dbg_enable(pid, 0)
                 .map_err(TracerError::call("DBG_TRAP ENABLE"))?;
+            enabled = true;
             if !att.runtime.runtime_enabled() {
                 let _ = kfd.dbg_disable(pid);
                 return Err(TracerError::NotRuntimeEnabled);
@@ -415,9 +431,10 @@ impl Thread {
                 busy: BTreeMap::new(),
                 idle_scans: 0,
                 leaving: None,
+                owed: Owed::new(),
             }),
             Err(e) => {
-                if let Some(k) = &self.kfd {
+                if enabled && let Some(k) = &self.kfd {
                     let _ = k.dbg_disable(pid);
                 }
                 self.detach_now(pid);
@@ -676,6 +693,12 @@ impl Thread {
         if todo.is_empty() {
             return Ok("suspended (nothing left to suspend)".into());
         }
+        // Suspended on purpose now: no resume is owed for them.
+        if let Some(t) = self.tracees.get_mut(&pid) {
+            for q in &todo {
+                t.owed.settled(q.0, true);
+            }
+        }
         let mut suspended = Vec::new();
         for attempt in 0..2 {
             let kfd = self.kfd.as_ref().ok_or(TracerError::NoKfd)?;
@@ -726,15 +749,67 @@ impl Thread {
             return Ok("running (nothing was suspended)".into());
         }
         let kfd = self.kfd.as_ref().ok_or(TracerError::NoKfd)?;
-        let (n, _) = kfd
+        let result = kfd
             .resume_queues(pid, &todo)
-            .map_err(TracerError::call("DBG_TRAP RESUME_QUEUES"))?;
-        if let Some(t) = self.tracees.get_mut(&pid) {
-            for q in &todo {
-                t.suspended.remove(&q.0);
+            .map_err(TracerError::call("DBG_TRAP RESUME_QUEUES"));
+        let t = self.tracees.get_mut(&pid).ok_or(TracerError::NotTraced)?;
+        match result {
+            Ok((n, _)) => {
+                for q in &todo {
+                    t.suspended.remove(&q.0);
+                    if let Some(retries) = t.owed.settled(q.0, true) {
+                        tracing::warn!(pid, retries, "tracer: the refused resumes hold now");
+                    }
+                }
+                Ok(format!("resumed {n} queue(s) through DBG_TRAP"))
+            }
+            Err(e) => {
+                // Not forgotten: retried with backoff until the kernel takes it.
+                let now = Instant::now();
+                let mut first = false;
+                for q in &todo {
+                    first |= t.owed.failed(q.0, true, now);
+                }
+                if first {
+                    tracing::warn!(
+                        pid,
+                        "tracer: {e}; its queues stay suspended until a retry (up to every {} ms) holds",
+                        RETRY_MAX.as_millis()
+                    );
+                }
+                Err(e)
             }
         }
-        Ok(format!("resumed {n} queue(s) through DBG_TRAP"))
+    }
+
+    /// Retries the resumes the kernel refused, when due, and tells the agent what changed.
+    fn retry_resumes(&mut self) {
+        let now = Instant::now();
+        let due: Vec<u32> = self
+            .tracees
+            .iter()
+            .filter(|(_, t)| t.owed.due(now))
+            .map(|(pid, _)| *pid)
+            .collect();
+        for pid in due {
+            let Some(t) = self.tracees.get_mut(&pid) else {
+                continue;
+            };
+            let present: Vec<u32> = t.queues.iter().map(|q| q.queue_id.0).collect();
+            let suspended = t.suspended.clone();
+            t.owed
+                .retain(|q| present.contains(&q) && suspended.contains(&q));
+            let ids: Vec<u32> = t.owed.resume.iter().copied().collect();
+            if !ids.is_empty() {
+                let _ = self.resume(pid, &Target::Queues(ids.into_iter().map(QueueId).collect()));
+            }
+            if let Some(t) = self.tracees.get_mut(&pid) {
+                t.owed.retried(Instant::now());
+                let msg = ShimMsg::Registry(registry(pid, t));
+                let conn = t.conn;
+                self.emit(Event::Msg { conn, msg });
+            }
+        }
     }
 }
 
@@ -831,6 +906,7 @@ fn read_u64(mem: &File, addr: u64) -> Option<u64> {
 fn registry(pid: u32, t: &Tracee) -> Registry {
     Registry {
         lease_expiries: 0,
+        release_failures: t.owed.failures,
         pid: Pid(pid),
         class: None,
         streams: Vec::new(),

@@ -7,6 +7,7 @@ pub mod class;
 mod decide;
 mod level;
 pub mod release;
+pub mod retry;
 mod rules;
 
 pub use decide::{

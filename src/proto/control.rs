@@ -277,4 +277,8 @@ pub struct Counters {
     /// [`crate::proto::BUSY_STALE`] (stopped or hung while busy).
     #[serde(default)]
     pub stale_busy: u64,
+    /// Releases (reactivate, resume) the kernel refused in shims; each shim retries with
+    /// backoff until the release holds.
+    #[serde(default)]
+    pub release_failures: u64,
 }

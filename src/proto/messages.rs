@@ -104,6 +104,10 @@ pub struct Registry {
     /// [`AgentMsg::Welcome`]'s `lease_ms`).
     #[serde(default)]
     pub lease_expiries: u64,
+    /// Releases of a queue (reactivate, resume) the kernel refused; the shim retries each with
+    /// backoff until it holds.
+    #[serde(default)]
+    pub release_failures: u64,
 }
 
 /// The CUs a partition's queues may use.

@@ -394,6 +394,21 @@ impl App {
         std::fs::write(&self.stop, b"stop").expect("create stop file");
     }
 
+    /// The program's exit status, stdout lines and stderr, if it has exited (`None`: still
+    /// running); no check of the status. Once it gave them, it gives nothing more.
+    pub fn try_finish(&mut self) -> Option<(std::process::ExitStatus, Vec<String>, String)> {
+        let status = self.child.try_wait().expect("wait")?;
+        while let Ok(l) = self.lines.recv_timeout(Duration::from_secs(5)) {
+            self.seen.push(l);
+        }
+        let stderr = self
+            .stderr
+            .take()
+            .and_then(|h| h.join().ok())
+            .unwrap_or_default();
+        Some((status, std::mem::take(&mut self.seen), stderr))
+    }
+
     /// Waits (60 s) for the program to exit successfully; returns (stdout lines, stderr).
     pub fn finish(mut self) -> (Vec<String>, String) {
         let deadline = Instant::now() + Duration::from_secs(60);

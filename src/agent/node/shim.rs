@@ -46,6 +46,17 @@ impl NodeState {
                         "its shim released it on its own: {expired} lease(s) ran out before the agent renewed them (the agent was hung, stopped or overloaded)"
                     ));
                     }
+                    let refused = reg
+                        .release_failures
+                        .saturating_sub(p.registry.release_failures);
+                    if refused > 0 {
+                        // The shim owes these releases and retries them until they hold; the
+                        // registry shows the queues preempted meanwhile.
+                        self.counters.release_failures += refused;
+                        p.warn(format!(
+                            "the kernel refused {refused} release(s) of its queues; its shim retries until they hold"
+                        ));
+                    }
                     p.registry = reg;
                     p.registry_gen += 1;
                     p.refresh_busy();

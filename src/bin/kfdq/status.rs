@@ -116,7 +116,7 @@ pub fn render(s: &NodeStatus) -> String {
     }
     let c = &s.counters;
     out += &format!(
-        "\ndevice-wide preempts caused: {} ({:.1}/s over the last 10 s); decisions {}, commands {} ({} failed)\ndecision latency p50 {:.0} µs, p99 {:.0} µs (the decision alone p99 {:.0} µs); shim ack p50 {:.0} µs, max {:.0} µs; bad messages {}; reloads {} ({} refused)\n",
+        "\ndevice-wide preempts caused: {} ({:.1}/s over the last 10 s); decisions {}, commands {} ({} failed)\ndecision latency p50 {:.0} µs, p99 {:.0} µs (the decision alone p99 {:.0} µs); shim ack p50 {:.0} µs, max {:.0} µs; bad messages {}; reloads {} ({} refused)\nleases run out {}; releases the kernel refused {} (retried until they held)\n",
         c.preempts,
         c.preempts_per_s,
         c.decisions,
@@ -129,7 +129,9 @@ pub fn render(s: &NodeStatus) -> String {
         c.ack_us_max,
         c.bad_messages,
         c.reloads,
-        c.reload_failures
+        c.reload_failures,
+        c.lease_expiries,
+        c.release_failures
     );
     out
 }

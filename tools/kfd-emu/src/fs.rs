@@ -50,6 +50,8 @@ enum Kind {
     MemUsed(usize, bool),
     Stats,
     Config,
+    /// `kfd-emu/faults`: read the injected failures, write to add or clear them.
+    Faults,
 }
 
 struct Node {
@@ -126,9 +128,13 @@ impl Dyn {
 
 /// An open file.
 enum Handle {
-    Kfd { tgid: u32 },
+    Kfd {
+        tgid: u32,
+    },
     Render(usize),
     Text(Vec<u8>),
+    /// `kfd-emu/faults`, with its content when opened.
+    Faults(Vec<u8>),
 }
 
 /// The filesystem served over FUSE.
@@ -289,6 +295,7 @@ impl KfdFs {
         let own = b.dir(root, "kfd-emu");
         b.add(own, "stats.json", Kind::Stats);
         b.add(own, "config.json", Kind::Config);
+        b.add(own, "faults", Kind::Faults);
         KfdFs {
             emu,
             nodes: b.nodes,
@@ -354,9 +361,11 @@ impl KfdFs {
                 self.attr(ino, FileType::RegularFile, 0o444, TEXT_SIZE)
             }
             Kind::Link(ref t) => self.attr(ino, FileType::Symlink, 0o777, t.len() as u64),
+            // Root's, as the kernel's debugfs fault-injection files are.
+            Kind::Faults => self.attr(ino, FileType::RegularFile, 0o644, TEXT_SIZE),
         };
         let ttl = match node.kind {
-            Kind::ProcDir | Kind::Stats | Kind::MemUsed(..) => DYN_TTL,
+            Kind::ProcDir | Kind::Stats | Kind::MemUsed(..) | Kind::Faults => DYN_TTL,
             _ => STATIC_TTL,
         };
         Some((a, ttl))
@@ -612,6 +621,10 @@ impl Filesystem for KfdFs {
                 self.new_handle(Handle::Text(self.config_json())),
                 FopenFlags::FOPEN_DIRECT_IO,
             ),
+            Kind::Faults => reply.opened(
+                self.new_handle(Handle::Faults(crate::faults_file::render(&self.emu))),
+                FopenFlags::FOPEN_DIRECT_IO,
+            ),
         }
     }
 
@@ -642,7 +655,7 @@ impl Filesystem for KfdFs {
                 drop(handles);
                 reply.data(&self.emu.bos.read(offset, size as usize));
             }
-            Some(Handle::Text(t)) => {
+            Some(Handle::Text(t) | Handle::Faults(t)) => {
                 let start = usize::try_from(offset).unwrap_or(usize::MAX).min(t.len());
                 let end = start.saturating_add(size as usize).min(t.len());
                 reply.data(&t[start..end]);
@@ -669,6 +682,12 @@ impl Filesystem for KfdFs {
                 Some(Handle::Kfd { .. }) => Some(false),
                 Some(Handle::Render(_)) => Some(true),
                 Some(Handle::Text(_)) => None,
+                Some(Handle::Faults(_)) => {
+                    return match crate::faults_file::write(&self.emu, data) {
+                        Ok(()) => reply.written(data.len() as u32),
+                        Err(_) => reply.error(Errno::EINVAL),
+                    };
+                }
                 None => return reply.error(Errno::EBADF),
             }
         };

@@ -25,6 +25,20 @@ The mount contains:
   sys/class/kfd/kfd/proc/<pid>/      pasid, queues/<qid>/{size,type,gpuid}
   kfd-emu/stats.json                 HWS model state (kfd_emu::Stats)
   kfd-emu/config.json                configuration and per-node CWSR sizes
+  kfd-emu/faults                     injected failures: read for the list (JSON),
+                                     write a SPEC line to add one, `clear` to end all
+
+Faults (--fault SPEC or a line written to kfd-emu/faults):
+  IOCTL=FAILURE[,every=N | ,p=P[,seed=S]][,times=K]
+  IOCTL    create_queue, destroy_queue, update_queue, set_cu_mask, dbg_trap,
+           dbg_trap/suspend_queues, dbg_trap/resume_queues
+  FAILURE  an errno (EBUSY, EIO, ... or a number): the call fails, changes nothing;
+           preempt-timeout: amdkfd's HWS preemption timeout: the call fails with
+           ETIME and the partition is reset (every queue on it stops)
+  every=N  the N-th, 2N-th ... matching call (default: every call)
+  p=P      each call with probability P, seeded by seed=S (default 0): reproducible
+  times=K  at most K failures
+  e.g. echo update_queue=EBUSY,every=3 > MOUNT/kfd-emu/faults
 
 Point kfdq at it with --root DIR or KFDQ_ROOT=DIR. Unmodified ROCm (rocminfo,
 HIP, PyTorch) sees it at /dev/kfd and /sys/... through `kfd-emu run`.
@@ -182,6 +196,12 @@ struct ServeArgs {
     /// --packet-us)
     #[arg(long, value_name = "FILE")]
     kernel_times: Option<PathBuf>,
+    /// Inject a failure from the start (repeatable): IOCTL=FAILURE[,every=N|,p=P[,seed=S]][,times=K],
+    /// e.g. update_queue=EBUSY,every=3 or dbg_trap/suspend_queues=EIO,p=0.1,seed=7 or
+    /// update_queue=preempt-timeout,times=1 (see FAULTS below); more at run time through
+    /// kfd-emu/faults
+    #[arg(long, value_name = "SPEC", value_parser = kfd_emu::parse_fault)]
+    fault: Vec<kfd_emu::FaultSpec>,
 }
 
 /// The `--kernel-times` file.
@@ -279,6 +299,9 @@ fn serve(args: ServeArgs) -> Result<(), EmuError> {
         source: e.into(),
     })?;
     let emu = MountedEmu::mount(&dir, config)?;
+    for f in args.fault {
+        emu.inject_spec(f);
+    }
     println!(
         "kfd-emu: serving {} at {} (pid {})",
         emu.config().preset,

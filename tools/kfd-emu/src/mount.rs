@@ -20,7 +20,7 @@ use nix::mount::{MntFlags, MsFlags};
 use crate::config::{EmuConfig, Topology};
 use crate::effects::Effects;
 use crate::error::EmuError;
-use crate::faults::Fault;
+use crate::faults::{Fault, FaultSpec, FaultStats};
 use crate::fs::KfdFs;
 use crate::state::Emu;
 use crate::stats::{self, Stats};
@@ -314,6 +314,19 @@ impl MountedEmu {
     pub fn inject(&self, fault: Fault) {
         tracing::info!(?fault, "failure injected");
         self.emu.faults.inject(fault);
+    }
+
+    /// From now on, the failure `spec` describes (an errno every N calls or with a seeded
+    /// probability, or a preempt timeout); adds to the failures already injected. The same as
+    /// writing its text form to `kfd-emu/faults`.
+    pub fn inject_spec(&self, spec: FaultSpec) {
+        tracing::info!(%spec, "failure injected");
+        self.emu.faults.inject(spec);
+    }
+
+    /// The failures in effect, with the calls each saw and failed (what `kfd-emu/faults` shows).
+    pub fn faults(&self) -> Vec<FaultStats> {
+        self.emu.faults.list()
     }
 
     /// Ends every injected failure.

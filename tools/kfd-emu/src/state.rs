@@ -59,6 +59,7 @@ impl Emu {
                     crate::config::model_params(&config),
                 ),
                 known: BTreeMap::new(),
+                resets: 0,
             })
             .collect();
         Emu {
@@ -185,6 +186,8 @@ impl State {
 pub(crate) struct PartitionState {
     pub model: gfx_model::Partition,
     pub known: BTreeMap<gfx_model::QueueKey, Mirror>,
+    /// GPU resets after an (injected) HWS preemption timeout (`reset.rs`).
+    pub resets: u64,
 }
 
 /// What the model was last told about a queue.

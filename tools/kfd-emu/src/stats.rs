@@ -47,6 +47,9 @@ pub struct PartitionStats {
     pub waves_restored: u64,
     /// Work-group starts and ends the partition model processed.
     pub workgroup_events: u64,
+    /// GPU resets after an injected HWS preemption timeout (its queues then show `stopped`).
+    #[serde(default)]
+    pub resets: u64,
 }
 
 /// One user queue.
@@ -161,6 +164,7 @@ pub(crate) fn snapshot(emu: &Emu) -> Stats {
                 waves_saved: m.waves_saved,
                 waves_restored: m.waves_restored,
                 workgroup_events: m.wg_events,
+                resets: st.partitions[i].resets,
             }
         })
         .collect();

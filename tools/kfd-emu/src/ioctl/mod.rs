@@ -17,6 +17,7 @@ pub(crate) mod lifecycle;
 pub(crate) mod memory;
 pub(crate) mod queue;
 
+use crate::faults::Failure;
 use fuser::ReplyIoctl;
 
 use crate::effects::Effects;
@@ -141,9 +142,24 @@ pub(crate) fn dispatch(
         tracing::debug!(nr, "unknown ioctl: ENOTTY");
         return send_reply(reply, &[], Err(libc::ENOTTY));
     };
-    if let Some(errno) = emu.faults.check(nr) {
-        tracing::debug!(nr, errno, "injected failure");
-        return send_reply(reply, &[], Err(errno));
+    let dbg_op = (nr == NR_DBG_TRAP)
+        .then(|| crate::abi::u32_at(in_data, 4))
+        .flatten();
+    match emu.faults.check(nr, dbg_op) {
+        None => {}
+        Some(Failure::Errno(errno)) => {
+            tracing::debug!(nr, errno, "injected failure");
+            return send_reply(reply, &[], Err(errno));
+        }
+        Some(Failure::PreemptTimeout) => {
+            // DBG_TRAP preempts its target (`pid` first in its arguments), the others the caller.
+            let target = match nr {
+                NR_DBG_TRAP => crate::abi::u32_at(in_data, 0).unwrap_or(opener),
+                _ => opener,
+            };
+            crate::reset::preempt_timeout(emu, target);
+            return send_reply(reply, &[], Err(libc::ETIME));
+        }
     }
     let out_len = if ioc::copies_out(kcmd) {
         out_size as usize
