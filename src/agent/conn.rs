@@ -207,6 +207,11 @@ mod tests {
             (any::<u32>(), level).prop_map(|(pid, level)| Request::Suspend { pid, level }),
             any::<u32>().prop_map(|pid| Request::Resume { pid }),
             (any::<u32>(), ".{0,40}").prop_map(|(pid, class)| Request::SetClass { pid, class }),
+            (
+                proptest::option::of(".{0,20}"),
+                proptest::option::of(".{0,40}")
+            )
+                .prop_map(|(class, exe)| Request::Classify { class, exe }),
         ]
     }
 

@@ -134,7 +134,18 @@ pub fn render(s: &NodeStatus) -> String {
     out
 }
 
-/// `kfdq status`: the agent's view; without an agent, says so and shows `kfdq ps`.
+/// What `kfdq --json status` prints when no agent answers: the shape of the protocol's
+/// `Reply::Error` (`"type": "error"`), with the socket asked.
+#[derive(serde::Serialize)]
+struct NoAgent<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    error: String,
+    socket: &'a Path,
+}
+
+/// `kfdq status`: the agent's view. Without an agent it fails (exit 1): the text form says so
+/// and shows the read-only view of `kfdq ps` below, `--json` prints one error object.
 pub(super) fn run(root: &Root, sock: &Path, json: bool) -> Result<(), CliError> {
     match client::status(sock) {
         Ok(s) => {
@@ -145,9 +156,18 @@ pub(super) fn run(root: &Root, sock: &Path, json: bool) -> Result<(), CliError> 
                 Ok(())
             }
         }
+        Err(e) if json => {
+            print_json(&NoAgent {
+                kind: "error",
+                error: e.into_message(),
+                socket: sock,
+            })?;
+            Err(CliError::Reported)
+        }
         Err(Unreachable::NotRunning(m)) => {
-            eprintln!("kfdq: {m}\nkfdq: showing the read-only view (kfdq ps) instead");
-            super::ps::run(root, sock, json)
+            eprintln!("kfdq: {m}\nkfdq: the read-only view (kfdq ps) instead:");
+            super::ps::run(root, sock, false)?;
+            Err(CliError::Reported)
         }
         Err(e) => Err(e.into()),
     }

@@ -30,7 +30,7 @@ fn main() -> ExitCode {
                 .map_or("built-in".into(), |p| p.display().to_string())
         );
         println!(
-            "socket {} mode {:o}{}",
+            "socket {} mode {:04o}{}",
             cfg.socket.path.display(),
             cfg.socket.mode,
             cfg.socket
@@ -87,7 +87,19 @@ fn main() -> ExitCode {
             "release: {}",
             cfg.policy.release.describe(cfg.policy.hysteresis_ns)
         );
-        return ExitCode::SUCCESS;
+        // What startup checks beyond the file: the socket, the metrics port, another agent.
+        return match agent::preflight(&cfg, &args.root) {
+            Ok(notes) => {
+                for n in notes {
+                    println!("note: {n}");
+                }
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("kfdqd: startup would refuse this configuration: {e}");
+                ExitCode::from(2)
+            }
+        };
     }
     let opts = agent::Options {
         root: args.root,
