@@ -91,8 +91,18 @@ fn configured_classes_work_through_kfdq_run_the_environment_and_kfdq_class() {
     // kfdq run --class: asked first, printed, then run under the shim.
     let shim = shim_path().display().to_string();
     let w = programs().get("worker").display().to_string();
-    let mut run = Launch::new(workspace_bin("kfdq"))
-        .args(["--agent", &sock, "run", "--class", "inference", "--shim", &shim, "--", &w, "300"]);
+    let mut run = Launch::new(workspace_bin("kfdq")).args([
+        "--agent",
+        &sock,
+        "run",
+        "--class",
+        "inference",
+        "--shim",
+        &shim,
+        "--",
+        &w,
+        "300",
+    ]);
     run.preload = false;
     let mut run = run.start(&emu);
     run.wait_line("READY");
@@ -127,7 +137,10 @@ fn configured_priorities_hold_for_built_in_names_and_after_a_move_and_back() {
     let hp = worker(&emu, &agent, &[("KFDQ_CLASS", "latency")]);
     wait_priorities(&emu, hp.pid, &[15, 15, 15]);
     let ps = hp.kfdq_ps(&emu);
-    assert!(!ps.contains(" 13 "), "kfdq ps shows the configured priority: {ps}");
+    assert!(
+        !ps.contains(" 13 "),
+        "kfdq ps shows the configured priority: {ps}"
+    );
 
     // batch is configured at its band's middle: the shim's band stands (lo 0, null 3, hi 6).
     let lp = worker(&emu, &agent, &[("KFDQ_CLASS", "batch")]);
@@ -179,14 +192,20 @@ fn kfdq_run_says_the_class_or_why_not_before_it_runs_the_command() {
         let m = marker.display().to_string();
         kfdq(
             &emu,
-            &["--agent", socket, "run", "--class", class, "--shim", &shim, "--", "touch", &m],
+            &[
+                "--agent", socket, "run", "--class", class, "--shim", &shim, "--", "touch", &m,
+            ],
             uid,
         )
     };
 
     let m = scratch.path().join("unknown");
     let o = run("gold", &sock, &m, None);
-    assert!(!ok(&o) && !m.exists(), "an unknown class runs nothing: {}", text(&o));
+    assert!(
+        !ok(&o) && !m.exists(),
+        "an unknown class runs nothing: {}",
+        text(&o)
+    );
     assert!(
         text(&o).contains("KFDQ_CLASS=gold is not a configured class (classes: latency, batch)"),
         "{}",
@@ -195,7 +214,11 @@ fn kfdq_run_says_the_class_or_why_not_before_it_runs_the_command() {
 
     let m = scratch.path().join("user");
     let o = run("latency", &sock, &m, Some(65534));
-    assert!(!ok(&o) && !m.exists(), "a refused class runs nothing: {}", text(&o));
+    assert!(
+        !ok(&o) && !m.exists(),
+        "a refused class runs nothing: {}",
+        text(&o)
+    );
     assert!(
         text(&o).contains("above this process's class batch")
             && text(&o).contains("ask the node's admin"),
@@ -223,7 +246,11 @@ fn kfdq_run_says_the_class_or_why_not_before_it_runs_the_command() {
     let m = scratch.path().join("no-agent");
     let missing = scratch.path().join("none.sock").display().to_string();
     let o = run("batch", &missing, &m, None);
-    assert!(ok(&o) && m.exists(), "no agent: a warning, and the command runs: {}", text(&o));
+    assert!(
+        ok(&o) && m.exists(),
+        "no agent: a warning, and the command runs: {}",
+        text(&o)
+    );
     assert!(
         text(&o).contains("warning") && text(&o).contains("uncontrolled"),
         "{}",
@@ -235,10 +262,7 @@ fn kfdq_run_says_the_class_or_why_not_before_it_runs_the_command() {
 #[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn a_process_moved_by_a_reload_says_so_in_kfdq_status() {
     let emu = mount();
-    let first = BUILTIN_NAMES.replace(
-        "[agent]\n",
-        "[agent]\ndefault_class = \"batch\"\n",
-    );
+    let first = BUILTIN_NAMES.replace("[agent]\n", "[agent]\ndefault_class = \"batch\"\n");
     let agent = Agent::start(&emu, &first);
     let app = worker(&emu, &agent, &[]);
     let p = agent.wait_connected(app.pid, 3);
@@ -263,7 +287,11 @@ fn a_process_moved_by_a_reload_says_so_in_kfdq_status() {
         "{p:?}"
     );
     let o = agent.kfdq(&["status"], None);
-    assert!(text(&o).contains("by the reloaded configuration"), "{}", text(&o));
+    assert!(
+        text(&o).contains("by the reloaded configuration"),
+        "{}",
+        text(&o)
+    );
     app.stop();
     app.finish();
 }
@@ -319,7 +347,7 @@ fn a_second_agent_on_the_same_gpus_refuses_to_start_and_names_the_lock() {
     agent.wait_connected(app.pid, 3);
     let dir = tempfile::tempdir().unwrap();
     let second = dir.path().join("second.sock");
-    let o = Command::new(workspace_bin("kfdqd"))
+    let mut child = Command::new(workspace_bin("kfdqd"))
         .args(["--config"])
         .arg(&agent.config)
         .arg("--socket")
@@ -327,9 +355,17 @@ fn a_second_agent_on_the_same_gpus_refuses_to_start_and_names_the_lock() {
         .arg("--root")
         .arg(emu.root())
         .stdin(Stdio::null())
-        .output()
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
         .unwrap();
+    let exited = test_support::wait_until(WAIT_LIMIT, || !matches!(child.try_wait(), Ok(None)));
+    if !exited {
+        let _ = child.kill();
+    }
+    let o = child.wait_with_output().unwrap();
     let t = text(&o);
+    assert!(exited, "the second agent kept running: {t}");
     assert!(!ok(&o), "{t}");
     assert!(
         t.contains(&format!("another kfdqd (pid {})", agent.child.id()))
@@ -354,8 +390,11 @@ fn check_checks_what_startup_checks_and_a_busy_metrics_port_leaves_nothing_behin
     // A shared directory like /tmp: refused by --check as by startup, with no chmod advice.
     let shared = dir.path().join("shared");
     std::fs::create_dir(&shared).unwrap();
-    std::fs::set_permissions(&shared, std::os::unix::fs::PermissionsExt::from_mode(0o1777))
-        .unwrap();
+    std::fs::set_permissions(
+        &shared,
+        std::os::unix::fs::PermissionsExt::from_mode(0o1777),
+    )
+    .unwrap();
     let cfg = dir.path().join("kfdq.toml");
     std::fs::write(
         &cfg,
@@ -399,7 +438,11 @@ fn check_checks_what_startup_checks_and_a_busy_metrics_port_leaves_nothing_behin
     )
     .unwrap();
     let o = kfdqd(&["--check"]);
-    assert!(!ok(&o) && text(&o).contains("[metrics] listen"), "{}", text(&o));
+    assert!(
+        !ok(&o) && text(&o).contains("[metrics] listen"),
+        "{}",
+        text(&o)
+    );
     let o = kfdqd(&[]);
     let t = text(&o);
     assert!(!ok(&o) && t.contains("[metrics] listen"), "{t}");
@@ -441,7 +484,11 @@ fn configuration_errors_name_the_rule_broken() {
     }
     // `level = 2` is level 2, as `kfdq suspend --level 2` takes it.
     let cfg = dir.path().join("kfdq.toml");
-    std::fs::write(&cfg, "[[class]]\nname = \"a\"\nrank = 1\npriority = 3\nlevel = 2\n").unwrap();
+    std::fs::write(
+        &cfg,
+        "[[class]]\nname = \"a\"\nrank = 1\npriority = 3\nlevel = 2\n",
+    )
+    .unwrap();
     let o = Command::new(workspace_bin("kfdqd"))
         .arg("--check")
         .arg("--config")
@@ -468,7 +515,10 @@ fn scripts_get_a_quiet_closed_pipe_and_one_json_shape_without_an_agent() {
         .unwrap();
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(o.status.success(), "{:?}: {err}", o.status);
-    assert!(!err.contains("panicked") && !err.contains("Broken pipe"), "{err}");
+    assert!(
+        !err.contains("panicked") && !err.contains("Broken pipe"),
+        "{err}"
+    );
 
     // No agent: status fails, and --json prints one error object, not the ps array.
     let o = kfdq(&emu, &["--agent", &missing, "status"], None);
@@ -478,5 +528,8 @@ fn scripts_get_a_quiet_closed_pipe_and_one_json_shape_without_an_agent() {
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("one JSON object");
     assert_eq!(v["type"], "error", "{v}");
     assert_eq!(v["socket"], missing.as_str(), "{v}");
-    assert!(v["error"].as_str().unwrap().contains("no kfdq agent"), "{v}");
+    assert!(
+        v["error"].as_str().unwrap().contains("no kfdq agent"),
+        "{v}"
+    );
 }
