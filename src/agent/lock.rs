@@ -58,25 +58,29 @@ pub fn file_name(root: &Path) -> String {
     }
 }
 
-/// Where the lock for GPUs under `root` is (or would be) held.
+/// Where the lock for GPUs under `root` is held (creating [`LOCK_DIR`] when it can).
 pub fn lock_path(root: &Path) -> PathBuf {
-    lock_dir().join(file_name(root))
+    lock_dir(true).join(file_name(root))
 }
 
-fn lock_dir() -> PathBuf {
-    let run = Path::new(LOCK_DIR);
-    if usable(run) {
-        return run.to_owned();
-    }
+fn fallback_dir() -> PathBuf {
     std::env::temp_dir().join(format!("kfdq-{}", nix::unistd::geteuid().as_raw()))
 }
 
-/// The directory exists and is writable by this process, or can be created.
-fn usable(dir: &Path) -> bool {
-    if !dir.exists() && std::fs::create_dir_all(dir).is_ok() {
-        let _ = std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755));
+fn lock_dir(create: bool) -> PathBuf {
+    let run = Path::new(LOCK_DIR);
+    if create && !run.exists() && std::fs::create_dir_all(run).is_ok() {
+        let _ = std::fs::set_permissions(run, std::fs::Permissions::from_mode(0o755));
     }
-    nix::unistd::access(dir, nix::unistd::AccessFlags::W_OK).is_ok()
+    if nix::unistd::access(run, nix::unistd::AccessFlags::W_OK).is_ok() {
+        return run.to_owned();
+    }
+    let tmp = fallback_dir();
+    if create {
+        let _ = std::fs::create_dir_all(&tmp);
+        let _ = std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o700));
+    }
+    tmp
 }
 
 /// Who holds a lock: what the holder wrote into the file.
@@ -86,11 +90,14 @@ pub struct Holder {
     pub pid: Option<u32>,
     /// Its socket.
     pub socket: Option<String>,
+    /// The lock file.
+    pub path: PathBuf,
 }
 
 fn holder(text: &str) -> Holder {
     let mut lines = text.lines();
     Holder {
+        path: PathBuf::new(),
         pid: lines.next().and_then(|l| l.trim().parse().ok()),
         socket: lines
             .next()
@@ -100,16 +107,22 @@ fn holder(text: &str) -> Holder {
     }
 }
 
-/// The agent holding the lock for GPUs under `root`, if one does (`kfdqd --check`).
+/// The agent holding the lock for GPUs under `root`, if one does (`kfdqd --check`; creates
+/// nothing).
 pub fn held_by(root: &Path) -> Option<Holder> {
-    let path = lock_path(root);
-    let file = File::open(&path).ok()?;
+    let name = file_name(root);
+    let (path, file) = [Path::new(LOCK_DIR).join(&name), fallback_dir().join(&name)]
+        .into_iter()
+        .find_map(|p| File::open(&p).ok().map(|f| (p, f)))?;
     match Flock::lock(file, FlockArg::LockSharedNonblock) {
         Ok(_free) => None,
         Err((mut f, _)) => {
             let mut text = String::new();
             let _ = f.read_to_string(&mut text);
-            Some(holder(&text))
+            Some(Holder {
+                path,
+                ..holder(&text)
+            })
         }
     }
 }

@@ -19,7 +19,7 @@ pub fn preflight(cfg: &AgentConfig, root: &Path) -> Result<Vec<String>, AgentErr
             h.pid.map_or(String::new(), |p| format!(" pid {p}")),
             h.socket.as_ref().map_or(String::new(), |s| format!(" serving {s}")),
             root.display(),
-            lock::lock_path(root).display()
+            h.path.display()
         ));
     }
     if let Some(addr) = cfg.metrics

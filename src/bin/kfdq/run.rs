@@ -132,9 +132,10 @@ fn ask_agent(
         ))),
         Err(e) => {
             eprintln!(
-                "kfdq run: warning: {}; the command runs uncontrolled: {} (the shim connects when the agent starts)",
+                "kfdq run: warning: could not ask the agent which class the command gets ({}); the command runs uncontrolled: {} ({HW_QUEUES_ENV}={}, the shim's default), and its shim connects when the agent starts",
                 e.into_message(),
-                fallback()
+                fallback(),
+                kfdq::policy::class::hw_queues_for(class)
             );
             Ok(None)
         }

@@ -79,10 +79,19 @@ pub fn render(s: &NodeStatus) -> String {
     out += &t.render();
     out.push('\n');
     if s.processes.is_empty() {
-        out += "no GPU process is connected (processes connect when they run under the shim with KFDQ_SOCKET set: `kfdq run --socket ...`)\n";
+        out += "no GPU process is connected (processes connect when they run under the shim with KFDQ_SOCKET set: `kfdq run --agent SOCKET ...`)\n";
     } else {
         let mut t = Table::new(&[
-            ">PID", ">UID", "CLASS", "CONTROL", "STATE", "WHY", ">QUEUES", ">BUSY", "EXE",
+            ">PID",
+            ">UID",
+            "CLASS",
+            "CLASS WHY",
+            "CONTROL",
+            "STATE",
+            "WHY",
+            ">QUEUES",
+            ">BUSY",
+            "EXE",
         ]);
         for p in &s.processes {
             let state = match p.manual {
@@ -93,6 +102,7 @@ pub fn render(s: &NodeStatus) -> String {
                 p.pid.to_string(),
                 p.uid.to_string(),
                 p.class.clone(),
+                p.class_reason.clone(),
                 p.control.name().into(),
                 state,
                 p.reason.clone(),
