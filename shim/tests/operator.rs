@@ -495,7 +495,11 @@ fn configuration_errors_name_the_rule_broken() {
         .arg(&cfg)
         .output()
         .unwrap();
-    assert!(text(&o).contains("preempted at Deactivate"), "{}", text(&o));
+    assert!(
+        text(&o).contains("preempted at level 2 (deactivate)"),
+        "{}",
+        text(&o)
+    );
 }
 
 #[test]
@@ -532,4 +536,28 @@ fn scripts_get_a_quiet_closed_pipe_and_one_json_shape_without_an_agent() {
         v["error"].as_str().unwrap().contains("no kfdq agent"),
         "{v}"
     );
+}
+
+#[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
+fn kfdq_watch_waits_for_a_restarted_agent() {
+    let emu = mount();
+    let mut agent = Agent::start(&emu, CUSTOM);
+    let sock = agent.sock.display().to_string();
+    let mut l = Launch::new(workspace_bin("kfdq")).args([
+        "--agent",
+        &sock,
+        "--json",
+        "watch",
+        "--interval",
+        "0.05",
+    ]);
+    l.preload = false;
+    let mut watch = l.start(&emu);
+    watch.wait_line(&format!("{{\"agent_pid\":{}", agent.child.id()));
+    agent.signal(Signal::SIGKILL);
+    let gone = watch.wait_line("{\"type\":\"error\"");
+    assert!(gone.contains(&sock), "{gone}");
+    agent.restart();
+    watch.wait_line(&format!("{{\"agent_pid\":{}", agent.child.id()));
 }

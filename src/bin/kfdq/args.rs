@@ -70,6 +70,9 @@ pub enum Command {
     /// Without a running agent it says so and shows `kfdq ps` instead.
     Status,
     /// `kfdq status`, redrawn in place (with --json: one JSON object per line).
+    ///
+    /// An agent that goes away after the first frame (a restart) is waited for: one line says
+    /// so (--json: `{"type": "error", ...}`), and the frames go on once it answers again.
     Watch {
         /// Seconds between frames.
         #[arg(long, default_value_t = 1.0, value_name = "SECONDS")]

@@ -181,6 +181,11 @@ pub(super) fn run(root: &Root, o: RunOptions<'_>) -> Result<(), CliError> {
                     b.band().lo,
                     b.band().hi
                 );
+            } else {
+                eprintln!(
+                    "kfdq run: warning: no agent (none at {}; --agent PATH or KFDQ_SOCKET names one): the command runs uncontrolled",
+                    super::args::DEFAULT_SOCKET
+                );
             }
             None
         }

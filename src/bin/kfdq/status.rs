@@ -128,7 +128,12 @@ pub fn render(s: &NodeStatus) -> String {
     out += &format!(
         "\ndevice-wide preempts caused: {} ({:.1}/s over the last 10 s); decisions {}, commands {} ({} failed)\ndecision latency p50 {:.0} µs, p99 {:.0} µs (the decision alone p99 {:.0} µs); shim ack p50 {:.0} µs, max {:.0} µs; bad messages {}; reloads {} ({} refused)\n",
         c.preempts,
-        c.preempts_per_s,
+        // A rate of nothing is 0.0, not the float's -0.0.
+        if c.preempts_per_s == 0.0 {
+            0.0
+        } else {
+            c.preempts_per_s
+        },
         c.decisions,
         c.commands,
         c.command_failures,
@@ -184,6 +189,8 @@ pub(super) fn run(root: &Root, sock: &Path, json: bool) -> Result<(), CliError> 
 }
 
 /// `kfdq watch`: the status, redrawn in place every `interval` (`--json`: one object per line).
+/// An agent that goes away after the first frame (a restart) is waited for: one line says so
+/// (`--json`: the error object), and the frames go on once it answers again.
 pub(super) fn watch(
     sock: &Path,
     interval: Duration,
@@ -191,8 +198,45 @@ pub(super) fn watch(
     json: bool,
 ) -> Result<(), CliError> {
     let mut n = 0u64;
+    // Told once per outage that the agent is gone (after a first frame: an agent that was
+    // never there fails at once, one that restarts is waited for).
+    let mut gone = false;
     loop {
-        let s = client::status(sock)?;
+        let s = match client::status(sock) {
+            Ok(s) => {
+                gone = false;
+                s
+            }
+            Err(e) if n > 0 => {
+                if !gone {
+                    gone = true;
+                    let msg = e.into_message();
+                    let mut stdout = std::io::stdout().lock();
+                    let said = if json {
+                        serde_json::to_string(&NoAgent {
+                            kind: "error",
+                            error: msg,
+                            socket: sock,
+                        })
+                        .map_err(|e| CliError::Output(e.to_string()))
+                        .and_then(|line| {
+                            writeln!(stdout, "{line}").map_err(|e| CliError::Output(e.to_string()))
+                        })
+                    } else {
+                        writeln!(
+                            stdout,
+                            "\x1b[H\x1b[J{msg}\nwaiting for the agent to come back (Ctrl-C to stop)"
+                        )
+                        .map_err(|e| CliError::Output(e.to_string()))
+                    };
+                    said?;
+                    let _ = stdout.flush();
+                }
+                std::thread::sleep(interval);
+                continue;
+            }
+            Err(e) => return Err(e.into()),
+        };
         let mut stdout = std::io::stdout().lock();
         let written = if json {
             serde_json::to_string(&s)

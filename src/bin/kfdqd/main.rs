@@ -61,7 +61,11 @@ fn main() -> ExitCode {
                 c.name,
                 c.rank,
                 c.priority,
-                c.level.map_or("never".into(), |l| format!("at {l:?}")),
+                c.level.map_or("never".into(), |l| match l {
+                    kfdq::proto::Level::Hold => "at level 1 (hold)".to_string(),
+                    kfdq::proto::Level::Deactivate => "at level 2 (deactivate)".to_string(),
+                    kfdq::proto::Level::Suspend => "at level 3 (suspend)".to_string(),
+                }),
                 c.window
                     .map_or(String::new(), |w| format!(", window {w} in flight")),
                 c.hw_queues
