@@ -561,3 +561,32 @@ fn kfdq_watch_waits_for_a_restarted_agent() {
     agent.restart();
     watch.wait_line(&format!("{{\"agent_pid\":{}", agent.child.id()));
 }
+
+#[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
+fn the_registry_file_of_a_killed_process_goes_at_the_next_process_s_first_publish() {
+    let emu = mount();
+    let shared = tempfile::tempdir().unwrap();
+    let dir = shared.path().display().to_string();
+    let start = || {
+        let mut app = Launch::new(programs().get("worker"))
+            .arg("300")
+            .env("KFDQ_STATE_DIR", dir.clone())
+            .start(&emu);
+        app.wait_line("READY");
+        let file = shared.path().join(format!("shim-{}.json", app.pid));
+        wait_for("its registry file", || file.exists());
+        (app, file)
+    };
+    let (mut killed, stale) = start();
+    killed.child.kill().unwrap();
+    killed.child.wait().unwrap();
+    assert!(stale.exists(), "SIGKILL runs no exit handler");
+    let (next, own) = start();
+    wait_for("the killed process's registry file removed", || {
+        !stale.exists()
+    });
+    assert!(own.exists());
+    next.stop();
+    next.finish();
+}
