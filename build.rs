@@ -89,8 +89,20 @@ fn render(assets: &Path) -> io::Result<()> {
     Ok(())
 }
 
-fn write_man(dir: &Path, cmd: clap::Command, section: &str) -> io::Result<()> {
+fn write_man(dir: &Path, mut cmd: clap::Command, section: &str) -> io::Result<()> {
     let file = dir.join(format!("{}.{section}", cmd.get_name()));
+    // The NAME line is "NAME - ABOUT": an about that starts with the name ("kfdq — ...") would
+    // say it twice.
+    for name in ["kfdq", "kfdqd"] {
+        let prefix = format!("{name} — ");
+        if let Some(rest) = cmd
+            .get_about()
+            .map(|a| a.to_string())
+            .and_then(|a| a.strip_prefix(&prefix).map(str::to_owned))
+        {
+            cmd = cmd.about(rest);
+        }
+    }
     let mut text = Vec::new();
     clap_mangen::Man::new(cmd)
         .section(section)

@@ -20,7 +20,7 @@ for f in ./usr/bin/kfdq ./usr/bin/kfdqd ./usr/lib/kfdq/libkfdq_shim.so ./lib/sys
     ./etc/kfdq/kfdq.toml ./usr/share/man/man1/kfdq.1.gz ./usr/share/man/man1/kfdq-suspend.1.gz \
     ./usr/share/man/man8/kfdqd.8.gz ./usr/share/bash-completion/completions/kfdq \
     ./usr/share/zsh/vendor-completions/_kfdq ./usr/share/fish/vendor_completions.d/kfdq.fish \
-    ./usr/share/doc/kfdq/copyright; do
+    ./usr/share/doc/kfdq/copyright ./usr/share/doc/kfdq/agent.md; do
     grep -qF " $f" <<<"$contents" || die "the package lacks $f"
 done
 root_owned=$(awk '{print $2}' <<<"$contents" | sort -u)

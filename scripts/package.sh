@@ -60,6 +60,7 @@ for cmd in kfdq kfdqd; do
 done
 install -D -m 0644 README.md "$stage/usr/share/doc/kfdq/README.md"
 install -D -m 0644 docs/operations.md "$stage/usr/share/doc/kfdq/operations.md"
+install -D -m 0644 docs/agent.md "$stage/usr/share/doc/kfdq/agent.md"
 cat >"$stage/usr/share/doc/kfdq/copyright" <<COPYRIGHT
 Format: https://www.debian.org/doc/packaging-manuals/copyright-format/1.0/
 Upstream-Name: kfdq

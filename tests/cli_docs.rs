@@ -102,7 +102,7 @@ fn every_command_has_a_page_that_says_what_its_help_says() {
         for opt in help
             .split_whitespace()
             .filter(|w| w.starts_with("--") && w.len() > 2)
-            .map(|w| w.trim_end_matches([',', '.', ':', ')']))
+            .map(|w| w.trim_end_matches([',', '.', ':', ')', ']']))
         {
             let opt = opt.split(['=', '[', '<']).next().unwrap();
             assert!(

@@ -35,6 +35,9 @@ pub fn config() -> &'static Config {
 pub struct Config {
     /// Static priority policy (`KFDQ_CLASS`, `KFDQ_PRIORITY`).
     pub policy: PriorityPolicy,
+    /// `KFDQ_CLASS` as given (trimmed), built-in or not: the agent decides which classes
+    /// exist (its configuration), so the shim passes every name on in its hello.
+    pub class: Option<String>,
     /// `KFDQ_SOCKET`: the agent's socket.
     pub socket: Option<PathBuf>,
     /// Passthrough library prefixes (`KFDQ_PASSTHROUGH`).
@@ -67,6 +70,15 @@ impl Config {
         let priority = var("KFDQ_PRIORITY");
         let (policy, mut warnings) =
             PriorityPolicy::from_values(class.as_deref(), priority.as_deref());
+        let class = class.map(|c| c.trim().to_owned()).filter(|c| !c.is_empty());
+        let socket = var("KFDQ_SOCKET")
+            .filter(|s| !s.is_empty())
+            .map(PathBuf::from);
+        if socket.is_some() && policy.class.is_none() {
+            // A class only the agent's configuration defines: the agent applies it (and says
+            // so, or why not, in `kfdq status`); nothing to warn about here.
+            warnings.retain(|w| !w.starts_with("KFDQ_CLASS="));
+        }
         let (agent_trust, trust_warning) = AgentTrust::new(own_uid, var(AGENT_UID_ENV).as_deref());
         warnings.extend(trust_warning);
         let window = match parse_window(var("KFDQ_WINDOW").as_deref()) {
@@ -86,9 +98,8 @@ impl Config {
         Config {
             policy,
             activity_period,
-            socket: var("KFDQ_SOCKET")
-                .filter(|s| !s.is_empty())
-                .map(PathBuf::from),
+            class,
+            socket,
             passthrough: passthrough_list(var("KFDQ_PASSTHROUGH").as_deref()),
             agent_trust,
             window,

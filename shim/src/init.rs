@@ -90,7 +90,12 @@ fn do_init() {
         let mut st = STATE.lock();
         st.policy = cfg.policy;
         crate::window_setting::set(cfg.window);
-        st.class = cfg.policy.class.map(|c| c.name().to_string());
+        // The built-in name's canonical spelling, else the name as given (for the agent).
+        st.class = cfg
+            .policy
+            .class
+            .map(|c| c.name().to_string())
+            .or_else(|| cfg.class.clone());
         for w in &cfg.warnings {
             st.report(w.clone());
         }

@@ -72,8 +72,41 @@ pub fn publish_file(last: &mut u64) {
         return;
     };
     if std::fs::write(&tmp, json).is_ok() && std::fs::rename(&tmp, dir.join(&name)).is_ok() {
-        WROTE_PID.store(std::process::id(), Ordering::Relaxed);
+        let first = WROTE_PID.swap(std::process::id(), Ordering::Relaxed) != std::process::id();
         *last = gen_now;
+        if first {
+            remove_stale(dir);
+        }
+    }
+}
+
+/// Removes the registry files of processes that are gone (killed before their exit handler
+/// ran): once per process, at its first publish, only files of this user, only for pids
+/// `/proc` no longer has. A file removed by mistake (a process of another pid namespace that
+/// shares the directory) comes back at that process's next registry change.
+fn remove_stale(dir: &Path) {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    let me = std::process::id();
+    let uid = crate::sys::effective_uid();
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix("shim-"))
+            .and_then(|n| n.strip_suffix(".json"))
+            .and_then(|n| n.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if pid == me || Path::new(&format!("/proc/{pid}")).exists() {
+            continue;
+        }
+        if e.metadata().is_ok_and(|m| m.uid() == uid) {
+            let _ = std::fs::remove_file(e.path());
+        }
     }
 }
 

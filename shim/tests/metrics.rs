@@ -299,14 +299,16 @@ fn bad_http_requests_get_errors_and_the_agent_keeps_serving() {
     assert!(status.contains("200"), "{status}");
     assert!(body.contains("kfdq_agent_build_info"), "{body}");
 
-    // A port in use: kfdqd refuses to start and says which setting to change.
+    // A port in use: kfdqd refuses to start and says which setting to change (on GPUs of its
+    // own: on the first agent's, the lock would refuse it first).
+    let other = mount();
     let out = Command::new(workspace_bin("kfdqd"))
         .arg("--config")
         .arg(&agent.config)
         .arg("--socket")
         .arg(agent.dir.path().join("other.sock"))
         .arg("--root")
-        .arg(emu.root())
+        .arg(other.root())
         .output()
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);

@@ -211,7 +211,11 @@ fn forced_priority_and_invalid_values_are_reported() {
             "KFDQ_PRIORITY=16 is clamped to 15"
         );
     }
-    assert_eq!(reg.class, None, "an unknown class is ignored");
+    assert_eq!(
+        reg.class.as_deref(),
+        Some("gold"),
+        "a name the shim does not know is kept for the agent, whose configuration may define it"
+    );
     for w in ["KFDQ_CLASS=\"gold\"", "KFDQ_PRIORITY=16"] {
         assert!(
             reg.warnings.iter().any(|x| x.contains(w)),

@@ -195,7 +195,7 @@ struct FileClass {
     name: toml::Spanned<String>,
     rank: u8,
     priority: u8,
-    level: Option<String>,
+    level: Option<LevelValue>,
     max_priority: Option<u8>,
     cu_share: Option<u16>,
     window: Option<u32>,
@@ -204,6 +204,14 @@ struct FileClass {
     starvation: Option<FileStarvation>,
     #[serde(default, rename = "match")]
     matches: FileMatch,
+}
+
+/// A class's `level`: a name, or its number as `kfdq suspend --level` takes it.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum LevelValue {
+    Name(String),
+    Number(i64),
 }
 
 #[derive(Deserialize, Default)]
@@ -362,7 +370,7 @@ fn user_id(name: &str) -> Result<u32, SettingError> {
     }
 }
 
-fn line_of(text: &str, offset: usize) -> usize {
+pub(super) fn line_of(text: &str, offset: usize) -> usize {
     text[..offset.min(text.len())].matches('\n').count() + 1
 }
 
@@ -424,8 +432,9 @@ impl AgentConfig {
             message,
         };
         let file: File = toml::from_str(text).map_err(|e| {
-            let line = e.span().map_or(0, |s| line_of(text, s.start));
-            invalid(line, e.message().trim().to_string())
+            let (line, message) =
+                super::config_toml::explain(text, e.span().map(|s| s.start), e.message());
+            invalid(line, message)
         })?;
         let mut cfg = AgentConfig::builtin();
         cfg.source = path.map(Path::to_owned);
@@ -565,7 +574,10 @@ impl AgentConfig {
             let at = |m: String| invalid(line, format!("class {name:?}: {m}"));
             let level = match &c.level {
                 None => None,
-                Some(l) => parse_level(l).map_err(|e| at(e.to_string()))?,
+                Some(LevelValue::Name(l)) => parse_level(l).map_err(|e| at(e.to_string()))?,
+                Some(LevelValue::Number(n)) => {
+                    parse_level(&n.to_string()).map_err(|e| at(e.to_string()))?
+                }
             };
             let starvation = match &c.starvation {
                 None => None,
@@ -579,10 +591,16 @@ impl AgentConfig {
                 None => Control::Shim,
                 Some(v) => parse_control(v).map_err(|e| at(e.to_string()))?,
             };
+            if c.priority > 15 {
+                return Err(at(format!(
+                    "priority = {} is out of range 0..=15 (KFD's queue priorities)",
+                    c.priority
+                )));
+            }
             let max_priority = c.max_priority.unwrap_or(c.priority);
             if max_priority > 15 {
                 return Err(at(format!(
-                    "max_priority {max_priority} is out of range 0..=15 (KFD's queue priorities)"
+                    "max_priority = {max_priority} is out of range 0..=15 (KFD's queue priorities)"
                 )));
             }
             let m = &c.matches;

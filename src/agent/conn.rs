@@ -216,6 +216,11 @@ mod tests {
                 pid: Pid(pid),
                 class
             }),
+            (
+                proptest::option::of(".{0,20}"),
+                proptest::option::of(".{0,40}")
+            )
+                .prop_map(|(class, exe)| Request::Classify { class, exe }),
         ]
     }
 

@@ -160,9 +160,25 @@ pub fn classify(cfg: &AgentConfig, id: &Identity, requested: Option<&str>) -> Cl
             cfg.class_names().join(", ")
         )),
         Some(c) if c.matcher.env || rank(cfg, req) <= rank(cfg, &entitled) => None,
-        Some(_) => Some(format!(
-            "KFDQ_CLASS={req} is above this process's class {entitled} ({why}) and the class does not allow match.env; using {entitled} — ask the node's admin to add you to the class"
-        )),
+        Some(_) => {
+            // Root and the admin group write the rules themselves; others ask them.
+            let fix = if id.is_admin(cfg) {
+                format!(
+                    "add a match rule for it to class {req} in {} (then reload: systemctl reload kfdqd), or move the running process with `kfdq class {} {req}`",
+                    cfg.source
+                        .as_ref()
+                        .map_or("the configuration".into(), |p| p.display().to_string()),
+                    id.pid
+                )
+            } else {
+                format!(
+                    "ask the node's admin to add a match rule for you to class {req}, or to move the process with `kfdq class PID {req}`"
+                )
+            };
+            Some(format!(
+                "KFDQ_CLASS={req} is above this process's class {entitled} ({why}) and class {req} does not allow match.env; using {entitled}: {fix}"
+            ))
+        }
     };
     match refused {
         None => Classified {
@@ -286,7 +302,16 @@ match = { env = true }
         let c = cfg();
         let k = classify(&c, &id(2000), Some("serving"));
         assert_eq!(k.class, "pods");
-        assert!(k.refused.unwrap().contains("above"));
+        let r = k.refused.unwrap();
+        assert!(
+            r.contains("above") && r.contains("ask the node's admin"),
+            "{r}"
+        );
+        let r = classify(&c, &id(0), Some("serving")).refused.unwrap();
+        assert!(
+            !r.contains("ask the node's admin") && r.contains("kfdq class 1 serving"),
+            "root is the admin: {r}"
+        );
         assert_eq!(classify(&c, &id(1000), Some("batch")).class, "batch");
         assert_eq!(classify(&c, &id(2000), Some("nope")).class, "pods");
         assert!(may_set_class(&c, &id(2000), "pods", "serving").is_err());

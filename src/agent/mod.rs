@@ -13,13 +13,16 @@
 #![forbid(unsafe_code)]
 
 pub mod config;
+mod config_toml;
 mod conn;
 pub mod discover;
 mod http;
 pub mod identity;
+pub mod lock;
 pub mod metrics;
 pub mod node;
 mod notify;
+mod preflight;
 pub mod server;
 mod setting;
 mod socket;
@@ -27,6 +30,7 @@ pub mod tracer;
 
 pub use config::{AgentConfig, ConfigError};
 pub use http::EndpointError;
+pub use preflight::preflight;
 pub use server::{Options, run};
 pub use setting::SettingError;
 pub use socket::SocketError;
@@ -41,6 +45,9 @@ pub enum AgentError {
     /// The socket.
     #[error("socket: {0}")]
     Socket(#[from] SocketError),
+    /// Another agent runs on these GPUs, or the lock could not be taken.
+    #[error("{0}")]
+    Lock(#[from] lock::LockError),
     /// The GPU topology.
     #[error("GPU topology: {0} (is amdgpu loaded? on kfd-emu, pass --root)")]
     Topology(#[from] crate::kfd::Error),

@@ -107,19 +107,28 @@ pub fn run(cfg: AgentConfig, opts: &Options) -> Result<(), AgentError> {
         );
     }
     let note = crate::doctor::priority_note(&root);
-    let listener = socket::bind(&cfg.socket)?;
-    let socket_path = cfg.socket.path.clone();
-    tracing::info!(
-        socket = %socket_path.display(),
-        partitions = parts.len(),
-        config = %cfg.source.as_ref().map_or("built-in".into(), |p| p.display().to_string()),
-        "kfdqd ready"
-    );
+    // One agent per node (the lock), and everything that can fail before the socket exists:
+    // a refused start leaves no socket behind and never says "ready".
+    let lock = super::lock::acquire(&opts.root, &cfg.socket.path)?;
     let metrics = match cfg.metrics {
         Some(addr) => Some(Endpoint::start(addr)?),
         None => None,
     };
+    let socket_path = cfg.socket.path.clone();
+    let config_name = cfg
+        .source
+        .as_ref()
+        .map_or("built-in".into(), |p| p.display().to_string());
+    let nparts = parts.len();
     let mut node = NodeState::new(cfg, parts, note, Instant::now())?;
+    let listener = socket::bind(&node.config().socket)?;
+    tracing::info!(
+        socket = %socket_path.display(),
+        partitions = nparts,
+        config = %config_name,
+        lock = %lock.path().display(),
+        "kfdqd ready"
+    );
     notify(&format!(
         "READY=1\nSTATUS=serving on {}",
         socket_path.display()
@@ -127,6 +136,7 @@ pub fn run(cfg: AgentConfig, opts: &Options) -> Result<(), AgentError> {
     let r = serve(&mut node, &listener, &sigfd, metrics.as_ref(), opts);
     notify("STOPPING=1");
     socket::remove(&socket_path);
+    drop(lock);
     r
 }
 

@@ -78,24 +78,74 @@ fn prepare_dir(dir: &Path, group: Option<&(String, u32)>) -> Result<(), SocketEr
 /// when the agent runs as `agent_uid`: writable by others, writable by a group other than
 /// root's, or owned by another user (who could chmod it at will).
 pub fn dir_problem(mode: u32, uid: u32, gid: u32, agent_uid: u32) -> Option<String> {
+    // No chmod/chown advice: the directory may be a shared one (/tmp) whose mode others rely
+    // on; the fix is another directory (the error says which).
     if mode & 0o002 != 0 {
         return Some(format!(
-            "is world-writable (mode {:o}; fix: chmod o-w)",
+            "is world-writable (mode {:o}, a shared directory)",
             mode & 0o7777
         ));
     }
     if mode & 0o020 != 0 && gid != 0 {
         return Some(format!(
-            "is writable by group {gid} (mode {:o}; fix: chmod g-w)",
+            "is writable by group {gid} (mode {:o})",
             mode & 0o7777
         ));
     }
     if uid != 0 && uid != agent_uid {
         return Some(format!(
-            "belongs to uid {uid}, not root or the agent's uid {agent_uid} (fix: chown root)"
+            "belongs to uid {uid}, not root or the agent's uid {agent_uid}"
         ));
     }
     None
+}
+
+/// What `kfdqd --check` can say about the socket without creating anything: an error where
+/// startup would refuse it, else notes (a directory kfdqd will create; an agent listening
+/// there now).
+pub fn check(cfg: &SocketConfig) -> Result<Vec<String>, SocketError> {
+    let path = &cfg.path;
+    let dir = path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .ok_or_else(|| SocketError::NoDirectory(path.clone()))?;
+    let mut notes = Vec::new();
+    match std::fs::metadata(dir) {
+        Err(_) => notes.push(format!(
+            "socket directory {} does not exist: kfdqd creates it (mode {:o})",
+            dir.display(),
+            if cfg.group.is_some() { 0o750 } else { 0o755 }
+        )),
+        Ok(m) if !m.is_dir() => return Err(SocketError::NotADirectory(dir.to_owned())),
+        Ok(m) => {
+            if let Some(problem) =
+                dir_problem(m.mode(), m.uid(), m.gid(), nix::unistd::geteuid().as_raw())
+            {
+                return Err(SocketError::UnsafeDirectory {
+                    dir: dir.to_owned(),
+                    problem,
+                });
+            }
+        }
+    }
+    match std::fs::symlink_metadata(path) {
+        Ok(m) if m.file_type().is_socket() => {
+            if UnixStream::connect(path).is_ok() {
+                notes.push(format!(
+                    "an agent listens on {} now: a second one there would be refused (this file applies to it at its reload: systemctl reload kfdqd)",
+                    path.display()
+                ));
+            }
+        }
+        Ok(_) => return Err(SocketError::NotASocket(path.clone())),
+        Err(_) => {}
+    }
+    Ok(notes)
+}
+
+/// True when an agent answers on `path` now.
+pub fn live(path: &Path) -> bool {
+    UnixStream::connect(path).is_ok()
 }
 
 /// Removes the socket at exit (only if it is still ours: a socket at that path).
@@ -148,7 +198,7 @@ pub enum SocketError {
     NotADirectory(PathBuf),
     /// Others could replace the socket (see [`dir_problem`]).
     #[error(
-        "the socket directory {} {problem}: whoever can write there could replace the agent's socket and command every shim; use a directory that only root (or the agent's user) can write, e.g. [agent] socket = \"/run/kfdq/kfdq.sock\" (created 0755 by kfdqd)",
+        "the socket directory {} {problem}: whoever can write there could replace the agent's socket and command every shim; put the socket in a directory of its own that only root (or the agent's user) can write, e.g. [agent] socket = \"/run/kfdq/kfdq.sock\" (or --socket /run/kfdq/kfdq.sock; kfdqd creates the directory 0755); do not change the mode of a shared directory such as /tmp",
         dir.display()
     )]
     UnsafeDirectory {

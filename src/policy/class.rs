@@ -215,7 +215,7 @@ impl fmt::Display for ClassError {
         match self {
             ClassError::Unknown(s) => write!(
                 f,
-                "KFDQ_CLASS={s:?} is not a priority class (known: latency, normal, batch); ignored"
+                "KFDQ_CLASS={s:?} is not a built-in class (latency, normal, batch): the shim gives its queues no class band; the agent (KFDQ_SOCKET) applies the class its configuration defines"
             ),
         }
     }

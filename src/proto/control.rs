@@ -40,6 +40,18 @@ pub enum Request {
         /// Class name from the agent's configuration.
         class: String,
     },
+    /// What class a process of the requester would get if it asked for `class`
+    /// (`KFDQ_CLASS`) and ran `exe`: `kfdq run` asks before it executes the command (the
+    /// command keeps the requester's pid, user, groups and cgroup). Changes nothing; the
+    /// process is classified again from the kernel's view when its shim connects.
+    Classify {
+        /// The class asked for (`None`: what the rules give).
+        #[serde(default)]
+        class: Option<String>,
+        /// The executable the process will run (`None`: the requester's own).
+        #[serde(default)]
+        exe: Option<String>,
+    },
 }
 
 /// The agent's answer to a [`Request`].
@@ -58,6 +70,28 @@ pub enum Reply {
         /// Why, naming the rule broken and the fix.
         error: String,
     },
+    /// Answer to [`Request::Classify`].
+    Class(ClassAnswer),
+}
+
+/// The class a process would get ([`Request::Classify`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClassAnswer {
+    /// The class it would be in.
+    pub class: String,
+    /// Why (the matching rule, the default class, or `KFDQ_CLASS=...`).
+    pub reason: String,
+    /// The class asked for was not granted: why, with the fix.
+    #[serde(default)]
+    pub refused: Option<String>,
+    /// The class's KFD queue priority.
+    pub priority: u8,
+    /// How the class is preempted (`None`: never).
+    #[serde(default)]
+    pub level: Option<Level>,
+    /// The class's hardware queues per priority pool (`None`: the shim's default).
+    #[serde(default)]
+    pub hw_queues: Option<u32>,
 }
 
 /// The agent's view of the node.

@@ -4,13 +4,13 @@
 use std::time::Instant;
 
 use super::super::conn::ConnId;
-use super::super::identity::{ClassChangeError, Identity, may_set_class};
+use super::super::identity::{ClassChangeError, Identity, classify, may_set_class};
 use super::process::Proc;
 use super::status::level_name;
 use super::waiters::{ACK_TIMEOUT, Waiter};
 use super::{NodeState, Out};
 use crate::ids::Pid;
-use crate::proto::control::Control;
+use crate::proto::control::{ClassAnswer, Control};
 use crate::proto::{Level, Reply, Request};
 
 impl NodeState {
@@ -63,6 +63,13 @@ impl NodeState {
                 out.push(Out::Control(
                     conn,
                     Reply::Status(Box::new(self.status(now))),
+                ));
+                return Ok(None);
+            }
+            Request::Classify { class, exe } => {
+                out.push(Out::Control(
+                    conn,
+                    Reply::Class(self.classify_for(who, class, exe)),
                 ));
                 return Ok(None);
             }
@@ -161,6 +168,32 @@ impl NodeState {
             undo_manual,
         });
         Ok(None)
+    }
+}
+
+impl NodeState {
+    /// [`Request::Classify`]: the class a process of `who` running `exe` and asking for
+    /// `class` would get, with its class's settings. Changes nothing.
+    fn classify_for(
+        &self,
+        who: &Identity,
+        class: Option<String>,
+        exe: Option<String>,
+    ) -> ClassAnswer {
+        let mut id = who.clone();
+        if let Some(e) = exe.filter(|e| !e.is_empty()) {
+            id.exe = e;
+        }
+        let c = classify(&self.cfg, &id, class.as_deref());
+        let rule = self.cfg.rule(&c.class);
+        ClassAnswer {
+            priority: rule.map_or(0, |r| r.priority),
+            level: rule.and_then(|r| r.level),
+            hw_queues: rule.and_then(|r| r.hw_queues),
+            class: c.class,
+            reason: c.reason,
+            refused: c.refused,
+        }
     }
 }
 

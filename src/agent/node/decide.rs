@@ -182,20 +182,30 @@ impl NodeState {
         wants
     }
 
-    /// Level 0: the priority a process's queues should have, when the shim's own class band
-    /// does not already give it (the agent moved it to another class, the class is not one of
-    /// the shim's built-in bands, or a priority was set by hand).
+    /// Level 0: the priority a process's queues should have — the priority set by hand, else
+    /// its class's configured priority — or `None` when what its shim reports already gives
+    /// it: the class is one of the shim's built-in bands, its configured priority is the
+    /// band's middle (what the band gives a normal stream), and every queue the shim reports
+    /// is at the band's pick for the priority the runtime asked for (the application's own
+    /// stream priorities keep their order inside the class). Compared with what the shim
+    /// reports, never with what it is assumed to have applied: a process moved to another
+    /// class and back, or one an earlier agent set, gets its class's priority again.
     fn wanted_priority(&self, p: &Proc) -> Option<u32> {
+        use crate::policy::class::{Class, Position, position_of_kfd};
         if let Some(v) = p.priority_override {
             return Some(v);
         }
-        let class = p.class();
-        let shim_class = p.registry.class.as_deref().or(p.requested.as_deref());
-        let builtin_band = crate::policy::class::Class::parse(class).is_ok();
-        if builtin_band && shim_class.is_some_and(|c| c.eq_ignore_ascii_case(class)) {
+        let want = u32::from(self.cfg.rule(p.class())?.priority);
+        if let Ok(band) = Class::parse(p.class()).map(Class::band)
+            && band.pick(Position::Mid) == want
+            && p.registry
+                .queues
+                .iter()
+                .all(|q| q.effective_priority == band.pick(position_of_kfd(q.requested_priority)))
+        {
             return None;
         }
-        self.cfg.rule(class).map(|r| u32::from(r.priority))
+        Some(want)
     }
 
     /// Sends the steps' commands phase by phase: preempts and releases in partition order

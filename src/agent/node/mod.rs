@@ -125,12 +125,28 @@ impl NodeState {
         self.policy = Policy::new(cfg.policy.clone())?;
         self.cfg = cfg;
         for p in self.procs.values_mut() {
+            let before = p.class().to_owned();
+            let refused_before = p.classified.refused.clone();
             p.classified = classify(&self.cfg, &p.id, p.requested.as_deref());
             if p.class_override
                 .as_deref()
                 .is_some_and(|c| self.cfg.class(c).is_none())
             {
                 p.class_override = None;
+            }
+            // A process the reload moved says so in `kfdq status` (and the log).
+            if p.class() != before {
+                let note = format!(
+                    "class {before} -> {} by the reloaded configuration ({})",
+                    p.class(),
+                    p.classified.reason
+                );
+                p.warn(note);
+            }
+            if let Some(r) = p.classified.refused.clone()
+                && refused_before.as_ref() != Some(&r)
+            {
+                p.warn(r);
             }
         }
         self.counters.reloads += 1;

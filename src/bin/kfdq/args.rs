@@ -32,8 +32,17 @@ pub struct Cli {
     #[arg(long, global = true)]
     pub json: bool,
 
-    /// The agent's socket (kfdqd) for status, control commands and the agent's columns of ps.
-    #[arg(long, global = true, value_name = "PATH", env = "KFDQ_SOCKET")]
+    /// The agent's socket (kfdqd), for every command: status and control, the agent's
+    /// columns of ps, the class `run` asks for (and the socket its command's shim connects
+    /// to), the socket doctor checks. `--socket PATH` is the same option. Default:
+    /// $KFDQ_SOCKET, else /run/kfdq/kfdq.sock.
+    #[arg(
+        long,
+        visible_alias = "socket",
+        global = true,
+        value_name = "PATH",
+        env = "KFDQ_SOCKET"
+    )]
     pub agent: Option<PathBuf>,
 
     /// The command.
@@ -61,6 +70,9 @@ pub enum Command {
     /// Without a running agent it says so and shows `kfdq ps` instead.
     Status,
     /// `kfdq status`, redrawn in place (with --json: one JSON object per line).
+    ///
+    /// An agent that goes away after the first frame (a restart) is waited for: one line says
+    /// so (--json: `{"type": "error", ...}`), and the frames go on once it answers again.
     Watch {
         /// Seconds between frames.
         #[arg(long, default_value_t = 1.0, value_name = "SECONDS")]
@@ -99,8 +111,9 @@ pub enum Command {
     },
     /// Move a process to another class until it exits.
     ///
-    /// Users may move their own processes down, or into classes anyone may ask for; root and
-    /// the admin group anywhere.
+    /// Any class of the agent's configuration (`kfdq status` lists them), not only the
+    /// built-in names. Users may move their own processes down, or into classes anyone may
+    /// ask for; root and the admin group anywhere.
     Class {
         /// The process.
         pid: u32,
@@ -119,23 +132,26 @@ pub enum Command {
     /// Run a command under the launch shim (LD_PRELOAD libkfdq_shim.so) with a class or priority.
     ///
     /// The shim maps every HIP stream, the null stream included, to a managed KFD queue and
-    /// writes the class's priority into each queue it creates. Classes: latency (KFD 11..=15),
-    /// normal (7..=10), batch (0..=6); HIP stream priorities map inside the class band.
-    /// With --class and --socket, the runtime's hardware queues per priority pool
-    /// (GPU_MAX_HW_QUEUES) are the agent's `hw_queues` for the class; otherwise the shim's
-    /// default for the class (latency 8, normal and batch 4, ROCclr's own 4 without a class).
-    /// A GPU_MAX_HW_QUEUES already in the environment always wins.
+    /// connects to the agent (--agent/--socket, $KFDQ_SOCKET, or /run/kfdq/kfdq.sock when an
+    /// agent listens there). Before it runs the command, kfdq asks the agent which class the
+    /// process will get and prints it with its priority and level on stderr; a class the
+    /// agent's configuration does not have, or one this user may not ask for, fails with the
+    /// rule and the fix, and nothing runs. Without an agent it warns and runs the command with
+    /// the shim's built-in bands only: latency (KFD 11..=15), normal (7..=10), batch (0..=6),
+    /// HIP stream priorities inside the band.
+    /// With an agent, the runtime's hardware queues per priority pool (GPU_MAX_HW_QUEUES) are
+    /// the agent's `hw_queues` for the class; otherwise the shim's default for the class
+    /// (latency 8, normal and batch 4, ROCclr's own 4 without a class). A GPU_MAX_HW_QUEUES
+    /// already in the environment always wins.
     /// Example: `kfdq run --class latency -- ./inference-server`.
     Run {
-        /// Priority class of the process (latency, normal, batch).
+        /// Class of the process: any class of the agent's configuration (`kfdq status` lists
+        /// them); without an agent, latency, normal or batch.
         #[arg(long, value_name = "CLASS")]
         class: Option<String>,
         /// Force this KFD priority (0..=15) on every queue instead of a class band.
         #[arg(long, value_name = "0..=15")]
         priority: Option<u32>,
-        /// Agent socket the shim connects to (default: none; static priorities only).
-        #[arg(long, value_name = "PATH")]
-        socket: Option<PathBuf>,
         /// Shim library (default: $KFDQ_SHIM, next to kfdq, ../lib/kfdq from kfdq, /usr/local/lib/kfdq,
         /// /usr/lib/kfdq).
         #[arg(long, value_name = "PATH")]
@@ -165,9 +181,6 @@ pub enum Command {
     /// versions, the resident queue slots, and the permissions of /dev/kfd and the agent's
     /// socket. Every finding that limits kfdq comes with its fix. Exits 1 when a check FAILs.
     Doctor {
-        /// The agent's socket to check.
-        #[arg(long, value_name = "PATH", default_value = DEFAULT_SOCKET)]
-        socket: PathBuf,
         /// The HIP runtime to check (default: libamdhip64.so.7/6/5 in $ROCM_PATH/lib,
         /// /opt/rocm/lib and the system library directories).
         #[arg(long, value_name = "PATH")]

@@ -20,7 +20,7 @@ pub fn socket_path(arg: Option<&Path>) -> PathBuf {
                 .filter(|s| !s.is_empty())
                 .map(PathBuf::from)
         })
-        .unwrap_or_else(|| PathBuf::from(kfdq::doctor::DEFAULT_SOCKET))
+        .unwrap_or_else(|| PathBuf::from(super::args::DEFAULT_SOCKET))
 }
 
 /// Why the agent could not be asked.
@@ -52,7 +52,7 @@ pub fn ask(sock: &Path, req: &Request) -> Result<Reply, Unreachable> {
     let mut s = UnixStream::connect(sock).map_err(|e| {
         let fix = match e.kind() {
             std::io::ErrorKind::PermissionDenied => {
-                "the socket's mode or group keeps this user out: ask the node's admin ([agent] socket_group / socket_mode)"
+                "the socket's mode or group keeps this user out: the agent's [agent] socket_group / socket_mode decide who may connect"
             }
             _ => {
                 "start it (systemctl start kfdqd, or `kfdqd --root DIR` on kfd-emu), or point kfdq at it with --agent PATH / KFDQ_SOCKET"
@@ -78,8 +78,8 @@ pub fn status(sock: &Path) -> Result<NodeStatus, Unreachable> {
     match ask(sock, &Request::Status)? {
         Reply::Status(s) => Ok(*s),
         Reply::Error { error } => Err(Unreachable::Broken(error)),
-        Reply::Done { detail } => Err(Unreachable::Broken(format!(
-            "unexpected answer to status: {detail}"
+        other => Err(Unreachable::Broken(format!(
+            "unexpected answer to status: {other:?}"
         ))),
     }
 }
@@ -98,6 +98,6 @@ pub fn command(sock: &Path, req: &Request, json: bool) -> Result<(), CliError> {
             Ok(())
         }
         Reply::Error { error } => Err(CliError::Refused(error)),
-        Reply::Status(_) => Err(CliError::Usage("unexpected status reply".into())),
+        other => Err(CliError::Usage(format!("unexpected reply: {other:?}"))),
     }
 }

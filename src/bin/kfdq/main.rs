@@ -21,6 +21,7 @@ use args::{Cli, Command, LevelArg};
 use kfdq::kfd::Root;
 
 fn main() -> ExitCode {
+    quiet_on_closed_stdout();
     let cli = Cli::parse();
     init_logging();
     let root = Root::new(&cli.root);
@@ -78,7 +79,6 @@ fn main() -> ExitCode {
         Command::Run {
             class,
             priority,
-            socket,
             shim,
             command,
         } => run::run(
@@ -86,19 +86,15 @@ fn main() -> ExitCode {
             run::RunOptions {
                 class: class.as_deref(),
                 priority,
-                socket: socket.as_deref(),
+                socket: cli.agent.as_deref(),
                 shim: shim.as_deref(),
                 command: &command,
             },
         ),
-        Command::Doctor {
-            socket,
-            hip_runtime,
-            shim,
-        } => doctor::run(
+        Command::Doctor { hip_runtime, shim } => doctor::run(
             &root,
             doctor::DoctorOptions {
-                socket: Some(socket),
+                socket: Some(client::socket_path(cli.agent.as_deref())),
                 hip_runtime,
                 shim,
             },
@@ -107,11 +103,35 @@ fn main() -> ExitCode {
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
+        // Already said (on stdout, as the command's JSON, or on stderr).
+        Err(CliError::Reported) => ExitCode::FAILURE,
         Err(e) => {
             eprintln!("kfdq: {e}");
             ExitCode::FAILURE
         }
     }
+}
+
+/// A reader that closed stdout early (`kfdq ps | head -1`) ends the command quietly, with
+/// status 0, as `head`'s other writers do (they are killed by SIGPIPE, which Rust programs
+/// ignore): `print!` then fails with EPIPE and panics, and this hook turns exactly that panic
+/// into the quiet exit. Every other panic is reported as before.
+fn quiet_on_closed_stdout() {
+    let default = std::panic::take_hook();
+    // std words the error as the OS does ("Broken pipe (os error 32)").
+    let epipe_os = std::io::Error::from_raw_os_error(libc::EPIPE).to_string();
+    std::panic::set_hook(Box::new(move |info| {
+        let msg = info
+            .payload()
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| info.payload().downcast_ref::<&str>().copied())
+            .unwrap_or("");
+        if msg.starts_with("failed printing to stdout") && msg.contains(&epipe_os) {
+            std::process::exit(0);
+        }
+        default(info);
+    }));
 }
 
 impl From<LevelArg> for kfdq::proto::Level {
@@ -159,6 +179,9 @@ pub enum CliError {
     /// Output could not be written or serialised.
     #[error("writing output: {0}")]
     Output(String),
+    /// The command failed and already said why (`--json`: as its JSON object).
+    #[error("failed")]
+    Reported,
 }
 
 pub(crate) fn kfd_error(

@@ -80,7 +80,9 @@ fn command_of(pid: u32) -> Option<String> {
 
 pub(super) fn run(root: &Root, agent: &std::path::Path, json: bool) -> Result<(), CliError> {
     let procs = procfs::processes(root).map_err(|e| kfd_error("listing KFD processes", root, e))?;
-    let status = super::client::status(agent).ok();
+    let asked = super::client::status(agent);
+    let no_agent = asked.is_err();
+    let status = asked.ok();
     let agent_view = |pid: u32| {
         status
             .as_ref()
@@ -251,6 +253,12 @@ pub(super) fn run(root: &Root, agent: &std::path::Path, json: bool) -> Result<()
     }
     let nq: usize = views.iter().map(|p| p.queues.len()).sum();
     println!("{} process(es) with KFD state, {nq} queue(s).", views.len());
+    if no_agent {
+        println!(
+            "BUSY, CONTROL and AGENT are blank: they are the agent's view, and no agent answered at {} (`kfdq status` says why; --agent PATH names another)",
+            agent.display()
+        );
+    }
     if let Ok(topo) = kfdq::kfd::Topology::read(root) {
         for node in topo.gpus() {
             let Some(gpu) = node.gpu_id else { continue };

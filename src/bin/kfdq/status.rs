@@ -79,10 +79,19 @@ pub fn render(s: &NodeStatus) -> String {
     out += &t.render();
     out.push('\n');
     if s.processes.is_empty() {
-        out += "no GPU process is connected (processes connect when they run under the shim with KFDQ_SOCKET set: `kfdq run --socket ...`)\n";
+        out += "no GPU process is connected (processes connect when they run under the shim with KFDQ_SOCKET set: `kfdq run --agent SOCKET ...`)\n";
     } else {
         let mut t = Table::new(&[
-            ">PID", ">UID", "CLASS", "CONTROL", "STATE", "WHY", ">QUEUES", ">BUSY", "EXE",
+            ">PID",
+            ">UID",
+            "CLASS",
+            "CLASS WHY",
+            "CONTROL",
+            "STATE",
+            "WHY",
+            ">QUEUES",
+            ">BUSY",
+            "EXE",
         ]);
         for p in &s.processes {
             let state = match p.manual {
@@ -93,6 +102,7 @@ pub fn render(s: &NodeStatus) -> String {
                 p.pid.to_string(),
                 p.uid.to_string(),
                 p.class.clone(),
+                p.class_reason.clone(),
                 p.control.name().into(),
                 state,
                 p.reason.clone(),
@@ -118,7 +128,12 @@ pub fn render(s: &NodeStatus) -> String {
     out += &format!(
         "\ndevice-wide preempts caused: {} ({:.1}/s over the last 10 s); decisions {}, commands {} ({} failed)\ndecision latency p50 {:.0} µs, p99 {:.0} µs (the decision alone p99 {:.0} µs); shim ack p50 {:.0} µs, max {:.0} µs; bad messages {}; reloads {} ({} refused)\nleases run out {}; releases the kernel refused {} (retried until they held)\n",
         c.preempts,
-        c.preempts_per_s,
+        // A rate of nothing is 0.0, not the float's -0.0.
+        if c.preempts_per_s == 0.0 {
+            0.0
+        } else {
+            c.preempts_per_s
+        },
         c.decisions,
         c.commands,
         c.command_failures,
@@ -136,7 +151,18 @@ pub fn render(s: &NodeStatus) -> String {
     out
 }
 
-/// `kfdq status`: the agent's view; without an agent, says so and shows `kfdq ps`.
+/// What `kfdq --json status` prints when no agent answers: the shape of the protocol's
+/// `Reply::Error` (`"type": "error"`), with the socket asked.
+#[derive(serde::Serialize)]
+struct NoAgent<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    error: String,
+    socket: &'a Path,
+}
+
+/// `kfdq status`: the agent's view. Without an agent it fails (exit 1): the text form says so
+/// and shows the read-only view of `kfdq ps` below, `--json` prints one error object.
 pub(super) fn run(root: &Root, sock: &Path, json: bool) -> Result<(), CliError> {
     match client::status(sock) {
         Ok(s) => {
@@ -147,15 +173,26 @@ pub(super) fn run(root: &Root, sock: &Path, json: bool) -> Result<(), CliError> 
                 Ok(())
             }
         }
+        Err(e) if json => {
+            print_json(&NoAgent {
+                kind: "error",
+                error: e.into_message(),
+                socket: sock,
+            })?;
+            Err(CliError::Reported)
+        }
         Err(Unreachable::NotRunning(m)) => {
-            eprintln!("kfdq: {m}\nkfdq: showing the read-only view (kfdq ps) instead");
-            super::ps::run(root, sock, json)
+            eprintln!("kfdq: {m}\nkfdq: the read-only view (kfdq ps) instead:");
+            super::ps::run(root, sock, false)?;
+            Err(CliError::Reported)
         }
         Err(e) => Err(e.into()),
     }
 }
 
 /// `kfdq watch`: the status, redrawn in place every `interval` (`--json`: one object per line).
+/// An agent that goes away after the first frame (a restart) is waited for: one line says so
+/// (`--json`: the error object), and the frames go on once it answers again.
 pub(super) fn watch(
     sock: &Path,
     interval: Duration,
@@ -163,8 +200,45 @@ pub(super) fn watch(
     json: bool,
 ) -> Result<(), CliError> {
     let mut n = 0u64;
+    // Told once per outage that the agent is gone (after a first frame: an agent that was
+    // never there fails at once, one that restarts is waited for).
+    let mut gone = false;
     loop {
-        let s = client::status(sock)?;
+        let s = match client::status(sock) {
+            Ok(s) => {
+                gone = false;
+                s
+            }
+            Err(e) if n > 0 => {
+                if !gone {
+                    gone = true;
+                    let msg = e.into_message();
+                    let mut stdout = std::io::stdout().lock();
+                    let said = if json {
+                        serde_json::to_string(&NoAgent {
+                            kind: "error",
+                            error: msg,
+                            socket: sock,
+                        })
+                        .map_err(|e| CliError::Output(e.to_string()))
+                        .and_then(|line| {
+                            writeln!(stdout, "{line}").map_err(|e| CliError::Output(e.to_string()))
+                        })
+                    } else {
+                        writeln!(
+                            stdout,
+                            "\x1b[H\x1b[J{msg}\nwaiting for the agent to come back (Ctrl-C to stop)"
+                        )
+                        .map_err(|e| CliError::Output(e.to_string()))
+                    };
+                    said?;
+                    let _ = stdout.flush();
+                }
+                std::thread::sleep(interval);
+                continue;
+            }
+            Err(e) => return Err(e.into()),
+        };
         let mut stdout = std::io::stdout().lock();
         let written = if json {
             serde_json::to_string(&s)

@@ -34,7 +34,7 @@ fn main() -> ExitCode {
                 .map_or("built-in".into(), |p| p.display().to_string())
         );
         println!(
-            "socket {} mode {:o}{}",
+            "socket {} mode {:04o}{}",
             cfg.socket.path.display(),
             cfg.socket.mode,
             cfg.socket
@@ -65,7 +65,11 @@ fn main() -> ExitCode {
                 c.name,
                 c.rank,
                 c.priority,
-                c.level.map_or("never".into(), |l| format!("at {l:?}")),
+                c.level.map_or("never".into(), |l| match l {
+                    kfdq::proto::Level::Hold => "at level 1 (hold)".to_string(),
+                    kfdq::proto::Level::Deactivate => "at level 2 (deactivate)".to_string(),
+                    kfdq::proto::Level::Suspend => "at level 3 (suspend)".to_string(),
+                }),
                 c.window
                     .map_or(String::new(), |w| format!(", window {w} in flight")),
                 c.hw_queues
@@ -91,7 +95,19 @@ fn main() -> ExitCode {
             "release: {}",
             cfg.policy.release.describe(cfg.policy.hysteresis_ns)
         );
-        return ExitCode::SUCCESS;
+        // What startup checks beyond the file: the socket, the metrics port, another agent.
+        return match agent::preflight(&cfg, &args.root) {
+            Ok(notes) => {
+                for n in notes {
+                    println!("note: {n}");
+                }
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("kfdqd: startup would refuse this configuration: {e}");
+                ExitCode::from(2)
+            }
+        };
     }
     let opts = agent::Options {
         root: args.root,
