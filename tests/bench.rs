@@ -187,7 +187,11 @@ fn a_partition_in_use_is_refused_unless_forced() {
     );
     // With --force it measures (the other process's queue is idle: the fit is still exact).
     let v = json(&bench(&emu, &["--force"]));
-    within(v[0]["fit"]["fixed_ns"].as_f64().unwrap(), 50_000.0, "preempt_fixed_ns");
+    within(
+        v[0]["fit"]["fixed_ns"].as_f64().unwrap(),
+        50_000.0,
+        "preempt_fixed_ns",
+    );
     holder.finish();
 }
 
