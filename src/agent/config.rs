@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
+use super::config_toml::{self, line_of};
 use super::setting::SettingError;
 use super::tracer::TracerSettings;
 use crate::policy::{ClassRule, CostRelease, PolicyConfig, Release, Starvation};
@@ -370,10 +371,6 @@ fn user_id(name: &str) -> Result<u32, SettingError> {
     }
 }
 
-pub(super) fn line_of(text: &str, offset: usize) -> usize {
-    text[..offset.min(text.len())].matches('\n').count() + 1
-}
-
 impl AgentConfig {
     /// The built-in configuration (no file): the policy's built-in classes, each selectable
     /// with `KFDQ_CLASS`, default class `normal`, socket [`DEFAULT_SOCKET`] mode 0666.
@@ -433,7 +430,7 @@ impl AgentConfig {
         };
         let file: File = toml::from_str(text).map_err(|e| {
             let (line, message) =
-                super::config_toml::explain(text, e.span().map(|s| s.start), e.message());
+                config_toml::explain(text, e.span().map(|s| s.start), e.message());
             invalid(line, message)
         })?;
         let mut cfg = AgentConfig::builtin();

@@ -94,7 +94,7 @@ pub(super) fn explain(text: &str, start: Option<usize>, message: &str) -> (usize
     let Some(start) = start else {
         return (0, message.to_string());
     };
-    let line = super::config::line_of(text, start);
+    let line = line_of(text, start);
     let start = start.min(text.len());
     let line_start = text[..start].rfind('\n').map_or(0, |i| i + 1);
     let this_line = text[line_start..].lines().next().unwrap_or("");
@@ -149,6 +149,11 @@ pub(super) fn explain(text: &str, start: Option<usize>, message: &str) -> (usize
         },
         None => (line, format!("{place}{message}")),
     }
+}
+
+/// The 1-based line of byte `offset` in `text`.
+pub(super) fn line_of(text: &str, offset: usize) -> usize {
+    text[..offset.min(text.len())].matches('\n').count() + 1
 }
 
 #[cfg(test)]
