@@ -486,29 +486,52 @@ fn load_topology_file(path: &Path, fallback: Preset) -> Result<(Preset, Vec<Node
         .map_err(|e| EmuError::Config(format!("topology file {}: {e}", path.display())))
 }
 
-/// Parses the TOML topology text; errors are plain messages.
-fn parse_topology(text: &str, fallback: Preset) -> Result<(Preset, Vec<NodeSpec>), String> {
-    let file: TopologyFile = toml::from_str(text).map_err(|e| e.to_string())?;
+/// Why a topology file's text was refused (the caller names the file).
+#[derive(Debug, thiserror::Error)]
+enum TopologyError {
+    #[error("{0}")]
+    Toml(#[from] toml::de::Error),
+    #[error("{0}")]
+    Preset(EmuError),
+    #[error("no [[node]] entries")]
+    NoNodes,
+    #[error(
+        "node {node}: {key} cannot be set: it is the number of links the emulator builds \
+         (io_links/, p2p_links/); remove it"
+    )]
+    Derived { node: usize, key: String },
+    #[error("node {node}: unknown property {key:?} (known: {known})")]
+    UnknownKey {
+        node: usize,
+        key: String,
+        known: String,
+    },
+}
+
+/// Parses the TOML topology text.
+fn parse_topology(text: &str, fallback: Preset) -> Result<(Preset, Vec<NodeSpec>), TopologyError> {
+    let file: TopologyFile = toml::from_str(text)?;
     let preset = match &file.preset {
-        Some(p) => p.parse::<Preset>().map_err(|e| e.to_string())?,
+        Some(p) => p.parse::<Preset>().map_err(TopologyError::Preset)?,
         None => fallback,
     };
     if file.node.is_empty() {
-        return Err("no [[node]] entries".into());
+        return Err(TopologyError::NoNodes);
     }
-    for (i, node) in file.node.iter().enumerate() {
-        for key in node.properties.keys() {
+    for (node, spec) in file.node.iter().enumerate() {
+        for key in spec.properties.keys() {
             if topology::DERIVED_KEYS.contains(&key.as_str()) {
-                return Err(format!(
-                    "node {i}: {key} cannot be set: it is the number of links the emulator \
-                     builds (io_links/, p2p_links/); remove it"
-                ));
+                return Err(TopologyError::Derived {
+                    node,
+                    key: key.clone(),
+                });
             }
             if !topology::is_known_key(key) {
-                return Err(format!(
-                    "node {i}: unknown property {key:?} (known: {})",
-                    topology::known_keys().join(", ")
-                ));
+                return Err(TopologyError::UnknownKey {
+                    node,
+                    key: key.clone(),
+                    known: topology::known_keys().join(", "),
+                });
             }
         }
     }
@@ -722,7 +745,7 @@ mod tests {
         )
         .unwrap_err();
         assert!(
-            derived.contains("io_links_count cannot be set"),
+            derived.to_string().contains("io_links_count cannot be set"),
             "{derived}"
         );
     }

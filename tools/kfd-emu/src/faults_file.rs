@@ -9,6 +9,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::fault_spec::SpecError;
 use crate::faults::{FaultSpec, FaultStats};
 use crate::state::Emu;
 
@@ -32,6 +33,18 @@ pub(crate) fn render(emu: &Emu) -> Vec<u8> {
     out
 }
 
+/// Why a write was refused.
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum WriteError {
+    /// The bytes are not text.
+    #[error("kfd-emu/faults: not UTF-8 text; write one fault spec or `clear` per line")]
+    NotText,
+    /// A line is not a fault spec.
+    #[error("{0}")]
+    Spec(SpecError),
+}
+
 /// One line of a write.
 enum Line {
     Clear,
@@ -39,18 +52,16 @@ enum Line {
 }
 
 /// Applies a write: every line, or none of them (`Err`: the reason, also kept for readers).
-pub(crate) fn write(emu: &Emu, data: &[u8]) -> Result<(), String> {
-    let parsed: Result<Vec<Line>, String> = match std::str::from_utf8(data) {
-        Err(_) => {
-            Err("kfd-emu/faults: not UTF-8 text; write one fault spec or `clear` per line".into())
-        }
+pub(crate) fn write(emu: &Emu, data: &[u8]) -> Result<(), WriteError> {
+    let parsed: Result<Vec<Line>, WriteError> = match std::str::from_utf8(data) {
+        Err(_) => Err(WriteError::NotText),
         Ok(text) => text
             .lines()
             .map(str::trim)
             .filter(|l| !l.is_empty() && !l.starts_with('#'))
             .map(|l| match l {
                 "clear" => Ok(Line::Clear),
-                spec => spec.parse().map(Line::Add).map_err(|e| e.to_string()),
+                spec => spec.parse().map(Line::Add).map_err(WriteError::Spec),
             })
             .collect(),
     };
@@ -73,7 +84,7 @@ pub(crate) fn write(emu: &Emu, data: &[u8]) -> Result<(), String> {
         }
         Err(e) => {
             tracing::warn!("{e}");
-            emu.faults.set_refused(Some(e.clone()));
+            emu.faults.set_refused(Some(e.to_string()));
             Err(e)
         }
     }

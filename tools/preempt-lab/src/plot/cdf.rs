@@ -6,7 +6,7 @@ use plotters::backend::DrawingBackend;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 
-use super::{Chart, decade_ticks, draw_mesh, err, framed, legend, style_of};
+use super::{Chart, DrawError, decade_ticks, draw_mesh, err, framed, legend, style_of};
 use crate::experiment::Series;
 
 /// The chart of a scenario's series.
@@ -39,7 +39,7 @@ impl Chart for Cdf<'_> {
         (1100, 680)
     }
 
-    fn draw<DB: DrawingBackend>(&self, area: &DrawingArea<DB, Shift>) -> Result<(), String> {
+    fn draw<DB: DrawingBackend>(&self, area: &DrawingArea<DB, Shift>) -> Result<(), DrawError> {
         let mut curves = vec![("alone".to_string(), points(&self.series.hp_alone_us))];
         for c in &self.series.configs {
             curves.push((c.control.clone(), points(&c.hp_latency_us)));

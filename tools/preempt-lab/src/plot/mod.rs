@@ -28,22 +28,28 @@ use crate::sweep::Point;
 #[non_exhaustive]
 pub enum PlotError {
     /// The font for text could not be read.
-    #[error("{0}")]
-    Font(String),
+    #[error(transparent)]
+    Font(#[from] font::FontError),
     /// The directory could not be created.
     #[error("cannot create {0}: {1}")]
     Dir(PathBuf, std::io::Error),
     /// Drawing or writing a file failed.
     #[error("cannot write {0}: {1}")]
-    Draw(PathBuf, String),
+    Draw(PathBuf, DrawError),
 }
+
+/// What a plotters backend reported while drawing (its error types differ per backend, so the
+/// charts keep its description).
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{0}")]
+pub struct DrawError(String);
 
 /// A chart that can be drawn on any plotters backend.
 pub trait Chart {
     /// Its size in pixels.
     fn size(&self) -> (u32, u32);
     /// Draws it on `area` (already white).
-    fn draw<DB: DrawingBackend>(&self, area: &DrawingArea<DB, Shift>) -> Result<(), String>;
+    fn draw<DB: DrawingBackend>(&self, area: &DrawingArea<DB, Shift>) -> Result<(), DrawError>;
 }
 
 /// Each configuration's colour and whether its line is dashed (level 3 dashed: with one LP
@@ -121,7 +127,7 @@ fn render(base: &Path, chart: &impl Chart) -> Result<Vec<PathBuf>, PlotError> {
 fn draw_and_present<DB: DrawingBackend>(
     area: &DrawingArea<DB, Shift>,
     chart: &impl Chart,
-) -> Result<(), String> {
+) -> Result<(), DrawError> {
     area.fill(&plotters::style::WHITE).map_err(err)?;
     chart.draw(area)?;
     area.present().map_err(err)
@@ -158,7 +164,7 @@ pub(crate) fn framed<'a, 'b, DB: DrawingBackend>(
 }
 
 /// Draws a mesh (axes, grid, labels) in the charts' fonts and grid colour.
-pub(crate) fn draw_mesh<X, Y, DB>(mesh: &mut MeshStyle<'_, '_, X, Y, DB>) -> Result<(), String>
+pub(crate) fn draw_mesh<X, Y, DB>(mesh: &mut MeshStyle<'_, '_, X, Y, DB>) -> Result<(), DrawError>
 where
     X: Ranged + ValueFormatter<X::ValueType>,
     Y: Ranged + ValueFormatter<Y::ValueType>,
@@ -175,7 +181,7 @@ where
 pub(crate) fn legend<'a, DB: DrawingBackend + 'a, CT: CoordTranslate>(
     chart: &mut ChartContext<'a, DB, CT>,
     position: SeriesLabelPosition,
-) -> Result<(), String> {
+) -> Result<(), DrawError> {
     chart
         .configure_series_labels()
         .position(position)
@@ -186,7 +192,7 @@ pub(crate) fn legend<'a, DB: DrawingBackend + 'a, CT: CoordTranslate>(
         .map_err(err)
 }
 
-/// A drawing error as text.
-pub(crate) fn err<E: std::fmt::Debug>(e: E) -> String {
-    format!("{e:?}")
+/// A backend's drawing error, described.
+pub(crate) fn err<E: std::fmt::Debug>(e: E) -> DrawError {
+    DrawError(format!("{e:?}"))
 }

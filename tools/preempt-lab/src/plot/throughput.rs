@@ -8,7 +8,7 @@ use plotters::coord::Shift;
 use plotters::prelude::*;
 
 use super::font::FAMILY;
-use super::{Chart, err, style_of};
+use super::{Chart, DrawError, err, style_of};
 use crate::experiment::Series;
 
 /// Bins per run (at most; [`bin_ns`] rounds the bin up to 1, 2 or 5 x 10^k ms): 25 keeps the
@@ -52,7 +52,7 @@ impl Chart for Throughput<'_> {
         (1100, TITLE_HEIGHT + n * PANEL_HEIGHT)
     }
 
-    fn draw<DB: DrawingBackend>(&self, area: &DrawingArea<DB, Shift>) -> Result<(), String> {
+    fn draw<DB: DrawingBackend>(&self, area: &DrawingArea<DB, Shift>) -> Result<(), DrawError> {
         let s = self.series;
         let (head, area) = area.split_vertically(TITLE_HEIGHT);
         let bin_ns = bin_ns(

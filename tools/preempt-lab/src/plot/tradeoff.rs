@@ -8,7 +8,7 @@ use plotters::coord::Shift;
 use plotters::prelude::*;
 
 use super::font::FAMILY;
-use super::{Chart, decade_ticks, draw_mesh, err, framed, legend, style_of};
+use super::{Chart, DrawError, decade_ticks, draw_mesh, err, framed, legend, style_of};
 use crate::sweep::Point;
 
 /// The chart of a run's points (one without a sweep has one point, its value empty).
@@ -63,7 +63,7 @@ impl Chart for Tradeoff<'_> {
         (1100, 720)
     }
 
-    fn draw<DB: DrawingBackend>(&self, area: &DrawingArea<DB, Shift>) -> Result<(), String> {
+    fn draw<DB: DrawingBackend>(&self, area: &DrawingArea<DB, Shift>) -> Result<(), DrawError> {
         let markers = self.markers();
         let limits = self.limits();
         let xs = markers
