@@ -111,6 +111,7 @@ pub struct AgentConfig {
 
 /// A configuration that was refused; the one in effect stays.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum ConfigError {
     /// Not readable.
     #[error("{path}: {source}")]

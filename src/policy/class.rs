@@ -205,6 +205,7 @@ pub fn clamp_hip_priority(requested: i32) -> HipPriority {
 
 /// Why a class name was refused.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum ClassError {
     /// Not one of the built-in classes.
     Unknown(String),
@@ -225,6 +226,7 @@ impl std::error::Error for ClassError {}
 
 /// Why a forced priority was refused or changed.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum PriorityError {
     /// Not a number.
     NotANumber(String),
