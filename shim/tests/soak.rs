@@ -118,6 +118,13 @@ fn spawn(emu: &Emu, agent: &Agent, rng: &mut ChaCha8Rng) -> Proc {
         "KFDQ_CLASS",
         if class == "traced" { "batch" } else { class },
     );
+    // A batch flood stays suspended for as long as a normal flood works (strict ranks, checked by
+    // the starvation invariant below), and normal floods run until they are stopped: overlapping
+    // ones can keep a batch flood's wait going past fakehip's 60 s test default, most of all on a
+    // loaded machine where the wind-down takes long (seen: a batch flood ended by
+    // hipErrorLaunchTimeOut after 60 s of a renewed, legitimate suspension). A real runtime waits
+    // forever; the soak's programs wait 10 minutes.
+    l = l.env("FAKEHIP_TIMEOUT_MS", "600000");
     // The traced class runs without the shim (and without a socket to find the agent at).
     if class != "traced" {
         l = l.env("KFDQ_SOCKET", agent.sock.display().to_string());
