@@ -215,15 +215,14 @@ pub(super) fn watch(
                     let msg = e.into_message();
                     let mut stdout = std::io::stdout().lock();
                     let said = if json {
-                        serde_json::to_string(&NoAgent {
-                            kind: "error",
-                            error: msg,
-                            socket: sock,
-                        })
-                        .map_err(|e| CliError::Output(e.to_string()))
-                        .and_then(|line| {
-                            writeln!(stdout, "{line}").map_err(|e| CliError::Output(e.to_string()))
-                        })
+                        json_line(
+                            &mut stdout,
+                            &NoAgent {
+                                kind: "error",
+                                error: msg,
+                                socket: sock,
+                            },
+                        )
                     } else {
                         writeln!(
                             stdout,
@@ -241,11 +240,7 @@ pub(super) fn watch(
         };
         let mut stdout = std::io::stdout().lock();
         let written = if json {
-            serde_json::to_string(&s)
-                .map_err(|e| CliError::Output(e.to_string()))
-                .and_then(|line| {
-                    writeln!(stdout, "{line}").map_err(|e| CliError::Output(e.to_string()))
-                })
+            json_line(&mut stdout, &s)
         } else {
             // Clear once, then home the cursor, draw, clear what the last frame left below.
             writeln!(
@@ -265,4 +260,10 @@ pub(super) fn watch(
         }
         std::thread::sleep(interval);
     }
+}
+
+/// Writes `value` as one line of JSON (`kfdq watch --json` prints a line per frame).
+fn json_line<T: serde::Serialize>(out: &mut impl Write, value: &T) -> Result<(), CliError> {
+    let line = serde_json::to_string(value).map_err(|e| CliError::Output(e.to_string()))?;
+    writeln!(out, "{line}").map_err(|e| CliError::Output(e.to_string()))
 }
