@@ -11,6 +11,7 @@
 //! reactivates/resumes every queue (fail open).
 #![forbid(unsafe_code)]
 
+pub mod allocation;
 mod codec;
 pub mod control;
 mod messages;
