@@ -518,6 +518,14 @@ impl KfdFs {
 }
 
 impl Filesystem for KfdFs {
+    /// The session ended (unmounted by us, by `kfd-emu unmount` or by anyone): whoever waits
+    /// in [`crate::MountedEmu::session_end`] learns it.
+    fn destroy(&mut self) {
+        let (over, cv) = &self.emu.session_over;
+        *crate::locks::lock(over, "session over") = true;
+        cv.notify_all();
+    }
+
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         let found = name
             .to_str()

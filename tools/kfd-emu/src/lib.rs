@@ -61,7 +61,7 @@ pub use error::EmuError;
 pub use fault_spec::parse_fault;
 pub use faults::{Failure, Fault, FaultSpec, FaultStats, SpecError, When};
 pub use faults_file::FaultsFile;
-pub use mount::{MountedEmu, unmount_path};
+pub use mount::{MountedEmu, SessionEnd, unmount_path};
 pub use sandbox::{Sandbox, run as run_sandboxed};
 pub use stats::{PartitionStats, ProcessStats, QueueStats, Stats};
 pub use topology::{CwsrSizes, cwsr_sizes};

@@ -309,6 +309,18 @@ fn serve(args: ServeArgs) -> Result<(), EmuError> {
         std::process::id()
     );
     let _ = std::io::stdout().flush();
+    // Someone unmounting the directory (`kfd-emu unmount DIR`, umount) ends the FUSE session:
+    // wake the signal wait below so that the server exits too instead of serving nothing.
+    let end = emu.session_end();
+    let watcher = std::thread::Builder::new()
+        .name("kfd-emu-session-end".into())
+        .spawn(move || {
+            end.wait();
+            let _ = nix::sys::signal::kill(nix::unistd::Pid::this(), Signal::SIGTERM);
+        });
+    if let Err(e) = watcher {
+        tracing::warn!("cannot watch the mount for an outside unmount: {e}");
+    }
     let sig = signals.wait().map_err(|e| EmuError::Io {
         context: "wait for SIGINT/SIGTERM".into(),
         source: e.into(),

@@ -329,6 +329,13 @@ impl MountedEmu {
         self.emu.faults.list()
     }
 
+    /// A handle that waits until this mount's FUSE session ends, for example because someone
+    /// ran `kfd-emu unmount` (or `umount`) on it: `kfd-emu --mount` exits then instead of
+    /// serving nothing.
+    pub fn session_end(&self) -> SessionEnd {
+        SessionEnd(self.emu.clone())
+    }
+
     /// Ends every injected failure.
     pub fn clear_faults(&self) {
         self.emu.faults.clear();
@@ -419,6 +426,28 @@ impl MountedEmu {
                 root = %self.root.display(),
                 "clients still hold files of the detached mount; leaving its session running"
             );
+        }
+    }
+}
+
+/// Waits for a mount's FUSE session to end ([`MountedEmu::session_end`]).
+pub struct SessionEnd(Arc<Emu>);
+
+impl std::fmt::Debug for SessionEnd {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SessionEnd")
+            .field("root", &self.0.root)
+            .finish()
+    }
+}
+
+impl SessionEnd {
+    /// Blocks until the session has ended.
+    pub fn wait(&self) {
+        let (over, cv) = &self.0.session_over;
+        let mut g = crate::locks::lock(over, "session over");
+        while !*g {
+            g = cv.wait(g).unwrap_or_else(std::sync::PoisonError::into_inner);
         }
     }
 }

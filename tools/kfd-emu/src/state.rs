@@ -46,6 +46,8 @@ pub(crate) struct Emu {
     pub dead_threads: Mutex<Vec<String>>,
     /// Failures a test injected into chosen ioctls.
     pub faults: crate::faults::Faults,
+    /// Set when the FUSE session has ended (the mount is gone, whoever unmounted it).
+    pub session_over: (Mutex<bool>, Condvar),
 }
 
 impl Emu {
@@ -86,6 +88,7 @@ impl Emu {
             kernels: Default::default(),
             dead_threads: Mutex::new(Vec::new()),
             faults: Default::default(),
+            session_over: (Mutex::new(false), Condvar::new()),
         }
     }
 

@@ -68,6 +68,39 @@ fn binary_serves_until_sigterm_and_unmounts() {
     assert!(!dir.join("dev/kfd").exists(), "unmounted");
 }
 
+/// `kfd-emu unmount DIR` is the README's teardown: the server that served DIR must exit
+/// with it, not keep running with nothing to serve.
+#[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
+fn unmount_ends_the_server_that_served_the_mount() {
+    require_root();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("m");
+    let _cleanup = Detach(dir.clone());
+    let (child, _) = serve(&dir);
+    assert!(dir.join("dev/kfd").exists());
+    let out = Command::new(BIN).arg("unmount").arg(&dir).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut child = child;
+    let mut status = None;
+    let exited = test_support::wait::wait_until(test_support::wait::WAIT_LIMIT, || {
+        status = child.try_wait().unwrap();
+        status.is_some()
+    });
+    if !exited {
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!("kfd-emu --mount kept running after `kfd-emu unmount` of its mount");
+    }
+    let status = status.unwrap();
+    assert!(status.success(), "the server exits cleanly: {status:?}");
+    assert!(!dir.join("dev").exists());
+}
+
 #[test]
 #[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn stale_mounts_are_detached() {
