@@ -104,12 +104,50 @@ fn write_man(dir: &Path, mut cmd: clap::Command, section: &str) -> io::Result<()
         }
     }
     let mut text = Vec::new();
-    clap_mangen::Man::new(cmd)
+    clap_mangen::Man::new(cmd.clone())
         .section(section)
         .manual("kfdq")
         .source(format!("kfdq {}", env!("CARGO_PKG_VERSION")))
         .render(&mut text)?;
-    fs::write(file, text)
+    let text = String::from_utf8(text).map_err(io::Error::other)?;
+    fs::write(file, synopsis_with_values(&cmd, &text))
+}
+
+/// clap_mangen's SYNOPSIS names every option without its value (`[--level]`), which reads as
+/// a flag; this adds the value the option takes (`[--level LEVEL]`), as `--help` shows it.
+fn synopsis_with_values(cmd: &clap::Command, page: &str) -> String {
+    let mut lines: Vec<String> = page.lines().map(str::to_owned).collect();
+    let Some(at) = lines.iter().position(|l| l == ".SH SYNOPSIS") else {
+        return page.to_owned();
+    };
+    let Some(line) = lines.get_mut(at + 1) else {
+        return page.to_owned();
+    };
+    for arg in cmd.get_arguments().filter(|a| !a.is_hide_set()) {
+        let (Some(long), true) = (arg.get_long(), arg.get_action().takes_values()) else {
+            continue;
+        };
+        let value = arg
+            .get_value_names()
+            .map(|v| {
+                v.iter()
+                    .map(|n| n.to_string())
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            })
+            .unwrap_or_else(|| arg.get_id().as_str().to_uppercase());
+        let escaped = long.replace('-', "\\-");
+        let value = value.replace('-', "\\-");
+        // `]` closes an optional option, `>` a required one.
+        for close in [']', '>'] {
+            let bare = format!("\\fB\\-\\-{escaped}\\fR{close}");
+            let with = format!("\\fB\\-\\-{escaped}\\fR \\fI{value}\\fR{close}");
+            *line = line.replace(&bare, &with);
+        }
+    }
+    let mut out = lines.join("\n");
+    out.push('\n');
+    out
 }
 
 include!("tools/test-support/skip_privileged_cfg.rs");

@@ -6,7 +6,8 @@
 
 use std::fmt;
 
-/// Topology `gpu_id` of a GPU node (a partition on multi-partition parts).
+/// Topology `gpu_id` of a GPU node (a partition on multi-partition parts). Shown in decimal
+/// everywhere (tables, messages, JSON, metrics), as sysfs's `topology/nodes/N/gpu_id` shows it.
 #[derive(
     Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
 )]
@@ -15,7 +16,7 @@ pub struct GpuId(pub u32);
 
 impl fmt::Display for GpuId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{:#x}", self.0)
+        write!(f, "{}", self.0)
     }
 }
 
@@ -126,7 +127,7 @@ mod tests {
         assert_eq!(serde_json::from_str::<Pid>("7").unwrap(), Pid(7));
         assert_eq!(Pid(7).to_string(), "7");
         assert_eq!("7".parse::<Pid>().unwrap(), Pid(7));
-        assert_eq!(GpuId(0x1234).to_string(), "0x1234");
+        assert_eq!(GpuId(0x1234).to_string(), "4660");
         assert_eq!(QueueId(3).to_string(), "queue 3");
     }
 }

@@ -234,6 +234,30 @@ fn run_refuses_bad_class_and_priority() {
     }
 }
 
+/// `kfdq demo` run from a directory without the built-in workloads (a bare `cargo build
+/// --release`) says how to get them, naming --workloads, and changes nothing.
+#[test]
+fn demo_without_its_workloads_names_the_option_that_gives_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let kfdq = dir.path().join("kfdq");
+    std::fs::copy(env!("CARGO_BIN_EXE_kfdq"), &kfdq).unwrap();
+    let out = Command::new(&kfdq)
+        .args(["demo", "--emulator"])
+        .env("PATH", dir.path().join("nothing-here"))
+        .env_remove("KFDQ_SOCKET")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(err.contains("kfdq-latency not found"), "{err}");
+    assert!(
+        err.contains("--workloads DIR") && err.contains("scripts/run.sh"),
+        "{err}"
+    );
+    let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
+    assert_eq!(left.len(), 1, "only the copied kfdq: {left:?}");
+}
+
 #[test]
 #[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn selftest_deactivates_one_queue_and_drains_it_after_reactivation() {

@@ -189,3 +189,64 @@ fn zsh_and_fish_completions_are_written_and_zsh_parses() {
         );
     }
 }
+
+/// The SYNOPSIS line of a rendered page (`man -l` output).
+fn synopsis(text: &str) -> String {
+    let after = text
+        .split("SYNOPSIS")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no SYNOPSIS:\n{text}"));
+    after
+        .split("DESCRIPTION")
+        .next()
+        .unwrap()
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// An option that takes a value shows it in the SYNOPSIS (`[--level LEVEL]`), and a flag shows
+/// none: clap_mangen alone writes `[--level]`, which reads as a flag.
+#[test]
+fn synopsis_shows_the_value_an_option_takes() {
+    let suspend = synopsis(&man(&assets().join("man/kfdq-suspend.1")));
+    assert!(suspend.contains("[--level LEVEL]"), "{suspend}");
+    assert!(
+        suspend.contains("[--json]"),
+        "a flag has no value: {suspend}"
+    );
+    let kfdqd = synopsis(&man(&assets().join("man/kfdqd.8")));
+    assert!(
+        kfdqd.contains("[--config CONFIG]") || kfdqd.contains("[--config FILE]"),
+        "{kfdqd}"
+    );
+    for cmd in subcommands() {
+        let text = synopsis(&man(&assets().join(format!("man/kfdq-{cmd}.1"))));
+        let help = Command::new(env!("CARGO_BIN_EXE_kfdq"))
+            .args([cmd.as_str(), "--help"])
+            .output()
+            .unwrap();
+        let help = String::from_utf8(help.stdout).unwrap();
+        // `--help` lists an option that takes a value as `--name <VALUE>`.
+        for line in help.lines().map(str::trim_start) {
+            let mut words = line.split_whitespace();
+            let (Some(first), Some(second)) = (words.next(), words.next()) else {
+                continue;
+            };
+            let opt = first.trim_end_matches(',');
+            let (opt, value) = if opt.starts_with("--") {
+                (opt, second)
+            } else if opt.starts_with('-') && second.starts_with("--") {
+                (second, words.next().unwrap_or(""))
+            } else {
+                continue;
+            };
+            if let Some(v) = value.strip_prefix('<').and_then(|v| v.strip_suffix('>')) {
+                assert!(
+                    text.contains(&format!("{opt} {v}")),
+                    "kfdq-{cmd}.1's SYNOPSIS lacks `{opt} {v}`: {text}"
+                );
+            }
+        }
+    }
+}

@@ -424,6 +424,8 @@ fn check_checks_what_startup_checks_and_a_busy_metrics_port_leaves_nothing_behin
             "{args:?}: {t}"
         );
         assert!(!t.contains("chmod o-w"), "{args:?}: {t}");
+        // The mode as chmod and ls write it (/tmp: 1777), not a bare "777".
+        assert!(t.contains("(mode 1777"), "{args:?}: {t}");
     }
     // A busy metrics port: --check says so; startup fails before "ready" and leaves no socket.
     let busy = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -589,4 +591,57 @@ fn the_registry_file_of_a_killed_process_goes_at_the_next_process_s_first_publis
     assert!(own.exists());
     next.stop();
     next.finish();
+}
+
+/// `kfdq watch` redraws in place, so a frame line wider than the terminal would wrap and push
+/// the frame down: every line fits the width (`$COLUMNS` when stdout is not a terminal).
+#[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
+fn kfdq_watch_fits_an_80_column_terminal() {
+    let emu = mount();
+    let agent = Agent::start(&emu, CUSTOM);
+    let _w = worker(&emu, &agent, &[("KFDQ_CLASS", "inference")]);
+    agent.wait_connected(_w.pid, 1);
+    let o = Command::new(workspace_bin("kfdq"))
+        .args(["--agent", &agent.sock.display().to_string()])
+        .args(["watch", "--count", "1"])
+        .env("KFDQ_ROOT", emu.root())
+        .env("COLUMNS", "80")
+        .env_remove("KFDQ_SOCKET")
+        .output()
+        .unwrap();
+    assert!(ok(&o), "{}", text(&o));
+    let frame = String::from_utf8_lossy(&o.stdout);
+    // Drop the terminal controls (ESC [ ... letter) to measure what is printed.
+    let mut plain = String::new();
+    let mut chars = frame.chars();
+    while let Some(c) = chars.next() {
+        if c == '\x1b' {
+            for d in chars.by_ref() {
+                if d.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            plain.push(c);
+        }
+    }
+    assert!(
+        plain.contains("inference"),
+        "the frame shows the process: {plain}"
+    );
+    for line in plain.lines() {
+        assert!(
+            line.chars().count() <= 80,
+            "a line of {} columns: {line:?}\n{plain}",
+            line.chars().count()
+        );
+    }
+    // Without a width (a pipe, no $COLUMNS) status prints whole lines for scripts.
+    let o = agent.kfdq(&["status"], None);
+    assert!(
+        text(&o).lines().any(|l| l.chars().count() > 80),
+        "status is not cut: {}",
+        text(&o)
+    );
 }

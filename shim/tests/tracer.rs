@@ -100,6 +100,12 @@ fn a_process_without_the_shim_is_suspended_resumed_and_left_untraced() {
 
     let o = suspend(&agent, lp.pid, "suspend");
     assert!(o.status.success(), "{}", text(&o));
+    // The level in words, not the enum's Debug name ("preempted at Suspend").
+    assert!(
+        text(&o).contains("suspended (level 3) by hand") && !text(&o).contains("Suspend"),
+        "{}",
+        text(&o)
+    );
     wait_for("lp's queues suspended", || {
         all_suspended(&emu, lp.pid, true)
     });
@@ -333,4 +339,60 @@ fn which(name: &str) -> std::path::PathBuf {
         "{name} is not installed: scripts/setup.sh --tests installs it"
     );
     path.into()
+}
+
+/// `kfdq ps` names the agent itself (it opens the GPU to trace) instead of calling it a
+/// process without the shim, and every output shows a GPU id the same way: the decimal that
+/// the JSON, the metrics and sysfs's `gpu_id` show.
+#[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
+fn ps_names_the_agent_and_gpu_ids_read_alike_in_tables_and_json() {
+    let emu = mount();
+    let agent = Agent::start(&emu, CONFIG);
+    let lp = shimless(&emu, "batch");
+    wait_traced(&agent, lp.pid);
+    let me = agent.child.id();
+
+    let o = agent.kfdq(&["--json", "ps"], None);
+    assert!(o.status.success(), "{}", text(&o));
+    let ps: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let procs = ps.as_array().expect("an array");
+    let find = |pid: u32| {
+        procs
+            .iter()
+            .find(|p| p["pid"] == pid)
+            .unwrap_or_else(|| panic!("no pid {pid} in {ps}"))
+    };
+    assert_eq!(find(me)["is_agent"], true, "{ps}");
+    assert_eq!(find(lp.pid)["is_agent"], false, "{ps}");
+    let gpu = find(lp.pid)["queues"][0]["gpu_id"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("no gpu_id: {ps}"))
+        .to_string();
+
+    let table = text(&agent.kfdq(&["ps"], None));
+    let row = |pid: u32| {
+        table
+            .lines()
+            .find(|l| l.split_whitespace().next() == Some(pid.to_string().as_str()))
+            .unwrap_or_else(|| panic!("no ps row for {pid}: {table}"))
+            .to_string()
+    };
+    assert!(row(me).contains("(the agent)"), "{table}");
+    assert!(
+        row(lp.pid).split_whitespace().any(|w| w == gpu),
+        "ps shows gpu {gpu} as the JSON does: {table}"
+    );
+    for args in [&["status"][..], &["topology"][..], &["doctor"][..]] {
+        let out = text(&agent.kfdq(args, None));
+        assert!(
+            out.split(|c: char| !c.is_ascii_alphanumeric())
+                .any(|w| w == gpu),
+            "kfdq {args:?} shows gpu {gpu} in decimal: {out}"
+        );
+        assert!(
+            !out.contains(&format!("{:#x}", gpu.parse::<u32>().unwrap())),
+            "kfdq {args:?} shows a hex gpu id: {out}"
+        );
+    }
 }

@@ -33,7 +33,7 @@ pub fn bind(cfg: &SocketConfig) -> Result<UnixListener, SocketError> {
     let l = UnixListener::bind(path)
         .map_err(|e| SocketError::io(format!("bind {}", path.display()), e))?;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(cfg.mode))
-        .map_err(|e| SocketError::io(format!("chmod {:o} {}", cfg.mode, path.display()), e))?;
+        .map_err(|e| SocketError::io(format!("chmod {:04o} {}", cfg.mode, path.display()), e))?;
     if let Some((name, gid)) = &cfg.group {
         std::os::unix::fs::chown(path, None, Some(*gid))
             .map_err(|e| SocketError::io(format!("chgrp {name} {}", path.display()), e))?;
@@ -55,7 +55,7 @@ fn prepare_dir(dir: &Path, group: Option<&(String, u32)>) -> Result<(), SocketEr
             )
         })?;
         std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode))
-            .map_err(|e| SocketError::io(format!("chmod {mode:o} {}", dir.display()), e))?;
+            .map_err(|e| SocketError::io(format!("chmod {mode:04o} {}", dir.display()), e))?;
         if let Some((name, gid)) = group {
             std::os::unix::fs::chown(dir, None, Some(*gid))
                 .map_err(|e| SocketError::io(format!("chgrp {name} {}", dir.display()), e))?;
@@ -82,13 +82,13 @@ pub fn dir_problem(mode: u32, uid: u32, gid: u32, agent_uid: u32) -> Option<Stri
     // on; the fix is another directory (the error says which).
     if mode & 0o002 != 0 {
         return Some(format!(
-            "is world-writable (mode {:o}, a shared directory)",
+            "is world-writable (mode {:04o}, a shared directory)",
             mode & 0o7777
         ));
     }
     if mode & 0o020 != 0 && gid != 0 {
         return Some(format!(
-            "is writable by group {gid} (mode {:o})",
+            "is writable by group {gid} (mode {:04o})",
             mode & 0o7777
         ));
     }
@@ -112,7 +112,7 @@ pub fn check(cfg: &SocketConfig) -> Result<Vec<String>, SocketError> {
     let mut notes = Vec::new();
     match std::fs::metadata(dir) {
         Err(_) => notes.push(format!(
-            "socket directory {} does not exist: kfdqd creates it (mode {:o})",
+            "socket directory {} does not exist: kfdqd creates it (mode {:04o})",
             dir.display(),
             if cfg.group.is_some() { 0o750 } else { 0o755 }
         )),

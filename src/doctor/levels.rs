@@ -68,7 +68,7 @@ pub(super) fn verdicts(facts: &NodeFacts, out: &mut Vec<Finding>) -> Vec<Partiti
             "resident-slots",
             Status::Info,
             format!(
-                "gpu {gpu_id:#x}: {resident} active queues stay resident ({} HQDs over {} XCCs); beyond that the scheduler time-slices the runlist and priority stops mattering — every HIP stream is a queue, so count streams of all processes",
+                "gpu {gpu_id}: {resident} active queues stay resident ({} HQDs over {} XCCs); beyond that the scheduler time-slices the runlist and priority stops mattering — every HIP stream is a queue, so count streams of all processes",
                 node.hw_queue_slots(),
                 node.num_xcc()
             ),

@@ -10,6 +10,7 @@ use super::status::level_name;
 use super::waiters::{ACK_TIMEOUT, Waiter};
 use super::{NodeState, Out};
 use crate::ids::Pid;
+use crate::policy::Run;
 use crate::proto::control::{ClassAnswer, Control};
 use crate::proto::{Level, Reply, Request};
 
@@ -108,13 +109,18 @@ impl NodeState {
                 if let Some(p) = self.procs.get_mut(&pid) {
                     if p.manual == Some(level) {
                         return Ok(Some(format!(
-                            "process {pid} is already preempted at {level:?} by hand"
+                            "process {pid} is already {} by hand",
+                            level_name(Run::Preempted(level))
                         )));
                     }
                     p.manual = Some(level);
                     p.failed = None;
                 }
-                (pid, true, format!("{level:?}"))
+                (
+                    pid,
+                    true,
+                    format!("{} by hand", level_name(Run::Preempted(level))),
+                )
             }
             Request::Resume { pid } => {
                 self.target(who, pid)?;

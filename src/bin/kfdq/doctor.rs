@@ -69,7 +69,7 @@ fn render(report: &Report) -> String {
     ]);
     for p in &report.partitions {
         let mut row = vec![
-            format!("{:#x}", p.gpu_id),
+            p.gpu_id.to_string(),
             p.gfx.clone(),
             p.cus.to_string(),
             p.xccs.to_string(),
@@ -91,7 +91,7 @@ fn render(report: &Report) -> String {
                 format!("level {}", l.level)
             };
             out.push_str(&format!(
-                "  {:#x} {label} ({}): {}{}\n",
+                "  {} {label} ({}): {}{}\n",
                 p.gpu_id,
                 l.name,
                 if l.works { "" } else { "does not work: " },

@@ -32,6 +32,9 @@ struct ProcessView<'a> {
     class: Option<&'a str>,
     /// True when the process runs under libkfdq_shim.so.
     shim: bool,
+    /// True for the agent itself (kfdqd opens the GPU for the debugger API and the doctor's
+    /// probes; it has no shim and needs none).
+    is_agent: bool,
     queues: Vec<QueueView<'a>>,
     /// In-flight window (AQL packets per queue) the shim enforces; `None`: unbounded.
     window: Option<u32>,
@@ -98,6 +101,10 @@ pub(super) fn run(root: &Root, agent: &std::path::Path, json: bool) -> Result<()
             command: command_of(p.pid),
             class: reg.as_ref().and_then(|r| r.class.as_deref()),
             shim: reg.is_some(),
+            is_agent: status.as_ref().map_or_else(
+                || command_of(p.pid).as_deref() == Some("kfdqd"),
+                |s| s.agent_pid == Pid(p.pid),
+            ),
             queues: p
                 .queues
                 .iter()
@@ -158,6 +165,7 @@ pub(super) fn run(root: &Root, agent: &std::path::Path, json: bool) -> Result<()
     for p in &views {
         let cmd = p.command.clone().unwrap_or_else(|| "?".into());
         let class = match (p.agent, p.shim) {
+            _ if p.is_agent => "(the agent)".into(),
             (Some(a), _) => a.class.clone(),
             (None, true) => p.class.unwrap_or("-").to_string(),
             (None, false) => "(no shim)".into(),
@@ -229,7 +237,7 @@ pub(super) fn run(root: &Root, agent: &std::path::Path, json: bool) -> Result<()
                 cmd.clone(),
                 class.clone(),
                 q.queue.queue_id.0.to_string(),
-                format!("{:#06x}", q.queue.gpu_id.0),
+                q.queue.gpu_id.to_string(),
                 q.type_name.into(),
                 q.queue.ring_size.to_string(),
                 prio,
@@ -286,7 +294,7 @@ fn partition_line(views: &[ProcessView<'_>], gpu: u32, slots: u32) -> String {
         })
         .count();
     let mut line = format!(
-        "gpu {gpu:#06x}: {} queue(s), {active} active, {slots} resident slots",
+        "gpu {gpu}: {} queue(s), {active} active, {slots} resident slots",
         queues.len()
     );
     if active > slots as usize {

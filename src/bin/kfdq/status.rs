@@ -40,7 +40,7 @@ pub fn render(s: &NodeStatus) -> String {
     ]);
     for p in &s.partitions {
         t.row(vec![
-            format!("{:#06x}", p.gpu_id.0),
+            p.gpu_id.to_string(),
             p.resident_slots.to_string(),
             p.cus.to_string(),
             p.queues.to_string(),
@@ -125,24 +125,30 @@ pub fn render(s: &NodeStatus) -> String {
         );
     }
     let c = &s.counters;
+    // A rate of nothing is 0.0, not the float's -0.0.
+    let rate = if c.preempts_per_s == 0.0 {
+        0.0
+    } else {
+        c.preempts_per_s
+    };
+    // One short line per topic: `kfdq watch` redraws in place, and a line wider than the
+    // terminal would wrap and push the frame down.
     out += &format!(
-        "\ndevice-wide preempts caused: {} ({:.1}/s over the last 10 s); decisions {}, commands {} ({} failed)\ndecision latency p50 {:.0} µs, p99 {:.0} µs (the decision alone p99 {:.0} µs); shim ack p50 {:.0} µs, max {:.0} µs; bad messages {}; reloads {} ({} refused)\nleases run out {}; releases the kernel refused {} (retried until they held)\n",
+        "\ndevice-wide preempts caused: {} ({rate:.1}/s over the last 10 s)\n\
+         decisions {}, commands {} ({} failed), bad messages {}\n\
+         decision latency p50 {:.0} µs, p99 {:.0} µs (the decision alone p99 {:.0} µs)\n\
+         shim ack p50 {:.0} µs, max {:.0} µs; reloads {} ({} refused)\n\
+         leases run out {}; releases the kernel refused {} (retried until they held)\n",
         c.preempts,
-        // A rate of nothing is 0.0, not the float's -0.0.
-        if c.preempts_per_s == 0.0 {
-            0.0
-        } else {
-            c.preempts_per_s
-        },
         c.decisions,
         c.commands,
         c.command_failures,
+        c.bad_messages,
         c.decision_us_p50,
         c.decision_us_p99,
         c.decide_us_p99,
         c.ack_us_p50,
         c.ack_us_max,
-        c.bad_messages,
         c.reloads,
         c.reload_failures,
         c.lease_expiries,
@@ -247,7 +253,7 @@ pub(super) fn watch(
                 stdout,
                 "{}\x1b[H{}\x1b[J(every {:.1} s; Ctrl-C to stop)",
                 if n == 0 { "\x1b[2J" } else { "" },
-                render(&s).replace('\n', "\x1b[K\n"),
+                fit(&render(&s), width()).replace('\n', "\x1b[K\n"),
                 interval.as_secs_f64()
             )
             .map_err(|e| CliError::Output(e.to_string()))
@@ -262,8 +268,52 @@ pub(super) fn watch(
     }
 }
 
+/// The width `kfdq watch` draws in: the terminal's, else `$COLUMNS`, else unlimited (a pipe).
+fn width() -> Option<usize> {
+    terminal_size::terminal_size_of(std::io::stdout())
+        .map(|(w, _)| usize::from(w.0))
+        .or_else(|| std::env::var("COLUMNS").ok()?.trim().parse().ok())
+        .filter(|&w| w > 0)
+}
+
+/// Cuts every line of `text` to `width` characters (the last one a `…` where something was
+/// cut), so that a frame redrawn in place never wraps.
+fn fit(text: &str, width: Option<usize>) -> String {
+    let Some(width) = width else {
+        return text.to_owned();
+    };
+    let mut out = String::with_capacity(text.len());
+    for line in text.split_inclusive('\n') {
+        let (body, nl) = match line.strip_suffix('\n') {
+            Some(b) => (b, "\n"),
+            None => (line, ""),
+        };
+        if body.chars().count() > width {
+            out.extend(body.chars().take(width.saturating_sub(1)));
+            out.push('…');
+        } else {
+            out.push_str(body);
+        }
+        out.push_str(nl);
+    }
+    out
+}
+
 /// Writes `value` as one line of JSON (`kfdq watch --json` prints a line per frame).
 fn json_line<T: serde::Serialize>(out: &mut impl Write, value: &T) -> Result<(), CliError> {
     let line = serde_json::to_string(value).map_err(|e| CliError::Output(e.to_string()))?;
     writeln!(out, "{line}").map_err(|e| CliError::Output(e.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::fit;
+
+    #[test]
+    fn fit_cuts_long_lines_and_keeps_short_ones() {
+        let text = "short\nµs wider than ten\n";
+        assert_eq!(fit(text, None), text);
+        assert_eq!(fit(text, Some(10)), "short\nµs wider …\n");
+        assert!(fit(text, Some(10)).lines().all(|l| l.chars().count() <= 10));
+    }
 }

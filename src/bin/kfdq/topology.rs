@@ -115,7 +115,7 @@ pub(super) fn run(root: &Root, json: bool) -> Result<(), CliError> {
     for n in view.nodes.iter().filter(|n| n.kind == "gpu") {
         t.row(vec![
             n.node.to_string(),
-            n.gpu_id.map(|g| format!("{g:#06x}")).unwrap_or_default(),
+            n.gpu_id.map(|g| g.to_string()).unwrap_or_default(),
             n.gfx_target.clone().unwrap_or_else(|| "?".into()),
             n.device_id
                 .map(|d| format!("{d:#06x}"))

@@ -447,7 +447,9 @@ impl SessionEnd {
         let (over, cv) = &self.0.session_over;
         let mut g = crate::locks::lock(over, "session over");
         while !*g {
-            g = cv.wait(g).unwrap_or_else(std::sync::PoisonError::into_inner);
+            g = cv
+                .wait(g)
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
         }
     }
 }

@@ -91,7 +91,13 @@ const LP_IN_FLIGHT: u32 = 4;
 /// The batch job's class in the demo's agent configuration.
 const BATCH_CLASS: &str = "batch";
 
-fn find_exe(name: &str, dir: Option<&Path>) -> Result<PathBuf, CliError> {
+/// How to get the built-in workloads when they are missing.
+const WORKLOADS_FIX: &str = "the built-in workloads are built by scripts/run.sh, which puts them beside kfdq in target/release; or give their directory with --workloads DIR (built against your ROCm on a real GPU), or your own programs with --hp-command and --lp-command";
+/// How to get kfdqd and kfd-emu when they are missing.
+const PROGRAMS_FIX: &str = "install the kfdq package, or build the workspace (cargo build --release) and run target/release/kfdq";
+
+/// Finds `name` in `dir`, else beside this `kfdq` and on `PATH`; `fix` says how to get it.
+fn find_exe(name: &str, dir: Option<&Path>, fix: &str) -> Result<PathBuf, CliError> {
     let mut tried = Vec::new();
     let mut dirs: Vec<PathBuf> = Vec::new();
     match dir {
@@ -116,7 +122,7 @@ fn find_exe(name: &str, dir: Option<&Path>) -> Result<PathBuf, CliError> {
         tried.push(d.display().to_string());
     }
     Err(CliError::Usage(format!(
-        "{name} not found (looked in {}); scripts/run.sh builds it, or pass its directory",
+        "{name} not found (looked in {}); {fix}",
         tried.join(", ")
     )))
 }
@@ -394,7 +400,7 @@ fn workload(
             })
         }
         None => Ok(Workload {
-            argv: std::iter::once(find_exe(name, dir)?.display().to_string())
+            argv: std::iter::once(find_exe(name, dir, WORKLOADS_FIX)?.display().to_string())
                 .chain(args)
                 .collect(),
             builtin: true,
@@ -470,9 +476,9 @@ pub(super) fn run(root: &Path, args: DemoArgs, json: bool) -> Result<(), CliErro
     )?;
     // The programs first: an error naming a missing one leaves no directory behind.
     let shim = super::run::find_shim(None)?;
-    let kfdqd = find_exe("kfdqd", None)?;
+    let kfdqd = find_exe("kfdqd", None, PROGRAMS_FIX)?;
     let kfd_emu = if use_emu {
-        Some(find_exe("kfd-emu", None)?)
+        Some(find_exe("kfd-emu", None, PROGRAMS_FIX)?)
     } else {
         None
     };
