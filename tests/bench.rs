@@ -166,6 +166,14 @@ fn without_the_debugger_api_level_3_is_named_with_its_fix() {
         50_000.0,
         "preempt_fixed_ns",
     );
+    // And the victim's side: with the default 50 µs preempt its work resumes far sooner than
+    // with the 30 ms of `the_victims_side_shows_when_its_work_stops_and_resumes`.
+    let resumes = p50s(p, "l2_victim_resume");
+    assert_eq!(resumes.len(), 2, "{:#}", p["rows"]);
+    for (w, r) in resumes {
+        assert!(r < 15_000.0, "{w} waves: resumed after {r} µs");
+    }
+    assert!(p50s(p, "l3_victim_resume").is_empty());
 }
 
 #[test]
@@ -268,5 +276,53 @@ fn the_bench_dispatches_its_spin_kernel_for_gfx942_and_gfx90a() {
             "preempt_fixed_ns",
         );
         assert!(v[0]["spin_ns_per_iteration"].as_f64().is_some());
+    }
+}
+
+/// The p50 (µs) of each `name` row, by busy waves.
+fn p50s(p: &serde_json::Value, name: &str) -> Vec<(u64, f64)> {
+    p["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["name"] == name)
+        .map(|r| {
+            (
+                r["busy_waves"].as_u64().unwrap(),
+                r["us"]["p50"].as_f64().unwrap(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
+fn the_victims_side_shows_when_its_work_stops_and_resumes() {
+    // A 30 ms preempt (far from the default 50 µs, and far above the emulator's own latency):
+    // a deactivated or suspended stream resumes completing after the reactivation's preempt,
+    // the restore of its W waves and the rest of its saved packet (half of one on average).
+    let (fixed_us, restore) = (30_000, 40);
+    let emu = mount(config(fixed_us, 20, restore, Arbitration::PipePriority));
+    let v = json(&bench(&emu, &["--window-ms", "150"]));
+    let p = &v[0];
+    for level in ["l2", "l3"] {
+        let stops = p50s(p, &format!("{level}_victim_stop"));
+        let resumes = p50s(p, &format!("{level}_victim_resume"));
+        assert_eq!(stops.len(), 2, "{level}: {:#}", p["rows"]);
+        assert_eq!(resumes.len(), 2, "{level}: {:#}", p["rows"]);
+        for ((w, stop), (w2, resume)) in stops.into_iter().zip(resumes) {
+            assert_eq!(w, w2);
+            let expected = (fixed_us * 1000 + restore * w + 50_000) as f64 / 1e3;
+            within(
+                resume,
+                expected,
+                &format!("{level} time to resume, {w} waves"),
+            );
+            // The work stops long before it resumes: the stop is the call's trip, not the cost.
+            assert!(
+                stop < resume / 4.0,
+                "{level}, {w} waves: stopped after {stop} µs, resumed after {resume} µs"
+            );
+        }
     }
 }

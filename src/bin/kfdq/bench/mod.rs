@@ -6,6 +6,7 @@
 //! | the work-group sizes and the bystander's baseline | `plan.rs` |
 //! | busy queues of a known shape, GPU timestamps | `probe.rs` |
 //! | level 2 (UPDATE_QUEUE) | `level2.rs` |
+//! | the victim's side: when its work stops and resumes completing | `victim.rs` |
 //! | level 3 (DBG_TRAP on a child) and the child | `level3.rs` |
 //! | arbitration between priority bands | `arbitration.rs` |
 //! | p50/p99/spread, the CWSR fit | `stats.rs` |
@@ -27,6 +28,7 @@ mod report;
 mod samples;
 mod spin;
 mod stats;
+mod victim;
 
 use kfdq::kfd::{GpuId, Kfd, Node, Root, procfs};
 
