@@ -119,7 +119,9 @@ fn the_calibration_file_carries_the_fit_and_the_node() {
     let out = bench(&emu, &["--write", file.to_str().unwrap()]);
     json(&out);
     let text = std::fs::read_to_string(&file).unwrap();
-    let c = gfx_model::Calibration::parse(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+    let file = gfx_model::Calibration::parse(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+    assert_eq!(file.partitions.len(), 1);
+    let c = file.first();
     within(
         c.model.preempt_fixed_ns as f64,
         250_000.0,
@@ -141,8 +143,8 @@ fn the_calibration_file_carries_the_fit_and_the_node() {
             2560
         )
     );
-    c.check_target(&text, 90402).unwrap();
-    assert!(c.check_target(&text, 90010).is_err());
+    file.check_target(&text, 90402).unwrap();
+    assert!(file.check_target(&text, 90010).is_err());
 }
 
 #[test]
@@ -325,4 +327,53 @@ fn the_victims_side_shows_when_its_work_stops_and_resumes() {
             );
         }
     }
+}
+
+#[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
+fn the_calibration_file_holds_every_partition() {
+    // Two partitions of one MI308X, each with its own costs (what kfd-emu sets from a
+    // calibration file of two partitions).
+    let dir = tempfile::tempdir().unwrap();
+    let topo = dir.path().join("topology.toml");
+    std::fs::write(&topo, "preset = \"mi308x\"\n[[node]]\n[[node]]\n").unwrap();
+    let costs = [(200_000, 40, 60), (700_000, 90, 30)];
+    let emu = mount(EmuConfig {
+        preset: Preset::Mi308x,
+        topology_file: Some(topo),
+        partition_costs: costs
+            .iter()
+            .map(|&(fixed, save, restore)| kfd_emu::PartitionCosts {
+                preempt_fixed_ns: fixed,
+                save_wave_ns: save,
+                restore_wave_ns: restore,
+                arbitration: Arbitration::PipePriority,
+            })
+            .collect(),
+        ..EmuConfig::default()
+    });
+    let file = dir.path().join("node.toml");
+    let v = json(&bench(&emu, &["--write", file.to_str().unwrap()]));
+    assert_eq!(v.as_array().unwrap().len(), 2);
+    let text = std::fs::read_to_string(&file).unwrap();
+    let c = gfx_model::Calibration::parse(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+    assert_eq!(c.partitions.len(), 2, "{text}");
+    for (i, (p, &(fixed, save, restore))) in c.partitions.iter().zip(&costs).enumerate() {
+        assert_eq!(u64::from(p.node.gpu_id), v[i]["gpu_id"].as_u64().unwrap());
+        within(
+            p.model.preempt_fixed_ns as f64,
+            fixed as f64,
+            "preempt_fixed_ns",
+        );
+        within(p.model.save_wave_ns as f64, save as f64, "save_wave_ns");
+        within(
+            p.model.restore_wave_ns as f64,
+            restore as f64,
+            "restore_wave_ns",
+        );
+    }
+    assert_ne!(c.partitions[0].node.gpu_id, c.partitions[1].node.gpu_id);
+    // Both partitions pair with the emulator's two nodes; a one-node reader is refused.
+    assert_eq!(c.pair(&text, &[90402, 90402]).unwrap().len(), 2);
+    assert!(c.pair(&text, &[90402]).is_err());
 }

@@ -208,13 +208,16 @@ pub struct BenchArgs {
     /// with every sample, and their work skews the figures).
     #[arg(long)]
     pub force: bool,
-    /// Write the first measured partition's calibration here (TOML, docs/hardware.md), for
+    /// Write the calibration of every measured partition here (TOML, docs/hardware.md), for
     /// `kfd-emu --calibration`, `preempt-lab sim --calibration` and kfdqd's `calibration` key.
     #[arg(long, value_name = "FILE")]
     pub write: Option<PathBuf>,
     /// Internal: the level-3 measurement's child process (reads requests on stdin).
     #[arg(long, hide = true)]
     pub worker: bool,
+    /// Internal: a helper of the reaction chain (`latency` or `batch`), run under the shim.
+    #[arg(long, hide = true, value_name = "ROLE")]
+    pub helper: Option<String>,
 }
 
 /// `kfdq demo`'s options.

@@ -95,6 +95,16 @@ pub const MEASUREMENTS: &[(&str, &str, &str)] = &[
         "host",
         "level 3, the victim's side: RESUME_QUEUES -> the child's work completes again",
     ),
+    (
+        "agent_reaction",
+        "host",
+        "through the agent: latency launch -> the batch job's last completion (it stopped)",
+    ),
+    (
+        "agent_release",
+        "host",
+        "through the agent: latency work ended -> the batch job completes again",
+    ),
 ];
 
 /// A measurement the node could not give: why, and what to change.
@@ -151,6 +161,8 @@ pub struct PartitionReport {
     /// `stall = fixed + save x saved waves + restore x restored waves` over every stall.
     pub fit: Option<Fit>,
     pub arbitration: Option<ArbitrationResult>,
+    /// The agent's level for class batch when the reaction chain was measured.
+    pub agent_level: Option<String>,
     pub unavailable: Vec<Unavailable>,
 }
 
