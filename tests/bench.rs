@@ -9,10 +9,15 @@ use std::process::{Command, Output};
 use common::*;
 use gfx_model::Arbitration;
 
+/// The reaction chain's entry under "not measured" when no agent answers.
+const NO_AGENT: &str = "reaction chain through the agent";
+
+/// `kfdq bench` on `emu`, with no agent at its socket.
 fn bench(emu: &Emu, extra: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_kfdq"))
         .arg("--root")
         .arg(emu.root())
+        .args(["--agent", "/nonexistent/kfdq.sock"])
         .args(["--json", "bench", "--repeat", "2"])
         .args(extra)
         .output()
@@ -78,12 +83,13 @@ fn the_bench_recovers_the_emulators_parameters() {
         );
         assert!(fit["wave_counts"].as_u64().unwrap() >= 2, "{fit}");
         assert_eq!(p["arbitration"]["verdict"], word, "{:#}", p["arbitration"]);
-        assert_eq!(
-            p["unavailable"].as_array().unwrap().len(),
-            0,
-            "{:#}",
-            p["unavailable"]
-        );
+        // Everything was measured but the reaction chain, which says there is no agent and
+        // how to start one.
+        let u = p["unavailable"].as_array().unwrap();
+        assert_eq!(u.len(), 1, "{u:#?}");
+        assert_eq!(u[0]["measurement"], NO_AGENT);
+        assert!(u[0]["why"].as_str().unwrap().contains("no agent answers"));
+        assert!(u[0]["fix"].as_str().unwrap().contains("kfdqd"), "{u:#?}");
         // Every measurement the issue names is there, with its samples.
         let names: Vec<&str> = p["rows"]
             .as_array()
@@ -157,7 +163,12 @@ fn without_the_debugger_api_level_3_is_named_with_its_fix() {
     });
     let v = json(&bench(&emu, &[]));
     let p = &v[0];
-    let u = p["unavailable"].as_array().unwrap();
+    let u: Vec<_> = p["unavailable"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|u| u["measurement"] != NO_AGENT)
+        .collect();
     assert_eq!(u.len(), 1, "{u:#?}");
     assert_eq!(u[0]["measurement"], "level 3");
     assert!(u[0]["why"].as_str().unwrap().contains("1.13"), "{u:#?}");
@@ -376,4 +387,98 @@ fn the_calibration_file_holds_every_partition() {
     // Both partitions pair with the emulator's two nodes; a one-node reader is refused.
     assert_eq!(c.pair(&text, &[90402, 90402]).unwrap().len(), 2);
     assert!(c.pair(&text, &[90402]).is_err());
+}
+
+/// kfdqd on an emulator, with the classes the reaction chain's helpers run as; killed at drop.
+struct Agent {
+    child: std::process::Child,
+    sock: std::path::PathBuf,
+    state: std::path::PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Agent {
+    fn start(emu: &Emu, batch_level: &str) -> Agent {
+        let dir = tempfile::tempdir().unwrap();
+        let sock = dir.path().join("kfdq.sock");
+        let state = dir.path().join("state");
+        let conf = dir.path().join("kfdq.toml");
+        std::fs::write(
+            &conf,
+            format!(
+                "[agent]\nsocket = \"{}\"\n[[class]]\nname = \"latency\"\nrank = 2\npriority = 13\nmatch = {{ env = true }}\n[[class]]\nname = \"batch\"\nrank = 0\npriority = 3\nlevel = \"{batch_level}\"\nmatch = {{ env = true }}\n",
+                sock.display()
+            ),
+        )
+        .unwrap();
+        let child = Command::new(workspace_bin("kfdqd"))
+            .arg("--config")
+            .arg(&conf)
+            .arg("--root")
+            .arg(emu.root())
+            .env("KFDQ_STATE_DIR", &state)
+            .spawn()
+            .expect("start kfdqd");
+        wait_for("kfdqd's socket", || {
+            std::os::unix::net::UnixStream::connect(&sock).is_ok()
+        });
+        Agent {
+            child,
+            sock,
+            state,
+            _dir: dir,
+        }
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
+fn the_reaction_chain_runs_through_a_running_agent() {
+    let emu = mount(config(50, 20, 20, Arbitration::PipePriority));
+    let agent = Agent::start(&emu, "deactivate");
+    let out = Command::new(env!("CARGO_BIN_EXE_kfdq"))
+        .arg("--root")
+        .arg(emu.root())
+        .arg("--agent")
+        .arg(&agent.sock)
+        .args(["--json", "bench", "--repeat", "2"])
+        .env("KFDQ_SHIM", test_support::bins::shim_path())
+        .env("KFDQ_STATE_DIR", &agent.state)
+        .output()
+        .expect("run kfdq bench");
+    let v = json(&out);
+    let p = &v[0];
+    assert_eq!(p["agent_level"], "deactivate", "{p:#}");
+    let u = p["unavailable"].as_array().unwrap();
+    assert!(u.is_empty(), "{u:#?}");
+    let row = |name: &str| {
+        p["rows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["name"] == name)
+            .unwrap_or_else(|| panic!("{name} missing: {:#}", p["rows"]))
+            .clone()
+    };
+    // The latency request lasts 20 ms: the batch helper stopped during it (its last completion
+    // at most one packet before the launch), and completed again after it ended (the release
+    // rule may hold it a little longer; it never stays stopped past the next sample).
+    let reaction = row("agent_reaction")["us"]["p50"].as_f64().unwrap();
+    assert!(
+        (-200.0..20_000.0).contains(&reaction),
+        "reaction {reaction} µs"
+    );
+    let release = row("agent_release")["us"]["p50"].as_f64().unwrap();
+    assert!(release > -20_000.0, "release {release} µs");
+    // The helpers are gone with their queues, and the agent forgot them.
+    wait_for("the helpers' queues to be gone", || {
+        emu.stats().queues.is_empty()
+    });
 }

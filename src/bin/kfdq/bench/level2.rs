@@ -115,6 +115,7 @@ fn victim_side(plan: &Plan<'_>, probe: &mut Lane<'_>, out: &mut Samples) -> R<()
                 }
                 None => plan.discarded.set(plan.discarded.get() + 1),
             }
+            s.drain()?;
             s.lane
                 .queue
                 .destroy()

@@ -293,6 +293,7 @@ pub fn worker(root: &Root, gpu: GpuId) -> R<()> {
                     watch.stop();
                     (watcher.join().unwrap_or_default(), request)
                 });
+                stream.drain()?;
                 drop(stream);
                 let Some(Ok(request)) = request else { break };
                 let times: Vec<u64> = request

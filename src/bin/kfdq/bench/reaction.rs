@@ -16,6 +16,7 @@ use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use kfdq::kfd::{GpuId, Kfd, Root, Signal};
+use kfdq::policy::Level;
 use kfdq::proto::{Reply, Request};
 
 use super::R;
@@ -30,15 +31,17 @@ use crate::{CliError, kfd_error};
 const BATCH_PACKETS: u32 = 400;
 /// Work-group time of the batch job's packets.
 const BATCH_PACKET_NS: u64 = 200_000;
-/// Work-group time of the latency launch: long enough for the agent to see it busy.
-const LATENCY_NS: u64 = 20_000_000;
+/// The latency request: packets of [`BATCH_PACKET_NS`] back to back (20 ms). A request of
+/// many kernels, as a real one is: the shim sees a queue busy while packets wait in it (its
+/// read index behind its write index), so one long dispatch would look idle once fetched.
+const LATENCY_PACKETS: u32 = 100;
 /// Waves of each helper's dispatches.
 const WAVES: u32 = 64;
 /// A gap of this many packets without a completion is the batch job stopped.
 const GAP_PACKETS: u64 = 4;
 
 /// The agent's answer: its classes' levels, or why the chain cannot be measured.
-fn agent_ready(socket: &Path) -> Result<String, Unavailable> {
+fn agent_ready(socket: &Path) -> Result<Level, Unavailable> {
     let what = "reaction chain through the agent";
     let start = "start kfdqd (systemctl start kfdqd, or `kfdqd --root DIR` on kfd-emu) and point kfdq at it with --agent PATH or KFDQ_SOCKET, then run the bench again";
     let status = match crate::client::ask(socket, &Request::Status) {
@@ -74,7 +77,7 @@ fn agent_ready(socket: &Path) -> Result<String, Unavailable> {
         ));
     };
     match batch.level {
-        Some(l) => Ok(format!("{l:?}")),
+        Some(l) => Ok(l),
         None => Err(Unavailable::new(
             what,
             "the agent's class batch has no preemption level: a latency launch preempts nothing",
@@ -167,7 +170,7 @@ pub fn run(
     ns_per_iteration: f64,
     quiet: bool,
     out: &mut Samples,
-) -> R<Result<String, Unavailable>> {
+) -> R<Result<Level, Unavailable>> {
     let level = match agent_ready(socket) {
         Ok(l) => l,
         Err(u) => return Ok(Err(u)),
@@ -221,7 +224,7 @@ pub fn run(
         return Ok(Err(Unavailable::new(
             "reaction chain through the agent",
             format!(
-                "in {repeat} latency launches the batch helper never stopped (the agent's level for batch: {level})"
+                "in {repeat} latency launches the batch helper never stopped (the agent's level for batch: {level:?})"
             ),
             "check `kfdq status` while the bench runs: the helpers must show as classes latency and batch",
         )));
@@ -260,27 +263,23 @@ fn wait_busy(socket: &Path, pid: u32) -> R<()> {
     }
 }
 
-/// (reaction, release), µs: from the launch to the batch job's last completion before a gap of
-/// [`GAP_PACKETS`] packets, and from the latency work's end to its first completion after it.
-pub fn chain(changes: &[u64], launch_ns: u64, end_ns: u64) -> Option<(f64, f64)> {
-    let gap = GAP_PACKETS * BATCH_PACKET_NS;
-    let after: Vec<u64> = changes
-        .iter()
-        .copied()
-        .filter(|&t| t >= launch_ns)
-        .collect();
-    let before = changes.iter().copied().filter(|&t| t < launch_ns).max()?;
-    let mut last = before;
-    for t in after {
-        if t - last > gap {
-            return Some((
-                (last as f64 - launch_ns as f64) / 1e3,
-                (t as f64 - end_ns as f64) / 1e3,
-            ));
-        }
-        last = t;
-    }
-    None
+/// (reaction, release), µs: the batch job's longest pause in its completions that began before
+/// the latency work ended (and ended after the launch) is its preemption: from the launch to
+/// the pause's start (its last completion), and from the latency work's end to the pause's end
+/// (its first completion again). None without a pause longer than [`GAP_PACKETS`] packets.
+/// The longest, not the first: the completions a process sees come in bursts on a loaded host.
+pub fn chain(changes: &[u64], launch_ns: u64, end_ns: u64) -> Option<(u64, u64)> {
+    changes
+        .windows(2)
+        .map(|w| (w[0], w[1]))
+        .filter(|&(a, b)| a < end_ns && b > launch_ns)
+        .max_by_key(|&(a, b)| b - a)
+        .filter(|&(a, b)| b - a > GAP_PACKETS * BATCH_PACKET_NS)
+}
+
+/// µs from `from` to `to` (signed).
+fn us(from: u64, to: u64) -> f64 {
+    (to as f64 - from as f64) / 1e3
 }
 
 /// The helper's side (`kfdq bench --helper latency|batch --gpu ID`), run under the shim.
@@ -315,9 +314,17 @@ pub fn helper(root: &Root, gpu: GpuId, role: &str) -> R<()> {
         }
         match (role, words.first().copied()) {
             ("latency", Some("go")) => {
+                progress
+                    .set(i64::from(LATENCY_PACKETS))
+                    .map_err(|e| kfd_error("a signal", root, e))?;
+                let packet = lane.packet(WAVES, BATCH_PACKET_NS)?.with_signal(&progress);
                 let launch = victim::mono_ns();
-                lane.submit(WAVES, LATENCY_NS, false)?;
-                lane.finish()?;
+                for _ in 0..LATENCY_PACKETS {
+                    lane.queue
+                        .submit(&packet)
+                        .map_err(|e| lane.err("submitting the latency request", e))?;
+                }
+                wait_drained(&progress, root)?;
                 say(&mut out, &format!("done {launch} {}", victim::mono_ns()))?;
             }
             ("batch", Some("stream")) => {
@@ -356,7 +363,10 @@ pub fn helper(root: &Root, gpu: GpuId, role: &str) -> R<()> {
                     .collect();
                 match (request.starts_with("report "), t.as_slice()) {
                     (true, &[launch, end]) => match chain(&changes, launch, end) {
-                        Some((r, s)) => say(&mut out, &format!("reaction {r} release {s}"))?,
+                        Some((a, b)) => say(
+                            &mut out,
+                            &format!("reaction {} release {}", us(launch, a), us(end, b)),
+                        )?,
                         None => say(&mut out, "reaction none")?,
                     },
                     _ => say(&mut out, "error: report LAUNCH_NS END_NS expected")?,
@@ -369,7 +379,7 @@ pub fn helper(root: &Root, gpu: GpuId, role: &str) -> R<()> {
     Ok(())
 }
 
-/// Waits until the batch stream before ran out (its signal reached 0).
+/// Waits until every packet counted by `s` completed (its signal reached 0).
 fn wait_drained(s: &Signal<'_>, root: &Root) -> R<()> {
     let deadline = Instant::now() + WAIT;
     while s
@@ -392,17 +402,18 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_chain_is_the_last_completion_before_a_gap_and_the_first_after_the_end() {
-        let p = BATCH_PACKET_NS;
-        // Completions every packet; the launch at 10.5 packets; the last before the gap at 12;
-        // the latency work ends at 30 and the batch completes again at 31.
-        let mut changes: Vec<u64> = (1..=12).map(|i| i * p).collect();
-        changes.extend((31..=33).map(|i| i * p));
-        let (r, s) = chain(&changes, 10 * p + p / 2, 30 * p).unwrap();
-        assert_eq!(r, (p + p / 2) as f64 / 1e3);
-        assert_eq!(s, p as f64 / 1e3);
-        // No gap: not stopped.
-        let steady: Vec<u64> = (1..=40).map(|i| i * p).collect();
-        assert_eq!(chain(&steady, 10 * p, 30 * p), None);
+    fn the_chain_is_the_longest_pause_during_the_latency_work() {
+        let ms = 1_000_000;
+        // A burst pause of 3 ms across the launch (0), the preemption from 2.6 ms to 23.4 ms,
+        // the latency work ending at 21.9 ms.
+        let launch = 10 * ms;
+        let at = |x: f64| (launch as f64 + x * ms as f64) as u64;
+        let changes = [at(-2.5), at(-0.5), at(1.7), at(2.6), at(23.4), at(23.6)];
+        let (a, b) = chain(&changes, launch, at(21.9)).unwrap();
+        assert_eq!((a, b), (at(2.6), at(23.4)));
+        assert!((us(launch, a) - 2600.0).abs() < 1.0);
+        // No pause longer than four packets: not stopped.
+        let steady: Vec<u64> = (0..200).map(|i| launch + i * BATCH_PACKET_NS).collect();
+        assert_eq!(chain(&steady, launch + ms, launch + 20 * ms), None);
     }
 }

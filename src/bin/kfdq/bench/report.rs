@@ -162,7 +162,7 @@ pub struct PartitionReport {
     pub fit: Option<Fit>,
     pub arbitration: Option<ArbitrationResult>,
     /// The agent's level for class batch when the reaction chain was measured.
-    pub agent_level: Option<String>,
+    pub agent_level: Option<kfdq::policy::Level>,
     pub unavailable: Vec<Unavailable>,
 }
 

@@ -24,8 +24,9 @@ use crate::{CliError, kfd_error};
 
 /// Work-group time of one packet of the stream: the resolution of the time to stop.
 pub const PACKET_NS: u64 = 100_000;
-/// Packets queued per sample (51 ms of work: more than a sample uses while the queue runs).
-const PACKETS: u32 = 512;
+/// Packets queued per sample (25.6 ms of work: more than a sample uses while the queue runs;
+/// a sample whose stream ran out early is discarded).
+const PACKETS: u32 = 256;
 /// How long the victim stays stopped before it is resumed (at least; see `hold`).
 pub const HOLD: Duration = Duration::from_millis(2);
 
@@ -81,6 +82,29 @@ impl<'k> Stream<'k> {
             std::thread::sleep(Duration::from_micros(20));
         }
         Ok(Stream { lane, progress })
+    }
+
+    /// Waits until the stream ran out (every packet completed and consumed), so that the
+    /// queue is destroyed idle: kfd-emu may still publish a busy queue's read index after
+    /// DESTROY_QUEUE, into memory a later queue of this process reuses.
+    pub fn drain(&self) -> R<()> {
+        let root = self.lane.queue.gpu();
+        let deadline = Instant::now() + WAIT;
+        loop {
+            let v = self.progress.value().unwrap_or(0);
+            let idle = self.lane.queue.read_index().unwrap_or(0)
+                >= self.lane.queue.write_index().unwrap_or(0);
+            if v <= 0 && idle {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                return Err(CliError::Refused(format!(
+                    "the victim's stream on {root} did not run out within {} s: the partition is stuck",
+                    WAIT.as_secs()
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
     }
 }
 
