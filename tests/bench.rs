@@ -442,41 +442,44 @@ impl Drop for Agent {
 #[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn the_reaction_chain_runs_through_a_running_agent() {
     let emu = mount(config(50, 20, 20, Arbitration::PipePriority));
-    let agent = Agent::start(&emu, "deactivate");
-    let out = Command::new(env!("CARGO_BIN_EXE_kfdq"))
-        .arg("--root")
-        .arg(emu.root())
-        .arg("--agent")
-        .arg(&agent.sock)
-        .args(["--json", "bench", "--repeat", "2"])
-        .env("KFDQ_SHIM", test_support::bins::shim_path())
-        .env("KFDQ_STATE_DIR", &agent.state)
-        .output()
-        .expect("run kfdq bench");
-    let v = json(&out);
-    let p = &v[0];
-    assert_eq!(p["agent_level"], "deactivate", "{p:#}");
-    let u = p["unavailable"].as_array().unwrap();
-    assert!(u.is_empty(), "{u:#?}");
-    let row = |name: &str| {
-        p["rows"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|r| r["name"] == name)
-            .unwrap_or_else(|| panic!("{name} missing: {:#}", p["rows"]))
-            .clone()
-    };
-    // The latency request lasts 20 ms: the batch helper stopped during it (its last completion
-    // at most one packet before the launch), and completed again after it ended (the release
-    // rule may hold it a little longer; it never stays stopped past the next sample).
-    let reaction = row("agent_reaction")["us"]["p50"].as_f64().unwrap();
-    assert!(
-        (-200.0..20_000.0).contains(&reaction),
-        "reaction {reaction} µs"
-    );
-    let release = row("agent_release")["us"]["p50"].as_f64().unwrap();
-    assert!(release > -20_000.0, "release {release} µs");
+    for level in ["deactivate", "suspend"] {
+        let agent = Agent::start(&emu, level);
+        let out = Command::new(env!("CARGO_BIN_EXE_kfdq"))
+            .arg("--root")
+            .arg(emu.root())
+            .arg("--agent")
+            .arg(&agent.sock)
+            .args(["--json", "bench", "--repeat", "2"])
+            .env("KFDQ_SHIM", test_support::bins::shim_path())
+            .env("KFDQ_STATE_DIR", &agent.state)
+            .output()
+            .expect("run kfdq bench");
+        let v = json(&out);
+        let p = &v[0];
+        assert_eq!(p["agent_level"], level, "{p:#}");
+        let u = p["unavailable"].as_array().unwrap();
+        assert!(u.is_empty(), "{level}: {u:#?}");
+        let row = |name: &str| {
+            p["rows"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|r| r["name"] == name)
+                .unwrap_or_else(|| panic!("{level}: {name} missing: {:#}", p["rows"]))
+                .clone()
+        };
+        // The latency request lasts 20 ms: the batch helper stopped during it (its last
+        // completion seen before the pause may precede the launch: a process sees completions
+        // in bursts on a loaded host), and completed again after the request began (the release
+        // rule may hold it past the request's end).
+        let reaction = row("agent_reaction")["us"]["p50"].as_f64().unwrap();
+        assert!(
+            (-5_000.0..20_000.0).contains(&reaction),
+            "{level}: reaction {reaction} µs"
+        );
+        let release = row("agent_release")["us"]["p50"].as_f64().unwrap();
+        assert!(release > -20_000.0, "{level}: release {release} µs");
+    }
     // The helpers are gone with their queues, and the agent forgot them.
     wait_for("the helpers' queues to be gone", || {
         emu.stats().queues.is_empty()

@@ -77,6 +77,11 @@ fn agent_ready(socket: &Path) -> Result<Level, Unavailable> {
         ));
     };
     match batch.level {
+        Some(Level::Hold) => Err(Unavailable::new(
+            what,
+            "the agent's class batch is at level 1 (hold): the shim holds HIP launches, and the bench's helpers drive raw KFD queues, which a hold does not stop",
+            "measure with class batch at level 2 or 3 (deactivate or suspend); level 1 needs a helper on the HIP runtime (docs/hardware.md)",
+        )),
         Some(l) => Ok(l),
         None => Err(Unavailable::new(
             what,
@@ -91,6 +96,9 @@ struct Helper {
     child: Child,
     stdin: ChildStdin,
     stdout: BufReader<ChildStdout>,
+    /// What the helper and its shim wrote on stderr (shown only if it fails: the shim warns,
+    /// as it should, that the helper's queue runs work no HIP call submitted).
+    stderr: std::thread::JoinHandle<String>,
 }
 
 impl Helper {
@@ -109,17 +117,26 @@ impl Helper {
             .args(["bench", "--helper", role, "--gpu", &gpu.0.to_string()])
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
             .spawn()
             .map_err(|e| CliError::Output(format!("starting the {role} helper: {e}")))?;
-        let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
+        let (Some(stdin), Some(stdout), Some(mut err)) =
+            (child.stdin.take(), child.stdout.take(), child.stderr.take())
+        else {
             let _ = child.kill();
             let _ = child.wait();
             return Err(CliError::Output(format!("the {role} helper has no pipes")));
         };
+        let stderr = std::thread::spawn(move || {
+            let mut s = String::new();
+            let _ = std::io::Read::read_to_string(&mut err, &mut s);
+            s
+        });
         Ok(Helper {
             child,
             stdin,
             stdout: BufReader::new(stdout),
+            stderr,
         })
     }
 
@@ -136,9 +153,14 @@ impl Helper {
             .read_line(&mut s)
             .map_err(|e| CliError::Output(format!("reading a helper: {e}")))?;
         if s.is_empty() {
-            return Err(CliError::Refused(
-                "a reaction-chain helper exited (its error is above)".into(),
-            ));
+            let _ = self.child.wait();
+            let text = std::mem::replace(&mut self.stderr, std::thread::spawn(String::new))
+                .join()
+                .unwrap_or_default();
+            return Err(CliError::Refused(format!(
+                "a reaction-chain helper exited: {}",
+                text.trim()
+            )));
         }
         Ok(s.trim().to_string())
     }
