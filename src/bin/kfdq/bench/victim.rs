@@ -88,7 +88,7 @@ impl<'k> Stream<'k> {
     /// queue is destroyed idle: kfd-emu may still publish a busy queue's read index after
     /// DESTROY_QUEUE, into memory a later queue of this process reuses.
     pub fn drain(&self) -> R<()> {
-        let root = self.lane.queue.gpu();
+        let gpu = self.lane.queue.gpu();
         let deadline = Instant::now() + WAIT;
         loop {
             let v = self.progress.value().unwrap_or(0);
@@ -99,7 +99,7 @@ impl<'k> Stream<'k> {
             }
             if Instant::now() > deadline {
                 return Err(CliError::Refused(format!(
-                    "the victim's stream on {root} did not run out within {} s: the partition is stuck",
+                    "the victim's stream on {gpu} did not run out within {} s: the partition is stuck",
                     WAIT.as_secs()
                 )));
             }
