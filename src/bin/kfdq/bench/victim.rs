@@ -114,6 +114,8 @@ pub struct Watch {
     stop: AtomicBool,
     /// CLOCK_MONOTONIC of the last change seen.
     last_ns: AtomicU64,
+    /// The signal reached 0: no change will come.
+    ran_out: AtomicBool,
 }
 
 impl Watch {
@@ -129,6 +131,9 @@ impl Watch {
                 seen = v;
                 changes.push(t);
                 self.last_ns.store(t, Ordering::Release);
+                if v <= 0 {
+                    self.ran_out.store(true, Ordering::Release);
+                }
             }
             // Poll tightly (the resolution of the times), yielding now and then on a busy host.
             spins = spins.wrapping_add(1);
@@ -141,11 +146,12 @@ impl Watch {
         changes
     }
 
-    /// Waits until a change at or after `t_ns` was seen; false after [`WAIT`].
+    /// Waits until a change at or after `t_ns` was seen; false when the signal ran out before
+    /// it, or after [`WAIT`].
     pub fn wait_change_after(&self, t_ns: u64) -> bool {
         let deadline = Instant::now() + WAIT;
         while self.last_ns.load(Ordering::Acquire) < t_ns {
-            if Instant::now() > deadline {
+            if self.ran_out.load(Ordering::Acquire) || Instant::now() > deadline {
                 return false;
             }
             std::thread::sleep(Duration::from_micros(50));
