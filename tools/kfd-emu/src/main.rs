@@ -160,8 +160,9 @@ struct ServeArgs {
     #[arg(long, default_value_t = 50, value_name = "N")]
     preempt_cost_us: u64,
     /// A node's calibration (`kfdq bench --write FILE`): its preempt cost, per-wave CWSR costs
-    /// and arbitration (unless `none`) instead of the flags' defaults. Refused when measured on
-    /// another GPU kind than the preset's
+    /// and arbitration (unless `none`) instead of the flags' defaults; a file of several
+    /// partitions sets each partition from its own. Refused when a partition was measured on
+    /// another GPU kind than the node it sets (the topology presented, --topology included)
     #[arg(
         long,
         value_name = "FILE",
