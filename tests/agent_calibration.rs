@@ -6,34 +6,39 @@ mod common;
 use std::process::Command;
 
 use common::*;
-use gfx_model::calibration::{self, Calibration, Measured, MeasuredArbitration, NodeIdentity};
+use gfx_model::calibration::{
+    self, Calibration, Measured, MeasuredArbitration, NodeIdentity, PartitionCalibration,
+};
 use kfdq::agent::AgentConfig;
 use kfdq::policy::Release;
 
 fn file_for(version: u32, round_trip_ns: u64) -> String {
     Calibration {
         format: calibration::FORMAT,
-        node: NodeIdentity {
-            gpu_name: "test".into(),
-            gfx_target: "gfx942".into(),
-            gfx_target_version: version,
-            cus: 80,
-            wave_slots: 2560,
-            kernel: "7.0".into(),
-            mec_firmware: 177,
-            sdma_firmware: 1,
-            kfd_version: "1.17".into(),
-            measured_with: "test".into(),
-        },
-        model: Measured {
-            preempt_fixed_ns: 300_000,
-            save_wave_ns: 100,
-            restore_wave_ns: 100,
-            arbitration: MeasuredArbitration::Pipe,
-            preempt_round_trip_ns: round_trip_ns,
-            preempt_fixed_error_ns: 0,
-            per_wave_error_ns: 0,
-        },
+        partitions: vec![PartitionCalibration {
+            node: NodeIdentity {
+                gpu_name: "test".into(),
+                gpu_id: 0xb1a0,
+                gfx_target: "gfx942".into(),
+                gfx_target_version: version,
+                cus: 80,
+                wave_slots: 2560,
+                kernel: "7.0".into(),
+                mec_firmware: 177,
+                sdma_firmware: 1,
+                kfd_version: "1.17".into(),
+                measured_with: "test".into(),
+            },
+            model: Measured {
+                preempt_fixed_ns: 300_000,
+                save_wave_ns: 100,
+                restore_wave_ns: 100,
+                arbitration: MeasuredArbitration::Pipe,
+                preempt_round_trip_ns: round_trip_ns,
+                preempt_fixed_error_ns: 0,
+                per_wave_error_ns: 0,
+            },
+        }],
     }
     .to_toml()
 }

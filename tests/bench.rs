@@ -9,10 +9,15 @@ use std::process::{Command, Output};
 use common::*;
 use gfx_model::Arbitration;
 
+/// The reaction chain's entry under "not measured" when no agent answers.
+const NO_AGENT: &str = "reaction chain through the agent";
+
+/// `kfdq bench` on `emu`, with no agent at its socket.
 fn bench(emu: &Emu, extra: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_kfdq"))
         .arg("--root")
         .arg(emu.root())
+        .args(["--agent", "/nonexistent/kfdq.sock"])
         .args(["--json", "bench", "--repeat", "2"])
         .args(extra)
         .output()
@@ -78,12 +83,13 @@ fn the_bench_recovers_the_emulators_parameters() {
         );
         assert!(fit["wave_counts"].as_u64().unwrap() >= 2, "{fit}");
         assert_eq!(p["arbitration"]["verdict"], word, "{:#}", p["arbitration"]);
-        assert_eq!(
-            p["unavailable"].as_array().unwrap().len(),
-            0,
-            "{:#}",
-            p["unavailable"]
-        );
+        // Everything was measured but the reaction chain, which says there is no agent and
+        // how to start one.
+        let u = p["unavailable"].as_array().unwrap();
+        assert_eq!(u.len(), 1, "{u:#?}");
+        assert_eq!(u[0]["measurement"], NO_AGENT);
+        assert!(u[0]["why"].as_str().unwrap().contains("no agent answers"));
+        assert!(u[0]["fix"].as_str().unwrap().contains("kfdqd"), "{u:#?}");
         // Every measurement the issue names is there, with its samples.
         let names: Vec<&str> = p["rows"]
             .as_array()
@@ -119,7 +125,9 @@ fn the_calibration_file_carries_the_fit_and_the_node() {
     let out = bench(&emu, &["--write", file.to_str().unwrap()]);
     json(&out);
     let text = std::fs::read_to_string(&file).unwrap();
-    let c = gfx_model::Calibration::parse(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+    let file = gfx_model::Calibration::parse(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+    assert_eq!(file.partitions.len(), 1);
+    let c = file.first();
     within(
         c.model.preempt_fixed_ns as f64,
         250_000.0,
@@ -141,8 +149,8 @@ fn the_calibration_file_carries_the_fit_and_the_node() {
             2560
         )
     );
-    c.check_target(&text, 90402).unwrap();
-    assert!(c.check_target(&text, 90010).is_err());
+    file.check_target(&text, 90402).unwrap();
+    assert!(file.check_target(&text, 90010).is_err());
 }
 
 #[test]
@@ -155,7 +163,12 @@ fn without_the_debugger_api_level_3_is_named_with_its_fix() {
     });
     let v = json(&bench(&emu, &[]));
     let p = &v[0];
-    let u = p["unavailable"].as_array().unwrap();
+    let u: Vec<_> = p["unavailable"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|u| u["measurement"] != NO_AGENT)
+        .collect();
     assert_eq!(u.len(), 1, "{u:#?}");
     assert_eq!(u[0]["measurement"], "level 3");
     assert!(u[0]["why"].as_str().unwrap().contains("1.13"), "{u:#?}");
@@ -166,6 +179,14 @@ fn without_the_debugger_api_level_3_is_named_with_its_fix() {
         50_000.0,
         "preempt_fixed_ns",
     );
+    // And the victim's side: with the default 50 µs preempt its work resumes far sooner than
+    // with the 30 ms of `the_victims_side_shows_when_its_work_stops_and_resumes`.
+    let resumes = p50s(p, "l2_victim_resume");
+    assert_eq!(resumes.len(), 2, "{:#}", p["rows"]);
+    for (w, r) in resumes {
+        assert!(r < 15_000.0, "{w} waves: resumed after {r} µs");
+    }
+    assert!(p50s(p, "l3_victim_resume").is_empty());
 }
 
 #[test]
@@ -269,4 +290,198 @@ fn the_bench_dispatches_its_spin_kernel_for_gfx942_and_gfx90a() {
         );
         assert!(v[0]["spin_ns_per_iteration"].as_f64().is_some());
     }
+}
+
+/// The p50 (µs) of each `name` row, by busy waves.
+fn p50s(p: &serde_json::Value, name: &str) -> Vec<(u64, f64)> {
+    p["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["name"] == name)
+        .map(|r| {
+            (
+                r["busy_waves"].as_u64().unwrap(),
+                r["us"]["p50"].as_f64().unwrap(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
+fn the_victims_side_shows_when_its_work_stops_and_resumes() {
+    // A 30 ms preempt (far from the default 50 µs, and far above the emulator's own latency):
+    // a deactivated or suspended stream resumes completing after the reactivation's preempt,
+    // the restore of its W waves and the rest of its saved packet (half of one on average).
+    let (fixed_us, restore) = (30_000, 40);
+    let emu = mount(config(fixed_us, 20, restore, Arbitration::PipePriority));
+    let v = json(&bench(&emu, &["--window-ms", "150"]));
+    let p = &v[0];
+    for level in ["l2", "l3"] {
+        let stops = p50s(p, &format!("{level}_victim_stop"));
+        let resumes = p50s(p, &format!("{level}_victim_resume"));
+        assert_eq!(stops.len(), 2, "{level}: {:#}", p["rows"]);
+        assert_eq!(resumes.len(), 2, "{level}: {:#}", p["rows"]);
+        for ((w, stop), (w2, resume)) in stops.into_iter().zip(resumes) {
+            assert_eq!(w, w2);
+            let expected = (fixed_us * 1000 + restore * w + 50_000) as f64 / 1e3;
+            within(
+                resume,
+                expected,
+                &format!("{level} time to resume, {w} waves"),
+            );
+            // The work stops long before it resumes: the stop is the call's trip, not the cost.
+            assert!(
+                stop < resume / 4.0,
+                "{level}, {w} waves: stopped after {stop} µs, resumed after {resume} µs"
+            );
+        }
+    }
+}
+
+#[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
+fn the_calibration_file_holds_every_partition() {
+    // Two partitions of one MI308X, each with its own costs (what kfd-emu sets from a
+    // calibration file of two partitions).
+    let dir = tempfile::tempdir().unwrap();
+    let topo = dir.path().join("topology.toml");
+    std::fs::write(&topo, "preset = \"mi308x\"\n[[node]]\n[[node]]\n").unwrap();
+    let costs = [(200_000, 40, 60), (700_000, 90, 30)];
+    let emu = mount(EmuConfig {
+        preset: Preset::Mi308x,
+        topology_file: Some(topo),
+        partition_costs: costs
+            .iter()
+            .map(|&(fixed, save, restore)| kfd_emu::PartitionCosts {
+                preempt_fixed_ns: fixed,
+                save_wave_ns: save,
+                restore_wave_ns: restore,
+                arbitration: Arbitration::PipePriority,
+            })
+            .collect(),
+        ..EmuConfig::default()
+    });
+    let file = dir.path().join("node.toml");
+    let v = json(&bench(&emu, &["--write", file.to_str().unwrap()]));
+    assert_eq!(v.as_array().unwrap().len(), 2);
+    let text = std::fs::read_to_string(&file).unwrap();
+    let c = gfx_model::Calibration::parse(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+    assert_eq!(c.partitions.len(), 2, "{text}");
+    for (i, (p, &(fixed, save, restore))) in c.partitions.iter().zip(&costs).enumerate() {
+        assert_eq!(u64::from(p.node.gpu_id), v[i]["gpu_id"].as_u64().unwrap());
+        within(
+            p.model.preempt_fixed_ns as f64,
+            fixed as f64,
+            "preempt_fixed_ns",
+        );
+        within(p.model.save_wave_ns as f64, save as f64, "save_wave_ns");
+        within(
+            p.model.restore_wave_ns as f64,
+            restore as f64,
+            "restore_wave_ns",
+        );
+    }
+    assert_ne!(c.partitions[0].node.gpu_id, c.partitions[1].node.gpu_id);
+    // Both partitions pair with the emulator's two nodes; a one-node reader is refused.
+    assert_eq!(c.pair(&text, &[90402, 90402]).unwrap().len(), 2);
+    assert!(c.pair(&text, &[90402]).is_err());
+}
+
+/// kfdqd on an emulator, with the classes the reaction chain's helpers run as; killed at drop.
+struct Agent {
+    child: std::process::Child,
+    sock: std::path::PathBuf,
+    state: std::path::PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Agent {
+    fn start(emu: &Emu, batch_level: &str) -> Agent {
+        let dir = tempfile::tempdir().unwrap();
+        let sock = dir.path().join("kfdq.sock");
+        let state = dir.path().join("state");
+        let conf = dir.path().join("kfdq.toml");
+        std::fs::write(
+            &conf,
+            format!(
+                "[agent]\nsocket = \"{}\"\n[[class]]\nname = \"latency\"\nrank = 2\npriority = 13\nmatch = {{ env = true }}\n[[class]]\nname = \"batch\"\nrank = 0\npriority = 3\nlevel = \"{batch_level}\"\nmatch = {{ env = true }}\n",
+                sock.display()
+            ),
+        )
+        .unwrap();
+        let child = Command::new(workspace_bin("kfdqd"))
+            .arg("--config")
+            .arg(&conf)
+            .arg("--root")
+            .arg(emu.root())
+            .env("KFDQ_STATE_DIR", &state)
+            .spawn()
+            .expect("start kfdqd");
+        wait_for("kfdqd's socket", || {
+            std::os::unix::net::UnixStream::connect(&sock).is_ok()
+        });
+        Agent {
+            child,
+            sock,
+            state,
+            _dir: dir,
+        }
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
+fn the_reaction_chain_runs_through_a_running_agent() {
+    let emu = mount(config(50, 20, 20, Arbitration::PipePriority));
+    for level in ["deactivate", "suspend"] {
+        let agent = Agent::start(&emu, level);
+        let out = Command::new(env!("CARGO_BIN_EXE_kfdq"))
+            .arg("--root")
+            .arg(emu.root())
+            .arg("--agent")
+            .arg(&agent.sock)
+            .args(["--json", "bench", "--repeat", "2"])
+            .env("KFDQ_SHIM", test_support::bins::shim_path())
+            .env("KFDQ_STATE_DIR", &agent.state)
+            .output()
+            .expect("run kfdq bench");
+        let v = json(&out);
+        let p = &v[0];
+        assert_eq!(p["agent_level"], level, "{p:#}");
+        let u = p["unavailable"].as_array().unwrap();
+        assert!(u.is_empty(), "{level}: {u:#?}");
+        let row = |name: &str| {
+            p["rows"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|r| r["name"] == name)
+                .unwrap_or_else(|| panic!("{level}: {name} missing: {:#}", p["rows"]))
+                .clone()
+        };
+        // The latency request lasts 20 ms: the batch helper stopped during it (its last
+        // completion seen before the pause may precede the launch: a process sees completions
+        // in bursts on a loaded host), and completed again after the request began (the release
+        // rule may hold it past the request's end).
+        let reaction = row("agent_reaction")["us"]["p50"].as_f64().unwrap();
+        assert!(
+            (-5_000.0..20_000.0).contains(&reaction),
+            "{level}: reaction {reaction} µs"
+        );
+        let release = row("agent_release")["us"]["p50"].as_f64().unwrap();
+        assert!(release > -20_000.0, "{level}: release {release} µs");
+    }
+    // The helpers are gone with their queues, and the agent forgot them.
+    wait_for("the helpers' queues to be gone", || {
+        emu.stats().queues.is_empty()
+    });
 }

@@ -287,7 +287,23 @@ fn calibration(
         .map_or_else(|| file.to_owned(), |d| d.join(file));
     let text = std::fs::read_to_string(&full).map_err(|e| fail(e.to_string()))?;
     let cal = gfx_model::Calibration::parse(&text).map_err(|e| fail(e.to_string()))?;
-    Ok((cal.model.preempt_round_trip_ns, cal.node.gfx_target_version))
+    // The partitions of one node are of one kind (kfdqd checks it against the node's GPUs);
+    // the cost rule has one C: the first partition's.
+    let first = cal.first();
+    if let Some(other) = cal
+        .partitions
+        .iter()
+        .find(|p| p.node.gfx_target_version != first.node.gfx_target_version)
+    {
+        return Err(fail(format!(
+            "its partitions were measured on different GPU kinds ({} and {}); keep the partitions of this node's kind",
+            first.node.gfx_target, other.node.gfx_target
+        )));
+    }
+    Ok((
+        first.model.preempt_round_trip_ns,
+        first.node.gfx_target_version,
+    ))
 }
 
 /// The release rule of `[agent]`: `release = "cost"` (the default) with its parameters, or

@@ -166,12 +166,15 @@ pub enum Command {
     /// (DBG_TRAP SUSPEND/RESUME_QUEUES on a child process with a busy queue), the stall a
     /// bystander's running dispatch suffers per device-wide preempt, the CWSR save and restore
     /// cost per wave (a fit over two busy-queue sizes, with its error) and the arbitration
-    /// between priority bands (equal, pipe, strict or none of these). Call times are on the
-    /// host's clock, stalls on the GPU's (the packet processor's dispatch timestamps). Each
+    /// between priority bands (equal, pipe, strict or none of these), the victim's side (when a
+    /// preempted queue's work stops and resumes completing, as its process sees it) and, when
+    /// an agent answers at --agent / KFDQ_SOCKET, the reaction chain through it (a latency
+    /// launch under `kfdq run` -> the batch helper stopped). Call times are on the host's
+    /// clock, stalls on the GPU's (the packet processor's dispatch timestamps). Each
     /// measurement is repeated (--repeat) and shown as p50, p99 and spread; what the node
     /// cannot give is named with its fix. Refuses partitions other processes use (--force) and
-    /// GPUs the partition model does not describe. --write FILE keeps the result as the
-    /// model's parameters. Example: `kfdq bench --write node.toml`.
+    /// GPUs the partition model does not describe. --write FILE keeps every partition's result
+    /// as the model's parameters. Example: `kfdq bench --write node.toml`.
     Bench(BenchArgs),
     /// Inspect this node: what kfdq can do on each GPU partition, and why not.
     ///
@@ -208,13 +211,16 @@ pub struct BenchArgs {
     /// with every sample, and their work skews the figures).
     #[arg(long)]
     pub force: bool,
-    /// Write the first measured partition's calibration here (TOML, docs/hardware.md), for
+    /// Write the calibration of every measured partition here (TOML, docs/hardware.md), for
     /// `kfd-emu --calibration`, `preempt-lab sim --calibration` and kfdqd's `calibration` key.
     #[arg(long, value_name = "FILE")]
     pub write: Option<PathBuf>,
     /// Internal: the level-3 measurement's child process (reads requests on stdin).
     #[arg(long, hide = true)]
     pub worker: bool,
+    /// Internal: a helper of the reaction chain (`latency` or `batch`), run under the shim.
+    #[arg(long, hide = true, value_name = "ROLE")]
+    pub helper: Option<String>,
 }
 
 /// `kfdq demo`'s options.

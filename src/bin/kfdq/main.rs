@@ -75,7 +75,12 @@ fn main() -> ExitCode {
             cli.json,
         ),
         Command::Demo(args) => demo::run(&cli.root, args, cli.json),
-        Command::Bench(args) => bench::run(&root, args, cli.json),
+        Command::Bench(args) => bench::run(
+            &root,
+            &client::socket_path(cli.agent.as_deref()),
+            args,
+            cli.json,
+        ),
         Command::Run {
             class,
             priority,

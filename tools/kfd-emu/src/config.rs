@@ -269,6 +269,23 @@ pub struct EmuConfig {
     /// (whose packets carry no time); kernels not listed take `default_packet_ns`.
     #[serde(default)]
     pub kernel_wg_ns: BTreeMap<String, u64>,
+    /// Each partition's costs, in topology order, from a calibration file of several
+    /// partitions (`--calibration`); empty: every partition takes the costs above.
+    #[serde(default)]
+    pub partition_costs: Vec<PartitionCosts>,
+}
+
+/// One partition's measured costs (a calibration's `[[partition]]`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PartitionCosts {
+    /// The model's `preempt_fixed_ns`.
+    pub preempt_fixed_ns: u64,
+    /// CWSR cost per wave saved, ns.
+    pub save_wave_ns: u64,
+    /// CWSR cost per wave restored, ns.
+    pub restore_wave_ns: u64,
+    /// The arbitration.
+    pub arbitration: gfx_model::Arbitration,
 }
 
 impl EmuConfig {
@@ -284,6 +301,16 @@ impl EmuConfig {
         } else {
             "7.0.0-kfd-emu"
         }
+    }
+
+    /// The `gfx_target_version` of every GPU node the emulator presents (the topology file's
+    /// overrides included), in topology order.
+    pub fn gfx_target_versions(&self) -> Result<Vec<u64>, EmuError> {
+        Ok(Topology::build(self)?
+            .gpus
+            .iter()
+            .map(|g| g.props.get("gfx_target_version").copied().unwrap_or(0))
+            .collect())
     }
 
     /// The dispatcher's arbitration: the override, else what the kernel mode implies.
@@ -318,6 +345,7 @@ impl Default for EmuConfig {
             queue_priority: false,
             arbitration: None,
             kernel_wg_ns: BTreeMap::new(),
+            partition_costs: Vec::new(),
         }
     }
 }
@@ -362,8 +390,8 @@ pub(crate) fn model_shape(g: &GpuNode) -> gfx_model::Shape {
 
 /// The model's parameters from the emulator's configuration (the rest keep the model's
 /// documented defaults).
-pub(crate) fn model_params(c: &EmuConfig) -> gfx_model::Params {
-    gfx_model::Params {
+pub(crate) fn model_params(c: &EmuConfig, partition: usize) -> gfx_model::Params {
+    let p = gfx_model::Params {
         arbitration: c.effective_arbitration(),
         default_wg_ns: c.default_packet_ns,
         preempt_fixed_ns: c.preempt_cost_us.saturating_mul(1000),
@@ -371,6 +399,16 @@ pub(crate) fn model_params(c: &EmuConfig) -> gfx_model::Params {
         restore_wave_ns: c.restore_wave_ns,
         quantum_ns: c.quantum_us.max(1).saturating_mul(1000),
         ..gfx_model::Params::default()
+    };
+    match c.partition_costs.get(partition) {
+        Some(m) => gfx_model::Params {
+            preempt_fixed_ns: m.preempt_fixed_ns,
+            save_wave_ns: m.save_wave_ns,
+            restore_wave_ns: m.restore_wave_ns,
+            arbitration: m.arbitration,
+            ..p
+        },
+        None => p,
     }
 }
 

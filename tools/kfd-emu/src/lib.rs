@@ -56,7 +56,7 @@ mod sysfs_drm;
 mod sysfs_topology;
 mod topology;
 
-pub use config::{EmuConfig, Preset};
+pub use config::{EmuConfig, PartitionCosts, Preset};
 pub use error::EmuError;
 pub use fault_spec::parse_fault;
 pub use faults::{Failure, Fault, FaultSpec, FaultStats, SpecError, When};

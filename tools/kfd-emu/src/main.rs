@@ -160,8 +160,9 @@ struct ServeArgs {
     #[arg(long, default_value_t = 50, value_name = "N")]
     preempt_cost_us: u64,
     /// A node's calibration (`kfdq bench --write FILE`): its preempt cost, per-wave CWSR costs
-    /// and arbitration (unless `none`) instead of the flags' defaults. Refused when measured on
-    /// another GPU kind than the preset's
+    /// and arbitration (unless `none`) instead of the flags' defaults; a file of several
+    /// partitions sets each partition from its own. Refused when a partition was measured on
+    /// another GPU kind than the node it sets (the topology presented, --topology included)
     #[arg(
         long,
         value_name = "FILE",
@@ -227,24 +228,49 @@ fn load_kernel_times(
     Ok(t.work_group_ns)
 }
 
-/// `--calibration FILE`: the measured parameters, refused when measured on another GPU kind.
+/// `--calibration FILE`: the measured parameters, paired with the GPU nodes the emulator
+/// presents (the topology file's included): a one-partition file sets every partition, a file
+/// of several sets each partition from its own; refused when a partition was measured on
+/// another GPU kind than the node it would set, or the counts differ.
 fn apply_calibration(config: &mut EmuConfig, path: &std::path::Path) -> Result<(), EmuError> {
     let text = std::fs::read_to_string(path).map_err(|source| EmuError::Io {
         context: format!("read calibration {}", path.display()),
         source,
     })?;
-    let here = u32::try_from(config.preset.gfx_target_version()).unwrap_or(0);
-    let cal = gfx_model::Calibration::parse(&text)
-        .and_then(|c| c.check_target(&text, here).map(|()| c))
-        .map_err(|e| EmuError::Config(format!("calibration {}: {e}", path.display())))?;
-    let params = cal.apply(gfx_model::Params {
+    let targets: Vec<u32> = config
+        .gfx_target_versions()?
+        .into_iter()
+        .map(|v| u32::try_from(v).unwrap_or(0))
+        .collect();
+    let refuse = |e: gfx_model::CalibrationError| {
+        EmuError::Config(format!("calibration {}: {e}", path.display()))
+    };
+    let cal = gfx_model::Calibration::parse(&text).map_err(refuse)?;
+    let paired = cal.pair(&text, &targets).map_err(refuse)?;
+    let base = gfx_model::Params {
         arbitration: config.effective_arbitration(),
         ..gfx_model::Params::default()
-    });
-    config.preempt_cost_us = (params.preempt_fixed_ns + 500) / 1000;
-    config.save_wave_ns = params.save_wave_ns;
-    config.restore_wave_ns = params.restore_wave_ns;
-    config.arbitration = Some(params.arbitration);
+    };
+    let each: Vec<gfx_model::Params> = paired.iter().map(|p| p.apply(base)).collect();
+    // The flags' fields show the first partition (config.json); several partitions each
+    // their own.
+    if let Some(first) = each.first() {
+        config.preempt_cost_us = (first.preempt_fixed_ns + 500) / 1000;
+        config.save_wave_ns = first.save_wave_ns;
+        config.restore_wave_ns = first.restore_wave_ns;
+        config.arbitration = Some(first.arbitration);
+    }
+    if cal.partitions.len() > 1 {
+        config.partition_costs = each
+            .iter()
+            .map(|p| kfd_emu::PartitionCosts {
+                preempt_fixed_ns: p.preempt_fixed_ns,
+                save_wave_ns: p.save_wave_ns,
+                restore_wave_ns: p.restore_wave_ns,
+                arbitration: p.arbitration,
+            })
+            .collect();
+    }
     Ok(())
 }
 
@@ -286,6 +312,7 @@ fn serve(args: ServeArgs) -> Result<(), EmuError> {
             Some(path) => load_kernel_times(path)?,
             None => Default::default(),
         },
+        partition_costs: Vec::new(),
     };
     if let Some(path) = &args.calibration {
         apply_calibration(&mut config, path)?;

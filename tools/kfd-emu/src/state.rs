@@ -55,10 +55,11 @@ impl Emu {
         let partitions = topo
             .gpus
             .iter()
-            .map(|g| PartitionState {
+            .enumerate()
+            .map(|(i, g)| PartitionState {
                 model: gfx_model::Partition::new(
                     crate::config::model_shape(g),
-                    crate::config::model_params(&config),
+                    crate::config::model_params(&config, i),
                 ),
                 known: BTreeMap::new(),
                 resets: 0,

@@ -7,7 +7,9 @@ use std::path::Path;
 use std::process::Command;
 
 use common::*;
-use gfx_model::calibration::{self, Calibration, Measured, MeasuredArbitration, NodeIdentity};
+use gfx_model::calibration::{
+    self, Calibration, Measured, MeasuredArbitration, NodeIdentity, PartitionCalibration,
+};
 use serde_json::Value;
 use test_support::bins::workspace_bin;
 use test_support::emu::{EmuConfig, Preset, mount};
@@ -85,27 +87,30 @@ fn a_slower_measured_preempt_costs_the_lab_more_lp_throughput() {
 fn file_for(gfx_target: &str, version: u32) -> String {
     Calibration {
         format: calibration::FORMAT,
-        node: NodeIdentity {
-            gpu_name: "test".into(),
-            gfx_target: gfx_target.into(),
-            gfx_target_version: version,
-            cus: 104,
-            wave_slots: 3328,
-            kernel: "6.12".into(),
-            mec_firmware: 78,
-            sdma_firmware: 1,
-            kfd_version: "1.17".into(),
-            measured_with: "test".into(),
-        },
-        model: Measured {
-            preempt_fixed_ns: 100_000,
-            save_wave_ns: 30,
-            restore_wave_ns: 30,
-            arbitration: MeasuredArbitration::None,
-            preempt_round_trip_ns: calibration::round_trip_ns(100_000, 30, 30, 3328),
-            preempt_fixed_error_ns: 0,
-            per_wave_error_ns: 0,
-        },
+        partitions: vec![PartitionCalibration {
+            node: NodeIdentity {
+                gpu_name: "test".into(),
+                gpu_id: 0xb1a0,
+                gfx_target: gfx_target.into(),
+                gfx_target_version: version,
+                cus: 104,
+                wave_slots: 3328,
+                kernel: "6.12".into(),
+                mec_firmware: 78,
+                sdma_firmware: 1,
+                kfd_version: "1.17".into(),
+                measured_with: "test".into(),
+            },
+            model: Measured {
+                preempt_fixed_ns: 100_000,
+                save_wave_ns: 30,
+                restore_wave_ns: 30,
+                arbitration: MeasuredArbitration::None,
+                preempt_round_trip_ns: calibration::round_trip_ns(100_000, 30, 30, 3328),
+                preempt_fixed_error_ns: 0,
+                per_wave_error_ns: 0,
+            },
+        }],
     }
     .to_toml()
 }

@@ -1,9 +1,11 @@
-//! The node's identity and the calibration file `kfdq bench --write` writes
-//! (`gfx_model::calibration`, docs/hardware.md).
+//! The node's identity and the calibration file `kfdq bench --write` writes: every measured
+//! partition (`gfx_model::calibration`, docs/hardware.md).
 
 use std::path::{Path, PathBuf};
 
-use gfx_model::calibration::{self, Calibration, Measured, MeasuredArbitration, NodeIdentity};
+use gfx_model::calibration::{
+    self, Calibration, Measured, MeasuredArbitration, NodeIdentity, PartitionCalibration,
+};
 use kfdq::kfd::{Kfd, Node, Root};
 
 use super::R;
@@ -57,6 +59,7 @@ pub fn identity(kfd: &Kfd, node: &Node, report: &PartitionReport) -> NodeIdentit
     });
     NodeIdentity {
         gpu_name: product.unwrap_or_else(|| node.name.clone()),
+        gpu_id: report.gpu_id,
         gfx_target: report.gfx_target.clone(),
         gfx_target_version: node.prop("gfx_target_version").unwrap_or(0) as u32,
         cus: report.cus,
@@ -70,8 +73,20 @@ pub fn identity(kfd: &Kfd, node: &Node, report: &PartitionReport) -> NodeIdentit
     }
 }
 
-/// The calibration of a measured partition; refused when the fit or the arbitration is missing.
-pub fn calibration(kfd: &Kfd, node: &Node, report: &PartitionReport) -> R<Calibration> {
+/// The calibration file of the measured partitions (one `[[partition]]` each, in topology
+/// order); refused when a partition gave no fit.
+pub fn calibration(kfd: &Kfd, measured: &[(&Node, &PartitionReport)]) -> R<Calibration> {
+    Ok(Calibration {
+        format: calibration::FORMAT,
+        partitions: measured
+            .iter()
+            .map(|(n, r)| partition(kfd, n, r))
+            .collect::<R<_>>()?,
+    })
+}
+
+/// The calibration of one measured partition; refused when the fit is missing.
+fn partition(kfd: &Kfd, node: &Node, report: &PartitionReport) -> R<PartitionCalibration> {
     let Some(fit) = &report.fit else {
         return Err(CliError::Refused(format!(
             "--write: gpu {:#x} gave no CWSR fit (see \"not measured\" above), so there is no calibration to write",
@@ -90,8 +105,7 @@ pub fn calibration(kfd: &Kfd, node: &Node, report: &PartitionReport) -> R<Calibr
         ns(fit.save_wave_ns),
         ns(fit.restore_wave_ns),
     );
-    Ok(Calibration {
-        format: calibration::FORMAT,
+    Ok(PartitionCalibration {
         node: identity(kfd, node, report),
         model: Measured {
             preempt_fixed_ns: fixed,

@@ -10,6 +10,7 @@ use super::R;
 use super::plan::Plan;
 use super::probe::{Lane, timed};
 use super::samples::Samples;
+use super::victim::{self, Stream, Watch};
 use crate::kfd_error;
 
 /// Runs the level-2 samples on `plan`'s partition.
@@ -65,6 +66,60 @@ pub fn run(plan: &Plan<'_>, out: &mut Samples) -> R<()> {
                 .queue
                 .destroy()
                 .map_err(|e| kfd_error("destroying the busy queue", root, e))?;
+        }
+    }
+    drop(bystander);
+    victim_side(plan, &mut idle, out)
+}
+
+/// The victim's side of level 2: a busy stream of W waves deactivated and reactivated, the
+/// times until its work stops and resumes completing (`victim.rs`).
+fn victim_side(plan: &Plan<'_>, probe: &mut Lane<'_>, out: &mut Samples) -> R<()> {
+    let kfd = plan.kfd;
+    let root = kfd.root();
+    for &w in &plan.victim_waves {
+        for i in 0..plan.repeat {
+            plan.progress(&format!(
+                "level 2, the victim's side, {w} waves: sample {}/{}",
+                i + 1,
+                plan.repeat
+            ));
+            let mut s = Stream::start(kfd, plan.gpu, plan.priority, plan.spin, w)?;
+            let watch = Watch::default();
+            let (changes, calls) = std::thread::scope(|scope| {
+                let progress = &s.progress;
+                let watcher = scope.spawn(|| watch.run(progress));
+                let result = (|| -> R<(u64, u64)> {
+                    let stop_at = victim::mono_ns();
+                    s.lane
+                        .queue
+                        .deactivate()
+                        .map_err(|e| kfd_error("UPDATE_QUEUE to inactive", root, e))?;
+                    victim::hold(probe)?;
+                    let resume_at = victim::mono_ns();
+                    s.lane
+                        .queue
+                        .activate()
+                        .map_err(|e| kfd_error("UPDATE_QUEUE to active", root, e))?;
+                    watch.wait_change_after(resume_at);
+                    Ok((stop_at, resume_at))
+                })();
+                watch.stop();
+                (watcher.join().unwrap_or_default(), result)
+            });
+            let (stop_at, resume_at) = calls?;
+            match victim::times(&changes, stop_at, resume_at) {
+                Some((stop, resume)) => {
+                    out.call("l2_victim_stop", w, stop);
+                    out.call("l2_victim_resume", w, resume);
+                }
+                None => plan.discarded.set(plan.discarded.get() + 1),
+            }
+            s.drain()?;
+            s.lane
+                .queue
+                .destroy()
+                .map_err(|e| kfd_error("destroying the victim's queue", root, e))?;
         }
     }
     Ok(())

@@ -19,6 +19,7 @@ use super::probe::{Lane, timed};
 use super::report::Unavailable;
 use super::samples::Samples;
 use super::spin::{self, Spin};
+use super::victim::{self, Stream, Watch};
 use crate::{CliError, kfd_error};
 
 /// Grace period passed to SUSPEND_QUEUES (1K GPU clocks; 0 is sent as 1 by the kernel): waves
@@ -180,8 +181,59 @@ pub fn run(plan: &Plan<'_>, out: &mut Samples) -> R<Result<(), Unavailable>> {
             }
         }
     }
+    drop(bystander);
+    victim_side(plan, &mut worker, out)?;
     let _ = kfd.dbg_disable(pid);
     Ok(Ok(()))
+}
+
+/// The victim's side of level 3: the child runs a stream of W waves and watches it; the
+/// bench suspends and resumes it and the child answers the times until its work stopped and
+/// resumed completing (`victim.rs`).
+fn victim_side(plan: &Plan<'_>, worker: &mut Worker, out: &mut Samples) -> R<()> {
+    let kfd = plan.kfd;
+    let root = kfd.root();
+    let pid = worker.pid();
+    let mut probe = Lane::new(kfd, plan.gpu, plan.priority, plan.spin)?;
+    for &w in &plan.victim_waves {
+        for i in 0..plan.repeat {
+            plan.progress(&format!(
+                "level 3, the victim's side, {w} waves: sample {}/{}",
+                i + 1,
+                plan.repeat
+            ));
+            let per = plan.spin.map_or(0.0, |s| s.ns_per_iteration.get());
+            let answer = worker.ask(&format!("stream {w} {per}"))?;
+            let qid = answer
+                .strip_prefix("running ")
+                .and_then(|q| q.parse().ok())
+                .map(QueueId)
+                .ok_or_else(|| CliError::Refused(format!("level-3 worker: {answer}")))?;
+            kfd.queue_snapshot(pid, EXCEPTION_QUEUE_NEW)
+                .map_err(|e| kfd_error("DBG_TRAP GET_QUEUE_SNAPSHOT", root, e))?;
+            let stop_at = victim::mono_ns();
+            kfd.suspend_queues(pid, &[qid], GRACE)
+                .map_err(|e| kfd_error("DBG_TRAP SUSPEND_QUEUES", root, e))?;
+            victim::hold(&mut probe)?;
+            let resume_at = victim::mono_ns();
+            kfd.resume_queues(pid, &[qid])
+                .map_err(|e| kfd_error("DBG_TRAP RESUME_QUEUES", root, e))?;
+            let answer = worker.ask(&format!("report {stop_at} {resume_at}"))?;
+            let words: Vec<&str> = answer.split_whitespace().collect();
+            match words.as_slice() {
+                ["times", stop, resume] => {
+                    let (Ok(stop), Ok(resume)) = (stop.parse(), resume.parse()) else {
+                        return Err(CliError::Refused(format!("level-3 worker: {answer}")));
+                    };
+                    out.call("l3_victim_stop", w, stop);
+                    out.call("l3_victim_resume", w, resume);
+                }
+                ["times", "none"] => plan.discarded.set(plan.discarded.get() + 1),
+                _ => return Err(CliError::Refused(format!("level-3 worker: {answer}"))),
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The worker's side (`kfdq bench --worker --gpu ID`): lines on stdin, answers on stdout.
@@ -207,10 +259,58 @@ pub fn worker(root: &Root, gpu: GpuId) -> R<()> {
     };
     say(&mut stdout, "ready")?;
     let mut lane: Option<Lane<'_>> = None;
-    for line in std::io::stdin().lock().lines() {
+    let mut lines = std::io::stdin().lock().lines();
+    while let Some(line) = lines.next() {
         let line = line.map_err(|e| CliError::Output(e.to_string()))?;
         let words: Vec<&str> = line.split_whitespace().collect();
         match words.as_slice() {
+            ["stream", w, per] => {
+                let (Ok(w), Ok(per)) = (w.parse(), per.parse::<f64>()) else {
+                    say(&mut stdout, "error: stream WAVES NS_PER_ITERATION")?;
+                    continue;
+                };
+                if let Some(s) = &spin {
+                    s.ns_per_iteration.set(per);
+                }
+                drop(lane.take());
+                let stream = Stream::start(&kfd, gpu, 7, spin.as_ref(), w)?;
+                say(
+                    &mut stdout,
+                    &format!("running {}", stream.lane.queue.id().0),
+                )?;
+                let watch = Watch::default();
+                let (changes, request) = std::thread::scope(|scope| {
+                    let watcher = scope.spawn(|| watch.run(&stream.progress));
+                    let request = lines.next();
+                    if let Some(Ok(r)) = &request {
+                        let resume_at = r
+                            .split_whitespace()
+                            .nth(2)
+                            .and_then(|t| t.parse().ok())
+                            .unwrap_or(0);
+                        watch.wait_change_after(resume_at);
+                    }
+                    watch.stop();
+                    (watcher.join().unwrap_or_default(), request)
+                });
+                stream.drain()?;
+                drop(stream);
+                let Some(Ok(request)) = request else { break };
+                let times: Vec<u64> = request
+                    .split_whitespace()
+                    .skip(1)
+                    .filter_map(|t| t.parse().ok())
+                    .collect();
+                match (request.starts_with("report "), times.as_slice()) {
+                    (true, &[stop_at, resume_at]) => {
+                        match victim::times(&changes, stop_at, resume_at) {
+                            Some((s, r)) => say(&mut stdout, &format!("times {s} {r}"))?,
+                            None => say(&mut stdout, "times none")?,
+                        }
+                    }
+                    _ => say(&mut stdout, "error: report STOP_NS RESUME_NS expected")?,
+                }
+            }
             ["run", w, ns, per] => {
                 let (Ok(w), Ok(ns), Ok(per)) = (w.parse(), ns.parse(), per.parse::<f64>()) else {
                     say(&mut stdout, "error: run WAVES WG_NS NS_PER_ITERATION")?;

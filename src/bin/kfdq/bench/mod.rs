@@ -6,8 +6,10 @@
 //! | the work-group sizes and the bystander's baseline | `plan.rs` |
 //! | busy queues of a known shape, GPU timestamps | `probe.rs` |
 //! | level 2 (UPDATE_QUEUE) | `level2.rs` |
+//! | the victim's side: when its work stops and resumes completing | `victim.rs` |
 //! | level 3 (DBG_TRAP on a child) and the child | `level3.rs` |
 //! | arbitration between priority bands | `arbitration.rs` |
+//! | the reaction chain through a running agent, and its helpers | `reaction.rs` |
 //! | p50/p99/spread, the CWSR fit | `stats.rs` |
 //! | samples, table and JSON | `samples.rs`, `report.rs` |
 //! | node identity, the calibration file | `identity.rs` |
@@ -23,10 +25,14 @@ mod level2;
 mod level3;
 mod plan;
 mod probe;
+mod reaction;
 mod report;
 mod samples;
 mod spin;
 mod stats;
+mod victim;
+
+use std::path::Path;
 
 use kfdq::kfd::{GpuId, Kfd, Node, Root, procfs};
 
@@ -41,11 +47,20 @@ use samples::Samples;
 pub type R<T> = Result<T, CliError>;
 
 /// `kfdq bench`.
-pub fn run(root: &Root, args: BenchArgs, json: bool) -> R<()> {
+pub fn run(root: &Root, socket: &Path, args: BenchArgs, json: bool) -> R<()> {
     let want = args.gpu.as_deref().map(parse_gpu).transpose()?;
     if args.worker {
         let gpu = want.ok_or_else(|| CliError::Usage("--worker needs --gpu".into()))?;
         return level3::worker(root, gpu);
+    }
+    if let Some(role) = args.helper.as_deref() {
+        let gpu = want.ok_or_else(|| CliError::Usage("--helper needs --gpu".into()))?;
+        if role != "latency" && role != "batch" {
+            return Err(CliError::Usage(format!(
+                "--helper {role:?}: latency or batch"
+            )));
+        }
+        return reaction::helper(root, gpu, role);
     }
     if args.repeat == 0 || args.repeat > 1000 {
         return Err(CliError::Usage(format!(
@@ -73,16 +88,18 @@ pub fn run(root: &Root, args: BenchArgs, json: bool) -> R<()> {
     }
     let mut reports = Vec::new();
     for n in &nodes {
-        reports.push(measure(&kfd, n, &args)?);
+        reports.push(measure(&kfd, n, &args, socket)?);
     }
     if let Some(path) = &args.write {
-        let cal = identity::calibration(&kfd, &nodes[0], &reports[0])?;
+        let measured: Vec<_> = nodes.iter().zip(&reports).collect();
+        let cal = identity::calibration(&kfd, &measured)?;
         std::fs::write(path, cal.to_toml())
             .map_err(|e| CliError::Output(format!("writing {}: {e}", path.display())))?;
         if !json {
+            let gpus: Vec<String> = reports.iter().map(|r| format!("{:#x}", r.gpu_id)).collect();
             eprintln!(
-                "kfdq bench: wrote the calibration of gpu {:#x} to {}",
-                reports[0].gpu_id,
+                "kfdq bench: wrote the calibration of gpu {} to {}",
+                gpus.join(", "),
                 path.display()
             );
         }
@@ -140,7 +157,7 @@ fn check_alone(root: &Root, n: &Node, force: bool) -> R<()> {
     )))
 }
 
-fn measure(kfd: &Kfd, n: &Node, args: &BenchArgs) -> R<PartitionReport> {
+fn measure(kfd: &Kfd, n: &Node, args: &BenchArgs, socket: &Path) -> R<PartitionReport> {
     let gpu = n
         .gpu_id
         .ok_or_else(|| CliError::Refused("a CPU node has no queues".into()))?;
@@ -170,6 +187,7 @@ fn measure(kfd: &Kfd, n: &Node, args: &BenchArgs) -> R<PartitionReport> {
     let mut unavailable = Vec::new();
     let mut fit = None;
     let mut arbitration = None;
+    let mut agent_level = None;
     match WorkSource::detect(kfd.root(), &target, spin.is_some()) {
         WorkSource::Known => {
             plan.calibrate_spin()?;
@@ -209,6 +227,19 @@ fn measure(kfd: &Kfd, n: &Node, args: &BenchArgs) -> R<PartitionReport> {
                     "raise --window-ms so the packet processor sees both queues before the gate ends",
                 ));
             }
+            let per = spin.as_ref().map_or(0.0, |s| s.ns_per_iteration.get());
+            match reaction::run(
+                kfd.root(),
+                socket,
+                gpu,
+                plan.repeat,
+                per,
+                plan.quiet,
+                &mut samples,
+            )? {
+                Ok(level) => agent_level = Some(level),
+                Err(u) => unavailable.push(u),
+            }
         }
         WorkSource::None { why } => {
             level2::calls_only(&plan, &mut samples)?;
@@ -234,6 +265,7 @@ fn measure(kfd: &Kfd, n: &Node, args: &BenchArgs) -> R<PartitionReport> {
         rows: report::rows(&samples),
         fit,
         arbitration,
+        agent_level,
         unavailable,
     })
 }

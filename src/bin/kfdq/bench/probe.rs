@@ -101,7 +101,7 @@ impl<'k> Lane<'k> {
         })
     }
 
-    fn err(&self, doing: &str, e: kfdq::kfd::Error) -> crate::CliError {
+    pub fn err(&self, doing: &str, e: kfdq::kfd::Error) -> crate::CliError {
         kfd_error(format!("{doing} ({})", self.queue.id()), &self.root, e)
     }
 
@@ -129,7 +129,7 @@ impl<'k> Lane<'k> {
 
     /// A dispatch of `wgs` one-wave work-groups of `wg_ns`: the spin kernel when loaded, and
     /// the time in `reserved2` for kfd-emu.
-    fn packet(&self, wgs: u32, wg_ns: u64) -> R<DispatchPacket> {
+    pub fn packet(&self, wgs: u32, wg_ns: u64) -> R<DispatchPacket> {
         let grid = wgs * u32::from(WG_THREADS);
         Ok(match self.spin {
             Some(spin) => {
@@ -172,7 +172,7 @@ impl<'k> Lane<'k> {
 }
 
 /// Waits until `s` reaches 0 (polling: the bench has no interrupt signal).
-fn wait_zero(s: &Signal<'_>, what: &str, root: &Root) -> R<()> {
+pub fn wait_zero(s: &Signal<'_>, what: &str, root: &Root) -> R<()> {
     let deadline = Instant::now() + WAIT;
     loop {
         match s.value() {

@@ -56,6 +56,16 @@ pub const MEASUREMENTS: &[(&str, &str, &str)] = &[
         "level 2, busy queue: stall until its waves are restored",
     ),
     (
+        "l2_victim_stop",
+        "host",
+        "level 2, the victim's side: UPDATE_QUEUE to inactive -> its work's last completion",
+    ),
+    (
+        "l2_victim_resume",
+        "host",
+        "level 2, the victim's side: UPDATE_QUEUE to active -> its work completes again",
+    ),
+    (
         "l3_suspend_call",
         "host",
         "level 3: DBG_TRAP SUSPEND_QUEUES on a busy child, call (returns quiesced)",
@@ -74,6 +84,26 @@ pub const MEASUREMENTS: &[(&str, &str, &str)] = &[
         "l3_resume_stall",
         "gpu",
         "level 3: stall until the child's waves are restored",
+    ),
+    (
+        "l3_victim_stop",
+        "host",
+        "level 3, the victim's side: SUSPEND_QUEUES -> the child's work's last completion",
+    ),
+    (
+        "l3_victim_resume",
+        "host",
+        "level 3, the victim's side: RESUME_QUEUES -> the child's work completes again",
+    ),
+    (
+        "agent_reaction",
+        "host",
+        "through the agent: latency launch -> the batch job's last completion (it stopped)",
+    ),
+    (
+        "agent_release",
+        "host",
+        "through the agent: latency work ended -> the batch job completes again",
     ),
 ];
 
@@ -131,6 +161,8 @@ pub struct PartitionReport {
     /// `stall = fixed + save x saved waves + restore x restored waves` over every stall.
     pub fit: Option<Fit>,
     pub arbitration: Option<ArbitrationResult>,
+    /// The agent's level for class batch when the reaction chain was measured.
+    pub agent_level: Option<kfdq::policy::Level>,
     pub unavailable: Vec<Unavailable>,
 }
 

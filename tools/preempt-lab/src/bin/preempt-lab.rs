@@ -363,7 +363,7 @@ fn run(cli: Cli) -> Result<(), String> {
                 && round_trip_us.is_none()
                 && let Release::Cost(c) = &mut sc.policy.release
             {
-                c.round_trip_ns = cal.model.preempt_round_trip_ns;
+                c.round_trip_ns = cal.first().model.preempt_round_trip_ns;
             }
             if let Some(r) = hp_rate {
                 sc = Sweep::parse("hp-rate")

@@ -1,0 +1,441 @@
+//! The reaction chain through a running agent: a latency-class launch -> the batch job's work
+//! stops completing, and the latency work's end -> the batch job's work completes again.
+//!
+//! Both jobs are helper processes started the way kfdq controls real work, `kfdq run --class
+//! latency|batch` (the shim, its connection to the agent, the agent's decision and level): the
+//! bench itself (`kfdq bench --helper ROLE`, hidden), each with a raw KFD queue (`probe.rs`) of
+//! the spin kernel. The batch helper runs a stream of short packets and watches its completion
+//! signal (`victim.rs`); the latency helper launches one dispatch and says when (CLOCK_MONOTONIC)
+//! and when it ended. The helpers have no HIP runtime, so the shim learns that the latency
+//! queue went busy from its activity samples of the queue's indices (`KFDQ_ACTIVITY_US`), not
+//! from a launch edge: the chain measured is the sampled one (docs/hardware.md).
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::Path;
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use kfdq::kfd::{GpuId, Kfd, Root, Signal};
+use kfdq::policy::Level;
+use kfdq::proto::{Reply, Request};
+
+use super::R;
+use super::probe::{Lane, WAIT};
+use super::report::Unavailable;
+use super::samples::Samples;
+use super::spin::{self, Spin};
+use super::victim::{self, Watch};
+use crate::{CliError, kfd_error};
+
+/// Packets of the batch job's stream per sample (200 µs each: 80 ms of work).
+const BATCH_PACKETS: u32 = 400;
+/// Work-group time of the batch job's packets.
+const BATCH_PACKET_NS: u64 = 200_000;
+/// The latency request: packets of [`BATCH_PACKET_NS`] back to back (20 ms). A request of
+/// many kernels, as a real one is: the shim sees a queue busy while packets wait in it (its
+/// read index behind its write index), so one long dispatch would look idle once fetched.
+const LATENCY_PACKETS: u32 = 100;
+/// Waves of each helper's dispatches.
+const WAVES: u32 = 64;
+/// A gap of this many packets without a completion is the batch job stopped.
+const GAP_PACKETS: u64 = 4;
+
+/// The agent's answer: its classes' levels, or why the chain cannot be measured.
+fn agent_ready(socket: &Path) -> Result<Level, Unavailable> {
+    let what = "reaction chain through the agent";
+    let start = "start kfdqd (systemctl start kfdqd, or `kfdqd --root DIR` on kfd-emu) and point kfdq at it with --agent PATH or KFDQ_SOCKET, then run the bench again";
+    let status = match crate::client::ask(socket, &Request::Status) {
+        Ok(Reply::Status(s)) => s,
+        Ok(other) => {
+            return Err(Unavailable::new(
+                what,
+                format!(
+                    "the agent at {} answered {other:?} to a status request",
+                    socket.display()
+                ),
+                start,
+            ));
+        }
+        Err(e) => {
+            return Err(Unavailable::new(
+                what,
+                format!(
+                    "no agent answers at {}: {}",
+                    socket.display(),
+                    e.into_message()
+                ),
+                start,
+            ));
+        }
+    };
+    let class = |n: &str| status.classes.iter().find(|c| c.name == n);
+    let (Some(_), Some(batch)) = (class("latency"), class("batch")) else {
+        return Err(Unavailable::new(
+            what,
+            "the agent's configuration has no `latency` and `batch` classes (the helpers run as those)",
+            "add [[class]] latency and batch to the agent's configuration (docs/agent.md)",
+        ));
+    };
+    match batch.level {
+        Some(Level::Hold) => Err(Unavailable::new(
+            what,
+            "the agent's class batch is at level 1 (hold): the shim holds HIP launches, and the bench's helpers drive raw KFD queues, which a hold does not stop",
+            "measure with class batch at level 2 or 3 (deactivate or suspend); level 1 needs a helper on the HIP runtime (docs/hardware.md)",
+        )),
+        Some(l) => Ok(l),
+        None => Err(Unavailable::new(
+            what,
+            "the agent's class batch has no preemption level: a latency launch preempts nothing",
+            "give [[class]] batch a level (hold, deactivate or suspend) in the agent's configuration",
+        )),
+    }
+}
+
+/// A helper process under `kfdq run`, killed and reaped if the bench stops early.
+struct Helper {
+    child: Child,
+    stdin: ChildStdin,
+    stdout: BufReader<ChildStdout>,
+    /// What the helper and its shim wrote on stderr (shown only if it fails: the shim warns,
+    /// as it should, that the helper's queue runs work no HIP call submitted).
+    stderr: std::thread::JoinHandle<String>,
+}
+
+impl Helper {
+    fn spawn(root: &Root, socket: &Path, gpu: GpuId, role: &str) -> R<Helper> {
+        let exe = std::env::current_exe()
+            .map_err(|e| CliError::Output(format!("finding kfdq's own binary: {e}")))?;
+        let mut child = Command::new(&exe)
+            .arg("--root")
+            .arg(root.path())
+            .arg("--agent")
+            .arg(socket)
+            .args(["run", "--class", role, "--"])
+            .arg(&exe)
+            .arg("--root")
+            .arg(root.path())
+            .args(["bench", "--helper", role, "--gpu", &gpu.0.to_string()])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|e| CliError::Output(format!("starting the {role} helper: {e}")))?;
+        let (Some(stdin), Some(stdout), Some(mut err)) =
+            (child.stdin.take(), child.stdout.take(), child.stderr.take())
+        else {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(CliError::Output(format!("the {role} helper has no pipes")));
+        };
+        let stderr = std::thread::spawn(move || {
+            let mut s = String::new();
+            let _ = std::io::Read::read_to_string(&mut err, &mut s);
+            s
+        });
+        Ok(Helper {
+            child,
+            stdin,
+            stdout: BufReader::new(stdout),
+            stderr,
+        })
+    }
+
+    fn ask(&mut self, line: &str) -> R<String> {
+        writeln!(self.stdin, "{line}")
+            .and_then(|()| self.stdin.flush())
+            .map_err(|e| CliError::Output(format!("talking to a helper: {e}")))?;
+        self.answer()
+    }
+
+    fn answer(&mut self) -> R<String> {
+        let mut s = String::new();
+        self.stdout
+            .read_line(&mut s)
+            .map_err(|e| CliError::Output(format!("reading a helper: {e}")))?;
+        if s.is_empty() {
+            let _ = self.child.wait();
+            let text = std::mem::replace(&mut self.stderr, std::thread::spawn(String::new))
+                .join()
+                .unwrap_or_default();
+            return Err(CliError::Refused(format!(
+                "a reaction-chain helper exited: {}",
+                text.trim()
+            )));
+        }
+        Ok(s.trim().to_string())
+    }
+}
+
+impl Drop for Helper {
+    fn drop(&mut self) {
+        let _ = writeln!(self.stdin, "quit");
+        let _ = self.stdin.flush();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !matches!(self.child.try_wait(), Ok(Some(_))) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        // A helper that does not quit is ended; it is this bench's child.
+        if !matches!(self.child.try_wait(), Ok(Some(_))) {
+            let _ = self.child.kill();
+        }
+        let _ = self.child.wait();
+    }
+}
+
+/// Measures the chain `repeat` times on `gpu`; `Err(Unavailable)` inside when no agent (or
+/// no level for the batch class) makes it measurable.
+pub fn run(
+    root: &Root,
+    socket: &Path,
+    gpu: GpuId,
+    repeat: u32,
+    ns_per_iteration: f64,
+    quiet: bool,
+    out: &mut Samples,
+) -> R<Result<Level, Unavailable>> {
+    let level = match agent_ready(socket) {
+        Ok(l) => l,
+        Err(u) => return Ok(Err(u)),
+    };
+    let mut batch = Helper::spawn(root, socket, gpu, "batch")?;
+    let mut latency = Helper::spawn(root, socket, gpu, "latency")?;
+    for h in [&mut batch, &mut latency] {
+        let a = h.answer()?;
+        if a != "ready" {
+            return Err(CliError::Refused(format!("reaction-chain helper: {a}")));
+        }
+    }
+    let mut missed = 0;
+    for i in 0..repeat {
+        if !quiet {
+            eprintln!(
+                "kfdq bench: {gpu}: reaction chain through the agent: sample {}/{repeat}",
+                i + 1
+            );
+        }
+        expect(batch.ask(&format!("stream {ns_per_iteration}"))?, "running")?;
+        // The agent learns that the batch job is busy from its shim's activity samples.
+        wait_busy(socket, batch.child.id())?;
+        let done = latency.ask(&format!("go {ns_per_iteration}"))?;
+        let times: Vec<u64> = done
+            .strip_prefix("done ")
+            .map(|t| {
+                t.split_whitespace()
+                    .filter_map(|x| x.parse().ok())
+                    .collect()
+            })
+            .unwrap_or_default();
+        let &[launch, end] = times.as_slice() else {
+            return Err(CliError::Refused(format!("latency helper: {done}")));
+        };
+        let answer = batch.ask(&format!("report {launch} {end}"))?;
+        let words: Vec<&str> = answer.split_whitespace().collect();
+        match words.as_slice() {
+            ["reaction", r, "release", s] => {
+                let (Ok(r), Ok(s)) = (r.parse(), s.parse()) else {
+                    return Err(CliError::Refused(format!("batch helper: {answer}")));
+                };
+                out.call("agent_reaction", 0, r);
+                out.call("agent_release", 0, s);
+            }
+            ["reaction", "none"] => missed += 1,
+            _ => return Err(CliError::Refused(format!("batch helper: {answer}"))),
+        }
+    }
+    if missed == repeat {
+        return Ok(Err(Unavailable::new(
+            "reaction chain through the agent",
+            format!(
+                "in {repeat} latency launches the batch helper never stopped (the agent's level for batch: {level:?})"
+            ),
+            "check `kfdq status` while the bench runs: the helpers must show as classes latency and batch",
+        )));
+    }
+    Ok(Ok(level))
+}
+
+fn expect(answer: String, want: &str) -> R<()> {
+    if answer == want {
+        Ok(())
+    } else {
+        Err(CliError::Refused(format!(
+            "reaction-chain helper: {answer}"
+        )))
+    }
+}
+
+/// Waits until the agent shows `pid` with a busy queue (its shim's activity sample).
+fn wait_busy(socket: &Path, pid: u32) -> R<()> {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        if let Ok(Reply::Status(s)) = crate::client::ask(socket, &Request::Status)
+            && s.processes
+                .iter()
+                .any(|p| p.pid.0 == pid && p.queues.iter().any(|q| q.busy))
+        {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            return Err(CliError::Refused(format!(
+                "the agent did not see the batch helper (pid {pid}) busy within {} s: is it connected (`kfdq status`)?",
+                WAIT.as_secs()
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+/// (reaction, release), µs: the batch job's longest pause in its completions that began before
+/// the latency work ended (and ended after the launch) is its preemption: from the launch to
+/// the pause's start (its last completion), and from the latency work's end to the pause's end
+/// (its first completion again). None without a pause longer than [`GAP_PACKETS`] packets.
+/// The longest, not the first: the completions a process sees come in bursts on a loaded host.
+pub fn chain(changes: &[u64], launch_ns: u64, end_ns: u64) -> Option<(u64, u64)> {
+    changes
+        .windows(2)
+        .map(|w| (w[0], w[1]))
+        .filter(|&(a, b)| a < end_ns && b > launch_ns)
+        .max_by_key(|&(a, b)| b - a)
+        .filter(|&(a, b)| b - a > GAP_PACKETS * BATCH_PACKET_NS)
+}
+
+/// µs from `from` to `to` (signed).
+fn us(from: u64, to: u64) -> f64 {
+    (to as f64 - from as f64) / 1e3
+}
+
+/// The helper's side (`kfdq bench --helper latency|batch --gpu ID`), run under the shim.
+pub fn helper(root: &Root, gpu: GpuId, role: &str) -> R<()> {
+    let kfd = Kfd::open(root).map_err(|e| kfd_error("opening /dev/kfd", root, e))?;
+    // Level 3 needs the runtime enabled (ROCr does it); a node without it keeps levels 1-2.
+    let _ = kfd.runtime_enable(0, false);
+    let spin = match kfd
+        .gpu(gpu)
+        .ok()
+        .and_then(|n| n.prop("gfx_target_version"))
+        .and_then(spin::code_object)
+    {
+        Some(image) => Some(Spin::load(&kfd, gpu, image)?),
+        None => None,
+    };
+    let mut out = std::io::stdout();
+    let say = |out: &mut std::io::Stdout, s: &str| -> R<()> {
+        writeln!(out, "{s}")
+            .and_then(|()| out.flush())
+            .map_err(|e| CliError::Output(e.to_string()))
+    };
+    let mut lane = Lane::new(&kfd, gpu, 7, spin.as_ref())?;
+    let progress = Signal::new(&kfd, gpu, 0).map_err(|e| kfd_error("a signal", root, e))?;
+    say(&mut out, "ready")?;
+    let mut lines = std::io::stdin().lock().lines();
+    while let Some(Ok(line)) = lines.next() {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        let per = words.get(1).and_then(|p| p.parse::<f64>().ok());
+        if let (Some(s), Some(per)) = (&spin, per) {
+            s.ns_per_iteration.set(per);
+        }
+        match (role, words.first().copied()) {
+            ("latency", Some("go")) => {
+                progress
+                    .set(i64::from(LATENCY_PACKETS))
+                    .map_err(|e| kfd_error("a signal", root, e))?;
+                let packet = lane.packet(WAVES, BATCH_PACKET_NS)?.with_signal(&progress);
+                let launch = victim::mono_ns();
+                for _ in 0..LATENCY_PACKETS {
+                    lane.queue
+                        .submit(&packet)
+                        .map_err(|e| lane.err("submitting the latency request", e))?;
+                }
+                wait_drained(&progress, root)?;
+                say(&mut out, &format!("done {launch} {}", victim::mono_ns()))?;
+            }
+            ("batch", Some("stream")) => {
+                wait_drained(&progress, root)?;
+                progress
+                    .set(i64::from(BATCH_PACKETS))
+                    .map_err(|e| kfd_error("a signal", root, e))?;
+                let packet = lane.packet(WAVES, BATCH_PACKET_NS)?.with_signal(&progress);
+                for _ in 0..BATCH_PACKETS {
+                    lane.queue
+                        .submit(&packet)
+                        .map_err(|e| lane.err("submitting the batch stream", e))?;
+                }
+                let watch = Watch::default();
+                let (changes, request) = std::thread::scope(|scope| {
+                    let watcher = scope.spawn(|| watch.run(&progress));
+                    let started = watch.wait_change_after(1);
+                    let request = if started {
+                        say(&mut out, "running").map(|()| lines.next())
+                    } else {
+                        say(&mut out, "error: the batch stream did not start").map(|()| None)
+                    };
+                    if let Ok(Some(Ok(r))) = &request {
+                        // Wait for the completion after the latency work ended (the release).
+                        let end = r.split_whitespace().nth(2).and_then(|t| t.parse().ok());
+                        watch.wait_change_after(end.unwrap_or(0));
+                    }
+                    watch.stop();
+                    (watcher.join().unwrap_or_default(), request)
+                });
+                let Some(Ok(request)) = request? else { break };
+                let t: Vec<u64> = request
+                    .split_whitespace()
+                    .skip(1)
+                    .filter_map(|x| x.parse().ok())
+                    .collect();
+                match (request.starts_with("report "), t.as_slice()) {
+                    (true, &[launch, end]) => match chain(&changes, launch, end) {
+                        Some((a, b)) => say(
+                            &mut out,
+                            &format!("reaction {} release {}", us(launch, a), us(end, b)),
+                        )?,
+                        None => say(&mut out, "reaction none")?,
+                    },
+                    _ => say(&mut out, "error: report LAUNCH_NS END_NS expected")?,
+                }
+            }
+            (_, Some("quit")) => break,
+            _ => say(&mut out, &format!("error: unknown request {line:?}"))?,
+        }
+    }
+    Ok(())
+}
+
+/// Waits until every packet counted by `s` completed (its signal reached 0).
+fn wait_drained(s: &Signal<'_>, root: &Root) -> R<()> {
+    let deadline = Instant::now() + WAIT;
+    while s
+        .value()
+        .map_err(|e| kfd_error("reading the batch signal", root, e))?
+        > 0
+    {
+        if Instant::now() > deadline {
+            return Err(CliError::Refused(
+                "the batch helper's stream did not drain: the partition is stuck".into(),
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_chain_is_the_longest_pause_during_the_latency_work() {
+        let ms = 1_000_000;
+        // A burst pause of 3 ms across the launch (0), the preemption from 2.6 ms to 23.4 ms,
+        // the latency work ending at 21.9 ms.
+        let launch = 10 * ms;
+        let at = |x: f64| (launch as f64 + x * ms as f64) as u64;
+        let changes = [at(-2.5), at(-0.5), at(1.7), at(2.6), at(23.4), at(23.6)];
+        let (a, b) = chain(&changes, launch, at(21.9)).unwrap();
+        assert_eq!((a, b), (at(2.6), at(23.4)));
+        assert!((us(launch, a) - 2600.0).abs() < 1.0);
+        // No pause longer than four packets: not stopped.
+        let steady: Vec<u64> = (0..200).map(|i| launch + i * BATCH_PACKET_NS).collect();
+        assert_eq!(chain(&steady, launch + ms, launch + 20 * ms), None);
+    }
+}
