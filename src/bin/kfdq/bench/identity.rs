@@ -89,7 +89,7 @@ pub fn calibration(kfd: &Kfd, measured: &[(&Node, &PartitionReport)]) -> R<Calib
 fn partition(kfd: &Kfd, node: &Node, report: &PartitionReport) -> R<PartitionCalibration> {
     let Some(fit) = &report.fit else {
         return Err(CliError::Refused(format!(
-            "--write: gpu {:#x} gave no CWSR fit (see \"not measured\" above), so there is no calibration to write",
+            "--write: gpu {} gave no CWSR fit (see \"not measured\" above), so there is no calibration to write",
             report.gpu_id
         )));
     };

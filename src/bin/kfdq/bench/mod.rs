@@ -96,7 +96,7 @@ pub fn run(root: &Root, socket: &Path, args: BenchArgs, json: bool) -> R<()> {
         std::fs::write(path, cal.to_toml())
             .map_err(|e| CliError::Output(format!("writing {}: {e}", path.display())))?;
         if !json {
-            let gpus: Vec<String> = reports.iter().map(|r| format!("{:#x}", r.gpu_id)).collect();
+            let gpus: Vec<String> = reports.iter().map(|r| r.gpu_id.to_string()).collect();
             eprintln!(
                 "kfdq bench: wrote the calibration of gpu {} to {}",
                 gpus.join(", "),

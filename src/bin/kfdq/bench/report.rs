@@ -197,7 +197,7 @@ pub fn rows(samples: &Samples) -> Vec<Row> {
 /// The report of one partition as text.
 pub fn render(p: &PartitionReport) -> String {
     let mut out = format!(
-        "gpu {:#x} ({}, {} CUs, {} wave slots): bystander {} waves, busy queues of {:?} waves, {} samples each\n\n",
+        "gpu {} ({}, {} CUs, {} wave slots): bystander {} waves, busy queues of {:?} waves, {} samples each\n\n",
         p.gpu_id,
         p.gfx_target,
         p.cus,
