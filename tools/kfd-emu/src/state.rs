@@ -46,6 +46,8 @@ pub(crate) struct Emu {
     pub dead_threads: Mutex<Vec<String>>,
     /// Failures a test injected into chosen ioctls.
     pub faults: crate::faults::Faults,
+    /// Partitions taken out of the topology (`kfd-emu/unplug`).
+    pub unplugged: crate::unplug::Unplugged,
 }
 
 impl Emu {
@@ -86,6 +88,7 @@ impl Emu {
             kernels: Default::default(),
             dead_threads: Mutex::new(Vec::new()),
             faults: Default::default(),
+            unplugged: Default::default(),
         }
     }
 
