@@ -23,9 +23,10 @@ use crate::shares::ShareId;
 pub const VISIBILITY_ENV: &str = "ROCR_VISIBLE_DEVICES";
 
 /// Checks a container's share ids against `class`'s configuration and the grants: every id is
-/// one this server advertises, of one partition, healthy, and not held by another grant
-/// (exactly the shares of one grant again is the kubelet re-allocating them). Returns the
-/// partition.
+/// one this server advertises, of one partition, healthy, and held by no grant (the kubelet
+/// keeps its own allocations across its restarts in its checkpoint and does not allocate a
+/// device twice; a share comes free when PodResources shows no container holds it). Returns
+/// the partition.
 pub fn check(
     config: &Config,
     partitions: &[GpuId],
@@ -69,16 +70,10 @@ pub fn check(
             )));
         }
         if let Some(held) = grants.holder(id) {
-            let mut a = held.devices.clone();
-            let mut b = ids.to_vec();
-            a.sort();
-            b.sort();
-            if a != b {
-                return Err(Status::already_exists(format!(
-                    "{resource}: share {id} is already granted (with {:?}); a share goes to one container",
-                    held.devices
-                )));
-            }
+            return Err(Status::already_exists(format!(
+                "{resource}: share {id} is already granted (with {:?}); a share goes to one container until PodResources shows none holds it",
+                held.devices
+            )));
         }
     }
     gpu.ok_or_else(|| Status::invalid_argument("no share ids"))

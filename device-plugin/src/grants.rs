@@ -54,9 +54,7 @@ impl Grants {
             .find(|a| a.devices.iter().any(|d| d == id))
     }
 
-    /// Records a grant and writes the file; on a write error nothing changes. A grant of
-    /// exactly the same shares (the kubelet allocating them again for a restarted container)
-    /// replaces the old one.
+    /// Records a grant and writes the file; on a write error nothing changes.
     pub fn add(
         &mut self,
         token: Token,
@@ -65,13 +63,6 @@ impl Grants {
         devices: Vec<String>,
     ) -> Result<(), AllocationError> {
         let mut next = self.file.clone();
-        let mut sorted = devices.clone();
-        sorted.sort();
-        next.allocations.retain(|a| {
-            let mut d = a.devices.clone();
-            d.sort();
-            d != sorted
-        });
         next.allocations.push(Allocation {
             token: token.clone(),
             class: class.to_owned(),
@@ -179,10 +170,7 @@ mod tests {
         let back = AllocationFile::read(&path).unwrap();
         assert_eq!(back.allocations.len(), 1);
         assert_eq!(back.find(&t1).unwrap().pod.as_ref(), Some(&pod));
-        // The same shares granted again replace the old grant.
-        let t3 = new_token().unwrap();
-        g.add(t3.clone(), "latency", GpuId(7), vec!["7-latency-0".into()])
-            .unwrap();
-        assert!(g.file().find(&t1).is_none() && g.file().find(&t3).is_some());
+        assert_eq!(g.holder("7-latency-0").unwrap().token, t1);
+        assert!(g.holder("7-batch-0").is_none());
     }
 }

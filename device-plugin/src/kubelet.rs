@@ -27,6 +27,12 @@ pub enum KubeletError {
         /// The transport's error.
         source: tonic::transport::Error,
     },
+    /// No answer in time.
+    #[error("{path}: no answer within {CALL_TIMEOUT:?}")]
+    Timeout {
+        /// The socket.
+        path: PathBuf,
+    },
     /// The kubelet answered with an error.
     #[error("{path}: {status}")]
     Call {
@@ -35,6 +41,24 @@ pub enum KubeletError {
         /// The kubelet's answer.
         status: Box<tonic::Status>,
     },
+}
+
+/// How long a call to the kubelet may take: it answers Register and List from memory; a
+/// kubelet that accepted the connection and hangs must not stop the plugin's other work.
+pub const CALL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// `f`, or [`KubeletError::Timeout`] after [`CALL_TIMEOUT`].
+pub async fn within<T>(
+    path: &Path,
+    f: impl std::future::Future<Output = Result<T, KubeletError>>,
+) -> Result<T, KubeletError> {
+    tokio::time::timeout(CALL_TIMEOUT, f)
+        .await
+        .unwrap_or_else(|_| {
+            Err(KubeletError::Timeout {
+                path: path.to_owned(),
+            })
+        })
 }
 
 /// A gRPC channel to the server on the Unix socket `path` (the URI is a placeholder that
@@ -64,6 +88,18 @@ pub fn inode(path: &Path) -> Option<u64> {
 /// Registers `resource_name`, served on `endpoint` (a file name in the kubelet's directory),
 /// with the kubelet at `kubelet_sock`.
 pub async fn register(
+    kubelet_sock: &Path,
+    endpoint: &str,
+    resource_name: &str,
+) -> Result<(), KubeletError> {
+    within(
+        kubelet_sock,
+        register_now(kubelet_sock, endpoint, resource_name),
+    )
+    .await
+}
+
+async fn register_now(
     kubelet_sock: &Path,
     endpoint: &str,
     resource_name: &str,

@@ -9,10 +9,17 @@ use kfdq::proto::allocation::PodRef;
 
 use crate::api::podresources::ListPodResourcesRequest;
 use crate::api::podresources::pod_resources_lister_client::PodResourcesListerClient;
-use crate::kubelet::{KubeletError, unix_channel};
+use crate::kubelet::{KubeletError, unix_channel, within};
 
 /// Every device id of a resource under `prefix/` that a container holds, with the container.
 pub async fn holders(
+    socket: &Path,
+    prefix: &str,
+) -> Result<BTreeMap<String, PodRef>, KubeletError> {
+    within(socket, holders_now(socket, prefix)).await
+}
+
+async fn holders_now(
     socket: &Path,
     prefix: &str,
 ) -> Result<BTreeMap<String, PodRef>, KubeletError> {
