@@ -676,7 +676,7 @@ impl Filesystem for KfdFs {
                 FopenFlags::FOPEN_DIRECT_IO,
             ),
             Kind::Unplug => reply.opened(
-                self.new_handle(Handle::Unplug(crate::unplug::render(&self.emu))),
+                self.new_handle(Handle::Unplug(crate::unplug::render(&self.emu.unplugged))),
                 FopenFlags::FOPEN_DIRECT_IO,
             ),
         }
@@ -743,7 +743,7 @@ impl Filesystem for KfdFs {
                     };
                 }
                 Some(Handle::Unplug(_)) => {
-                    return match crate::unplug::write(&self.emu, data) {
+                    return match crate::unplug::write(&self.emu.unplugged, &self.emu.topo, data) {
                         Ok(()) => reply.written(data.len() as u32),
                         Err(_) => reply.error(Errno::EINVAL),
                     };

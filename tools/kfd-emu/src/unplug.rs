@@ -11,7 +11,7 @@
 use std::collections::BTreeSet;
 use std::sync::Mutex;
 
-use crate::state::Emu;
+use crate::config::Topology;
 
 /// The gpu_ids unplugged now.
 #[derive(Debug, Default)]
@@ -25,8 +25,8 @@ impl Unplugged {
 }
 
 /// The file's content now.
-pub(crate) fn render(emu: &Emu) -> Vec<u8> {
-    let ids: Vec<u32> = crate::locks::lock(&emu.unplugged.0, "unplugged")
+pub(crate) fn render(unplugged: &Unplugged) -> Vec<u8> {
+    let ids: Vec<u32> = crate::locks::lock(&unplugged.0, "unplugged")
         .iter()
         .copied()
         .collect();
@@ -42,13 +42,13 @@ enum Line {
 }
 
 /// Applies a write: every line or none.
-pub(crate) fn write(emu: &Emu, data: &[u8]) -> Result<(), String> {
+pub(crate) fn write(unplugged: &Unplugged, topo: &Topology, data: &[u8]) -> Result<(), String> {
     let text =
         std::str::from_utf8(data).map_err(|_| "kfd-emu/unplug: not UTF-8 text".to_string())?;
     let gpu = |s: &str| -> Result<u32, String> {
         s.parse::<u32>()
             .ok()
-            .filter(|g| emu.topo.gpu_index(*g).is_some())
+            .filter(|g| topo.gpu_index(*g).is_some())
             .ok_or_else(|| format!("kfd-emu/unplug: {s:?} is not a gpu_id of this emulator (see kfd-emu/config.json)"))
     };
     let lines = text
@@ -65,7 +65,7 @@ pub(crate) fn write(emu: &Emu, data: &[u8]) -> Result<(), String> {
         })
         .collect::<Result<Vec<_>, _>>()
         .inspect_err(|e| tracing::warn!("{e}"))?;
-    let mut set = crate::locks::lock(&emu.unplugged.0, "unplugged");
+    let mut set = crate::locks::lock(&unplugged.0, "unplugged");
     for l in lines {
         match l {
             Line::Remove(g) => {
