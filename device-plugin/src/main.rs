@@ -16,9 +16,10 @@ use kfdq_device_plugin::run;
 /// agent's socket and an allocation token: kfdqd then holds its processes to the class of
 /// the share, whatever their environment says.
 ///
-/// Run by the kfdqd DaemonSet (deploy/kubernetes/kfdqd-daemonset.yaml) next to kfdqd, as
-/// root, with the kubelet's device-plugins and pod-resources directories and /var/lib/kfdq
-/// mounted. Logs go to stderr (KFDQ_LOG=debug for more).
+/// Run by the kfdq-device-plugin DaemonSet (deploy/kubernetes/kfdqd-daemonset.yaml) on the
+/// nodes labelled kfdq.io/gpu-sharing=true, beside kfdqd, as root, with the kubelet's
+/// device-plugins and pod-resources directories and /var/lib/kfdq mounted. Logs go to stderr
+/// (KFDQ_LOG=debug for more). Design and configuration: docs/kubernetes.md.
 ///
 /// Examples:
 ///   kfdq-device-plugin --config /etc/kfdq/device-plugin.toml --check
