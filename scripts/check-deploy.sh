@@ -22,20 +22,36 @@ step "Kubernetes manifests: kubernetes-validate --strict deploy/kubernetes/*.yam
 
 kfdqd=$(target_dir)/debug/kfdqd
 [[ -x $kfdqd ]] || die "$kfdqd is not built" "scripts/test.sh builds the workspace first; or run 'cargo build --workspace'"
-step "the ConfigMap's kfdq.toml: kfdqd --check"
-conf=$(mktemp /tmp/kfdq-configmap.XXXXXX.toml)
-"$venv/bin/python" - deploy/kubernetes/kfdqd-daemonset.yaml >"$conf" <<'PY' ||
+# configmap_key KEY FILE: the ConfigMap's KEY (a file's text) written to FILE.
+configmap_key() {
+    "$venv/bin/python" - deploy/kubernetes/kfdqd-daemonset.yaml "$1" >"$2" <<'PY' ||
 import sys, yaml
 for doc in yaml.safe_load_all(open(sys.argv[1])):
-    if doc and doc.get("kind") == "ConfigMap" and "kfdq.toml" in doc.get("data", {}):
-        print(doc["data"]["kfdq.toml"])
+    if doc and doc.get("kind") == "ConfigMap" and sys.argv[2] in doc.get("data", {}):
+        print(doc["data"][sys.argv[2]])
         break
 else:
-    sys.exit("no ConfigMap with kfdq.toml")
+    sys.exit("no ConfigMap with " + sys.argv[2])
 PY
-    die "could not read kfdq.toml from the ConfigMap in deploy/kubernetes/kfdqd-daemonset.yaml"
+        die "could not read $1 from the ConfigMap in deploy/kubernetes/kfdqd-daemonset.yaml"
+}
+step "the ConfigMap's kfdq.toml: kfdqd --check"
+conf=$(mktemp /tmp/kfdq-configmap.XXXXXX.toml)
+configmap_key kfdq.toml "$conf"
 "$kfdqd" --check --config "$conf" || die "kfdqd refused the ConfigMap's kfdq.toml (above)"
 rm -f "$conf"
+
+plugin=$(target_dir)/debug/kfdq-device-plugin
+[[ -x $plugin ]] || die "$plugin is not built" "scripts/test.sh builds the workspace first; or run 'cargo build --workspace'"
+step "the ConfigMap's device-plugin.toml: kfdq-device-plugin --check"
+conf=$(mktemp /tmp/kfdq-configmap.XXXXXX.toml)
+configmap_key device-plugin.toml "$conf"
+"$plugin" --check --config "$conf" >/dev/null ||
+    die "kfdq-device-plugin refused the ConfigMap's device-plugin.toml (above)"
+rm -f "$conf"
+step "the example plugin configuration: kfdq-device-plugin --check deploy/device-plugin.toml"
+"$plugin" --check --config deploy/device-plugin.toml >/dev/null ||
+    die "kfdq-device-plugin refused deploy/device-plugin.toml (above)"
 
 step "the example configuration: kfdqd --check deploy/kfdq.toml"
 "$kfdqd" --check --config deploy/kfdq.toml >/dev/null || die "kfdqd refused deploy/kfdq.toml (above)"

@@ -25,6 +25,8 @@ cargo build --quiet --release --locked -p kfdq --bin kfdq --bin kfdqd ||
     die "cargo build --release of kfdq failed (errors above)"
 cargo build --quiet --release --locked -p kfdq-shim --lib ||
     die "cargo build --release of the shim failed (errors above)"
+cargo build --quiet --release --locked -p kfdq-device-plugin --bin kfdq-device-plugin ||
+    die "cargo build --release of the device plugin failed (errors above)"
 
 target=$(target_dir)
 rel=$target/release
@@ -41,10 +43,13 @@ mkdir -p "$stage/DEBIAN"
 step "staging $stage"
 install -D -m 0755 "$rel/kfdq" "$stage/usr/bin/kfdq"
 install -D -m 0755 "$rel/kfdqd" "$stage/usr/bin/kfdqd"
+install -D -m 0755 "$rel/kfdq-device-plugin" "$stage/usr/bin/kfdq-device-plugin"
 install -D -m 0644 "$rel/libkfdq_shim.so" "$stage/usr/lib/kfdq/libkfdq_shim.so"
-strip --strip-debug "$stage/usr/bin/kfdq" "$stage/usr/bin/kfdqd" "$stage/usr/lib/kfdq/libkfdq_shim.so"
+strip --strip-debug "$stage/usr/bin/kfdq" "$stage/usr/bin/kfdqd" "$stage/usr/bin/kfdq-device-plugin" \
+    "$stage/usr/lib/kfdq/libkfdq_shim.so"
 install -D -m 0644 deploy/systemd/kfdqd.service "$stage/lib/systemd/system/kfdqd.service"
 install -D -m 0644 deploy/kfdq.toml "$stage/etc/kfdq/kfdq.toml"
+install -D -m 0644 deploy/device-plugin.toml "$stage/etc/kfdq/device-plugin.toml"
 
 assets=$rel/assets
 [[ -f $assets/man/kfdq.1 ]] || die "$assets/man/kfdq.1 is missing" "build.rs writes it; run 'cargo build --release -p kfdq'"
@@ -71,7 +76,8 @@ License: MIT or Apache-2.0
 COPYRIGHT
 
 # The highest glibc symbol version the binaries need is the package's libc6 dependency.
-glibc=$(objdump -T "$stage/usr/bin/kfdq" "$stage/usr/bin/kfdqd" "$stage/usr/lib/kfdq/libkfdq_shim.so" |
+glibc=$(objdump -T "$stage/usr/bin/kfdq" "$stage/usr/bin/kfdqd" "$stage/usr/bin/kfdq-device-plugin" \
+    "$stage/usr/lib/kfdq/libkfdq_shim.so" |
     grep -o 'GLIBC_[0-9.]*' | sed 's/GLIBC_//' | sort -V | tail -n 1)
 [[ -n $glibc ]] || die "no glibc symbol versions found in the binaries"
 size=$(du -sk --exclude=DEBIAN "$stage" | cut -f1)
@@ -94,7 +100,7 @@ Description: GPU queue priorities and preemption for AMD Instinct nodes
  This package holds the node agent kfdqd (a systemd service), the kfdq
  command line, and the launch shim libkfdq_shim.so that kfdq run preloads.
 CONTROL
-echo /etc/kfdq/kfdq.toml >"$stage/DEBIAN/conffiles"
+printf '%s\n' /etc/kfdq/kfdq.toml /etc/kfdq/device-plugin.toml >"$stage/DEBIAN/conffiles"
 cat >"$stage/DEBIAN/postinst" <<'POSTINST'
 #!/bin/sh
 set -e

@@ -52,6 +52,8 @@ enum Kind {
     Config,
     /// `kfd-emu/faults`: read the injected failures, write to add or clear them.
     Faults,
+    /// `kfd-emu/unplug`: take partitions out of the topology and back (`crate::unplug`).
+    Unplug,
 }
 
 struct Node {
@@ -135,12 +137,17 @@ enum Handle {
     Text(Vec<u8>),
     /// `kfd-emu/faults`, with its content when opened.
     Faults(Vec<u8>),
+    /// `kfd-emu/unplug`, with its content when opened.
+    Unplug(Vec<u8>),
 }
 
 /// The filesystem served over FUSE.
 pub(crate) struct KfdFs {
     emu: Arc<Emu>,
     nodes: Vec<Node>,
+    /// The topology's `nodes/<N>` directories of GPU nodes: (inode, gpu_id), hidden while
+    /// the partition is unplugged.
+    gpu_dirs: Vec<(u64, u32)>,
     handles: Mutex<HashMap<u64, Handle>>,
     next_fh: AtomicU64,
     mounted_at: SystemTime,
@@ -196,6 +203,32 @@ impl Builder {
             .map(|(_, i)| *i);
         existing.unwrap_or_else(|| self.add(parent, name, Kind::Dir))
     }
+}
+
+/// The `nodes/<N>` directories under the topology directory `topo` whose `gpu_id` is not 0.
+fn gpu_dirs(nodes: &[Node], topo: u64) -> Vec<(u64, u32)> {
+    let child = |dir: u64, name: &str| {
+        nodes[(dir - 1) as usize]
+            .children
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, i)| *i)
+    };
+    let Some(list) = child(topo, "nodes") else {
+        return Vec::new();
+    };
+    nodes[(list - 1) as usize]
+        .children
+        .iter()
+        .filter_map(|(_, dir)| {
+            let f = child(*dir, "gpu_id")?;
+            let Kind::Text(t) = &nodes[(f - 1) as usize].kind else {
+                return None;
+            };
+            let g: u32 = std::str::from_utf8(t).ok()?.trim().parse().ok()?;
+            (g != 0).then_some((*dir, g))
+        })
+        .collect()
 }
 
 fn text(s: String) -> Kind {
@@ -296,13 +329,23 @@ impl KfdFs {
         b.add(own, "stats.json", Kind::Stats);
         b.add(own, "config.json", Kind::Config);
         b.add(own, "faults", Kind::Faults);
+        b.add(own, "unplug", Kind::Unplug);
+        let gpu_dirs = gpu_dirs(&b.nodes, topo);
         KfdFs {
             emu,
             nodes: b.nodes,
+            gpu_dirs,
             handles: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
             mounted_at: SystemTime::now(),
         }
+    }
+
+    /// Whether `ino` is the topology directory of an unplugged partition.
+    fn unplugged(&self, ino: u64) -> bool {
+        self.gpu_dirs
+            .iter()
+            .any(|(i, g)| *i == ino && self.emu.unplugged.contains(*g))
     }
 
     fn node(&self, ino: u64) -> Option<&Node> {
@@ -351,6 +394,9 @@ impl KfdFs {
             };
             return Some((a, DYN_TTL));
         }
+        if self.unplugged(ino) {
+            return None;
+        }
         let node = self.node(ino)?;
         let a = match node.kind {
             Kind::Dir | Kind::ProcDir => self.attr(ino, FileType::Directory, 0o555, 0),
@@ -362,10 +408,13 @@ impl KfdFs {
             }
             Kind::Link(ref t) => self.attr(ino, FileType::Symlink, 0o777, t.len() as u64),
             // Root's, as the kernel's debugfs fault-injection files are.
-            Kind::Faults => self.attr(ino, FileType::RegularFile, 0o644, TEXT_SIZE),
+            Kind::Faults | Kind::Unplug => self.attr(ino, FileType::RegularFile, 0o644, TEXT_SIZE),
         };
         let ttl = match node.kind {
-            Kind::ProcDir | Kind::Stats | Kind::MemUsed(..) | Kind::Faults => DYN_TTL,
+            Kind::ProcDir | Kind::Stats | Kind::MemUsed(..) | Kind::Faults | Kind::Unplug => {
+                DYN_TTL
+            }
+            _ if self.gpu_dirs.iter().any(|(i, _)| *i == ino) => DYN_TTL,
             _ => STATIC_TTL,
         };
         Some((a, ttl))
@@ -400,7 +449,7 @@ impl KfdFs {
             Kind::Dir => node
                 .children
                 .iter()
-                .find(|(n, _)| n == name)
+                .find(|(n, i)| n == name && !self.unplugged(*i))
                 .map(|(_, i)| *i),
             _ => None,
         }
@@ -451,6 +500,7 @@ impl KfdFs {
             Kind::Dir => Some(
                 node.children
                     .iter()
+                    .filter(|(_, i)| !self.unplugged(*i))
                     .map(|(n, i)| {
                         let kind = match self.node(*i).map(|c| &c.kind) {
                             Some(Kind::Dir | Kind::ProcDir) => FileType::Directory,
@@ -633,6 +683,10 @@ impl Filesystem for KfdFs {
                 self.new_handle(Handle::Faults(crate::faults_file::render(&self.emu))),
                 FopenFlags::FOPEN_DIRECT_IO,
             ),
+            Kind::Unplug => reply.opened(
+                self.new_handle(Handle::Unplug(crate::unplug::render(&self.emu.unplugged))),
+                FopenFlags::FOPEN_DIRECT_IO,
+            ),
         }
     }
 
@@ -663,7 +717,7 @@ impl Filesystem for KfdFs {
                 drop(handles);
                 reply.data(&self.emu.bos.read(offset, size as usize));
             }
-            Some(Handle::Text(t) | Handle::Faults(t)) => {
+            Some(Handle::Text(t) | Handle::Faults(t) | Handle::Unplug(t)) => {
                 let start = usize::try_from(offset).unwrap_or(usize::MAX).min(t.len());
                 let end = start.saturating_add(size as usize).min(t.len());
                 reply.data(&t[start..end]);
@@ -692,6 +746,12 @@ impl Filesystem for KfdFs {
                 Some(Handle::Text(_)) => None,
                 Some(Handle::Faults(_)) => {
                     return match crate::faults_file::write(&self.emu, data) {
+                        Ok(()) => reply.written(data.len() as u32),
+                        Err(_) => reply.error(Errno::EINVAL),
+                    };
+                }
+                Some(Handle::Unplug(_)) => {
+                    return match crate::unplug::write(&self.emu.unplugged, &self.emu.topo, data) {
                         Ok(()) => reply.written(data.len() as u32),
                         Err(_) => reply.error(Errno::EINVAL),
                     };

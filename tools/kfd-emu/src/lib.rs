@@ -55,6 +55,7 @@ mod stats;
 mod sysfs_drm;
 mod sysfs_topology;
 mod topology;
+mod unplug;
 
 pub use config::{EmuConfig, PartitionCosts, Preset};
 pub use error::EmuError;

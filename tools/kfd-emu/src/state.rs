@@ -48,6 +48,8 @@ pub(crate) struct Emu {
     pub faults: crate::faults::Faults,
     /// Set when the FUSE session has ended (the mount is gone, whoever unmounted it).
     pub session_over: (Mutex<bool>, Condvar),
+    /// Partitions taken out of the topology (`kfd-emu/unplug`).
+    pub unplugged: crate::unplug::Unplugged,
 }
 
 impl Emu {
@@ -90,6 +92,7 @@ impl Emu {
             dead_threads: Mutex::new(Vec::new()),
             faults: Default::default(),
             session_over: (Mutex::new(false), Condvar::new()),
+            unplugged: Default::default(),
         }
     }
 

@@ -13,6 +13,7 @@ fn workspace() -> PathBuf {
 const CRATES: &[(&str, usize)] = &[
     ("src", 40),
     ("shim/src", 10),
+    ("device-plugin/src", 8),
     ("kfd-sys/src", 1),
     ("tools/kfd-emu/src", 30),
     ("tools/fakehip/src", 1),

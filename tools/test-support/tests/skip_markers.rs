@@ -9,6 +9,7 @@ use test_support::skip_markers::{privileged_tests, unmarked};
 const SUITES: &[&str] = &[
     "tests",
     "shim/tests",
+    "device-plugin/tests",
     "tools/kfd-emu/tests",
     "tools/fakehip/tests",
     "tools/gfx-model/tests",
