@@ -162,6 +162,9 @@ fn the_status_carries_pid_queue_and_gpu_ids_as_numbers() {
                 preempted: None,
             }],
             warnings: vec![],
+            pod: None,
+            preemptions: 0,
+            preempted_ms: 0,
         }],
         left_alone: vec![LeftAlone {
             pid: Pid(99),

@@ -4,6 +4,8 @@
 use std::os::fd::AsFd;
 
 use super::config::AgentConfig;
+use super::kubernetes::cap::Cap;
+pub use super::kubernetes::cap::Claim;
 use crate::ids::Pid;
 
 /// A peer's identity.
@@ -21,6 +23,8 @@ pub struct Identity {
     pub exe: String,
     /// Its cgroup v2 path (`/proc/<pid>/cgroup`; empty if unreadable).
     pub cgroup: String,
+    /// The Kubernetes allocation its initial environment claims (`/proc/<pid>/environ`).
+    pub claim: Claim,
 }
 
 impl Identity {
@@ -70,6 +74,10 @@ impl Identity {
                     .map(str::to_owned)
             })
             .unwrap_or_default();
+        // The agent runs as root; an unreadable environment (the process exited) claims nothing.
+        let claim = std::fs::read(format!("{proc_dir}/environ"))
+            .map(|e| Claim::of_environ(&e))
+            .unwrap_or_default();
         Identity {
             pid,
             uid,
@@ -77,6 +85,7 @@ impl Identity {
             groups,
             exe,
             cgroup,
+            claim,
         }
     }
 
@@ -144,8 +153,20 @@ fn rank(cfg: &AgentConfig, class: &str) -> u8 {
 /// Classifies a process that asked for `requested` (`KFDQ_CLASS`): granted when the class
 /// exists and is either selectable by anyone (`match.env`) or not above the identity's own
 /// class; otherwise the identity's class, with the refusal recorded.
-pub fn classify(cfg: &AgentConfig, id: &Identity, requested: Option<&str>) -> Classified {
-    let (entitled, why) = entitled_class(cfg, id);
+///
+/// A process with a Kubernetes allocation (`cap`) is entitled to the allocation's class
+/// instead, whatever rule its uid, group, cgroup or executable matches, and `KFDQ_CLASS` may
+/// only lower it: `match.env` opens no class above the allocation's.
+pub fn classify(
+    cfg: &AgentConfig,
+    id: &Identity,
+    requested: Option<&str>,
+    cap: Option<&Cap>,
+) -> Classified {
+    let (entitled, why) = match cap {
+        Some(c) => (c.class.clone(), c.source.clone()),
+        None => entitled_class(cfg, id),
+    };
     let Some(req) = requested.map(str::trim).filter(|r| !r.is_empty()) else {
         return Classified {
             class: entitled.clone(),
@@ -159,7 +180,15 @@ pub fn classify(cfg: &AgentConfig, id: &Identity, requested: Option<&str>) -> Cl
             "KFDQ_CLASS={req} is not a configured class (classes: {}); using {entitled}",
             cfg.class_names().join(", ")
         )),
-        Some(c) if c.matcher.env || rank(cfg, req) <= rank(cfg, &entitled) => None,
+        Some(_) if rank(cfg, req) <= rank(cfg, &entitled) => None,
+        Some(_) if cap.is_some() => cap.map(|c| {
+            format!(
+                "KFDQ_CLASS={req} is above class {entitled}: capped by {}; using {entitled}: {}",
+                c.source,
+                c.fix(req)
+            )
+        }),
+        Some(c) if c.matcher.env => None,
         Some(_) => {
             // Root and the admin group write the rules themselves; others ask them.
             let fix = if id.is_admin(cfg) {
@@ -184,25 +213,34 @@ pub fn classify(cfg: &AgentConfig, id: &Identity, requested: Option<&str>) -> Cl
         None => Classified {
             class: req.to_owned(),
             entitled,
-            reason: format!("KFDQ_CLASS={req}"),
+            reason: match cap {
+                Some(c) => format!("KFDQ_CLASS={req}, within {}", c.source),
+                None => format!("KFDQ_CLASS={req}"),
+            },
             refused: None,
         },
         Some(r) => Classified {
             class: entitled.clone(),
             entitled,
-            reason: why,
+            reason: match cap {
+                Some(c) if cfg.class(req).is_some() => format!("capped by {}", c.source),
+                _ => why,
+            },
             refused: Some(r),
         },
     }
 }
 
 /// May `who` move a process entitled to `entitled` into `class`? Admins always; others only
-/// to a class not above the process's entitlement (or one anyone may ask for).
+/// to a class not above the process's entitlement (or one anyone may ask for). A process with
+/// a Kubernetes allocation (`cap`) never goes above the allocation's class, whoever asks: the
+/// cluster's scheduler placed its pod by that class.
 pub fn may_set_class(
     cfg: &AgentConfig,
     who: &Identity,
     entitled: &str,
     class: &str,
+    cap: Option<&Cap>,
 ) -> Result<(), ClassChangeError> {
     let Some(c) = cfg.class(class) else {
         return Err(ClassChangeError::NoClass {
@@ -210,6 +248,16 @@ pub fn may_set_class(
             classes: cfg.class_names().join(", "),
         });
     };
+    if let Some(cap) = cap
+        && rank(cfg, class) > rank(cfg, &cap.class)
+    {
+        return Err(ClassChangeError::AboveAllocation {
+            class: class.into(),
+            cap: cap.class.clone(),
+            by: cap.source.clone(),
+            fix: cap.fix(class),
+        });
+    }
     if who.is_admin(cfg) || c.matcher.env || rank(cfg, class) <= rank(cfg, entitled) {
         Ok(())
     } else {
@@ -232,6 +280,18 @@ pub enum ClassChangeError {
         class: String,
         /// The configured classes, comma-separated.
         classes: String,
+    },
+    /// A class above the process's Kubernetes allocation (refused to admins too).
+    #[error("class cap: {class} is above class {cap}: capped by {by}; {fix}")]
+    AboveAllocation {
+        /// The class asked for.
+        class: String,
+        /// The allocation's class (or the fallback class for pods).
+        cap: String,
+        /// The allocation, in words.
+        by: String,
+        /// How to get the class.
+        fix: String,
     },
     /// A non-admin asked for a class above the process's entitlement.
     #[error(
@@ -259,6 +319,7 @@ mod tests {
             groups: vec![],
             exe: "/usr/bin/x".into(),
             cgroup: "/kubepods.slice/pod1/c1".into(),
+            claim: Claim::None,
         }
     }
 
@@ -300,21 +361,21 @@ match = { env = true }
     #[test]
     fn kfdq_class_is_capped() {
         let c = cfg();
-        let k = classify(&c, &id(2000), Some("serving"));
+        let k = classify(&c, &id(2000), Some("serving"), None);
         assert_eq!(k.class, "pods");
         let r = k.refused.unwrap();
         assert!(
             r.contains("above") && r.contains("ask the node's admin"),
             "{r}"
         );
-        let r = classify(&c, &id(0), Some("serving")).refused.unwrap();
+        let r = classify(&c, &id(0), Some("serving"), None).refused.unwrap();
         assert!(
             !r.contains("ask the node's admin") && r.contains("kfdq class 1 serving"),
             "root is the admin: {r}"
         );
-        assert_eq!(classify(&c, &id(1000), Some("batch")).class, "batch");
-        assert_eq!(classify(&c, &id(2000), Some("nope")).class, "pods");
-        assert!(may_set_class(&c, &id(2000), "pods", "serving").is_err());
-        assert!(may_set_class(&c, &id(0), "pods", "serving").is_ok());
+        assert_eq!(classify(&c, &id(1000), Some("batch"), None).class, "batch");
+        assert_eq!(classify(&c, &id(2000), Some("nope"), None).class, "pods");
+        assert!(may_set_class(&c, &id(2000), "pods", "serving", None).is_err());
+        assert!(may_set_class(&c, &id(0), "pods", "serving", None).is_ok());
     }
 }

@@ -6,6 +6,7 @@ use std::time::Instant;
 
 use super::super::conn::ConnId;
 use super::super::identity::{Classified, Identity};
+use super::super::kubernetes::cap::Cap;
 use super::command::Command;
 use super::why::Why;
 use crate::ids::{GpuId, Pid, QueueId};
@@ -35,6 +36,8 @@ pub(super) struct Proc {
     pub(super) id: Identity,
     pub(super) requested: Option<String>,
     pub(super) classified: Classified,
+    /// Its Kubernetes allocation's cap (`None`: it claims none).
+    pub(super) cap: Option<Cap>,
     pub(super) class_override: Option<String>,
     pub(super) registry: Registry,
     /// Registries received (to send a priority once per registry that shows it missing).
@@ -65,6 +68,12 @@ pub(super) struct Proc {
     /// Its busy queues are taken as idle: it reports edges and said nothing for
     /// [`crate::proto::BUSY_STALE`].
     pub(super) stale: bool,
+    /// Preempt commands sent to it.
+    pub(super) preemptions: u64,
+    /// Seconds it spent preempted, up to [`Proc::accounted`].
+    pub(super) preempted_s: f64,
+    /// When its preempted time was last accounted (`None`: never).
+    pub(super) accounted: Option<Instant>,
 }
 
 impl Proc {
@@ -75,6 +84,7 @@ impl Proc {
         id: Identity,
         requested: Option<String>,
         classified: Classified,
+        cap: Option<Cap>,
     ) -> Proc {
         let mut p = Proc {
             conn,
@@ -83,6 +93,7 @@ impl Proc {
             id,
             requested,
             classified,
+            cap,
             class_override: None,
             registry: Registry::default(),
             registry_gen: 0,
@@ -103,6 +114,9 @@ impl Proc {
             edges_sent: None,
             busy_any: false,
             stale: false,
+            preemptions: 0,
+            preempted_s: 0.0,
+            accounted: None,
         };
         if let Some(r) = p.classified.refused.clone() {
             p.warn(r);
