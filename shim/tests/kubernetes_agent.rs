@@ -165,6 +165,43 @@ fn an_allocation_caps_the_class_whatever_the_process_asks() {
     );
     assert_eq!(agent.process(capped.pid).unwrap().class, "batch");
 
+    // A broken allocations file: no allocations, so every token falls back; the agent serves
+    // on, and the whole file puts the latency process back.
+    std::fs::write(dir.path().join("allocations.json"), "{ half a file").unwrap();
+    let p = agent.wait(&format!("pid {} to fall back", served.pid), |s| {
+        s.processes
+            .iter()
+            .any(|p| p.pid == Pid(served.pid) && p.class == "batch")
+    });
+    let w = &p
+        .processes
+        .iter()
+        .find(|p| p.pid == Pid(served.pid))
+        .unwrap()
+        .warnings;
+    assert!(
+        w.iter()
+            .any(|w| w.contains("class latency -> batch by the device plugin's allocations")),
+        "{w:?}"
+    );
+    assert!(
+        agent.log_text().contains("not an allocations file"),
+        "{}",
+        agent.log_text()
+    );
+    write_allocations(
+        dir.path(),
+        vec![
+            grant(&batch, "batch", pod("ml", "train", "trainer")),
+            grant(&latency, "latency", pod("serving", "llm", "server")),
+        ],
+    );
+    agent.wait(&format!("pid {} back in latency", served.pid), |s| {
+        s.processes
+            .iter()
+            .any(|p| p.pid == Pid(served.pid) && p.class == "latency")
+    });
+
     for app in [capped, served, forged] {
         app.stop();
         app.finish();
@@ -470,6 +507,10 @@ fn pod_labels_reach_prometheus_and_the_dashboard_asks_only_for_what_the_agent_ex
     assert!(
         sample(&during, "kfdq_process_preemptions_total", &train).is_some_and(|n| n >= 1.0),
         "{during}"
+    );
+    assert!(
+        sample(&during, "kfdq_process_busy_seconds_total", &train).is_some_and(|s| s > 0.0),
+        "the flood was busy before it was preempted: {during}"
     );
     let p = prometheus(addr);
     let level = test_support::wait::wait_value(

@@ -503,6 +503,16 @@ pub fn render(status: &NodeStatus, rec: &Recorder) -> Result<String, std::fmt::E
         Unit::Seconds,
         held,
     );
+    let busy = Family::<ProcessLabels, Counter<f64, std::sync::atomic::AtomicU64>>::default();
+    for (l, p) in procs().zip(&status.processes) {
+        busy.get_or_create(&l).inc_by(p.busy_ms as f64 / 1e3);
+    }
+    r.register_with_unit(
+        "process_busy",
+        "Time any queue of the process was busy (the shim's activity reports)",
+        Unit::Seconds,
+        busy,
+    );
 
     let mut text = String::new();
     prometheus_client::encoding::prometheus_text::encode(&mut text, &r)?;

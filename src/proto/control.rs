@@ -254,6 +254,9 @@ pub struct ProcessStatus {
     /// Milliseconds it spent preempted, at any level.
     #[serde(default)]
     pub preempted_ms: u64,
+    /// Milliseconds any of its queues was busy.
+    #[serde(default)]
+    pub busy_ms: u64,
 }
 
 /// One queue of a connected process.

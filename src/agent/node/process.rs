@@ -72,11 +72,43 @@ pub(super) struct Proc {
     pub(super) preemptions: u64,
     /// Seconds it spent preempted, up to [`Proc::accounted`].
     pub(super) preempted_s: f64,
-    /// When its preempted time was last accounted (`None`: never).
-    pub(super) accounted: Option<Instant>,
+    /// Seconds any of its queues was busy, up to [`Proc::accounted`].
+    pub(super) busy_s: f64,
+    /// When its times were last accounted, and whether it was preempted and busy from then on
+    /// (`None`: never).
+    pub(super) accounted: Option<Accounted>,
+}
+
+/// A process's state at its last time account.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Accounted {
+    pub(super) at: Instant,
+    pub(super) preempted: bool,
+    pub(super) busy: bool,
 }
 
 impl Proc {
+    /// Its (preempted, busy) seconds up to `now`.
+    pub(super) fn times(&self, now: Instant) -> (f64, f64) {
+        let (mut pre, mut busy) = (self.preempted_s, self.busy_s);
+        if let Some(a) = self.accounted {
+            let dt = now.saturating_duration_since(a.at).as_secs_f64();
+            pre += if a.preempted { dt } else { 0.0 };
+            busy += if a.busy { dt } else { 0.0 };
+        }
+        (pre, busy)
+    }
+
+    /// Accounts its times up to `now`; its state now counts from then on.
+    pub(super) fn account(&mut self, now: Instant) {
+        (self.preempted_s, self.busy_s) = self.times(now);
+        self.accounted = Some(Accounted {
+            at: now,
+            preempted: self.applied != Run::Running,
+            busy: !self.stale && self.any_busy(),
+        });
+    }
+
     /// A process that just connected (or was just traced), running, nothing sent yet.
     pub(super) fn new(
         conn: ConnId,
@@ -116,6 +148,7 @@ impl Proc {
             stale: false,
             preemptions: 0,
             preempted_s: 0.0,
+            busy_s: 0.0,
             accounted: None,
         };
         if let Some(r) = p.classified.refused.clone() {

@@ -40,12 +40,7 @@ impl NodeState {
             self.busy_periods.entry(class).or_default().push(s * 1e3);
         }
         for p in self.procs.values_mut() {
-            if let Some(at) = p.accounted
-                && p.applied != Run::Running
-            {
-                p.preempted_s += now.saturating_duration_since(at).as_secs_f64();
-            }
-            p.accounted = Some(now);
+            p.account(now);
         }
     }
 
@@ -135,6 +130,7 @@ impl NodeState {
                     part.busy_queues += u32::from(q.busy);
                 }
             }
+            let times = p.times(now);
             processes.push(ProcessStatus {
                 pid: *pid,
                 control: p.via,
@@ -158,11 +154,8 @@ impl NodeState {
                 warnings: p.warnings.iter().cloned().collect(),
                 pod: p.cap.as_ref().and_then(|c| c.pod.clone()),
                 preemptions: p.preemptions,
-                preempted_ms: ((p.preempted_s
-                    + p.accounted
-                        .filter(|_| p.applied != Run::Running)
-                        .map_or(0.0, |at| now.saturating_duration_since(at).as_secs_f64()))
-                    * 1e3) as u64,
+                preempted_ms: (times.0 * 1e3) as u64,
+                busy_ms: (times.1 * 1e3) as u64,
             });
         }
         let mut counters = self.counters.clone();
