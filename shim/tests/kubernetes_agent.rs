@@ -165,6 +165,33 @@ fn an_allocation_caps_the_class_whatever_the_process_asks() {
     );
     assert_eq!(agent.process(capped.pid).unwrap().class, "batch");
 
+    // A child started without the token (`env -u`) stays in its container's allocation: the
+    // agent takes the nearest ancestor's token in the same cgroup.
+    let w = programs().get("worker").display().to_string();
+    let mut shell = Launch::new("/bin/sh".into())
+        .arg("-c")
+        .arg(format!(
+            "env -u {TOKEN_ENV} KFDQ_CLASS=latency {w} 300; exit $?"
+        ))
+        .env(TOKEN_ENV, batch.to_string())
+        .env("KFDQ_SOCKET", agent.sock.display().to_string())
+        .start(&emu);
+    let ready = shell.wait_line("READY");
+    let child: u32 = ready.split_whitespace().nth(1).unwrap().parse().unwrap();
+    let environ = std::fs::read(format!("/proc/{child}/environ")).unwrap();
+    assert!(
+        !String::from_utf8_lossy(&environ).contains(TOKEN_ENV),
+        "the child carries no token itself"
+    );
+    let p = agent.wait_connected(child, 3);
+    assert_eq!(p.class, "batch", "{p:?}");
+    assert_eq!(
+        p.class_reason,
+        "capped by kubernetes allocation ml/train/trainer"
+    );
+    shell.stop();
+    shell.finish();
+
     // A broken allocations file: no allocations, so every token falls back; the agent serves
     // on, and the whole file puts the latency process back.
     std::fs::write(dir.path().join("allocations.json"), "{ half a file").unwrap();

@@ -74,10 +74,7 @@ impl Identity {
                     .map(str::to_owned)
             })
             .unwrap_or_default();
-        // The agent runs as root; an unreadable environment (the process exited) claims nothing.
-        let claim = std::fs::read(format!("{proc_dir}/environ"))
-            .map(|e| Claim::of_environ(&e))
-            .unwrap_or_default();
+        let claim = claim_of(pid, &cgroup);
         Identity {
             pid,
             uid,
@@ -102,6 +99,56 @@ impl Identity {
     pub fn in_group(&self, gid: u32) -> bool {
         self.gid == gid || self.groups.contains(&gid)
     }
+}
+
+/// How many ancestors [`claim_of`] looks at, at most.
+const CLAIM_ANCESTORS: usize = 64;
+
+/// The Kubernetes allocation `pid` claims: its own initial environment's `KFDQ_ALLOCATION`,
+/// else the nearest ancestor's in the same cgroup (`cgroup`, the container's). A process that
+/// drops the token from its children's environment (`env -u KFDQ_ALLOCATION`) does not free
+/// them from its container's allocation: they stay in its cgroup, and an orphan is adopted by
+/// the container's first process, which the kubelet started with the token. The agent runs as
+/// root; an unreadable entry (the process exited) claims nothing and ends the walk.
+fn claim_of(pid: Pid, cgroup: &str) -> Claim {
+    let environ = |p: u32| {
+        std::fs::read(format!("/proc/{p}/environ"))
+            .map(|e| Claim::of_environ(&e))
+            .unwrap_or_default()
+    };
+    let own = environ(pid.0);
+    if own != Claim::None || cgroup.is_empty() {
+        return own;
+    }
+    let mut p = pid.0;
+    for _ in 0..CLAIM_ANCESTORS {
+        let Some(parent) = parent_of(p).filter(|q| *q > 1) else {
+            break;
+        };
+        let same = std::fs::read_to_string(format!("/proc/{parent}/cgroup"))
+            .ok()
+            .is_some_and(|c| c.lines().any(|l| l.strip_prefix("0::") == Some(cgroup)));
+        if !same {
+            break;
+        }
+        let claim = environ(parent);
+        if claim != Claim::None {
+            return claim;
+        }
+        p = parent;
+    }
+    Claim::None
+}
+
+/// The parent pid of `pid` (`/proc/<pid>/stat`'s fourth field, after the command in parentheses).
+fn parent_of(pid: u32) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit_once(')')?
+        .1
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
 }
 
 /// A process's class and why.
@@ -346,6 +393,16 @@ match = { env = true }
             None,
         )
         .unwrap()
+    }
+
+    #[test]
+    fn the_parent_is_read_from_proc() {
+        let me = std::process::id();
+        assert_eq!(parent_of(me), Some(nix::unistd::getppid().as_raw() as u32));
+        assert_eq!(parent_of(u32::MAX / 2), None);
+        // No token here or above in this cgroup (the test runs outside pods).
+        let me = Identity::of_process(Pid(me), 0, 0);
+        assert_eq!(me.claim, Claim::None);
     }
 
     #[test]
