@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 
 use super::config_toml::{self, line_of};
+use super::kubernetes::settings::{FileKubernetes, KubernetesConfig};
 use super::setting::SettingError;
 use super::tracer::TracerSettings;
 use crate::policy::{ClassRule, CostRelease, PolicyConfig, Release, Starvation};
@@ -107,6 +108,9 @@ pub struct AgentConfig {
     /// trip is the cost rule's C, and the `gfx_target_version` it was measured on (kfdqd
     /// refuses it on another GPU kind, `check_calibration`).
     pub calibration: Option<(PathBuf, u32)>,
+    /// `[kubernetes]`: the device plugin's allocations, the fallback class for pods, the node
+    /// feature file.
+    pub kubernetes: KubernetesConfig,
 }
 
 /// A configuration that was refused; the one in effect stays.
@@ -233,6 +237,7 @@ struct File {
     tracer: FileTracer,
     #[serde(default, rename = "class")]
     classes: Vec<FileClass>,
+    kubernetes: Option<FileKubernetes>,
 }
 
 /// Parses a level name (`hold`, `deactivate`, `suspend`, or `1`..`3`; `none` = never).
@@ -422,6 +427,7 @@ impl AgentConfig {
             control_rate: 50.0,
             metrics: None,
             tracer: TracerSettings::default(),
+            kubernetes: KubernetesConfig::without_section(&policy.classes),
             classes,
             policy,
             calibration: None,
@@ -684,6 +690,12 @@ impl AgentConfig {
         cfg.policy
             .validate()
             .map_err(|e| invalid(0, e.to_string()))?;
+        cfg.kubernetes =
+            super::kubernetes::settings::resolve(file.kubernetes.as_ref(), &cfg.policy.classes)
+                .map_err(|m| {
+                    let line = text.find("[kubernetes]").map_or(0, |o| line_of(text, o));
+                    invalid(line, format!("[kubernetes]: {m}"))
+                })?;
         Ok(cfg)
     }
 

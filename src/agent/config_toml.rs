@@ -29,6 +29,13 @@ fn takes(key: &str) -> Option<&'static str> {
         "max_connections" => "an integer of at least 1",
         "control_requests_per_s" => "a number above 0",
         "listen" => "an address and port in quotes, e.g. listen = \"127.0.0.1:9464\"",
+        "allocations" => {
+            "the device plugin's allocations file, an absolute path in quotes (default /var/lib/kfdq/allocations.json)"
+        }
+        "pod_fallback_class" => "the name of a configured class, in quotes",
+        "features" => {
+            "node-feature-discovery's feature file, an absolute path in quotes, or \"\" for none"
+        }
         "activity_us" => "an integer 250..=100000 (µs)",
         "scan_ms" => "an integer 50..=60000 (ms)",
         "name" => "the class's name in quotes",

@@ -88,6 +88,7 @@ mod tests {
                 groups: vec![],
                 exe: String::new(),
                 cgroup: String::new(),
+                claim: crate::agent::identity::Claim::None,
             },
             requested: None,
         };

@@ -4,6 +4,8 @@
 use std::os::fd::AsFd;
 
 use super::config::AgentConfig;
+use super::kubernetes::cap::Cap;
+pub use super::kubernetes::cap::Claim;
 use crate::ids::Pid;
 
 /// A peer's identity.
@@ -21,6 +23,8 @@ pub struct Identity {
     pub exe: String,
     /// Its cgroup v2 path (`/proc/<pid>/cgroup`; empty if unreadable).
     pub cgroup: String,
+    /// The Kubernetes allocation its initial environment claims (`/proc/<pid>/environ`).
+    pub claim: Claim,
 }
 
 impl Identity {
@@ -70,6 +74,7 @@ impl Identity {
                     .map(str::to_owned)
             })
             .unwrap_or_default();
+        let claim = claim_of(pid, &cgroup);
         Identity {
             pid,
             uid,
@@ -77,6 +82,7 @@ impl Identity {
             groups,
             exe,
             cgroup,
+            claim,
         }
     }
 
@@ -93,6 +99,56 @@ impl Identity {
     pub fn in_group(&self, gid: u32) -> bool {
         self.gid == gid || self.groups.contains(&gid)
     }
+}
+
+/// How many ancestors [`claim_of`] looks at, at most.
+const CLAIM_ANCESTORS: usize = 64;
+
+/// The Kubernetes allocation `pid` claims: its own initial environment's `KFDQ_ALLOCATION`,
+/// else the nearest ancestor's in the same cgroup (`cgroup`, the container's). A process that
+/// drops the token from its children's environment (`env -u KFDQ_ALLOCATION`) does not free
+/// them from its container's allocation: they stay in its cgroup, and an orphan is adopted by
+/// the container's first process, which the kubelet started with the token. The agent runs as
+/// root; an unreadable entry (the process exited) claims nothing and ends the walk.
+fn claim_of(pid: Pid, cgroup: &str) -> Claim {
+    let environ = |p: u32| {
+        std::fs::read(format!("/proc/{p}/environ"))
+            .map(|e| Claim::of_environ(&e))
+            .unwrap_or_default()
+    };
+    let own = environ(pid.0);
+    if own != Claim::None || cgroup.is_empty() {
+        return own;
+    }
+    let mut p = pid.0;
+    for _ in 0..CLAIM_ANCESTORS {
+        let Some(parent) = parent_of(p).filter(|q| *q > 1) else {
+            break;
+        };
+        let same = std::fs::read_to_string(format!("/proc/{parent}/cgroup"))
+            .ok()
+            .is_some_and(|c| c.lines().any(|l| l.strip_prefix("0::") == Some(cgroup)));
+        if !same {
+            break;
+        }
+        let claim = environ(parent);
+        if claim != Claim::None {
+            return claim;
+        }
+        p = parent;
+    }
+    Claim::None
+}
+
+/// The parent pid of `pid` (`/proc/<pid>/stat`'s fourth field, after the command in parentheses).
+fn parent_of(pid: u32) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit_once(')')?
+        .1
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
 }
 
 /// A process's class and why.
@@ -144,8 +200,20 @@ fn rank(cfg: &AgentConfig, class: &str) -> u8 {
 /// Classifies a process that asked for `requested` (`KFDQ_CLASS`): granted when the class
 /// exists and is either selectable by anyone (`match.env`) or not above the identity's own
 /// class; otherwise the identity's class, with the refusal recorded.
-pub fn classify(cfg: &AgentConfig, id: &Identity, requested: Option<&str>) -> Classified {
-    let (entitled, why) = entitled_class(cfg, id);
+///
+/// A process with a Kubernetes allocation (`cap`) is entitled to the allocation's class
+/// instead, whatever rule its uid, group, cgroup or executable matches, and `KFDQ_CLASS` may
+/// only lower it: `match.env` opens no class above the allocation's.
+pub fn classify(
+    cfg: &AgentConfig,
+    id: &Identity,
+    requested: Option<&str>,
+    cap: Option<&Cap>,
+) -> Classified {
+    let (entitled, why) = match cap {
+        Some(c) => (c.class.clone(), c.source.clone()),
+        None => entitled_class(cfg, id),
+    };
     let Some(req) = requested.map(str::trim).filter(|r| !r.is_empty()) else {
         return Classified {
             class: entitled.clone(),
@@ -159,7 +227,15 @@ pub fn classify(cfg: &AgentConfig, id: &Identity, requested: Option<&str>) -> Cl
             "KFDQ_CLASS={req} is not a configured class (classes: {}); using {entitled}",
             cfg.class_names().join(", ")
         )),
-        Some(c) if c.matcher.env || rank(cfg, req) <= rank(cfg, &entitled) => None,
+        Some(_) if rank(cfg, req) <= rank(cfg, &entitled) => None,
+        Some(_) if cap.is_some() => cap.map(|c| {
+            format!(
+                "KFDQ_CLASS={req} is above class {entitled}: capped by {}; using {entitled}: {}",
+                c.source,
+                c.fix(req)
+            )
+        }),
+        Some(c) if c.matcher.env => None,
         Some(_) => {
             // Root and the admin group write the rules themselves; others ask them.
             let fix = if id.is_admin(cfg) {
@@ -184,25 +260,34 @@ pub fn classify(cfg: &AgentConfig, id: &Identity, requested: Option<&str>) -> Cl
         None => Classified {
             class: req.to_owned(),
             entitled,
-            reason: format!("KFDQ_CLASS={req}"),
+            reason: match cap {
+                Some(c) => format!("KFDQ_CLASS={req}, within {}", c.source),
+                None => format!("KFDQ_CLASS={req}"),
+            },
             refused: None,
         },
         Some(r) => Classified {
             class: entitled.clone(),
             entitled,
-            reason: why,
+            reason: match cap {
+                Some(c) if cfg.class(req).is_some() => format!("capped by {}", c.source),
+                _ => why,
+            },
             refused: Some(r),
         },
     }
 }
 
 /// May `who` move a process entitled to `entitled` into `class`? Admins always; others only
-/// to a class not above the process's entitlement (or one anyone may ask for).
+/// to a class not above the process's entitlement (or one anyone may ask for). A process with
+/// a Kubernetes allocation (`cap`) never goes above the allocation's class, whoever asks: the
+/// cluster's scheduler placed its pod by that class.
 pub fn may_set_class(
     cfg: &AgentConfig,
     who: &Identity,
     entitled: &str,
     class: &str,
+    cap: Option<&Cap>,
 ) -> Result<(), ClassChangeError> {
     let Some(c) = cfg.class(class) else {
         return Err(ClassChangeError::NoClass {
@@ -210,6 +295,16 @@ pub fn may_set_class(
             classes: cfg.class_names().join(", "),
         });
     };
+    if let Some(cap) = cap
+        && rank(cfg, class) > rank(cfg, &cap.class)
+    {
+        return Err(ClassChangeError::AboveAllocation {
+            class: class.into(),
+            cap: cap.class.clone(),
+            by: cap.source.clone(),
+            fix: cap.fix(class),
+        });
+    }
     if who.is_admin(cfg) || c.matcher.env || rank(cfg, class) <= rank(cfg, entitled) {
         Ok(())
     } else {
@@ -232,6 +327,18 @@ pub enum ClassChangeError {
         class: String,
         /// The configured classes, comma-separated.
         classes: String,
+    },
+    /// A class above the process's Kubernetes allocation (refused to admins too).
+    #[error("class cap: {class} is above class {cap}: capped by {by}; {fix}")]
+    AboveAllocation {
+        /// The class asked for.
+        class: String,
+        /// The allocation's class (or the fallback class for pods).
+        cap: String,
+        /// The allocation, in words.
+        by: String,
+        /// How to get the class.
+        fix: String,
     },
     /// A non-admin asked for a class above the process's entitlement.
     #[error(
@@ -259,6 +366,7 @@ mod tests {
             groups: vec![],
             exe: "/usr/bin/x".into(),
             cgroup: "/kubepods.slice/pod1/c1".into(),
+            claim: Claim::None,
         }
     }
 
@@ -288,6 +396,16 @@ match = { env = true }
     }
 
     #[test]
+    fn the_parent_is_read_from_proc() {
+        let me = std::process::id();
+        assert_eq!(parent_of(me), Some(nix::unistd::getppid().as_raw() as u32));
+        assert_eq!(parent_of(u32::MAX / 2), None);
+        // No token here or above in this cgroup (the test runs outside pods).
+        let me = Identity::of_process(Pid(me), 0, 0);
+        assert_eq!(me.claim, Claim::None);
+    }
+
+    #[test]
     fn rules_match_in_file_order() {
         let c = cfg();
         assert_eq!(entitled_class(&c, &id(1000)).0, "serving");
@@ -300,21 +418,21 @@ match = { env = true }
     #[test]
     fn kfdq_class_is_capped() {
         let c = cfg();
-        let k = classify(&c, &id(2000), Some("serving"));
+        let k = classify(&c, &id(2000), Some("serving"), None);
         assert_eq!(k.class, "pods");
         let r = k.refused.unwrap();
         assert!(
             r.contains("above") && r.contains("ask the node's admin"),
             "{r}"
         );
-        let r = classify(&c, &id(0), Some("serving")).refused.unwrap();
+        let r = classify(&c, &id(0), Some("serving"), None).refused.unwrap();
         assert!(
             !r.contains("ask the node's admin") && r.contains("kfdq class 1 serving"),
             "root is the admin: {r}"
         );
-        assert_eq!(classify(&c, &id(1000), Some("batch")).class, "batch");
-        assert_eq!(classify(&c, &id(2000), Some("nope")).class, "pods");
-        assert!(may_set_class(&c, &id(2000), "pods", "serving").is_err());
-        assert!(may_set_class(&c, &id(0), "pods", "serving").is_ok());
+        assert_eq!(classify(&c, &id(1000), Some("batch"), None).class, "batch");
+        assert_eq!(classify(&c, &id(2000), Some("nope"), None).class, "pods");
+        assert!(may_set_class(&c, &id(2000), "pods", "serving", None).is_err());
+        assert!(may_set_class(&c, &id(0), "pods", "serving", None).is_ok());
     }
 }

@@ -53,11 +53,17 @@ struct GpuLabel {
     gpu: String,
 }
 
+/// A process's labels. `namespace`, `pod` and `container` name the Kubernetes container that
+/// holds its allocation, empty for a process without one (Prometheus reads an empty label as
+/// an absent one, so `{pod=""}` selects the processes outside pods).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ProcessLabels {
     pid: String,
     class: String,
     exe: String,
+    namespace: String,
+    pod: String,
+    container: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -452,10 +458,18 @@ pub fn render(status: &NodeStatus, rec: &Recorder) -> Result<String, std::fmt::E
 
     // Processes.
     let procs = || {
-        status.processes.iter().map(|p| ProcessLabels {
-            pid: p.pid.to_string(),
-            class: p.class.clone(),
-            exe: p.exe.clone(),
+        status.processes.iter().map(|p| {
+            let (namespace, pod, container) = p.pod.as_ref().map_or_else(Default::default, |k| {
+                (k.namespace.clone(), k.name.clone(), k.container.clone())
+            });
+            ProcessLabels {
+                pid: p.pid.to_string(),
+                class: p.class.clone(),
+                exe: p.exe.clone(),
+                namespace,
+                pod,
+                container,
+            }
         })
     };
     gauge_family(
@@ -469,6 +483,35 @@ pub fn render(status: &NodeStatus, rec: &Recorder) -> Result<String, std::fmt::E
         "process_queues",
         "KFD queues of the process",
         procs().zip(status.processes.iter().map(|p| p.queues.len() as i64)),
+    );
+    let pre = Family::<ProcessLabels, Counter>::default();
+    for (l, p) in procs().zip(&status.processes) {
+        pre.get_or_create(&l).inc_by(p.preemptions);
+    }
+    r.register(
+        "process_preemptions",
+        "Preempt commands sent to the process (per pod: sum by namespace, pod)",
+        pre,
+    );
+    let held = Family::<ProcessLabels, Counter<f64, std::sync::atomic::AtomicU64>>::default();
+    for (l, p) in procs().zip(&status.processes) {
+        held.get_or_create(&l).inc_by(p.preempted_ms as f64 / 1e3);
+    }
+    r.register_with_unit(
+        "process_preempted",
+        "Time the process spent preempted, at any level",
+        Unit::Seconds,
+        held,
+    );
+    let busy = Family::<ProcessLabels, Counter<f64, std::sync::atomic::AtomicU64>>::default();
+    for (l, p) in procs().zip(&status.processes) {
+        busy.get_or_create(&l).inc_by(p.busy_ms as f64 / 1e3);
+    }
+    r.register_with_unit(
+        "process_busy",
+        "Time any queue of the process was busy (the shim's activity reports)",
+        Unit::Seconds,
+        busy,
     );
 
     let mut text = String::new();

@@ -18,6 +18,7 @@ mod conn;
 pub mod discover;
 mod http;
 pub mod identity;
+pub mod kubernetes;
 pub mod lock;
 pub mod metrics;
 pub mod node;

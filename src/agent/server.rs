@@ -17,7 +17,9 @@ use super::config::AgentConfig;
 use super::conn::{Conn, ConnId, Frame};
 use super::discover::{self, Found};
 use super::http::Endpoint;
-use super::identity::Identity;
+use super::identity::{Claim, Identity};
+use super::kubernetes::features;
+use super::kubernetes::watch::AllocationWatch;
 use super::node::{NodeState, Out};
 use super::notify::{Watchdog, notify};
 use super::tracer::{Cmd, Event, Tracer};
@@ -32,6 +34,10 @@ const SHUTDOWN_WAIT: Duration = Duration::from_secs(2);
 /// A process the tracer could not take is tried again after this long (its debugger may have
 /// detached).
 const RETRY_LEFT_ALONE: Duration = Duration::from_secs(10);
+/// While a process carries a `KFDQ_ALLOCATION`, the allocations file is looked at (a stat)
+/// this often: the device plugin names a grant's pod once the kubelet's PodResources shows
+/// it, which is after the container started, so a process's pod labels lag by at most this.
+const ALLOCATIONS_CHECK: Duration = Duration::from_secs(1);
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Role {
@@ -122,6 +128,9 @@ pub fn run(cfg: AgentConfig, opts: &Options) -> Result<(), AgentError> {
     let nparts = parts.len();
     let mut node = NodeState::new(cfg, parts, note, Instant::now())?;
     let listener = socket::bind(&node.config().socket)?;
+    if let Some(f) = &node.config().kubernetes.features {
+        features::publish(f, &root);
+    }
     tracing::info!(
         socket = %socket_path.display(),
         partitions = nparts,
@@ -135,6 +144,10 @@ pub fn run(cfg: AgentConfig, opts: &Options) -> Result<(), AgentError> {
     ));
     let r = serve(&mut node, &listener, &sigfd, metrics.as_ref(), opts);
     notify("STOPPING=1");
+    // A stopped agent enforces nothing: the node stops saying what it can do.
+    if let Some(f) = &node.config().kubernetes.features {
+        features::withdraw(f);
+    }
     socket::remove(&socket_path);
     drop(lock);
     r
@@ -158,6 +171,10 @@ struct Server<'a> {
     /// Not tried again before.
     retry: BTreeMap<Pid, Instant>,
     next_scan: Instant,
+    /// The device plugin's allocations file.
+    allocations: AllocationWatch,
+    /// When it is looked at next (while a process claims an allocation).
+    next_allocations: Instant,
 }
 
 fn serve(
@@ -167,6 +184,7 @@ fn serve(
     metrics: Option<&Endpoint>,
     opts: &Options,
 ) -> Result<(), AgentError> {
+    let allocations = AllocationWatch::new(&node.config().kubernetes.allocations);
     let mut s = Server {
         node,
         peers: BTreeMap::new(),
@@ -180,6 +198,8 @@ fn serve(
         candidates: BTreeSet::new(),
         retry: BTreeMap::new(),
         next_scan: Instant::now(),
+        allocations,
+        next_allocations: Instant::now(),
     };
     let mut stopping: Option<Instant> = None;
     let mut tracer_told = false;
@@ -191,7 +211,11 @@ fn serve(
             Some(t) => Some(t + SHUTDOWN_WAIT),
             None => {
                 let scan = s.node.config().uses_tracer().then_some(s.next_scan);
-                [s.node.deadline(), scan].into_iter().flatten().min()
+                let allocations = s.node.has_claims().then_some(s.next_allocations);
+                [s.node.deadline(), scan, allocations]
+                    .into_iter()
+                    .flatten()
+                    .min()
             }
         };
         let deadline = [deadline, watchdog.deadline()].into_iter().flatten().min();
@@ -284,6 +308,9 @@ fn serve(
         }
         if stopping.is_none() && s.node.config().uses_tracer() && woke >= s.next_scan {
             s.scan(woke);
+        }
+        if stopping.is_none() && s.node.has_claims() && woke >= s.next_allocations {
+            dirty |= s.check_allocations(woke);
         }
         let mut sent_commands = false;
         let mut compute = Duration::ZERO;
@@ -507,10 +534,22 @@ impl Server<'_> {
         }
     }
 
+    /// Reads the allocations file if it changed; true when that reclassified processes.
+    fn check_allocations(&mut self, now: Instant) -> bool {
+        self.next_allocations = now + ALLOCATIONS_CHECK;
+        match self.allocations.poll() {
+            Some(file) => {
+                self.node.set_allocations(file);
+                true
+            }
+            None => false,
+        }
+    }
+
     fn hello(&mut self, cid: ConnId, value: serde_json::Value) -> bool {
-        let Some(peer) = self.peers.get_mut(&cid) else {
+        if !self.peers.contains_key(&cid) {
             return false;
-        };
+        }
         let (version, pid, class) = match serde_json::from_value::<ShimMsg>(value) {
             Ok(ShimMsg::Hello {
                 version,
@@ -523,8 +562,15 @@ impl Server<'_> {
                 return false;
             }
         };
-        let id = peer.id.clone();
-        match self.node.hello(cid, id, version, class, pid, &mut self.out) {
+        let id = self.peers[&cid].id.clone();
+        if id.claim != Claim::None {
+            self.check_allocations(Instant::now());
+        }
+        let res = self.node.hello(cid, id, version, class, pid, &mut self.out);
+        let Some(peer) = self.peers.get_mut(&cid) else {
+            return false;
+        };
+        match res {
             Ok(()) => {
                 peer.role = Role::Shim;
                 self.out.push(Out::Shim(
@@ -722,8 +768,24 @@ impl Server<'_> {
                         "SIGHUP: [metrics] listen changed; it takes effect at the next start"
                     );
                 }
+                let allocations = cfg.kubernetes.allocations.clone();
+                let labels = (
+                    self.node.config().kubernetes.features.clone(),
+                    cfg.kubernetes.features.clone(),
+                );
                 match self.node.reload(cfg) {
                     Ok(()) => {
+                        self.allocations.set_path(&allocations);
+                        self.check_allocations(Instant::now());
+                        match labels {
+                            (Some(old), new) if new.as_ref() != Some(&old) => {
+                                features::withdraw(&old)
+                            }
+                            _ => {}
+                        }
+                        if let Some(f) = &self.node.config().kubernetes.features {
+                            features::publish(f, &self.root);
+                        }
                         tracing::info!("SIGHUP: reloaded {}", path.display());
                         notify("READY=1\nSTATUS=configuration reloaded");
                     }

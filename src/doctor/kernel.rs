@@ -31,6 +31,17 @@ pub(super) enum QueuePriority {
     Unknown,
 }
 
+impl QueuePriority {
+    /// Its name in node labels and docs: `queue`, `pipe` or `unknown`.
+    pub(super) fn name(self) -> &'static str {
+        match self {
+            QueuePriority::Programmed => "queue",
+            QueuePriority::PipeOnly => "pipe",
+            QueuePriority::Unknown => "unknown",
+        }
+    }
+}
+
 /// What the kernel checks learnt, for the per-partition verdict.
 #[derive(Debug)]
 pub(super) struct NodeFacts {

@@ -26,6 +26,29 @@ pub fn priority_note(root: &Root) -> String {
     kernel::queue_priority(root).1
 }
 
+/// What the node can do, as node labels say it (kfdqd's node-feature-discovery file): the
+/// per-partition verdicts and the kernel's queue priority mode, from the checks `kfdq doctor`
+/// runs on the kernel (not those on the HIP runtime, the shim or the socket).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Capabilities {
+    /// Per GPU partition: which levels work.
+    pub partitions: Vec<PartitionVerdict>,
+    /// What a queue priority buys: `queue` (priority 0..15 programmed), `pipe` (the pipe's
+    /// three bands only) or `unknown` (the kernel release could not be read).
+    pub priority_mode: &'static str,
+}
+
+/// [`Capabilities`] of the node under `root`.
+pub fn capabilities(root: &Root) -> Capabilities {
+    let mut findings = Vec::new();
+    let node = kernel::inspect(root, &mut findings);
+    let partitions = levels::verdicts(&node, &mut findings);
+    Capabilities {
+        partitions,
+        priority_mode: node.queue_priority.name(),
+    }
+}
+
 /// How a finding affects kfdq.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "snake_case")]

@@ -244,6 +244,19 @@ pub struct ProcessStatus {
     pub queues: Vec<ProcessQueue>,
     /// Warnings (failed commands, refused class).
     pub warnings: Vec<String>,
+    /// The Kubernetes container that holds its allocation (`None`: no allocation, or the
+    /// device plugin does not know the container yet).
+    #[serde(default)]
+    pub pod: Option<crate::proto::allocation::PodRef>,
+    /// Preempt commands sent to it.
+    #[serde(default)]
+    pub preemptions: u64,
+    /// Milliseconds it spent preempted, at any level.
+    #[serde(default)]
+    pub preempted_ms: u64,
+    /// Milliseconds any of its queues was busy.
+    #[serde(default)]
+    pub busy_ms: u64,
 }
 
 /// One queue of a connected process.

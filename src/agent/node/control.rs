@@ -5,6 +5,7 @@ use std::time::Instant;
 
 use super::super::conn::ConnId;
 use super::super::identity::{ClassChangeError, Identity, classify, may_set_class};
+use super::super::kubernetes::cap::cap_of;
 use super::process::Proc;
 use super::status::level_name;
 use super::waiters::{ACK_TIMEOUT, Waiter};
@@ -138,7 +139,13 @@ impl NodeState {
             }
             Request::SetClass { pid, class } => {
                 let p = self.target(who, pid)?;
-                may_set_class(&self.cfg, who, &p.classified.entitled, &class)?;
+                may_set_class(
+                    &self.cfg,
+                    who,
+                    &p.classified.entitled,
+                    &class,
+                    p.cap.as_ref(),
+                )?;
                 if let Some(p) = self.procs.get_mut(&pid) {
                     p.class_override = Some(class.clone());
                     p.priority_override = None;
@@ -190,7 +197,8 @@ impl NodeState {
         if let Some(e) = exe.filter(|e| !e.is_empty()) {
             id.exe = e;
         }
-        let c = classify(&self.cfg, &id, class.as_deref());
+        let cap = cap_of(&self.cfg, &self.allocations, &id.claim);
+        let c = classify(&self.cfg, &id, class.as_deref(), cap.as_ref());
         let rule = self.cfg.rule(&c.class);
         ClassAnswer {
             priority: rule.map_or(0, |r| r.priority),

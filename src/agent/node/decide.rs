@@ -249,6 +249,7 @@ impl NodeState {
         p.sent(seq, &cmd, now);
         if let Command::Preempt(l) = cmd {
             self.rec.preempted(p.class(), l);
+            p.preemptions += 1;
         }
         self.preempts.count(&cmd.cost(&p.registry), now);
         self.counters.commands += 1;

@@ -18,9 +18,11 @@ use std::time::{Duration, Instant};
 use super::config::AgentConfig;
 use super::conn::ConnId;
 use super::identity::{Identity, classify};
+use super::kubernetes::cap::{Claim, cap_of};
 use super::metrics::Recorder;
 use crate::ids::Pid;
 use crate::policy::{PartitionObs, Policy};
+use crate::proto::allocation::AllocationFile;
 use crate::proto::control::{Control, Counters, LeftAlone};
 use crate::proto::{AgentMsg, Reply};
 
@@ -34,6 +36,8 @@ mod shim;
 mod status;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_kubernetes;
 mod waiters;
 mod why;
 
@@ -81,6 +85,8 @@ pub struct NodeState {
     next_renew: Option<Instant>,
     /// The last decision's observation, rebuilt in place by the next.
     observed: Vec<crate::policy::ProcessObs>,
+    /// The device plugin's allocations, as last read (the server reads the file).
+    allocations: AllocationFile,
 }
 
 impl NodeState {
@@ -112,6 +118,7 @@ impl NodeState {
             busy_periods: BTreeMap::new(),
             next_renew: None,
             observed: Vec::new(),
+            allocations: AllocationFile::default(),
         })
     }
 
@@ -124,20 +131,49 @@ impl NodeState {
     pub fn reload(&mut self, cfg: AgentConfig) -> Result<(), crate::policy::PolicyError> {
         self.policy = Policy::new(cfg.policy.clone())?;
         self.cfg = cfg;
+        self.reclassify("the reloaded configuration");
+        self.counters.reloads += 1;
+        Ok(())
+    }
+
+    /// Replaces the device plugin's allocations (the file changed); the processes that claim
+    /// one are classified again.
+    pub fn set_allocations(&mut self, file: AllocationFile) {
+        if file == self.allocations {
+            return;
+        }
+        self.allocations = file;
+        self.reclassify("the device plugin's allocations");
+    }
+
+    /// True when some process carries a `KFDQ_ALLOCATION` (the server then watches the file).
+    pub fn has_claims(&self) -> bool {
+        self.procs.values().any(|p| p.id.claim != Claim::None)
+    }
+
+    /// Classifies every process again (after `what` changed); a process it moves says so.
+    fn reclassify(&mut self, what: &str) {
         for p in self.procs.values_mut() {
             let before = p.class().to_owned();
             let refused_before = p.classified.refused.clone();
-            p.classified = classify(&self.cfg, &p.id, p.requested.as_deref());
+            p.cap = cap_of(&self.cfg, &self.allocations, &p.id.claim);
+            p.classified = classify(&self.cfg, &p.id, p.requested.as_deref(), p.cap.as_ref());
+            let over_cap = |c: &str| {
+                p.cap.as_ref().is_some_and(|cap| {
+                    let rank = |n: &str| self.cfg.rule(n).map_or(0, |r| r.rank);
+                    rank(c) > rank(&cap.class)
+                })
+            };
             if p.class_override
                 .as_deref()
-                .is_some_and(|c| self.cfg.class(c).is_none())
+                .is_some_and(|c| self.cfg.class(c).is_none() || over_cap(c))
             {
                 p.class_override = None;
             }
-            // A process the reload moved says so in `kfdq status` (and the log).
+            // A process this moved says so in `kfdq status` (and the log).
             if p.class() != before {
                 let note = format!(
-                    "class {before} -> {} by the reloaded configuration ({})",
+                    "class {before} -> {} by {what} ({})",
                     p.class(),
                     p.classified.reason
                 );
@@ -149,8 +185,6 @@ impl NodeState {
                 p.warn(r);
             }
         }
-        self.counters.reloads += 1;
-        Ok(())
     }
 
     /// Counts a refused reload.
@@ -248,7 +282,8 @@ impl NodeState {
     /// Whether a process found without the shim belongs to a class the tracer controls.
     /// Returns its class when it does.
     pub fn tracer_class(&self, id: &Identity, requested: Option<&str>) -> Option<String> {
-        let c = classify(&self.cfg, id, requested);
+        let cap = cap_of(&self.cfg, &self.allocations, &id.claim);
+        let c = classify(&self.cfg, id, requested, cap.as_ref());
         (self.cfg.control(&c.class) == Control::Tracer).then_some(c.class)
     }
 
@@ -277,10 +312,11 @@ impl NodeState {
     }
 
     fn insert(&mut self, conn: ConnId, via: Control, id: Identity, class: Option<String>) {
-        let classified = classify(&self.cfg, &id, class.as_deref());
+        let cap = cap_of(&self.cfg, &self.allocations, &id.claim);
+        let classified = classify(&self.cfg, &id, class.as_deref(), cap.as_ref());
         let pid = id.pid;
         tracing::info!(pid = %pid, uid = id.uid, exe = %id.exe, class = %classified.class, control = via.name(), "process connected ({})", classified.reason);
-        let p = Proc::new(conn, via, id, class, classified);
+        let p = Proc::new(conn, via, id, class, classified, cap);
         self.procs.insert(pid, p);
     }
 

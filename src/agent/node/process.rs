@@ -6,6 +6,7 @@ use std::time::Instant;
 
 use super::super::conn::ConnId;
 use super::super::identity::{Classified, Identity};
+use super::super::kubernetes::cap::Cap;
 use super::command::Command;
 use super::why::Why;
 use crate::ids::{GpuId, Pid, QueueId};
@@ -35,6 +36,8 @@ pub(super) struct Proc {
     pub(super) id: Identity,
     pub(super) requested: Option<String>,
     pub(super) classified: Classified,
+    /// Its Kubernetes allocation's cap (`None`: it claims none).
+    pub(super) cap: Option<Cap>,
     pub(super) class_override: Option<String>,
     pub(super) registry: Registry,
     /// Registries received (to send a priority once per registry that shows it missing).
@@ -65,9 +68,47 @@ pub(super) struct Proc {
     /// Its busy queues are taken as idle: it reports edges and said nothing for
     /// [`crate::proto::BUSY_STALE`].
     pub(super) stale: bool,
+    /// Preempt commands sent to it.
+    pub(super) preemptions: u64,
+    /// Seconds it spent preempted, up to [`Proc::accounted`].
+    pub(super) preempted_s: f64,
+    /// Seconds any of its queues was busy, up to [`Proc::accounted`].
+    pub(super) busy_s: f64,
+    /// When its times were last accounted, and whether it was preempted and busy from then on
+    /// (`None`: never).
+    pub(super) accounted: Option<Accounted>,
+}
+
+/// A process's state at its last time account.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Accounted {
+    pub(super) at: Instant,
+    pub(super) preempted: bool,
+    pub(super) busy: bool,
 }
 
 impl Proc {
+    /// Its (preempted, busy) seconds up to `now`.
+    pub(super) fn times(&self, now: Instant) -> (f64, f64) {
+        let (mut pre, mut busy) = (self.preempted_s, self.busy_s);
+        if let Some(a) = self.accounted {
+            let dt = now.saturating_duration_since(a.at).as_secs_f64();
+            pre += if a.preempted { dt } else { 0.0 };
+            busy += if a.busy { dt } else { 0.0 };
+        }
+        (pre, busy)
+    }
+
+    /// Accounts its times up to `now`; its state now counts from then on.
+    pub(super) fn account(&mut self, now: Instant) {
+        (self.preempted_s, self.busy_s) = self.times(now);
+        self.accounted = Some(Accounted {
+            at: now,
+            preempted: self.applied != Run::Running,
+            busy: !self.stale && self.any_busy(),
+        });
+    }
+
     /// A process that just connected (or was just traced), running, nothing sent yet.
     pub(super) fn new(
         conn: ConnId,
@@ -75,6 +116,7 @@ impl Proc {
         id: Identity,
         requested: Option<String>,
         classified: Classified,
+        cap: Option<Cap>,
     ) -> Proc {
         let mut p = Proc {
             conn,
@@ -83,6 +125,7 @@ impl Proc {
             id,
             requested,
             classified,
+            cap,
             class_override: None,
             registry: Registry::default(),
             registry_gen: 0,
@@ -103,6 +146,10 @@ impl Proc {
             edges_sent: None,
             busy_any: false,
             stale: false,
+            preemptions: 0,
+            preempted_s: 0.0,
+            busy_s: 0.0,
+            accounted: None,
         };
         if let Some(r) = p.classified.refused.clone() {
             p.warn(r);

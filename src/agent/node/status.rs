@@ -39,6 +39,9 @@ impl NodeState {
         for (class, s) in self.rec.account(now, busy, preempted) {
             self.busy_periods.entry(class).or_default().push(s * 1e3);
         }
+        for p in self.procs.values_mut() {
+            p.account(now);
+        }
     }
 
     /// A Prometheus scrape of the node (text format, [`super::super::metrics::CONTENT_TYPE`]).
@@ -127,16 +130,17 @@ impl NodeState {
                     part.busy_queues += u32::from(q.busy);
                 }
             }
+            let times = p.times(now);
             processes.push(ProcessStatus {
                 pid: *pid,
                 control: p.via,
                 uid: p.id.uid,
                 exe: p.id.exe.clone(),
                 class: p.class().to_owned(),
-                class_reason: if p.class_override.is_some() {
-                    "kfdq class".into()
-                } else {
-                    p.classified.reason.clone()
+                class_reason: match (&p.class_override, &p.cap) {
+                    (Some(_), Some(cap)) => format!("kfdq class, within {}", cap.source),
+                    (Some(_), None) => "kfdq class".into(),
+                    (None, _) => p.classified.reason.clone(),
                 },
                 state: level_name(p.applied),
                 level: match p.applied {
@@ -148,6 +152,10 @@ impl NodeState {
                 priority_override: p.priority_override,
                 queues,
                 warnings: p.warnings.iter().cloned().collect(),
+                pod: p.cap.as_ref().and_then(|c| c.pod.clone()),
+                preemptions: p.preemptions,
+                preempted_ms: (times.0 * 1e3) as u64,
+                busy_ms: (times.1 * 1e3) as u64,
             });
         }
         let mut counters = self.counters.clone();

@@ -41,6 +41,7 @@ fn identity(pid: Pid) -> Identity {
         groups: vec![],
         exe: format!("/bin/p{pid}"),
         cgroup: String::new(),
+        claim: crate::agent::identity::Claim::None,
     }
 }
 

@@ -91,6 +91,16 @@ fn main() -> ExitCode {
             }
         }
         println!("default class {}", cfg.default_class);
+        let k = &cfg.kubernetes;
+        println!(
+            "kubernetes: a process with KFDQ_ALLOCATION is capped at its allocation's class in {}; a token in no allocation gets {}; node labels: {}",
+            k.allocations.display(),
+            k.pod_fallback_class,
+            k.features.as_ref().map_or_else(
+                || "none".to_owned(),
+                |f| format!("{} (node-feature-discovery)", f.display())
+            )
+        );
         println!(
             "release: {}",
             cfg.policy.release.describe(cfg.policy.hysteresis_ns)
