@@ -374,3 +374,95 @@ fn a_malformed_configuration_is_refused_with_its_line() {
         "{err}"
     );
 }
+
+/// A GPU process that holds queues (kfdq-test-hold) with `env`, until dropped.
+struct GpuProcess(std::process::Child);
+
+impl GpuProcess {
+    fn start(root: &std::path::Path, env: &[(&str, &str)]) -> GpuProcess {
+        use std::io::BufRead;
+        let mut c = std::process::Command::new(workspace_bin("kfdq-test-hold"))
+            .arg("--root")
+            .arg(root)
+            .args(["--queues", "1", "--runtime-enable"])
+            .envs(env.iter().copied())
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("spawn kfdq-test-hold");
+        let mut line = String::new();
+        std::io::BufReader::new(c.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        assert!(line.contains("\"queues\""), "the holder's queues: {line:?}");
+        GpuProcess(c)
+    }
+}
+
+impl Drop for GpuProcess {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The whole chain: the kubelet stand-in's Allocate and PodResources -> the plugin's grant on
+/// file -> kfdqd reads a process's token from its environment and caps its class at the
+/// grant's, naming the pod, whatever `KFDQ_CLASS` says.
+#[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
+fn a_batch_grant_caps_the_class_of_the_container_s_process_in_kfdqd() {
+    let mut n = Node::start(Preset::Mi300xCpx, "\"all\"");
+    let g = n.emu.gpu_ids()[0];
+    n.wait_registrations(BATCH, 1);
+    n.wait_list(BATCH, "healthy batch shares", |l| {
+        !l.is_empty() && l.iter().all(|(_, h)| h == "Healthy")
+    });
+    let a = n
+        .client(BATCH)
+        .allocate(&[&format!("{g}-batch-0")])
+        .expect("batch share");
+    let token = a.container_responses[0].envs[TOKEN_ENV].clone();
+    n.kubelet.set_holders(vec![Holder {
+        namespace: "research".into(),
+        pod: "train".into(),
+        container: "trainer".into(),
+        resource: BATCH.into(),
+        ids: vec![format!("{g}-batch-0")],
+    }]);
+    let path = n.allocations.clone();
+    wait_state(
+        "the grant named by PodResources",
+        WAIT_LIMIT,
+        || kfdq::proto::allocation::AllocationFile::read(&path).unwrap(),
+        |f| f.allocations.iter().any(|a| a.pod.is_some()),
+    );
+
+    // The container's process asks for latency; its grant says batch.
+    let p = GpuProcess::start(
+        n.emu.root(),
+        &[(TOKEN_ENV, token.as_str()), ("KFDQ_CLASS", "latency")],
+    );
+    let pid = kfdq::Pid(p.0.id());
+    let st = wait_state(
+        "kfdqd to classify the container's process",
+        WAIT_LIMIT,
+        || n.agent.status(),
+        |s| {
+            s.as_ref()
+                .is_some_and(|s| s.processes.iter().any(|q| q.pid == pid))
+        },
+    )
+    .unwrap();
+    let proc = st.processes.iter().find(|q| q.pid == pid).unwrap();
+    assert_eq!(proc.class, "batch", "{proc:?}");
+    assert!(
+        proc.class_reason.contains("research/train/trainer"),
+        "the note names the pod: {proc:?}"
+    );
+    let pod = proc.pod.as_ref().expect("the process's pod");
+    assert_eq!(
+        (pod.namespace.as_str(), pod.name.as_str()),
+        ("research", "train")
+    );
+}

@@ -37,8 +37,9 @@ impl Agent {
         std::fs::write(
             &config,
             format!(
-                "[agent]\nsocket = \"{}\"\n\n[[class]]\nname = \"latency\"\nrank = 2\npriority = 13\nmatch = {{ env = true }}\n\n[[class]]\nname = \"batch\"\nrank = 0\npriority = 3\nlevel = \"deactivate\"\nmatch = {{ env = true }}\n",
-                sock.display()
+                "[agent]\nsocket = \"{}\"\n\n[tracer]\nscan_ms = 100\n\n[kubernetes]\nallocations = \"{}\"\nfeatures = \"\"\n\n[[class]]\nname = \"latency\"\nrank = 2\npriority = 13\nmatch = {{ env = true }}\n\n[[class]]\nname = \"batch\"\nrank = 0\npriority = 3\nlevel = \"suspend\"\ncontrol = \"tracer\"\nmatch = {{ env = true }}\n",
+                sock.display(),
+                dir.join("kfdq/allocations.json").display()
             ),
         )
         .unwrap();
@@ -51,6 +52,20 @@ impl Agent {
         };
         a.restart();
         a
+    }
+
+    /// The agent's status now, if it answers.
+    pub fn status(&self) -> Option<kfdq::proto::control::NodeStatus> {
+        use std::io::{BufRead, BufReader, Write};
+        let mut s = std::os::unix::net::UnixStream::connect(&self.sock).ok()?;
+        let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
+        s.write_all(&encode(&Request::Status)).ok()?;
+        let mut line = String::new();
+        BufReader::new(s).read_line(&mut line).ok()?;
+        match serde_json::from_str::<Reply>(&line).ok()? {
+            Reply::Status(st) => Some(*st),
+            _ => None,
+        }
     }
 
     /// Whether it answers a status request now.
