@@ -27,6 +27,7 @@ use crate::proto::{AgentMsg, Reply};
 mod command;
 mod control;
 mod decide;
+mod edge;
 mod process;
 mod reconcile;
 mod samples;
@@ -69,6 +70,9 @@ pub struct NodeState {
     seq: u64,
     started: Instant,
     next_decide: Option<Instant>,
+    /// The earliest retry of a failed level the reconcile steps asked for (part of
+    /// `next_decide`, kept apart so an edge decision can recompute it).
+    retry_next: Option<Instant>,
     counters: Counters,
     preempts: Preempts,
     decision_us: Samples,
@@ -79,8 +83,15 @@ pub struct NodeState {
     busy_periods: BTreeMap<String, Samples>,
     /// When the leases of the preempted processes are renewed next (`None`: none preempted).
     next_renew: Option<Instant>,
-    /// The last decision's observation, rebuilt in place by the next.
+    /// The last decision's observation, rebuilt in place by the next (or patched by an edge
+    /// decision).
     observed: Vec<crate::policy::ProcessObs>,
+    /// Something other than a queue's busy edge changed since the last decision (a process
+    /// came or went, a registry, a control request, a reload, a failed command): the next
+    /// decision looks at everything.
+    full_due: bool,
+    /// Queue edges (pid, queue, busy) since the last decision, for the edge decision.
+    edges_pending: Vec<(Pid, crate::ids::QueueId, bool)>,
 }
 
 impl NodeState {
@@ -103,6 +114,7 @@ impl NodeState {
             seq: 0,
             started: now,
             next_decide: None,
+            retry_next: None,
             counters: Counters::default(),
             preempts: Preempts::default(),
             decision_us: Samples::default(),
@@ -112,6 +124,8 @@ impl NodeState {
             busy_periods: BTreeMap::new(),
             next_renew: None,
             observed: Vec::new(),
+            full_due: true,
+            edges_pending: Vec::new(),
         })
     }
 
@@ -124,6 +138,7 @@ impl NodeState {
     pub fn reload(&mut self, cfg: AgentConfig) -> Result<(), crate::policy::PolicyError> {
         self.policy = Policy::new(cfg.policy.clone())?;
         self.cfg = cfg;
+        self.full_due = true;
         for p in self.procs.values_mut() {
             let before = p.class().to_owned();
             let refused_before = p.classified.refused.clone();
@@ -282,6 +297,7 @@ impl NodeState {
         tracing::info!(pid = %pid, uid = id.uid, exe = %id.exe, class = %classified.class, control = via.name(), "process connected ({})", classified.reason);
         let p = Proc::new(conn, via, id, class, classified);
         self.procs.insert(pid, p);
+        self.full_due = true;
     }
 
     /// A shim's connection (or a tracer session) ended: the process exited, or its shim
@@ -292,6 +308,7 @@ impl NodeState {
         };
         self.procs.remove(&pid);
         self.policy.forget(pid);
+        self.full_due = true;
         tracing::info!(pid = %pid, "disconnected; forgotten");
         self.waiters.process_gone(pid, out);
     }
