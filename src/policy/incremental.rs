@@ -88,7 +88,7 @@ impl Policy {
         }
         // Decide again the processes below a flipped class with queues on its partition.
         let mut next = self.next_ns;
-        let mut decided: Vec<(usize, Run, Reason)> = Vec::new();
+        let mut decided: Vec<(usize, Run, Reason)> = Vec::with_capacity(obs.processes.len());
         // The rules borrow the shared configuration, not `self`.
         let config = std::sync::Arc::clone(&self.config);
         let unknown = std::sync::Arc::clone(&self.unknown);
@@ -143,6 +143,7 @@ impl Policy {
         for gpu in charged {
             self.last_preempt.insert(gpu, now);
         }
+        decision.targets.reserve(decided.len());
         for (i, run, reason) in decided {
             let p = &obs.processes[i];
             let rule = config.class(&p.class).unwrap_or(&unknown);
