@@ -352,7 +352,7 @@ pub fn suspend(st: &mut State, qids: &[u32], grace_period: u32) -> Result<String
         )
     };
     let (_, mut statuses) = call(&ids)?;
-    if !fresh && statuses.iter().any(|s| *s == QueueStatus::Invalid) {
+    if !fresh && statuses.contains(&QueueStatus::Invalid) {
         // A queue this shim took as cleared was refused (EC_QUEUE_NEW raised again, or a queue
         // id reused behind its back): clear, and suspend the refused ones once more.
         clear_new(st, fd)?;
