@@ -126,7 +126,7 @@ pub fn render(s: &NodeStatus) -> String {
     }
     let c = &s.counters;
     out += &format!(
-        "\ndevice-wide preempts caused: {} ({:.1}/s over the last 10 s); decisions {}, commands {} ({} failed)\ndecision latency p50 {:.0} µs, p99 {:.0} µs (the decision alone p99 {:.0} µs); shim ack p50 {:.0} µs, max {:.0} µs; bad messages {}; reloads {} ({} refused)\nleases run out {}; releases the kernel refused {} (retried until they held)\n",
+        "\ndevice-wide preempts caused: {} ({:.1}/s over the last 10 s); decisions {} ({} from busy edges alone), commands {} ({} failed)\ndecision latency p50 {:.0} µs, p99 {:.0} µs (the decision alone p99 {:.0} µs); shim ack p50 {:.0} µs, max {:.0} µs; bad messages {}; reloads {} ({} refused)\nleases run out {}; releases the kernel refused {} (retried until they held)\n",
         c.preempts,
         // A rate of nothing is 0.0, not the float's -0.0.
         if c.preempts_per_s == 0.0 {
@@ -135,6 +135,7 @@ pub fn render(s: &NodeStatus) -> String {
             c.preempts_per_s
         },
         c.decisions,
+        c.edge_decisions,
         c.commands,
         c.command_failures,
         c.decision_us_p50,
