@@ -333,24 +333,60 @@ pub fn suspend(st: &mut State, qids: &[u32], grace_period: u32) -> Result<String
     if todo.is_empty() {
         return Ok(format!("level 3: queue(s) {qids:?} already suspended"));
     }
-    // Freshly created queues carry EC_QUEUE_NEW and cannot be suspended until it is cleared.
-    with_bypass(|| queue_snapshot(fd, std::process::id(), EXCEPTION_QUEUE_NEW)).map_err(
-        |source| CommandError::Call {
-            what: "level 3: GET_QUEUE_SNAPSHOT (clearing EC_QUEUE_NEW)",
-            source,
-        },
-    )?;
+    // Freshly created queues carry EC_QUEUE_NEW and cannot be suspended until it is cleared: a
+    // snapshot clears it, once per queue (the two FUSE/kernel round trips of the snapshot are
+    // most of a level 3's cost otherwise, docs/performance.md).
+    let fresh = todo
+        .iter()
+        .any(|id| st.queue(*id).is_some_and(|q| !q.new_cleared));
+    if fresh {
+        clear_new(st, fd)?;
+    }
     let ids: Vec<QueueId> = todo.iter().map(|q| QueueId(*q)).collect();
-    let (_, statuses) =
-        with_bypass(|| suspend_queues(fd, std::process::id(), &ids, grace_period, 0)).map_err(
+    let call = |ids: &[QueueId]| {
+        with_bypass(|| suspend_queues(fd, std::process::id(), ids, grace_period, 0)).map_err(
             |source| CommandError::Call {
                 what: "level 3: SUSPEND_QUEUES",
                 source,
             },
-        )?;
+        )
+    };
+    let (_, mut statuses) = call(&ids)?;
+    if !fresh && statuses.contains(&QueueStatus::Invalid) {
+        // A queue this shim took as cleared was refused (EC_QUEUE_NEW raised again, or a queue
+        // id reused behind its back): clear, and suspend the refused ones once more.
+        clear_new(st, fd)?;
+        let again: Vec<QueueId> = ids
+            .iter()
+            .zip(&statuses)
+            .filter(|(_, s)| **s == QueueStatus::Invalid)
+            .map(|(q, _)| *q)
+            .collect();
+        let (_, retried) = call(&again)?;
+        let mut retried = retried.into_iter();
+        for s in statuses.iter_mut().filter(|s| **s == QueueStatus::Invalid) {
+            *s = retried.next().unwrap_or(QueueStatus::Invalid);
+        }
+    }
     record_level3(st, &todo, &statuses, true, "level 3: SUSPEND_QUEUES").map(|()| {
         format!("level 3: suspended queue(s) {todo:?} (DBG_TRAP SUSPEND_QUEUES, grace period {grace_period})")
     })
+}
+
+/// GET_QUEUE_SNAPSHOT clearing EC_QUEUE_NEW on every queue of this process; the queues it
+/// names are marked cleared.
+fn clear_new(st: &mut State, fd: BorrowedFd<'_>) -> Result<(), CommandError> {
+    let snap = with_bypass(|| queue_snapshot(fd, std::process::id(), EXCEPTION_QUEUE_NEW))
+        .map_err(|source| CommandError::Call {
+            what: "level 3: GET_QUEUE_SNAPSHOT (clearing EC_QUEUE_NEW)",
+            source,
+        })?;
+    for e in snap {
+        if let Some(q) = st.queue_mut(e.queue_id.0) {
+            q.new_cleared = true;
+        }
+    }
+    Ok(())
 }
 
 /// Undoes level 3 on `qids`.

@@ -134,6 +134,10 @@ pub struct Queue {
     pub deactivated: bool,
     /// Suspended by the shim (level 3).
     pub suspended: bool,
+    /// Its EC_QUEUE_NEW was cleared by a GET_QUEUE_SNAPSHOT of this shim (amdkfd raises it
+    /// only at CREATE_QUEUE, and SUSPEND_QUEUES refuses a queue that carries it): a level 3
+    /// needs no snapshot for it.
+    pub new_cleared: bool,
     /// Busy at the last sample.
     pub busy: bool,
     /// DESTROY_QUEUE in flight: its memory may go away, do not read it.
@@ -318,6 +322,7 @@ impl State {
             runtime_percentage: q.runtime_percentage,
             deactivated: false,
             suspended: false,
+            new_cleared: false,
             busy: false,
             dying: false,
             compute: q.compute,
@@ -744,6 +749,7 @@ mod tests {
             runtime_percentage: 100,
             deactivated: false,
             suspended: false,
+            new_cleared: false,
             busy: false,
             dying: false,
             compute: true,

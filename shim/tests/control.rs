@@ -279,6 +279,22 @@ fn level3_suspend_and_resume_by_stream() {
     let q = s.emu.queue(pid, lo);
     assert!(!q.suspended && q.active, "resumed: {q:?}");
     s.assert_progress(&[], &["lo", "hi", "null"]);
+    // Again: the queue's EC_QUEUE_NEW was cleared by the first suspend, so the shim suspends
+    // it without another snapshot (docs/kernel-interface.md); the kernel must still take it.
+    let d = s.conn.ok(|seq| AgentMsg::Preempt {
+        seq,
+        level: Level::Suspend,
+        target: Target::Streams(vec![lo_sid]),
+        grace_period: 0,
+    });
+    assert!(d.contains("suspended"), "{d}");
+    assert!(s.emu.queue(pid, lo).suspended);
+    s.conn.ok(|seq| AgentMsg::Release {
+        seq,
+        level: Level::Suspend,
+        target: Target::Streams(vec![lo_sid]),
+    });
+    assert!(!s.emu.queue(pid, lo).suspended);
     s.finish();
 }
 

@@ -75,6 +75,60 @@ fn a_hung_agent_leaves_the_batch_job_preempted_no_longer_than_its_lease() {
     lp.finish();
 }
 
+#[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
+fn a_stopped_shim_does_not_delay_the_other_shims_commands() {
+    let emu = mount();
+    let agent = Agent::start(&emu, &two_classes("deactivate"));
+    let stopped = flood(&emu, &agent, "batch", 1);
+    agent.wait_connected(stopped.pid, 1);
+    let mut other = flood(&emu, &agent, "batch", 1);
+    agent.wait_connected(other.pid, 1);
+    let q_stopped = stopped.queues().values().next().unwrap().queue_id;
+    let q_other = other.queues().values().next().unwrap().queue_id;
+
+    // One batch process stops reading (a debugger, SIGSTOP): its shim takes no command.
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(stopped.pid as i32),
+        Signal::SIGSTOP,
+    )
+    .unwrap();
+    let hp = flood(&emu, &agent, "latency", 1);
+    agent.wait_connected(hp.pid, 1);
+    // The other batch process gets its preempt and carries it out while the first is stopped.
+    wait_for(
+        "the running batch process's queue deactivated while the other batch process is stopped",
+        || !emu.queue(other.pid, q_other).active,
+    );
+    let pid = other.pid;
+    other.wait_registry(pid, "its queue deactivated in its registry", |r| {
+        r.queues.iter().all(|q| q.deactivated)
+    });
+    assert!(
+        emu.queue(stopped.pid, q_stopped).active,
+        "the stopped process cannot have acted on its command"
+    );
+    // Its command was queued, not dropped: it acts on it once it runs again.
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(stopped.pid as i32),
+        Signal::SIGCONT,
+    )
+    .unwrap();
+    wait_for(
+        "the stopped batch process's queue deactivated once it runs again",
+        || !emu.queue(stopped.pid, q_stopped).active,
+    );
+    hp.stop();
+    hp.finish();
+    wait_for("both batch queues active after the latency job", || {
+        emu.queue(stopped.pid, q_stopped).active && emu.queue(other.pid, q_other).active
+    });
+    for app in [stopped, other] {
+        app.stop();
+        app.finish();
+    }
+}
+
 /// A stand-in for systemd's notification socket.
 struct NotifySocket {
     sock: UnixDatagram,

@@ -368,6 +368,12 @@ pub fn render(status: &NodeStatus, rec: &Recorder) -> Result<String, std::fmt::E
     // The agent's own work.
     let k = &status.counters;
     counter(&mut r, "decisions", "Policy decisions taken", k.decisions);
+    counter(
+        &mut r,
+        "edge_decisions",
+        "Policy decisions taken from queues' busy edges alone",
+        k.edge_decisions,
+    );
     r.register_with_unit(
         "decision_latency",
         "From the wake-up that led to commands to the commands written",

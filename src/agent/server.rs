@@ -613,7 +613,9 @@ impl Server<'_> {
     }
 
     fn deliver(&mut self) {
-        for o in std::mem::take(&mut self.out) {
+        // Drained, not dropped: a burst's buffer is reused by the next one.
+        let mut outbox = std::mem::take(&mut self.out);
+        for o in outbox.drain(..) {
             let (cid, bytes) = match o {
                 Out::Shim(c, msg) if self.traced.contains_key(&c) => {
                     if let (Some(t), Some(pid)) = (&mut self.tracer, self.traced.get(&c)) {
@@ -642,6 +644,7 @@ impl Server<'_> {
                 p.conn.eof = true;
             }
         }
+        self.out = outbox;
         for (cid, p) in &mut self.peers {
             if p.conn.wants_write()
                 && let Err(e) = p.conn.flush()

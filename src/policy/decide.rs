@@ -148,29 +148,37 @@ impl Decision {
 }
 
 #[derive(Debug, Clone, Copy)]
-struct ProcState {
-    run: Run,
+pub(super) struct ProcState {
+    pub(super) run: Run,
     /// When it entered `run`.
-    since_ns: u64,
+    pub(super) since_ns: u64,
     /// The starvation guard lets it run until then.
-    granted_until: Option<u64>,
+    pub(super) granted_until: Option<u64>,
 }
 
 /// The policy with its memory (each class's busy/idle edges and idle gaps per partition, each
 /// process's state, the last device-wide preempt per partition).
 #[derive(Debug, Clone)]
 pub struct Policy {
-    config: std::sync::Arc<PolicyConfig>,
+    pub(super) config: std::sync::Arc<PolicyConfig>,
     /// The rule of a class the configuration does not name.
-    unknown: std::sync::Arc<ClassRule>,
+    pub(super) unknown: std::sync::Arc<ClassRule>,
     /// Each rank's class name, shared by the reasons that name it.
     names: Vec<(u8, std::sync::Arc<str>)>,
-    edges: BTreeMap<(GpuId, u8), Edges>,
-    procs: BTreeMap<Pid, ProcState>,
-    last_preempt: BTreeMap<GpuId, u64>,
+    pub(super) edges: BTreeMap<(GpuId, u8), Edges>,
+    pub(super) procs: BTreeMap<Pid, ProcState>,
+    pub(super) last_preempt: BTreeMap<GpuId, u64>,
+    /// Busy queues per (partition, class rank) in the last observation: what an edge changes
+    /// ([`Policy::decide_edges`]).
+    pub(super) busy_count: BTreeMap<(GpuId, u8), u32>,
+    /// The last decision leaves nothing an edge alone could not update: no partition with more
+    /// queues than resident slots, no change rate-limited.
+    pub(super) incremental_ok: bool,
+    /// The last decision's `next_ns` (an edge decision keeps the earlier of it and its own).
+    pub(super) next_ns: Option<u64>,
 }
 
-fn costs_preempt(r: Run) -> bool {
+pub(super) fn costs_preempt(r: Run) -> bool {
     matches!(r, Run::Preempted(Level::Deactivate | Level::Suspend))
 }
 
@@ -186,7 +194,7 @@ pub fn preempt_cost(run: Run, queues: u32) -> u32 {
     }
 }
 
-fn later(a: Option<u64>, b: u64) -> Option<u64> {
+pub(super) fn later(a: Option<u64>, b: u64) -> Option<u64> {
     Some(a.map_or(b, |a| a.min(b)))
 }
 
@@ -215,6 +223,9 @@ impl Policy {
             edges: BTreeMap::new(),
             procs: BTreeMap::new(),
             last_preempt: BTreeMap::new(),
+            busy_count: BTreeMap::new(),
+            incremental_ok: false,
+            next_ns: None,
         })
     }
 
@@ -265,31 +276,15 @@ impl Policy {
             if let Some(until) = until {
                 next = later(next, until);
             }
-            // Starvation guard.
-            if let Some(s) = rule.starvation
-                && let Some(st) = self.procs.get_mut(&p.pid)
-            {
-                if let Some(until) = st.granted_until {
-                    if now < until {
-                        next = later(next, until);
-                        wanted.push((Run::Running, Reason::StarvationGuard));
-                        continue;
-                    }
-                    st.granted_until = None;
-                } else if matches!(st.run, Run::Preempted(_)) {
-                    if now >= st.since_ns.saturating_add(s.after_ns) {
-                        st.granted_until = Some(now + s.run_ns);
-                        next = later(next, now + s.run_ns);
-                        wanted.push((Run::Running, Reason::StarvationGuard));
-                        continue;
-                    }
-                    next = later(next, st.since_ns + s.after_ns);
-                }
+            if self.starved(p.pid, rule, now, &mut next) {
+                wanted.push((Run::Running, Reason::StarvationGuard));
+                continue;
             }
             wanted.push((Run::Preempted(level), reason));
         }
 
         // Residency guard, per partition: lowest classes first, whole processes.
+        let mut pressure = false;
         for part in obs.partitions {
             let queues_on = |i: usize| {
                 obs.processes[i]
@@ -302,6 +297,8 @@ impl Policy {
                 .filter(|&i| !costs_preempt(wanted[i].0))
                 .map(queues_on)
                 .sum();
+            let all: u32 = (0..obs.processes.len()).map(queues_on).sum();
+            pressure |= all > part.resident_slots;
             if active <= part.resident_slots {
                 continue;
             }
@@ -386,6 +383,12 @@ impl Policy {
                 entry.run = run;
                 entry.since_ns = now;
             }
+            // Preempted from now: its starvation guard's time starts now.
+            if let (Some(s), Run::Preempted(_)) = (rule.starvation, run)
+                && cur != run
+            {
+                next = later(next, now.saturating_add(s.after_ns));
+            }
             decision.targets.push(ProcessDecision {
                 pid: p.pid,
                 run,
@@ -397,32 +400,66 @@ impl Policy {
         decision.targets.sort_by_key(|t| t.pid);
         decision.changes.sort_by_key(|c| c.pid);
         decision.next_ns = next;
+        self.next_ns = next;
+        self.incremental_ok = !pressure && blocked_parts.is_empty();
         decision
+    }
+
+    /// The starvation guard of a process its class's rule would preempt: true while it lets it
+    /// run (granted when it has been preempted `after_ns`, for `run_ns`). Keeps `next` at the
+    /// guard's next time.
+    pub(super) fn starved(
+        &mut self,
+        pid: Pid,
+        rule: &ClassRule,
+        now: u64,
+        next: &mut Option<u64>,
+    ) -> bool {
+        let (Some(s), Some(st)) = (rule.starvation, self.procs.get_mut(&pid)) else {
+            return false;
+        };
+        if let Some(until) = st.granted_until {
+            if now < until {
+                *next = later(*next, until);
+                return true;
+            }
+            st.granted_until = None;
+        } else if matches!(st.run, Run::Preempted(_)) {
+            if now >= st.since_ns.saturating_add(s.after_ns) {
+                st.granted_until = Some(now + s.run_ns);
+                *next = later(*next, now + s.run_ns);
+                return true;
+            }
+            *next = later(*next, st.since_ns + s.after_ns);
+        }
+        false
     }
 
     /// Takes the busy/idle edge of every class on every partition from `obs` (a class without a
     /// busy queue there, or whose processes are gone, is idle).
-    fn observe_edges(&mut self, obs: &Observation<'_>, rules: &[&ClassRule]) {
-        let history = match self.config.release {
+    pub(super) fn history(&self) -> usize {
+        match self.config.release {
             Release::Cost(c) => c.history as usize,
             Release::Hysteresis => 1,
-        };
-        let mut busy: Vec<(GpuId, u8)> = Vec::new();
+        }
+    }
+
+    fn observe_edges(&mut self, obs: &Observation<'_>, rules: &[&ClassRule]) {
+        let history = self.history();
+        self.busy_count.clear();
         for (p, rule) in obs.processes.iter().zip(rules) {
             for q in p.queues.iter().filter(|q| q.busy) {
-                busy.push((q.gpu_id, rule.rank));
+                *self.busy_count.entry((q.gpu_id, rule.rank)).or_default() += 1;
             }
         }
-        busy.sort_unstable();
-        busy.dedup();
-        for key in &busy {
+        for key in self.busy_count.keys() {
             self.edges
                 .entry(*key)
                 .or_insert_with(|| Edges::busy_at(obs.now_ns))
                 .observe(obs.now_ns, true, history);
         }
         for (key, e) in &mut self.edges {
-            if busy.binary_search(key).is_err() {
+            if !self.busy_count.contains_key(key) {
                 e.observe(obs.now_ns, false, history);
             }
         }
@@ -431,7 +468,7 @@ impl Policy {
     /// Why `p` (class `rule`, preempted at `level`) must be preempted now, if it must: the
     /// highest class above it busy on a partition it has queues on, else the class above it whose
     /// release hold there runs out last, with the time it runs out.
-    fn blocker(
+    pub(super) fn blocker(
         &self,
         p: &ProcessObs,
         rule: &ClassRule,
@@ -479,7 +516,7 @@ impl Policy {
 
     /// The CU masks of a process whose class has a CU share: classes with a share get
     /// consecutive CU ranges, highest rank first.
-    fn cu_masks(
+    pub(super) fn cu_masks(
         &self,
         rule: &ClassRule,
         parts: &[PartitionObs],

@@ -5,6 +5,7 @@
 
 pub mod class;
 mod decide;
+mod incremental;
 mod level;
 pub mod release;
 pub mod retry;
@@ -14,6 +15,7 @@ pub use decide::{
     Change, Decision, Observation, PartitionObs, Policy, ProcessDecision, ProcessObs, QueueObs,
     Reason, Run, preempt_cost,
 };
+pub use incremental::QueueEdge;
 pub use level::Level;
 pub use release::{CostRelease, Release, ReleaseError};
 pub use rules::{ClassRule, PolicyConfig, PolicyError, Starvation};

@@ -328,4 +328,8 @@ pub struct Counters {
     /// backoff until the release holds.
     #[serde(default)]
     pub release_failures: u64,
+    /// Of `decisions`, those taken from queues' busy edges alone (only what the edges changed,
+    /// docs/agent.md); the others looked at every process.
+    #[serde(default)]
+    pub edge_decisions: u64,
 }

@@ -26,6 +26,8 @@ impl NodeState {
         now: Instant,
         out: &mut Vec<Out>,
     ) {
+        // A request may move, preempt or release a process: the next decision looks at all.
+        self.full_due = true;
         let reply = match self.control_inner(conn, who, req, now, out) {
             Ok(Some(detail)) => Reply::Done { detail },
             Ok(None) => return,
@@ -130,7 +132,7 @@ impl NodeState {
                         return Ok(Some(format!(
                             "process {pid} was not preempted by hand; it is {} ({})",
                             level_name(p.applied),
-                            p.reason
+                            p.reason()
                         )));
                     }
                     p.manual = None;
@@ -164,7 +166,7 @@ impl NodeState {
         let state = self
             .procs
             .get(&pid)
-            .map(|p| format!("{} ({})", level_name(p.applied), p.reason))
+            .map(|p| format!("{} ({})", level_name(p.applied), p.reason()))
             .unwrap_or_default();
         if seqs.is_empty() {
             return Ok(Some(format!(

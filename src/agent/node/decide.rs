@@ -19,7 +19,12 @@ impl NodeState {
     /// partition order, so a partition's commands go out back to back).
     pub fn decide(&mut self, now: Instant, out: &mut Vec<Out>) {
         self.counters.decisions += 1;
-        let stale_at = self.mark_stale(now);
+        if !self.full_due && self.decide_edges(now, out) {
+            return;
+        }
+        self.full_due = false;
+        self.edges_pending.clear();
+        let (stale_at, _) = self.mark_stale(now);
         self.account_busy(now);
         self.waiters.expire(now, out);
         self.end_tracer_sessions(out);
@@ -51,10 +56,12 @@ impl NodeState {
             .map(|t| self.started + Duration::from_nanos(t));
         let wants = self.wants(decision);
         let mut steps: Vec<(GpuId, Pid, Step)> = Vec::with_capacity(wants.len());
+        let mut retry_next = None;
         for ((pid, p), want) in self.procs.iter_mut().zip(wants) {
             let step = reconcile(p, want, now);
             if let Some(at) = step.retry_at {
                 self.next_decide = Some(self.next_decide.map_or(at, |n| n.min(at)));
+                retry_next = Some(retry_next.map_or(at, |n: Instant| n.min(at)));
             }
             if step.commands().next().is_some() {
                 steps.push((p.first_gpu(), *pid, step));
@@ -63,6 +70,7 @@ impl NodeState {
         if let Some(at) = stale_at {
             self.next_decide = Some(self.next_decide.map_or(at, |n| n.min(at)));
         }
+        self.retry_next = retry_next;
         self.send_steps(steps, now, out);
         self.renew(now, out);
         self.preempts.trim(now);
@@ -70,11 +78,14 @@ impl NodeState {
 
     /// Processes whose busy reports went stale (stopped or hung while busy) count as idle
     /// from now; returns when the next one would go stale.
-    fn mark_stale(&mut self, now: Instant) -> Option<Instant> {
+    /// Also whether a process went stale now.
+    pub(super) fn mark_stale(&mut self, now: Instant) -> (Option<Instant>, bool) {
         let mut next: Option<Instant> = None;
+        let mut went = false;
         for (pid, p) in &mut self.procs {
             let (stale, at) = p.staleness(now);
             if stale && !p.stale {
+                went = true;
                 self.counters.stale_busy += 1;
                 p.warn(format!(
                     "said nothing for {} ms while busy (stopped or hung): its queues count as idle until it reports again",
@@ -87,7 +98,7 @@ impl NodeState {
                 next = Some(next.map_or(at, |n| n.min(at)));
             }
         }
-        next
+        (next, went)
     }
 
     /// Busy edges on for the shims of processes whose class preempts another, off for the
@@ -106,7 +117,7 @@ impl NodeState {
     }
 
     /// Renews the leases of preempted processes every quarter lease.
-    fn renew(&mut self, now: Instant, out: &mut Vec<Out>) {
+    pub(super) fn renew(&mut self, now: Instant, out: &mut Vec<Out>) {
         let preempted: Vec<_> = self
             .procs
             .values()
@@ -168,12 +179,8 @@ impl NodeState {
             {
                 w.run = Some((Run::Preempted(l), "kfdq suspend".into()));
             }
-            if let Some((run, why)) = &mut w.run
-                && matches!(run, Run::Preempted(l) if *l != Level::Suspend)
-                && p.via == Control::Tracer
-            {
-                *run = Run::Preempted(Level::Suspend);
-                *why = Why::Text(format!("{} (level 3: the tracer's only level)", why.text()));
+            if let Some((run, why)) = &mut w.run {
+                tracer_level(p, run, why);
             }
             w.priority = self.wanted_priority(p);
             w.window = self.cfg.policy.class(p.class()).and_then(|c| c.window);
@@ -211,7 +218,12 @@ impl NodeState {
     /// Sends the steps' commands phase by phase: preempts and releases in partition order
     /// (`(first gpu, pid, step)`, given in pid order), then priorities, windows and CU masks in
     /// pid order.
-    fn send_steps(&mut self, mut steps: Vec<(GpuId, Pid, Step)>, now: Instant, out: &mut Vec<Out>) {
+    pub(super) fn send_steps(
+        &mut self,
+        mut steps: Vec<(GpuId, Pid, Step)>,
+        now: Instant,
+        out: &mut Vec<Out>,
+    ) {
         let mut by_partition: Vec<usize> = (0..steps.len()).collect();
         by_partition.sort_by_key(|&i| (steps[i].0, steps[i].1));
         for i in by_partition {
@@ -261,6 +273,7 @@ impl NodeState {
 
     /// Releases every preempted process (shutdown). Returns how many commands were sent.
     pub fn release_all(&mut self, now: Instant, out: &mut Vec<Out>) -> usize {
+        self.full_due = true;
         let held: Vec<(Pid, Level)> = self
             .procs
             .iter_mut()
@@ -289,4 +302,12 @@ fn preempts_others(policy: &crate::policy::PolicyConfig, class: &str) -> bool {
         .classes
         .iter()
         .any(|c| c.rank < rank && c.level.is_some())
+}
+
+/// A traced process preempted at any level is preempted at level 3 (the tracer's only level).
+pub(super) fn tracer_level(p: &Proc, run: &mut Run, why: &mut Why) {
+    if matches!(run, Run::Preempted(l) if *l != Level::Suspend) && p.via == Control::Tracer {
+        *run = Run::Preempted(Level::Suspend);
+        *why = Why::Text(format!("{} (level 3: the tracer's only level)", why.text()));
+    }
 }

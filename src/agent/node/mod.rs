@@ -29,6 +29,7 @@ use crate::proto::{AgentMsg, Reply};
 mod command;
 mod control;
 mod decide;
+mod edge;
 mod process;
 mod reconcile;
 mod samples;
@@ -73,6 +74,9 @@ pub struct NodeState {
     seq: u64,
     started: Instant,
     next_decide: Option<Instant>,
+    /// The earliest retry of a failed level the reconcile steps asked for (part of
+    /// `next_decide`, kept apart so an edge decision can recompute it).
+    retry_next: Option<Instant>,
     counters: Counters,
     preempts: Preempts,
     decision_us: Samples,
@@ -83,10 +87,17 @@ pub struct NodeState {
     busy_periods: BTreeMap<String, Samples>,
     /// When the leases of the preempted processes are renewed next (`None`: none preempted).
     next_renew: Option<Instant>,
-    /// The last decision's observation, rebuilt in place by the next.
+    /// The last decision's observation, rebuilt in place by the next (or patched by an edge
+    /// decision).
     observed: Vec<crate::policy::ProcessObs>,
     /// The device plugin's allocations, as last read (the server reads the file).
     allocations: AllocationFile,
+    /// Something other than a queue's busy edge changed since the last decision (a process
+    /// came or went, a registry, a control request, a reload, a failed command): the next
+    /// decision looks at everything.
+    full_due: bool,
+    /// Queue edges (pid, queue, busy) since the last decision, for the edge decision.
+    edges_pending: Vec<(Pid, crate::ids::QueueId, bool)>,
 }
 
 impl NodeState {
@@ -109,6 +120,7 @@ impl NodeState {
             seq: 0,
             started: now,
             next_decide: None,
+            retry_next: None,
             counters: Counters::default(),
             preempts: Preempts::default(),
             decision_us: Samples::default(),
@@ -119,6 +131,8 @@ impl NodeState {
             next_renew: None,
             observed: Vec::new(),
             allocations: AllocationFile::default(),
+            full_due: true,
+            edges_pending: Vec::new(),
         })
     }
 
@@ -153,6 +167,7 @@ impl NodeState {
 
     /// Classifies every process again (after `what` changed); a process it moves says so.
     fn reclassify(&mut self, what: &str) {
+        self.full_due = true;
         for p in self.procs.values_mut() {
             let before = p.class().to_owned();
             let refused_before = p.classified.refused.clone();
@@ -318,6 +333,7 @@ impl NodeState {
         tracing::info!(pid = %pid, uid = id.uid, exe = %id.exe, class = %classified.class, control = via.name(), "process connected ({})", classified.reason);
         let p = Proc::new(conn, via, id, class, classified, cap);
         self.procs.insert(pid, p);
+        self.full_due = true;
     }
 
     /// A shim's connection (or a tracer session) ended: the process exited, or its shim
@@ -328,6 +344,7 @@ impl NodeState {
         };
         self.procs.remove(&pid);
         self.policy.forget(pid);
+        self.full_due = true;
         tracing::info!(pid = %pid, "disconnected; forgotten");
         self.waiters.process_gone(pid, out);
     }

@@ -53,8 +53,7 @@ pub(super) struct Proc {
     pub(super) applied: Run,
     pub(super) manual: Option<Level>,
     pub(super) priority_override: Option<u32>,
-    pub(super) reason: String,
-    /// What [`Proc::reason`] says, before it was put in words.
+    /// Why it is in its run state (put in words by [`Proc::reason`] only when shown).
     pub(super) why: Option<Why>,
     pub(super) pending: BTreeMap<u64, Pending>,
     pub(super) failed: Option<(Level, Instant)>,
@@ -137,7 +136,6 @@ impl Proc {
             applied: Run::Running,
             manual: None,
             priority_override: None,
-            reason: "connected".into(),
             why: None,
             pending: BTreeMap::new(),
             failed: None,
@@ -155,6 +153,13 @@ impl Proc {
             p.warn(r);
         }
         p
+    }
+
+    /// Why it is in its run state, in words ("connected" before its first decision).
+    pub(super) fn reason(&self) -> String {
+        self.why
+            .as_ref()
+            .map_or_else(|| "connected".into(), Why::text)
     }
 
     /// The class in effect (`kfdq class` wins over the classification).

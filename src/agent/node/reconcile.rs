@@ -72,6 +72,14 @@ pub(super) fn reconcile(p: &mut Proc, want: Want, now: Instant) -> Step {
     step
 }
 
+/// The run state alone (an edge decision: nothing but busy edges changed, so the priority,
+/// window and CU masks are as the last full decision left them).
+pub(super) fn reconcile_run(p: &mut Proc, run: Run, why: Why, now: Instant) -> Step {
+    let mut step = Step::default();
+    step.retry_at = run_state(p, run, why, now, &mut step.run);
+    step
+}
+
 /// Running or preempted: a release of the level applied and a preempt of the level wanted
 /// when they differ; when they agree at level 2/3, a preempt again for queues created since
 /// (the shim skips those already at the level). A level whose command failed is not retried
@@ -97,7 +105,6 @@ fn run_state(
         }
     }
     if p.why.as_ref() != Some(&why) {
-        p.reason = why.text();
         p.why = Some(why);
     }
     let applied = p.applied;

@@ -22,6 +22,7 @@ impl NodeState {
         p.last_heard = Some(now);
         // News from a process whose reports had gone stale: it is live again.
         let revived = std::mem::take(&mut p.stale);
+        self.full_due |= revived;
         revived
             | match msg {
                 ShimMsg::Hello { .. } => {
@@ -60,11 +61,15 @@ impl NodeState {
                     p.registry = reg;
                     p.registry_gen += 1;
                     p.refresh_busy();
+                    self.full_due = true;
                     true
                 }
                 ShimMsg::Activity { queue_id, busy } => {
                     let changed = p.busy.insert(queue_id, busy) != Some(busy);
                     p.refresh_busy();
+                    if changed {
+                        self.edges_pending.push((pid, queue_id, busy));
+                    }
                     if changed && busy && p.edges_sent == Some(true) {
                         self.counters.busy_edges += 1;
                     }
@@ -120,6 +125,7 @@ impl NodeState {
                 }
                 p.failed = Some((l, now));
                 retry = true;
+                self.full_due = true;
             }
         }
         if self.waiters.settle(pid, seq, ok, &detail, out)

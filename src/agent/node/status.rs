@@ -24,18 +24,17 @@ impl NodeState {
     /// Accounts each class's busy time up to `now` (a class is busy while any queue of any of
     /// its processes is).
     pub(super) fn account_busy(&mut self, now: Instant) {
-        let busy: Vec<&str> = self
-            .procs
-            .values()
-            .filter(|p| !p.stale && p.any_busy())
-            .map(|p| p.class())
-            .collect();
-        let preempted: Vec<&str> = self
-            .procs
-            .values()
-            .filter(|p| p.applied != crate::policy::Run::Running)
-            .map(|p| p.class())
-            .collect();
+        // Each class once (a class's many processes would cost the recorder a lookup each).
+        let (mut busy, mut preempted): (Vec<&str>, Vec<&str>) = (Vec::new(), Vec::new());
+        for p in self.procs.values() {
+            let c = p.class();
+            if !p.stale && p.any_busy() && !busy.contains(&c) {
+                busy.push(c);
+            }
+            if p.applied != crate::policy::Run::Running && !preempted.contains(&c) {
+                preempted.push(c);
+            }
+        }
         for (class, s) in self.rec.account(now, busy, preempted) {
             self.busy_periods.entry(class).or_default().push(s * 1e3);
         }
@@ -147,7 +146,7 @@ impl NodeState {
                     Run::Running => None,
                     Run::Preempted(l) => Some(l),
                 },
-                reason: p.reason.clone(),
+                reason: p.reason(),
                 manual: p.manual,
                 priority_override: p.priority_override,
                 queues,

@@ -170,6 +170,12 @@ fn a_busy_higher_class_preempts_and_its_idle_releases() {
     let training = st.processes.iter().find(|p| p.pid == TRAINING).unwrap();
     assert_eq!(training.state, "running");
     assert_eq!((st.counters.commands, st.counters.decisions), (2, 3));
+    // Both edges were decided alone (the first decision looked at everything).
+    assert_eq!(st.counters.edge_decisions, 2);
+    // A registry makes the next decision a full one.
+    let reg = registry(TRAINING, "training", vec![queue(1, 3), queue(2, 3)]);
+    assert_eq!(step(&mut n, TRAINING, reg, t1), []);
+    assert_eq!(n.status(t1).counters.edge_decisions, 2);
 }
 
 #[test]
@@ -334,7 +340,7 @@ fn one_step_releases_the_old_level_before_preempting_at_the_new() {
         ]
     );
     assert_eq!(
-        (p.applied, p.reason.as_str()),
+        (p.applied, p.reason().as_str()),
         (Run::Preempted(Level::Deactivate), "why")
     );
     for (seq, c) in (10..).zip(s.commands()) {

@@ -135,20 +135,21 @@ pub fn render(s: &NodeStatus) -> String {
     // terminal would wrap and push the frame down.
     out += &format!(
         "\ndevice-wide preempts caused: {} ({rate:.1}/s over the last 10 s)\n\
-         decisions {}, commands {} ({} failed), bad messages {}\n\
+         decisions {} ({} from busy edges alone), commands {} ({} failed)\n\
          decision latency p50 {:.0} µs, p99 {:.0} µs (the decision alone p99 {:.0} µs)\n\
-         shim ack p50 {:.0} µs, max {:.0} µs; reloads {} ({} refused)\n\
+         shim ack p50 {:.0} µs, max {:.0} µs; bad messages {}; reloads {} ({} refused)\n\
          leases run out {}; releases the kernel refused {} (retried until they held)\n",
         c.preempts,
         c.decisions,
+        c.edge_decisions,
         c.commands,
         c.command_failures,
-        c.bad_messages,
         c.decision_us_p50,
         c.decision_us_p99,
         c.decide_us_p99,
         c.ack_us_p50,
         c.ack_us_max,
+        c.bad_messages,
         c.reloads,
         c.reload_failures,
         c.lease_expiries,

@@ -1,0 +1,92 @@
+//! The edge decision: when only queues' busy edges arrived since the last decision, the last
+//! observation is patched with them and the policy decides what they change
+//! ([`crate::policy::Policy::decide_edges`]); only the processes it decides again are
+//! reconciled. Anything else (a process came or went, a registry, a control request, a failed
+//! command, a timer the last decision set, a process whose reports went stale) makes the
+//! next decision the full one ([`NodeState::decide`]).
+
+use std::time::{Duration, Instant};
+
+use super::decide::tracer_level;
+use super::reconcile::{Step, reconcile_run};
+use super::why::Why;
+use super::{NodeState, Out};
+use crate::ids::{GpuId, Pid};
+use crate::policy::{Observation, QueueEdge};
+
+impl NodeState {
+    /// Decides the pending edges alone. False: nothing was done, the full decision must run.
+    pub(super) fn decide_edges(&mut self, now: Instant, out: &mut Vec<Out>) -> bool {
+        if self.next_decide.is_some_and(|d| now >= d) {
+            return false;
+        }
+        let (stale_at, went_stale) = self.mark_stale(now);
+        if went_stale {
+            return false;
+        }
+        // Patch the observation (in pid order, like the process table) with the edges.
+        let mut edges: Vec<QueueEdge> = Vec::with_capacity(self.edges_pending.len());
+        for &(pid, qid, busy) in &self.edges_pending {
+            let Ok(i) = self.observed.binary_search_by_key(&pid, |o| o.pid) else {
+                continue;
+            };
+            let Some(q) = self.observed[i]
+                .queues
+                .iter_mut()
+                .find(|q| q.queue_id == qid)
+            else {
+                continue;
+            };
+            edges.push(QueueEdge {
+                process: i,
+                gpu_id: q.gpu_id,
+                was_busy: q.busy,
+                busy,
+            });
+            q.busy = busy;
+        }
+        let now_ns = self.now_ns(now);
+        let Some(decision) = self.policy.decide_edges(
+            &Observation {
+                now_ns,
+                partitions: &self.partitions,
+                processes: &self.observed,
+            },
+            &edges,
+        ) else {
+            return false;
+        };
+        self.edges_pending.clear();
+        self.counters.edge_decisions += 1;
+        self.account_busy(now);
+        self.waiters.expire(now, out);
+        // The policy's next time (its own earliest), the retries and the staleness: the same
+        // parts as the full decision's.
+        let policy_next = decision
+            .next_ns
+            .map(|t| self.started + Duration::from_nanos(t));
+        let mut steps: Vec<(GpuId, Pid, Step)> = Vec::with_capacity(decision.targets.len());
+        for t in decision.targets {
+            let Some(p) = self.procs.get_mut(&t.pid) else {
+                continue;
+            };
+            let (mut run, mut why) = (t.run, Why::Policy(t.reason));
+            tracer_level(p, &mut run, &mut why);
+            let step = reconcile_run(p, run, why, now);
+            if let Some(at) = step.retry_at {
+                self.retry_next = Some(self.retry_next.map_or(at, |n| n.min(at)));
+            }
+            if !step.run.is_empty() {
+                steps.push((p.first_gpu(), t.pid, step));
+            }
+        }
+        self.next_decide = [policy_next, self.retry_next, stale_at]
+            .into_iter()
+            .flatten()
+            .min();
+        self.send_steps(steps, now, out);
+        self.renew(now, out);
+        self.preempts.trim(now);
+        true
+    }
+}

@@ -1,0 +1,193 @@
+//! The incremental decision: what one or a few queue edges (a queue going busy or idle) change,
+//! without looking again at every process.
+//!
+//! The policy keeps, per (partition, class rank), how many queues were busy in the last
+//! observation. An edge that leaves a count on the same side of zero changes no rule's input:
+//! the decision is "nothing changes". One that crosses zero (the class became busy, or idle,
+//! on that partition) can only change the processes of lower classes with a preemption level
+//! and queues on that partition: only those are decided again, with the same rule
+//! ([`Policy::blocker`], [`Policy::starved`]) the full decision uses. Whatever an edge cannot
+//! settle alone — a partition with more queues than resident slots, a change the rate limit
+//! holds back, a time the last decision said to look again at (a release hold or a starvation
+//! guard running out) — is left to the full decision ([`Policy::decide`]): `decide_edges` returns `None` and the caller calls it.
+//! The full decision is the reference: a property test (`tests/policy_incremental.rs`)
+//! checks that both give every process the same state and reason over random edge
+//! sequences.
+
+use super::decide::{
+    Change, Decision, Observation, Policy, ProcState, ProcessDecision, Reason, Run, costs_preempt,
+    later, preempt_cost,
+};
+use crate::ids::GpuId;
+
+/// One queue's edge, after the observation was updated with it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QueueEdge {
+    /// Index of its process in the observation's `processes`.
+    pub process: usize,
+    /// The queue's partition.
+    pub gpu_id: GpuId,
+    /// Busy in the observation the last decision saw.
+    pub was_busy: bool,
+    /// Busy now (as the observation says).
+    pub busy: bool,
+}
+
+impl Policy {
+    /// Decides what `edges` change, given `obs` (the last decision's observation with the
+    /// edges applied, same processes and partitions). `None`: the edges cannot be decided
+    /// alone; call [`Policy::decide`]. The decision's targets are only the processes decided
+    /// again (in pid order); the others keep their state and reason.
+    pub fn decide_edges(&mut self, obs: &Observation<'_>, edges: &[QueueEdge]) -> Option<Decision> {
+        let now = obs.now_ns;
+        if !self.incremental_ok || self.next_ns.is_some_and(|n| now >= n) {
+            return None;
+        }
+        // The counts, and the keys whose busy state crossed zero (with their old state).
+        let mut touched: Vec<((GpuId, u8), bool)> = Vec::new();
+        for e in edges.iter().filter(|e| e.was_busy != e.busy) {
+            let p = obs.processes.get(e.process)?;
+            let rank = self.config.class(&p.class).map_or(0, |c| c.rank);
+            let key = (e.gpu_id, rank);
+            let count = self.busy_count.entry(key).or_default();
+            if !touched.iter().any(|(k, _)| *k == key) {
+                touched.push((key, *count > 0));
+            }
+            if e.busy {
+                *count += 1;
+            } else {
+                *count = count.saturating_sub(1);
+            }
+        }
+        let history = self.history();
+        let mut flipped: Vec<(GpuId, u8)> = Vec::new();
+        for (key, was) in touched {
+            let busy = self.busy_count.get(&key).is_some_and(|c| *c > 0);
+            if busy == was {
+                continue;
+            }
+            if !busy {
+                self.busy_count.remove(&key);
+            }
+            flipped.push(key);
+            if busy {
+                self.edges
+                    .entry(key)
+                    .or_insert_with(|| super::release::Edges::busy_at(now))
+                    .observe(now, true, history);
+            } else if let Some(e) = self.edges.get_mut(&key) {
+                e.observe(now, false, history);
+            }
+        }
+        let mut decision = Decision {
+            next_ns: self.next_ns,
+            ..Decision::default()
+        };
+        if flipped.is_empty() {
+            return Some(decision);
+        }
+        // Decide again the processes below a flipped class with queues on its partition.
+        let mut next = self.next_ns;
+        let mut decided: Vec<(usize, Run, Reason)> = Vec::with_capacity(obs.processes.len());
+        // The rules borrow the shared configuration, not `self`.
+        let config = std::sync::Arc::clone(&self.config);
+        let unknown = std::sync::Arc::clone(&self.unknown);
+        for (i, p) in obs.processes.iter().enumerate() {
+            let rule = config.class(&p.class).unwrap_or(&unknown);
+            let Some(level) = rule.level else { continue };
+            let affected = flipped
+                .iter()
+                .any(|&(gpu, rank)| rank > rule.rank && p.queues.iter().any(|q| q.gpu_id == gpu));
+            if !affected {
+                continue;
+            }
+            let (run, reason) = match self.blocker(p, rule, level, now) {
+                None => (Run::Running, Reason::Free),
+                Some((reason, until)) => {
+                    if let Some(until) = until {
+                        next = later(next, until);
+                    }
+                    if self.starved(p.pid, rule, now, &mut next) {
+                        (Run::Running, Reason::StarvationGuard)
+                    } else {
+                        (Run::Preempted(level), reason)
+                    }
+                }
+            };
+            decided.push((i, run, reason));
+        }
+        // Changes that cost device-wide preempts: the rate limit's partitions must be free,
+        // else the full decision holds them back.
+        let interval = self.config.min_preempt_interval_ns;
+        let mut charged: Vec<GpuId> = Vec::new();
+        for (i, run, _) in &decided {
+            let p = &obs.processes[*i];
+            let cur = self.procs.get(&p.pid).map_or(Run::Running, |s| s.run);
+            if cur == *run || !(costs_preempt(cur) || costs_preempt(*run)) {
+                continue;
+            }
+            for q in &p.queues {
+                if charged.contains(&q.gpu_id) {
+                    continue;
+                }
+                if self
+                    .last_preempt
+                    .get(&q.gpu_id)
+                    .is_some_and(|t| now < t.saturating_add(interval))
+                {
+                    return None;
+                }
+                charged.push(q.gpu_id);
+            }
+        }
+        for gpu in charged {
+            self.last_preempt.insert(gpu, now);
+        }
+        decision.targets.reserve(decided.len());
+        for (i, run, reason) in decided {
+            let p = &obs.processes[i];
+            let rule = config.class(&p.class).unwrap_or(&unknown);
+            let cur = self.procs.get(&p.pid).map_or(Run::Running, |s| s.run);
+            if cur != run {
+                for part in obs.partitions {
+                    let n = p.queues.iter().filter(|q| q.gpu_id == part.gpu_id).count() as u32;
+                    let cost = preempt_cost(cur, n) + preempt_cost(run, n);
+                    if cost > 0 {
+                        *decision.preempts.entry(part.gpu_id).or_default() += cost;
+                    }
+                }
+                decision.changes.push(Change {
+                    pid: p.pid,
+                    from: cur,
+                    to: run,
+                });
+            }
+            let entry = self.procs.entry(p.pid).or_insert(ProcState {
+                run,
+                since_ns: now,
+                granted_until: None,
+            });
+            if entry.run != run {
+                entry.run = run;
+                entry.since_ns = now;
+            }
+            if let (Some(s), Run::Preempted(_)) = (rule.starvation, run)
+                && cur != run
+            {
+                next = later(next, now.saturating_add(s.after_ns));
+            }
+            decision.targets.push(ProcessDecision {
+                pid: p.pid,
+                run,
+                reason,
+                priority: rule.priority,
+                cu_masks: self.cu_masks(rule, obs.partitions, p),
+            });
+        }
+        decision.targets.sort_by_key(|t| t.pid);
+        decision.changes.sort_by_key(|c| c.pid);
+        decision.next_ns = next;
+        self.next_ns = next;
+        Some(decision)
+    }
+}
