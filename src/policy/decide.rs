@@ -360,42 +360,7 @@ impl Policy {
                 run = cur;
                 reason = Reason::RateLimited;
             }
-            if cur != run {
-                for part in obs.partitions {
-                    let n = p.queues.iter().filter(|q| q.gpu_id == part.gpu_id).count() as u32;
-                    let cost = preempt_cost(cur, n) + preempt_cost(run, n);
-                    if cost > 0 {
-                        *decision.preempts.entry(part.gpu_id).or_default() += cost;
-                    }
-                }
-                decision.changes.push(Change {
-                    pid: p.pid,
-                    from: cur,
-                    to: run,
-                });
-            }
-            let entry = self.procs.entry(p.pid).or_insert(ProcState {
-                run,
-                since_ns: now,
-                granted_until: None,
-            });
-            if entry.run != run {
-                entry.run = run;
-                entry.since_ns = now;
-            }
-            // Preempted from now: its starvation guard's time starts now.
-            if let (Some(s), Run::Preempted(_)) = (rule.starvation, run)
-                && cur != run
-            {
-                next = later(next, now.saturating_add(s.after_ns));
-            }
-            decision.targets.push(ProcessDecision {
-                pid: p.pid,
-                run,
-                reason,
-                priority: rule.priority,
-                cu_masks: self.cu_masks(rule, obs.partitions, p),
-            });
+            self.settle(&mut decision, &mut next, obs, p, rule, (run, reason));
         }
         decision.targets.sort_by_key(|t| t.pid);
         decision.changes.sort_by_key(|c| c.pid);
@@ -403,6 +368,58 @@ impl Policy {
         self.next_ns = next;
         self.incremental_ok = !pressure && blocked_parts.is_empty();
         decision
+    }
+
+    /// Records what was decided for one process: its change and what the change costs in
+    /// device-wide preempts, its state and since when, its starvation guard's next time, and
+    /// its target. The full and the edge decision both end each process here.
+    pub(super) fn settle(
+        &mut self,
+        decision: &mut Decision,
+        next: &mut Option<u64>,
+        obs: &Observation<'_>,
+        p: &ProcessObs,
+        rule: &ClassRule,
+        (run, reason): (Run, Reason),
+    ) {
+        let now = obs.now_ns;
+        let cur = self.procs.get(&p.pid).map_or(Run::Running, |s| s.run);
+        if cur != run {
+            for part in obs.partitions {
+                let n = p.queues.iter().filter(|q| q.gpu_id == part.gpu_id).count() as u32;
+                let cost = preempt_cost(cur, n) + preempt_cost(run, n);
+                if cost > 0 {
+                    *decision.preempts.entry(part.gpu_id).or_default() += cost;
+                }
+            }
+            decision.changes.push(Change {
+                pid: p.pid,
+                from: cur,
+                to: run,
+            });
+        }
+        let entry = self.procs.entry(p.pid).or_insert(ProcState {
+            run,
+            since_ns: now,
+            granted_until: None,
+        });
+        if entry.run != run {
+            entry.run = run;
+            entry.since_ns = now;
+        }
+        // Preempted from now: its starvation guard's time starts now.
+        if let (Some(s), Run::Preempted(_)) = (rule.starvation, run)
+            && cur != run
+        {
+            *next = later(*next, now.saturating_add(s.after_ns));
+        }
+        decision.targets.push(ProcessDecision {
+            pid: p.pid,
+            run,
+            reason,
+            priority: rule.priority,
+            cu_masks: self.cu_masks(rule, obs.partitions, p),
+        });
     }
 
     /// The starvation guard of a process its class's rule would preempt: true while it lets it

@@ -14,10 +14,7 @@
 //! checks that both give every process the same state and reason over random edge
 //! sequences.
 
-use super::decide::{
-    Change, Decision, Observation, Policy, ProcState, ProcessDecision, Reason, Run, costs_preempt,
-    later, preempt_cost,
-};
+use super::decide::{Decision, Observation, Policy, Reason, Run, costs_preempt, later};
 use crate::ids::GpuId;
 
 /// One queue's edge, after the observation was updated with it.
@@ -147,42 +144,7 @@ impl Policy {
         for (i, run, reason) in decided {
             let p = &obs.processes[i];
             let rule = config.class(&p.class).unwrap_or(&unknown);
-            let cur = self.procs.get(&p.pid).map_or(Run::Running, |s| s.run);
-            if cur != run {
-                for part in obs.partitions {
-                    let n = p.queues.iter().filter(|q| q.gpu_id == part.gpu_id).count() as u32;
-                    let cost = preempt_cost(cur, n) + preempt_cost(run, n);
-                    if cost > 0 {
-                        *decision.preempts.entry(part.gpu_id).or_default() += cost;
-                    }
-                }
-                decision.changes.push(Change {
-                    pid: p.pid,
-                    from: cur,
-                    to: run,
-                });
-            }
-            let entry = self.procs.entry(p.pid).or_insert(ProcState {
-                run,
-                since_ns: now,
-                granted_until: None,
-            });
-            if entry.run != run {
-                entry.run = run;
-                entry.since_ns = now;
-            }
-            if let (Some(s), Run::Preempted(_)) = (rule.starvation, run)
-                && cur != run
-            {
-                next = later(next, now.saturating_add(s.after_ns));
-            }
-            decision.targets.push(ProcessDecision {
-                pid: p.pid,
-                run,
-                reason,
-                priority: rule.priority,
-                cu_masks: self.cu_masks(rule, obs.partitions, p),
-            });
+            self.settle(&mut decision, &mut next, obs, p, rule, (run, reason));
         }
         decision.targets.sort_by_key(|t| t.pid);
         decision.changes.sort_by_key(|c| c.pid);
