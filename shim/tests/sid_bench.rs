@@ -1,7 +1,7 @@
 //! `kfdq bench`'s reaction chain on the real HIP runtime (ROCm 6.4 in the sid root) on
 //! kfd-emu: the bench runs inside the root, a real kfdqd on the host; its helpers are
 //! `kfdq-bench-hip` under `kfdq run` and the shim, launching the committed spin kernel through
-//! `hipModuleLaunchKernel` (docs/hardware.md, "Two paths").
+//! `hipModuleLaunchKernel` (docs/hardware.md, "Two paths"), with the batch class at levels 1-3.
 
 mod common;
 
@@ -9,9 +9,12 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::Stdio;
 
-use common::kfdqd::{Agent, two_classes};
+use common::kfdqd::{Agent, two_classes_with_window};
 use common::sid;
-use common::{Emu, EmuConfig, Preset, mount_with, shim_path, wait_for, workspace_bin};
+use common::{
+    Emu, EmuConfig, Preset, WAIT_LIMIT, mount_with, read_output, shim_path, wait_for, workspace_bin,
+};
+use test_support::wait::wait_until;
 
 /// The helpers' packets carry no time (a real code object's dispatch): 200 µs per work-group
 /// for the spin kernel, the raw helpers' packet time (`kfdq::reaction::PACKET_NS`).
@@ -65,24 +68,39 @@ fn bench_in_root(emu: &Emu, root: &Path, agent: &Agent) -> (serde_json::Value, b
         .env("KFDQ_STATE_DIR", state.path())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
-    let child = cmd.spawn().expect("run kfdq bench in the root");
+    let mut child = cmd.spawn().expect("run kfdq bench in the root");
     // `kfd-emu run` execs the program: this is the bench's pid in the emulator.
     let bench = child.id();
-    let run = std::thread::spawn(move || child.wait_with_output());
+    let (lines, stderr) = read_output(&mut child);
     let mut helper_spun = false;
-    wait_for("a helper's kfdq_spin dispatch, or the bench's end", || {
-        helper_spun = emu
+    let mut status = None;
+    // The bench's end (it measures two samples of about 100 ms each, on a loaded host).
+    let ended = wait_until(WAIT_LIMIT * 4, || {
+        helper_spun |= emu
             .stats()
             .processes
             .iter()
             .any(|x| x.pid != bench && x.dispatches_by_kernel.contains_key("kfdq_spin"));
-        helper_spun || run.is_finished()
+        status = child.try_wait().expect("wait for kfdq bench");
+        status.is_some()
     });
-    let out = run
-        .join()
-        .expect("the bench's waiter")
-        .expect("wait for kfdq bench");
-    let (stdout, stderr) = sid::finished("kfdq bench --runtime hip", out);
+    if !ended {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+    let stdout: String = lines.try_iter().collect::<Vec<_>>().join("\n");
+    let stderr = stderr.join().unwrap_or_default();
+    assert!(
+        ended && status.is_some_and(|s| s.success()),
+        "kfdq bench --runtime hip: {}\n--- stdout\n{stdout}\n--- stderr\n{stderr}\n--- kfdqd\n{}\n{}",
+        if ended {
+            format!("{status:?}")
+        } else {
+            "did not end".into()
+        },
+        agent.log_text(),
+        sid::packages()
+    );
     let v = serde_json::from_str(&stdout).unwrap_or_else(|e| {
         panic!(
             "kfdq bench --json: {e}\n--- stdout\n{stdout}\n--- stderr\n{stderr}\n--- kfdqd\n{}",
@@ -97,8 +115,10 @@ fn bench_in_root(emu: &Emu, root: &Path, agent: &Agent) -> (serde_json::Value, b
 fn sid_the_reaction_chain_runs_on_the_hip_runtime_under_the_shim() {
     let root = sid::root();
     let emu = emu_with_spin_times();
-    for level in ["deactivate", "suspend"] {
-        let agent = Agent::start(&emu, &two_classes(level));
+    // Level 1 holds new launches only: the batch class's window (2 in flight, as the built-in
+    // class) keeps the helper's stream in the shim's wrapper, so a hold stops it.
+    for (level, window) in [("deactivate", None), ("suspend", None), ("hold", Some(2))] {
+        let agent = Agent::start(&emu, &two_classes_with_window(level, window));
         let (v, helper_spun) = bench_in_root(&emu, &root, &agent);
         // A helper ran the committed spin kernel through the real runtime.
         assert!(

@@ -83,6 +83,15 @@ pub struct Stream(Handle);
 #[derive(Debug)]
 pub struct Event(Handle);
 
+// SAFETY: HIP's handles belong to the process, not to a thread: the runtime's API is
+// thread-safe and takes them from any thread (the batch helper launches on one thread and
+// queries events on another); the wrappers give no access to what they point to.
+unsafe impl Send for Function {}
+// SAFETY: as for Function: a process-wide HIP handle, used only through the runtime's API.
+unsafe impl Send for Stream {}
+// SAFETY: as for Function: a process-wide HIP handle, used only through the runtime's API.
+unsafe impl Send for Event {}
+
 impl Hip {
     /// Loads the runtime at `path` (it stays loaded for the life of the process).
     pub fn load(path: &Path) -> Result<Hip, HipError> {

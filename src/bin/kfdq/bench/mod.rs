@@ -88,7 +88,9 @@ pub fn run(root: &Root, socket: &Path, args: BenchArgs, json: bool) -> R<()> {
         check_target(n)?;
         check_alone(root, n, args.force)?;
     }
-    let mut reports = Vec::new();
+    // The reaction chain's helpers, chosen before anything is measured (`--runtime hip` that
+    // cannot run is refused here).
+    let mut helpers = Vec::new();
     for n in &nodes {
         // The partition's HIP device ordinal: its place among the topology's GPUs.
         let device = kfd
@@ -96,13 +98,18 @@ pub fn run(root: &Root, socket: &Path, args: BenchArgs, json: bool) -> R<()> {
             .gpus()
             .position(|g| g.gpu_id == n.gpu_id)
             .unwrap_or(0);
-        reports.push(measure(
-            &kfd,
-            n,
-            &args,
-            socket,
+        helpers.push(runtime::choose(
+            root,
+            args.runtime,
+            n.prop("gfx_target_version").unwrap_or(0),
+            &identity::target_name(n),
             u32::try_from(device).unwrap_or(0),
+            false,
         )?);
+    }
+    let mut reports = Vec::new();
+    for (n, h) in nodes.iter().zip(&helpers) {
+        reports.push(measure(&kfd, n, &args, socket, h)?);
     }
     if let Some(path) = &args.write {
         let measured: Vec<_> = nodes.iter().zip(&reports).collect();
@@ -176,7 +183,7 @@ fn measure(
     n: &Node,
     args: &BenchArgs,
     socket: &Path,
-    device: u32,
+    helpers: &runtime::HelperRuntime,
 ) -> R<PartitionReport> {
     let gpu = n
         .gpu_id
@@ -209,14 +216,6 @@ fn measure(
     let mut arbitration = None;
     let mut agent_level = None;
     let mut agent_runtime = None;
-    let helpers = runtime::choose(
-        kfd.root(),
-        args.runtime,
-        n.prop("gfx_target_version").unwrap_or(0),
-        &target,
-        device,
-        plan.quiet,
-    )?;
     match WorkSource::detect(kfd.root(), &target, spin.is_some()) {
         WorkSource::Known if args.reaction_only => {
             plan.calibrate_spin()?;
@@ -225,7 +224,7 @@ fn measure(
                 kfd.root(),
                 socket,
                 gpu,
-                &helpers,
+                helpers,
                 plan.repeat,
                 per,
                 plan.quiet,
@@ -281,7 +280,7 @@ fn measure(
                 kfd.root(),
                 socket,
                 gpu,
-                &helpers,
+                helpers,
                 plan.repeat,
                 per,
                 plan.quiet,

@@ -31,7 +31,7 @@ use super::victim::{self, Watch};
 use crate::{CliError, kfd_error};
 
 /// The agent's answer: its classes' levels, or why the chain cannot be measured.
-fn agent_ready(socket: &Path) -> Result<Level, Unavailable> {
+fn agent_ready(socket: &Path, runtime: &HelperRuntime) -> Result<Level, Unavailable> {
     let what = "reaction chain through the agent";
     let start = "start kfdqd (systemctl start kfdqd, or `kfdqd --root DIR` on kfd-emu) and point kfdq at it with --agent PATH or KFDQ_SOCKET, then run the bench again";
     let status = match crate::client::ask(socket, &Request::Status) {
@@ -67,10 +67,10 @@ fn agent_ready(socket: &Path) -> Result<Level, Unavailable> {
         ));
     };
     match batch.level {
-        Some(Level::Hold) => Err(Unavailable::new(
+        Some(Level::Hold) if matches!(runtime, HelperRuntime::Raw) => Err(Unavailable::new(
             what,
-            "the agent's class batch is at level 1 (hold): the shim holds new HIP launches, and the batch helper (raw or HIP) queues its whole stream before the latency launch, so a hold does not stop it",
-            "measure with class batch at level 2 or 3 (deactivate or suspend); level 1 is not measured yet (docs/hardware.md)",
+            "the agent's class batch is at level 1 (hold): the shim holds HIP launches, and the raw helpers drive KFD queues, which a hold does not stop",
+            "measure level 1 with the HIP helpers (--runtime hip, docs/hardware.md), or class batch at level 2 or 3",
         )),
         Some(l) => Ok(l),
         None => Err(Unavailable::new(
@@ -207,7 +207,7 @@ pub fn run(
     quiet: bool,
     out: &mut Samples,
 ) -> R<Result<Level, Unavailable>> {
-    let level = match agent_ready(socket) {
+    let level = match agent_ready(socket, runtime) {
         Ok(l) => l,
         Err(u) => return Ok(Err(u)),
     };
@@ -267,7 +267,11 @@ pub fn run(
             format!(
                 "in {repeat} latency launches the batch helper never stopped (the agent's level for batch: {level:?})"
             ),
-            "check `kfdq status` while the bench runs: the helpers must show as classes latency and batch",
+            if level == Level::Hold {
+                "at level 1 the batch class needs a `window` (e.g. 2, docs/shim.md): without one the batch helper queues its whole stream before the hold, and a hold stops only new launches"
+            } else {
+                "check `kfdq status` while the bench runs: the helpers must show as classes latency and batch"
+            },
         )));
     }
     Ok(Ok(level))
