@@ -64,11 +64,7 @@ fn bench_in_root(emu: &Emu, root: &Path, agent: &Agent) -> (serde_json::Value, b
             "2",
         ],
     );
-    // The shims sample their queues every 100 ms (the most `KFDQ_ACTIVITY_US` allows), five
-    // times the latency request: a reaction within the request comes from the launch edges
-    // (with this period the raw helpers' sampled chain does not even see the batch job busy).
     cmd.env("KFDQ_SHIM", &shim)
-        .env("KFDQ_ACTIVITY_US", "100000")
         .env("KFDQ_STATE_DIR", state.path())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
