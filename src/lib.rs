@@ -20,6 +20,7 @@ pub mod ids;
 pub mod kfd;
 pub mod policy;
 pub mod proto;
+pub mod reaction;
 pub mod stats;
 
 pub use ids::{GpuId, Pid, QueueId};

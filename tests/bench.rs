@@ -485,3 +485,38 @@ fn the_reaction_chain_runs_through_a_running_agent() {
         emu.stats().queues.is_empty()
     });
 }
+
+#[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
+fn the_hip_helpers_are_refused_with_their_reason_and_raw_is_said() {
+    let emu = mount(config(50, 20, 20, Arbitration::PipePriority));
+    let before = emu.stats();
+    // The HIP runtime opens the node's /dev/kfd, not --root's: refused before anything runs.
+    let out = bench(&emu, &["--runtime", "hip", "--reaction-only"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("--runtime hip") && err.contains("--root") && err.contains("--runtime raw"),
+        "{err}"
+    );
+    let after = emu.stats();
+    assert_eq!(
+        (before.partitions[0].runlist_updates, before.queues.len()),
+        (after.partitions[0].runlist_updates, after.queues.len()),
+        "a refused bench changed the partition"
+    );
+    // By default the chain falls back to raw helpers, saying why (and, with no agent, the row
+    // names how to start one).
+    let out = bench(&emu, &["--reaction-only"]);
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(err.contains("raw queue layer, not HIP"), "{err}");
+    let v = json(&out);
+    let u = v[0]["unavailable"].as_array().unwrap();
+    assert!(
+        u.iter().any(|x| x["measurement"]
+            .as_str()
+            .is_some_and(|m| m.contains("reaction chain"))),
+        "{u:#?}"
+    );
+    assert!(v[0]["agent_runtime"].is_null(), "{:#}", v[0]);
+}

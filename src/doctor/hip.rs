@@ -16,8 +16,9 @@ const SEARCH: &[&str] = &[
 /// Sonames tried in each directory, newest first.
 const SONAMES: &[&str] = &["libamdhip64.so.7", "libamdhip64.so.6", "libamdhip64.so.5"];
 
-/// The HIP runtime the doctor checks: `explicit`, else the first soname found on the search path.
-pub(super) fn find_runtime(explicit: Option<&Path>) -> Option<PathBuf> {
+/// The HIP runtime the doctor checks (and `kfdq bench`'s HIP helpers load): `explicit`, else
+/// the first soname found on the search path.
+pub fn find_runtime(explicit: Option<&Path>) -> Option<PathBuf> {
     if let Some(p) = explicit {
         return Some(p.to_path_buf());
     }

@@ -19,6 +19,7 @@ use serde::Serialize;
 
 use crate::kfd::Root;
 
+pub use hip::find_runtime as find_hip_runtime;
 pub use levels::{LevelVerdict, PartitionVerdict};
 
 /// What a queue priority buys on the kernel under `root` (its release decides), in one sentence.

@@ -215,12 +215,30 @@ pub struct BenchArgs {
     /// `kfd-emu --calibration`, `preempt-lab sim --calibration` and kfdqd's `calibration` key.
     #[arg(long, value_name = "FILE")]
     pub write: Option<PathBuf>,
+    /// The reaction chain's helpers: `hip` (kfdq-bench-hip on the node's HIP runtime: the
+    /// latency launch is a launch edge the shim reports) or `raw` (kfdq's own KFD queues: the
+    /// shim sees them only in its activity samples). Default: hip when kfdq-bench-hip is beside
+    /// kfdq and a HIP runtime is found, else raw (with a line saying why).
+    #[arg(long, value_enum, value_name = "RUNTIME")]
+    pub runtime: Option<BenchRuntime>,
+    /// Measure only the reaction chain through the agent (after calibrating the spin kernel).
+    #[arg(long)]
+    pub reaction_only: bool,
     /// Internal: the level-3 measurement's child process (reads requests on stdin).
     #[arg(long, hide = true)]
     pub worker: bool,
     /// Internal: a helper of the reaction chain (`latency` or `batch`), run under the shim.
     #[arg(long, hide = true, value_name = "ROLE")]
     pub helper: Option<String>,
+}
+
+/// The runtime of `kfdq bench`'s reaction-chain helpers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum BenchRuntime {
+    /// The node's HIP runtime (kfdq-bench-hip).
+    Hip,
+    /// kfdq's raw KFD queue layer (`kfdq bench --helper`).
+    Raw,
 }
 
 /// `kfdq demo`'s options.

@@ -20,6 +20,7 @@ const CRATES: &[(&str, usize)] = &[
     ("tools/gfx-model/src", 3),
     ("tools/preempt-lab/src", 3),
     ("tools/test-support/src", 6),
+    ("tools/bench-hip/src", 2),
 ];
 
 #[test]

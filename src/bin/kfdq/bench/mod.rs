@@ -9,15 +9,16 @@
 //! | the victim's side: when its work stops and resumes completing | `victim.rs` |
 //! | level 3 (DBG_TRAP on a child) and the child | `level3.rs` |
 //! | arbitration between priority bands | `arbitration.rs` |
-//! | the reaction chain through a running agent, and its helpers | `reaction.rs` |
+//! | the reaction chain through a running agent, and its raw helpers | `reaction.rs` |
+//! | the helpers' runtime: HIP (`kfdq-bench-hip`) or raw | `runtime.rs` |
 //! | p50/p99/spread, the CWSR fit | `stats.rs` |
 //! | samples, table and JSON | `samples.rs`, `report.rs` |
 //! | node identity, the calibration file | `identity.rs` |
 //!
 //! The busy queues are kfdq's raw queue layer (`kfdq::kfd`), not a HIP program under the shim:
 //! the bench needs work of an exact shape (waves, work-group time) and the packet processor's
-//! timestamps of one dispatch across one ioctl, which the raw layer gives directly; the HIP
-//! path (issue 28, item 2) is left for later.
+//! timestamps of one dispatch across one ioctl, which the raw layer gives directly. The
+//! reaction chain runs on the node's HIP runtime under the shim when it can (`runtime.rs`).
 
 mod arbitration;
 mod identity;
@@ -27,6 +28,7 @@ mod plan;
 mod probe;
 mod reaction;
 mod report;
+mod runtime;
 mod samples;
 mod spin;
 mod stats;
@@ -86,9 +88,28 @@ pub fn run(root: &Root, socket: &Path, args: BenchArgs, json: bool) -> R<()> {
         check_target(n)?;
         check_alone(root, n, args.force)?;
     }
-    let mut reports = Vec::new();
+    // The reaction chain's helpers, chosen before anything is measured (`--runtime hip` that
+    // cannot run is refused here).
+    let mut helpers = Vec::new();
     for n in &nodes {
-        reports.push(measure(&kfd, n, &args, socket)?);
+        // The partition's HIP device ordinal: its place among the topology's GPUs.
+        let device = kfd
+            .topology()
+            .gpus()
+            .position(|g| g.gpu_id == n.gpu_id)
+            .unwrap_or(0);
+        helpers.push(runtime::choose(
+            root,
+            args.runtime,
+            n.prop("gfx_target_version").unwrap_or(0),
+            &identity::target_name(n),
+            u32::try_from(device).unwrap_or(0),
+            false,
+        )?);
+    }
+    let mut reports = Vec::new();
+    for (n, h) in nodes.iter().zip(&helpers) {
+        reports.push(measure(&kfd, n, &args, socket, h)?);
     }
     if let Some(path) = &args.write {
         let measured: Vec<_> = nodes.iter().zip(&reports).collect();
@@ -157,7 +178,13 @@ fn check_alone(root: &Root, n: &Node, force: bool) -> R<()> {
     )))
 }
 
-fn measure(kfd: &Kfd, n: &Node, args: &BenchArgs, socket: &Path) -> R<PartitionReport> {
+fn measure(
+    kfd: &Kfd,
+    n: &Node,
+    args: &BenchArgs,
+    socket: &Path,
+    helpers: &runtime::HelperRuntime,
+) -> R<PartitionReport> {
     let gpu = n
         .gpu_id
         .ok_or_else(|| CliError::Refused("a CPU node has no queues".into()))?;
@@ -188,7 +215,28 @@ fn measure(kfd: &Kfd, n: &Node, args: &BenchArgs, socket: &Path) -> R<PartitionR
     let mut fit = None;
     let mut arbitration = None;
     let mut agent_level = None;
+    let mut agent_runtime = None;
     match WorkSource::detect(kfd.root(), &target, spin.is_some()) {
+        WorkSource::Known if args.reaction_only => {
+            plan.calibrate_spin()?;
+            let per = spin.as_ref().map_or(0.0, |s| s.ns_per_iteration.get());
+            match reaction::run(
+                kfd.root(),
+                socket,
+                gpu,
+                helpers,
+                plan.repeat,
+                per,
+                plan.quiet,
+                &mut samples,
+            )? {
+                Ok(level) => {
+                    agent_level = Some(level);
+                    agent_runtime = Some(helpers.name());
+                }
+                Err(u) => unavailable.push(u),
+            }
+        }
         WorkSource::Known => {
             plan.calibrate_spin()?;
             plan.progress("the bystander alone (baseline)");
@@ -232,12 +280,16 @@ fn measure(kfd: &Kfd, n: &Node, args: &BenchArgs, socket: &Path) -> R<PartitionR
                 kfd.root(),
                 socket,
                 gpu,
+                helpers,
                 plan.repeat,
                 per,
                 plan.quiet,
                 &mut samples,
             )? {
-                Ok(level) => agent_level = Some(level),
+                Ok(level) => {
+                    agent_level = Some(level);
+                    agent_runtime = Some(helpers.name());
+                }
                 Err(u) => unavailable.push(u),
             }
         }
@@ -266,6 +318,7 @@ fn measure(kfd: &Kfd, n: &Node, args: &BenchArgs, socket: &Path) -> R<PartitionR
         fit,
         arbitration,
         agent_level,
+        agent_runtime,
         unavailable,
     })
 }

@@ -2,13 +2,14 @@
 //! stops completing, and the latency work's end -> the batch job's work completes again.
 //!
 //! Both jobs are helper processes started the way kfdq controls real work, `kfdq run --class
-//! latency|batch` (the shim, its connection to the agent, the agent's decision and level): the
-//! bench itself (`kfdq bench --helper ROLE`, hidden), each with a raw KFD queue (`probe.rs`) of
-//! the spin kernel. The batch helper runs a stream of short packets and watches its completion
-//! signal (`victim.rs`); the latency helper launches one dispatch and says when (CLOCK_MONOTONIC)
-//! and when it ended. The helpers have no HIP runtime, so the shim learns that the latency
-//! queue went busy from its activity samples of the queue's indices (`KFDQ_ACTIVITY_US`), not
-//! from a launch edge: the chain measured is the sampled one (docs/hardware.md).
+//! latency|batch` (the shim, its connection to the agent, the agent's decision and level), on
+//! one of two runtimes (`runtime.rs`): the node's HIP runtime (`kfdq-bench-hip`: the spin kernel
+//! through `hipModuleLaunchKernel`, so the latency launch is a launch edge the shim reports), or
+//! the bench itself (`kfdq bench --helper ROLE`, hidden) with a raw KFD queue (`probe.rs`), whose
+//! latency queue the shim learns is busy only from its activity samples (`KFDQ_ACTIVITY_US`).
+//! Both speak `kfdq::reaction`'s protocol: the batch helper runs a stream of short packets and
+//! watches its completions (`victim.rs`); the latency helper launches a request and says when
+//! (CLOCK_MONOTONIC) and when it ended.
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
@@ -18,30 +19,19 @@ use std::time::{Duration, Instant};
 use kfdq::kfd::{GpuId, Kfd, Root, Signal};
 use kfdq::policy::Level;
 use kfdq::proto::{Reply, Request};
+use kfdq::reaction::{BATCH_PACKETS, LATENCY_PACKETS, PACKET_NS, WAVES};
 
 use super::R;
 use super::probe::{Lane, WAIT};
 use super::report::Unavailable;
+use super::runtime::HelperRuntime;
 use super::samples::Samples;
 use super::spin::{self, Spin};
 use super::victim::{self, Watch};
 use crate::{CliError, kfd_error};
 
-/// Packets of the batch job's stream per sample (200 µs each: 80 ms of work).
-const BATCH_PACKETS: u32 = 400;
-/// Work-group time of the batch job's packets.
-const BATCH_PACKET_NS: u64 = 200_000;
-/// The latency request: packets of [`BATCH_PACKET_NS`] back to back (20 ms). A request of
-/// many kernels, as a real one is: the shim sees a queue busy while packets wait in it (its
-/// read index behind its write index), so one long dispatch would look idle once fetched.
-const LATENCY_PACKETS: u32 = 100;
-/// Waves of each helper's dispatches.
-const WAVES: u32 = 64;
-/// A gap of this many packets without a completion is the batch job stopped.
-const GAP_PACKETS: u64 = 4;
-
 /// The agent's answer: its classes' levels, or why the chain cannot be measured.
-fn agent_ready(socket: &Path) -> Result<Level, Unavailable> {
+fn agent_ready(socket: &Path, runtime: &HelperRuntime) -> Result<Level, Unavailable> {
     let what = "reaction chain through the agent";
     let start = "start kfdqd (systemctl start kfdqd, or `kfdqd --root DIR` on kfd-emu) and point kfdq at it with --agent PATH or KFDQ_SOCKET, then run the bench again";
     let status = match crate::client::ask(socket, &Request::Status) {
@@ -77,10 +67,10 @@ fn agent_ready(socket: &Path) -> Result<Level, Unavailable> {
         ));
     };
     match batch.level {
-        Some(Level::Hold) => Err(Unavailable::new(
+        Some(Level::Hold) if matches!(runtime, HelperRuntime::Raw) => Err(Unavailable::new(
             what,
-            "the agent's class batch is at level 1 (hold): the shim holds HIP launches, and the bench's helpers drive raw KFD queues, which a hold does not stop",
-            "measure with class batch at level 2 or 3 (deactivate or suspend); level 1 needs a helper on the HIP runtime (docs/hardware.md)",
+            "the agent's class batch is at level 1 (hold): the shim holds HIP launches, and the raw helpers drive KFD queues, which a hold does not stop",
+            "measure level 1 with the HIP helpers (--runtime hip, docs/hardware.md), or class batch at level 2 or 3",
         )),
         Some(l) => Ok(l),
         None => Err(Unavailable::new(
@@ -102,19 +92,41 @@ struct Helper {
 }
 
 impl Helper {
-    fn spawn(root: &Root, socket: &Path, gpu: GpuId, role: &str) -> R<Helper> {
+    fn spawn(
+        root: &Root,
+        socket: &Path,
+        gpu: GpuId,
+        role: &str,
+        runtime: &HelperRuntime,
+    ) -> R<Helper> {
         let exe = std::env::current_exe()
             .map_err(|e| CliError::Output(format!("finding kfdq's own binary: {e}")))?;
-        let mut child = Command::new(&exe)
-            .arg("--root")
+        let mut cmd = Command::new(&exe);
+        cmd.arg("--root")
             .arg(root.path())
             .arg("--agent")
             .arg(socket)
-            .args(["run", "--class", role, "--"])
-            .arg(&exe)
-            .arg("--root")
-            .arg(root.path())
-            .args(["bench", "--helper", role, "--gpu", &gpu.0.to_string()])
+            .args(["run", "--class", role, "--"]);
+        match runtime {
+            HelperRuntime::Raw => cmd.arg(&exe).arg("--root").arg(root.path()).args([
+                "bench",
+                "--helper",
+                role,
+                "--gpu",
+                &gpu.0.to_string(),
+            ]),
+            HelperRuntime::Hip {
+                helper,
+                hip_runtime,
+                target,
+                device,
+            } => cmd
+                .arg(helper)
+                .args(["--role", role, "--target", target, "--hip-runtime"])
+                .arg(hip_runtime)
+                .args(["--device", &device.to_string()]),
+        };
+        let mut child = cmd
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -184,21 +196,27 @@ impl Drop for Helper {
 
 /// Measures the chain `repeat` times on `gpu`; `Err(Unavailable)` inside when no agent (or
 /// no level for the batch class) makes it measurable.
+#[allow(clippy::too_many_arguments)]
 pub fn run(
     root: &Root,
     socket: &Path,
     gpu: GpuId,
+    runtime: &HelperRuntime,
     repeat: u32,
     ns_per_iteration: f64,
     quiet: bool,
     out: &mut Samples,
 ) -> R<Result<Level, Unavailable>> {
-    let level = match agent_ready(socket) {
+    let level = match agent_ready(socket, runtime) {
         Ok(l) => l,
         Err(u) => return Ok(Err(u)),
     };
-    let mut batch = Helper::spawn(root, socket, gpu, "batch")?;
-    let mut latency = Helper::spawn(root, socket, gpu, "latency")?;
+    let mut batch = Helper::spawn(root, socket, gpu, "batch", runtime)?;
+    let mut latency = Helper::spawn(root, socket, gpu, "latency", runtime)?;
+    let (reaction_row, release_row) = match runtime {
+        HelperRuntime::Raw => ("agent_reaction", "agent_release"),
+        HelperRuntime::Hip { .. } => ("agent_reaction_hip", "agent_release_hip"),
+    };
     for h in [&mut batch, &mut latency] {
         let a = h.answer()?;
         if a != "ready" {
@@ -209,7 +227,8 @@ pub fn run(
     for i in 0..repeat {
         if !quiet {
             eprintln!(
-                "kfdq bench: {gpu}: reaction chain through the agent: sample {}/{repeat}",
+                "kfdq bench: {gpu}: reaction chain through the agent ({} helpers): sample {}/{repeat}",
+                runtime.name(),
                 i + 1
             );
         }
@@ -235,8 +254,8 @@ pub fn run(
                 let (Ok(r), Ok(s)) = (r.parse(), s.parse()) else {
                     return Err(CliError::Refused(format!("batch helper: {answer}")));
                 };
-                out.call("agent_reaction", 0, r);
-                out.call("agent_release", 0, s);
+                out.call(reaction_row, 0, r);
+                out.call(release_row, 0, s);
             }
             ["reaction", "none"] => missed += 1,
             _ => return Err(CliError::Refused(format!("batch helper: {answer}"))),
@@ -248,7 +267,11 @@ pub fn run(
             format!(
                 "in {repeat} latency launches the batch helper never stopped (the agent's level for batch: {level:?})"
             ),
-            "check `kfdq status` while the bench runs: the helpers must show as classes latency and batch",
+            if level == Level::Hold {
+                "at level 1 the batch class needs a `window` (e.g. 2, docs/shim.md): without one the batch helper queues its whole stream before the hold, and a hold stops only new launches"
+            } else {
+                "check `kfdq status` while the bench runs: the helpers must show as classes latency and batch"
+            },
         )));
     }
     Ok(Ok(level))
@@ -283,25 +306,6 @@ fn wait_busy(socket: &Path, pid: u32) -> R<()> {
         }
         std::thread::sleep(Duration::from_millis(2));
     }
-}
-
-/// (reaction, release), µs: the batch job's longest pause in its completions that began before
-/// the latency work ended (and ended after the launch) is its preemption: from the launch to
-/// the pause's start (its last completion), and from the latency work's end to the pause's end
-/// (its first completion again). None without a pause longer than [`GAP_PACKETS`] packets.
-/// The longest, not the first: the completions a process sees come in bursts on a loaded host.
-pub fn chain(changes: &[u64], launch_ns: u64, end_ns: u64) -> Option<(u64, u64)> {
-    changes
-        .windows(2)
-        .map(|w| (w[0], w[1]))
-        .filter(|&(a, b)| a < end_ns && b > launch_ns)
-        .max_by_key(|&(a, b)| b - a)
-        .filter(|&(a, b)| b - a > GAP_PACKETS * BATCH_PACKET_NS)
-}
-
-/// µs from `from` to `to` (signed).
-fn us(from: u64, to: u64) -> f64 {
-    (to as f64 - from as f64) / 1e3
 }
 
 /// The helper's side (`kfdq bench --helper latency|batch --gpu ID`), run under the shim.
@@ -339,7 +343,7 @@ pub fn helper(root: &Root, gpu: GpuId, role: &str) -> R<()> {
                 progress
                     .set(i64::from(LATENCY_PACKETS))
                     .map_err(|e| kfd_error("a signal", root, e))?;
-                let packet = lane.packet(WAVES, BATCH_PACKET_NS)?.with_signal(&progress);
+                let packet = lane.packet(WAVES, PACKET_NS)?.with_signal(&progress);
                 let launch = victim::mono_ns();
                 for _ in 0..LATENCY_PACKETS {
                     lane.queue
@@ -354,7 +358,7 @@ pub fn helper(root: &Root, gpu: GpuId, role: &str) -> R<()> {
                 progress
                     .set(i64::from(BATCH_PACKETS))
                     .map_err(|e| kfd_error("a signal", root, e))?;
-                let packet = lane.packet(WAVES, BATCH_PACKET_NS)?.with_signal(&progress);
+                let packet = lane.packet(WAVES, PACKET_NS)?.with_signal(&progress);
                 for _ in 0..BATCH_PACKETS {
                     lane.queue
                         .submit(&packet)
@@ -378,20 +382,11 @@ pub fn helper(root: &Root, gpu: GpuId, role: &str) -> R<()> {
                     (watcher.join().unwrap_or_default(), request)
                 });
                 let Some(Ok(request)) = request? else { break };
-                let t: Vec<u64> = request
-                    .split_whitespace()
-                    .skip(1)
-                    .filter_map(|x| x.parse().ok())
-                    .collect();
-                match (request.starts_with("report "), t.as_slice()) {
-                    (true, &[launch, end]) => match chain(&changes, launch, end) {
-                        Some((a, b)) => say(
-                            &mut out,
-                            &format!("reaction {} release {}", us(launch, a), us(end, b)),
-                        )?,
-                        None => say(&mut out, "reaction none")?,
-                    },
-                    _ => say(&mut out, "error: report LAUNCH_NS END_NS expected")?,
+                match kfdq::reaction::parse_report(&request) {
+                    Some((launch, end)) => {
+                        say(&mut out, &kfdq::reaction::answer(&changes, launch, end))?
+                    }
+                    None => say(&mut out, "error: report LAUNCH_NS END_NS expected")?,
                 }
             }
             (_, Some("quit")) => break,
@@ -417,25 +412,4 @@ fn wait_drained(s: &Signal<'_>, root: &Root) -> R<()> {
         std::thread::sleep(Duration::from_millis(1));
     }
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_chain_is_the_longest_pause_during_the_latency_work() {
-        let ms = 1_000_000;
-        // A burst pause of 3 ms across the launch (0), the preemption from 2.6 ms to 23.4 ms,
-        // the latency work ending at 21.9 ms.
-        let launch = 10 * ms;
-        let at = |x: f64| (launch as f64 + x * ms as f64) as u64;
-        let changes = [at(-2.5), at(-0.5), at(1.7), at(2.6), at(23.4), at(23.6)];
-        let (a, b) = chain(&changes, launch, at(21.9)).unwrap();
-        assert_eq!((a, b), (at(2.6), at(23.4)));
-        assert!((us(launch, a) - 2600.0).abs() < 1.0);
-        // No pause longer than four packets: not stopped.
-        let steady: Vec<u64> = (0..200).map(|i| launch + i * BATCH_PACKET_NS).collect();
-        assert_eq!(chain(&steady, launch + ms, launch + 20 * ms), None);
-    }
 }

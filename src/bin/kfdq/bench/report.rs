@@ -105,6 +105,16 @@ pub const MEASUREMENTS: &[(&str, &str, &str)] = &[
         "host",
         "through the agent: latency work ended -> the batch job completes again",
     ),
+    (
+        "agent_reaction_hip",
+        "host",
+        "through the agent, HIP helpers: hipModuleLaunchKernel (a launch edge) -> the batch job's last completion",
+    ),
+    (
+        "agent_release_hip",
+        "host",
+        "through the agent, HIP helpers: latency work ended -> the batch job completes again",
+    ),
 ];
 
 /// A measurement the node could not give: why, and what to change.
@@ -163,6 +173,8 @@ pub struct PartitionReport {
     pub arbitration: Option<ArbitrationResult>,
     /// The agent's level for class batch when the reaction chain was measured.
     pub agent_level: Option<kfdq::policy::Level>,
+    /// The runtime of the reaction chain's helpers (`hip` or `raw`) when it was measured.
+    pub agent_runtime: Option<&'static str>,
     pub unavailable: Vec<Unavailable>,
 }
 
@@ -244,6 +256,11 @@ pub fn render(p: &PartitionReport) -> String {
         out.push_str(&format!(
             "\narbitration: {} (high/low finish ratio across bands p50 {:.2}, inside a band p50 {:.2}; 0.5 = the higher queue first, 1 = shared; {} races discarded)\n",
             a.verdict, a.across_bands.p50, a.inside_band.p50, a.discarded
+        ));
+    }
+    if let (Some(level), Some(runtime)) = (&p.agent_level, p.agent_runtime) {
+        out.push_str(&format!(
+            "\nreaction chain: class batch at {level:?}, helpers on the {runtime} runtime\n"
         ));
     }
     for u in &p.unavailable {
