@@ -78,11 +78,16 @@ fn victim_side(plan: &Plan<'_>, probe: &mut Lane<'_>, out: &mut Samples) -> R<()
     let kfd = plan.kfd;
     let root = kfd.root();
     for &w in &plan.victim_waves {
-        for i in 0..plan.repeat {
+        let mut got = 0;
+        for i in 0..plan.victim_tries() {
+            if got == plan.repeat {
+                break;
+            }
             plan.progress(&format!(
-                "level 2, the victim's side, {w} waves: sample {}/{}",
-                i + 1,
-                plan.repeat
+                "level 2, the victim's side, {w} waves: sample {}/{} (try {})",
+                got + 1,
+                plan.repeat,
+                i + 1
             ));
             let mut s = Stream::start(kfd, plan.gpu, plan.priority, plan.spin, w)?;
             let watch = Watch::default();
@@ -112,6 +117,7 @@ fn victim_side(plan: &Plan<'_>, probe: &mut Lane<'_>, out: &mut Samples) -> R<()
                 Some((stop, resume)) => {
                     out.call("l2_victim_stop", w, stop);
                     out.call("l2_victim_resume", w, resume);
+                    got += 1;
                 }
                 None => plan.discarded.set(plan.discarded.get() + 1),
             }

@@ -6,14 +6,15 @@
 //! (RUNTIME_ENABLE, which suspend needs), creates a queue per `run` line on its stdin, starts
 //! known-shape work on it and answers `running QID`.
 
-use std::io::{BufRead, BufReader, Write};
-use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::io::{BufRead, Write};
+use std::process::Command;
 
 use kfdq::kfd::{EXCEPTION_QUEUE_NEW, GpuId, Kfd, QueueId, Root};
 
 use std::time::Instant;
 
 use super::R;
+use super::child::LineChild;
 use super::plan::Plan;
 use super::probe::{Lane, timed};
 use super::report::Unavailable;
@@ -26,75 +27,18 @@ use crate::{CliError, kfd_error};
 /// are saved at once, so the stall is the save's, not the grace's.
 const GRACE: u32 = 0;
 
-/// The worker child, killed and reaped if the bench stops early.
-struct Worker {
-    child: Child,
-    stdin: ChildStdin,
-    stdout: BufReader<ChildStdout>,
-}
+/// The worker child (`kfdq bench --worker`): a process of its own whose queues the bench
+/// suspends through the debugger API.
+type Worker = LineChild;
 
-impl Worker {
-    fn spawn(root: &Root, gpu: GpuId) -> R<Worker> {
-        let exe = std::env::current_exe()
-            .map_err(|e| CliError::Output(format!("finding kfdq's own binary: {e}")))?;
-        let mut child = Command::new(exe)
-            .arg("--root")
-            .arg(root.path())
-            .args(["bench", "--worker", "--gpu", &gpu.0.to_string()])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .map_err(|e| CliError::Output(format!("starting the level-3 worker: {e}")))?;
-        let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
-            let _ = child.kill();
-            let _ = child.wait();
-            return Err(CliError::Output("the level-3 worker has no pipes".into()));
-        };
-        Ok(Worker {
-            child,
-            stdin,
-            stdout: BufReader::new(stdout),
-        })
-    }
-
-    fn pid(&self) -> u32 {
-        self.child.id()
-    }
-
-    fn ask(&mut self, line: &str) -> R<String> {
-        writeln!(self.stdin, "{line}")
-            .and_then(|()| self.stdin.flush())
-            .map_err(|e| CliError::Output(format!("talking to the level-3 worker: {e}")))?;
-        self.answer()
-    }
-
-    fn answer(&mut self) -> R<String> {
-        let mut s = String::new();
-        self.stdout
-            .read_line(&mut s)
-            .map_err(|e| CliError::Output(format!("reading the level-3 worker: {e}")))?;
-        if s.is_empty() {
-            return Err(CliError::Refused(
-                "the level-3 worker exited (its error is above)".into(),
-            ));
-        }
-        Ok(s.trim().to_string())
-    }
-}
-
-impl Drop for Worker {
-    fn drop(&mut self) {
-        let _ = writeln!(self.stdin, "quit");
-        let _ = self.stdin.flush();
-        if !matches!(self.child.try_wait(), Ok(Some(_))) {
-            // A worker that does not quit (e.g. blocked) is ended; it is this bench's child.
-            std::thread::sleep(std::time::Duration::from_millis(200));
-            if !matches!(self.child.try_wait(), Ok(Some(_))) {
-                let _ = self.child.kill();
-            }
-        }
-        let _ = self.child.wait();
-    }
+fn spawn_worker(root: &Root, gpu: GpuId) -> R<Worker> {
+    let exe = std::env::current_exe()
+        .map_err(|e| CliError::Output(format!("finding kfdq's own binary: {e}")))?;
+    let mut cmd = Command::new(exe);
+    cmd.arg("--root")
+        .arg(root.path())
+        .args(["bench", "--worker", "--gpu", &gpu.0.to_string()]);
+    LineChild::spawn(cmd, "the level-3 worker", false)
 }
 
 /// Runs the level-3 samples; `Err(Unavailable)` inside when the node cannot give them.
@@ -112,7 +56,7 @@ pub fn run(plan: &Plan<'_>, out: &mut Samples) -> R<Result<(), Unavailable>> {
             "run a kernel whose amdkfd reports 1.13 or later (Linux 6.2+); `kfdq doctor` checks it",
         )));
     }
-    let mut worker = Worker::spawn(root, plan.gpu)?;
+    let mut worker = spawn_worker(root, plan.gpu)?;
     let hello = worker.answer()?;
     if hello != "ready" {
         return Ok(Err(Unavailable::new(
@@ -196,11 +140,16 @@ fn victim_side(plan: &Plan<'_>, worker: &mut Worker, out: &mut Samples) -> R<()>
     let pid = worker.pid();
     let mut probe = Lane::new(kfd, plan.gpu, plan.priority, plan.spin)?;
     for &w in &plan.victim_waves {
-        for i in 0..plan.repeat {
+        let mut got = 0;
+        for i in 0..plan.victim_tries() {
+            if got == plan.repeat {
+                break;
+            }
             plan.progress(&format!(
-                "level 3, the victim's side, {w} waves: sample {}/{}",
-                i + 1,
-                plan.repeat
+                "level 3, the victim's side, {w} waves: sample {}/{} (try {})",
+                got + 1,
+                plan.repeat,
+                i + 1
             ));
             let per = plan.spin.map_or(0.0, |s| s.ns_per_iteration.get());
             let answer = worker.ask(&format!("stream {w} {per}"))?;
@@ -227,6 +176,7 @@ fn victim_side(plan: &Plan<'_>, worker: &mut Worker, out: &mut Samples) -> R<()>
                     };
                     out.call("l3_victim_stop", w, stop);
                     out.call("l3_victim_resume", w, resume);
+                    got += 1;
                 }
                 ["times", "none"] => plan.discarded.set(plan.discarded.get() + 1),
                 _ => return Err(CliError::Refused(format!("level-3 worker: {answer}"))),

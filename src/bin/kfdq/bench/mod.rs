@@ -21,6 +21,7 @@
 //! reaction chain runs on the node's HIP runtime under the shim when it can (`runtime.rs`).
 
 mod arbitration;
+mod child;
 mod identity;
 mod level2;
 mod level3;
@@ -217,44 +218,25 @@ fn measure(
     let mut agent_level = None;
     let mut agent_runtime = None;
     match WorkSource::detect(kfd.root(), &target, spin.is_some()) {
-        WorkSource::Known if args.reaction_only => {
-            plan.calibrate_spin()?;
-            let per = spin.as_ref().map_or(0.0, |s| s.ns_per_iteration.get());
-            match reaction::run(
-                kfd.root(),
-                socket,
-                gpu,
-                helpers,
-                plan.repeat,
-                per,
-                plan.quiet,
-                &mut samples,
-            )? {
-                Ok(level) => {
-                    agent_level = Some(level);
-                    agent_runtime = Some(helpers.name());
-                }
-                Err(u) => unavailable.push(u),
-            }
-        }
         WorkSource::Known => {
             plan.calibrate_spin()?;
-            plan.progress("the bystander alone (baseline)");
-            let mut bystander = Lane::new(kfd, gpu, plan.priority, plan.spin)?;
-            for us in plan.measure_baseline(&mut bystander)? {
-                samples.call("bystander_alone", 0, us / 1e3);
-            }
-            drop(bystander);
-            level2::run(&plan, &mut samples)?;
-            if let Err(u) = level3::run(&plan, &mut samples)? {
-                unavailable.push(u);
-            }
-            let cwsr = std::fs::read_to_string(
-                kfd.root()
-                    .path()
-                    .join("sys/module/amdgpu/parameters/cwsr_enable"),
-            );
-            match stats::fit(&samples.all_stalls()) {
+            if !args.reaction_only {
+                plan.progress("the bystander alone (baseline)");
+                let mut bystander = Lane::new(kfd, gpu, plan.priority, plan.spin)?;
+                for us in plan.measure_baseline(&mut bystander)? {
+                    samples.call("bystander_alone", 0, us / 1e3);
+                }
+                drop(bystander);
+                level2::run(&plan, &mut samples)?;
+                if let Err(u) = level3::run(&plan, &mut samples)? {
+                    unavailable.push(u);
+                }
+                let cwsr = std::fs::read_to_string(
+                    kfd.root()
+                        .path()
+                        .join("sys/module/amdgpu/parameters/cwsr_enable"),
+                );
+                match stats::fit(&samples.all_stalls()) {
                 Ok(_) if cwsr.is_ok_and(|v| v.trim() == "0") => unavailable.push(Unavailable::new(
                     "CWSR fit",
                     "amdgpu's cwsr_enable is 0: a preempt waits for running waves to end instead of saving them, so the stalls measure draining, not CWSR",
@@ -267,13 +249,14 @@ fn measure(
                     "raise --repeat or check that the busy queues ran",
                 )),
             }
-            arbitration = arbitration::run(&plan)?;
-            if arbitration.is_none() {
-                unavailable.push(Unavailable::new(
+                arbitration = arbitration::run(&plan)?;
+                if arbitration.is_none() {
+                    unavailable.push(Unavailable::new(
                     "arbitration",
                     "every race was discarded: the high queue did not start when the gate ended",
                     "raise --window-ms so the packet processor sees both queues before the gate ends",
                 ));
+                }
             }
             let per = spin.as_ref().map_or(0.0, |s| s.ns_per_iteration.get());
             match reaction::run(

@@ -67,6 +67,13 @@ impl<'k> Plan<'k> {
         }
     }
 
+    /// How many tries a victim-side measurement gets for its `repeat` samples: a try whose
+    /// stream did not complete on both sides of the preempt (a loaded host that saw no
+    /// completion in time) is discarded and tried again, up to three times `repeat` in all.
+    pub fn victim_tries(&self) -> u32 {
+        self.repeat.saturating_mul(3)
+    }
+
     /// Work-group time of a preempted busy queue: it must still run after every sample.
     pub fn victim_wg_ns(&self) -> u64 {
         self.window_ns * 20

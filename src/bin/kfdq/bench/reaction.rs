@@ -11,9 +11,9 @@
 //! watches its completions (`victim.rs`); the latency helper launches a request and says when
 //! (CLOCK_MONOTONIC) and when it ended.
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, Write};
 use std::path::Path;
-use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use kfdq::kfd::{GpuId, Kfd, Root, Signal};
@@ -22,6 +22,7 @@ use kfdq::proto::{Reply, Request};
 use kfdq::reaction::{BATCH_PACKETS, LATENCY_PACKETS, PACKET_NS, WAVES};
 
 use super::R;
+use super::child::LineChild;
 use super::probe::{Lane, WAIT};
 use super::report::Unavailable;
 use super::runtime::HelperRuntime;
@@ -81,117 +82,45 @@ fn agent_ready(socket: &Path, runtime: &HelperRuntime) -> Result<Level, Unavaila
     }
 }
 
-/// A helper process under `kfdq run`, killed and reaped if the bench stops early.
-struct Helper {
-    child: Child,
-    stdin: ChildStdin,
-    stdout: BufReader<ChildStdout>,
-    /// What the helper and its shim wrote on stderr (shown only if it fails: the shim warns,
-    /// as it should, that the helper's queue runs work no HIP call submitted).
-    stderr: std::thread::JoinHandle<String>,
-}
+/// A helper process under `kfdq run` (its stderr shown only if it fails: the shim warns, as
+/// it should, that a raw helper's queue runs work no HIP call submitted).
+type Helper = LineChild;
 
-impl Helper {
-    fn spawn(
-        root: &Root,
-        socket: &Path,
-        gpu: GpuId,
-        role: &str,
-        runtime: &HelperRuntime,
-    ) -> R<Helper> {
-        let exe = std::env::current_exe()
-            .map_err(|e| CliError::Output(format!("finding kfdq's own binary: {e}")))?;
-        let mut cmd = Command::new(&exe);
-        cmd.arg("--root")
-            .arg(root.path())
-            .arg("--agent")
-            .arg(socket)
-            .args(["run", "--class", role, "--"]);
-        match runtime {
-            HelperRuntime::Raw => cmd.arg(&exe).arg("--root").arg(root.path()).args([
-                "bench",
-                "--helper",
-                role,
-                "--gpu",
-                &gpu.0.to_string(),
-            ]),
-            HelperRuntime::Hip {
-                helper,
-                hip_runtime,
-                target,
-                device,
-            } => cmd
-                .arg(helper)
-                .args(["--role", role, "--target", target, "--hip-runtime"])
-                .arg(hip_runtime)
-                .args(["--device", &device.to_string()]),
-        };
-        let mut child = cmd
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .map_err(|e| CliError::Output(format!("starting the {role} helper: {e}")))?;
-        let (Some(stdin), Some(stdout), Some(mut err)) =
-            (child.stdin.take(), child.stdout.take(), child.stderr.take())
-        else {
-            let _ = child.kill();
-            let _ = child.wait();
-            return Err(CliError::Output(format!("the {role} helper has no pipes")));
-        };
-        let stderr = std::thread::spawn(move || {
-            let mut s = String::new();
-            let _ = std::io::Read::read_to_string(&mut err, &mut s);
-            s
-        });
-        Ok(Helper {
-            child,
-            stdin,
-            stdout: BufReader::new(stdout),
-            stderr,
-        })
-    }
-
-    fn ask(&mut self, line: &str) -> R<String> {
-        writeln!(self.stdin, "{line}")
-            .and_then(|()| self.stdin.flush())
-            .map_err(|e| CliError::Output(format!("talking to a helper: {e}")))?;
-        self.answer()
-    }
-
-    fn answer(&mut self) -> R<String> {
-        let mut s = String::new();
-        self.stdout
-            .read_line(&mut s)
-            .map_err(|e| CliError::Output(format!("reading a helper: {e}")))?;
-        if s.is_empty() {
-            let _ = self.child.wait();
-            let text = std::mem::replace(&mut self.stderr, std::thread::spawn(String::new))
-                .join()
-                .unwrap_or_default();
-            return Err(CliError::Refused(format!(
-                "a reaction-chain helper exited: {}",
-                text.trim()
-            )));
-        }
-        Ok(s.trim().to_string())
-    }
-}
-
-impl Drop for Helper {
-    fn drop(&mut self) {
-        let _ = writeln!(self.stdin, "quit");
-        let _ = self.stdin.flush();
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while !matches!(self.child.try_wait(), Ok(Some(_))) && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        // A helper that does not quit is ended; it is this bench's child.
-        if !matches!(self.child.try_wait(), Ok(Some(_))) {
-            let _ = self.child.kill();
-        }
-        let _ = self.child.wait();
-    }
+fn spawn_helper(
+    root: &Root,
+    socket: &Path,
+    gpu: GpuId,
+    role: &str,
+    runtime: &HelperRuntime,
+) -> R<Helper> {
+    let exe = std::env::current_exe()
+        .map_err(|e| CliError::Output(format!("finding kfdq's own binary: {e}")))?;
+    let mut cmd = Command::new(&exe);
+    cmd.arg("--root")
+        .arg(root.path())
+        .arg("--agent")
+        .arg(socket)
+        .args(["run", "--class", role, "--"]);
+    match runtime {
+        HelperRuntime::Raw => cmd.arg(&exe).arg("--root").arg(root.path()).args([
+            "bench",
+            "--helper",
+            role,
+            "--gpu",
+            &gpu.0.to_string(),
+        ]),
+        HelperRuntime::Hip {
+            helper,
+            hip_runtime,
+            target,
+            device,
+        } => cmd
+            .arg(helper)
+            .args(["--role", role, "--target", target, "--hip-runtime"])
+            .arg(hip_runtime)
+            .args(["--device", &device.to_string()]),
+    };
+    LineChild::spawn(cmd, &format!("the {role} helper"), true)
 }
 
 /// Measures the chain `repeat` times on `gpu`; `Err(Unavailable)` inside when no agent (or
@@ -211,8 +140,8 @@ pub fn run(
         Ok(l) => l,
         Err(u) => return Ok(Err(u)),
     };
-    let mut batch = Helper::spawn(root, socket, gpu, "batch", runtime)?;
-    let mut latency = Helper::spawn(root, socket, gpu, "latency", runtime)?;
+    let mut batch = spawn_helper(root, socket, gpu, "batch", runtime)?;
+    let mut latency = spawn_helper(root, socket, gpu, "latency", runtime)?;
     let (reaction_row, release_row) = match runtime {
         HelperRuntime::Raw => ("agent_reaction", "agent_release"),
         HelperRuntime::Hip { .. } => ("agent_reaction_hip", "agent_release_hip"),
@@ -234,7 +163,7 @@ pub fn run(
         }
         expect(batch.ask(&format!("stream {ns_per_iteration}"))?, "running")?;
         // The agent learns that the batch job is busy from its shim's activity samples.
-        wait_busy(socket, batch.child.id())?;
+        wait_busy(socket, batch.pid())?;
         let done = latency.ask(&format!("go {ns_per_iteration}"))?;
         let times: Vec<u64> = done
             .strip_prefix("done ")
