@@ -518,6 +518,11 @@ impl KfdFs {
 }
 
 impl Filesystem for KfdFs {
+    fn init(&mut self, _req: &Request, config: &mut fuser::KernelConfig) -> std::io::Result<()> {
+        crate::fuse_proxy::limit_messages(config);
+        Ok(())
+    }
+
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         let found = name
             .to_str()

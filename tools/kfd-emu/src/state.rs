@@ -46,6 +46,8 @@ pub(crate) struct Emu {
     pub dead_threads: Mutex<Vec<String>>,
     /// Failures a test injected into chosen ioctls.
     pub faults: crate::faults::Faults,
+    /// Bytes of the largest FUSE request or reply the proxy carried (`fuse_proxy`).
+    pub fuse_largest_message: std::sync::atomic::AtomicU64,
 }
 
 impl Emu {
@@ -86,6 +88,7 @@ impl Emu {
             kernels: Default::default(),
             dead_threads: Mutex::new(Vec::new()),
             faults: Default::default(),
+            fuse_largest_message: Default::default(),
         }
     }
 
