@@ -576,6 +576,11 @@ impl Filesystem for KfdFs {
         cv.notify_all();
     }
 
+    fn init(&mut self, _req: &Request, config: &mut fuser::KernelConfig) -> std::io::Result<()> {
+        crate::fuse_proxy::limit_messages(config);
+        Ok(())
+    }
+
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         let found = name
             .to_str()

@@ -17,9 +17,20 @@
 //! FUSE_INTERRUPT is opcode 36 and carries `struct fuse_interrupt_in` (the interrupted request's
 //! unique id, a u64) after the header; the kernel sends it only for a request a reader already
 //! took, so the proxy has passed that request on before.
+//!
+//! **Message size.** A unix socket carries a message in one socket buffer whose linear part is
+//! everything past `MAX_SKB_FRAGS` (17) pages (`net/unix/af_unix.c`, `unix_dgram_sendmsg`, which
+//! SOCK_SEQPACKET uses); a 1 MiB FUSE write or read reply (the kernel's default `max_pages`
+//! limit, 256 pages) needs a physically contiguous order-8 allocation, which fails with
+//! `ENOBUFS` once memory is fragmented (a busy machine; `/proc/buddyinfo`). So the session
+//! asks the kernel for messages of at most [`MESSAGE_DATA`] bytes of data (`max_write`,
+//! `max_readahead`, hence `max_pages`: [`limit_messages`]), whose linear part fits an order-2
+//! allocation; and a request that cannot be passed on all the same is answered with `EIO`
+//! instead of stopping the mount.
 
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
 
 use nix::errno::Errno;
@@ -39,6 +50,10 @@ const IN_HEADER: usize = 40;
 /// The largest request (a write of fuser's 16 MiB `max_write`) plus headers, fuser's own read
 /// buffer size.
 const BUFFER: usize = (16 << 20) + 4096;
+/// Most data bytes in one FUSE request or reply (a write's or a read's): 16 pages.
+pub(crate) const MESSAGE_DATA: u32 = 64 << 10;
+/// `sizeof(struct fuse_out_header)`.
+const OUT_HEADER: usize = 16;
 /// Send buffer of both socket ends: a message must fit (the kernel doubles the value).
 const SOCKET_BUFFER: usize = BUFFER;
 
@@ -55,6 +70,35 @@ fn interrupted_id(msg: &[u8]) -> Option<u64> {
     Some(u64::from_ne_bytes(
         msg.get(IN_HEADER..IN_HEADER + 8)?.try_into().ok()?,
     ))
+}
+
+/// Asks the kernel for FUSE messages that a unix socket carries without a high-order
+/// allocation (module documentation): `max_write` and `max_readahead` of [`MESSAGE_DATA`].
+pub(crate) fn limit_messages(config: &mut fuser::KernelConfig) {
+    // Either setter fails only for a value above its maximum (16 MiB; the kernel's offer),
+    // and then the smaller value it returns is set the next time.
+    if let Err(v) = config.set_max_write(MESSAGE_DATA) {
+        let _ = config.set_max_write(v);
+    }
+    if let Err(v) = config.set_max_readahead(MESSAGE_DATA) {
+        let _ = config.set_max_readahead(v);
+    }
+}
+
+/// Notes a message of `n` bytes in the emulator's largest-message statistic.
+fn note_size(largest: &AtomicU64, n: usize) {
+    largest.fetch_max(n as u64, Ordering::Relaxed);
+}
+
+/// The answer `error` (a positive errno) to the request `msg`, `None` for a request shorter
+/// than its header.
+fn error_reply(msg: &[u8], error: Errno) -> Option<[u8; OUT_HEADER]> {
+    let unique = msg.get(8..16)?;
+    let mut r = [0u8; OUT_HEADER];
+    r[..4].copy_from_slice(&(OUT_HEADER as u32).to_ne_bytes());
+    r[4..8].copy_from_slice(&(-(error as i32)).to_ne_bytes());
+    r[8..16].copy_from_slice(unique);
+    Some(r)
 }
 
 /// Starts the proxy threads on `dev` (a mounted `/dev/fuse` descriptor) and returns the
@@ -81,12 +125,16 @@ pub(crate) fn start(emu: &Arc<Emu>, dev: OwnedFd, threads: usize) -> Result<Owne
             .map(drop)
             .map_err(|e| EmuError::io("spawn a FUSE proxy thread", e))
     };
-    let (d, o) = (dev.clone(), ours.clone());
+    let (d, o, e) = (dev.clone(), ours.clone(), emu.clone());
     spawn(
         "kfd-emu-fuse-in",
-        Box::new(move || requests(&d, &o, &tx, threads)),
+        Box::new(move || requests(&e, &d, &o, &tx, threads)),
     )?;
-    spawn("kfd-emu-fuse-out", Box::new(move || replies(&ours, &dev)))?;
+    let e = emu.clone();
+    spawn(
+        "kfd-emu-fuse-out",
+        Box::new(move || replies(&e, &ours, &dev)),
+    )?;
     let e = emu.clone();
     spawn(
         "kfd-emu-interrupts",
@@ -110,7 +158,13 @@ fn destroy_request(unique: u64) -> [u8; IN_HEADER] {
 
 /// `/dev/fuse` -> fuser, interrupts aside, until the connection ends; then each of fuser's
 /// `threads` event loops gets a FUSE_DESTROY, which ends it.
-fn requests(dev: &OwnedFd, ours: &OwnedFd, interrupts: &mpsc::Sender<u64>, threads: usize) {
+fn requests(
+    emu: &Emu,
+    dev: &OwnedFd,
+    ours: &OwnedFd,
+    interrupts: &mpsc::Sender<u64>,
+    threads: usize,
+) {
     let mut buf = vec![0u8; BUFFER];
     loop {
         let n = match nix::unistd::read(dev.as_fd(), &mut buf) {
@@ -125,14 +179,29 @@ fn requests(dev: &OwnedFd, ours: &OwnedFd, interrupts: &mpsc::Sender<u64>, threa
             }
         };
         let msg = &buf[..n];
+        note_size(&emu.fuse_largest_message, n);
         if let Some(unique) = interrupted_id(msg) {
             tracing::debug!(unique, "FUSE_INTERRUPT");
             let _ = interrupts.send(unique);
             continue;
         }
-        if let Err(e) = nix::unistd::write(ours, msg) {
-            tracing::error!("passing a FUSE request to the session failed ({e})");
-            break;
+        match nix::unistd::write(ours, msg) {
+            Ok(_) => {}
+            // The socket could not take this message (no memory for its buffer, or too big):
+            // its caller gets EIO, the mount goes on.
+            Err(e @ (Errno::ENOBUFS | Errno::ENOMEM | Errno::EMSGSIZE)) => {
+                tracing::error!(
+                    bytes = n,
+                    "passing a FUSE request to the session failed ({e}): answered with EIO"
+                );
+                if let Some(r) = error_reply(msg, Errno::EIO) {
+                    let _ = nix::unistd::write(dev, &r);
+                }
+            }
+            Err(e) => {
+                tracing::error!("passing a FUSE request to the session failed ({e})");
+                break;
+            }
         }
     }
     for i in 0..threads {
@@ -142,7 +211,7 @@ fn requests(dev: &OwnedFd, ours: &OwnedFd, interrupts: &mpsc::Sender<u64>, threa
 }
 
 /// fuser -> `/dev/fuse` until fuser's end is closed.
-fn replies(ours: &OwnedFd, dev: &OwnedFd) {
+fn replies(emu: &Emu, ours: &OwnedFd, dev: &OwnedFd) {
     let mut buf = vec![0u8; BUFFER];
     loop {
         let n = match nix::unistd::read(ours.as_fd(), &mut buf) {
@@ -151,6 +220,7 @@ fn replies(ours: &OwnedFd, dev: &OwnedFd) {
             Err(Errno::EINTR) => continue,
             Err(_) => break,
         };
+        note_size(&emu.fuse_largest_message, n);
         match nix::unistd::write(dev, &buf[..n]) {
             // ENOENT: the request is gone (its caller was killed before the answer); ENODEV:
             // the connection ended (the answers to the proxy's own FUSE_DESTROYs).
@@ -174,5 +244,16 @@ mod tests {
         msg[4..8].copy_from_slice(&39u32.to_ne_bytes()); // FUSE_IOCTL
         assert_eq!(interrupted_id(&msg), None);
         assert_eq!(interrupted_id(&msg[..6]), None);
+    }
+
+    #[test]
+    fn an_undeliverable_request_is_answered_with_its_id_and_the_error() {
+        let mut msg = vec![0u8; IN_HEADER];
+        msg[8..16].copy_from_slice(&(0x77u64).to_ne_bytes());
+        let r = error_reply(&msg, Errno::EIO).unwrap();
+        assert_eq!(u32::from_ne_bytes(r[..4].try_into().unwrap()), 16);
+        assert_eq!(i32::from_ne_bytes(r[4..8].try_into().unwrap()), -libc::EIO);
+        assert_eq!(u64::from_ne_bytes(r[8..16].try_into().unwrap()), 0x77);
+        assert_eq!(error_reply(&msg[..10], Errno::EIO), None);
     }
 }

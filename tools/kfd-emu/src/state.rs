@@ -50,6 +50,8 @@ pub(crate) struct Emu {
     pub session_over: (Mutex<bool>, Condvar),
     /// Partitions taken out of the topology (`kfd-emu/unplug`).
     pub unplugged: crate::unplug::Unplugged,
+    /// Bytes of the largest FUSE request or reply the proxy carried (`fuse_proxy`).
+    pub fuse_largest_message: std::sync::atomic::AtomicU64,
 }
 
 impl Emu {
@@ -93,6 +95,7 @@ impl Emu {
             faults: Default::default(),
             session_over: (Mutex::new(false), Condvar::new()),
             unplugged: Default::default(),
+            fuse_largest_message: Default::default(),
         }
     }
 

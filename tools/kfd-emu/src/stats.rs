@@ -16,6 +16,10 @@ pub struct Stats {
     /// The emulator's own threads that died ("name: panic message"); empty while it is sound.
     #[serde(default)]
     pub dead_threads: Vec<String>,
+    /// Bytes of the largest FUSE message (request or reply, headers included) the emulator's
+    /// `/dev/fuse` proxy carried; 0 without the proxy (`KFD_EMU_FUSE_PROXY=0`, not root).
+    #[serde(default)]
+    pub fuse_largest_message: u64,
 }
 
 /// HWS model of one partition (topology GPU node).
@@ -222,5 +226,8 @@ pub(crate) fn snapshot(emu: &Emu) -> Stats {
         queues,
         processes,
         dead_threads: crate::locks::lock(&emu.dead_threads, "dead threads").clone(),
+        fuse_largest_message: emu
+            .fuse_largest_message
+            .load(std::sync::atomic::Ordering::Relaxed),
     }
 }
