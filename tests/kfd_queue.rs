@@ -217,10 +217,7 @@ fn create_before_acquire_vm_message() {
             ..Default::default()
         },
     };
-    assert_eq!(
-        e.rule(),
-        "CREATE_QUEUE on gpu 6699 needs ACQUIRE_VM first"
-    );
+    assert_eq!(e.rule(), "CREATE_QUEUE on gpu 6699 needs ACQUIRE_VM first");
 }
 
 /// A queue the kernel will not destroy keeps its buffers: nothing of it is unmapped or freed (the
