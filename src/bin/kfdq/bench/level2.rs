@@ -77,18 +77,11 @@ pub fn run(plan: &Plan<'_>, out: &mut Samples) -> R<()> {
 fn victim_side(plan: &Plan<'_>, probe: &mut Lane<'_>, out: &mut Samples) -> R<()> {
     let kfd = plan.kfd;
     let root = kfd.root();
-    for &w in &plan.victim_waves {
-        let mut got = 0;
-        for i in 0..plan.victim_tries() {
-            if got == plan.repeat {
-                break;
-            }
-            plan.progress(&format!(
-                "level 2, the victim's side, {w} waves: sample {}/{} (try {})",
-                got + 1,
-                plan.repeat,
-                i + 1
-            ));
+    plan.victim_samples(
+        "level 2",
+        ("l2_victim_stop", "l2_victim_resume"),
+        out,
+        |w| {
             let mut s = Stream::start(kfd, plan.gpu, plan.priority, plan.spin, w)?;
             let watch = Watch::default();
             let (changes, calls) = std::thread::scope(|scope| {
@@ -113,22 +106,15 @@ fn victim_side(plan: &Plan<'_>, probe: &mut Lane<'_>, out: &mut Samples) -> R<()
                 (watcher.join().unwrap_or_default(), result)
             });
             let (stop_at, resume_at) = calls?;
-            match victim::times(&changes, stop_at, resume_at) {
-                Some((stop, resume)) => {
-                    out.call("l2_victim_stop", w, stop);
-                    out.call("l2_victim_resume", w, resume);
-                    got += 1;
-                }
-                None => plan.discarded.set(plan.discarded.get() + 1),
-            }
+            let times = victim::times(&changes, stop_at, resume_at);
             s.drain()?;
             s.lane
                 .queue
                 .destroy()
                 .map_err(|e| kfd_error("destroying the victim's queue", root, e))?;
-        }
-    }
-    Ok(())
+            Ok(times)
+        },
+    )
 }
 
 /// Without work of a known shape (real hardware until kfdq ships spinning kernels): the call

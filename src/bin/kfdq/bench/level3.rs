@@ -93,12 +93,8 @@ pub fn run(plan: &Plan<'_>, out: &mut Samples) -> R<Result<(), Unavailable>> {
                 plan.repeat
             ));
             let per = plan.spin.map_or(0.0, |s| s.ns_per_iteration.get());
-            let answer = worker.ask(&format!("run {w} {} {per}", plan.victim_wg_ns()))?;
-            let qid = answer
-                .strip_prefix("running ")
-                .and_then(|q| q.parse().ok())
-                .map(QueueId)
-                .ok_or_else(|| CliError::Refused(format!("level-3 worker: {answer}")))?;
+            let qid =
+                running_queue(&worker.ask(&format!("run {w} {} {per}", plan.victim_wg_ns()))?)?;
             kfd.queue_snapshot(pid, EXCEPTION_QUEUE_NEW)
                 .map_err(|e| kfd_error("DBG_TRAP GET_QUEUE_SNAPSHOT", root, e))?;
             bystander.start(plan.bystander_wgs, plan.window_ns)?;
@@ -139,25 +135,13 @@ fn victim_side(plan: &Plan<'_>, worker: &mut Worker, out: &mut Samples) -> R<()>
     let root = kfd.root();
     let pid = worker.pid();
     let mut probe = Lane::new(kfd, plan.gpu, plan.priority, plan.spin)?;
-    for &w in &plan.victim_waves {
-        let mut got = 0;
-        for i in 0..plan.victim_tries() {
-            if got == plan.repeat {
-                break;
-            }
-            plan.progress(&format!(
-                "level 3, the victim's side, {w} waves: sample {}/{} (try {})",
-                got + 1,
-                plan.repeat,
-                i + 1
-            ));
+    plan.victim_samples(
+        "level 3",
+        ("l3_victim_stop", "l3_victim_resume"),
+        out,
+        |w| {
             let per = plan.spin.map_or(0.0, |s| s.ns_per_iteration.get());
-            let answer = worker.ask(&format!("stream {w} {per}"))?;
-            let qid = answer
-                .strip_prefix("running ")
-                .and_then(|q| q.parse().ok())
-                .map(QueueId)
-                .ok_or_else(|| CliError::Refused(format!("level-3 worker: {answer}")))?;
+            let qid = running_queue(&worker.ask(&format!("stream {w} {per}"))?)?;
             kfd.queue_snapshot(pid, EXCEPTION_QUEUE_NEW)
                 .map_err(|e| kfd_error("DBG_TRAP GET_QUEUE_SNAPSHOT", root, e))?;
             let stop_at = victim::mono_ns();
@@ -170,20 +154,24 @@ fn victim_side(plan: &Plan<'_>, worker: &mut Worker, out: &mut Samples) -> R<()>
             let answer = worker.ask(&format!("report {stop_at} {resume_at}"))?;
             let words: Vec<&str> = answer.split_whitespace().collect();
             match words.as_slice() {
-                ["times", stop, resume] => {
-                    let (Ok(stop), Ok(resume)) = (stop.parse(), resume.parse()) else {
-                        return Err(CliError::Refused(format!("level-3 worker: {answer}")));
-                    };
-                    out.call("l3_victim_stop", w, stop);
-                    out.call("l3_victim_resume", w, resume);
-                    got += 1;
-                }
-                ["times", "none"] => plan.discarded.set(plan.discarded.get() + 1),
-                _ => return Err(CliError::Refused(format!("level-3 worker: {answer}"))),
+                ["times", stop, resume] => match (stop.parse(), resume.parse()) {
+                    (Ok(stop), Ok(resume)) => Ok(Some((stop, resume))),
+                    _ => Err(CliError::Refused(format!("level-3 worker: {answer}"))),
+                },
+                ["times", "none"] => Ok(None),
+                _ => Err(CliError::Refused(format!("level-3 worker: {answer}"))),
             }
-        }
-    }
-    Ok(())
+        },
+    )
+}
+
+/// The queue of the worker's answer `running QUEUE_ID` (to `run` and `stream`).
+fn running_queue(answer: &str) -> R<QueueId> {
+    answer
+        .strip_prefix("running ")
+        .and_then(|q| q.parse().ok())
+        .map(QueueId)
+        .ok_or_else(|| CliError::Refused(format!("level-3 worker: {answer}")))
 }
 
 /// The worker's side (`kfdq bench --worker --gpu ID`): lines on stdin, answers on stdout.

@@ -7,6 +7,7 @@ use kfdq::kfd::{GpuId, Kfd};
 
 use super::R;
 use super::probe::Lane;
+use super::samples::Samples;
 use super::spin::Spin;
 
 /// Work sizes and the partition they run on.
@@ -67,11 +68,41 @@ impl<'k> Plan<'k> {
         }
     }
 
-    /// How many tries a victim-side measurement gets for its `repeat` samples: a try whose
-    /// stream did not complete on both sides of the preempt (a loaded host that saw no
-    /// completion in time) is discarded and tried again, up to three times `repeat` in all.
-    pub fn victim_tries(&self) -> u32 {
-        self.repeat.saturating_mul(3)
+    /// Takes `--repeat` victim-side samples at every wave count: `sample(w)` measures one and
+    /// gives the times until the stream stopped and resumed completing (`rows`: their row
+    /// names), or `None` when its stream did not complete on both sides of the preempt (a
+    /// loaded host that saw no completion in time). Such a try is discarded and tried again, up
+    /// to three times `--repeat` tries in all.
+    pub fn victim_samples(
+        &self,
+        label: &str,
+        rows: (&'static str, &'static str),
+        out: &mut Samples,
+        mut sample: impl FnMut(u32) -> R<Option<(f64, f64)>>,
+    ) -> R<()> {
+        for &w in &self.victim_waves {
+            let mut got = 0;
+            for i in 0..self.repeat.saturating_mul(3) {
+                if got == self.repeat {
+                    break;
+                }
+                self.progress(&format!(
+                    "{label}, the victim's side, {w} waves: sample {}/{} (try {})",
+                    got + 1,
+                    self.repeat,
+                    i + 1
+                ));
+                match sample(w)? {
+                    Some((stop, resume)) => {
+                        out.call(rows.0, w, stop);
+                        out.call(rows.1, w, resume);
+                        got += 1;
+                    }
+                    None => self.discarded.set(self.discarded.get() + 1),
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Work-group time of a preempted busy queue: it must still run after every sample.
