@@ -96,15 +96,17 @@ pub(super) fn run(root: &Root, agent: &std::path::Path, json: bool) -> Result<()
     let views: Vec<ProcessView<'_>> = procs
         .iter()
         .zip(&registries)
-        .map(|(p, reg)| ProcessView {
+        .map(|(p, reg)| (p, reg, command_of(p.pid)))
+        .map(|(p, reg, command)| ProcessView {
             pid: p.pid,
-            command: command_of(p.pid),
-            class: reg.as_ref().and_then(|r| r.class.as_deref()),
-            shim: reg.is_some(),
+            // Without an agent to say its pid, the agent is the process named kfdqd.
             is_agent: status.as_ref().map_or_else(
-                || command_of(p.pid).as_deref() == Some("kfdqd"),
+                || command.as_deref() == Some("kfdqd"),
                 |s| s.agent_pid == Pid(p.pid),
             ),
+            command,
+            class: reg.as_ref().and_then(|r| r.class.as_deref()),
+            shim: reg.is_some(),
             queues: p
                 .queues
                 .iter()
