@@ -21,6 +21,7 @@ pub mod kfd;
 pub mod policy;
 pub mod proto;
 pub mod reaction;
+mod replace;
 pub mod stats;
 
 pub use ids::{GpuId, Pid, QueueId};

@@ -15,7 +15,6 @@
 //! old or a whole new file.
 #![forbid(unsafe_code)]
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -198,38 +197,17 @@ impl AllocationFile {
             path: path.to_owned(),
             source,
         };
-        let dir = path.parent().unwrap_or(Path::new("."));
-        let mut tmp = tempfile_in(dir).map_err(io)?;
-        let text = serde_json::to_vec_pretty(self)
+        let mut text = serde_json::to_vec_pretty(self)
             .map_err(std::io::Error::from)
             .map_err(io)?;
-        tmp.1.write_all(&text).map_err(io)?;
-        tmp.1.write_all(b"\n").map_err(io)?;
-        tmp.1.sync_all().map_err(io)?;
-        std::fs::rename(&tmp.0, path).map_err(|e| {
-            let _ = std::fs::remove_file(&tmp.0);
-            io(e)
-        })
+        text.push(b'\n');
+        crate::replace::replace(path, &text, 0o600).map_err(io)
     }
 
     /// The allocation that holds `token`.
     pub fn find(&self, token: &Token) -> Option<&Allocation> {
         self.allocations.iter().find(|a| &a.token == token)
     }
-}
-
-/// A new file `.allocations-PID-N.tmp` in `dir`, mode 0600, created exclusively.
-fn tempfile_in(dir: &Path) -> std::io::Result<(PathBuf, std::fs::File)> {
-    use std::os::unix::fs::OpenOptionsExt;
-    static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let path = dir.join(format!(".allocations-{}-{n}.tmp", std::process::id()));
-    let file = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(&path)?;
-    Ok((path, file))
 }
 
 /// The allocation token in a process's initial environment (`/proc/PID/environ`), if any.

@@ -9,7 +9,6 @@
 //! What each partition can do comes from `kfdq doctor`'s verdicts ([`crate::doctor::capabilities`]).
 
 use std::fmt::Write as _;
-use std::io::Write as _;
 use std::path::Path;
 
 use crate::doctor::{Capabilities, PartitionVerdict};
@@ -80,22 +79,8 @@ pub fn render(caps: &Capabilities, version: &str) -> String {
 /// Replaces `path` with `text` atomically (a dot file beside it, which NFD ignores, then a
 /// rename); creates the directory if needed.
 pub fn write(path: &Path, text: &str) -> std::io::Result<()> {
-    let dir = path.parent().unwrap_or(Path::new("."));
-    std::fs::create_dir_all(dir)?;
-    let name = path
-        .file_name()
-        .map_or_else(|| "kfdq".into(), |n| n.to_string_lossy().into_owned());
-    let tmp = dir.join(format!(".{name}-{}.tmp", std::process::id()));
-    let done = (|| {
-        let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(text.as_bytes())?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, path)
-    })();
-    if done.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    done
+    std::fs::create_dir_all(path.parent().unwrap_or(Path::new(".")))?;
+    crate::replace::replace(path, text.as_bytes(), 0o666)
 }
 
 /// Writes the labels of the node under `root` to `path`, logging the outcome (a node that
