@@ -86,7 +86,8 @@ fn update(
     // SAFETY: ring base and size are the ones the runtime created the queue with (recorded
     // from its CREATE_QUEUE and from every UPDATE_QUEUE it made since), so the GPU keeps reading
     // the runtime's own ring; only percentage and priority change.
-    with_bypass(|| unsafe { kfdq::kfd::ioctl::update_queue(fd, &args) }).map_err(|source| {
+    crate::chain::ioctl(|| with_bypass(|| unsafe { kfdq::kfd::ioctl::update_queue(fd, &args) }))
+        .map_err(|source| {
         QueueFailure::Call {
             queue: q.id,
             source,
@@ -344,7 +345,10 @@ pub fn suspend(st: &mut State, qids: &[u32], grace_period: u32) -> Result<String
     }
     let ids: Vec<QueueId> = todo.iter().map(|q| QueueId(*q)).collect();
     let call = |ids: &[QueueId]| {
-        with_bypass(|| suspend_queues(fd, std::process::id(), ids, grace_period, 0)).map_err(
+        crate::chain::ioctl(|| {
+            with_bypass(|| suspend_queues(fd, std::process::id(), ids, grace_period, 0))
+        })
+        .map_err(
             |source| CommandError::Call {
                 what: "level 3: SUSPEND_QUEUES",
                 source,
@@ -376,7 +380,9 @@ pub fn suspend(st: &mut State, qids: &[u32], grace_period: u32) -> Result<String
 /// GET_QUEUE_SNAPSHOT clearing EC_QUEUE_NEW on every queue of this process; the queues it
 /// names are marked cleared.
 fn clear_new(st: &mut State, fd: BorrowedFd<'_>) -> Result<(), CommandError> {
-    let snap = with_bypass(|| queue_snapshot(fd, std::process::id(), EXCEPTION_QUEUE_NEW))
+    let snap = crate::chain::ioctl(|| {
+        with_bypass(|| queue_snapshot(fd, std::process::id(), EXCEPTION_QUEUE_NEW))
+    })
         .map_err(|source| CommandError::Call {
             what: "level 3: GET_QUEUE_SNAPSHOT (clearing EC_QUEUE_NEW)",
             source,
