@@ -384,6 +384,8 @@ fn session(stream: UnixStream, last_published: &mut u64, watch: &mut UnclaimedWa
                         crate::chain::mark(Stage::CmdRecv);
                     }
                     lease.heard(&msg, Instant::now());
+                    // The command's fd duplicate is closed after its acknowledgement went out.
+                    let _closes = crate::kfd_fd::defer_closes();
                     let replies = guarded(|| handle(msg)).unwrap_or_default();
                     for r in replies {
                         if let Err(e) = send(&mut w, &r) {

@@ -14,7 +14,7 @@
 //! The ioctls go through the runtime's `/dev/kfd` fd, re-validated for each command
 //! (`kfd_fd.rs`), with the bypass flag set so that the ioctl hook passes them through.
 
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd};
 use std::time::Instant;
 
 use kfd_sys as sys;
@@ -26,6 +26,7 @@ use kfdq::proto::{self, Target};
 
 use crate::bypass::with_bypass;
 use crate::command_error::{CommandError, QueueFailure};
+use crate::kfd_fd::CommandFd;
 use crate::state::State;
 use crate::targets::queues_of;
 
@@ -64,10 +65,11 @@ pub fn release(st: &mut State, sids: &[u64], all: bool) -> String {
 
 /// A duplicate of the runtime's `/dev/kfd` fd, checked to be open on the file its last
 /// CREATE_QUEUE used, for one command: the command acts through it and closes it when it ends
-/// (`kfd_fd.rs`). A closed or replaced fd refuses the command before it changes anything.
-fn kfd_fd(st: &State) -> Result<OwnedFd, CommandError> {
+/// (`kfd_fd.rs`; the control thread closes it after the command's acknowledgement). A closed
+/// or replaced fd refuses the command before it changes anything.
+fn kfd_fd(st: &State) -> Result<CommandFd, CommandError> {
     let kfd = st.kfd_fd.ok_or(CommandError::NoKfdFd)?;
-    Ok(kfd.open()?)
+    Ok(CommandFd::new(kfd.open()?))
 }
 
 fn update(
