@@ -3,9 +3,8 @@
 //! When [`ENV`] (`KFDQ_CHAIN_TRACE`) names a file, the shim's control thread and the agent
 //! append one line per event to it, `<stage> <t_us>` (CLOCK_MONOTONIC, µs), in the order
 //! of a preemption's chain ([`Stage`]). The events are kept in memory where they happen and
-//! written when the thread has nothing more urgent to do (the shim after its acknowledgement
-//! or edge was sent, the agent after its commands were written), so the file's I/O is not
-//! part of what it measures. Without the variable nothing is recorded, and nothing of this
+//! written once the thread recorded nothing for [`QUIET`] (a chain is over by then), so the
+//! file's I/O does not take the CPU from the chain it measures. Without the variable nothing is recorded, and nothing of this
 //! is on the shim's launch path (docs/performance.md, "Reaction chain (emulator)"; `kfdq demo`
 //! reads the files, docs/demo.md).
 
@@ -15,6 +14,12 @@ use std::path::{Path, PathBuf};
 
 /// The environment variable naming the file to append to.
 pub const ENV: &str = "KFDQ_CHAIN_TRACE";
+
+/// How long after its last event a recorder writes its events ([`Recorder::flush_when_quiet`]):
+/// longer than a reaction chain takes (under 1 ms unless the host is starved), shorter than the
+/// demo's latency request (8 ms), so that the latency client's shim writes its last request's
+/// events before it exits.
+pub const QUIET: std::time::Duration = std::time::Duration::from_millis(5);
 
 /// A point of the reaction chain, in its order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -89,6 +94,7 @@ pub struct Recorder {
     file: File,
     path: PathBuf,
     buf: String,
+    last_us: u64,
 }
 
 /// Why the trace file could not be opened or written.
@@ -114,6 +120,7 @@ impl Recorder {
             file,
             path: path.to_owned(),
             buf: String::with_capacity(4096),
+            last_us: 0,
         })
     }
 
@@ -132,6 +139,16 @@ impl Recorder {
     pub fn mark_at(&mut self, stage: Stage, t_us: u64) {
         use std::fmt::Write as _;
         let _ = writeln!(self.buf, "{} {t_us}", stage.name());
+        self.last_us = self.last_us.max(t_us);
+    }
+
+    /// Writes what was recorded once nothing was for [`QUIET`].
+    pub fn flush_when_quiet(&mut self) -> Result<(), TraceError> {
+        if self.buf.is_empty() || now_us().saturating_sub(self.last_us) < QUIET.as_micros() as u64
+        {
+            return Ok(());
+        }
+        self.flush()
     }
 
     /// Writes what was recorded (one append).
@@ -145,6 +162,12 @@ impl Recorder {
             path: self.path.clone(),
             source,
         })
+    }
+}
+
+impl Drop for Recorder {
+    fn drop(&mut self) {
+        let _ = self.flush();
     }
 }
 
@@ -172,10 +195,14 @@ mod tests {
         r.mark_at(Stage::EdgeSent, 10);
         r.mark_at(Stage::AckSent, 25);
         assert_eq!(std::fs::read_to_string(&p).expect("read"), "", "kept until flushed");
-        r.flush().expect("flush");
+        // Long ago: quiet since.
+        r.flush_when_quiet().expect("flush");
+        assert!(!std::fs::read_to_string(&p).expect("read").is_empty());
         let before = now_us();
         r.mark(Stage::IoctlIn);
-        r.flush().expect("flush");
+        r.flush_when_quiet().expect("not yet");
+        assert_eq!(std::fs::read_to_string(&p).expect("read").lines().count(), 2);
+        drop(r);
         let text = std::fs::read_to_string(&p).expect("read") + "garbage line\nioctl_out x\n";
         let ev = parse(&text);
         assert_eq!(ev.len(), 3, "{text}");

@@ -1,7 +1,7 @@
 //! Reaction-chain timestamps of the control thread (`kfdq::chain`), when `KFDQ_CHAIN_TRACE`
 //! names a file: the busy edges it sends, and for a preempt command its arrival, its ioctls
 //! and its acknowledgement. Kept in the control thread's own buffer and appended to the file
-//! after the message that ends a step was sent ([`flush`]); other threads (the launch path
+//! once the thread recorded nothing for a while ([`flush`]); other threads (the launch path
 //! included) record nothing, and without the variable every call here is a thread-local read.
 
 use std::cell::{Cell, RefCell};
@@ -68,11 +68,11 @@ pub fn ioctl<R>(f: impl FnOnce() -> R) -> R {
     r
 }
 
-/// Appends what was recorded to the file (after the time-critical step was sent).
+/// Appends what was recorded to the file once nothing was for `kfdq::chain::QUIET`.
 pub fn flush() {
     let failed = REC.with(|c| {
         let mut c = c.borrow_mut();
-        let e = c.as_mut().and_then(|r| r.flush().err());
+        let e = c.as_mut().and_then(|r| r.flush_when_quiet().err());
         if e.is_some() {
             *c = None;
         }

@@ -341,7 +341,7 @@ fn serve(
         }
         s.deliver();
         if let Some(c) = s.chain.as_mut()
-            && let Err(e) = c.flush()
+            && let Err(e) = c.flush_when_quiet()
         {
             tracing::warn!("{e}");
             s.chain = None;
