@@ -144,8 +144,7 @@ impl Recorder {
 
     /// Writes what was recorded once nothing was for [`QUIET`].
     pub fn flush_when_quiet(&mut self) -> Result<(), TraceError> {
-        if self.buf.is_empty() || now_us().saturating_sub(self.last_us) < QUIET.as_micros() as u64
-        {
+        if self.buf.is_empty() || now_us().saturating_sub(self.last_us) < QUIET.as_micros() as u64 {
             return Ok(());
         }
         self.flush()
@@ -194,14 +193,21 @@ mod tests {
         let mut r = Recorder::open(&p).expect("open");
         r.mark_at(Stage::EdgeSent, 10);
         r.mark_at(Stage::AckSent, 25);
-        assert_eq!(std::fs::read_to_string(&p).expect("read"), "", "kept until flushed");
+        assert_eq!(
+            std::fs::read_to_string(&p).expect("read"),
+            "",
+            "kept until flushed"
+        );
         // Long ago: quiet since.
         r.flush_when_quiet().expect("flush");
         assert!(!std::fs::read_to_string(&p).expect("read").is_empty());
         let before = now_us();
         r.mark(Stage::IoctlIn);
         r.flush_when_quiet().expect("not yet");
-        assert_eq!(std::fs::read_to_string(&p).expect("read").lines().count(), 2);
+        assert_eq!(
+            std::fs::read_to_string(&p).expect("read").lines().count(),
+            2
+        );
         drop(r);
         let text = std::fs::read_to_string(&p).expect("read") + "garbage line\nioctl_out x\n";
         let ev = parse(&text);

@@ -16,8 +16,8 @@ use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use kfdq::proto::peer::{AgentTrust, UntrustedAgent, peer_cred};
 use kfdq::chain::Stage;
+use kfdq::proto::peer::{AgentTrust, UntrustedAgent, peer_cred};
 use kfdq::proto::{self, AgentMsg, DecodeError, LineReader, ShimMsg};
 use kfdq::{Pid, QueueId};
 

@@ -89,12 +89,10 @@ fn update(
     // from its CREATE_QUEUE and from every UPDATE_QUEUE it made since), so the GPU keeps reading
     // the runtime's own ring; only percentage and priority change.
     crate::chain::ioctl(|| with_bypass(|| unsafe { kfdq::kfd::ioctl::update_queue(fd, &args) }))
-        .map_err(|source| {
-        QueueFailure::Call {
+        .map_err(|source| QueueFailure::Call {
             queue: q.id,
             source,
-        }
-    })
+        })
 }
 
 /// Queue ids sorted by GPU (stable), so the calls for one partition go back to back.
@@ -350,12 +348,10 @@ pub fn suspend(st: &mut State, qids: &[u32], grace_period: u32) -> Result<String
         crate::chain::ioctl(|| {
             with_bypass(|| suspend_queues(fd, std::process::id(), ids, grace_period, 0))
         })
-        .map_err(
-            |source| CommandError::Call {
-                what: "level 3: SUSPEND_QUEUES",
-                source,
-            },
-        )
+        .map_err(|source| CommandError::Call {
+            what: "level 3: SUSPEND_QUEUES",
+            source,
+        })
     };
     let (_, mut statuses) = call(&ids)?;
     if !fresh && statuses.contains(&QueueStatus::Invalid) {
@@ -385,10 +381,10 @@ fn clear_new(st: &mut State, fd: BorrowedFd<'_>) -> Result<(), CommandError> {
     let snap = crate::chain::ioctl(|| {
         with_bypass(|| queue_snapshot(fd, std::process::id(), EXCEPTION_QUEUE_NEW))
     })
-        .map_err(|source| CommandError::Call {
-            what: "level 3: GET_QUEUE_SNAPSHOT (clearing EC_QUEUE_NEW)",
-            source,
-        })?;
+    .map_err(|source| CommandError::Call {
+        what: "level 3: GET_QUEUE_SNAPSHOT (clearing EC_QUEUE_NEW)",
+        source,
+    })?;
     for e in snap {
         if let Some(q) = st.queue_mut(e.queue_id.0) {
             q.new_cleared = true;

@@ -131,7 +131,11 @@ mod tests {
         let r = pair(&[100.0, 1000.0], &qs);
         assert_eq!(r.reaction_us, [80.0, 40.0]);
         assert_eq!(
-            (r.pairs[0].stopped_us, r.pairs[0].next_us, r.pairs[1].next_us),
+            (
+                r.pairs[0].stopped_us,
+                r.pairs[0].next_us,
+                r.pairs[1].next_us
+            ),
             (180.0, 1000.0, f64::INFINITY)
         );
         assert_eq!((r.found_stopped, r.not_stopped), (0, 0));

@@ -308,14 +308,18 @@ fn render_stages(r: &DemoReport) -> String {
         return String::new();
     }
     let mut cols = vec!["STAGE".to_string()];
-    cols.extend(with.iter().map(|p| format!(">{} (n {})", p.label, p.stages[0].n)));
+    cols.extend(
+        with.iter()
+            .map(|p| format!(">{} (n {})", p.label, p.stages[0].n)),
+    );
     let mut t = Table::new(&cols.iter().map(String::as_str).collect::<Vec<_>>());
     for (i, s) in with[0].stages.iter().enumerate() {
         let mut row = vec![s.stage.to_string()];
         row.extend(with.iter().map(|p| {
-            p.stages
-                .get(i)
-                .map_or_else(|| "-".into(), |s| format!("{:.0} / {:.0}", s.p50_us, s.p99_us))
+            p.stages.get(i).map_or_else(
+                || "-".into(),
+                |s| format!("{:.0} / {:.0}", s.p50_us, s.p99_us),
+            )
         }));
         t.row(row);
     }

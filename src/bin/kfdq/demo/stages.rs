@@ -10,7 +10,6 @@ use serde::Serialize;
 
 use super::reaction::Paired;
 
-
 /// The events each side recorded, in file order.
 #[derive(Debug, Clone, Default)]
 pub struct Traces {
