@@ -8,6 +8,7 @@
 //! * [`agent`] — `kfdqd`, the node agent.
 //! * [`doctor`] — what kfdq can do on a node, and why not.
 //! * [`stats`] — the nearest-rank quantile every report uses.
+//! * [`chain`] — reaction-chain timestamps (`KFDQ_CHAIN_TRACE`).
 //!
 //! The command lines (`kfdq`, `kfdqd`) live in `src/bin/` on top of this library.
 #![deny(missing_docs)]
@@ -15,6 +16,7 @@
 #![deny(unsafe_code)]
 
 pub mod agent;
+pub mod chain;
 pub mod doctor;
 pub mod ids;
 pub mod kfd;

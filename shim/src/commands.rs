@@ -66,6 +66,7 @@ pub fn handle(msg: AgentMsg) -> Vec<ShimMsg> {
             target,
             grace_period,
         } => {
+            crate::chain::preempt_started();
             let r = match level {
                 Level::Hold => streams_of(&st, &target)
                     .map(|s| hold(&mut st, &s, matches!(target, Target::All))),
@@ -74,6 +75,7 @@ pub fn handle(msg: AgentMsg) -> Vec<ShimMsg> {
                     queues_of(&st, &target).and_then(|q| suspend(&mut st, &q, grace_period))
                 }
             };
+            crate::chain::preempt_done();
             vec![ack(seq, r)]
         }
         AgentMsg::Release { seq, level, target } => {

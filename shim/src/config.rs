@@ -52,6 +52,9 @@ pub struct Config {
     pub agent_trust: AgentTrust,
     /// `KFDQ_LOG` set: log decisions to stderr.
     pub log: bool,
+    /// `KFDQ_CHAIN_TRACE`: the file the control thread appends reaction-chain timestamps to
+    /// (`kfdq::chain`, `chain.rs`).
+    pub chain_trace: Option<PathBuf>,
     /// Problems with the values above, already worded for the user.
     pub warnings: Vec<String>,
 }
@@ -104,6 +107,9 @@ impl Config {
             agent_trust,
             window,
             log: var("KFDQ_LOG").is_some_and(|v| !v.is_empty() && v != "0"),
+            chain_trace: var(kfdq::chain::ENV)
+                .filter(|s| !s.is_empty())
+                .map(PathBuf::from),
             warnings,
         }
     }

@@ -16,6 +16,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use kfdq::chain::Stage;
 use kfdq::proto::peer::{AgentTrust, UntrustedAgent, peer_cred};
 use kfdq::proto::{self, AgentMsg, DecodeError, LineReader, ShimMsg};
 use kfdq::{Pid, QueueId};
@@ -63,6 +64,7 @@ static W_MALFORMED: Repeat = Repeat::new();
 
 fn main() {
     let cfg = crate::config::config();
+    crate::chain::start();
     let mut backoff = Duration::from_millis(20);
     let mut last_published = 0u64;
     let mut controlling = cfg.socket.is_some();
@@ -370,18 +372,28 @@ fn session(stream: UnixStream, last_published: &mut u64, watch: &mut UnclaimedWa
             .map_or(timeout, |w| w.min(timeout));
         let readable = !reader.get_ref().buffer().is_empty()
             || poll_readable(fd, wake.filter(|_| edges), timeout);
+        let woke_us = crate::chain::on().then(kfdq::chain::now_us);
         if let Some(w) = wake {
             crate::edges::drain(w);
         }
         if readable {
             match reader.next::<AgentMsg>() {
                 Ok(msg) => {
+                    let preempt = matches!(msg, AgentMsg::Preempt { .. });
+                    if preempt {
+                        crate::chain::mark(Stage::CmdRecv);
+                    }
                     lease.heard(&msg, Instant::now());
+                    // The command's fd duplicate is closed after its acknowledgement went out.
+                    let _closes = crate::kfd_fd::defer_closes();
                     let replies = guarded(|| handle(msg)).unwrap_or_default();
                     for r in replies {
                         if let Err(e) = send(&mut w, &r) {
                             return End::Error(e);
                         }
+                    }
+                    if preempt {
+                        crate::chain::mark(Stage::AckSent);
                     }
                 }
                 Err(DecodeError::Malformed(m)) => crate::log::warn_repeating(
@@ -422,6 +434,11 @@ fn session(stream: UnixStream, last_published: &mut u64, watch: &mut UnclaimedWa
         }
         for (queue_id, busy) in edges_seen {
             let queue_id = QueueId(queue_id);
+            if busy && let Some(t) = woke_us {
+                // Before the write: the agent may read it before the write returns.
+                crate::chain::mark_at(Stage::HpWoke, t);
+                crate::chain::mark(Stage::EdgeSent);
+            }
             if let Err(e) = send(&mut w, &ShimMsg::Activity { queue_id, busy }) {
                 return End::Error(e);
             }
@@ -440,6 +457,7 @@ fn session(stream: UnixStream, last_published: &mut u64, watch: &mut UnclaimedWa
             sent_gen = gen_now;
         }
         publish_file(last_published);
+        crate::chain::flush();
     }
 }
 

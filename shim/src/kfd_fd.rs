@@ -8,10 +8,82 @@
 //! when the command ends. A closed or replaced fd refuses the command before any ioctl; a
 //! duplicate that passed the check stays on that file for as long as the command holds it,
 //! whatever the runtime does with its own number meanwhile.
+//!
+//! The control thread closes a command's duplicate after the command's acknowledgement was sent
+//! ([`CommandFd`], [`defer_closes`]): on kfd-emu a close is a FUSE FLUSH round trip through the
+//! emulator, which the agent would otherwise wait for (on amdkfd closing a duplicate is cheap).
 
+use std::cell::RefCell;
 use std::fmt;
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+
+thread_local! {
+    /// Inside [`defer_closes`]: the command duplicates to close when its guard is dropped.
+    static LATER: RefCell<Option<Vec<OwnedFd>>> = const { RefCell::new(None) };
+}
+
+/// A command's duplicate of the runtime's fd ([`KfdFd::open`]). Dropped, it is closed at once,
+/// or inside [`defer_closes`] on this thread when that guard is dropped.
+#[derive(Debug)]
+pub struct CommandFd(Option<OwnedFd>);
+
+impl CommandFd {
+    /// Wraps a duplicate.
+    pub fn new(fd: OwnedFd) -> CommandFd {
+        CommandFd(Some(fd))
+    }
+}
+
+impl AsFd for CommandFd {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        match &self.0 {
+            Some(fd) => fd.as_fd(),
+            // Only `drop` takes it.
+            None => unreachable!("a CommandFd is taken only when dropped"),
+        }
+    }
+}
+
+impl Drop for CommandFd {
+    fn drop(&mut self) {
+        let Some(fd) = self.0.take() else { return };
+        // Kept for later inside a deferral on this thread; otherwise closed here.
+        let rest = LATER.with(|l| match l.borrow_mut().as_mut() {
+            Some(v) => {
+                v.push(fd);
+                None
+            }
+            None => Some(fd),
+        });
+        drop(rest);
+    }
+}
+
+/// Until the guard is dropped, the command duplicates dropped on this thread stay open; the
+/// guard closes them. The control thread holds one while it answers an agent message and sends
+/// the replies.
+#[must_use]
+pub fn defer_closes() -> DeferredCloses {
+    LATER.with(|l| {
+        let mut l = l.borrow_mut();
+        if l.is_none() {
+            *l = Some(Vec::new());
+        }
+    });
+    DeferredCloses(())
+}
+
+/// See [`defer_closes`].
+#[derive(Debug)]
+pub struct DeferredCloses(());
+
+impl Drop for DeferredCloses {
+    fn drop(&mut self) {
+        let fds = LATER.with(|l| l.borrow_mut().take());
+        drop(fds);
+    }
+}
 
 /// The runtime's `/dev/kfd` fd: its number and the file it was open on when recorded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -146,6 +218,26 @@ mod tests {
             "a duplicate, not the number"
         );
         assert!(same_file(&dup, &f));
+    }
+
+    #[test]
+    fn inside_a_deferral_command_fds_close_when_the_guard_is_dropped() {
+        let f = tempfile::tempfile().expect("tempfile");
+        let k = KfdFd::identify(f.as_raw_fd()).expect("identify");
+        // Open on the temporary file (another test's file may take the number once closed).
+        let open = |fd: RawFd| file_id(fd).ok() == Some((k.dev, k.ino));
+        let guard = defer_closes();
+        let dup = CommandFd::new(k.open().expect("open"));
+        let n = dup.as_fd().as_raw_fd();
+        drop(dup);
+        assert!(open(n), "still open inside the deferral");
+        drop(guard);
+        assert!(!open(n), "closed with the guard");
+        // Outside a deferral: closed at once.
+        let dup = CommandFd::new(k.open().expect("open"));
+        let n = dup.as_fd().as_raw_fd();
+        drop(dup);
+        assert!(!open(n));
     }
 
     #[test]

@@ -14,7 +14,7 @@
 //! The ioctls go through the runtime's `/dev/kfd` fd, re-validated for each command
 //! (`kfd_fd.rs`), with the bypass flag set so that the ioctl hook passes them through.
 
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd};
 use std::time::Instant;
 
 use kfd_sys as sys;
@@ -26,6 +26,7 @@ use kfdq::proto::{self, Target};
 
 use crate::bypass::with_bypass;
 use crate::command_error::{CommandError, QueueFailure};
+use crate::kfd_fd::CommandFd;
 use crate::state::State;
 use crate::targets::queues_of;
 
@@ -64,10 +65,11 @@ pub fn release(st: &mut State, sids: &[u64], all: bool) -> String {
 
 /// A duplicate of the runtime's `/dev/kfd` fd, checked to be open on the file its last
 /// CREATE_QUEUE used, for one command: the command acts through it and closes it when it ends
-/// (`kfd_fd.rs`). A closed or replaced fd refuses the command before it changes anything.
-fn kfd_fd(st: &State) -> Result<OwnedFd, CommandError> {
+/// (`kfd_fd.rs`; the control thread closes it after the command's acknowledgement). A closed
+/// or replaced fd refuses the command before it changes anything.
+fn kfd_fd(st: &State) -> Result<CommandFd, CommandError> {
     let kfd = st.kfd_fd.ok_or(CommandError::NoKfdFd)?;
-    Ok(kfd.open()?)
+    Ok(CommandFd::new(kfd.open()?))
 }
 
 fn update(
@@ -86,12 +88,11 @@ fn update(
     // SAFETY: ring base and size are the ones the runtime created the queue with (recorded
     // from its CREATE_QUEUE and from every UPDATE_QUEUE it made since), so the GPU keeps reading
     // the runtime's own ring; only percentage and priority change.
-    with_bypass(|| unsafe { kfdq::kfd::ioctl::update_queue(fd, &args) }).map_err(|source| {
-        QueueFailure::Call {
+    crate::chain::ioctl(|| with_bypass(|| unsafe { kfdq::kfd::ioctl::update_queue(fd, &args) }))
+        .map_err(|source| QueueFailure::Call {
             queue: q.id,
             source,
-        }
-    })
+        })
 }
 
 /// Queue ids sorted by GPU (stable), so the calls for one partition go back to back.
@@ -344,12 +345,13 @@ pub fn suspend(st: &mut State, qids: &[u32], grace_period: u32) -> Result<String
     }
     let ids: Vec<QueueId> = todo.iter().map(|q| QueueId(*q)).collect();
     let call = |ids: &[QueueId]| {
-        with_bypass(|| suspend_queues(fd, std::process::id(), ids, grace_period, 0)).map_err(
-            |source| CommandError::Call {
-                what: "level 3: SUSPEND_QUEUES",
-                source,
-            },
-        )
+        crate::chain::ioctl(|| {
+            with_bypass(|| suspend_queues(fd, std::process::id(), ids, grace_period, 0))
+        })
+        .map_err(|source| CommandError::Call {
+            what: "level 3: SUSPEND_QUEUES",
+            source,
+        })
     };
     let (_, mut statuses) = call(&ids)?;
     if !fresh && statuses.contains(&QueueStatus::Invalid) {
@@ -376,11 +378,13 @@ pub fn suspend(st: &mut State, qids: &[u32], grace_period: u32) -> Result<String
 /// GET_QUEUE_SNAPSHOT clearing EC_QUEUE_NEW on every queue of this process; the queues it
 /// names are marked cleared.
 fn clear_new(st: &mut State, fd: BorrowedFd<'_>) -> Result<(), CommandError> {
-    let snap = with_bypass(|| queue_snapshot(fd, std::process::id(), EXCEPTION_QUEUE_NEW))
-        .map_err(|source| CommandError::Call {
-            what: "level 3: GET_QUEUE_SNAPSHOT (clearing EC_QUEUE_NEW)",
-            source,
-        })?;
+    let snap = crate::chain::ioctl(|| {
+        with_bypass(|| queue_snapshot(fd, std::process::id(), EXCEPTION_QUEUE_NEW))
+    })
+    .map_err(|source| CommandError::Call {
+        what: "level 3: GET_QUEUE_SNAPSHOT (clearing EC_QUEUE_NEW)",
+        source,
+    })?;
     for e in snap {
         if let Some(q) = st.queue_mut(e.queue_id.0) {
             q.new_cleared = true;

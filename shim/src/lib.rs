@@ -24,7 +24,8 @@
 //!    without the lock, and the generation rule that makes it sound), `self_mem` (reading our
 //!    own memory without faulting on what is no longer mapped), `bypass` (the shim's own ioctls pass the
 //!    hook), `libc_ioctl` (libc's `ioctl`, `forward`), `context` (a thread's stream context),
-//!    `edges` (the launch's busy-edge wake-up).
+//!    `edges` (the launch's busy-edge wake-up), `chain` (the control thread's reaction-chain
+//!    timestamps).
 //! 2. `state`: the registry behind its lock.
 //! 3. `command_error` (why a command failed, typed), `targets` (what an agent's target names),
 //!    then `levels` (levels 0-3, CU masks, the agent's
@@ -42,6 +43,7 @@
 #![cfg_attr(test, allow(dead_code))]
 
 mod bypass;
+mod chain;
 mod command_error;
 mod commands;
 mod config;

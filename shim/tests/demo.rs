@@ -89,6 +89,34 @@ fn the_demo_reports_every_number_and_level_2_beats_no_control() {
         "{l2}"
     );
     assert!(num(l2, "preempts_per_s") > 0.0, "level 2 preempts: {l2}");
+    // Where the reactions' time went: every stage from the three processes' timestamps, for
+    // some of the paired requests (a chain a side did not record is left out), none negative.
+    let paired = l2["reaction"]["n"]
+        .as_u64()
+        .expect("level 2 paired reactions");
+    let stages = l2["stages"].as_array().expect("level 2 stages");
+    for name in [
+        "edge_to_agent",
+        "ioctl_to_stop",
+        "edge",
+        "decision",
+        "command",
+    ] {
+        let s = stages
+            .iter()
+            .find(|s| s["stage"] == name)
+            .unwrap_or_else(|| panic!("no stage {name} in {l2}"));
+        let n = s["n"].as_u64().unwrap();
+        assert!(n >= 1 && n <= paired, "{name}: {n} of {paired} paired");
+        assert!(
+            num(s, "min_us") >= 0.0 && num(s, "p50_us") >= num(s, "min_us"),
+            "{s}"
+        );
+    }
+    assert!(
+        phase("uncontrolled").get("stages").is_none(),
+        "no agent, no stages"
+    );
     // The median request, not the P99: of 12 requests the P99 is the slowest, which a single late
     // reaction of the agent on a loaded machine sets (docs/performance.md has the full table).
     let (unc, ctl) = (

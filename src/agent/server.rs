@@ -24,6 +24,7 @@ use super::node::{NodeState, Out};
 use super::notify::{Watchdog, notify};
 use super::tracer::{Cmd, Event, Tracer};
 use super::{AgentError, socket};
+use crate::chain::{Recorder, Stage};
 use crate::ids::Pid;
 use crate::kfd::{Root, Topology};
 use crate::policy::PartitionObs;
@@ -175,6 +176,8 @@ struct Server<'a> {
     allocations: AllocationWatch,
     /// When it is looked at next (while a process claims an allocation).
     next_allocations: Instant,
+    /// Reaction-chain timestamps (`KFDQ_CHAIN_TRACE`, `crate::chain`).
+    chain: Option<Recorder>,
 }
 
 fn serve(
@@ -200,6 +203,14 @@ fn serve(
         next_scan: Instant::now(),
         allocations,
         next_allocations: Instant::now(),
+        chain: match Recorder::from_env() {
+            Some(Ok(r)) => Some(r),
+            Some(Err(e)) => {
+                tracing::warn!("{e}");
+                None
+            }
+            None => None,
+        },
     };
     let mut stopping: Option<Instant> = None;
     let mut tracer_told = false;
@@ -320,8 +331,21 @@ fn serve(
             s.node.decide(t, &mut s.out);
             compute = t.elapsed();
             sent_commands = s.out[before..].iter().any(|o| matches!(o, Out::Shim(..)));
+            if let Some(c) = s.chain.as_mut()
+                && s.out[before..]
+                    .iter()
+                    .any(|o| matches!(o, Out::Shim(_, AgentMsg::Preempt { .. })))
+            {
+                c.mark(Stage::AgentDecided);
+            }
         }
         s.deliver();
+        if let Some(c) = s.chain.as_mut()
+            && let Err(e) = c.flush_when_quiet()
+        {
+            tracing::warn!("{e}");
+            s.chain = None;
+        }
         if stopping.is_some() && !tracer_told {
             // After the releases went out: the tracer resumes and detaches everyone.
             tracer_told = true;
@@ -529,6 +553,11 @@ impl Server<'_> {
                 let Some(pid) = self.node.pid_of(cid) else {
                     return false;
                 };
+                if let Some(c) = self.chain.as_mut()
+                    && matches!(msg, ShimMsg::Activity { busy: true, .. })
+                {
+                    c.mark(Stage::AgentRead);
+                }
                 self.node.shim_message(pid, msg, now, &mut self.out)
             }
         }
@@ -615,6 +644,10 @@ impl Server<'_> {
     fn deliver(&mut self) {
         // Drained, not dropped: a burst's buffer is reused by the next one.
         let mut outbox = std::mem::take(&mut self.out);
+        let preempts = self.chain.is_some()
+            && outbox
+                .iter()
+                .any(|o| matches!(o, Out::Shim(_, AgentMsg::Preempt { .. })));
         for o in outbox.drain(..) {
             let (cid, bytes) = match o {
                 Out::Shim(c, msg) if self.traced.contains_key(&c) => {
@@ -645,6 +678,10 @@ impl Server<'_> {
             }
         }
         self.out = outbox;
+        // Before the writes: the shim may read its command before the write returns.
+        if preempts && let Some(c) = self.chain.as_mut() {
+            c.mark(Stage::AgentWritten);
+        }
         for (cid, p) in &mut self.peers {
             if p.conn.wants_write()
                 && let Err(e) = p.conn.flush()

@@ -7,6 +7,7 @@ mod lines;
 mod procs;
 mod reaction;
 mod report;
+mod stages;
 mod words;
 
 use std::path::{Path, PathBuf};
@@ -212,12 +213,27 @@ fn run_phase(env: &Env<'_>, phase: Phase, tag: &str) -> Result<PhaseResult, CliE
         env.logs
             .join(format!("{tag}-{phase:?}-{what}.log").to_lowercase())
     };
+    // The reaction chain's timestamps (kfdq::chain), with an agent: one file per side.
+    let trace = |what: &str| {
+        let p = env
+            .logs
+            .join(format!("{tag}-{phase:?}-{what}.chain").to_lowercase());
+        // A log directory used before: the file is appended to.
+        let _ = std::fs::remove_file(&p);
+        p
+    };
+    let traces = phase
+        .agent()
+        .map(|_| (trace("hp"), trace("kfdqd"), trace("lp")));
     let wait = Duration::from_secs(30);
     let mut agent = None;
     let sock = dir.path().join("kfdq.sock");
     if let Some(level) = phase.agent() {
         let cfg = agent_config(dir.path(), level, phase.sampled())?;
         let mut cmd = Command::new(&env.kfdqd);
+        if let Some((_, t, _)) = &traces {
+            cmd.env(kfdq::chain::ENV, t);
+        }
         cmd.arg("--config").arg(&cfg).arg("--root").arg(env.root);
         let child = Child::spawn("kfdqd", cmd, &log("kfdqd"))?;
         wait_until("kfdqd listening", wait, || client::status(&sock).is_ok())?;
@@ -227,6 +243,9 @@ fn run_phase(env: &Env<'_>, phase: Phase, tag: &str) -> Result<PhaseResult, CliE
         cmd.env("LD_PRELOAD", &env.shim)
             .env("KFDQ_ROOT", env.root)
             .env("KFDQ_STATE_DIR", dir.path());
+        if let Some((hp, _, lp)) = &traces {
+            cmd.env(kfdq::chain::ENV, if class == BATCH_CLASS { lp } else { hp });
+        }
         if phase.classes() {
             cmd.env("KFDQ_CLASS", class);
         }
@@ -328,6 +347,12 @@ fn run_phase(env: &Env<'_>, phase: Phase, tag: &str) -> Result<PhaseResult, CliE
     if let Some(mut a) = agent {
         a.terminate();
     }
+    let stage_samples = match (&reactions, &traces) {
+        (Some(r), Some((hp, agent, lp))) => {
+            stages::samples(&r.pairs, &stages::Traces::read(hp, agent, lp))
+        }
+        _ => Vec::new(),
+    };
     let (rtt, agent_rate) = match &status {
         Some(s) if s.counters.commands > 0 => (
             Some((s.counters.ack_us_p50, s.counters.ack_us_max)),
@@ -360,6 +385,8 @@ fn run_phase(env: &Env<'_>, phase: Phase, tag: &str) -> Result<PhaseResult, CliE
         reaction_found_stopped: reactions.as_ref().map(|r| r.found_stopped),
         reaction_not_stopped: reactions.as_ref().map(|r| r.not_stopped),
         reaction_us: reactions.map(|r| r.reaction_us).unwrap_or_default(),
+        stages: stages::figures(&stage_samples),
+        stage_samples,
         hp_latency_us,
         lp_done,
         preempts,

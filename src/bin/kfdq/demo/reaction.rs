@@ -27,6 +27,21 @@ pub struct Reactions {
     pub found_stopped: usize,
     /// Requests that found it runnable and saw it keep running until the next request.
     pub not_stopped: usize,
+    /// The paired requests' times, in `reaction_us`'s order (for the stages, `stages.rs`).
+    #[serde(skip)]
+    pub pairs: Vec<Paired>,
+}
+
+/// One paired request: its start, the batch job's stop (the emulator's), and the next
+/// request's start (infinite for the last one), µs.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Paired {
+    /// The request's start.
+    pub start_us: f64,
+    /// The last batch queue stopped.
+    pub stopped_us: f64,
+    /// The next request's start.
+    pub next_us: f64,
 }
 
 /// Whether the whole batch job (every queue) is stopped, from each time that changes it on.
@@ -79,7 +94,14 @@ pub fn pair(starts_us: &[f64], queues: &[QueueTimes]) -> Reactions {
             continue;
         }
         match changes[before..].iter().find(|c| c.1) {
-            Some(&(t, _)) if t < next => out.reaction_us.push(t - s),
+            Some(&(t, _)) if t < next => {
+                out.reaction_us.push(t - s);
+                out.pairs.push(Paired {
+                    start_us: s,
+                    stopped_us: t,
+                    next_us: next,
+                });
+            }
             _ => out.not_stopped += 1,
         }
     }
@@ -108,6 +130,14 @@ mod tests {
         ];
         let r = pair(&[100.0, 1000.0], &qs);
         assert_eq!(r.reaction_us, [80.0, 40.0]);
+        assert_eq!(
+            (
+                r.pairs[0].stopped_us,
+                r.pairs[0].next_us,
+                r.pairs[1].next_us
+            ),
+            (180.0, 1000.0, f64::INFINITY)
+        );
         assert_eq!((r.found_stopped, r.not_stopped), (0, 0));
     }
 

@@ -5,6 +5,7 @@ use serde::{Serialize, Serializer};
 
 use super::super::args::Phase;
 use super::super::table::Table;
+use super::stages::{self, StageFigures, pool};
 use clap::ValueEnum;
 use kfdq::stats::{nearest_rank, nearest_rank_sorted};
 
@@ -89,6 +90,13 @@ pub struct PhaseResult {
     /// Each paired request's reaction, µs (per repetition, in `runs`).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub reaction_us: Vec<f64>,
+    /// Where the paired reactions' time went, stage by stage (docs/demo.md, "Stages"); over
+    /// every repetition in `phases`.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub stages: Vec<StageFigures>,
+    /// The stages' samples behind `stages`.
+    #[serde(skip)]
+    pub stage_samples: Vec<(&'static str, Vec<f64>)>,
     /// Each request's latency in the order printed, µs (per repetition, in `runs`).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub hp_latency_us: Vec<f64>,
@@ -199,6 +207,8 @@ pub fn aggregate(reps: &[&PhaseResult]) -> PhaseResult {
         reaction_found_stopped: sum(reps, |r| r.reaction_found_stopped),
         reaction_not_stopped: sum(reps, |r| r.reaction_not_stopped),
         reaction_us: Vec::new(),
+        stages: stages::figures(&pool(reps.iter().map(|r| r.stage_samples.as_slice()))),
+        stage_samples: Vec::new(),
         hp_latency_us: Vec::new(),
         lp_done: None,
         preempts: None,
@@ -287,7 +297,38 @@ pub fn render(r: &DemoReport) -> String {
             count; on hardware the agent's estimate). REACT: an HP request's start -> the last batch queue\n\
             stopped (the emulator's time; requests that found the batch job running). docs/demo.md explains\n\
             every column.\n";
+    out += &render_stages(r);
     out
+}
+
+/// Where the reactions' time went: a row per stage, each phase's p50 / p99 (µs).
+fn render_stages(r: &DemoReport) -> String {
+    let with: Vec<&PhaseResult> = r.phases.iter().filter(|p| !p.stages.is_empty()).collect();
+    if with.is_empty() {
+        return String::new();
+    }
+    let mut cols = vec!["STAGE".to_string()];
+    cols.extend(
+        with.iter()
+            .map(|p| format!(">{} (n {})", p.label, p.stages[0].n)),
+    );
+    let mut t = Table::new(&cols.iter().map(String::as_str).collect::<Vec<_>>());
+    for (i, s) in with[0].stages.iter().enumerate() {
+        let mut row = vec![s.stage.to_string()];
+        row.extend(with.iter().map(|p| {
+            p.stages.get(i).map_or_else(
+                || "-".into(),
+                |s| format!("{:.0} / {:.0}", s.p50_us, s.p99_us),
+            )
+        }));
+        t.row(row);
+    }
+    format!(
+        "\nWhere the reaction's time goes, µs p50 / p99 (the paired requests whose chain every side recorded;\n\
+         edge = launch -> the agent read the edge, decision = -> its command written, command = -> stopped;\n\
+         docs/demo.md, \"Stages\"):\n{}",
+        t.render()
+    )
 }
 
 #[cfg(test)]
@@ -314,6 +355,8 @@ mod tests {
             reaction_found_stopped: None,
             reaction_not_stopped: None,
             reaction_us: Vec::new(),
+            stages: Vec::new(),
+            stage_samples: Vec::new(),
             hp_latency_us: hp.map(<[f64]>::to_vec).unwrap_or_default(),
             lp_done: None,
             preempts: None,
