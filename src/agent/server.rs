@@ -616,7 +616,8 @@ impl Server<'_> {
         // Drained, not dropped: a burst's buffer is reused by the next one.
         let mut outbox = std::mem::take(&mut self.out);
         for o in outbox.drain(..) {
-            let (cid, bytes) = match o {
+            // Encoded straight into the connection's buffer.
+            let (cid, queued) = match o {
                 Out::Shim(c, msg) if self.traced.contains_key(&c) => {
                     if let (Some(t), Some(pid)) = (&mut self.tracer, self.traced.get(&c)) {
                         t.send(Cmd::Command { pid: *pid, msg });
@@ -629,11 +630,11 @@ impl Server<'_> {
                     }
                     continue;
                 }
-                Out::Shim(c, m) => (c, proto::encode(&m)),
-                Out::Control(c, r) => (c, proto::encode(&r)),
+                Out::Shim(c, m) => (c, self.peers.get_mut(&c).map(|p| p.conn.queue_msg(&m))),
+                Out::Control(c, r) => (c, self.peers.get_mut(&c).map(|p| p.conn.queue_msg(&r))),
             };
-            if let Some(p) = self.peers.get_mut(&cid)
-                && !p.conn.queue(&bytes)
+            if queued == Some(false)
+                && let Some(p) = self.peers.get_mut(&cid)
             {
                 tracing::warn!(
                     conn = cid,

@@ -333,7 +333,7 @@ fn one_step_releases_the_old_level_before_preempting_at_the_new() {
     };
     let s = reconcile(p, want.clone(), t0);
     assert_eq!(
-        s.run,
+        s.run.iter().collect::<Vec<_>>(),
         [
             Command::Release(Level::Hold),
             Command::Preempt(Level::Deactivate)
@@ -344,7 +344,7 @@ fn one_step_releases_the_old_level_before_preempting_at_the_new() {
         (Run::Preempted(Level::Deactivate), "why")
     );
     for (seq, c) in (10..).zip(s.commands()) {
-        p.sent(seq, c, t0);
+        p.sent(seq, &c, t0);
     }
     // Sent: the same want again sends nothing (the preempt is in flight, and the registry is
     // not newer than it).
