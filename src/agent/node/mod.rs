@@ -38,6 +38,8 @@ mod status;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
+mod tests_edges;
+#[cfg(test)]
 mod tests_kubernetes;
 mod waiters;
 mod why;
