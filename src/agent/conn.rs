@@ -104,12 +104,15 @@ impl Conn {
         }
     }
 
-    /// Queues `bytes` for the peer. False when the peer has left too much unread (drop it).
-    pub fn queue(&mut self, bytes: &[u8]) -> bool {
-        if self.wbuf.len() + bytes.len() > MAX_OUTPUT {
+    /// Queues `msg`, encoded straight into the output buffer (no buffer per message). False
+    /// when the peer has left too much unread (drop it); then nothing was queued.
+    pub fn queue_msg<T: serde::Serialize>(&mut self, msg: &T) -> bool {
+        let start = self.wbuf.len();
+        crate::proto::encode_into(msg, &mut self.wbuf);
+        if self.wbuf.len() > MAX_OUTPUT {
+            self.wbuf.truncate(start);
             return false;
         }
-        self.wbuf.extend_from_slice(bytes);
         true
     }
 

@@ -103,8 +103,14 @@ impl TimeIn {
     fn account(&mut self, now: Instant, classes: &[&str]) -> Vec<(String, Instant)> {
         let mut left = Vec::new();
         for (class, since) in &self.since {
-            *self.total_s.entry(class.clone()).or_default() +=
-                now.saturating_duration_since(*since).as_secs_f64();
+            let dt = now.saturating_duration_since(*since).as_secs_f64();
+            // No allocation once the class is known.
+            match self.total_s.get_mut(class) {
+                Some(t) => *t += dt,
+                None => {
+                    self.total_s.insert(class.clone(), dt);
+                }
+            }
             if !classes.contains(&class.as_str()) {
                 left.push((class.clone(), *since));
             }

@@ -649,7 +649,8 @@ impl Server<'_> {
                 .iter()
                 .any(|o| matches!(o, Out::Shim(_, AgentMsg::Preempt { .. })));
         for o in outbox.drain(..) {
-            let (cid, bytes) = match o {
+            // Encoded straight into the connection's buffer.
+            let (cid, queued) = match o {
                 Out::Shim(c, msg) if self.traced.contains_key(&c) => {
                     if let (Some(t), Some(pid)) = (&mut self.tracer, self.traced.get(&c)) {
                         t.send(Cmd::Command { pid: *pid, msg });
@@ -662,11 +663,11 @@ impl Server<'_> {
                     }
                     continue;
                 }
-                Out::Shim(c, m) => (c, proto::encode(&m)),
-                Out::Control(c, r) => (c, proto::encode(&r)),
+                Out::Shim(c, m) => (c, self.peers.get_mut(&c).map(|p| p.conn.queue_msg(&m))),
+                Out::Control(c, r) => (c, self.peers.get_mut(&c).map(|p| p.conn.queue_msg(&r))),
             };
-            if let Some(p) = self.peers.get_mut(&cid)
-                && !p.conn.queue(&bytes)
+            if queued == Some(false)
+                && let Some(p) = self.peers.get_mut(&cid)
             {
                 tracing::warn!(
                     conn = cid,

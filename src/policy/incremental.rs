@@ -15,6 +15,7 @@
 //! sequences.
 
 use super::decide::{Decision, Observation, Policy, Reason, Run, costs_preempt, later};
+use super::rules::ClassRule;
 use crate::ids::GpuId;
 
 /// One queue's edge, after the observation was updated with it.
@@ -85,7 +86,8 @@ impl Policy {
         }
         // Decide again the processes below a flipped class with queues on its partition.
         let mut next = self.next_ns;
-        let mut decided: Vec<(usize, Run, Reason)> = Vec::with_capacity(obs.processes.len());
+        let mut decided: Vec<(usize, &ClassRule, Run, Reason)> =
+            Vec::with_capacity(obs.processes.len());
         // The rules borrow the shared configuration, not `self`.
         let config = std::sync::Arc::clone(&self.config);
         let unknown = std::sync::Arc::clone(&self.unknown);
@@ -111,13 +113,13 @@ impl Policy {
                     }
                 }
             };
-            decided.push((i, run, reason));
+            decided.push((i, rule, run, reason));
         }
         // Changes that cost device-wide preempts: the rate limit's partitions must be free,
         // else the full decision holds them back.
         let interval = self.config.min_preempt_interval_ns;
         let mut charged: Vec<GpuId> = Vec::new();
-        for (i, run, _) in &decided {
+        for (i, _, run, _) in &decided {
             let p = &obs.processes[*i];
             let cur = self.procs.get(&p.pid).map_or(Run::Running, |s| s.run);
             if cur == *run || !(costs_preempt(cur) || costs_preempt(*run)) {
@@ -141,13 +143,15 @@ impl Policy {
             self.last_preempt.insert(gpu, now);
         }
         decision.targets.reserve(decided.len());
-        for (i, run, reason) in decided {
+        for (i, rule, run, reason) in decided {
             let p = &obs.processes[i];
-            let rule = config.class(&p.class).unwrap_or(&unknown);
             self.settle(&mut decision, &mut next, obs, p, rule, (run, reason));
         }
-        decision.targets.sort_by_key(|t| t.pid);
-        decision.changes.sort_by_key(|c| c.pid);
+        // Settled in the observation's (pid) order: sorted already, unless it was not.
+        if !decision.targets.is_sorted_by_key(|t| t.pid) {
+            decision.targets.sort_by_key(|t| t.pid);
+            decision.changes.sort_by_key(|c| c.pid);
+        }
         decision.next_ns = next;
         self.next_ns = next;
         Some(decision)

@@ -28,17 +28,28 @@ pub enum DecodeError {
 
 /// Encodes `msg` as one line.
 pub fn encode<T: Serialize>(msg: &T) -> Vec<u8> {
+    let mut v = Vec::new();
+    encode_into(msg, &mut v);
+    v
+}
+
+/// Encodes `msg` as one line at the end of `buf` (a connection's write buffer: no buffer of
+/// its own per message).
+pub fn encode_into<T: Serialize>(msg: &T, buf: &mut Vec<u8>) {
+    let start = buf.len();
     // Serialising these plain data types cannot fail (no maps with non-string keys, no
     // custom serialisers).
-    let mut v = serde_json::to_vec(msg).unwrap_or_else(|e| {
-        format!(
-            "{{\"type\":\"encode_error\",\"error\":{:?}}}",
-            e.to_string()
-        )
-        .into_bytes()
-    });
-    v.push(b'\n');
-    v
+    if let Err(e) = serde_json::to_writer(&mut *buf, msg) {
+        buf.truncate(start);
+        buf.extend_from_slice(
+            format!(
+                "{{\"type\":\"encode_error\",\"error\":{:?}}}",
+                e.to_string()
+            )
+            .as_bytes(),
+        );
+    }
+    buf.push(b'\n');
 }
 
 /// Reads messages line by line, refusing overlong lines without buffering them whole.

@@ -18,7 +18,7 @@ mod messages;
 pub mod peer;
 pub mod state;
 
-pub use codec::{DecodeError, LineReader, MAX_LINE, encode};
+pub use codec::{DecodeError, LineReader, MAX_LINE, encode, encode_into};
 pub use control::{Reply, Request};
 pub use messages::*;
 

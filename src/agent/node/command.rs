@@ -73,38 +73,38 @@ impl Command {
         }
     }
 
-    /// Device-wide preempts it costs on each partition of a process with `reg`: a level-2/3
-    /// command counts only the queues it changes (those not yet at the level for a preempt,
-    /// those at it for a release), as the shim skips the others; each SET_CU_MASK is an
-    /// UPDATE_QUEUE in amdkfd, one per queue; holds, priorities and windows cost none here.
-    pub(super) fn cost(&self, reg: &Registry) -> BTreeMap<GpuId, u32> {
-        let mut per: BTreeMap<GpuId, u32> = BTreeMap::new();
-        match self {
-            Command::Preempt(l) | Command::Release(l) => {
-                let preempt = matches!(self, Command::Preempt(_));
-                for q in &reg.queues {
-                    let at_level = match l {
-                        Level::Deactivate => q.deactivated,
-                        Level::Suspend => q.suspended,
-                        Level::Hold => continue,
-                    };
-                    if at_level != preempt {
-                        *per.entry(q.gpu_id).or_default() += 1;
-                    }
-                }
-                for n in per.values_mut() {
-                    *n = preempt_cost(Run::Preempted(*l), *n);
-                }
+    /// Device-wide preempts it costs on each partition of a process with `reg`, given to `f`
+    /// as (partition, count > 0): a level-2/3 command counts only the queues it changes
+    /// (those not yet at the level for a preempt, those at it for a release), as the shim
+    /// skips the others; each SET_CU_MASK is an UPDATE_QUEUE in amdkfd, one per queue; holds,
+    /// priorities and windows cost none here. Allocates nothing (a process has a few queues:
+    /// each partition is counted from its first queue on).
+    pub(super) fn cost(&self, reg: &Registry, mut f: impl FnMut(GpuId, u32)) {
+        let counts: &dyn Fn(&crate::proto::QueueInfo) -> bool = match self {
+            Command::Preempt(Level::Hold) | Command::Release(Level::Hold) => return,
+            Command::Preempt(Level::Deactivate) => &|q| !q.deactivated,
+            Command::Release(Level::Deactivate) => &|q| q.deactivated,
+            Command::Preempt(Level::Suspend) => &|q| !q.suspended,
+            Command::Release(Level::Suspend) => &|q| q.suspended,
+            Command::SetCuMask { queues, .. } => &|q| queues.contains(&q.queue_id),
+            Command::SetPriority(_) | Command::SetWindow(_) => return,
+        };
+        for (i, q) in reg.queues.iter().enumerate() {
+            if reg.queues[..i].iter().any(|o| o.gpu_id == q.gpu_id) {
+                continue;
             }
-            Command::SetCuMask { queues, .. } => {
-                for q in reg.queues.iter().filter(|q| queues.contains(&q.queue_id)) {
-                    *per.entry(q.gpu_id).or_default() += 1;
-                }
+            let n = reg.queues[i..]
+                .iter()
+                .filter(|o| o.gpu_id == q.gpu_id && counts(o))
+                .count() as u32;
+            let c = match self {
+                Command::Preempt(l) | Command::Release(l) => preempt_cost(Run::Preempted(*l), n),
+                _ => n,
+            };
+            if c > 0 {
+                f(q.gpu_id, c);
             }
-            Command::SetPriority(_) | Command::SetWindow(_) => {}
         }
-        per.retain(|_, c| *c > 0);
-        per
     }
 }
 
@@ -118,13 +118,12 @@ pub(super) struct Preempts {
 }
 
 impl Preempts {
-    /// Counts a command's cost (see [`Command::cost`]), sent at `now`.
-    pub(super) fn count(&mut self, cost: &BTreeMap<GpuId, u32>, now: Instant) {
-        for (gpu, c) in cost {
-            *self.per_partition.entry(*gpu).or_default() += u64::from(*c);
-            self.total += u64::from(*c);
-            self.recent.push_back((now, *c));
-        }
+    /// Counts `c` preempts on partition `gpu` (a command's cost, see [`Command::cost`]), sent
+    /// at `now`.
+    pub(super) fn count(&mut self, gpu: GpuId, c: u32, now: Instant) {
+        *self.per_partition.entry(gpu).or_default() += u64::from(c);
+        self.total += u64::from(c);
+        self.recent.push_back((now, c));
     }
 
     /// Forgets what is older than the rate's window.
@@ -165,6 +164,14 @@ mod tests {
     use crate::agent::node::tests::queue;
     use crate::proto::QueueInfo;
 
+    fn cost(c: &Command, reg: &Registry) -> BTreeMap<GpuId, u32> {
+        let mut per = BTreeMap::new();
+        c.cost(reg, |g, n| {
+            assert!(per.insert(g, n).is_none(), "{g} counted twice");
+        });
+        per
+    }
+
     fn on(gpu_id: u32, q: QueueInfo) -> QueueInfo {
         QueueInfo {
             gpu_id: GpuId(gpu_id),
@@ -185,31 +192,29 @@ mod tests {
             ],
             ..Registry::default()
         };
-        let level2 = Command::Preempt(Level::Deactivate).cost(&reg);
+        let level2 = cost(&Command::Preempt(Level::Deactivate), &reg);
         assert_eq!(level2, BTreeMap::from([(GpuId(10), 1), (GpuId(20), 1)]));
-        let release = Command::Release(Level::Deactivate).cost(&reg);
+        let release = cost(&Command::Release(Level::Deactivate), &reg);
         assert_eq!(release, BTreeMap::from([(GpuId(10), 1)]));
         // Level 3: one runlist update per partition, whatever the number of queues.
-        let level3 = Command::Preempt(Level::Suspend).cost(&reg);
+        let level3 = cost(&Command::Preempt(Level::Suspend), &reg);
         assert_eq!(level3, BTreeMap::from([(GpuId(10), 1), (GpuId(20), 1)]));
-        assert!(Command::Preempt(Level::Hold).cost(&reg).is_empty());
-        assert!(Command::SetPriority(3).cost(&reg).is_empty());
+        assert!(cost(&Command::Preempt(Level::Hold), &reg).is_empty());
+        assert!(cost(&Command::SetPriority(3), &reg).is_empty());
         let cu = Command::SetCuMask {
             queues: vec![QueueId(1), QueueId(2)],
             masks: vec![],
         };
-        assert_eq!(cu.cost(&reg), BTreeMap::from([(GpuId(10), 2)]));
+        assert_eq!(cost(&cu, &reg), BTreeMap::from([(GpuId(10), 2)]));
     }
 
     #[test]
     fn the_rate_covers_the_last_ten_seconds() {
         let t0 = Instant::now();
         let mut p = Preempts::default();
-        p.count(&BTreeMap::from([(GpuId(10), 4), (GpuId(20), 1)]), t0);
-        p.count(
-            &BTreeMap::from([(GpuId(10), 5)]),
-            t0 + Duration::from_secs(5),
-        );
+        p.count(GpuId(10), 4, t0);
+        p.count(GpuId(20), 1, t0);
+        p.count(GpuId(10), 5, t0 + Duration::from_secs(5));
         assert_eq!(
             (
                 p.total(),

@@ -161,7 +161,7 @@ impl NodeState {
         let seqs: Vec<u64> = self
             .procs
             .get(&pid)
-            .map(|p| p.pending.keys().copied().filter(|s| *s > before).collect())
+            .map(|p| p.pending.keys().filter(|s| *s > before).collect())
             .unwrap_or_default();
         let state = self
             .procs

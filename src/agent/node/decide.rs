@@ -63,7 +63,7 @@ impl NodeState {
                 self.next_decide = Some(self.next_decide.map_or(at, |n| n.min(at)));
                 retry_next = Some(retry_next.map_or(at, |n: Instant| n.min(at)));
             }
-            if step.commands().next().is_some() {
+            if !step.is_empty() {
                 steps.push((p.first_gpu(), *pid, step));
             }
         }
@@ -118,16 +118,12 @@ impl NodeState {
 
     /// Renews the leases of preempted processes every quarter lease.
     pub(super) fn renew(&mut self, now: Instant, out: &mut Vec<Out>) {
-        let preempted: Vec<_> = self
-            .procs
-            .values()
-            .filter(|p| {
-                p.via == Control::Shim
-                    && (p.applied != Run::Running || p.pending.values().any(|c| c.preempt))
-            })
-            .map(|p| p.conn)
-            .collect();
-        if preempted.is_empty() {
+        let leased = |p: &&Proc| {
+            p.via == Control::Shim
+                && (p.applied != Run::Running || p.pending.values().any(|c| c.preempt))
+        };
+        // Whether any is preempted (stops at the first), then the renewals only when due.
+        if !self.procs.values().any(|p| leased(&p)) {
             self.next_renew = None;
             return;
         }
@@ -139,8 +135,8 @@ impl NodeState {
         if now < due {
             return;
         }
-        for conn in preempted {
-            out.push(Out::Shim(conn, crate::proto::AgentMsg::Renew {}));
+        for p in self.procs.values().filter(leased) {
+            out.push(Out::Shim(p.conn, crate::proto::AgentMsg::Renew {}));
         }
         self.next_renew = Some(now + self.cfg.lease / 4);
     }
@@ -227,8 +223,8 @@ impl NodeState {
         let mut by_partition: Vec<usize> = (0..steps.len()).collect();
         by_partition.sort_by_key(|&i| (steps[i].0, steps[i].1));
         for i in by_partition {
-            let (_, pid, step) = &mut steps[i];
-            for cmd in std::mem::take(&mut step.run) {
+            let (_, pid, step) = &steps[i];
+            for cmd in step.run.iter() {
                 self.send(*pid, cmd, now, out);
             }
         }
@@ -263,7 +259,8 @@ impl NodeState {
             self.rec.preempted(p.class(), l);
             p.preemptions += 1;
         }
-        self.preempts.count(&cmd.cost(&p.registry), now);
+        let preempts = &mut self.preempts;
+        cmd.cost(&p.registry, |gpu, c| preempts.count(gpu, c, now));
         self.counters.commands += 1;
         let msg = cmd.message(seq, self.cfg.grace_period);
         tracing::debug!(pid = %pid, "command {msg:?}");

@@ -8,10 +8,9 @@
 use std::time::{Duration, Instant};
 
 use super::decide::tracer_level;
-use super::reconcile::{Step, reconcile_run};
+use super::reconcile::reconcile_run;
 use super::why::Why;
 use super::{NodeState, Out};
-use crate::ids::{GpuId, Pid};
 use crate::policy::{Observation, QueueEdge};
 
 impl NodeState {
@@ -65,26 +64,35 @@ impl NodeState {
         let policy_next = decision
             .next_ns
             .map(|t| self.started + Duration::from_nanos(t));
-        let mut steps: Vec<(GpuId, Pid, Step)> = Vec::with_capacity(decision.targets.len());
+        // The steps' commands: inline, in a buffer kept between decisions.
+        let mut steps = std::mem::take(&mut self.edge_steps);
+        steps.clear();
         for t in decision.targets {
             let Some(p) = self.procs.get_mut(&t.pid) else {
                 continue;
             };
             let (mut run, mut why) = (t.run, Why::Policy(t.reason));
             tracer_level(p, &mut run, &mut why);
-            let step = reconcile_run(p, run, why, now);
-            if let Some(at) = step.retry_at {
+            let (cmds, retry_at) = reconcile_run(p, run, why, now);
+            if let Some(at) = retry_at {
                 self.retry_next = Some(self.retry_next.map_or(at, |n| n.min(at)));
             }
-            if !step.run.is_empty() {
-                steps.push((p.first_gpu(), t.pid, step));
+            if !cmds.is_empty() {
+                steps.push((p.first_gpu(), t.pid, cmds));
             }
         }
         self.next_decide = [policy_next, self.retry_next, stale_at]
             .into_iter()
             .flatten()
             .min();
-        self.send_steps(steps, now, out);
+        // In partition order, as the full decision sends them.
+        steps.sort_unstable_by_key(|&(gpu, pid, _)| (gpu, pid));
+        for &(_, pid, cmds) in &steps {
+            for cmd in cmds.iter() {
+                self.send(pid, cmd, now, out);
+            }
+        }
+        self.edge_steps = steps;
         self.renew(now, out);
         self.preempts.trim(now);
         true

@@ -38,6 +38,8 @@ mod status;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
+mod tests_edges;
+#[cfg(test)]
 mod tests_kubernetes;
 mod waiters;
 mod why;
@@ -98,6 +100,9 @@ pub struct NodeState {
     full_due: bool,
     /// Queue edges (pid, queue, busy) since the last decision, for the edge decision.
     edges_pending: Vec<(Pid, crate::ids::QueueId, bool)>,
+    /// The edge decision's commands, (first partition, pid, commands): kept between
+    /// decisions so an edge allocates nothing for them.
+    edge_steps: Vec<(crate::ids::GpuId, Pid, reconcile::RunCmds)>,
 }
 
 impl NodeState {
@@ -133,6 +138,7 @@ impl NodeState {
             allocations: AllocationFile::default(),
             full_due: true,
             edges_pending: Vec::new(),
+            edge_steps: Vec::new(),
         })
     }
 

@@ -18,11 +18,45 @@ use crate::proto::{CuMask, Level, Registry};
 const WARNINGS: usize = 5;
 
 /// A command sent and not yet acknowledged.
-#[derive(Debug)]
+#[derive(Debug, Clone, Copy)]
 pub(super) struct Pending {
     pub(super) sent: Instant,
     pub(super) level: Option<Level>,
     pub(super) preempt: bool,
+}
+
+/// A process's commands waiting for their acks, in the order sent (a shim acknowledges in
+/// order, and rarely has more than a few in flight): a vector that keeps its capacity, so a
+/// command sent to a process that had one before allocates nothing.
+#[derive(Debug, Default)]
+pub(super) struct Pendings(Vec<(u64, Pending)>);
+
+impl Pendings {
+    /// Command `seq` waits for its ack (sequence numbers only grow).
+    pub(super) fn insert(&mut self, seq: u64, p: Pending) {
+        self.0.push((seq, p));
+    }
+
+    /// Command `seq` was acknowledged: it waits no more (`None`: it was not waiting).
+    pub(super) fn remove(&mut self, seq: u64) -> Option<Pending> {
+        let i = self.0.iter().position(|(s, _)| *s == seq)?;
+        Some(self.0.remove(i).1)
+    }
+
+    /// The commands waiting.
+    pub(super) fn values(&self) -> impl Iterator<Item = &Pending> {
+        self.0.iter().map(|(_, p)| p)
+    }
+
+    /// Their sequence numbers, in the order sent.
+    pub(super) fn keys(&self) -> impl Iterator<Item = u64> + '_ {
+        self.0.iter().map(|(s, _)| *s)
+    }
+
+    /// How many wait.
+    pub(super) fn len(&self) -> usize {
+        self.0.len()
+    }
 }
 
 /// One controlled process.
@@ -40,6 +74,8 @@ pub(super) struct Proc {
     pub(super) cap: Option<Cap>,
     pub(super) class_override: Option<String>,
     pub(super) registry: Registry,
+    /// The first partition it has queues on, from the registry (see [`Proc::first_gpu`]).
+    first_gpu: GpuId,
     /// Registries received (to send a priority once per registry that shows it missing).
     pub(super) registry_gen: u64,
     pub(super) priority_sent: Option<(u32, u64)>,
@@ -55,7 +91,7 @@ pub(super) struct Proc {
     pub(super) priority_override: Option<u32>,
     /// Why it is in its run state (put in words by [`Proc::reason`] only when shown).
     pub(super) why: Option<Why>,
-    pub(super) pending: BTreeMap<u64, Pending>,
+    pub(super) pending: Pendings,
     pub(super) failed: Option<(Level, Instant)>,
     pub(super) warnings: VecDeque<String>,
     /// When its shim last said anything (`None`: nothing since hello).
@@ -101,11 +137,17 @@ impl Proc {
     /// Accounts its times up to `now`; its state now counts from then on.
     pub(super) fn account(&mut self, now: Instant) {
         (self.preempted_s, self.busy_s) = self.times(now);
+        let (preempted, busy) = self.account_state();
         self.accounted = Some(Accounted {
             at: now,
-            preempted: self.applied != Run::Running,
-            busy: !self.stale && self.any_busy(),
+            preempted,
+            busy,
         });
+    }
+
+    /// (preempted, busy) as its times count them.
+    pub(super) fn account_state(&self) -> (bool, bool) {
+        (self.applied != Run::Running, !self.stale && self.any_busy())
     }
 
     /// A process that just connected (or was just traced), running, nothing sent yet.
@@ -127,6 +169,7 @@ impl Proc {
             cap,
             class_override: None,
             registry: Registry::default(),
+            first_gpu: GpuId(u32::MAX),
             registry_gen: 0,
             priority_sent: None,
             preempt_gen: 0,
@@ -137,7 +180,7 @@ impl Proc {
             manual: None,
             priority_override: None,
             why: None,
-            pending: BTreeMap::new(),
+            pending: Pendings::default(),
             failed: None,
             warnings: VecDeque::new(),
             last_heard: None,
@@ -205,12 +248,19 @@ impl Proc {
     /// The first partition it has queues on (`u32::MAX` for none): commands go out in
     /// partition order.
     pub(super) fn first_gpu(&self) -> GpuId {
-        self.registry
+        self.first_gpu
+    }
+
+    /// Takes its shim's new registry (and counts it).
+    pub(super) fn set_registry(&mut self, reg: Registry) {
+        self.first_gpu = reg
             .queues
             .iter()
             .map(|q| q.gpu_id)
             .min()
-            .unwrap_or(GpuId(u32::MAX))
+            .unwrap_or(GpuId(u32::MAX));
+        self.registry = reg;
+        self.registry_gen += 1;
     }
 
     /// Whether its busy reports have gone stale at `now`: it reports edges (so its shim says

@@ -32,12 +32,37 @@ pub(super) struct Want {
     pub(super) cu_masks: BTreeMap<GpuId, Vec<u32>>,
 }
 
+/// The releases and preempts of one step: at most a release of the level applied and a
+/// preempt at the level wanted, inline (a step allocates nothing for its run state).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(super) struct RunCmds {
+    /// Release from this level (goes out first).
+    pub(super) release: Option<Level>,
+    /// Preempt at this level.
+    pub(super) preempt: Option<Level>,
+}
+
+impl RunCmds {
+    /// Nothing to send.
+    pub(super) fn is_empty(&self) -> bool {
+        self.release.is_none() && self.preempt.is_none()
+    }
+
+    /// The commands, in the order they go out.
+    pub(super) fn iter(&self) -> impl Iterator<Item = Command> + use<> {
+        self.release
+            .map(Command::Release)
+            .into_iter()
+            .chain(self.preempt.map(Command::Preempt))
+    }
+}
+
 /// The commands one step sends one process, by phase: a decision sends each phase to every
 /// process before the next (preempts and releases first, in partition order).
 #[derive(Debug, Default, PartialEq)]
 pub(super) struct Step {
     /// Releases and preempts.
-    pub(super) run: Vec<Command>,
+    pub(super) run: RunCmds,
     /// Level 0.
     pub(super) priority: Option<Command>,
     /// The in-flight window.
@@ -49,13 +74,22 @@ pub(super) struct Step {
 }
 
 impl Step {
+    /// Nothing to send.
+    pub(super) fn is_empty(&self) -> bool {
+        self.run.is_empty()
+            && self.priority.is_none()
+            && self.window.is_none()
+            && self.cu_mask.is_none()
+    }
+
     /// Every command, in the order they go out.
-    pub(super) fn commands(&self) -> impl Iterator<Item = &Command> {
+    #[cfg(test)]
+    pub(super) fn commands(&self) -> impl Iterator<Item = Command> + '_ {
         self.run
             .iter()
-            .chain(&self.priority)
-            .chain(&self.window)
-            .chain(&self.cu_mask)
+            .chain(self.priority.clone())
+            .chain(self.window.clone())
+            .chain(self.cu_mask.clone())
     }
 }
 
@@ -73,11 +107,17 @@ pub(super) fn reconcile(p: &mut Proc, want: Want, now: Instant) -> Step {
 }
 
 /// The run state alone (an edge decision: nothing but busy edges changed, so the priority,
-/// window and CU masks are as the last full decision left them).
-pub(super) fn reconcile_run(p: &mut Proc, run: Run, why: Why, now: Instant) -> Step {
-    let mut step = Step::default();
-    step.retry_at = run_state(p, run, why, now, &mut step.run);
-    step
+/// window and CU masks are as the last full decision left them): the commands, and when to
+/// decide again (a failed level may be retried).
+pub(super) fn reconcile_run(
+    p: &mut Proc,
+    run: Run,
+    why: Why,
+    now: Instant,
+) -> (RunCmds, Option<Instant>) {
+    let mut cmds = RunCmds::default();
+    let retry_at = run_state(p, run, why, now, &mut cmds);
+    (cmds, retry_at)
 }
 
 /// Running or preempted: a release of the level applied and a preempt of the level wanted
@@ -90,7 +130,7 @@ fn run_state(
     run: Run,
     why: Why,
     now: Instant,
-    cmds: &mut Vec<Command>,
+    cmds: &mut RunCmds,
 ) -> Option<Instant> {
     let mut want = run;
     let mut retry_at = None;
@@ -111,10 +151,10 @@ fn run_state(
     if applied != want {
         p.applied = want;
         if let Run::Preempted(l) = applied {
-            cmds.push(Command::Release(l));
+            cmds.release = Some(l);
         }
         if let Run::Preempted(l) = want {
-            cmds.push(Command::Preempt(l));
+            cmds.preempt = Some(l);
         }
     } else if let Run::Preempted(l @ (Level::Deactivate | Level::Suspend)) = want {
         let behind = p.registry.queues.iter().any(|q| match l {
@@ -123,7 +163,7 @@ fn run_state(
         });
         let in_flight = p.pending.values().any(|c| c.preempt);
         if behind && !in_flight && p.registry_gen > p.preempt_gen {
-            cmds.push(Command::Preempt(l));
+            cmds.preempt = Some(l);
         }
     }
     retry_at

@@ -58,8 +58,7 @@ impl NodeState {
                             "the kernel refused {refused} release(s) of its queues; its shim retries until they hold"
                         ));
                     }
-                    p.registry = reg;
-                    p.registry_gen += 1;
+                    p.set_registry(reg);
                     p.refresh_busy();
                     self.full_due = true;
                     true
@@ -94,7 +93,7 @@ impl NodeState {
         let Some(p) = self.procs.get_mut(&pid) else {
             return false;
         };
-        let Some(cmd) = p.pending.remove(&seq) else {
+        let Some(cmd) = p.pending.remove(seq) else {
             out.push(Out::Shim(
                 p.conn,
                 AgentMsg::Error {

@@ -26,7 +26,15 @@ impl NodeState {
     pub(super) fn account_busy(&mut self, now: Instant) {
         // Each class once (a class's many processes would cost the recorder a lookup each).
         let (mut busy, mut preempted): (Vec<&str>, Vec<&str>) = (Vec::new(), Vec::new());
-        for p in self.procs.values() {
+        for p in self.procs.values_mut() {
+            // A process in the state of its last account keeps counting from there (its
+            // times are the same whenever they are summed up): only the changed are written.
+            if p.accounted
+                .is_none_or(|a| (a.preempted, a.busy) != p.account_state())
+            {
+                p.account(now);
+            }
+            let p: &super::process::Proc = p;
             let c = p.class();
             if !p.stale && p.any_busy() && !busy.contains(&c) {
                 busy.push(c);
@@ -37,9 +45,6 @@ impl NodeState {
         }
         for (class, s) in self.rec.account(now, busy, preempted) {
             self.busy_periods.entry(class).or_default().push(s * 1e3);
-        }
-        for p in self.procs.values_mut() {
-            p.account(now);
         }
     }
 

@@ -333,7 +333,7 @@ fn one_step_releases_the_old_level_before_preempting_at_the_new() {
     };
     let s = reconcile(p, want.clone(), t0);
     assert_eq!(
-        s.run,
+        s.run.iter().collect::<Vec<_>>(),
         [
             Command::Release(Level::Hold),
             Command::Preempt(Level::Deactivate)
@@ -344,7 +344,7 @@ fn one_step_releases_the_old_level_before_preempting_at_the_new() {
         (Run::Preempted(Level::Deactivate), "why")
     );
     for (seq, c) in (10..).zip(s.commands()) {
-        p.sent(seq, c, t0);
+        p.sent(seq, &c, t0);
     }
     // Sent: the same want again sends nothing (the preempt is in flight, and the registry is
     // not newer than it).
@@ -386,6 +386,12 @@ fn timing_probe() {
     }
     n.decide(t0, &mut out);
     let mut times = Vec::new();
+    // PROBE_COLD=1: 64 MiB are written between toggles, so each decision starts with cold
+    // caches (as in the agent, after the 63 clients it woke ran on the same CPUs).
+    let mut evict = match std::env::var_os("PROBE_COLD") {
+        Some(_) => vec![0u8; 64 << 20],
+        None => Vec::new(),
+    };
     let toggles: u32 = std::env::var("PROBE_N")
         .ok()
         .and_then(|v| v.parse().ok())
@@ -402,6 +408,10 @@ fn timing_probe() {
             now,
             &mut out,
         );
+        for (i, b) in evict.iter_mut().enumerate().step_by(64) {
+            *b = b.wrapping_add(i as u8);
+        }
+        std::hint::black_box(&evict);
         let s = Instant::now();
         n.decide(now, &mut out);
         times.push(s.elapsed().as_secs_f64() * 1e6);

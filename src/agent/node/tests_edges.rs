@@ -1,0 +1,298 @@
+//! The edge path's commands against the full decision's: two nodes get the same messages at
+//! the same times; one decides busy edges alone (the agent's way), the other decides
+//! everything every time. They must send the same commands, with the same sequence numbers,
+//! and what a shim is told must always be a release of the level it holds or a preempt it does
+//! not hold yet: a dropped or a duplicated command fails this test.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use proptest::prelude::*;
+
+use super::*;
+use crate::agent::identity::Identity;
+use crate::ids::{GpuId, Pid, QueueId};
+use crate::policy::Run;
+use crate::proto::{Level, QueueInfo, Registry, ShimMsg};
+
+const CONFIG: &str = r#"
+[agent]
+hysteresis_ms = HYSTERESIS
+min_preempt_interval_ms = 0
+
+[[class]]
+name = "serving"
+rank = 2
+priority = 13
+match = { env = true }
+
+[[class]]
+name = "batch"
+rank = 1
+priority = 7
+level = "hold"
+match = { env = true }
+
+[[class]]
+name = "training"
+rank = 0
+priority = 3
+level = "deactivate"
+match = { env = true }
+"#;
+
+const CLASSES: [&str; 3] = ["serving", "batch", "training"];
+const GPUS: [GpuId; 2] = [GpuId(0x1000), GpuId(0x2000)];
+
+/// One process: its class, and on which partitions it has a queue (queue 1 on the first, 2 on
+/// the second).
+#[derive(Debug, Clone)]
+struct ProcSpec {
+    class: usize,
+    on: [bool; 2],
+}
+
+/// What happens next, after `dt_ms`.
+#[derive(Debug, Clone)]
+enum Op {
+    /// Process `proc`'s queue on partition `gpu` goes busy or idle.
+    Activity { proc: usize, gpu: usize, busy: bool },
+    /// Every shim acknowledges what it was sent (ok, or the kernel refused a preempt).
+    Acks { ok: bool },
+}
+
+fn pid(i: usize) -> Pid {
+    Pid(100 + i as u32)
+}
+
+fn node(specs: &[ProcSpec], hysteresis_ms: u32, t0: Instant, out: &mut Vec<Out>) -> NodeState {
+    let cfg = AgentConfig::parse(
+        &CONFIG.replace("HYSTERESIS", &hysteresis_ms.to_string()),
+        None,
+    )
+    .unwrap();
+    let parts = GPUS
+        .iter()
+        .map(|&gpu_id| PartitionObs {
+            gpu_id,
+            resident_slots: 64,
+            cus: 80,
+        })
+        .collect();
+    let mut n = NodeState::new(cfg, parts, String::new(), t0).unwrap();
+    for (i, s) in specs.iter().enumerate() {
+        let class = CLASSES[s.class];
+        let id = Identity {
+            pid: pid(i),
+            uid: 0,
+            gid: 0,
+            groups: vec![],
+            exe: format!("/bin/p{i}"),
+            cgroup: String::new(),
+            claim: crate::agent::identity::Claim::None,
+        };
+        n.hello(
+            i as u64 + 1,
+            id,
+            crate::proto::VERSION,
+            Some(class.into()),
+            pid(i),
+            out,
+        )
+        .unwrap();
+        let queues = (0..2)
+            .filter(|g| s.on[*g])
+            .map(|g| QueueInfo {
+                queue_id: QueueId(g as u32 + 1),
+                gpu_id: GPUS[g],
+                requested_priority: 7,
+                effective_priority: [13, 7, 3][s.class],
+                ring_base: 0,
+                ring_size: 4096,
+                streams: vec![],
+                deactivated: false,
+                suspended: false,
+                busy: false,
+                window_waits: 0,
+                window_stalls: 0,
+            })
+            .collect();
+        let reg = ShimMsg::Registry(Registry {
+            pid: pid(i),
+            class: Some(class.into()),
+            queues,
+            ..Registry::default()
+        });
+        n.shim_message(pid(i), reg, t0, out);
+    }
+    n
+}
+
+/// What each shim holds, from the commands it received: a release must name the level held,
+/// a preempt one not held (the registries here never change, so a level-2 preempt is never
+/// sent again for new queues).
+fn apply(held: &mut BTreeMap<u64, Level>, out: &[Out]) -> Result<(), TestCaseError> {
+    for o in out {
+        match o {
+            Out::Shim(conn, AgentMsg::Preempt { level, .. }) => {
+                let before = held.insert(*conn, *level);
+                prop_assert!(
+                    before.is_none(),
+                    "conn {conn}: preempt {level:?} while holding {before:?} (a duplicate or a missing release)"
+                );
+            }
+            Out::Shim(conn, AgentMsg::Release { level, .. }) => {
+                let before = held.remove(conn);
+                prop_assert_eq!(
+                    before,
+                    Some(*level),
+                    "conn {}: release {:?} of a level not held",
+                    conn,
+                    level
+                );
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// The acks a shim sends for `out` (`ok`: all succeed; else preempts fail, as a kernel that
+/// refuses them would).
+fn acks(out: &[Out], ok: bool) -> Vec<(Pid, ShimMsg)> {
+    out.iter()
+        .filter_map(|o| match o {
+            Out::Shim(conn, m) => {
+                let (seq, preempt) = match m {
+                    AgentMsg::Preempt { seq, .. } => (*seq, true),
+                    AgentMsg::Release { seq, .. }
+                    | AgentMsg::SetPriority { seq, .. }
+                    | AgentMsg::SetWindow { seq, .. }
+                    | AgentMsg::SetCuMask { seq, .. } => (*seq, false),
+                    _ => return None,
+                };
+                let ok = ok || !preempt;
+                let detail = if ok { String::new() } else { "refused".into() };
+                Some((pid(*conn as usize - 1), ShimMsg::Ack { seq, ok, detail }))
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+fn run(specs: &[ProcSpec], hysteresis_ms: u32, ops: &[(u64, Op)]) -> Result<u64, TestCaseError> {
+    let t0 = Instant::now();
+    let (mut out_e, mut out_f) = (Vec::new(), Vec::new());
+    let mut edge = node(specs, hysteresis_ms, t0, &mut out_e);
+    let mut full = node(specs, hysteresis_ms, t0, &mut out_f);
+    let mut held = BTreeMap::new();
+    let mut unacked: Vec<Out> = Vec::new();
+    let mut now = t0;
+    let mut due = true;
+    for (dt, op) in ops {
+        if due
+            || [edge.deadline(), full.deadline()]
+                .into_iter()
+                .flatten()
+                .any(|d| d <= now)
+        {
+            edge.decide(now, &mut out_e);
+            full.full_due = true;
+            full.decide(now, &mut out_f);
+            prop_assert_eq!(&out_e, &out_f, "the edge path and the full decision differ");
+            apply(&mut held, &out_e)?;
+            unacked.append(&mut out_e);
+            out_f.clear();
+        }
+        // What each shim holds is what the agent thinks it applied.
+        for (i, _) in specs.iter().enumerate() {
+            let p = &edge.procs[&pid(i)];
+            let told = held
+                .get(&(i as u64 + 1))
+                .map_or(Run::Running, |l| Run::Preempted(*l));
+            prop_assert_eq!(p.applied, told, "process {}", i);
+        }
+        now += Duration::from_millis(*dt);
+        due = false;
+        let msgs: Vec<(Pid, ShimMsg)> = match op {
+            Op::Activity { proc, gpu, busy } => {
+                if !specs[*proc].on[*gpu] {
+                    continue;
+                }
+                let queue_id = QueueId(*gpu as u32 + 1);
+                vec![(
+                    pid(*proc),
+                    ShimMsg::Activity {
+                        queue_id,
+                        busy: *busy,
+                    },
+                )]
+            }
+            Op::Acks { ok } => {
+                let a = acks(&unacked, *ok);
+                // A refused preempt: the shim holds nothing at that level.
+                for o in unacked.drain(..) {
+                    if let (false, Out::Shim(conn, AgentMsg::Preempt { level, .. })) = (ok, &o)
+                        && held.get(conn) == Some(level)
+                    {
+                        held.remove(conn);
+                    }
+                }
+                a
+            }
+        };
+        for (p, m) in msgs {
+            due |= edge.shim_message(p, m.clone(), now, &mut out_e);
+            due |= full.shim_message(p, m, now, &mut out_f);
+        }
+        prop_assert_eq!(&out_e, &out_f);
+        out_e.clear();
+        out_f.clear();
+    }
+    Ok(edge.counters.edge_decisions)
+}
+
+fn spec() -> impl Strategy<Value = ProcSpec> {
+    (
+        0..3usize,
+        prop_oneof![Just([true, false]), Just([false, true]), Just([true, true])],
+    )
+        .prop_map(|(class, on)| ProcSpec { class, on })
+}
+
+fn op() -> impl Strategy<Value = (u64, Op)> {
+    let op = prop_oneof![
+        8 => (0..8usize, 0..2usize, any::<bool>())
+            .prop_map(|(proc, gpu, busy)| Op::Activity { proc, gpu, busy }),
+        3 => Just(Op::Acks { ok: true }),
+        1 => Just(Op::Acks { ok: false }),
+    ];
+    (0..40u64, op)
+}
+
+#[test]
+fn the_edge_path_sends_what_the_full_decision_sends() {
+    let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig {
+        cases: 200,
+        ..ProptestConfig::default()
+    });
+    let edge_decisions = std::cell::Cell::new(0);
+    let strategy = (
+        proptest::collection::vec(spec(), 8),
+        prop_oneof![Just(0u32), Just(30u32)],
+        proptest::collection::vec(op(), 1..60),
+    );
+    let result = runner.run(&strategy, |(specs, hysteresis_ms, ops)| {
+        edge_decisions.set(edge_decisions.get() + run(&specs, hysteresis_ms, &ops)?);
+        Ok(())
+    });
+    if let Err(e) = result {
+        panic!("{e}");
+    }
+    // The comparison means something only if the edge path ran.
+    let edge_decisions = edge_decisions.get();
+    assert!(
+        edge_decisions > 100,
+        "{edge_decisions} edge decisions in all"
+    );
+}
