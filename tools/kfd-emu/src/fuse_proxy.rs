@@ -166,6 +166,7 @@ fn requests(
     threads: usize,
 ) {
     let mut buf = vec![0u8; BUFFER];
+    let mut answer = Vec::with_capacity(OUT_HEADER + MESSAGE_DATA as usize);
     loop {
         let n = match nix::unistd::read(dev.as_fd(), &mut buf) {
             Ok(n) => n,
@@ -183,6 +184,16 @@ fn requests(
         if let Some(unique) = interrupted_id(msg) {
             tracing::debug!(unique, "FUSE_INTERRUPT");
             let _ = interrupts.send(unique);
+            continue;
+        }
+        // Page-cache I/O of the device files is answered here, never by a FUSE worker, which
+        // may be blocked in a fault on exactly that page (`page_io`).
+        if crate::page_io::serve(emu, msg, &mut answer) {
+            note_size(&emu.fuse_largest_message, answer.len());
+            match nix::unistd::write(dev, &answer) {
+                Ok(_) | Err(Errno::ENOENT | Errno::ENODEV) => {}
+                Err(e) => tracing::warn!("writing a FUSE reply failed ({e})"),
+            }
             continue;
         }
         match nix::unistd::write(ours, msg) {
