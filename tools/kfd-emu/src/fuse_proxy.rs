@@ -9,7 +9,8 @@
 //! two threads carry the traffic: `kfd-emu-fuse-in` reads `/dev/fuse` and passes every request
 //! to fuser except FUSE_INTERRUPT, whose interrupted request id goes to `kfd-emu-interrupts`,
 //! which answers the request if the emulator holds it (`ioctl::interrupt`); `kfd-emu-fuse-out`
-//! writes fuser's replies to `/dev/fuse`. An interrupt for a request the emulator does not hold
+//! writes fuser's replies to `/dev/fuse`. READs and WRITEs of the device files (page faults and
+//! writeback of their mappings) `kfd-emu-fuse-in` answers itself (`crate::page_io`). An interrupt for a request the emulator does not hold
 //! needs no reply: the kernel waits for the request's own answer.
 //!
 //! Facts from the kernel (`include/uapi/linux/fuse.h`, `fs/fuse/dev.c`): a request starts with
