@@ -480,6 +480,8 @@ pub(crate) struct Finished {
     pub timestamps: Option<(u64, u64)>,
     /// Read index to publish: (address, value).
     pub rptr: Option<(u64, u64)>,
+    /// Address of the packet's header in the ring, set to INVALID once it is consumed.
+    pub header: Option<u64>,
 }
 
 /// Queue buffers referenced under Linux 6.12 rules.
