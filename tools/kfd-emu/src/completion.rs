@@ -17,6 +17,11 @@ const SIGNAL_MAILBOX: u64 = 0x10;
 const SIGNAL_EVENT_ID: u64 = 0x18;
 const SIGNAL_START_TS: u64 = 0x20;
 const SIGNAL_END_TS: u64 = 0x28;
+/// Bytes of an AQL packet.
+const PACKET_SIZE: u64 = 64;
+/// An AQL header of type `HSA_PACKET_TYPE_INVALID` (1, bits 0..7), no barrier or fences: what
+/// ROCr fills a new ring with.
+const HEADER_INVALID: u16 = 1;
 
 /// Completes packet `index` of queue `key`: decrements its completion signal, counts it, and
 /// publishes the read index (every packet before it completed). The one place a completion is
@@ -28,6 +33,12 @@ pub(crate) fn complete(st: &mut State, key: QueueKey, index: u64, model_ns: (u64
         return;
     };
     let gpu = q.gpu;
+    let slots = u64::from(q.ring_size) / PACKET_SIZE;
+    let aql = q.kind == crate::state::QueueKind::ComputeAql;
+    let header = (aql && slots > 0).then(|| {
+        q.ring_base
+            .wrapping_add((index % slots).wrapping_mul(PACKET_SIZE))
+    });
     let Some(Pending {
         signal,
         effect,
@@ -55,6 +66,7 @@ pub(crate) fn complete(st: &mut State, key: QueueKey, index: u64, model_ns: (u64
         signal,
         timestamps,
         rptr,
+        header,
     });
 }
 
@@ -99,6 +111,14 @@ pub(crate) fn finish_completed(emu: &Emu) {
             if let Some(id) = complete_signal(pid, f.signal) {
                 interrupts.push((pid, id));
             }
+        }
+        // The packet processor sets a consumed packet's header to INVALID before the read
+        // index frees its slot: a producer reserves a slot (bumps the write index) before it
+        // writes the packet, header last, so a slot of the ring's previous lap that still
+        // looked valid would be run again, and the new packet never (its completion signal
+        // never decremented: rocblas-bench's start-up, docs/real-rocm.md).
+        if let Some(at) = f.header {
+            let _ = client_mem::write(pid, at, &HEADER_INVALID.to_ne_bytes());
         }
         if let Some((addr, value)) = f.rptr
             && client_mem::write_u64(pid, addr, value).is_err()

@@ -246,7 +246,7 @@ impl KfdFs {
         };
         let root = 1;
         let dev = b.dir(root, "dev");
-        b.add(dev, "kfd", Kind::Kfd);
+        let _ = emu.kfd_ino.set(b.add(dev, "kfd", Kind::Kfd));
         let dri = b.dir(dev, "dri");
         let render_inos = emu
             .topo

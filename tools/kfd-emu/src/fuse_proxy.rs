@@ -9,7 +9,8 @@
 //! two threads carry the traffic: `kfd-emu-fuse-in` reads `/dev/fuse` and passes every request
 //! to fuser except FUSE_INTERRUPT, whose interrupted request id goes to `kfd-emu-interrupts`,
 //! which answers the request if the emulator holds it (`ioctl::interrupt`); `kfd-emu-fuse-out`
-//! writes fuser's replies to `/dev/fuse`. An interrupt for a request the emulator does not hold
+//! writes fuser's replies to `/dev/fuse`. READs and WRITEs of the device files (page faults and
+//! writeback of their mappings) `kfd-emu-fuse-in` answers itself (`crate::page_io`). An interrupt for a request the emulator does not hold
 //! needs no reply: the kernel waits for the request's own answer.
 //!
 //! Facts from the kernel (`include/uapi/linux/fuse.h`, `fs/fuse/dev.c`): a request starts with
@@ -166,6 +167,7 @@ fn requests(
     threads: usize,
 ) {
     let mut buf = vec![0u8; BUFFER];
+    let mut answer = Vec::with_capacity(OUT_HEADER + MESSAGE_DATA as usize);
     loop {
         let n = match nix::unistd::read(dev.as_fd(), &mut buf) {
             Ok(n) => n,
@@ -183,6 +185,16 @@ fn requests(
         if let Some(unique) = interrupted_id(msg) {
             tracing::debug!(unique, "FUSE_INTERRUPT");
             let _ = interrupts.send(unique);
+            continue;
+        }
+        // Page-cache I/O of the device files is answered here, never by a FUSE worker, which
+        // may be blocked in a fault on exactly that page (`page_io`).
+        if crate::page_io::serve(emu, msg, &mut answer) {
+            note_size(&emu.fuse_largest_message, answer.len());
+            match nix::unistd::write(dev, &answer) {
+                Ok(_) | Err(Errno::ENOENT | Errno::ENODEV) => {}
+                Err(e) => tracing::warn!("writing a FUSE reply failed ({e})"),
+            }
             continue;
         }
         match nix::unistd::write(ours, msg) {

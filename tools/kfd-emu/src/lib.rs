@@ -44,6 +44,7 @@ mod kfd_mmap;
 mod locks;
 mod mount;
 mod notify;
+mod page_io;
 mod process;
 mod reply;
 mod reset;

@@ -26,8 +26,9 @@ use crate::state::Emu;
 use crate::stats::{self, Stats};
 use crate::{cp, ioctl};
 
-/// FUSE event-loop threads (two, so a page fault on a FUSE-backed mapping taken while
-/// one thread serves a request can still be served).
+/// FUSE event-loop threads. Page faults on the device files' mappings (which the emulator
+/// itself takes when it writes client memory) are served by the proxy's reader thread, not by
+/// these (`page_io`); two, so that one blocked request does not stall the rest.
 const FUSE_THREADS: usize = 2;
 /// How long `mount` waits for `<mount>/dev/kfd` to become reachable.
 const READY_TIMEOUT: Duration = Duration::from_secs(10);

@@ -20,13 +20,26 @@ fn read_tgid(tid: u32) -> Option<u32> {
     status_field(tid, "Tgid")?.parse().ok()
 }
 
-/// Thread-group id of the thread FUSE reported, cached.
+/// Whether thread `tid` belongs to thread group `tgid` now: `/proc/<tgid>/task/<tid>` exists
+/// only then (procfs looks the thread up in that group), whatever ids were reused.
+fn in_group(tid: u32, tgid: u32) -> bool {
+    std::fs::symlink_metadata(format!("/proc/{tgid}/task/{tid}")).is_ok()
+}
+
+/// Thread-group id of the thread FUSE reported, cached. A cached entry is checked with one
+/// `lstat` ([`in_group`]): the reaper clears dead threads' entries only every 200 ms, and a
+/// thread id reused by another process within that window must not act on the old one's state.
 pub(crate) fn tgid_of(emu: &Emu, tid: u32) -> Option<u32> {
     if tid == 0 {
         return None;
     }
-    if let Some(t) = crate::locks::lock(&emu.tgids, "tgid cache").get(&tid) {
-        return Some(*t);
+    let cached = crate::locks::lock(&emu.tgids, "tgid cache")
+        .get(&tid)
+        .copied();
+    if let Some(t) = cached
+        && in_group(tid, t)
+    {
+        return Some(t);
     }
     let tgid = read_tgid(tid)?;
     crate::locks::lock(&emu.tgids, "tgid cache").insert(tid, tgid);
@@ -111,5 +124,23 @@ mod tests {
         assert!(!is_alive(me, Some(1)));
         assert_eq!(tracer_of(me), Some(0));
         assert_eq!(fd_target(me, 999_999), Err(libc::EBADF));
+    }
+
+    #[test]
+    fn a_stale_cache_entry_is_not_trusted() {
+        let config = crate::config::EmuConfig::default();
+        let topo = crate::config::Topology::build(&config).unwrap();
+        let emu = Emu::new(config, topo, PathBuf::from("/nonexistent"));
+        let me = std::process::id();
+        // As if this thread id had belonged to process 1 and been reused by this process
+        // before the reaper cleared the entry.
+        crate::locks::lock(&emu.tgids, "tgid cache").insert(me, 1);
+        assert!(!in_group(me, 1));
+        assert_eq!(tgid_of(&emu, me), Some(me));
+        assert_eq!(
+            crate::locks::lock(&emu.tgids, "tgid cache").get(&me),
+            Some(&me)
+        );
+        assert!(in_group(me, me));
     }
 }

@@ -40,6 +40,8 @@ pub(crate) struct Emu {
     pub fuse_dev: OnceLock<String>,
     /// Inode number of each GPU node's render node (set when the tree is built).
     pub render_inos: OnceLock<Vec<u64>>,
+    /// Inode number of `dev/kfd` (set when the tree is built).
+    pub kfd_ino: OnceLock<u64>,
     /// Kernels of the code objects clients loaded, by descriptor address.
     pub kernels: crate::code_object::KernelCache,
     /// The emulator's own threads that panicked ("name: message").
@@ -90,6 +92,7 @@ impl Emu {
             epoch: Instant::now(),
             fuse_dev: OnceLock::new(),
             render_inos: OnceLock::new(),
+            kfd_ino: OnceLock::new(),
             kernels: Default::default(),
             dead_threads: Mutex::new(Vec::new()),
             faults: Default::default(),
@@ -477,6 +480,8 @@ pub(crate) struct Finished {
     pub timestamps: Option<(u64, u64)>,
     /// Read index to publish: (address, value).
     pub rptr: Option<(u64, u64)>,
+    /// Address of the packet's header in the ring, set to INVALID once it is consumed.
+    pub header: Option<u64>,
 }
 
 /// Queue buffers referenced under Linux 6.12 rules.
@@ -638,8 +643,13 @@ impl BoStore {
     /// Render-node read: BO bytes where a BO lives, zeros elsewhere.
     pub fn read(&self, offset: u64, len: usize) -> Vec<u8> {
         let mut out = vec![0u8; len];
-        self.overlapping(offset, len, |b, at, r| b.read(at, &mut out[r]));
+        self.read_into(offset, &mut out);
         out
+    }
+
+    /// [`BoStore::read`] into `out` (which the caller zeroed), allocating nothing.
+    pub fn read_into(&self, offset: u64, out: &mut [u8]) {
+        self.overlapping(offset, out.len(), |b, at, r| b.read(at, &mut out[r]));
     }
 
     /// Render-node write (page-cache writeback of a BO mapping).

@@ -246,3 +246,50 @@ fn profiling_queues_get_packet_timestamps() {
         }
     }
 }
+
+/// A consumed packet's header reads INVALID before the read index frees its slot, so a slot
+/// the producer reserved on the ring's next lap (write index bumped, packet not yet written)
+/// is waited for instead of its previous lap's packet being run again. Before, the previous
+/// packet ran twice and the new one never: rocblas-bench's start-up (a 64-slot ring, more than
+/// 128 packets) spun forever on the new packet's completion signal (docs/real-rocm.md).
+#[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
+fn consumed_packets_read_invalid_and_a_reserved_slot_of_the_next_lap_is_waited_for() {
+    require_root();
+    let t = mount_preset(Preset::Mi210);
+    let s = Session::new(&t, 0);
+    let (_q, bufs) = s.queue(100, 7);
+    let slots = (bufs.ring.len / 64) as u64;
+    let signal = Mapping::new(4096);
+    let value = signal.i64_at(8);
+    let rptr = bufs.ptrs.u64_at(RPTR_OFF);
+    value.store(slots as i64, Ordering::Release);
+    let packets = vec![dispatch_packet(1000, signal.addr()); slots as usize];
+    let w = submit(&bufs, 0, &packets);
+    assert!(wait_until(WAIT_LIMIT, || rptr.load(Ordering::Acquire) == w));
+    assert_eq!(value.load(Ordering::Acquire), 0, "one decrement per packet");
+    let headers: Vec<u8> = (0..slots as usize)
+        .map(|i| {
+            // SAFETY: inside the ring mapping.
+            unsafe { std::ptr::read_volatile(bufs.ring.ptr.add(i * 64)) }
+        })
+        .collect();
+    assert!(
+        headers.iter().all(|h| *h == 1),
+        "headers of consumed packets (type byte): {headers:?}"
+    );
+    // The producer reserves the first slot of the next lap and has not written it yet.
+    value.store(1, Ordering::Release);
+    bufs.ptrs.u64_at(WPTR_OFF).store(w + 1, Ordering::Release);
+    test_support::hold::cp_witness(&t, 10, 1000);
+    assert_eq!(
+        rptr.load(Ordering::Acquire),
+        w,
+        "a reserved, unwritten slot was consumed"
+    );
+    assert_eq!(value.load(Ordering::Acquire), 1);
+    // Written: it runs.
+    let w2 = submit(&bufs, w, &[dispatch_packet(1000, signal.addr())]);
+    assert!(wait_until(WAIT_LIMIT, || rptr.load(Ordering::Acquire) == w2));
+    assert_eq!(value.load(Ordering::Acquire), 0);
+}
