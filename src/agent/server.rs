@@ -745,8 +745,6 @@ impl Server<'_> {
     }
 
     fn reap(&mut self) {
-        let peers = &self.peers;
-        self.doorbells.retain(|c| peers.contains_key(&c));
         let done: Vec<ConnId> = self
             .peers
             .iter()
@@ -762,6 +760,9 @@ impl Server<'_> {
                 self.out.extend(out);
             }
         }
+        // A doorbell goes with its connection.
+        let peers = &self.peers;
+        self.doorbells.retain(|c| peers.contains_key(&c));
     }
 
     /// Handles what the tracer reported; true when a decision is due.
