@@ -67,7 +67,7 @@ fn wake() {
             RUNG_AT_US.store(kfdq::chain::now_us(), Ordering::Relaxed);
         }
         // SAFETY: `bell` is the doorbell's descriptor, never closed while threads run (see
-        // [`BELL_FD`]); the buffer is one readable byte on the stack.
+        // [`BELL_FD`]); the buffer is one readable byte of a static.
         let r = unsafe {
             libc::send(
                 bell,

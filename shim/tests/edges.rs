@@ -44,6 +44,8 @@ fn a_busy_edge_is_reported_by_the_launch_not_the_next_sample() {
     app.wait_line("CHECKPOINT ready");
     let q = first_queue(&mut c, 1);
     c.send(&AgentMsg::Edges { on: true });
+    // This agent end never takes the shim's doorbell (it reads the offer as any line, as an
+    // agent before doorbells does): the launch must fall back to waking the control thread.
     // The shim samples right after it answers a command: the next sample is 100 ms after
     // this ack, so a busy report before then came from the launch.
     c.ok(|seq| AgentMsg::Query { seq });
