@@ -21,7 +21,10 @@ pub fn start() {
         return;
     };
     match Recorder::open(path) {
-        Ok(r) => REC.with(|c| *c.borrow_mut() = Some(r)),
+        Ok(r) => {
+            REC.with(|c| *c.borrow_mut() = Some(r));
+            crate::edges::CHAIN.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
         Err(e) => crate::log::warn_always(&e.to_string()),
     }
 }

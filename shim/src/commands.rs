@@ -39,6 +39,12 @@ pub fn handle(msg: AgentMsg) -> Vec<ShimMsg> {
             }
             vec![]
         }
+        AgentMsg::DoorbellTaken {} => {
+            crate::edges::taken();
+            vec![]
+        }
+        // The control thread (control.rs) reports every queue's state after it.
+        AgentMsg::Rang {} => vec![],
         AgentMsg::Refused { reason } => {
             crate::log::warn_always(&format!("the agent refused this process: {reason}"));
             vec![]

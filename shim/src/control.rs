@@ -274,6 +274,7 @@ fn release_everything(why: &str) {
     let errors = fail_open(&mut st);
     // Edges are reported to an agent only.
     st.edges = false;
+    crate::edges::session_ended();
     st.refresh_flags();
     drop(st);
     STATE.notify_all();
@@ -353,11 +354,20 @@ fn session(stream: UnixStream, last_published: &mut u64, watch: &mut UnclaimedWa
     let mut lease = Lease::new(welcome_lease);
     let wake = crate::edges::wake_fd();
     let mut last_renew = Instant::now();
+    let mut offered = false;
     loop {
         if EXITING.load(Ordering::Relaxed) || FLAGS.load(Ordering::Relaxed) & F_DISABLED != 0 {
             return End::Error(Broken::Stopped);
         }
         let edges = FLAGS.load(Ordering::Relaxed) & F_EDGES != 0;
+        if edges && !offered {
+            // Once per session: an agent that does not know doorbells answers with an error,
+            // and the launches keep waking this thread.
+            offered = true;
+            if let Err(e) = crate::edges::offer(&w, &proto::encode(&ShimMsg::Doorbell {})) {
+                crate::log::debug(|| format!("no doorbell: {e}"));
+            }
+        }
         let period = if edges && crate::edges::armed() {
             proto::BUSY_SAMPLE_PERIOD
         } else {
@@ -372,14 +382,24 @@ fn session(stream: UnixStream, last_published: &mut u64, watch: &mut UnclaimedWa
             .map_or(timeout, |w| w.min(timeout));
         let readable = !reader.get_ref().buffer().is_empty()
             || poll_readable(fd, wake.filter(|_| edges), timeout);
-        let woke_us = crate::chain::on().then(kfdq::chain::now_us);
+        let mut woke_us = crate::chain::on().then(kfdq::chain::now_us);
         if let Some(w) = wake {
             crate::edges::drain(w);
         }
+        let mut rang = false;
         if readable {
             match reader.next::<AgentMsg>() {
                 Ok(msg) => {
                     let preempt = matches!(msg, AgentMsg::Preempt { .. });
+                    rang = matches!(msg, AgentMsg::Rang {});
+                    if rang && woke_us.take().is_some() {
+                        // The launch rang: its time stands for the wake-up and the edge sent
+                        // (the busy edges this wake-up sends are not the chain's).
+                        if let Some(t) = crate::edges::rung_at_us() {
+                            crate::chain::mark_at(Stage::HpWoke, t);
+                            crate::chain::mark_at(Stage::EdgeSent, t);
+                        }
+                    }
                     if preempt {
                         crate::chain::mark(Stage::CmdRecv);
                     }
@@ -418,6 +438,16 @@ fn session(stream: UnixStream, last_published: &mut u64, watch: &mut UnclaimedWa
                 edges_seen.extend(again);
                 if !busy.is_empty() {
                     crate::edges::arm();
+                }
+            }
+        }
+        if rang {
+            // The agent took the ring as busy for every queue: each queue's state now, after it
+            // (an idle edge sent before the ring may have been read before it).
+            let st = STATE.lock();
+            for q in st.queues() {
+                if !edges_seen.iter().any(|(id, _)| *id == q.id) {
+                    edges_seen.push((q.id, q.busy && !q.dying));
                 }
             }
         }

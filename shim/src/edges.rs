@@ -12,8 +12,23 @@
 //! found [`ARMED`] still set just before it was cleared is not lost (both sides use
 //! sequentially consistent operations: either the launch sees it cleared and wakes, or the
 //! second sample sees its packet).
+//!
+//! With an agent that took the process's doorbell ([`offer`], `AgentMsg::DoorbellTaken`), the
+//! launch sends one byte to the doorbell instead (`send` with `MSG_DONTWAIT | MSG_NOSIGNAL`:
+//! still one system call; `EAGAIN` means rings are pending, which is as good). The agent takes
+//! the ring as a busy edge of the process's queues and answers `AgentMsg::Rang` on the
+//! connection, which wakes the control thread: it samples and reports the current state of
+//! every queue after the ring, so an idle edge the agent read before the ring (the two
+//! sockets are not ordered against each other) is said again after it. If the send fails
+//! otherwise (the agent's end closed), the launch falls back to the eventfd.
 
-use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::io::IoSlice;
+use std::os::fd::{AsRawFd, IntoRawFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
+
+use nix::sys::socket::{
+    AddressFamily, ControlMessage, MsgFlags, SockFlag, SockType, sendmsg, socketpair,
+};
 
 /// A busy report is outstanding: set by the launch that wakes the control thread, cleared by
 /// the control thread when every queue was seen idle.
@@ -21,6 +36,18 @@ static ARMED: AtomicBool = AtomicBool::new(false);
 
 /// The control thread's eventfd (-1 until it made one).
 static WAKE: AtomicI32 = AtomicI32::new(-1);
+
+/// The doorbell the launch rings (-1: none taken in this session; wake the control thread).
+static BELL: AtomicI32 = AtomicI32::new(-1);
+
+/// The descriptor number the doorbell lives at (-1 until the first offer). Never closed while
+/// threads run: a new session's doorbell is `dup3`ed onto it, so a launch that loaded it never
+/// writes to a reused descriptor.
+static BELL_FD: AtomicI32 = AtomicI32::new(-1);
+
+/// `KFDQ_CHAIN_TRACE`: the launch notes when it rang (the control thread records it).
+pub static CHAIN: AtomicBool = AtomicBool::new(false);
+static RUNG_AT_US: AtomicU64 = AtomicU64::new(0);
 
 /// After a stream-ordered call of a process that reports edges: wakes the control thread if
 /// no busy report is outstanding.
@@ -34,6 +61,25 @@ pub fn launched() {
 #[cold]
 #[inline(never)]
 fn wake() {
+    let bell = BELL.load(Ordering::Acquire);
+    if bell >= 0 {
+        if CHAIN.load(Ordering::Relaxed) {
+            RUNG_AT_US.store(kfdq::chain::now_us(), Ordering::Relaxed);
+        }
+        // SAFETY: `bell` is the doorbell's descriptor, never closed while threads run (see
+        // [`BELL_FD`]); the buffer is one readable byte of a static.
+        let r = unsafe {
+            libc::send(
+                bell,
+                (&raw const RING).cast(),
+                1,
+                libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
+            )
+        };
+        if r == 1 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EAGAIN) {
+            return;
+        }
+    }
     let fd = WAKE.load(Ordering::Acquire);
     if fd < 0 {
         return;
@@ -43,6 +89,66 @@ fn wake() {
     // forgets it, before any of its threads run); the buffer is 8 readable bytes on the stack,
     // as eventfd writes take. An error (the counter full) leaves a wake-up pending anyway.
     let _ = unsafe { libc::write(fd, (&raw const one).cast(), 8) };
+}
+
+/// The byte a ring sends.
+static RING: u8 = 1;
+
+/// When the last ring was sent (µs, CLOCK_MONOTONIC), if the chain trace is on.
+pub fn rung_at_us() -> Option<u64> {
+    Some(RUNG_AT_US.load(Ordering::Relaxed)).filter(|t| *t != 0)
+}
+
+/// Makes a doorbell and sends its agent's end on `conn` with a `ShimMsg::Doorbell` line. It
+/// is rung only once the agent says it took it ([`taken`]).
+pub fn offer(conn: &std::os::unix::net::UnixStream, line: &[u8]) -> std::io::Result<()> {
+    let (mine, theirs) = socketpair(
+        AddressFamily::Unix,
+        SockType::SeqPacket,
+        None,
+        SockFlag::SOCK_NONBLOCK | SockFlag::SOCK_CLOEXEC,
+    )?;
+    keep(mine)?;
+    let fds = [theirs.as_raw_fd()];
+    let sent = sendmsg::<()>(
+        conn.as_raw_fd(),
+        &[IoSlice::new(line)],
+        &[ControlMessage::ScmRights(&fds)],
+        MsgFlags::MSG_NOSIGNAL,
+        None,
+    )?;
+    if sent < line.len() {
+        // The rest of the line without the descriptor (a short write of a short line).
+        std::io::Write::write_all(&mut &*conn, &line[sent..])?;
+    }
+    Ok(())
+}
+
+/// Puts `mine` at [`BELL_FD`]'s number (the first time: takes its number).
+fn keep(mine: OwnedFd) -> std::io::Result<()> {
+    let at = BELL_FD.load(Ordering::Acquire);
+    if at < 0 {
+        BELL_FD.store(mine.into_raw_fd(), Ordering::Release);
+        return Ok(());
+    }
+    // SAFETY: both are open descriptors of this process; dup3 replaces `at` atomically (a
+    // launch that loaded `at` sends to the old socket or the new one, never to anything
+    // else), and `mine` is closed when dropped after.
+    let r = unsafe { libc::dup3(mine.as_raw_fd(), at, libc::O_CLOEXEC) };
+    if r < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// The agent took the doorbell: launches ring it.
+pub fn taken() {
+    BELL.store(BELL_FD.load(Ordering::Acquire), Ordering::Release);
+}
+
+/// The session ended: launches wake the control thread again (the next session offers anew).
+pub fn session_ended() {
+    BELL.store(-1, Ordering::Release);
 }
 
 /// The eventfd the control thread polls, made on first use (non-blocking, close-on-exec).
@@ -94,4 +200,11 @@ pub fn reset_after_fork() {
         unsafe { libc::close(fd) };
     }
     ARMED.store(false, Ordering::Relaxed);
+    BELL.store(-1, Ordering::Relaxed);
+    let bell = BELL_FD.swap(-1, Ordering::Relaxed);
+    if bell >= 0 {
+        // SAFETY: the child's copy of the parent's doorbell, which nothing in the child uses
+        // (its control thread has not started, and BELL is off); the parent's stays open.
+        unsafe { libc::close(bell) };
+    }
 }

@@ -44,6 +44,8 @@ fn a_busy_edge_is_reported_by_the_launch_not_the_next_sample() {
     app.wait_line("CHECKPOINT ready");
     let q = first_queue(&mut c, 1);
     c.send(&AgentMsg::Edges { on: true });
+    // This agent end never takes the shim's doorbell (it reads the offer as any line, as an
+    // agent before doorbells does): the launch must fall back to waking the control thread.
     // The shim samples right after it answers a command: the next sample is 100 ms after
     // this ack, so a busy report before then came from the launch.
     c.ok(|seq| AgentMsg::Query { seq });
@@ -203,8 +205,13 @@ fn short_requests_preempt_the_batch_job_although_the_sampling_period_is_longer()
             .iter()
             .any(|p| p.pid == Pid(lp.pid) && p.state == "running")
     });
+    // The latency shim passed its doorbell: its launches report the edges themselves.
+    agent.wait("the latency shim's doorbell taken", |s| {
+        s.counters.doorbells >= 1
+    });
     let before = total_preempts(&emu);
     let edges_before = agent.status().counters.busy_edges;
+    let rings_before = agent.status().counters.doorbell_edges;
     hp.release("ready");
     hp.wait_line("latency ");
     let st = agent.wait("three busy edges", |s| {
@@ -216,6 +223,13 @@ fn short_requests_preempt_the_batch_job_although_the_sampling_period_is_longer()
     });
     let hp_class = st.classes.iter().find(|c| c.name == "latency").unwrap();
     assert!(hp_class.busy_periods >= 3, "{hp_class:?}");
+    // Through the doorbell: each request's first launch rang it (the control thread, asleep
+    // for 100 ms, did not report them).
+    assert!(
+        st.counters.doorbell_edges >= rings_before + 3,
+        "{:?}",
+        st.counters
+    );
     let lp_class = st.classes.iter().find(|c| c.name == "batch").unwrap();
     assert!(lp_class.preempted_s > 0.0, "{lp_class:?}");
     hp.release("done");
@@ -270,6 +284,39 @@ impl ForgedShim {
         ForgedShim { w, _r: r }
     }
 
+    /// Passes a doorbell as a shim does (`SCM_RIGHTS` with the doorbell line), waits for the
+    /// agent to take it, and returns the end that rings.
+    fn doorbell(&mut self) -> std::os::fd::OwnedFd {
+        use nix::sys::socket::{
+            AddressFamily, ControlMessage, MsgFlags, SockFlag, SockType, sendmsg, socketpair,
+        };
+        use std::os::fd::AsRawFd;
+        let (mine, theirs) = socketpair(
+            AddressFamily::Unix,
+            SockType::SeqPacket,
+            None,
+            SockFlag::SOCK_CLOEXEC,
+        )
+        .unwrap();
+        let line = encode(&ShimMsg::Doorbell {});
+        let sent = sendmsg::<()>(
+            self.w.as_raw_fd(),
+            &[std::io::IoSlice::new(&line)],
+            &[ControlMessage::ScmRights(&[theirs.as_raw_fd()])],
+            MsgFlags::empty(),
+            None,
+        )
+        .unwrap();
+        assert_eq!(sent, line.len());
+        loop {
+            match self._r.next::<AgentMsg>() {
+                Ok(AgentMsg::DoorbellTaken {}) => return mine,
+                Ok(_) => {}
+                Err(e) => panic!("no DoorbellTaken: {e}"),
+            }
+        }
+    }
+
     fn busy(&mut self) {
         self.w
             .write_all(&encode(&ShimMsg::Activity {
@@ -306,6 +353,40 @@ fn a_batch_process_that_forges_busy_edges_preempts_nobody() {
     assert!(emu.queue(normal.pid, q).active);
     let reg = normal.registry_of(normal.pid).unwrap();
     assert!(reg.streams.iter().all(|s| !s.held), "{reg:#?}");
+    drop(forger);
+    normal.stop();
+    normal.finish();
+}
+
+#[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
+fn a_batch_process_that_rings_a_doorbell_preempts_nobody() {
+    let emu = mount();
+    let config = "[agent]\nmin_preempt_interval_ms = 1\n\n[[class]]\nname = \"latency\"\nrank = 2\npriority = 13\nmatch = { env = true }\n\n[[class]]\nname = \"normal\"\nrank = 1\npriority = 8\nlevel = \"hold\"\nmatch = { env = true }\n\n[[class]]\nname = \"batch\"\nrank = 0\npriority = 3\nlevel = \"deactivate\"\nmatch = { env = true }\n";
+    let agent = Agent::start(&emu, config);
+    let (normal, q) = batch_flood(&emu, &agent, "normal");
+    let gpu = agent.process(normal.pid).unwrap().queues[0].gpu_id;
+    let mut forger = ForgedShim::connect(&agent.sock, "batch", gpu);
+    let bell = forger.doorbell();
+    let ignored = agent.status().counters.doorbell_ignored;
+    nix::sys::socket::send(
+        std::os::fd::AsRawFd::as_raw_fd(&bell),
+        &[1],
+        nix::sys::socket::MsgFlags::empty(),
+    )
+    .unwrap();
+    let st = agent.wait("the batch process's ring ignored", |s| {
+        s.counters.doorbell_ignored > ignored
+    });
+    let forged = st.processes.iter().find(|p| p.pid == Pid::this()).unwrap();
+    assert!(forged.queues.iter().all(|q| !q.busy), "{forged:?}");
+    let p = st
+        .processes
+        .iter()
+        .find(|p| p.pid == Pid(normal.pid))
+        .unwrap();
+    assert_eq!(p.state, "running", "preempted by a batch process: {p:?}");
+    assert!(emu.queue(normal.pid, q).active);
     drop(forger);
     normal.stop();
     normal.finish();

@@ -2,8 +2,12 @@
 //! out, buffered until the socket takes them. Nothing a peer sends can block the agent or make
 //! it buffer more than [`MAX_LINE`] of input or [`MAX_OUTPUT`] of output for it.
 
-use std::io::{self, Read, Write};
+use std::io::{self, IoSliceMut, Write};
+use std::mem::MaybeUninit;
+use std::os::fd::OwnedFd;
 use std::os::unix::net::UnixStream;
+
+use rustix::net::{RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, recvmsg};
 
 use crate::proto::MAX_LINE;
 
@@ -14,6 +18,9 @@ pub type ConnId = u64;
 pub const MAX_OUTPUT: usize = 4 << 20;
 /// Bytes read from one peer per wake-up (others are served in between).
 const READ_BUDGET: usize = 256 << 10;
+
+/// Descriptors a peer may have sent (`SCM_RIGHTS`) and not claimed yet; more are closed.
+const MAX_FDS: usize = 2;
 
 /// What arrived.
 #[derive(Debug, PartialEq, Eq)]
@@ -38,6 +45,9 @@ pub struct Conn {
     pub eof: bool,
     /// Close once the output is written.
     pub closing: bool,
+    /// Descriptors that came with the bytes (`SCM_RIGHTS`), oldest first, for the message
+    /// that claims them (`ShimMsg::Doorbell`).
+    pub fds: Vec<OwnedFd>,
 }
 
 impl Conn {
@@ -51,6 +61,7 @@ impl Conn {
             discarding: false,
             eof: false,
             closing: false,
+            fds: Vec::new(),
         })
     }
 
@@ -60,7 +71,7 @@ impl Conn {
         let mut chunk = [0u8; 16 << 10];
         let mut budget = READ_BUDGET;
         while budget > 0 && !self.eof {
-            match self.stream.read(&mut chunk) {
+            match self.recv(&mut chunk) {
                 Ok(0) => {
                     self.eof = true;
                     if !self.rbuf.is_empty() && !self.discarding {
@@ -78,6 +89,29 @@ impl Conn {
             }
         }
         Ok(())
+    }
+
+    /// One `recvmsg`: bytes into `buf`, descriptors kept (up to [`MAX_FDS`]; the rest closed).
+    fn recv(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(MAX_FDS))];
+        let mut control = RecvAncillaryBuffer::new(&mut space);
+        let mut iov = [IoSliceMut::new(buf)];
+        let msg = recvmsg(
+            &self.stream,
+            &mut iov,
+            &mut control,
+            RecvFlags::CMSG_CLOEXEC | RecvFlags::DONTWAIT,
+        )?;
+        for c in control.drain() {
+            if let RecvAncillaryMessage::ScmRights(fds) = c {
+                for fd in fds {
+                    if self.fds.len() < MAX_FDS {
+                        self.fds.push(fd);
+                    }
+                }
+            }
+        }
+        Ok(msg.bytes)
     }
 
     fn split(&mut self, mut data: &[u8], out: &mut Vec<Frame>) {

@@ -16,6 +16,7 @@ use nix::sys::signalfd::{SfdFlags, SignalFd};
 use super::config::AgentConfig;
 use super::conn::{Conn, ConnId, Frame};
 use super::discover::{self, Found};
+use super::doorbell::{Doorbells, Ring};
 use super::http::Endpoint;
 use super::identity::{Claim, Identity};
 use super::kubernetes::features;
@@ -178,6 +179,8 @@ struct Server<'a> {
     next_allocations: Instant,
     /// Reaction-chain timestamps (`KFDQ_CHAIN_TRACE`, `crate::chain`).
     chain: Option<Recorder>,
+    /// The shims' doorbells (`doorbell.rs`).
+    doorbells: Doorbells,
 }
 
 fn serve(
@@ -211,6 +214,7 @@ fn serve(
             }
             None => None,
         },
+        doorbells: Doorbells::default(),
     };
     let mut stopping: Option<Instant> = None;
     let mut tracer_told = false;
@@ -241,6 +245,7 @@ fn serve(
             }
         };
         let ready: Vec<(bool, bool)>;
+        let rung: Vec<ConnId>;
         let (listen_ready, sig_ready, scrape_ready, tracer_ready);
         {
             let mut fds = Vec::with_capacity(ids.len() + 4);
@@ -266,6 +271,10 @@ fn serve(
                 }
                 fds.push(PollFd::new(p.conn.stream.as_fd(), ev));
             }
+            let bells = s.doorbells.polled();
+            for (_, fd) in &bells {
+                fds.push(PollFd::new(*fd, PollFlags::POLLIN));
+            }
             match poll(&mut fds, timeout) {
                 Ok(_) => {}
                 Err(nix::errno::Errno::EINTR) => continue,
@@ -276,7 +285,14 @@ fn serve(
             sig_ready = !rev(&fds[1]).is_empty();
             scrape_ready = rev(&fds[2]).contains(PollFlags::POLLIN);
             tracer_ready = rev(&fds[3]).contains(PollFlags::POLLIN);
-            ready = fds[4..]
+            let peers_end = 4 + ids.len();
+            rung = fds[peers_end..]
+                .iter()
+                .zip(&bells)
+                .filter(|(f, _)| !rev(f).is_empty())
+                .map(|(_, (c, _))| *c)
+                .collect();
+            ready = fds[4..peers_end]
                 .iter()
                 .map(|f| {
                     let r = rev(f);
@@ -313,6 +329,9 @@ fn serve(
             if *readable {
                 dirty |= s.read(*id, woke);
             }
+        }
+        for cid in rung {
+            dirty |= s.ring(cid, woke);
         }
         if tracer_ready {
             dirty |= s.tracer_events(woke);
@@ -553,6 +572,9 @@ impl Server<'_> {
                 let Some(pid) = self.node.pid_of(cid) else {
                     return false;
                 };
+                if matches!(msg, ShimMsg::Doorbell {}) {
+                    self.take_doorbell(cid);
+                }
                 if let Some(c) = self.chain.as_mut()
                     && matches!(msg, ShimMsg::Activity { busy: true, .. })
                 {
@@ -561,6 +583,35 @@ impl Server<'_> {
                 self.node.shim_message(pid, msg, now, &mut self.out)
             }
         }
+    }
+
+    /// `cid`'s shim passed its doorbell (the descriptor came with the line).
+    fn take_doorbell(&mut self, cid: ConnId) {
+        let Some(peer) = self.peers.get_mut(&cid) else {
+            return;
+        };
+        let fd = (!peer.conn.fds.is_empty()).then(|| peer.conn.fds.remove(0));
+        match self.doorbells.take(cid, fd) {
+            Ok(()) => {
+                self.node.doorbell_taken();
+                self.out.push(Out::Shim(cid, AgentMsg::DoorbellTaken {}));
+            }
+            Err(e) => self.error_to(cid, Role::Shim, e.to_string()),
+        }
+    }
+
+    /// `cid`'s doorbell is readable; true when a decision is due.
+    fn ring(&mut self, cid: ConnId, now: Instant) -> bool {
+        if self.doorbells.read(cid) != Ring::Rang {
+            return false;
+        }
+        let Some(pid) = self.node.pid_of(cid) else {
+            return false;
+        };
+        if let Some(c) = self.chain.as_mut() {
+            c.mark(Stage::AgentRead);
+        }
+        self.node.doorbell_rang(pid, now, &mut self.out)
     }
 
     /// Reads the allocations file if it changed; true when that reclassified processes.
@@ -710,6 +761,9 @@ impl Server<'_> {
                 self.out.extend(out);
             }
         }
+        // A doorbell goes with its connection.
+        let peers = &self.peers;
+        self.doorbells.retain(|c| peers.contains_key(&c));
     }
 
     /// Handles what the tracer reported; true when a decision is due.

@@ -649,7 +649,9 @@ impl Thread {
             | AgentMsg::Refused { .. }
             | AgentMsg::Error { .. }
             | AgentMsg::Renew {}
-            | AgentMsg::Edges { .. } => {
+            | AgentMsg::Edges { .. }
+            | AgentMsg::DoorbellTaken {}
+            | AgentMsg::Rang {} => {
                 return;
             }
         };

@@ -320,6 +320,16 @@ pub struct Counters {
     /// their fine samples while busy).
     #[serde(default)]
     pub busy_edges: u64,
+    /// Doorbells taken (`ShimMsg::Doorbell`: shims whose launches report busy edges
+    /// themselves).
+    #[serde(default)]
+    pub doorbells: u64,
+    /// Doorbell rings taken as busy edges (processes of preempting classes; `ShimMsg::Doorbell`).
+    #[serde(default)]
+    pub doorbell_edges: u64,
+    /// Doorbell rings ignored: the process's class preempts nobody (busy edges off for it).
+    #[serde(default)]
+    pub doorbell_ignored: u64,
     /// Busy queues taken as idle because their process said nothing for
     /// [`crate::proto::BUSY_STALE`] (stopped or hung while busy).
     #[serde(default)]

@@ -147,6 +147,13 @@ pub enum ShimMsg {
         /// Busy now.
         busy: bool,
     },
+    /// This line carries (`SCM_RIGHTS`) one end of a `SOCK_SEQPACKET` pair: the process's
+    /// doorbell. While the agent has busy edges on for it, the launch that makes it busy sends
+    /// one small message there instead of waking its control thread; the agent takes that as a
+    /// busy edge of the process's queues and answers [`AgentMsg::Rang`]. An agent that takes it
+    /// answers [`AgentMsg::DoorbellTaken`]; until then (an older agent: an error) the launch
+    /// wakes the control thread as before.
+    Doorbell {},
     /// Answer to a command.
     Ack {
         /// The command's `seq`.
@@ -245,4 +252,10 @@ pub enum AgentMsg {
         /// Report edges (else: sample at the activity period only).
         on: bool,
     },
+    /// The doorbell of [`ShimMsg::Doorbell`] was taken: launches may ring it. Not acknowledged.
+    DoorbellTaken {},
+    /// The doorbell rang and was taken as a busy edge of every queue of the process: the shim
+    /// samples now and reports the current state of each queue (an idle one included), so that
+    /// an idle edge the agent read before the ring is said again after it. Not acknowledged.
+    Rang {},
 }

@@ -29,6 +29,7 @@ use crate::proto::{AgentMsg, Reply};
 mod command;
 mod control;
 mod decide;
+mod doorbell;
 mod edge;
 mod process;
 mod reconcile;

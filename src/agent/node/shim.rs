@@ -75,6 +75,8 @@ impl NodeState {
                     changed
                 }
                 ShimMsg::Ack { seq, ok, detail } => self.ack(pid, seq, ok, detail, now, out),
+                // The server takes the doorbell's descriptor (server.rs); here it is news only.
+                ShimMsg::Doorbell {} => false,
             }
     }
 
