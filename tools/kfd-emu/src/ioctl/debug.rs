@@ -93,12 +93,18 @@ pub(crate) fn dbg_trap(
         return Err(ESRCH);
     }
     let target = process::tgid_of(emu, pid).ok_or(ESRCH)?;
-    if !process::is_alive(target, None) {
+    let is_self = target == ctx.tgid;
+    // The caller is in this ioctl, so it is alive: the /proc reads are for other targets
+    // (each costs tens of µs, on the path of every level-3 suspend and resume).
+    if !is_self && !process::is_alive(target, None) {
         return Err(ESRCH);
     }
-    let is_self = target == ctx.tgid;
     let traced_by_caller = !is_self && process::tracer_of(target) == Some(ctx.tid);
-    let started = process::start_time(target);
+    let started = if op == KFD_IOC_DBG_TRAP_ENABLE && traced_by_caller {
+        process::start_time(target)
+    } else {
+        None
+    };
     let mut guard = emu.lock();
     let st: &mut State = &mut guard;
     if op == KFD_IOC_DBG_TRAP_ENABLE && traced_by_caller {
