@@ -1,0 +1,305 @@
+//! kfdqd's server: the connections' side — accepting peers, reading their frames, the hello
+//! and its class, doorbells and allocation tokens (split from `server/mod.rs`, which keeps the
+//! loop, delivery, reaping, the tracer and reloads).
+
+use std::os::unix::net::UnixListener;
+use std::time::Instant;
+
+use super::{ALLOCATIONS_CHECK, Bucket, Peer, Role, Server};
+use crate::agent::conn::{Conn, ConnId, Frame};
+use crate::agent::doorbell::Ring;
+use crate::agent::identity::{Claim, Identity};
+use crate::agent::node::Out;
+use crate::chain::Stage;
+use crate::proto::{self, AgentMsg, Reply, Request, ShimMsg};
+
+impl Server<'_> {
+    pub(super) fn accept(&mut self, listener: &UnixListener) {
+        loop {
+            let stream = match listener.accept() {
+                Ok((s, _)) => s,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return,
+                Err(e) => {
+                    tracing::warn!("accept: {e}");
+                    return;
+                }
+            };
+            if self.peers.len() >= self.node.config().max_connections {
+                tracing::warn!(
+                    "connection refused: {} connections already ([agent] max_connections)",
+                    self.peers.len()
+                );
+                continue;
+            }
+            let id = match Identity::of_peer(&stream) {
+                Ok(id) => id,
+                Err(e) => {
+                    tracing::warn!("SO_PEERCRED: {e}; connection closed");
+                    continue;
+                }
+            };
+            let conn = match Conn::new(stream) {
+                Ok(c) => c,
+                Err(e) => {
+                    tracing::warn!("socket: {e}");
+                    continue;
+                }
+            };
+            self.node.connected();
+            let cid = self.next_id;
+            self.next_id += 1;
+            self.peers.insert(
+                cid,
+                Peer {
+                    conn,
+                    id,
+                    role: Role::New,
+                },
+            );
+        }
+    }
+
+    /// Reads and handles what `cid` sent; true when a decision is due.
+    pub(super) fn read(&mut self, cid: ConnId, now: Instant) -> bool {
+        let mut frames = Vec::new();
+        let Some(peer) = self.peers.get_mut(&cid) else {
+            return false;
+        };
+        if let Err(e) = peer.conn.read_frames(&mut frames) {
+            tracing::debug!(conn = cid, "read: {e}");
+            peer.conn.eof = true;
+        }
+        let mut dirty = false;
+        for f in frames {
+            dirty |= self.frame(cid, f, now);
+        }
+        let Some(peer) = self.peers.get(&cid) else {
+            return dirty;
+        };
+        if peer.conn.eof {
+            match peer.role {
+                Role::Shim => {
+                    self.node.gone(cid, &mut self.out);
+                    dirty = true;
+                }
+                Role::Control => self.node.control_gone(cid),
+                Role::New => {}
+            }
+        }
+        dirty
+    }
+
+    fn error_to(&mut self, cid: ConnId, role: Role, detail: String) {
+        self.node.bad_message();
+        tracing::debug!(conn = cid, "{detail}");
+        self.out.push(match role {
+            Role::Shim => Out::Shim(cid, AgentMsg::Error { detail }),
+            _ => Out::Control(cid, Reply::Error { error: detail }),
+        });
+    }
+
+    fn frame(&mut self, cid: ConnId, f: Frame, now: Instant) -> bool {
+        let Some(peer) = self.peers.get(&cid) else {
+            return false;
+        };
+        let role = peer.role;
+        let line = match f {
+            Frame::Line(l) => l,
+            Frame::TooLong => {
+                self.error_to(
+                    cid,
+                    role,
+                    format!(
+                        "message longer than {} bytes: dropped (one JSON object per line)",
+                        proto::MAX_LINE
+                    ),
+                );
+                return false;
+            }
+            Frame::Truncated => {
+                self.error_to(
+                    cid,
+                    role,
+                    "truncated message: the connection ended before its newline".into(),
+                );
+                return false;
+            }
+        };
+        let value: serde_json::Value = match serde_json::from_slice(&line) {
+            Ok(v) => v,
+            Err(e) => {
+                self.error_to(
+                    cid,
+                    role,
+                    format!("malformed message (not JSON: {e}); send one JSON object per line"),
+                );
+                return false;
+            }
+        };
+        let is_hello = value.get("type").and_then(|t| t.as_str()) == Some("hello");
+        match role {
+            Role::New if is_hello => self.hello(cid, value),
+            Role::New | Role::Control => {
+                let req: Request = match serde_json::from_value(value) {
+                    Ok(r) => r,
+                    Err(e) => {
+                        self.error_to(
+                            cid,
+                            role,
+                            format!("malformed request: {e}; see `kfdq --help` for the requests"),
+                        );
+                        return false;
+                    }
+                };
+                let Some(peer) = self.peers.get_mut(&cid) else {
+                    return false;
+                };
+                peer.role = Role::Control;
+                let who = peer.id.clone();
+                if !self.take_token(who.uid, now) {
+                    self.out.push(Out::Control(
+                        cid,
+                        Reply::Error {
+                            error: format!(
+                                "rate limit: uid {} sent more than {} control requests per second ([agent] control_requests_per_s); try again shortly",
+                                who.uid,
+                                self.node.config().control_rate
+                            ),
+                        },
+                    ));
+                    return false;
+                }
+                self.node.control(cid, &who, req, now, &mut self.out);
+                false
+            }
+            Role::Shim => {
+                let msg: ShimMsg = match serde_json::from_value(value) {
+                    Ok(m) => m,
+                    Err(e) => {
+                        self.error_to(cid, role, format!("malformed message: {e}"));
+                        return false;
+                    }
+                };
+                let Some(pid) = self.node.pid_of(cid) else {
+                    return false;
+                };
+                if matches!(msg, ShimMsg::Doorbell {}) {
+                    self.take_doorbell(cid);
+                }
+                if let Some(c) = self.chain.as_mut()
+                    && matches!(msg, ShimMsg::Activity { busy: true, .. })
+                {
+                    c.mark(Stage::AgentRead);
+                }
+                self.node.shim_message(pid, msg, now, &mut self.out)
+            }
+        }
+    }
+
+    /// `cid`'s shim passed its doorbell (the descriptor came with the line).
+    fn take_doorbell(&mut self, cid: ConnId) {
+        let Some(peer) = self.peers.get_mut(&cid) else {
+            return;
+        };
+        let fd = (!peer.conn.fds.is_empty()).then(|| peer.conn.fds.remove(0));
+        match self.doorbells.take(cid, fd) {
+            Ok(()) => {
+                self.node.doorbell_taken();
+                self.out.push(Out::Shim(cid, AgentMsg::DoorbellTaken {}));
+            }
+            Err(e) => self.error_to(cid, Role::Shim, e.to_string()),
+        }
+    }
+
+    /// `cid`'s doorbell is readable; true when a decision is due.
+    pub(super) fn ring(&mut self, cid: ConnId, now: Instant) -> bool {
+        if self.doorbells.read(cid) != Ring::Rang {
+            return false;
+        }
+        let Some(pid) = self.node.pid_of(cid) else {
+            return false;
+        };
+        if let Some(c) = self.chain.as_mut() {
+            c.mark(Stage::AgentRead);
+        }
+        self.node.doorbell_rang(pid, now, &mut self.out)
+    }
+
+    /// Reads the allocations file if it changed; true when that reclassified processes.
+    pub(super) fn check_allocations(&mut self, now: Instant) -> bool {
+        self.next_allocations = now + ALLOCATIONS_CHECK;
+        match self.allocations.poll() {
+            Some(file) => {
+                self.node.set_allocations(file);
+                true
+            }
+            None => false,
+        }
+    }
+
+    fn hello(&mut self, cid: ConnId, value: serde_json::Value) -> bool {
+        if !self.peers.contains_key(&cid) {
+            return false;
+        }
+        let (version, pid, class) = match serde_json::from_value::<ShimMsg>(value) {
+            Ok(ShimMsg::Hello {
+                version,
+                pid,
+                class,
+                ..
+            }) => (version, pid, class),
+            Ok(_) | Err(_) => {
+                self.error_to(cid, Role::New, "malformed hello".into());
+                return false;
+            }
+        };
+        let id = self.peers[&cid].id.clone();
+        if id.claim != Claim::None {
+            self.check_allocations(Instant::now());
+        }
+        let res = self.node.hello(cid, id, version, class, pid, &mut self.out);
+        let Some(peer) = self.peers.get_mut(&cid) else {
+            return false;
+        };
+        match res {
+            Ok(()) => {
+                peer.role = Role::Shim;
+                self.out.push(Out::Shim(
+                    cid,
+                    AgentMsg::Welcome {
+                        version: proto::VERSION,
+                        lease_ms: Some(self.node.lease_ms()),
+                    },
+                ));
+                true
+            }
+            Err(e) => {
+                tracing::warn!(conn = cid, "refused a shim: {e}");
+                self.out.push(Out::Shim(
+                    cid,
+                    AgentMsg::Refused {
+                        reason: e.to_string(),
+                    },
+                ));
+                peer.conn.closing = true;
+                false
+            }
+        }
+    }
+
+    fn take_token(&mut self, uid: u32, now: Instant) -> bool {
+        let rate = self.node.config().control_rate;
+        let b = self.buckets.entry(uid).or_insert(Bucket {
+            tokens: rate,
+            at: now,
+        });
+        b.tokens = (b.tokens + now.duration_since(b.at).as_secs_f64() * rate).min(rate);
+        b.at = now;
+        if b.tokens >= 1.0 {
+            b.tokens -= 1.0;
+            true
+        } else {
+            false
+        }
+    }
+}
