@@ -327,13 +327,25 @@ impl ForgedShim {
     }
 }
 
+/// latency > normal (level 1) > batch (level 2).
+const LATENCY_NORMAL_BATCH: &str = "[agent]\nmin_preempt_interval_ms = 1\n\n[[class]]\nname = \"latency\"\nrank = 2\npriority = 13\nmatch = { env = true }\n\n[[class]]\nname = \"normal\"\nrank = 1\npriority = 8\nlevel = \"hold\"\nmatch = { env = true }\n\n[[class]]\nname = \"batch\"\nrank = 0\npriority = 3\nlevel = \"deactivate\"\nmatch = { env = true }\n";
+
+/// The normal-class job was not preempted: running in the agent's status, its queue active.
+fn assert_still_runs(emu: &Emu, st: &kfdq::proto::control::NodeStatus, normal: &App, q: u32) {
+    let p = st
+        .processes
+        .iter()
+        .find(|p| p.pid == Pid(normal.pid))
+        .unwrap();
+    assert_eq!(p.state, "running", "preempted by a batch process: {p:?}");
+    assert!(emu.queue(normal.pid, q).active);
+}
+
 #[test]
 #[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn a_batch_process_that_forges_busy_edges_preempts_nobody() {
     let emu = mount();
-    // latency > normal (level 1) > batch (level 2).
-    let config = "[agent]\nmin_preempt_interval_ms = 1\n\n[[class]]\nname = \"latency\"\nrank = 2\npriority = 13\nmatch = { env = true }\n\n[[class]]\nname = \"normal\"\nrank = 1\npriority = 8\nlevel = \"hold\"\nmatch = { env = true }\n\n[[class]]\nname = \"batch\"\nrank = 0\npriority = 3\nlevel = \"deactivate\"\nmatch = { env = true }\n";
-    let agent = Agent::start(&emu, config);
+    let agent = Agent::start(&emu, LATENCY_NORMAL_BATCH);
     let (normal, q) = batch_flood(&emu, &agent, "normal");
     let gpu = agent.process(normal.pid).unwrap().queues[0].gpu_id;
     let mut forger = ForgedShim::connect(&agent.sock, "batch", gpu);
@@ -344,13 +356,7 @@ fn a_batch_process_that_forges_busy_edges_preempts_nobody() {
             .iter()
             .any(|p| p.pid == Pid::this() && p.queues.iter().any(|q| q.busy))
     });
-    let p = st
-        .processes
-        .iter()
-        .find(|p| p.pid == Pid(normal.pid))
-        .unwrap();
-    assert_eq!(p.state, "running", "preempted by a batch process: {p:?}");
-    assert!(emu.queue(normal.pid, q).active);
+    assert_still_runs(&emu, &st, &normal, q);
     let reg = normal.registry_of(normal.pid).unwrap();
     assert!(reg.streams.iter().all(|s| !s.held), "{reg:#?}");
     drop(forger);
@@ -362,8 +368,7 @@ fn a_batch_process_that_forges_busy_edges_preempts_nobody() {
 #[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn a_batch_process_that_rings_a_doorbell_preempts_nobody() {
     let emu = mount();
-    let config = "[agent]\nmin_preempt_interval_ms = 1\n\n[[class]]\nname = \"latency\"\nrank = 2\npriority = 13\nmatch = { env = true }\n\n[[class]]\nname = \"normal\"\nrank = 1\npriority = 8\nlevel = \"hold\"\nmatch = { env = true }\n\n[[class]]\nname = \"batch\"\nrank = 0\npriority = 3\nlevel = \"deactivate\"\nmatch = { env = true }\n";
-    let agent = Agent::start(&emu, config);
+    let agent = Agent::start(&emu, LATENCY_NORMAL_BATCH);
     let (normal, q) = batch_flood(&emu, &agent, "normal");
     let gpu = agent.process(normal.pid).unwrap().queues[0].gpu_id;
     let mut forger = ForgedShim::connect(&agent.sock, "batch", gpu);
@@ -380,13 +385,7 @@ fn a_batch_process_that_rings_a_doorbell_preempts_nobody() {
     });
     let forged = st.processes.iter().find(|p| p.pid == Pid::this()).unwrap();
     assert!(forged.queues.iter().all(|q| !q.busy), "{forged:?}");
-    let p = st
-        .processes
-        .iter()
-        .find(|p| p.pid == Pid(normal.pid))
-        .unwrap();
-    assert_eq!(p.state, "running", "preempted by a batch process: {p:?}");
-    assert!(emu.queue(normal.pid, q).active);
+    assert_still_runs(&emu, &st, &normal, q);
     drop(forger);
     normal.stop();
     normal.finish();
