@@ -359,6 +359,64 @@ fn sid_tools_rocm_smi_and_amd_smi_list_the_emulated_gpus() {
         2,
         "amd-smi lists both GPUs:\n{text}"
     );
+    drop(emu);
+    cpx_partitions_listed(&root);
+}
+
+/// One MI300X in CPX mode: 8 partitions, each on its own KFD node with its own gpu_id (GUID) and
+/// partition id, as ROCm SMI 6.4.1 maps them (KFD nodes by `location_id`, devices by
+/// `renderD<drm_render_minor>`). Only the first partition, the PCI function, shows the device id
+/// and the partition modes: amdgpu's `amdgpu_xcp_<n>` devices hold no such files, and
+/// rocm_smi_lib's changelog for 6.4.1 shows real CPX output with N/A in those columns.
+fn cpx_partitions_listed(root: &Path) {
+    let emu = mount_with(EmuConfig {
+        preset: Preset::Mi300xCpx,
+        ..EmuConfig::default()
+    });
+    let out = sid::command(&emu, root, &[], Path::new("/tmp"), &["rocm-smi"])
+        .output()
+        .expect("run rocm-smi in the root");
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    let text = libs::finished("rocm-smi", out);
+    assert_eq!(stderr, "", "rocm-smi wrote to stderr:\n{text}");
+    // Device, Node, DID, GUID, Temp, Power, then the partitions: Mem, Compute, ID.
+    let rows: Vec<Vec<&str>> = text
+        .lines()
+        .map(|l| l.split_whitespace().collect::<Vec<_>>())
+        .filter(|f| f.len() > 8 && f[0].parse::<u32>().is_ok())
+        .collect();
+    assert_eq!(rows.len(), 8, "rocm-smi lists 8 partitions:\n{text}");
+    for (k, row) in rows.iter().enumerate() {
+        let node = k + 1;
+        let gpu_id = std::fs::read_to_string(
+            emu.root()
+                .join(format!("sys/class/kfd/kfd/topology/nodes/{node}/gpu_id")),
+        )
+        .unwrap();
+        let want_ids = [k.to_string(), node.to_string()];
+        assert_eq!(row[..2], want_ids, "device {k} on KFD node {node}:\n{text}");
+        assert_eq!(row[3], gpu_id.trim(), "device {k}'s GUID:\n{text}");
+        let (did, mem, compute) = if k == 0 {
+            ("0x74a1,", "NPS1,", "CPX,")
+        } else {
+            ("N/A,", "N/A,", "N/A,")
+        };
+        let want = [did, mem, compute, &k.to_string()].map(str::to_string);
+        let got = [row[2], row[6], row[7], row[8]].map(str::to_string);
+        assert_eq!(
+            got, want,
+            "device {k}: DID, partitions, partition id:\n{text}"
+        );
+    }
+    let text = output(&emu, root, &["amd-smi", "list"]);
+    for k in 0..8 {
+        for want in [
+            format!("GPU: {k}\n    BDF: 0000:0c:00.{k}\n"),
+            format!("NODE_ID: {}\n    PARTITION_ID: {k}\n", k + 1),
+        ] {
+            assert!(text.contains(&want), "amd-smi lacks {want:?}:\n{text}");
+        }
+    }
 }
 
 #[test]

@@ -478,7 +478,11 @@ impl Topology {
             for (part, spec) in specs.iter().enumerate() {
                 let k = u32::try_from(gpus.len())
                     .map_err(|_| EmuError::Config("too many GPU nodes".into()))?;
-                gpus.push(build_node(preset, gpu, part as u32, k, spec)?);
+                let part = Partition {
+                    index: part as u32,
+                    of: specs.len() as u32,
+                };
+                gpus.push(build_node(preset, gpu, part, k, spec)?);
             }
         }
         check_unique(&gpus)?;
@@ -576,21 +580,31 @@ fn parse_topology(text: &str, fallback: Preset) -> Result<(Preset, Vec<NodeSpec>
     Ok((preset, file.node))
 }
 
+/// Which of its GPU's partitions (KFD nodes) a node is.
+#[derive(Debug, Clone, Copy)]
+struct Partition {
+    index: u32,
+    of: u32,
+}
+
 fn build_node(
     preset: Preset,
     gpu: u32,
-    part: u32,
+    part: Partition,
     k: u32,
     spec: &NodeSpec,
 ) -> Result<GpuNode, EmuError> {
     let mut props = preset.template();
+    // `location_id` is the PCI function's `bus << 8 | devfn`; on a GPU of several KFD nodes the
+    // kernel ORs the node's index into it (`kfd_topology_add_device`), so each partition has
+    // its own. `unique_id` is the device's, the same on every partition (`node_show` before
+    // AMD's August 2025 change to per-XCD ids; docs/kfd-emulator.md, "Partitions").
+    let pci_location = (0x0c + 0x10 * (gpu & 0xf)) << 8;
+    let partition_bits = if part.of > 1 { part.index } else { 0 };
     let ids: [(&str, u64); 5] = [
         ("drm_render_minor", u64::from(RENDER_MINOR_BASE + k)),
-        ("location_id", u64::from((0x0c + 0x10 * (gpu & 0xf)) << 8)),
-        (
-            "unique_id",
-            0x4a3c_5e21_7d90_0000 | u64::from(gpu) << 8 | u64::from(part),
-        ),
+        ("location_id", u64::from(pci_location | partition_bits)),
+        ("unique_id", 0x4a3c_5e21_7d90_0000 | u64::from(gpu) << 8),
         ("simd_id_base", 0x8000_1000 + u64::from(k) * 0x1000),
         ("hive_id", HIVE_ID),
     ];
@@ -747,6 +761,30 @@ mod tests {
     }
 
     #[test]
+    fn partitions_have_their_own_location_and_the_device_unique_id() {
+        let t = Topology::build(&EmuConfig {
+            preset: Preset::Mi300xCpx,
+            gpus: 2,
+            ..EmuConfig::default()
+        })
+        .unwrap();
+        let id = |k: usize, key: &str| t.gpus[k].props[key];
+        for k in 0..16 {
+            let (gpu, part) = (k as u64 / 8, k as u64 % 8);
+            assert_eq!(id(k, "location_id"), (0x0c + 0x10 * gpu) << 8 | part);
+            assert_eq!(id(k, "unique_id"), id(8 * (k / 8), "unique_id"));
+        }
+        assert_ne!(id(0, "unique_id"), id(8, "unique_id"));
+        // One node per GPU: the PCI function's own location.
+        let spx = Topology::build(&EmuConfig {
+            gpus: 2,
+            ..EmuConfig::default()
+        })
+        .unwrap();
+        assert_eq!(spx.gpus[1].props["location_id"], 0x1c00);
+    }
+
+    #[test]
     fn toml_overrides_and_rejects_unknown_keys() {
         let text = r#"
             preset = "mi308x"
@@ -762,10 +800,11 @@ mod tests {
         "#;
         let (preset, nodes) = parse_topology(text, Preset::Mi300xSpx).unwrap();
         assert_eq!(preset, Preset::Mi308x);
-        let a = build_node(preset, 0, 0, 0, &nodes[0]).unwrap();
+        let of = |index| Partition { index, of: 2 };
+        let a = build_node(preset, 0, of(0), 0, &nodes[0]).unwrap();
         assert_eq!(a.gpu_id, 0x1234);
         assert_eq!(a.num_cp_queues, 4);
-        let b = build_node(preset, 0, 1, 1, &nodes[1]).unwrap();
+        let b = build_node(preset, 0, of(1), 1, &nodes[1]).unwrap();
         assert_eq!(b.num_xcc, 2);
         assert_eq!(b.cu_per_xcc, 20);
         assert_eq!(b.sizes.cwsr_size, 12_214_272);

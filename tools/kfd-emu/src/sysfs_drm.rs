@@ -9,7 +9,9 @@
 //! Each PCI function sits under its own root port directory `sys/devices/pci<DDDD>:<BB>`;
 //! `kfd-emu run` shows them at `/sys/devices` beside the host's devices. The partitions of a
 //! GPU past the first are `amdgpu_xcp_<n>` platform devices, as amdgpu's XCP code registers
-//! them, under `sys/devices/platform-kfd-emu` (`/sys/devices/platform` is the host's).
+//! them, under `sys/devices/platform-kfd-emu` (`/sys/devices/platform` is the host's), with
+//! only their `drm/` entries as amdgpu's have: ROCm SMI 6.4.1 reads a partition's files through
+//! its `renderD<minor>/device` and shows N/A for those only the PCI function holds.
 //!
 //! Values the kernel takes from the device (subsystem ids, product name, serial, VBIOS) are
 //! synthetic, named in docs/kfd-emulator.md.
@@ -37,7 +39,8 @@ const GTT_BYTES: u64 = 384 << 30;
 /// Directory under `sys/devices` that holds the partitions' platform devices.
 pub(crate) const PLATFORM_DIR: &str = "platform-kfd-emu";
 
-/// PCI `DDDD:BB:DD.F` of a node: `location_id` is `bus << 8 | device << 3 | function`.
+/// PCI `DDDD:BB:DD.F` of a GPU's first node: `location_id` is `bus << 8 | device << 3 | function`
+/// (the other partitions' have their index ORed in and sit on `amdgpu_xcp_<n>` devices).
 fn bdf(g: &GpuNode) -> (String, String) {
     let prop = |k: &str| g.props.get(k).copied().unwrap_or(0);
     let loc = prop("location_id");
@@ -63,11 +66,12 @@ pub(crate) fn drm_entries(topo: &Topology) -> Vec<(Vec<String>, Entry)> {
     for (i, g) in topo.gpus.iter().enumerate() {
         let (root, pci) = bdf(g);
         let part = g.node - 1 - g.physical * topo.nodes_per_gpu;
-        // The first partition is the PCI function; the others amdgpu_xcp_<n> devices.
+        // The first partition is the PCI function; the others amdgpu_xcp_<n> devices, numbered
+        // from 0 over every GPU in the order amdgpu registers them (`pdev_num`).
         let (dev_dir, up) = if part == 0 {
             (format!("sys/devices/{root}/{pci}"), "../../devices")
         } else {
-            let xcp = g.physical * (topo.nodes_per_gpu - 1) + part;
+            let xcp = g.physical * (topo.nodes_per_gpu - 1) + part - 1;
             (
                 format!("sys/devices/{PLATFORM_DIR}/amdgpu_xcp_{xcp}"),
                 "../../devices",
@@ -214,7 +218,7 @@ mod tests {
         assert_eq!(
             find(&e, "sys/class/drm/renderD129"),
             Some(&Entry::Link(format!(
-                "../../devices/{PLATFORM_DIR}/amdgpu_xcp_1/drm/renderD129"
+                "../../devices/{PLATFORM_DIR}/amdgpu_xcp_0/drm/renderD129"
             )))
         );
         assert_eq!(

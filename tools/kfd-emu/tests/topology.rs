@@ -149,6 +149,24 @@ fn mi300x_cpx_has_eight_partitions_per_gpu() {
         assert_eq!(n.props["cwsr_size"], 23_203_840);
         assert_eq!(n.props["drm_render_minor"], 128 + i as u64);
         assert!(t.path(&format!("dev/dri/renderD{}", 128 + i)).exists());
+        // The kernel ORs the node's index into the PCI location of a GPU of several nodes;
+        // every partition shows the device's unique_id.
+        let (gpu, part) = (i as u64 / 8, i as u64 % 8);
+        assert_eq!(n.props["location_id"], (0x0c + 0x10 * gpu) << 8 | part);
+        assert_eq!(n.props["unique_id"], nodes[8 * (i / 8)].props["unique_id"]);
+        let card = if part == 0 {
+            format!(
+                "pci0000:{:02x}/0000:{:02x}:00.0",
+                0x0c + 0x10 * gpu,
+                0x0c + 0x10 * gpu
+            )
+        } else {
+            format!("platform-kfd-emu/amdgpu_xcp_{}", 7 * gpu + part - 1)
+        };
+        assert_eq!(
+            std::fs::read_link(t.path(&format!("sys/class/drm/renderD{}", 128 + i))).unwrap(),
+            std::path::PathBuf::from(format!("../../devices/{card}/drm/renderD{}", 128 + i))
+        );
     }
     assert_eq!(nodes[0].cwsr_total(), 23_252_992);
     assert_eq!(t.stats().partitions.len(), 16);
