@@ -36,31 +36,49 @@ pub struct EmuProcess {
 }
 
 /// The `kfd-emu` binary of this build: the one cargo built next to the running test, checked
-/// not to be older than the kfd-emu library the test was linked with (a binary left from an
-/// earlier build would run old code).
+/// to be newer than every source file of kfd-emu (a binary left from an earlier build would run
+/// old code: `cargo test -p` of another package does not rebuild it).
 pub fn kfd_emu_bin() -> PathBuf {
     let bin = crate::bins::workspace_bin("kfd-emu");
-    let modified = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
-    let newest_lib = std::fs::read_dir(crate::bins::deps_dir())
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter(|e| {
-            let n = e.file_name();
-            let n = n.to_string_lossy();
-            n.starts_with("libkfd_emu-") && n.ends_with(".rlib")
-        })
-        .filter_map(|e| modified(&e.path()))
-        .max();
-    if let (Some(lib), Some(b)) = (newest_lib, modified(&bin)) {
+    let built = std::fs::metadata(&bin).and_then(|m| m.modified());
+    let sources = Path::new(env!("CARGO_MANIFEST_DIR")).join("../kfd-emu");
+    if let (Ok(built), Some((newest, path))) = (built, newest_source(&sources)) {
         assert!(
-            b >= lib,
-            "{} is older than the kfd-emu library this test was built with: build it again \
-             (`cargo build -p kfd-emu --bin kfd-emu`, or `cargo test --workspace`)",
-            bin.display()
+            built >= newest,
+            "{} is older than {}: build it again (`cargo build -p kfd-emu --bin kfd-emu`, or \
+             `cargo test --workspace`)",
+            bin.display(),
+            path.display()
         );
     }
     bin
+}
+
+/// The most recently modified `.rs` or `Cargo.toml` file below `dir` (`src/`, `build.rs`), and
+/// when.
+fn newest_source(dir: &Path) -> Option<(std::time::SystemTime, PathBuf)> {
+    let mut newest: Option<(std::time::SystemTime, PathBuf)> = None;
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let p = e.path();
+            let Ok(md) = e.metadata() else { continue };
+            let name = e.file_name();
+            let name = name.to_string_lossy();
+            if md.is_dir() {
+                // The emulator's own tests and benches are not in the binary.
+                if name != "tests" && name != "bench" {
+                    todo.push(p);
+                }
+            } else if (name.ends_with(".rs") || name == "Cargo.toml")
+                && let Ok(t) = md.modified()
+                && newest.as_ref().is_none_or(|(n, _)| t > *n)
+            {
+                newest = Some((t, p));
+            }
+        }
+    }
+    newest
 }
 
 impl EmuProcess {
