@@ -396,7 +396,7 @@ fn serve(args: ServeArgs) -> Result<(), EmuError> {
         source: e.into(),
     })?;
     tracing::info!(?sig, "unmounting");
-    emu.unmount()
+    emu.unmount_for_exit()
 }
 
 /// Sends this process SIGTERM once standard input reaches its end (`--exit-with-stdin`).

@@ -5,9 +5,13 @@
 
 mod common;
 
+use std::os::fd::AsRawFd as _;
 use std::os::unix::fs::MetadataExt as _;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use kfd_emu::Preset;
+use kfd_sys::*;
 
 use common::*;
 use test_support::wait_for;
@@ -73,15 +77,66 @@ fn sigterm_ends_an_emulator_whose_proxy_loop_stopped() {
 fn sigterm_ends_an_emulator_whose_busy_mount_was_detached() {
     require_root();
     let mut t = mount_preset(Preset::Mi210);
-    let kfd = t.open_kfd();
-    kfd.version();
-    nix::mount::umount2(t.root(), nix::mount::MntFlags::MNT_DETACH).expect("detach the mount");
-    let status = t.emu.stop();
-    let status = status.unwrap_or_else(|| {
+    let s = Arc::new(Session::new(&t, 0));
+    // A VRAM BO mapped through the render node: each ioctl below writes its result into an
+    // untouched page of it, so the emulator's own threads take faults that its proxy serves
+    // (`page_io`) while SIGTERM arrives.
+    const PAGES: usize = 4096;
+    let len = PAGES * 4096;
+    let mut a = kfd_ioctl_alloc_memory_of_gpu_args {
+        va_addr: 1 << 40,
+        size: len as u64,
+        gpu_id: s.node.gpu_id,
+        flags: KFD_IOC_ALLOC_MEM_FLAGS_VRAM
+            | KFD_IOC_ALLOC_MEM_FLAGS_WRITABLE
+            | KFD_IOC_ALLOC_MEM_FLAGS_PUBLIC,
+        ..Default::default()
+    };
+    s.kfd
+        .ioctl(AMDKFD_IOC_ALLOC_MEMORY_OF_GPU, &mut a)
+        .expect("ALLOC_MEMORY_OF_GPU of a VRAM BO");
+    // SAFETY: maps `len` bytes of the render node at the BO's offset; nothing else is there.
+    let ptr = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            s.render.as_raw_fd(),
+            a.mmap_offset as libc::off_t,
+        )
+    };
+    assert_ne!(ptr, libc::MAP_FAILED, "{}", std::io::Error::last_os_error());
+    let base = ptr as u64;
+    let returned = Arc::new(AtomicUsize::new(0));
+    // Not a scoped thread: were its calls to hang, the test fails instead of waiting for it.
+    let client = {
+        let (s, returned) = (s.clone(), returned.clone());
+        std::thread::spawn(move || {
+            for page in 0..PAGES {
+                let mut args = kfd_ioctl_get_process_apertures_new_args {
+                    kfd_process_device_apertures_ptr: base + (page * 4096) as u64,
+                    num_of_nodes: 1,
+                    ..Default::default()
+                };
+                let r = s.kfd.ioctl(AMDKFD_IOC_GET_PROCESS_APERTURES_NEW, &mut args);
+                returned.fetch_add(1, Ordering::Relaxed);
+                r?;
+            }
+            Ok::<i32, i32>(0)
+        })
+    };
+    wait_for("the client's first ioctls", || {
+        returned.load(Ordering::Relaxed) > 8
+    });
+    nix::mount::umount2(t.root(), nix::mount::MntFlags::MNT_DETACH).expect("detach");
+    let status = t.emu.stop().unwrap_or_else(|| {
         panic!("kfd-emu did not exit within {WAIT_LIMIT:?} of SIGTERM after a lazy unmount")
     });
     assert!(status.success(), "kfd-emu exited with {status}");
-    // The client's open file now fails instead of hanging.
-    let mut v = kfd_sys::kfd_ioctl_get_version_args::default();
-    assert!(kfd.ioctl(kfd_sys::AMDKFD_IOC_GET_VERSION, &mut v).is_err());
+    // The client's calls end (with an error once the emulator is gone) instead of hanging.
+    wait_for("the client's ioctls to return", || client.is_finished());
+    let _ = client.join();
+    // SAFETY: unmaps the mapping made above; its device is gone, nothing is written back.
+    unsafe { libc::munmap(ptr, len) };
 }
