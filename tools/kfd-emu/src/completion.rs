@@ -147,6 +147,11 @@ pub(crate) fn finish_completed(emu: &Emu) {
 
 /// Decrements a completion signal; for an interrupt signal (its event mailbox is set) writes
 /// the event id to the mailbox and returns the id (the interrupt to raise).
+///
+/// Not atomic, unlike the hardware's decrement: client memory is reached only through
+/// `process_vm_readv`/`writev`, which have no read-modify-write (docs/kfd-emulator.md, "What is
+/// not modelled"). Decrements never race each other (this one CP thread does them all); a client
+/// store between the read and the write is lost.
 fn complete_signal(pid: u32, signal: u64) -> Option<u32> {
     let at = signal.wrapping_add(SIGNAL_VALUE);
     if let Ok(v) = client_mem::read_u64(pid, at) {

@@ -70,7 +70,8 @@ pub enum SpecError {
     /// An ioctl the emulator cannot fail.
     #[error(
         "fault spec: unknown ioctl {0:?}; use one of create_queue, destroy_queue, update_queue, \
-         set_cu_mask, dbg_trap, dbg_trap/suspend_queues, dbg_trap/resume_queues"
+         set_cu_mask, dbg_trap, dbg_trap/suspend_queues, dbg_trap/resume_queues, or \
+         ioctl#NR for any other by its number (_IOC_NR, below 256)"
     )]
     Ioctl(String),
     /// Neither an errno nor `preempt-timeout`.
@@ -139,10 +140,18 @@ impl std::str::FromStr for FaultSpec {
             .ok_or_else(|| SpecError::Shape(s.to_string()))?;
         let name = ioctl.trim().to_ascii_lowercase();
         let name = name.strip_prefix("amdkfd_ioc_").unwrap_or(&name);
-        let &(_, ioctl, dbg_op) = IOCTLS
-            .iter()
-            .find(|(n, ..)| *n == name)
-            .ok_or_else(|| SpecError::Ioctl(ioctl.to_string()))?;
+        let (ioctl, dbg_op) = match name.strip_prefix("ioctl#") {
+            // Any ioctl by its number, as `Display` writes one without a name.
+            Some(nr) => match nr.parse::<u32>() {
+                Ok(nr) if nr < 256 => (nr, None),
+                _ => return Err(SpecError::Ioctl(ioctl.to_string())),
+            },
+            None => IOCTLS
+                .iter()
+                .find(|(n, ..)| *n == name)
+                .map(|&(_, i, op)| (i, op))
+                .ok_or_else(|| SpecError::Ioctl(ioctl.to_string()))?,
+        };
         let failure = parse_failure(failure.trim())?;
         let (mut every, mut p, mut seed, mut times) = (None, None, None, None);
         for opt in parts {
@@ -247,14 +256,26 @@ mod tests {
         assert_eq!(f.ioctl, kfd_sys::AMDKFD_IOC_UPDATE_QUEUE);
         assert_eq!(f.failure, Failure::Errno(libc::EBUSY));
         assert_eq!(f.when, When::Every(1));
+        // An ioctl without a name prints as its number and parses back (a test support that
+        // injects through kfd-emu/faults relies on it).
+        let free: FaultSpec =
+            crate::Fault::always(kfd_sys::AMDKFD_IOC_FREE_MEMORY_OF_GPU, 5).into();
+        let text = free.to_string();
+        let nr = kfd_sys::ioc::nr(kfd_sys::AMDKFD_IOC_FREE_MEMORY_OF_GPU);
+        assert_eq!(text, format!("ioctl#{nr}=EIO,every=1"));
+        let back: FaultSpec = text.parse().unwrap();
+        assert_eq!(back.to_string(), text);
+        assert_eq!(kfd_sys::ioc::nr(back.ioctl), nr);
         let f: FaultSpec = "dbg_trap/suspend_queues=preempt-timeout".parse().unwrap();
         assert_eq!(f.dbg_op, Some(kfd_sys::KFD_IOC_DBG_TRAP_SUSPEND_QUEUES));
     }
 
     #[test]
     fn bad_specs_name_the_rule_and_the_fix() {
-        let cases: [(&str, &str); 9] = [
+        let cases: [(&str, &str); 11] = [
             ("update_queue", "IOCTL=FAILURE"),
+            ("ioctl#256=EIO", "ioctl#NR"),
+            ("ioctl#x=EIO", "ioctl#NR"),
             ("map_memory=EIO", "use one of create_queue"),
             ("update_queue=EWHAT", "use an errno name"),
             ("update_queue=-3", "positive errno number"),

@@ -30,9 +30,9 @@
 //! instead of stopping the mount.
 
 use std::os::fd::{AsFd, OwnedFd};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
+use std::sync::{Arc, Weak};
 
 use nix::errno::Errno;
 use nix::sys::socket::{
@@ -103,8 +103,12 @@ fn error_reply(msg: &[u8], error: Errno) -> Option<[u8; OUT_HEADER]> {
 }
 
 /// Starts the proxy threads on `dev` (a mounted `/dev/fuse` descriptor) and returns the
-/// descriptor fuser is to serve.
-pub(crate) fn start(emu: &Arc<Emu>, dev: OwnedFd, threads: usize) -> Result<OwnedFd, EmuError> {
+/// descriptor fuser is to serve, and `dev` for as long as the proxy holds it open.
+pub(crate) fn start(
+    emu: &Arc<Emu>,
+    dev: OwnedFd,
+    threads: usize,
+) -> Result<(OwnedFd, Weak<OwnedFd>), EmuError> {
     let (ours, fusers) = socketpair(
         AddressFamily::Unix,
         SockType::SeqPacket,
@@ -117,6 +121,7 @@ pub(crate) fn start(emu: &Arc<Emu>, dev: OwnedFd, threads: usize) -> Result<Owne
             .map_err(|e| io("size the FUSE proxy's socket buffer", e))?;
     }
     let dev = Arc::new(dev);
+    let held = Arc::downgrade(&dev);
     let ours = Arc::new(ours);
     let (tx, rx) = mpsc::channel::<u64>();
     let spawn = |name: &str, f: Box<dyn FnOnce() + Send>| {
@@ -145,7 +150,7 @@ pub(crate) fn start(emu: &Arc<Emu>, dev: OwnedFd, threads: usize) -> Result<Owne
             }
         }),
     )?;
-    Ok(fusers)
+    Ok((fusers, held))
 }
 
 /// A `FUSE_DESTROY` request (header only) with request id `unique`.
@@ -170,6 +175,8 @@ fn requests(
     let mut answer = Vec::with_capacity(OUT_HEADER + MESSAGE_DATA as usize);
     loop {
         let n = match nix::unistd::read(dev.as_fd(), &mut buf) {
+            // The descriptor no longer names the device (`MountedEmu::unmount_for_exit`).
+            Ok(0) => break,
             Ok(n) => n,
             // A request that was interrupted before it was read, or no request now.
             Err(Errno::ENOENT | Errno::EINTR | Errno::EAGAIN) => continue,

@@ -203,6 +203,22 @@ struct ServeArgs {
     /// kfd-emu/faults
     #[arg(long, value_name = "SPEC", value_parser = kfd_emu::parse_fault)]
     fault: Vec<kfd_emu::FaultSpec>,
+    /// The whole configuration as JSON instead of the model flags: the "config" object of a
+    /// mount's kfd-emu/config.json (to start an emulator exactly like another one)
+    #[arg(
+        long,
+        value_name = "FILE",
+        conflicts_with_all = [
+            "preset", "gpus", "topology", "kfd_minor", "legacy_kernel", "preempt_cost_us",
+            "calibration", "save_wave_ns", "restore_wave_ns", "packet_us", "quantum_us",
+            "queue_priority", "arbitration", "kernel_times",
+        ]
+    )]
+    config: Option<PathBuf>,
+    /// Also exit (unmounting) when standard input reaches its end: a supervisor that holds
+    /// the other end of a pipe ends the emulator by closing it, or by dying
+    #[arg(long)]
+    exit_with_stdin: bool,
 }
 
 /// The `--kernel-times` file.
@@ -289,16 +305,12 @@ fn parse_preset(s: &str) -> Result<Preset, String> {
     s.parse::<Preset>().map_err(|e| e.to_string())
 }
 
-fn serve(args: ServeArgs) -> Result<(), EmuError> {
-    let Some(dir) = args.mount else {
-        return Err(EmuError::Config(
-            "--mount DIR is required (or use `kfd-emu unmount DIR`); see --help".into(),
-        ));
-    };
+/// The configuration the model flags describe.
+fn config_from_flags(args: &ServeArgs) -> Result<EmuConfig, EmuError> {
     let mut config = EmuConfig {
         preset: args.preset,
         gpus: args.gpus,
-        topology_file: args.topology,
+        topology_file: args.topology.clone(),
         kfd_minor: args.kfd_minor,
         buffer_checks: !args.legacy_kernel,
         preempt_cost_us: args.preempt_cost_us,
@@ -317,6 +329,34 @@ fn serve(args: ServeArgs) -> Result<(), EmuError> {
     if let Some(path) = &args.calibration {
         apply_calibration(&mut config, path)?;
     }
+    Ok(config)
+}
+
+/// `--config FILE`: an [`EmuConfig`] as JSON.
+fn load_config(path: &std::path::Path) -> Result<EmuConfig, EmuError> {
+    let text = std::fs::read_to_string(path).map_err(|source| EmuError::Io {
+        context: format!("read configuration {}", path.display()),
+        source,
+    })?;
+    serde_json::from_str(&text).map_err(|e| {
+        EmuError::Config(format!(
+            "configuration {}: {e}; expected the \"config\" object of a mount's \
+             kfd-emu/config.json",
+            path.display()
+        ))
+    })
+}
+
+fn serve(args: ServeArgs) -> Result<(), EmuError> {
+    let Some(dir) = args.mount.clone() else {
+        return Err(EmuError::Config(
+            "--mount DIR is required (or use `kfd-emu unmount DIR`); see --help".into(),
+        ));
+    };
+    let config = match &args.config {
+        Some(path) => load_config(path)?,
+        None => config_from_flags(&args)?,
+    };
     // Block the signals before any thread exists so that only sigwait sees them.
     let mut signals = SigSet::empty();
     signals.add(Signal::SIGINT);
@@ -336,6 +376,9 @@ fn serve(args: ServeArgs) -> Result<(), EmuError> {
         std::process::id()
     );
     let _ = std::io::stdout().flush();
+    if args.exit_with_stdin {
+        exit_with_stdin();
+    }
     // Someone unmounting the directory (`kfd-emu unmount DIR`, umount) ends the FUSE session:
     // wake the signal wait below so that the server exits too instead of serving nothing.
     let end = emu.session_end();
@@ -353,7 +396,21 @@ fn serve(args: ServeArgs) -> Result<(), EmuError> {
         source: e.into(),
     })?;
     tracing::info!(?sig, "unmounting");
-    emu.unmount()
+    emu.unmount_for_exit()
+}
+
+/// Sends this process SIGTERM once standard input reaches its end (`--exit-with-stdin`).
+fn exit_with_stdin() {
+    let watcher = std::thread::Builder::new()
+        .name("kfd-emu-stdin".into())
+        .spawn(|| {
+            let _ = std::io::copy(&mut std::io::stdin().lock(), &mut std::io::sink());
+            tracing::info!("standard input ended");
+            let _ = nix::sys::signal::kill(nix::unistd::Pid::this(), Signal::SIGTERM);
+        });
+    if let Err(e) = watcher {
+        tracing::warn!("cannot watch standard input (--exit-with-stdin): {e}");
+    }
 }
 
 fn main() -> ExitCode {

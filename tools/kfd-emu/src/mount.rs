@@ -8,8 +8,8 @@ use std::os::unix::fs::MetadataExt as _;
 use std::os::unix::fs::OpenOptionsExt as _;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::sync::{Arc, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -47,6 +47,8 @@ pub struct MountedEmu {
     abort: Option<std::fs::File>,
     /// Mounted with mount(2) by us (root) rather than by fusermount3.
     own_mount: bool,
+    /// The `/dev/fuse` descriptor, while the proxy holds it open (none without the proxy).
+    dev: Option<Weak<OwnedFd>>,
     done: bool,
 }
 
@@ -218,6 +220,7 @@ impl MountedEmu {
         let mut cfg = Config::default();
         cfg.n_threads = Some(FUSE_THREADS);
         let own_mount = nix::unistd::geteuid().is_root();
+        let mut held = None;
         let session = if own_mount {
             let dev = mount_as_root(&root)?;
             // KFD_EMU_FUSE_PROXY=0 serves /dev/fuse directly (no FUSE_INTERRUPT; for measuring
@@ -225,9 +228,12 @@ impl MountedEmu {
             let fd = if std::env::var("KFD_EMU_FUSE_PROXY").as_deref() == Ok("0") {
                 dev
             } else {
-                crate::fuse_proxy::start(&emu, dev, FUSE_THREADS).inspect_err(|_| {
-                    let _ = nix::mount::umount2(&root, MntFlags::MNT_DETACH);
-                })?
+                let (fd, dev) =
+                    crate::fuse_proxy::start(&emu, dev, FUSE_THREADS).inspect_err(|_| {
+                        let _ = nix::mount::umount2(&root, MntFlags::MNT_DETACH);
+                    })?;
+                held = Some(dev);
+                fd
             };
             cfg.acl = SessionACL::All;
             Session::from_fd(fs, fd, SessionACL::All, cfg).map_err(|e| {
@@ -254,6 +260,7 @@ impl MountedEmu {
             threads: Vec::new(),
             abort: None,
             own_mount,
+            dev: held,
             done: false,
         };
         for (name, f) in [
@@ -345,6 +352,27 @@ impl MountedEmu {
     /// Unmounts now, reporting failures (dropping also unmounts, silently).
     pub fn unmount(mut self) -> Result<(), EmuError> {
         self.shutdown()
+    }
+
+    /// Unmounts as [`unmount`](Self::unmount) does, for a process that exits next
+    /// (`kfd-emu --mount`): the connection also ends once this process does, whatever its
+    /// threads wait for. A request the proxy has read but not answered keeps its caller in an
+    /// uninterruptible wait until the connection ends, and the connection ends when its last
+    /// `/dev/fuse` descriptor is closed: at exit, unless such a caller is one of this process's
+    /// own threads (the kernel faulting a client's device-file page in on its behalf), which
+    /// keeps the descriptor table, hence the descriptor, and the process, alive for ever. So the
+    /// descriptor's table entry is replaced by `/dev/null` here; the device file is released
+    /// when the proxy's read in flight on it returns, at the latest when exit ends that thread.
+    pub fn unmount_for_exit(mut self) -> Result<(), EmuError> {
+        let result = self.shutdown();
+        if let Some(dev) = self.dev.as_ref().and_then(Weak::upgrade)
+            && let Ok(null) = std::fs::File::open("/dev/null")
+        {
+            // SAFETY: `dev` keeps the descriptor open (its number is not reused meanwhile);
+            // dup2 only points that number at /dev/null, which its owner closes in the end.
+            let _ = unsafe { libc::dup2(null.as_raw_fd(), dev.as_raw_fd()) };
+        }
+        result
     }
 
     fn shutdown(&mut self) -> Result<(), EmuError> {

@@ -131,9 +131,11 @@ fn oversubscribed_partition_rotates_residency() {
         "preset = \"mi308x\"\n[[node]]\n[node.properties]\nnum_cp_queues = 2\n",
     )
     .unwrap();
+    // A quantum far longer than creating the queues and reading the statistics once, even on a
+    // loaded machine (the statistics are a file of the emulator's mount, served by its process).
     let t = mount(EmuConfig {
         topology_file: Some(topo),
-        quantum_us: 20_000,
+        quantum_us: 200_000,
         ..EmuConfig::default()
     });
     let s = Session::new(&t, 0);
@@ -144,21 +146,21 @@ fn oversubscribed_partition_rotates_residency() {
         (p.active_queues, p.resident_queues, p.oversubscribed),
         (3, 2, true)
     );
-    let resident = |t: &TestEmu| -> BTreeSet<u32> {
-        t.stats()
-            .queues
+    let resident = |st: &kfd_emu::Stats| -> BTreeSet<u32> {
+        st.queues
             .iter()
             .filter(|q| q.resident)
             .map(|q| q.queue_id)
             .collect()
     };
+    // The same snapshot: a second read could come after the first rotation.
     assert_eq!(
-        resident(&t),
+        resident(&st),
         BTreeSet::from([0, 1]),
         "first num_cp_queues of the runlist"
     );
     assert!(
-        wait_until(WAIT_LIMIT, || resident(&t).contains(&2)),
+        wait_until(WAIT_LIMIT, || resident(&t.stats()).contains(&2)),
         "residency never rotated"
     );
     // Deactivating one queue ends the oversubscription.

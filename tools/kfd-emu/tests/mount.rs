@@ -204,7 +204,32 @@ fn unmount_does_not_hang_on_open_files_or_blocked_destroyers() {
             "blocked destroyer released"
         );
     });
-    // Files of the detached mount still answer until closed.
-    assert_eq!(s.kfd.version(), (1, 17));
+    // The emulator's process is gone (test-support runs it as its own process): the client's
+    // files of the detached mount fail instead of hanging.
+    let mut v = kfd_ioctl_get_version_args::default();
+    assert_eq!(
+        s.kfd.ioctl(AMDKFD_IOC_GET_VERSION, &mut v),
+        Err(libc::ENOTCONN)
+    );
     drop(s);
+}
+
+#[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
+fn an_embedded_emulator_answers_open_files_after_its_unmount() {
+    require_root();
+    // In this process, as a program embedding `MountedEmu` runs it: safe here because the test
+    // maps no file of the mount (a fault on one would need the emulator's serving thread, which
+    // shares this process's `mmap_lock`; docs/kfd-emulator.md).
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("root");
+    let _detach = Detach(root.clone());
+    let emu = MountedEmu::mount(&root, EmuConfig::default()).unwrap();
+    let kfd = Kfd {
+        file: open_rw(&root.join("dev/kfd")),
+    };
+    emu.unmount().unwrap();
+    assert!(!root.join("dev").exists(), "detached");
+    // Files of the detached mount still answer until closed.
+    assert_eq!(kfd.version(), (1, 17));
 }

@@ -42,11 +42,10 @@ unsafe impl Sync for BoMapping {}
 
 impl Drop for BoMapping {
     fn drop(&mut self) {
-        // Written back first: an unmap writes dirty pages back holding the process's
-        // `mmap_lock`, which the emulator, running in this process, may need to serve it.
-        // SAFETY: syncs and unmaps exactly the mapping made in the test.
+        // The unmap writes the dirty pages back (FUSE_WRITEs) holding this process's
+        // `mmap_lock`: the emulator, a process of its own (test-support), serves them without it.
+        // SAFETY: unmaps exactly the mapping made in the test.
         unsafe {
-            libc::msync(self.ptr.cast(), self.len, libc::MS_SYNC);
             libc::munmap(self.ptr.cast(), self.len);
         }
     }

@@ -1,10 +1,12 @@
-//! A private kfd-emu mount per test, in its own temporary directory, and what the emulator
-//! says about it (its `stats.json`).
+//! A private kfd-emu mount per test, in its own temporary directory and served by its own
+//! `kfd-emu` process ([`crate::emu_process`]: never inside the test process, whose threads are
+//! the emulator's clients), and what the emulator says about it (its `stats.json`).
 
 use std::path::{Path, PathBuf};
 
 pub use kfd_emu::{EmuConfig, MountedEmu, PartitionStats, Preset, QueueStats, Stats};
 
+use crate::emu_process::EmuProcess;
 use crate::privileged::require_root;
 use crate::wait::WAIT_LIMIT;
 
@@ -12,8 +14,8 @@ use crate::wait::WAIT_LIMIT;
 #[derive(Debug)]
 pub struct Emu {
     // Field order: unmount before the directory is removed.
-    /// The mount itself.
-    pub emu: MountedEmu,
+    /// The emulator's process and its mount.
+    pub emu: EmuProcess,
     _dir: tempfile::TempDir,
 }
 
@@ -25,12 +27,7 @@ pub fn mount(config: EmuConfig) -> Emu {
         .prefix("kfdq-test-")
         .tempdir()
         .expect("a temporary directory for the mount");
-    let emu = MountedEmu::mount(&dir.path().join("root"), config).unwrap_or_else(|e| {
-        panic!(
-            "mounting kfd-emu for {}: {e}",
-            crate::privileged::current_test()
-        )
-    });
+    let emu = EmuProcess::start(dir.path(), config);
     Emu { emu, _dir: dir }
 }
 

@@ -4,7 +4,8 @@
 //! * [`privileged`] — a test that mounts kfd-emu runs as root, or fails saying why; with
 //!   `KFDQ_SKIP_PRIVILEGED=1` it is compiled as an ignored test, so `cargo test` reports it as
 //!   ignored (never as passed).
-//! * [`emu`] — a private kfd-emu mount per test, and its statistics.
+//! * [`emu`] — a private kfd-emu mount per test, and its statistics; [`emu_process`] — the
+//!   `kfd-emu` process that serves it.
 //! * [`hold`] — a separate process owning KFD queues, and a witness that the CP ran.
 //! * [`wait`] — waiting on a condition with a generous deadline (never a fixed sleep).
 //! * [`output`] — reading a child's stdout lines and stderr while it runs.
@@ -18,6 +19,7 @@
 
 pub mod bins;
 pub mod emu;
+pub mod emu_process;
 pub mod hold;
 pub mod module_graph;
 pub mod output;
