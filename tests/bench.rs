@@ -468,13 +468,14 @@ fn the_reaction_chain_runs_through_a_running_agent() {
                 .unwrap_or_else(|| panic!("{level}: {name} missing: {:#}", p["rows"]))
                 .clone()
         };
-        // The latency request lasts 20 ms: the batch helper stopped during it (its last
-        // completion seen before the pause may precede the launch: a process sees completions
-        // in bursts on a loaded host), and completed again after the request began (the release
-        // rule may hold it past the request's end).
+        // The latency request lasts 20 ms: the batch helper stopped during it, and completed
+        // again after the request began (the release rule may hold it past the request's end).
+        // No lower bound: the reaction is measured from the batch helper's last completion seen
+        // before the pause, which on a loaded host may come tens of milliseconds before the
+        // launch (a process sees completions in bursts); -26 ms was seen next to busy loops.
         let reaction = row("agent_reaction")["us"]["p50"].as_f64().unwrap();
         assert!(
-            (-5_000.0..20_000.0).contains(&reaction),
+            reaction.is_finite() && reaction < 20_000.0,
             "{level}: reaction {reaction} µs"
         );
         let release = row("agent_release")["us"]["p50"].as_f64().unwrap();
