@@ -270,6 +270,7 @@ enum Broken {
 }
 
 fn release_everything(why: &str) {
+    crate::watch::end_session();
     let mut st = STATE.lock();
     let errors = fail_open(&mut st);
     // Edges are reported to an agent only.
@@ -326,7 +327,8 @@ fn session(stream: UnixStream, last_published: &mut u64, watch: &mut UnclaimedWa
     }
     let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
     let fd = stream.as_raw_fd();
-    let mut reader = LineReader::new(BufReader::new(stream));
+    // recvmsg: the edge boards' descriptors come with the agent's lines (fd_stream.rs).
+    let mut reader = LineReader::new(BufReader::new(crate::fd_stream::FdStream(stream)));
     let welcome_lease = match reader.next::<AgentMsg>() {
         Ok(AgentMsg::Welcome { lease_ms, .. }) => {
             lease_ms.map(|ms| Duration::from_millis(ms.into()))
@@ -339,7 +341,7 @@ fn session(stream: UnixStream, last_published: &mut u64, watch: &mut UnclaimedWa
         Err(DecodeError::Closed) => return End::BeforeWelcome(NoWelcome::Closed),
         Err(e) => return End::BeforeWelcome(NoWelcome::Unreadable(e)),
     };
-    let _ = reader.get_ref().get_ref().set_read_timeout(None);
+    let _ = reader.get_ref().get_ref().0.set_read_timeout(None);
     crate::log::debug(|| {
         format!(
             "connected to the agent at {}",
@@ -381,7 +383,7 @@ fn session(stream: UnixStream, last_published: &mut u64, watch: &mut UnclaimedWa
             .wait(now)
             .map_or(timeout, |w| w.min(timeout));
         let readable = !reader.get_ref().buffer().is_empty()
-            || poll_readable(fd, wake.filter(|_| edges), timeout);
+            || poll_readable(fd, wake.filter(|_| edges || crate::watch::active()), timeout);
         let mut woke_us = crate::chain::on().then(kfdq::chain::now_us);
         if let Some(w) = wake {
             crate::edges::drain(w);
@@ -404,6 +406,16 @@ fn session(stream: UnixStream, last_published: &mut u64, watch: &mut UnclaimedWa
                         crate::chain::mark(Stage::CmdRecv);
                     }
                     lease.heard(&msg, Instant::now());
+                    if matches!(
+                        msg,
+                        AgentMsg::BoardWriter { .. }
+                            | AgentMsg::Watch { .. }
+                            | AgentMsg::Unwatch { .. }
+                            | AgentMsg::BoardChanged {}
+                    ) {
+                        crate::watch::handle(msg, lease.length);
+                        continue;
+                    }
                     // The command's fd duplicate is closed after its acknowledgement went out.
                     let _closes = crate::kfd_fd::defer_closes();
                     let replies = guarded(|| handle(msg)).unwrap_or_default();
@@ -424,20 +436,28 @@ fn session(stream: UnixStream, last_published: &mut u64, watch: &mut UnclaimedWa
                 Err(e) => return End::Error(Broken::Protocol(e)),
             }
         }
+        for m in crate::watch::take_outbox() {
+            if let Err(e) = send(&mut w, &m) {
+                return End::Error(e);
+            }
+        }
         lease.check(Instant::now());
         retry_releases();
         let (mut edges_seen, busy) = sample_activity(watch);
         if edges {
             if !busy.is_empty() {
                 crate::edges::arm();
+                crate::edges::board_busy();
             } else if crate::edges::armed() {
                 // Every queue idle: the next launch wakes this thread again. One more sample
                 // catches a launch that saw the report still outstanding (edges.rs).
+                crate::edges::board_idle();
                 crate::edges::disarm();
                 let (again, busy) = sample_activity(watch);
                 edges_seen.extend(again);
                 if !busy.is_empty() {
                     crate::edges::arm();
+                    crate::edges::board_busy();
                 }
             }
         }
@@ -510,8 +530,14 @@ impl Lease {
 
     /// A message from the agent: a preempt starts the lease, a renewal extends it.
     fn heard(&mut self, msg: &AgentMsg, now: Instant) {
-        if matches!(msg, AgentMsg::Preempt { .. } | AgentMsg::Renew {}) {
+        if matches!(
+            msg,
+            AgentMsg::Preempt { .. } | AgentMsg::Renew {} | AgentMsg::Watch { .. }
+        ) {
             self.until = self.length.map(|l| now + l);
+            if let Some(u) = self.until {
+                crate::watch::renew(u);
+            }
         }
     }
 

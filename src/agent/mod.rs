@@ -16,6 +16,7 @@ pub mod config;
 mod config_toml;
 mod conn;
 pub mod discover;
+mod board;
 mod doorbell;
 mod http;
 pub mod identity;

@@ -18,6 +18,7 @@ use nix::sys::signalfd::{SfdFlags, SignalFd};
 use super::config::AgentConfig;
 use super::conn::{Conn, ConnId};
 use super::discover::{self, Found};
+use super::board::Boards;
 use super::doorbell::Doorbells;
 use super::http::Endpoint;
 use super::identity::Identity;
@@ -183,6 +184,8 @@ struct Server<'a> {
     chain: Option<Recorder>,
     /// The shims' doorbells (`doorbell.rs`).
     doorbells: Doorbells,
+    /// The edge boards (direct edges, `board.rs`).
+    boards: Boards,
 }
 
 fn serve(
@@ -217,6 +220,7 @@ fn serve(
             None => None,
         },
         doorbells: Doorbells::default(),
+        boards: Boards::default(),
     };
     let mut stopping: Option<Instant> = None;
     let mut tracer_told = false;
@@ -428,6 +432,31 @@ impl Server<'_> {
                     continue;
                 }
                 Out::Shim(c, m) => (c, self.peers.get_mut(&c).map(|p| p.conn.queue_msg(&m))),
+                Out::ShimBoard {
+                    conn,
+                    msg,
+                    board,
+                    writable,
+                } => {
+                    let Some(p) = self.peers.get_mut(&conn) else {
+                        continue;
+                    };
+                    match self.boards.fd(board, writable) {
+                        Ok(fd) => (conn, Some(p.conn.queue_msg_fd(&msg, fd))),
+                        Err(e) => {
+                            // The process keeps the agent's commands (its watch is awaited
+                            // for the grace only).
+                            tracing::warn!(conn, "{e}");
+                            continue;
+                        }
+                    }
+                }
+                Out::ClearSlot { board, slot } => {
+                    if let Err(e) = self.boards.clear(board, slot) {
+                        tracing::warn!("{e}");
+                    }
+                    continue;
+                }
                 Out::Control(c, r) => (c, self.peers.get_mut(&c).map(|p| p.conn.queue_msg(&r))),
             };
             if queued == Some(false)

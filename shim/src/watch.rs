@@ -1,0 +1,342 @@
+//! Watches of edge boards (`AgentMsg::Watch`, docs/shim.md "Direct edges"): a thread per
+//! watched board blocks on the board's counter (`FUTEX_WAIT`); when a watched slot is busy the
+//! process deactivates all its queues itself (level 2, the code of the agent's `Preempt`,
+//! `levels.rs`), and once every watched slot of every board is idle it reactivates them by the
+//! policy's release rule (`kfdq::policy::release`, the code the agent runs), never changing its
+//! level twice within the policy's minimum interval. What it did goes to the agent
+//! (`ShimMsg::SelfLevel`, through the control thread).
+//!
+//! A watch ends with the session, with `AgentMsg::Unwatch`, and while the lease is out (the
+//! agent renews it with its messages): then what it applied is undone. Only level 2 is
+//! watched; a watch at another level is ignored (the agent's commands apply it).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use kfdq::policy::release::{CostRelease, Edges};
+use kfdq::proto::{AgentMsg, Level, ShimMsg, Target, WatchRelease};
+
+use crate::board_map::{BoardMap, wait, wake};
+use crate::levels::{activate, deactivate};
+use crate::state::STATE;
+use crate::targets::queues_of;
+
+/// One board's watch, as the agent sent it.
+#[derive(Debug, Clone)]
+struct Spec {
+    slots: Vec<u32>,
+    release: WatchRelease,
+    min_interval: Duration,
+}
+
+#[derive(Debug, Default)]
+struct Shared {
+    specs: BTreeMap<u32, Spec>,
+    maps: BTreeMap<u32, BoardMap>,
+    threads: BTreeSet<u32>,
+    /// Boards whose watch wants the level now.
+    wanting: BTreeSet<u32>,
+    /// The level is applied by the watches.
+    applied: bool,
+    last_change: Option<Instant>,
+    outbox: Vec<ShimMsg>,
+}
+
+static SHARED: Mutex<Shared> = Mutex::new(Shared {
+    specs: BTreeMap::new(),
+    maps: BTreeMap::new(),
+    threads: BTreeSet::new(),
+    wanting: BTreeSet::new(),
+    applied: false,
+    last_change: None,
+    outbox: Vec::new(),
+});
+
+/// The lease: watches act until this time (ns since [`epoch`]); 0: not leased.
+static UNTIL_NS: AtomicU64 = AtomicU64::new(0);
+
+/// Longest wait between two looks (the lease is checked at least this often).
+const LOOK_EVERY: Duration = Duration::from_millis(100);
+
+fn epoch() -> Instant {
+    static E: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    *E.get_or_init(Instant::now)
+}
+
+fn ns(t: Instant) -> u64 {
+    t.saturating_duration_since(epoch()).as_nanos() as u64
+}
+
+fn shared() -> std::sync::MutexGuard<'static, Shared> {
+    SHARED.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The agent renewed the lease (a watch, a renewal, a preempt): watches act until `until`.
+pub fn renew(until: Instant) {
+    UNTIL_NS.store(ns(until), Ordering::SeqCst);
+}
+
+fn leased(now: Instant) -> bool {
+    ns(now) < UNTIL_NS.load(Ordering::SeqCst)
+}
+
+/// Any watch in place (the control thread then listens for its reports).
+pub fn active() -> bool {
+    !shared().specs.is_empty()
+}
+
+/// The reports for the agent.
+pub fn take_outbox() -> Vec<ShimMsg> {
+    std::mem::take(&mut shared().outbox)
+}
+
+/// The board messages of the agent. `lease`: the session's lease.
+pub fn handle(msg: AgentMsg, lease: Option<Duration>) {
+    match msg {
+        AgentMsg::BoardWriter { board, slot } => {
+            let Some(fd) = crate::fd_stream::take_fd() else {
+                crate::log::warn_always(&format!(
+                    "edge board {board}: the agent's message came without its descriptor; launches ring the doorbell"
+                ));
+                return;
+            };
+            match BoardMap::map(fd, true) {
+                Ok(m) if crate::edges::set_writer(m, slot) => {}
+                Ok(_) => crate::log::warn_always(&format!(
+                    "edge board {board}: slot {slot} is beyond the board; launches ring the doorbell"
+                )),
+                Err(e) => crate::log::warn_always(&format!(
+                    "edge board {board}: mapping it failed ({e}); launches ring the doorbell"
+                )),
+            }
+        }
+        AgentMsg::Watch {
+            board,
+            slots,
+            level,
+            release,
+            min_interval_ns,
+        } => {
+            let fd = crate::fd_stream::take_fd();
+            if let Some(l) = lease {
+                renew(Instant::now() + l);
+            }
+            if level != Level::Deactivate {
+                crate::log::debug(|| format!("edge board {board}: a watch at {level:?} is not done here; the agent's commands apply it"));
+                return;
+            }
+            let mut sh = shared();
+            if !sh.maps.contains_key(&board) {
+                let Some(fd) = fd else {
+                    crate::log::warn_always(&format!(
+                        "edge board {board}: the watch came without its descriptor; the agent's commands apply the level"
+                    ));
+                    return;
+                };
+                match BoardMap::map(fd, false) {
+                    Ok(m) => {
+                        sh.maps.insert(board, m);
+                    }
+                    Err(e) => {
+                        crate::log::warn_always(&format!(
+                            "edge board {board}: mapping it failed ({e}); the agent's commands apply the level"
+                        ));
+                        return;
+                    }
+                }
+            }
+            sh.specs.insert(
+                board,
+                Spec {
+                    slots,
+                    release,
+                    min_interval: Duration::from_nanos(min_interval_ns),
+                },
+            );
+            let map = sh.maps[&board];
+            if sh.threads.insert(board) {
+                let spawned = std::thread::Builder::new()
+                    .name("kfdq-shim-watch".into())
+                    .spawn(move || {
+                        let _ = crate::guard::guarded(|| run(board, map));
+                    });
+                if spawned.is_err() {
+                    sh.threads.remove(&board);
+                    sh.specs.remove(&board);
+                }
+            } else {
+                wake(map.seq());
+            }
+        }
+        AgentMsg::Unwatch { board } => {
+            let mut sh = shared();
+            sh.specs.remove(&board);
+            if let Some(m) = sh.maps.get(&board) {
+                wake(m.seq());
+            }
+        }
+        AgentMsg::BoardChanged {} => {
+            for m in shared().maps.values() {
+                wake(m.seq());
+            }
+        }
+        _ => {}
+    }
+}
+
+/// The session ended: every watch ends (the control thread releases everything anyway).
+pub fn end_session() {
+    let mut sh = shared();
+    sh.specs.clear();
+    sh.wanting.clear();
+    sh.applied = false;
+    sh.outbox.clear();
+    for m in sh.maps.values() {
+        wake(m.seq());
+    }
+    drop(sh);
+    UNTIL_NS.store(0, Ordering::SeqCst);
+    crate::fd_stream::clear();
+}
+
+/// One board's watcher.
+fn run(board: u32, map: BoardMap) {
+    let mut edges: Option<Edges> = None;
+    loop {
+        let spec = {
+            let mut sh = shared();
+            match sh.specs.get(&board).cloned() {
+                Some(s) => s,
+                None => {
+                    // Under the same lock: a new watch of the board starts a new thread.
+                    sh.threads.remove(&board);
+                    drop(sh);
+                    let _ = settle(board, false);
+                    return;
+                }
+            }
+        };
+        let seen = map.seq().load(Ordering::SeqCst);
+        let busy = spec.slots.iter().any(|&i| {
+            map.slot(i)
+                .is_some_and(|w| kfdq::proto::board::busy(w.load(Ordering::SeqCst)))
+        });
+        let now = Instant::now();
+        let now_ns = ns(now);
+        let history = match &spec.release {
+            WatchRelease::Cost { history, .. } => *history as usize,
+            WatchRelease::Hysteresis { .. } => 1,
+        };
+        match &mut edges {
+            Some(e) => e.observe(now_ns, busy, history),
+            None if busy => edges = Some(Edges::busy_at(now_ns)),
+            None => {}
+        }
+        // Idle: held until the release rule's hold has passed since the idle edge.
+        let held_for = edges.as_ref().and_then(|e| {
+            let idle = e.idle_since()?;
+            let hold = hold_ns(&spec.release, e);
+            let until = idle.saturating_add(hold);
+            (now_ns < until).then(|| Duration::from_nanos(until - now_ns))
+        });
+        let want = busy || held_for.is_some();
+        let deferred = settle(board, want);
+        let timeout = [held_for, deferred, Some(LOOK_EVERY)]
+            .into_iter()
+            .flatten()
+            .min();
+        wait(map.seq(), seen, timeout);
+    }
+}
+
+fn hold_ns(release: &WatchRelease, e: &Edges) -> u64 {
+    match *release {
+        WatchRelease::Hysteresis { hold_ns } => hold_ns,
+        WatchRelease::Cost {
+            round_trip_ns,
+            k,
+            epsilon,
+            max_hold_ns,
+            history,
+            min_history,
+        } => CostRelease {
+            round_trip_ns,
+            k,
+            epsilon,
+            max_hold_ns,
+            history,
+            min_history,
+        }
+        .hold_ns(e, round_trip_ns),
+    }
+}
+
+/// Board `board`'s watch wants the level (or not): applies or undoes it when the watches
+/// together change their mind, the lease holds, and the minimum interval has passed since the
+/// last change. Returns how long the change waits for the interval.
+fn settle(board: u32, want: bool) -> Option<Duration> {
+    let mut sh = shared();
+    if want {
+        sh.wanting.insert(board);
+    } else {
+        sh.wanting.remove(&board);
+    }
+    let now = Instant::now();
+    let should = !sh.wanting.is_empty() && leased(now);
+    if should == sh.applied {
+        return None;
+    }
+    let interval = sh
+        .specs
+        .values()
+        .map(|s| s.min_interval)
+        .max()
+        .unwrap_or_default();
+    if let Some(t) = sh.last_change
+        && now < t + interval
+    {
+        return Some(t + interval - now);
+    }
+    if should {
+        crate::chain::preempt_started();
+    }
+    let r = {
+        let mut st = STATE.lock();
+        let r = queues_of(&st, &Target::All).and_then(|q| {
+            if should {
+                deactivate(&mut st, &q)
+            } else {
+                activate(&mut st, &q)
+            }
+        });
+        drop(st);
+        STATE.notify_all();
+        r
+    };
+    if should {
+        crate::chain::preempt_done();
+    }
+    sh.last_change = Some(now);
+    let (ok, detail) = match r {
+        Ok(d) => {
+            sh.applied = should;
+            (true, d)
+        }
+        Err(e) => {
+            // Not applied (or not undone: the shim's release retries own it).
+            sh.applied = false;
+            (false, e.to_string())
+        }
+    };
+    sh.outbox.push(ShimMsg::SelfLevel {
+        board,
+        level: should.then_some(Level::Deactivate),
+        ok,
+        detail,
+    });
+    drop(sh);
+    crate::edges::poke_control();
+    None
+}
