@@ -72,8 +72,9 @@ fn the_batch_job_deactivates_itself_on_the_latency_launch() {
         s.counters.direct_preempts >= before.direct_preempts + 3
             && s.counters.direct_releases >= before.direct_releases + 3
     });
-    // The agent heard every busy edge (the relay rang the doorbell) and sent no preempt of
-    // its own: none came late enough for the fallback.
+    // The agent heard every busy edge (the relay rang the doorbell) and sent no command of
+    // its own (no preempt, no release: none came late enough for the fallback).
+    assert_eq!(st.counters.commands, before.commands, "{:#?}", st);
     assert!(
         st.counters.doorbell_edges >= before.doorbell_edges + 3,
         "{:?}",

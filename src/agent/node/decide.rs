@@ -56,6 +56,7 @@ impl NodeState {
             .next_ns
             .map(|t| self.started + Duration::from_nanos(t));
         let wants = self.wants(decision);
+        self.direct_cover();
         let mut steps: Vec<(GpuId, Pid, Step)> = Vec::with_capacity(wants.len());
         let mut retry_next = None;
         for ((pid, p), want) in self.procs.iter_mut().zip(wants) {

@@ -29,11 +29,14 @@ use crate::proto::board::SLOTS;
 use crate::proto::control::Control;
 use crate::proto::{AgentMsg, Level, WatchRelease};
 
-/// How long the agent waits for a watch's own preempt before it sends the preempt itself (a
-/// watcher that missed the edge: its slot list was not current, or its thread is starved).
-/// Not a measured number: about fifty times the direct path's reaction on the emulator
-/// (docs/performance.md), short against the lease, so a missed edge costs at most this.
-pub(super) const SELF_GRACE: Duration = Duration::from_millis(10);
+/// How long the agent waits for a watch's own preempt, when every busy process that preempts
+/// the watcher writes a slot it watches, before it sends the preempt itself (the watch thread
+/// failed or is starved). An edge the watch cannot see (a writer without a slot, or not yet in
+/// its list) gets the agent's preempt at once. Not a measured number: a report later than this
+/// on a loaded 2-vCPU host (scheduling delays of 10-20 ms seen under a parallel build) is taken
+/// as lost; half of the stale-report bound (`crate::proto::BUSY_STALE`), so a lost watch costs
+/// less than a stopped writer does.
+pub(super) const SELF_GRACE: Duration = Duration::from_millis(50);
 
 /// The levels a watch applies (level 2 only, for now; others keep the agent's commands).
 const WATCH_LEVEL: Level = Level::Deactivate;
@@ -80,7 +83,7 @@ pub(super) fn self_handles(
     match (p.applied, want) {
         (Run::Running, Run::Preempted(l)) if l == WATCH_LEVEL && !p.watches.is_empty() => {
             match why {
-                Why::Policy(Reason::HigherClassBusy(_)) => {
+                Why::Policy(Reason::HigherClassBusy(_)) if p.watch_covers => {
                     let since = *p.awaiting_self.get_or_insert(now);
                     if now < since + SELF_GRACE {
                         return Some(Some(since + SELF_GRACE));
@@ -109,6 +112,42 @@ pub(super) fn self_handles(
 }
 
 impl NodeState {
+    /// Marks each watcher whose watches see every busy process that preempts it
+    /// ([`Proc::watch_covers`]), before its reconcile step.
+    pub(super) fn direct_cover(&mut self) {
+        if !self.cfg.direct_edges {
+            return;
+        }
+        let rank = |p: &Proc| self.cfg.policy.class(p.class()).map(|c| c.rank);
+        let busy: Vec<(Option<u8>, Option<(u32, u32)>, BTreeSet<GpuId>)> = self
+            .procs
+            .values()
+            .filter(|w| w.any_busy() && !w.stale)
+            .map(|w| (rank(w), w.writer, partitions(w)))
+            .collect();
+        let covers: Vec<bool> = self
+            .procs
+            .values()
+            .map(|p| {
+                let (mine, r) = (partitions(p), rank(p));
+                !p.watches.is_empty()
+                    && busy
+                        .iter()
+                        .filter(|(wr, _, gpus)| *wr > r && !gpus.is_disjoint(&mine))
+                        .all(|(_, slot, _)| {
+                            slot.is_some_and(|(b, s)| {
+                                p.watches.get(&b).is_some_and(|m| {
+                                    matches!(m, AgentMsg::Watch { slots, .. } if slots.contains(&s))
+                                })
+                            })
+                        })
+            })
+            .collect();
+        for (p, c) in self.procs.values_mut().zip(covers) {
+            p.watch_covers = c;
+        }
+    }
+
     /// Slots for the writers (processes whose busy edges are on), and the slots of writers
     /// whose reports went stale cleared. Part of the full decision, after the edges.
     pub(super) fn direct_writers(&mut self, out: &mut Vec<Out>) {
@@ -230,6 +269,9 @@ impl NodeState {
                 }
                 p.self_applied = true;
                 p.awaiting_self = None;
+                // As a preempt sent now: the registries before it do not show the level yet
+                // (no preempt again for them).
+                p.preempt_gen = p.registry_gen;
                 self.counters.direct_preempts += 1;
             }
             (None, true) => {

@@ -40,6 +40,8 @@ mod status;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
+mod tests_direct;
+#[cfg(test)]
 mod tests_edges;
 #[cfg(test)]
 mod tests_kubernetes;

@@ -122,6 +122,9 @@ pub(super) struct Proc {
     /// Direct edges: since when a preempt its watch should apply is awaited (the agent sends
     /// none unless it takes longer than `direct::SELF_GRACE`).
     pub(super) awaiting_self: Option<Instant>,
+    /// Direct edges: every busy process that preempts it writes a slot it watches (set before
+    /// each reconcile step, `direct::direct_cover`).
+    pub(super) watch_covers: bool,
 }
 
 /// A process's state at its last time account.
@@ -205,6 +208,7 @@ impl Proc {
             watches: BTreeMap::new(),
             self_applied: false,
             awaiting_self: None,
+            watch_covers: false,
         };
         if let Some(r) = p.classified.refused.clone() {
             p.warn(r);
