@@ -203,7 +203,11 @@ pub fn end_session() {
 
 /// One board's watcher.
 fn run(board: u32, map: BoardMap) {
+    // Its own reaction-chain timestamps (`KFDQ_CHAIN_TRACE`): the wake-up that found a busy
+    // slot stands for the command's arrival, then the ioctls and the report.
+    crate::chain::start();
     let mut edges: Option<Edges> = None;
+    let mut woke_us = None;
     loop {
         let spec = {
             let mut sh = shared();
@@ -213,7 +217,7 @@ fn run(board: u32, map: BoardMap) {
                     // Under the same lock: a new watch of the board starts a new thread.
                     sh.threads.remove(&board);
                     drop(sh);
-                    let _ = settle(board, false);
+                    let _ = settle(board, false, None);
                     return;
                 }
             }
@@ -242,12 +246,14 @@ fn run(board: u32, map: BoardMap) {
             (now_ns < until).then(|| Duration::from_nanos(until - now_ns))
         });
         let want = busy || held_for.is_some();
-        let deferred = settle(board, want);
+        let deferred = settle(board, want, woke_us);
+        crate::chain::flush();
         let timeout = [held_for, deferred, Some(LOOK_EVERY)]
             .into_iter()
             .flatten()
             .min();
         wait(map.seq(), seen, timeout);
+        woke_us = crate::chain::on().then(kfdq::chain::now_us);
     }
 }
 
@@ -275,8 +281,9 @@ fn hold_ns(release: &WatchRelease, e: &Edges) -> u64 {
 
 /// Board `board`'s watch wants the level (or not): applies or undoes it when the watches
 /// together change their mind, the lease holds, and the minimum interval has passed since the
-/// last change. Returns how long the change waits for the interval.
-fn settle(board: u32, want: bool) -> Option<Duration> {
+/// last change. Returns how long the change waits for the interval. `woke_us`: when the
+/// watch thread woke for this look (the chain trace's command arrival).
+fn settle(board: u32, want: bool, woke_us: Option<u64>) -> Option<Duration> {
     let mut sh = shared();
     if want {
         sh.wanting.insert(board);
@@ -300,6 +307,9 @@ fn settle(board: u32, want: bool) -> Option<Duration> {
         return Some(t + interval - now);
     }
     if should {
+        if let Some(t) = woke_us {
+            crate::chain::mark_at(kfdq::chain::Stage::CmdRecv, t);
+        }
         crate::chain::preempt_started();
     }
     let r = {
@@ -317,6 +327,7 @@ fn settle(board: u32, want: bool) -> Option<Duration> {
     };
     if should {
         crate::chain::preempt_done();
+        crate::chain::mark(kfdq::chain::Stage::AckSent);
     }
     sh.last_change = Some(now);
     let (ok, detail) = match r {

@@ -234,6 +234,35 @@ fn a_batch_process_cannot_write_the_board_it_watches() {
         std::io::Error::last_os_error().raw_os_error(),
         Some(libc::EACCES)
     );
+    // Nor can it reopen the descriptor writable through /proc/self/fd (the memfd's mode is
+    // 0400), as a process of another uid: a child that becomes nobody tries.
+    let path = std::ffi::CString::new(format!("/proc/self/fd/{}", file.as_raw_fd())).unwrap();
+    // SAFETY: the child calls only async-signal-safe functions (setgid, setuid, prctl, open,
+    // _exit) on data prepared before the fork.
+    let child = unsafe { libc::fork() };
+    assert!(child >= 0);
+    if child == 0 {
+        // SAFETY: see above.
+        unsafe {
+            if libc::setgid(65534) != 0 || libc::setuid(65534) != 0 {
+                libc::_exit(2);
+            }
+            // Its own /proc entries stay its own after the uid change.
+            libc::prctl(libc::PR_SET_DUMPABLE, 1);
+            let fd = libc::open(path.as_ptr(), libc::O_RDWR);
+            let e = *libc::__errno_location();
+            libc::_exit(if fd >= 0 { 1 } else if e == libc::EACCES { 0 } else { 3 });
+        }
+    }
+    let mut status = 0;
+    // SAFETY: waits for the child just forked; `status` is a valid out pointer.
+    assert_eq!(unsafe { libc::waitpid(child, &mut status, 0) }, child);
+    assert!(libc::WIFEXITED(status));
+    assert_eq!(
+        libc::WEXITSTATUS(status),
+        0,
+        "reopening the board writable as another uid: 0 = refused (EACCES), 1 = it opened, 2 = no setuid, 3 = another error"
+    );
     // Nobody was preempted: the batch job's queue active, no self-preempt counted.
     let st = agent.status();
     assert_eq!(

@@ -1,8 +1,11 @@
 //! The edge boards' descriptors (`crate::proto::board`, docs/agent.md "Direct edges"): one
 //! memfd per class that preempts others, made on first use. A writer gets a duplicate of the
 //! descriptor (writable), a watcher the board reopened read-only through `/proc/self/fd`, so
-//! that its mapping cannot raise an edge. The agent itself never maps a board: it clears a
-//! slot with `pread`/`pwrite` and tells the watchers to look again (`AgentMsg::BoardChanged`).
+//! that its mapping cannot raise an edge. The memfd's mode is 0400: a descriptor is reopened
+//! with the inode's permissions, so a watcher cannot reopen its read-only descriptor writable
+//! through its own `/proc/self/fd` either (unless it runs as root, which bypasses modes). The
+//! agent itself never maps a board: it clears a slot with `pread`/`pwrite` and tells the
+//! watchers to look again (`AgentMsg::BoardChanged`).
 
 use std::collections::BTreeMap;
 use std::fs::File;
@@ -15,8 +18,8 @@ use crate::proto::board::{BOARD_BYTES, SEQ_OFFSET, busy, slot_offset};
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum BoardError {
-    /// `memfd_create` or `ftruncate` failed.
-    #[error("making edge board {board} (memfd_create, ftruncate): {source}")]
+    /// `memfd_create`, `ftruncate` or `fchmod` failed.
+    #[error("making edge board {board} (memfd_create, ftruncate, fchmod): {source}")]
     Make {
         /// The board.
         board: u32,
@@ -62,6 +65,9 @@ impl Boards {
             .map_err(|e| make(e.into()))?;
             let f = File::from(fd);
             f.set_len(BOARD_BYTES as u64).map_err(make)?;
+            // Read-only for its owner, nothing for others: no reopen for writing.
+            f.set_permissions(std::os::unix::fs::PermissionsExt::from_mode(0o400))
+                .map_err(make)?;
             self.by_id.insert(board, f);
         }
         Ok(&self.by_id[&board])
@@ -147,5 +153,7 @@ mod tests {
         assert!(!b.is_busy(3, 2));
         assert!(!b.clear(3, 2).unwrap());
         assert_eq!(read_u32(&r, SEQ_OFFSET as u64).unwrap(), 1);
+        use std::os::unix::fs::PermissionsExt;
+        assert_eq!(r.metadata().unwrap().permissions().mode() & 0o777, 0o400);
     }
 }
