@@ -383,7 +383,11 @@ fn session(stream: UnixStream, last_published: &mut u64, watch: &mut UnclaimedWa
             .wait(now)
             .map_or(timeout, |w| w.min(timeout));
         let readable = !reader.get_ref().buffer().is_empty()
-            || poll_readable(fd, wake.filter(|_| edges || crate::watch::active()), timeout);
+            || poll_readable(
+                fd,
+                wake.filter(|_| edges || crate::watch::active()),
+                timeout,
+            );
         let mut woke_us = crate::chain::on().then(kfdq::chain::now_us);
         if let Some(w) = wake {
             crate::edges::drain(w);

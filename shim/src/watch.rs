@@ -124,11 +124,15 @@ pub fn handle(msg: AgentMsg, lease: Option<Duration>) {
                 renew(Instant::now() + l);
             }
             if level != Level::Deactivate {
-                crate::log::debug(|| format!("edge board {board}: a watch at {level:?} is not done here; the agent's commands apply it"));
+                crate::log::debug(|| {
+                    format!(
+                        "edge board {board}: a watch at {level:?} is not done here; the agent's commands apply it"
+                    )
+                });
                 return;
             }
             let mut sh = shared();
-            if !sh.maps.contains_key(&board) {
+            if let std::collections::btree_map::Entry::Vacant(e) = sh.maps.entry(board) {
                 let Some(fd) = fd else {
                     crate::log::warn_always(&format!(
                         "edge board {board}: the watch came without its descriptor; the agent's commands apply the level"
@@ -137,7 +141,7 @@ pub fn handle(msg: AgentMsg, lease: Option<Duration>) {
                 };
                 match BoardMap::map(fd, false) {
                     Ok(m) => {
-                        sh.maps.insert(board, m);
+                        e.insert(m);
                     }
                     Err(e) => {
                         crate::log::warn_always(&format!(

@@ -174,8 +174,10 @@ impl Forger {
             for c in msg.cmsgs().unwrap() {
                 if let nix::sys::socket::ControlMessageOwned::ScmRights(fds) = c {
                     // SAFETY: installed in this process for us by the kernel just now.
-                    self.fds
-                        .extend(fds.into_iter().map(|fd| unsafe { OwnedFd::from_raw_fd(fd) }));
+                    self.fds.extend(
+                        fds.into_iter()
+                            .map(|fd| unsafe { OwnedFd::from_raw_fd(fd) }),
+                    );
                 }
             }
             self.buf.extend_from_slice(&chunk[..n]);
@@ -217,7 +219,10 @@ fn a_batch_process_cannot_write_the_board_it_watches() {
     // Raising a slot through the descriptor or a writable mapping of it fails.
     let file = std::fs::File::from(fd);
     let wrote = std::os::unix::fs::FileExt::write_at(&file, &1u32.to_ne_bytes(), 64);
-    assert!(wrote.is_err(), "pwrite on the watcher's descriptor: {wrote:?}");
+    assert!(
+        wrote.is_err(),
+        "pwrite on the watcher's descriptor: {wrote:?}"
+    );
     // SAFETY: a fresh mapping request (null hint); it is expected to fail.
     let p = unsafe {
         libc::mmap(
@@ -229,7 +234,11 @@ fn a_batch_process_cannot_write_the_board_it_watches() {
             0,
         )
     };
-    assert_eq!(p, libc::MAP_FAILED, "a writable shared mapping of the board");
+    assert_eq!(
+        p,
+        libc::MAP_FAILED,
+        "a writable shared mapping of the board"
+    );
     assert_eq!(
         std::io::Error::last_os_error().raw_os_error(),
         Some(libc::EACCES)
@@ -251,7 +260,13 @@ fn a_batch_process_cannot_write_the_board_it_watches() {
             libc::prctl(libc::PR_SET_DUMPABLE, 1);
             let fd = libc::open(path.as_ptr(), libc::O_RDWR);
             let e = *libc::__errno_location();
-            libc::_exit(if fd >= 0 { 1 } else if e == libc::EACCES { 0 } else { 3 });
+            libc::_exit(if fd >= 0 {
+                1
+            } else if e == libc::EACCES {
+                0
+            } else {
+                3
+            });
         }
     }
     let mut status = 0;

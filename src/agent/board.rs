@@ -56,7 +56,8 @@ pub struct Boards {
 
 impl Boards {
     fn board(&mut self, board: u32) -> Result<&File, BoardError> {
-        if !self.by_id.contains_key(&board) {
+        use std::collections::btree_map::Entry;
+        if let Entry::Vacant(e) = self.by_id.entry(board) {
             let make = |source| BoardError::Make { board, source };
             let fd = nix::sys::memfd::memfd_create(
                 c"kfdq-edge-board",
@@ -68,7 +69,7 @@ impl Boards {
             // Read-only for its owner, nothing for others: no reopen for writing.
             f.set_permissions(std::os::unix::fs::PermissionsExt::from_mode(0o400))
                 .map_err(make)?;
-            self.by_id.insert(board, f);
+            e.insert(f);
         }
         Ok(&self.by_id[&board])
     }
@@ -148,7 +149,10 @@ mod tests {
         w.write_all_at(&1u32.to_ne_bytes(), slot_offset(2) as u64)
             .unwrap();
         assert!(b.is_busy(3, 2));
-        assert!(r.write_all_at(&0u32.to_ne_bytes(), slot_offset(2) as u64).is_err());
+        assert!(
+            r.write_all_at(&0u32.to_ne_bytes(), slot_offset(2) as u64)
+                .is_err()
+        );
         assert!(b.clear(3, 2).unwrap());
         assert!(!b.is_busy(3, 2));
         assert!(!b.clear(3, 2).unwrap());

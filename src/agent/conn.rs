@@ -184,8 +184,7 @@ impl Conn {
                 None => self.stream.write(&self.wbuf[..end]),
                 Some(fd) => {
                     let fds = [std::os::fd::AsFd::as_fd(fd)];
-                    let mut space =
-                        [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
+                    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
                     let mut control = SendAncillaryBuffer::new(&mut space);
                     control.push(SendAncillaryMessage::ScmRights(&fds));
                     sendmsg(

@@ -12,11 +12,11 @@
 //! * [`metrics`]: what a Prometheus scrape shows; `http`: the endpoint that serves it.
 #![forbid(unsafe_code)]
 
+mod board;
 pub mod config;
 mod config_toml;
 mod conn;
 pub mod discover;
-mod board;
 mod doorbell;
 mod http;
 pub mod identity;

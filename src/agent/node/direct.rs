@@ -119,7 +119,9 @@ impl NodeState {
             return;
         }
         let rank = |p: &Proc| self.cfg.policy.class(p.class()).map(|c| c.rank);
-        let busy: Vec<(Option<u8>, Option<(u32, u32)>, BTreeSet<GpuId>)> = self
+        // Each busy process: its class's rank, its slot, its partitions.
+        type Busy = (Option<u8>, Option<(u32, u32)>, BTreeSet<GpuId>);
+        let busy: Vec<Busy> = self
             .procs
             .values()
             .filter(|w| w.any_busy() && !w.stale)
@@ -321,9 +323,7 @@ fn wanted_watches(
     }
     match &p.why {
         Some(Why::Policy(Reason::RateLimited)) => return None,
-        Some(Why::Policy(
-            Reason::Free | Reason::HigherClassBusy(_) | Reason::Hysteresis(_),
-        )) => {}
+        Some(Why::Policy(Reason::Free | Reason::HigherClassBusy(_) | Reason::Hysteresis(_))) => {}
         _ => return none,
     }
     let Some(rule) = cfg.policy.class(p.class()) else {

@@ -45,8 +45,15 @@ fn connect(n: &mut NodeState, conn: u64, pid: Pid, class: &str, gpu: GpuId, t: I
         cgroup: String::new(),
         claim: crate::agent::identity::Claim::None,
     };
-    n.hello(conn, id, crate::proto::VERSION, Some(class.into()), pid, &mut out)
-        .unwrap();
+    n.hello(
+        conn,
+        id,
+        crate::proto::VERSION,
+        Some(class.into()),
+        pid,
+        &mut out,
+    )
+    .unwrap();
     let q = QueueInfo {
         queue_id: QueueId(1),
         gpu_id: gpu,
@@ -137,10 +144,18 @@ fn run_cmds(out: &[Out], conn: u64) -> usize {
 fn subscribed(t0: Instant) -> NodeState {
     let mut n = node(t0);
     let out = decide(&mut n, t0);
-    assert!(out.iter().any(|o| matches!(
-        o,
-        Out::ShimBoard { conn: 1, msg: AgentMsg::BoardWriter { board: 0, slot: 0 }, writable: true, .. }
-    )), "{out:#?}");
+    assert!(
+        out.iter().any(|o| matches!(
+            o,
+            Out::ShimBoard {
+                conn: 1,
+                msg: AgentMsg::BoardWriter { board: 0, slot: 0 },
+                writable: true,
+                ..
+            }
+        )),
+        "{out:#?}"
+    );
     let watches: Vec<_> = out
         .iter()
         .filter_map(|o| match o {
@@ -165,7 +180,11 @@ fn a_watch_applies_and_undoes_the_level_and_the_agent_sends_neither() {
     busy(&mut n, true, t1);
     let out = decide(&mut n, t1);
     assert_eq!(run_cmds(&out, 2), 0, "left to the watch: {out:#?}");
-    self_level(&mut n, Some(Level::Deactivate), t1 + Duration::from_micros(300));
+    self_level(
+        &mut n,
+        Some(Level::Deactivate),
+        t1 + Duration::from_micros(300),
+    );
     let st = n.status(t1 + Duration::from_millis(1));
     let lp = st.processes.iter().find(|p| p.pid == LP).unwrap();
     assert_ne!(lp.state, "running", "{lp:?}");
@@ -196,12 +215,21 @@ fn a_watch_that_does_not_report_in_time_gets_the_agents_preempt() {
     busy(&mut n, true, t1);
     assert_eq!(run_cmds(&decide(&mut n, t1), 2), 0);
     let due = n.deadline().unwrap();
-    assert!(due <= t1 + super::direct::SELF_GRACE, "decides again by the grace");
+    assert!(
+        due <= t1 + super::direct::SELF_GRACE,
+        "decides again by the grace"
+    );
     let out = decide(&mut n, t1 + super::direct::SELF_GRACE);
     assert!(
         out.iter().any(|o| matches!(
             o,
-            Out::Shim(2, AgentMsg::Preempt { level: Level::Deactivate, .. })
+            Out::Shim(
+                2,
+                AgentMsg::Preempt {
+                    level: Level::Deactivate,
+                    ..
+                }
+            )
         )),
         "{out:#?}"
     );
@@ -236,8 +264,11 @@ fn a_writer_that_goes_has_its_slot_cleared_and_the_watchers_told() {
 #[test]
 fn direct_edges_off_hands_out_no_board() {
     let t0 = Instant::now();
-    let cfg = AgentConfig::parse(&CONFIG.replace("direct_edges = true", "direct_edges = false"), None)
-        .unwrap();
+    let cfg = AgentConfig::parse(
+        &CONFIG.replace("direct_edges = true", "direct_edges = false"),
+        None,
+    )
+    .unwrap();
     let mut n = node(t0);
     let mut out = Vec::new();
     n.reload(cfg).unwrap();
@@ -251,9 +282,12 @@ fn direct_edges_off_hands_out_no_board() {
 
 #[test]
 fn direct_edges_without_edges_is_refused_with_the_fix() {
-    let e = AgentConfig::parse(&CONFIG.replace("[agent]\n", "[agent]\nedges = false\n"), None)
-        .unwrap_err()
-        .to_string();
+    let e = AgentConfig::parse(
+        &CONFIG.replace("[agent]\n", "[agent]\nedges = false\n"),
+        None,
+    )
+    .unwrap_err()
+    .to_string();
     assert!(e.contains("direct_edges = true needs edges = true"), "{e}");
 }
 
@@ -277,7 +311,13 @@ fn an_edge_the_watch_cannot_see_gets_the_agents_preempt_at_once() {
     assert!(
         out.iter().any(|o| matches!(
             o,
-            Out::Shim(2, AgentMsg::Preempt { level: Level::Deactivate, .. })
+            Out::Shim(
+                2,
+                AgentMsg::Preempt {
+                    level: Level::Deactivate,
+                    ..
+                }
+            )
         )),
         "{out:#?}"
     );

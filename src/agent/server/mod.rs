@@ -15,10 +15,10 @@ use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use nix::sys::signal::{SigSet, Signal};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
 
+use super::board::Boards;
 use super::config::AgentConfig;
 use super::conn::{Conn, ConnId};
 use super::discover::{self, Found};
-use super::board::Boards;
 use super::doorbell::Doorbells;
 use super::http::Endpoint;
 use super::identity::Identity;
