@@ -23,6 +23,7 @@ use kfdq::{Pid, QueueId};
 
 use crate::commands::handle;
 use crate::guard::guarded;
+use crate::lease::Lease;
 use crate::levels::fail_open;
 use crate::log::Repeat;
 use crate::registry_file::{EXITING, publish_file};
@@ -513,79 +514,6 @@ fn session(stream: UnixStream, last_published: &mut u64, watch: &mut UnclaimedWa
         publish_file(last_published);
         crate::chain::flush();
     }
-}
-
-/// The lease of this process's preemptions: every preempt command starts it and every
-/// `AgentMsg::Renew` extends it; when it runs out while anything is preempted, the shim
-/// releases everything on its own — the agent hung — and says so once (log, registry
-/// warning, the registry's `lease_expiries`).
-struct Lease {
-    length: Option<Duration>,
-    until: Option<Instant>,
-}
-
-impl Lease {
-    fn new(length: Option<Duration>) -> Lease {
-        Lease {
-            length,
-            until: None,
-        }
-    }
-
-    /// A message from the agent: a preempt starts the lease, a renewal extends it.
-    fn heard(&mut self, msg: &AgentMsg, now: Instant) {
-        if matches!(
-            msg,
-            AgentMsg::Preempt { .. } | AgentMsg::Renew {} | AgentMsg::Watch { .. }
-        ) {
-            self.until = self.length.map(|l| now + l);
-            if let Some(u) = self.until {
-                crate::watch::renew(u);
-            }
-        }
-    }
-
-    /// How long the control thread may sleep: `period`, or less when the lease runs out first.
-    fn bound(&self, period: Duration, now: Instant) -> Duration {
-        match self.until {
-            Some(u) => period.min(u.saturating_duration_since(now)),
-            None => period,
-        }
-    }
-
-    /// Releases everything if the lease ran out with anything preempted.
-    fn check(&mut self, now: Instant) {
-        let Some(until) = self.until else { return };
-        if now < until {
-            return;
-        }
-        self.until = None;
-        let mut st = STATE.lock();
-        if !preempted_anything(&st) {
-            return;
-        }
-        let errors = fail_open(&mut st);
-        st.lease_expiries += 1;
-        st.report(format!(
-            "{LEASE_WARNING}: the agent did not renew this process's preemption within {} ms (hung, stopped or \
-             overloaded); it runs uncontrolled until the agent preempts it again (check kfdqd: systemctl status kfdqd)",
-            self.length.map_or(0, |l| l.as_millis())
-        ));
-        st.changed();
-        drop(st);
-        STATE.notify_all();
-        for e in errors {
-            crate::log::warn_always(&format!("{LEASE_WARNING}; releasing: {e}"));
-        }
-    }
-}
-
-/// The start of the warning a lease that ran out leaves.
-pub const LEASE_WARNING: &str = "lease expired, released on its own";
-
-/// Anything held, deactivated or suspended in this process.
-fn preempted_anything(st: &State) -> bool {
-    st.held_count() > 0 || st.hold_new || st.queues().iter().any(|q| q.deactivated || q.suspended)
 }
 
 fn poll_readable(fd: i32, wake: Option<i32>, timeout: Duration) -> bool {

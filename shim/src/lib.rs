@@ -33,8 +33,8 @@
 //!    window, fail open), `watch` (direct edges: the watches of edge boards, which apply
 //!    level 2 themselves), and `registry_file` (the registry published for `kfdq ps`).
 //! 4. `guard`: panics never unwind into C; a panic stops control (fail open).
-//! 5. `commands` (an agent message answered), then `control` (the control thread: agent session,
-//!    activity sampling).
+//! 5. `commands` (an agent message answered), `lease` (the preemptions' lease), then `control`
+//!    (the control thread: agent session, activity sampling).
 //! 6. `init`: lazy initialisation, fork and exit.
 //! 7. `real` (the real HIP functions), `window` (the in-flight window's wait), `launch`
 //!    (fast/slow path, attribution, level-1 gate), `hook` (ioctl observer).
@@ -66,6 +66,7 @@ mod index_reads;
 mod init;
 mod kfd_fd;
 mod launch;
+mod lease;
 mod levels;
 mod libc_dlsym;
 mod libc_ioctl;
