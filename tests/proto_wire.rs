@@ -205,10 +205,11 @@ fn direct_edges_messages_are_pinned() {
             board: 0,
             slots: vec![3, 4],
             level: Level::Deactivate,
+            grace_period: 0,
             release: kfdq::proto::WatchRelease::Hysteresis { hold_ns: 20000000 },
             min_interval_ns: 1000000,
         },
-        r#"{"type":"watch","board":0,"slots":[3,4],"level":"deactivate","release":{"rule":"hysteresis","hold_ns":20000000},"min_interval_ns":1000000}"#,
+        r#"{"type":"watch","board":0,"slots":[3,4],"level":"deactivate","grace_period":0,"release":{"rule":"hysteresis","hold_ns":20000000},"min_interval_ns":1000000}"#,
     );
     check(
         &AgentMsg::Unwatch { board: 0 },

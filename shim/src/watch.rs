@@ -7,8 +7,9 @@
 //! (`ShimMsg::SelfLevel`, through the control thread).
 //!
 //! A watch ends with the session, with `AgentMsg::Unwatch`, and while the lease is out (the
-//! agent renews it with its messages): then what it applied is undone. Only level 2 is
-//! watched; a watch at another level is ignored (the agent's commands apply it).
+//! agent renews it with its messages): then what it applied is undone. Levels 2 and 3 are
+//! watched (level 3: the code of the agent's level-3 `Preempt`, `levels::suspend`, with the
+//! class's grace period); a watch at level 1 is ignored (the agent's commands apply it).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Mutex;
@@ -19,7 +20,7 @@ use kfdq::policy::release::{CostRelease, Edges};
 use kfdq::proto::{AgentMsg, Level, ShimMsg, Target, WatchRelease};
 
 use crate::board_map::{BoardMap, wait, wake};
-use crate::levels::{activate, deactivate};
+use crate::levels::{activate, deactivate, resume, suspend};
 use crate::state::STATE;
 use crate::targets::queues_of;
 
@@ -27,6 +28,8 @@ use crate::targets::queues_of;
 #[derive(Debug, Clone)]
 struct Spec {
     slots: Vec<u32>,
+    level: Level,
+    grace_period: u32,
     release: WatchRelease,
     min_interval: Duration,
 }
@@ -38,8 +41,8 @@ struct Shared {
     threads: BTreeSet<u32>,
     /// Boards whose watch wants the level now.
     wanting: BTreeSet<u32>,
-    /// The level is applied by the watches.
-    applied: bool,
+    /// The level the watches applied.
+    applied: Option<Level>,
     last_change: Option<Instant>,
     outbox: Vec<ShimMsg>,
 }
@@ -49,7 +52,7 @@ static SHARED: Mutex<Shared> = Mutex::new(Shared {
     maps: BTreeMap::new(),
     threads: BTreeSet::new(),
     wanting: BTreeSet::new(),
-    applied: false,
+    applied: None,
     last_change: None,
     outbox: Vec::new(),
 });
@@ -116,6 +119,7 @@ pub fn handle(msg: AgentMsg, lease: Option<Duration>) {
             board,
             slots,
             level,
+            grace_period,
             release,
             min_interval_ns,
         } => {
@@ -123,7 +127,7 @@ pub fn handle(msg: AgentMsg, lease: Option<Duration>) {
             if let Some(l) = lease {
                 renew(Instant::now() + l);
             }
-            if level != Level::Deactivate {
+            if !matches!(level, Level::Deactivate | Level::Suspend) {
                 crate::log::debug(|| {
                     format!(
                         "edge board {board}: a watch at {level:?} is not done here; the agent's commands apply it"
@@ -155,6 +159,8 @@ pub fn handle(msg: AgentMsg, lease: Option<Duration>) {
                 board,
                 Spec {
                     slots,
+                    level,
+                    grace_period,
                     release,
                     min_interval: Duration::from_nanos(min_interval_ns),
                 },
@@ -195,7 +201,7 @@ pub fn end_session() {
     let mut sh = shared();
     sh.specs.clear();
     sh.wanting.clear();
-    sh.applied = false;
+    sh.applied = None;
     sh.outbox.clear();
     for m in sh.maps.values() {
         wake(m.seq());
@@ -295,8 +301,16 @@ fn settle(board: u32, want: bool, woke_us: Option<u64>) -> Option<Duration> {
         sh.wanting.remove(&board);
     }
     let now = Instant::now();
-    let should = !sh.wanting.is_empty() && leased(now);
-    if should == sh.applied {
+    // The level to be in: the watches' (their class's) while one wants it and the lease holds.
+    let level = sh
+        .specs
+        .values()
+        .map(|s| (s.level, s.grace_period))
+        .max_by_key(|(l, _)| *l as u8);
+    let should = (!sh.wanting.is_empty() && leased(now))
+        .then_some(level)
+        .flatten();
+    if should.map(|(l, _)| l) == sh.applied {
         return None;
     }
     let interval = sh
@@ -310,30 +324,38 @@ fn settle(board: u32, want: bool, woke_us: Option<u64>) -> Option<Duration> {
     {
         return Some(t + interval - now);
     }
-    if should {
+    if should.is_some() {
         if let Some(t) = woke_us {
             crate::chain::mark_at(kfdq::chain::Stage::CmdRecv, t);
         }
         crate::chain::preempt_started();
     }
+    let undo = sh.applied;
     let r = {
         let mut st = STATE.lock();
         let r = queues_of(&st, &Target::All).and_then(|q| {
-            if should {
-                deactivate(&mut st, &q)
-            } else {
-                activate(&mut st, &q)
+            // What was applied is undone first (a level changed: its class's was reloaded).
+            let undone = match undo {
+                Some(Level::Suspend) => resume(&mut st, &q),
+                Some(_) => activate(&mut st, &q),
+                None => Ok(String::new()),
+            };
+            match should {
+                Some((Level::Suspend, grace)) => undone.and_then(|_| suspend(&mut st, &q, grace)),
+                Some(_) => undone.and_then(|_| deactivate(&mut st, &q)),
+                None => undone,
             }
         });
         drop(st);
         STATE.notify_all();
         r
     };
-    if should {
+    if should.is_some() {
         crate::chain::preempt_done();
         crate::chain::mark(kfdq::chain::Stage::AckSent);
     }
     sh.last_change = Some(now);
+    let should = should.map(|(l, _)| l);
     let (ok, detail) = match r {
         Ok(d) => {
             sh.applied = should;
@@ -341,13 +363,13 @@ fn settle(board: u32, want: bool, woke_us: Option<u64>) -> Option<Duration> {
         }
         Err(e) => {
             // Not applied (or not undone: the shim's release retries own it).
-            sh.applied = false;
+            sh.applied = None;
             (false, e.to_string())
         }
     };
     sh.outbox.push(ShimMsg::SelfLevel {
         board,
-        level: should.then_some(Level::Deactivate),
+        level: should,
         ok,
         detail,
     });

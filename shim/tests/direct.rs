@@ -20,7 +20,12 @@ const SLOW_SAMPLING_US: &str = "100000";
 
 /// Two classes (latency over batch at level 2) with direct edges on.
 fn direct_config() -> String {
-    two_classes("deactivate").replacen("[agent]\n", "[agent]\ndirect_edges = true\n", 1)
+    direct_config_at("deactivate")
+}
+
+/// Two classes (latency over batch at `level`) with direct edges on.
+fn direct_config_at(level: &str) -> String {
+    two_classes(level).replacen("[agent]\n", "[agent]\ndirect_edges = true\n", 1)
 }
 
 /// A batch flood (one stream) under the real agent; returns it with its queue id.
@@ -49,8 +54,19 @@ fn wait_subscribed(agent: &Agent, n: u64) {
 #[test]
 #[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn the_batch_job_deactivates_itself_on_the_latency_launch() {
+    preempts_itself("deactivate");
+}
+
+#[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
+fn the_batch_job_suspends_itself_on_the_latency_launch() {
+    preempts_itself("suspend");
+}
+
+/// Three latency requests; the batch job, at `level`, preempts and releases itself for each.
+fn preempts_itself(level: &str) {
     let emu = mount();
-    let agent = Agent::start(&emu, &direct_config());
+    let agent = Agent::start(&emu, &direct_config_at(level));
     let (lp, q) = flood(&emu, &agent, "batch");
     // Three requests of one 40 ms dispatch, 300 ms apart, sampled every 100 ms.
     let mut hp = Launch::new(programs().get("latency"))
@@ -63,7 +79,8 @@ fn the_batch_job_deactivates_itself_on_the_latency_launch() {
     agent.wait_connected(hp.pid, 1);
     wait_subscribed(&agent, 1);
     // (Its start-up work may have preempted the batch job already.)
-    wait_for("the batch queue active", || emu.queue(lp.pid, q).active);
+    let runs = |q: QueueStats| q.active && !q.suspended;
+    wait_for("the batch queue runnable", || runs(emu.queue(lp.pid, q)));
     let before = agent.status().counters;
     hp.release("ready");
     hp.wait_line("latency ");
@@ -87,8 +104,8 @@ fn the_batch_job_deactivates_itself_on_the_latency_launch() {
     );
     let lp_class = st.classes.iter().find(|c| c.name == "batch").unwrap();
     assert!(lp_class.preempted_s > 0.0, "{lp_class:?}");
-    wait_for("the batch queue active after the last request", || {
-        emu.queue(lp.pid, q).active
+    wait_for("the batch queue runnable after the last request", || {
+        runs(emu.queue(lp.pid, q))
     });
     agent.wait("the batch job running in the agent's view", |s| {
         s.processes

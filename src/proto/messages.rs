@@ -294,6 +294,9 @@ pub enum AgentMsg {
         slots: Vec<u32>,
         /// The level its class is preempted at.
         level: Level,
+        /// Level 3 grace period in units of 1K GPU clocks (as [`AgentMsg::Preempt`]'s).
+        #[serde(default)]
+        grace_period: u32,
         /// When to release once every watched slot is idle.
         release: WatchRelease,
         /// Least time between two changes of its level (the policy's

@@ -5,12 +5,12 @@
 //!   its class's board and a writable descriptor ([`AgentMsg::BoardWriter`]); it keeps the slot
 //!   until it goes. When it goes, or its busy reports go stale (stopped while busy), the agent
 //!   clears its slot and tells the watchers of the board to look again.
-//! * **Watchers**: after each full decision, a process whose class is preempted at level 2
+//! * **Watchers**: after each full decision, a process whose class is preempted at level 2 or 3
 //!   watches, read-only, the board of each class that preempts it, for the slots of that
 //!   class's writers on its partitions ([`AgentMsg::Watch`], with the policy's release rule
 //!   and minimum interval) — unless the policy would not preempt it on an edge now (a
 //!   starvation or residency guard, a manual preemption, a failed level): then it is told to
-//!   stop ([`AgentMsg::Unwatch`]). Other levels keep the agent's commands.
+//!   stop ([`AgentMsg::Unwatch`]). The same at level 3; level 1 keeps the agent's commands.
 //! * **The agent's view**: a watcher reports what it applied ([`ShimMsg::SelfLevel`]); the
 //!   reconcile step sends no preempt a watch is about to apply (unless none came within
 //!   [`SELF_GRACE`]) and no release of a level a watch applied ([`self_handles`]).
@@ -38,8 +38,18 @@ use crate::proto::{AgentMsg, Level, WatchRelease};
 /// less than a stopped writer does.
 pub(super) const SELF_GRACE: Duration = Duration::from_millis(50);
 
-/// The levels a watch applies (level 2 only, for now; others keep the agent's commands).
-const WATCH_LEVEL: Level = Level::Deactivate;
+/// Whether a watch applies `level` (levels 2 and 3; level 1 keeps the agent's commands).
+fn watched(level: Level) -> bool {
+    matches!(level, Level::Deactivate | Level::Suspend)
+}
+
+/// The level `p`'s watches apply (all of them its class's).
+fn watch_level(p: &Proc) -> Option<Level> {
+    p.watches.values().find_map(|m| match m {
+        AgentMsg::Watch { level, .. } => Some(*level),
+        _ => None,
+    })
+}
 
 /// The boards: one per class that preempts others, numbered on first use (stable across
 /// reloads), and the slots in use on each.
@@ -81,7 +91,7 @@ pub(super) fn self_handles(
     now: Instant,
 ) -> Option<Option<Instant>> {
     match (p.applied, want) {
-        (Run::Running, Run::Preempted(l)) if l == WATCH_LEVEL && !p.watches.is_empty() => {
+        (Run::Running, Run::Preempted(l)) if Some(l) == watch_level(p) => {
             match why {
                 Why::Policy(Reason::HigherClassBusy(_)) if p.watch_covers => {
                     let since = *p.awaiting_self.get_or_insert(now);
@@ -103,7 +113,7 @@ pub(super) fn self_handles(
             }
         }
         // Its watch undoes what it applied (by the release rule, or when told to stop).
-        (Run::Preempted(l), Run::Running) if l == WATCH_LEVEL && p.self_applied => Some(None),
+        (Run::Preempted(l), Run::Running) if watched(l) && p.self_applied => Some(None),
         _ => {
             p.awaiting_self = None;
             None
@@ -329,9 +339,9 @@ fn wanted_watches(
     let Some(rule) = cfg.policy.class(p.class()) else {
         return none;
     };
-    if rule.level != Some(WATCH_LEVEL) {
+    let Some(level) = rule.level.filter(|l| watched(*l)) else {
         return none;
-    }
+    };
     let mine = partitions(p);
     let first = p.first_gpu();
     let queues = p
@@ -347,7 +357,7 @@ fn wanted_watches(
         Release::Cost(c) => WatchRelease::Cost {
             round_trip_ns: c
                 .round_trip_ns
-                .saturating_mul(u64::from(preempt_cost(Run::Preempted(WATCH_LEVEL), queues))),
+                .saturating_mul(u64::from(preempt_cost(Run::Preempted(level), queues))),
             k: c.k,
             epsilon: c.epsilon,
             max_hold_ns: c.max_hold_ns,
@@ -373,7 +383,8 @@ fn wanted_watches(
             AgentMsg::Watch {
                 board,
                 slots,
-                level: WATCH_LEVEL,
+                level,
+                grace_period: cfg.grace_period,
                 release: release.clone(),
                 min_interval_ns: cfg.policy.min_preempt_interval_ns,
             },

@@ -310,6 +310,9 @@ pub enum Phase {
     Level3Sampled,
     /// Level 3: the batch job's queues suspended (debugger API; busy edges, the release rule).
     Level3,
+    /// Level 3 with direct edges (`direct_edges = true`): the batch job suspends itself on the
+    /// latency launch's board edge. Not in the default phases.
+    Level3Direct,
 }
 
 /// A preemption level as `kfdq suspend --level` takes it.

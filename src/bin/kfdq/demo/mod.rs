@@ -47,6 +47,7 @@ impl Phase {
             Phase::Level2Direct => "HP+LP level 2, direct edges",
             Phase::Level3Sampled => "HP+LP level 3, sampled (old)",
             Phase::Level3 => "HP+LP level 3 (suspend)",
+            Phase::Level3Direct => "HP+LP level 3, direct edges",
         }
     }
 
@@ -67,7 +68,9 @@ impl Phase {
             Phase::Level2 | Phase::Level2Sampled | Phase::Level2Direct => {
                 Some(Some(Level::Deactivate))
             }
-            Phase::Level3 | Phase::Level3Sampled => Some(Some(Level::Suspend)),
+            Phase::Level3 | Phase::Level3Sampled | Phase::Level3Direct => {
+                Some(Some(Level::Suspend))
+            }
         }
     }
 
@@ -78,7 +81,7 @@ impl Phase {
 
     /// The agent with direct edges on.
     fn direct(self) -> bool {
-        self == Phase::Level2Direct
+        matches!(self, Phase::Level2Direct | Phase::Level3Direct)
     }
 
     fn classes(self) -> bool {
