@@ -91,7 +91,7 @@ pub struct AgentConfig {
     pub edges: bool,
     /// Direct edges (`[agent] direct_edges`, default off): the launch that makes a process of
     /// a preempting class busy publishes the edge on an edge board (`crate::proto::board`) and
-    /// the level-2 processes it preempts, subscribed by the agent, deactivate themselves
+    /// the level-2/3 processes it preempts, subscribed by the agent, preempt themselves
     /// without the agent's hop (docs/agent.md, "Direct edges"). Needs `edges`.
     pub direct_edges: bool,
     /// Every preemption's lease (`[agent] lease_ms`): a shim the agent stops renewing releases

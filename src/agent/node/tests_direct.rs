@@ -330,3 +330,27 @@ fn an_edge_the_watch_cannot_see_gets_the_agents_preempt_at_once() {
         "{out:#?}"
     );
 }
+
+#[test]
+fn a_level_3_class_watches_at_level_3_and_a_level_1_class_not_at_all() {
+    let t0 = Instant::now();
+    let watch_level = |level: &str| {
+        let cfg = AgentConfig::parse(
+            &CONFIG.replace("\"deactivate\"", &format!("\"{level}\"")),
+            None,
+        )
+        .unwrap();
+        let mut n = node(t0);
+        n.reload(cfg).unwrap();
+        decide(&mut n, t0).into_iter().find_map(|o| match o {
+            Out::ShimBoard {
+                conn: 2,
+                msg: AgentMsg::Watch { level, .. },
+                ..
+            } => Some(level),
+            _ => None,
+        })
+    };
+    assert_eq!(watch_level("suspend"), Some(Level::Suspend));
+    assert_eq!(watch_level("hold"), None);
+}
