@@ -15,7 +15,8 @@ thread_local! {
     static IN_PREEMPT: Cell<bool> = const { Cell::new(false) };
 }
 
-/// On the control thread, once: opens the file the configuration names.
+/// On the control thread, once (and on each watch thread, `watch.rs`, which records its own
+/// preempts): opens the file the configuration names.
 pub fn start() {
     let Some(path) = crate::config::config().chain_trace.as_deref() else {
         return;

@@ -45,6 +45,11 @@ pub fn handle(msg: AgentMsg) -> Vec<ShimMsg> {
         }
         // The control thread (control.rs) reports every queue's state after it.
         AgentMsg::Rang {} => vec![],
+        // The control thread hands these to `watch.rs` (they need no registry lock).
+        AgentMsg::BoardWriter { .. }
+        | AgentMsg::Watch { .. }
+        | AgentMsg::Unwatch { .. }
+        | AgentMsg::BoardChanged {} => vec![],
         AgentMsg::Refused { reason } => {
             crate::log::warn_always(&format!("the agent refused this process: {reason}"));
             vec![]

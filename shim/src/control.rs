@@ -23,6 +23,7 @@ use kfdq::{Pid, QueueId};
 
 use crate::commands::handle;
 use crate::guard::guarded;
+use crate::lease::Lease;
 use crate::levels::fail_open;
 use crate::log::Repeat;
 use crate::registry_file::{EXITING, publish_file};
@@ -270,6 +271,7 @@ enum Broken {
 }
 
 fn release_everything(why: &str) {
+    crate::watch::end_session();
     let mut st = STATE.lock();
     let errors = fail_open(&mut st);
     // Edges are reported to an agent only.
@@ -326,7 +328,8 @@ fn session(stream: UnixStream, last_published: &mut u64, watch: &mut UnclaimedWa
     }
     let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
     let fd = stream.as_raw_fd();
-    let mut reader = LineReader::new(BufReader::new(stream));
+    // recvmsg: the edge boards' descriptors come with the agent's lines (fd_stream.rs).
+    let mut reader = LineReader::new(BufReader::new(crate::fd_stream::FdStream(stream)));
     let welcome_lease = match reader.next::<AgentMsg>() {
         Ok(AgentMsg::Welcome { lease_ms, .. }) => {
             lease_ms.map(|ms| Duration::from_millis(ms.into()))
@@ -339,7 +342,7 @@ fn session(stream: UnixStream, last_published: &mut u64, watch: &mut UnclaimedWa
         Err(DecodeError::Closed) => return End::BeforeWelcome(NoWelcome::Closed),
         Err(e) => return End::BeforeWelcome(NoWelcome::Unreadable(e)),
     };
-    let _ = reader.get_ref().get_ref().set_read_timeout(None);
+    let _ = reader.get_ref().get_ref().0.set_read_timeout(None);
     crate::log::debug(|| {
         format!(
             "connected to the agent at {}",
@@ -381,7 +384,11 @@ fn session(stream: UnixStream, last_published: &mut u64, watch: &mut UnclaimedWa
             .wait(now)
             .map_or(timeout, |w| w.min(timeout));
         let readable = !reader.get_ref().buffer().is_empty()
-            || poll_readable(fd, wake.filter(|_| edges), timeout);
+            || poll_readable(
+                fd,
+                wake.filter(|_| edges || crate::watch::active()),
+                timeout,
+            );
         let mut woke_us = crate::chain::on().then(kfdq::chain::now_us);
         if let Some(w) = wake {
             crate::edges::drain(w);
@@ -404,6 +411,16 @@ fn session(stream: UnixStream, last_published: &mut u64, watch: &mut UnclaimedWa
                         crate::chain::mark(Stage::CmdRecv);
                     }
                     lease.heard(&msg, Instant::now());
+                    if matches!(
+                        msg,
+                        AgentMsg::BoardWriter { .. }
+                            | AgentMsg::Watch { .. }
+                            | AgentMsg::Unwatch { .. }
+                            | AgentMsg::BoardChanged {}
+                    ) {
+                        crate::watch::handle(msg, lease.length);
+                        continue;
+                    }
                     // The command's fd duplicate is closed after its acknowledgement went out.
                     let _closes = crate::kfd_fd::defer_closes();
                     let replies = guarded(|| handle(msg)).unwrap_or_default();
@@ -424,20 +441,28 @@ fn session(stream: UnixStream, last_published: &mut u64, watch: &mut UnclaimedWa
                 Err(e) => return End::Error(Broken::Protocol(e)),
             }
         }
+        for m in crate::watch::take_outbox() {
+            if let Err(e) = send(&mut w, &m) {
+                return End::Error(e);
+            }
+        }
         lease.check(Instant::now());
         retry_releases();
         let (mut edges_seen, busy) = sample_activity(watch);
         if edges {
             if !busy.is_empty() {
                 crate::edges::arm();
+                crate::edges::board_busy();
             } else if crate::edges::armed() {
                 // Every queue idle: the next launch wakes this thread again. One more sample
                 // catches a launch that saw the report still outstanding (edges.rs).
+                crate::edges::board_idle();
                 crate::edges::disarm();
                 let (again, busy) = sample_activity(watch);
                 edges_seen.extend(again);
                 if !busy.is_empty() {
                     crate::edges::arm();
+                    crate::edges::board_busy();
                 }
             }
         }
@@ -489,73 +514,6 @@ fn session(stream: UnixStream, last_published: &mut u64, watch: &mut UnclaimedWa
         publish_file(last_published);
         crate::chain::flush();
     }
-}
-
-/// The lease of this process's preemptions: every preempt command starts it and every
-/// `AgentMsg::Renew` extends it; when it runs out while anything is preempted, the shim
-/// releases everything on its own — the agent hung — and says so once (log, registry
-/// warning, the registry's `lease_expiries`).
-struct Lease {
-    length: Option<Duration>,
-    until: Option<Instant>,
-}
-
-impl Lease {
-    fn new(length: Option<Duration>) -> Lease {
-        Lease {
-            length,
-            until: None,
-        }
-    }
-
-    /// A message from the agent: a preempt starts the lease, a renewal extends it.
-    fn heard(&mut self, msg: &AgentMsg, now: Instant) {
-        if matches!(msg, AgentMsg::Preempt { .. } | AgentMsg::Renew {}) {
-            self.until = self.length.map(|l| now + l);
-        }
-    }
-
-    /// How long the control thread may sleep: `period`, or less when the lease runs out first.
-    fn bound(&self, period: Duration, now: Instant) -> Duration {
-        match self.until {
-            Some(u) => period.min(u.saturating_duration_since(now)),
-            None => period,
-        }
-    }
-
-    /// Releases everything if the lease ran out with anything preempted.
-    fn check(&mut self, now: Instant) {
-        let Some(until) = self.until else { return };
-        if now < until {
-            return;
-        }
-        self.until = None;
-        let mut st = STATE.lock();
-        if !preempted_anything(&st) {
-            return;
-        }
-        let errors = fail_open(&mut st);
-        st.lease_expiries += 1;
-        st.report(format!(
-            "{LEASE_WARNING}: the agent did not renew this process's preemption within {} ms (hung, stopped or \
-             overloaded); it runs uncontrolled until the agent preempts it again (check kfdqd: systemctl status kfdqd)",
-            self.length.map_or(0, |l| l.as_millis())
-        ));
-        st.changed();
-        drop(st);
-        STATE.notify_all();
-        for e in errors {
-            crate::log::warn_always(&format!("{LEASE_WARNING}; releasing: {e}"));
-        }
-    }
-}
-
-/// The start of the warning a lease that ran out leaves.
-pub const LEASE_WARNING: &str = "lease expired, released on its own";
-
-/// Anything held, deactivated or suspended in this process.
-fn preempted_anything(st: &State) -> bool {
-    st.held_count() > 0 || st.hold_new || st.queues().iter().any(|q| q.deactivated || q.suspended)
 }
 
 fn poll_readable(fd: i32, wake: Option<i32>, timeout: Duration) -> bool {

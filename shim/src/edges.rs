@@ -21,10 +21,19 @@
 //! every queue after the ring, so an idle edge the agent read before the ring (the two
 //! sockets are not ordered against each other) is said again after it. If the send fails
 //! otherwise (the agent's end closed), the launch falls back to the eventfd.
+//!
+//! With direct edges (`AgentMsg::BoardWriter`, docs/shim.md "Direct edges"), the launch adds
+//! one to the process's slot on its class's edge board (odd: busy), adds one to the board's
+//! counter and wakes its waiters (`FUTEX_WAKE`: still one system call): the watchers of the
+//! board (the processes it preempts) and this process's relay thread, which rings the doorbell
+//! for the launch (the agent keeps hearing every busy edge, off the watchers' path). The control
+//! thread sets the slot idle when every queue is, before it clears [`ARMED`], and busy again
+//! when a sample finds a queue busy and the slot idle (the agent clears the slot of a process
+//! whose reports went stale).
 
 use std::io::IoSlice;
 use std::os::fd::{AsRawFd, IntoRawFd, OwnedFd};
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU32, AtomicU64, Ordering};
 
 use nix::sys::socket::{
     AddressFamily, ControlMessage, MsgFlags, SockFlag, SockType, sendmsg, socketpair,
@@ -58,9 +67,114 @@ pub fn launched() {
     }
 }
 
+/// Direct edges: this process's slot on its class's board, and the board's counter (null:
+/// none; the counter is stored before the slot, and both point into a mapping never unmapped).
+static SLOT: AtomicPtr<AtomicU32> = AtomicPtr::new(std::ptr::null_mut());
+static SEQ: AtomicPtr<AtomicU32> = AtomicPtr::new(std::ptr::null_mut());
+
 #[cold]
 #[inline(never)]
 fn wake() {
+    if let Some((slot, seq)) = board() {
+        if CHAIN.load(Ordering::Relaxed) {
+            RUNG_AT_US.store(kfdq::chain::now_us(), Ordering::Relaxed);
+        }
+        raise(slot, seq);
+        return;
+    }
+    ring();
+}
+
+/// The slot and the counter, when the process writes a board.
+fn board() -> Option<(&'static AtomicU32, &'static AtomicU32)> {
+    let slot = SLOT.load(Ordering::Acquire);
+    if slot.is_null() {
+        return None;
+    }
+    let seq = SEQ.load(Ordering::Acquire);
+    // SAFETY: both were stored from `BoardMap` words (SEQ first, with Release; read here after
+    // SLOT with Acquire, so non-null), in a mapping that is never unmapped.
+    Some(unsafe { (&*slot, &*seq) })
+}
+
+/// Sets the slot busy (odd) if it is idle, and wakes the board's waiters.
+fn raise(slot: &AtomicU32, seq: &AtomicU32) {
+    let c = slot.load(Ordering::SeqCst);
+    if kfdq::proto::board::busy(c)
+        || slot
+            .compare_exchange(c, c.wrapping_add(1), Ordering::SeqCst, Ordering::SeqCst)
+            .is_err()
+    {
+        return;
+    }
+    seq.fetch_add(1, Ordering::SeqCst);
+    crate::board_map::wake(seq);
+}
+
+/// The control thread: every queue idle; the slot says so (before [`disarm`]).
+pub fn board_idle() {
+    let Some((slot, seq)) = board() else { return };
+    let c = slot.load(Ordering::SeqCst);
+    if !kfdq::proto::board::busy(c)
+        || slot
+            .compare_exchange(c, c.wrapping_add(1), Ordering::SeqCst, Ordering::SeqCst)
+            .is_err()
+    {
+        return;
+    }
+    seq.fetch_add(1, Ordering::SeqCst);
+    crate::board_map::wake(seq);
+}
+
+/// The control thread: a queue is busy; the slot says so (the agent may have cleared it).
+pub fn board_busy() {
+    if let Some((slot, seq)) = board() {
+        raise(slot, seq);
+    }
+}
+
+/// `AgentMsg::BoardWriter`: launches write `slot` of `map` from now on; the relay thread rings
+/// the doorbell for them.
+pub fn set_writer(map: crate::board_map::BoardMap, slot: u32) -> bool {
+    let Some(s) = map.slot(slot) else {
+        return false;
+    };
+    SEQ.store(std::ptr::from_ref(map.seq()).cast_mut(), Ordering::Release);
+    SLOT.store(std::ptr::from_ref(s).cast_mut(), Ordering::Release);
+    start_relay();
+    true
+}
+
+static RELAY: AtomicBool = AtomicBool::new(false);
+
+/// The relay thread (once per process): rings the doorbell when the slot goes busy, so that
+/// the agent hears the edge the launch published on the board.
+fn start_relay() {
+    if RELAY.swap(true, Ordering::AcqRel) {
+        return;
+    }
+    let _ = std::thread::Builder::new()
+        .name("kfdq-shim-relay".into())
+        .spawn(|| {
+            let mut rung = None;
+            loop {
+                let Some((slot, seq)) = board() else {
+                    std::thread::sleep(std::time::Duration::from_millis(100));
+                    continue;
+                };
+                let s = seq.load(Ordering::SeqCst);
+                let c = slot.load(Ordering::SeqCst);
+                if kfdq::proto::board::busy(c) && rung != Some(c) {
+                    rung = Some(c);
+                    ring();
+                }
+                crate::board_map::wait(seq, s, Some(std::time::Duration::from_secs(1)));
+            }
+        });
+}
+
+/// Rings the doorbell (or wakes the control thread without one).
+fn ring() {
     let bell = BELL.load(Ordering::Acquire);
     if bell >= 0 {
         if CHAIN.load(Ordering::Relaxed) {
@@ -148,6 +262,8 @@ pub fn taken() {
 
 /// The session ended: launches wake the control thread again (the next session offers anew).
 pub fn session_ended() {
+    board_idle();
+    SLOT.store(std::ptr::null_mut(), Ordering::Release);
     BELL.store(-1, Ordering::Release);
 }
 
@@ -165,6 +281,15 @@ pub fn wake_fd() -> Option<i32> {
     }
     WAKE.store(fd, Ordering::Release);
     Some(fd)
+}
+
+/// Wakes the control thread (a watch has a report for the agent).
+pub fn poke_control() {
+    let Some(fd) = wake_fd() else { return };
+    let one: u64 = 1;
+    // SAFETY: `fd` is the control thread's eventfd (never closed); 8 readable bytes on the
+    // stack. An error (the counter full) leaves a wake-up pending anyway.
+    let _ = unsafe { libc::write(fd, (&raw const one).cast(), 8) };
 }
 
 /// Empties the eventfd after a wake-up.
@@ -201,6 +326,9 @@ pub fn reset_after_fork() {
     }
     ARMED.store(false, Ordering::Relaxed);
     BELL.store(-1, Ordering::Relaxed);
+    // The parent's slot is the parent's (the relay thread is not the child's either).
+    SLOT.store(std::ptr::null_mut(), Ordering::Relaxed);
+    RELAY.store(false, Ordering::Relaxed);
     let bell = BELL_FD.swap(-1, Ordering::Relaxed);
     if bell >= 0 {
         // SAFETY: the child's copy of the parent's doorbell, which nothing in the child uses

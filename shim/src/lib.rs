@@ -24,15 +24,17 @@
 //!    without the lock, and the generation rule that makes it sound), `self_mem` (reading our
 //!    own memory without faulting on what is no longer mapped), `bypass` (the shim's own ioctls pass the
 //!    hook), `libc_ioctl` (libc's `ioctl`, `forward`), `context` (a thread's stream context),
-//!    `edges` (the launch's busy-edge wake-up), `chain` (the control thread's reaction-chain
-//!    timestamps).
+//!    `board_map` (an edge board mapped, its futex calls), `edges` (the launch's busy-edge
+//!    wake-up), `fd_stream` (the agent's socket read with the descriptors it passes), `chain`
+//!    (the control thread's reaction-chain timestamps).
 //! 2. `state`: the registry behind its lock.
 //! 3. `command_error` (why a command failed, typed), `targets` (what an agent's target names),
 //!    then `levels` (levels 0-3, CU masks, the agent's
-//!    window, fail open), and `registry_file` (the registry published for `kfdq ps`).
+//!    window, fail open), `watch` (direct edges: the watches of edge boards, which apply
+//!    level 2 themselves), and `registry_file` (the registry published for `kfdq ps`).
 //! 4. `guard`: panics never unwind into C; a panic stops control (fail open).
-//! 5. `commands` (an agent message answered), then `control` (the control thread: agent session,
-//!    activity sampling).
+//! 5. `commands` (an agent message answered), `lease` (the preemptions' lease), then `control`
+//!    (the control thread: agent session, activity sampling).
 //! 6. `init`: lazy initialisation, fork and exit.
 //! 7. `real` (the real HIP functions), `window` (the in-flight window's wait), `launch`
 //!    (fast/slow path, attribution, level-1 gate), `hook` (ioctl observer).
@@ -42,6 +44,7 @@
 // The unit-test build leaves out the exported entry points (see `exports`), so much is unused there.
 #![cfg_attr(test, allow(dead_code))]
 
+mod board_map;
 mod bypass;
 mod chain;
 mod command_error;
@@ -50,6 +53,7 @@ mod config;
 mod context;
 mod control;
 mod edges;
+mod fd_stream;
 // The entry points are not in the unit-test binary: exported there, they would interpose on the
 // test harness.
 #[cfg(not(test))]
@@ -62,6 +66,7 @@ mod index_reads;
 mod init;
 mod kfd_fd;
 mod launch;
+mod lease;
 mod levels;
 mod libc_dlsym;
 mod libc_ioctl;
@@ -74,5 +79,6 @@ mod self_mem;
 mod state;
 mod sys;
 mod targets;
+mod watch;
 mod window;
 mod window_setting;

@@ -89,6 +89,11 @@ pub struct AgentConfig {
     /// Processes of classes that preempt others report their busy edges from the launch
     /// (`[agent] edges`, default on); off, the agent learns of work from activity samples only.
     pub edges: bool,
+    /// Direct edges (`[agent] direct_edges`, default off): the launch that makes a process of
+    /// a preempting class busy publishes the edge on an edge board (`crate::proto::board`) and
+    /// the level-2/3 processes it preempts, subscribed by the agent, preempt themselves
+    /// without the agent's hop (docs/agent.md, "Direct edges"). Needs `edges`.
+    pub direct_edges: bool,
     /// Every preemption's lease (`[agent] lease_ms`): a shim the agent stops renewing releases
     /// its process after this long.
     pub lease: std::time::Duration,
@@ -157,6 +162,7 @@ struct FileAgent {
     min_preempt_interval_ms: Option<f64>,
     grace_period: Option<u32>,
     edges: Option<bool>,
+    direct_edges: Option<bool>,
     lease_ms: Option<u32>,
     max_connections: Option<usize>,
     control_requests_per_s: Option<f64>,
@@ -422,6 +428,7 @@ impl AgentConfig {
             default_class: "normal".into(),
             grace_period: 0,
             edges: true,
+            direct_edges: false,
             lease: crate::proto::DEFAULT_LEASE,
             max_connections: 4096,
             control_rate: 50.0,
@@ -512,6 +519,14 @@ impl AgentConfig {
         }
         if let Some(v) = a.edges {
             cfg.edges = v;
+        }
+        if let Some(v) = a.direct_edges {
+            if v && !cfg.edges {
+                return Err(at_agent(
+                    "direct_edges = true needs edges = true: the board carries the busy edges the launches report (set edges = true, or direct_edges = false)".into(),
+                ));
+            }
+            cfg.direct_edges = v;
         }
         if let Some(v) = a.lease_ms {
             if !LEASE_RANGE_MS.contains(&v) {

@@ -7,7 +7,10 @@ use std::mem::MaybeUninit;
 use std::os::fd::OwnedFd;
 use std::os::unix::net::UnixStream;
 
-use rustix::net::{RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, recvmsg};
+use rustix::net::{
+    RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, SendAncillaryBuffer,
+    SendAncillaryMessage, SendFlags, recvmsg, sendmsg,
+};
 
 use crate::proto::MAX_LINE;
 
@@ -48,6 +51,9 @@ pub struct Conn {
     /// Descriptors that came with the bytes (`SCM_RIGHTS`), oldest first, for the message
     /// that claims them (`ShimMsg::Doorbell`).
     pub fds: Vec<OwnedFd>,
+    /// Descriptors to send (`SCM_RIGHTS`) with the output byte at this offset of `wbuf` (the
+    /// first byte of the line that carries them), in offset order.
+    out_fds: std::collections::VecDeque<(usize, OwnedFd)>,
 }
 
 impl Conn {
@@ -62,6 +68,7 @@ impl Conn {
             eof: false,
             closing: false,
             fds: Vec::new(),
+            out_fds: std::collections::VecDeque::new(),
         })
     }
 
@@ -150,13 +157,56 @@ impl Conn {
         true
     }
 
+    /// [`Conn::queue_msg`], with `fd` sent (`SCM_RIGHTS`) with the line's first byte.
+    pub fn queue_msg_fd<T: serde::Serialize>(&mut self, msg: &T, fd: OwnedFd) -> bool {
+        let start = self.wbuf.len();
+        if !self.queue_msg(msg) {
+            return false;
+        }
+        self.out_fds.push_back((start, fd));
+        true
+    }
+
     /// Writes what the socket takes. An error means the connection is broken.
     pub fn flush(&mut self) -> io::Result<()> {
         while !self.wbuf.is_empty() {
-            match self.stream.write(&self.wbuf) {
+            // Up to the next descriptor's byte; the descriptor goes with that byte.
+            let (end, fd) = match self.out_fds.front() {
+                Some((0, fd)) => (self.wbuf.len(), Some(fd)),
+                Some((at, _)) => (*at, None),
+                None => (self.wbuf.len(), None),
+            };
+            let end = self
+                .out_fds
+                .get(usize::from(fd.is_some()))
+                .map_or(end, |(at, _)| end.min(*at));
+            let sent = match fd {
+                None => self.stream.write(&self.wbuf[..end]),
+                Some(fd) => {
+                    let fds = [std::os::fd::AsFd::as_fd(fd)];
+                    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
+                    let mut control = SendAncillaryBuffer::new(&mut space);
+                    control.push(SendAncillaryMessage::ScmRights(&fds));
+                    sendmsg(
+                        &self.stream,
+                        &[io::IoSlice::new(&self.wbuf[..end])],
+                        &mut control,
+                        SendFlags::DONTWAIT | SendFlags::NOSIGNAL,
+                    )
+                    .map_err(io::Error::from)
+                }
+            };
+            match sent {
                 Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
                 Ok(n) => {
                     self.wbuf.drain(..n);
+                    if fd.is_some() {
+                        // Sent with its byte: ours is closed.
+                        self.out_fds.pop_front();
+                    }
+                    for (at, _) in &mut self.out_fds {
+                        *at -= n;
+                    }
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}

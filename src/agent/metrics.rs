@@ -380,6 +380,18 @@ pub fn render(status: &NodeStatus, rec: &Recorder) -> Result<String, std::fmt::E
         "Policy decisions taken from queues' busy edges alone",
         k.edge_decisions,
     );
+    counter(
+        &mut r,
+        "direct_preempts",
+        "Preemptions a subscribed process applied on its own from the edge board (direct edges)",
+        k.direct_preempts,
+    );
+    counter(
+        &mut r,
+        "direct_releases",
+        "Releases a subscribed process applied on its own (direct edges)",
+        k.direct_releases,
+    );
     r.register_with_unit(
         "decision_latency",
         "From the wake-up that led to commands to the commands written",

@@ -12,6 +12,7 @@
 //! * [`metrics`]: what a Prometheus scrape shows; `http`: the endpoint that serves it.
 #![forbid(unsafe_code)]
 
+mod board;
 pub mod config;
 mod config_toml;
 mod conn;

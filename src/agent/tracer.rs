@@ -651,7 +651,11 @@ impl Thread {
             | AgentMsg::Renew {}
             | AgentMsg::Edges { .. }
             | AgentMsg::DoorbellTaken {}
-            | AgentMsg::Rang {} => {
+            | AgentMsg::Rang {}
+            | AgentMsg::BoardWriter { .. }
+            | AgentMsg::Watch { .. }
+            | AgentMsg::Unwatch { .. }
+            | AgentMsg::BoardChanged {} => {
                 return;
             }
         };

@@ -342,4 +342,19 @@ pub struct Counters {
     /// docs/agent.md); the others looked at every process.
     #[serde(default)]
     pub edge_decisions: u64,
+    /// Preemptions a subscribed process applied on its own from the edge board (direct
+    /// edges, docs/agent.md): the agent sent no command for them.
+    #[serde(default)]
+    pub direct_preempts: u64,
+    /// Releases a subscribed process applied on its own (the board idle for the release
+    /// rule's hold, its subscription ended, or the writer's slot cleared).
+    #[serde(default)]
+    pub direct_releases: u64,
+    /// Board slots the agent cleared: the writer went away or its reports went stale while
+    /// busy.
+    #[serde(default)]
+    pub direct_cleared: u64,
+    /// Subscriptions sent (a process told to watch a board, or its watch changed).
+    #[serde(default)]
+    pub direct_subscriptions: u64,
 }

@@ -154,6 +154,19 @@ pub enum ShimMsg {
     /// answers [`AgentMsg::DoorbellTaken`]; until then (an older agent: an error) the launch
     /// wakes the control thread as before.
     Doorbell {},
+    /// The process applied (`level`) or undid (`None`) its subscription's level on its own,
+    /// from the edge board ([`AgentMsg::Watch`]): no command of the agent's caused it. `ok`
+    /// false: the kernel refused it (`detail` says why; the process runs).
+    SelfLevel {
+        /// The board it watched.
+        board: u32,
+        /// The level now applied by the watch; `None`: released.
+        level: Option<Level>,
+        /// Did it take effect.
+        ok: bool,
+        /// What happened.
+        detail: String,
+    },
     /// Answer to a command.
     Ack {
         /// The command's `seq`.
@@ -258,4 +271,71 @@ pub enum AgentMsg {
     /// samples now and reports the current state of each queue (an idle one included), so that
     /// an idle edge the agent read before the ring is said again after it. Not acknowledged.
     Rang {},
+    /// This line carries (`SCM_RIGHTS`) a WRITABLE descriptor of edge board `board`
+    /// (`super::board`): the launch that makes the process busy adds one to slot `slot` and
+    /// wakes the board's watchers instead of ringing its doorbell; the control thread adds one
+    /// again when every queue is idle. Not acknowledged.
+    BoardWriter {
+        /// The board (one per class that preempts others).
+        board: u32,
+        /// The process's own slot.
+        slot: u32,
+    },
+    /// This line carries (`SCM_RIGHTS`) a READ-ONLY descriptor of edge board `board`: while a
+    /// watched slot is busy the process applies `level` to all its queues itself, and undoes
+    /// it by `release` once every watched slot is idle. Replaces an earlier watch of the same
+    /// board. The watch ends with the session, with [`AgentMsg::Unwatch`], and when the lease
+    /// ([`AgentMsg::Welcome`]'s `lease_ms`, renewed by [`AgentMsg::Renew`]) runs out.
+    /// Not acknowledged; the process says what it did with [`ShimMsg::SelfLevel`].
+    Watch {
+        /// The board.
+        board: u32,
+        /// The slots of the writers that preempt this process (their partitions overlap).
+        slots: Vec<u32>,
+        /// The level its class is preempted at.
+        level: Level,
+        /// Level 3 grace period in units of 1K GPU clocks (as [`AgentMsg::Preempt`]'s).
+        #[serde(default)]
+        grace_period: u32,
+        /// When to release once every watched slot is idle.
+        release: WatchRelease,
+        /// Least time between two changes of its level (the policy's
+        /// `min_preempt_interval`), ns.
+        min_interval_ns: u64,
+    },
+    /// Stop watching `board`, releasing what the watch applied. Not acknowledged.
+    Unwatch {
+        /// The board.
+        board: u32,
+    },
+    /// The agent changed a board (cleared the slot of a writer that went away or went stale):
+    /// watchers look again. Not acknowledged.
+    BoardChanged {},
+}
+
+/// The release rule a watch applies (the policy's, `crate::policy::release`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "rule")]
+pub enum WatchRelease {
+    /// Release this long after the idle edge.
+    Hysteresis {
+        /// The hold, ns.
+        hold_ns: u64,
+    },
+    /// The cost rule, with the process's round trip (the policy's `C` times the device-wide
+    /// preempts its level costs it).
+    Cost {
+        /// The process's round trip, ns.
+        round_trip_ns: u64,
+        /// `k`.
+        k: f64,
+        /// `epsilon`.
+        epsilon: f64,
+        /// Cap, ns.
+        max_hold_ns: u64,
+        /// Gaps remembered.
+        history: u32,
+        /// Gaps before the history is trusted.
+        min_history: u32,
+    },
 }

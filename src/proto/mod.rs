@@ -12,6 +12,7 @@
 #![forbid(unsafe_code)]
 
 pub mod allocation;
+pub mod board;
 mod codec;
 pub mod control;
 mod messages;

@@ -29,6 +29,7 @@ impl NodeState {
         self.waiters.expire(now, out);
         self.end_tracer_sessions(out);
         self.edges(out);
+        self.direct_writers(out);
         // The observation is rebuilt in place: the last one's allocations are reused.
         let mut observed = std::mem::take(&mut self.observed);
         let mut n = 0;
@@ -55,6 +56,7 @@ impl NodeState {
             .next_ns
             .map(|t| self.started + Duration::from_nanos(t));
         let wants = self.wants(decision);
+        self.direct_cover();
         let mut steps: Vec<(GpuId, Pid, Step)> = Vec::with_capacity(wants.len());
         let mut retry_next = None;
         for ((pid, p), want) in self.procs.iter_mut().zip(wants) {
@@ -71,6 +73,7 @@ impl NodeState {
             self.next_decide = Some(self.next_decide.map_or(at, |n| n.min(at)));
         }
         self.retry_next = retry_next;
+        self.direct_watches(out);
         self.send_steps(steps, now, out);
         self.renew(now, out);
         self.preempts.trim(now);
@@ -120,7 +123,9 @@ impl NodeState {
     pub(super) fn renew(&mut self, now: Instant, out: &mut Vec<Out>) {
         let leased = |p: &&Proc| {
             p.via == Control::Shim
-                && (p.applied != Run::Running || p.pending.values().any(|c| c.preempt))
+                && (p.applied != Run::Running
+                    || p.pending.values().any(|c| c.preempt)
+                    || !p.watches.is_empty())
         };
         // Whether any is preempted (stops at the first), then the renewals only when due.
         if !self.procs.values().any(|p| leased(&p)) {

@@ -64,6 +64,7 @@ impl NodeState {
         let policy_next = decision
             .next_ns
             .map(|t| self.started + Duration::from_nanos(t));
+        self.direct_cover();
         // The steps' commands: inline, in a buffer kept between decisions.
         let mut steps = std::mem::take(&mut self.edge_steps);
         steps.clear();

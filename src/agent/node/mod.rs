@@ -29,6 +29,7 @@ use crate::proto::{AgentMsg, Reply};
 mod command;
 mod control;
 mod decide;
+mod direct;
 mod doorbell;
 mod edge;
 mod process;
@@ -38,6 +39,8 @@ mod shim;
 mod status;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_direct;
 #[cfg(test)]
 mod tests_edges;
 #[cfg(test)]
@@ -62,6 +65,25 @@ pub enum Out {
     /// Stop tracing the process of tracer session `ConnId` (resume and detach it), for the
     /// reason given.
     Untrace(ConnId, String),
+    /// To a shim, with a descriptor of edge board `board` (writable or read-only) passed with
+    /// the line (direct edges, `direct.rs`).
+    ShimBoard {
+        /// The connection.
+        conn: ConnId,
+        /// The message (`AgentMsg::BoardWriter` or `AgentMsg::Watch`).
+        msg: AgentMsg,
+        /// The board.
+        board: u32,
+        /// A writable descriptor (the writer's) or a read-only one (a watcher's).
+        writable: bool,
+    },
+    /// Set slot `slot` of edge board `board` idle (its writer went away or went stale).
+    ClearSlot {
+        /// The board.
+        board: u32,
+        /// The slot.
+        slot: u32,
+    },
 }
 
 /// The node's state: its processes, the policy and what was sent to each (no I/O).
@@ -104,6 +126,8 @@ pub struct NodeState {
     /// The edge decision's commands, (first partition, pid, commands): kept between
     /// decisions so an edge allocates nothing for them.
     edge_steps: Vec<(crate::ids::GpuId, Pid, reconcile::RunCmds)>,
+    /// Direct edges: the boards and their slots (`direct.rs`).
+    direct: direct::Direct,
 }
 
 impl NodeState {
@@ -140,6 +164,7 @@ impl NodeState {
             full_due: true,
             edges_pending: Vec::new(),
             edge_steps: Vec::new(),
+            direct: direct::Direct::default(),
         })
     }
 
@@ -349,7 +374,9 @@ impl NodeState {
         let Some(pid) = self.pid_of(conn) else {
             return;
         };
-        self.procs.remove(&pid);
+        if let Some(p) = self.procs.remove(&pid) {
+            self.direct_gone(pid, &p, out);
+        }
         self.policy.forget(pid);
         self.full_due = true;
         tracing::info!(pid = %pid, "disconnected; forgotten");

@@ -112,6 +112,19 @@ pub(super) struct Proc {
     /// When its times were last accounted, and whether it was preempted and busy from then on
     /// (`None`: never).
     pub(super) accounted: Option<Accounted>,
+    /// Direct edges (`direct.rs`): its slot on its class's edge board, as a writer.
+    pub(super) writer: Option<(u32, u32)>,
+    /// Direct edges: the watches sent to it, board -> the `AgentMsg::Watch` sent.
+    pub(super) watches: BTreeMap<u32, crate::proto::AgentMsg>,
+    /// Direct edges: its run state was applied by its own watch (`ShimMsg::SelfLevel`), which
+    /// also undoes it: the agent sends no release for it.
+    pub(super) self_applied: bool,
+    /// Direct edges: since when a preempt its watch should apply is awaited (the agent sends
+    /// none unless it takes longer than `direct::SELF_GRACE`).
+    pub(super) awaiting_self: Option<Instant>,
+    /// Direct edges: every busy process that preempts it writes a slot it watches (set before
+    /// each reconcile step, `direct::direct_cover`).
+    pub(super) watch_covers: bool,
 }
 
 /// A process's state at its last time account.
@@ -191,6 +204,11 @@ impl Proc {
             preempted_s: 0.0,
             busy_s: 0.0,
             accounted: None,
+            writer: None,
+            watches: BTreeMap::new(),
+            self_applied: false,
+            awaiting_self: None,
+            watch_covers: false,
         };
         if let Some(r) = p.classified.refused.clone() {
             p.warn(r);

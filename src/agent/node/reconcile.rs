@@ -144,6 +144,12 @@ fn run_state(
             p.failed = None;
         }
     }
+    if let Some(at) = super::direct::self_handles(p, want, &why, now) {
+        if p.why.as_ref() != Some(&why) {
+            p.why = Some(why);
+        }
+        return at.or(retry_at);
+    }
     if p.why.as_ref() != Some(&why) {
         p.why = Some(why);
     }

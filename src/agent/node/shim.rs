@@ -75,6 +75,9 @@ impl NodeState {
                     changed
                 }
                 ShimMsg::Ack { seq, ok, detail } => self.ack(pid, seq, ok, detail, now, out),
+                ShimMsg::SelfLevel {
+                    level, ok, detail, ..
+                } => self.self_level(pid, level, ok, detail, now),
                 // The server takes the doorbell's descriptor (server.rs); here it is news only.
                 ShimMsg::Doorbell {} => false,
             }

@@ -3,6 +3,7 @@
 //! (so a burst of activity is one decision), commands are written without blocking. A peer
 //! that sends garbage gets an error reply; one that says nothing costs a file descriptor.
 
+mod deliver;
 mod peers;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -15,6 +16,7 @@ use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use nix::sys::signal::{SigSet, Signal};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
 
+use super::board::Boards;
 use super::config::AgentConfig;
 use super::conn::{Conn, ConnId};
 use super::discover::{self, Found};
@@ -183,6 +185,8 @@ struct Server<'a> {
     chain: Option<Recorder>,
     /// The shims' doorbells (`doorbell.rs`).
     doorbells: Doorbells,
+    /// The edge boards (direct edges, `board.rs`).
+    boards: Boards,
 }
 
 fn serve(
@@ -217,6 +221,7 @@ fn serve(
             None => None,
         },
         doorbells: Doorbells::default(),
+        boards: Boards::default(),
     };
     let mut stopping: Option<Instant> = None;
     let mut tracer_told = false;
@@ -405,59 +410,6 @@ fn serve(
 }
 
 impl Server<'_> {
-    fn deliver(&mut self) {
-        // Drained, not dropped: a burst's buffer is reused by the next one.
-        let mut outbox = std::mem::take(&mut self.out);
-        let preempts = self.chain.is_some()
-            && outbox
-                .iter()
-                .any(|o| matches!(o, Out::Shim(_, AgentMsg::Preempt { .. })));
-        for o in outbox.drain(..) {
-            // Encoded straight into the connection's buffer.
-            let (cid, queued) = match o {
-                Out::Shim(c, msg) if self.traced.contains_key(&c) => {
-                    if let (Some(t), Some(pid)) = (&mut self.tracer, self.traced.get(&c)) {
-                        t.send(Cmd::Command { pid: *pid, msg });
-                    }
-                    continue;
-                }
-                Out::Untrace(c, why) => {
-                    if let (Some(t), Some(pid)) = (&mut self.tracer, self.traced.get(&c)) {
-                        t.send(Cmd::Leave { pid: *pid, why });
-                    }
-                    continue;
-                }
-                Out::Shim(c, m) => (c, self.peers.get_mut(&c).map(|p| p.conn.queue_msg(&m))),
-                Out::Control(c, r) => (c, self.peers.get_mut(&c).map(|p| p.conn.queue_msg(&r))),
-            };
-            if queued == Some(false)
-                && let Some(p) = self.peers.get_mut(&cid)
-            {
-                tracing::warn!(
-                    conn = cid,
-                    pid = %p.id.pid,
-                    "peer leaves its messages unread; disconnecting it"
-                );
-                p.conn.closing = true;
-                p.conn.eof = true;
-            }
-        }
-        self.out = outbox;
-        // Before the writes: the shim may read its command before the write returns.
-        if preempts && let Some(c) = self.chain.as_mut() {
-            c.mark(Stage::AgentWritten);
-        }
-        for (cid, p) in &mut self.peers {
-            if p.conn.wants_write()
-                && let Err(e) = p.conn.flush()
-            {
-                tracing::debug!(conn = cid, "write: {e}");
-                p.conn.eof = true;
-                p.conn.closing = true;
-            }
-        }
-    }
-
     fn reap(&mut self) {
         let done: Vec<ConnId> = self
             .peers

@@ -302,10 +302,17 @@ pub enum Phase {
     Level2Sampled,
     /// Level 2: the batch job's queues deactivated (busy edges, the cost-aware release rule).
     Level2,
+    /// Level 2 with direct edges (`direct_edges = true`): the batch job deactivates itself on
+    /// the latency launch's edge on the agent's board, without the agent's hop. Not in the
+    /// default phases.
+    Level2Direct,
     /// Level 3 as before busy edges (see `level2-sampled`).
     Level3Sampled,
     /// Level 3: the batch job's queues suspended (debugger API; busy edges, the release rule).
     Level3,
+    /// Level 3 with direct edges (`direct_edges = true`): the batch job suspends itself on the
+    /// latency launch's board edge. Not in the default phases.
+    Level3Direct,
 }
 
 /// A preemption level as `kfdq suspend --level` takes it.

@@ -155,6 +155,12 @@ pub fn render(s: &NodeStatus) -> String {
         c.lease_expiries,
         c.release_failures
     );
+    if c.direct_subscriptions > 0 {
+        out += &format!(
+            "direct edges: {} preempt(s) and {} release(s) by the processes' own watches, {} watch(es) sent, {} board slot(s) cleared\n",
+            c.direct_preempts, c.direct_releases, c.direct_subscriptions, c.direct_cleared
+        );
+    }
     out
 }
 

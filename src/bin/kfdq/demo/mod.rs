@@ -44,8 +44,10 @@ impl Phase {
             Phase::Level1 => "HP+LP level 1 (hold)",
             Phase::Level2Sampled => "HP+LP level 2, sampled (old)",
             Phase::Level2 => "HP+LP level 2 (deactivate)",
+            Phase::Level2Direct => "HP+LP level 2, direct edges",
             Phase::Level3Sampled => "HP+LP level 3, sampled (old)",
             Phase::Level3 => "HP+LP level 3 (suspend)",
+            Phase::Level3Direct => "HP+LP level 3, direct edges",
         }
     }
 
@@ -63,14 +65,23 @@ impl Phase {
             Phase::Alone | Phase::LpAlone | Phase::Uncontrolled => None,
             Phase::Priority => Some(None),
             Phase::Level1 => Some(Some(Level::Hold)),
-            Phase::Level2 | Phase::Level2Sampled => Some(Some(Level::Deactivate)),
-            Phase::Level3 | Phase::Level3Sampled => Some(Some(Level::Suspend)),
+            Phase::Level2 | Phase::Level2Sampled | Phase::Level2Direct => {
+                Some(Some(Level::Deactivate))
+            }
+            Phase::Level3 | Phase::Level3Sampled | Phase::Level3Direct => {
+                Some(Some(Level::Suspend))
+            }
         }
     }
 
     /// The agent as before busy edges: activity samples only and a fixed 20 ms hold.
     fn sampled(self) -> bool {
         matches!(self, Phase::Level2Sampled | Phase::Level3Sampled)
+    }
+
+    /// The agent with direct edges on.
+    fn direct(self) -> bool {
+        matches!(self, Phase::Level2Direct | Phase::Level3Direct)
     }
 
     fn classes(self) -> bool {
@@ -134,7 +145,12 @@ fn monotonic_us() -> f64 {
         .unwrap_or(0.0)
 }
 
-fn agent_config(dir: &Path, level: Option<Level>, sampled: bool) -> Result<PathBuf, CliError> {
+fn agent_config(
+    dir: &Path,
+    level: Option<Level>,
+    sampled: bool,
+    direct: bool,
+) -> Result<PathBuf, CliError> {
     let level = match level {
         None => String::new(),
         Some(Level::Hold) => "level = \"hold\"\n".into(),
@@ -145,6 +161,8 @@ fn agent_config(dir: &Path, level: Option<Level>, sampled: bool) -> Result<PathB
     // (edges, the cost-aware release rule).
     let release = if sampled {
         "edges = false\nhysteresis_ms = 20\n"
+    } else if direct {
+        "direct_edges = true\n"
     } else {
         ""
     };
@@ -229,7 +247,7 @@ fn run_phase(env: &Env<'_>, phase: Phase, tag: &str) -> Result<PhaseResult, CliE
     let mut agent = None;
     let sock = dir.path().join("kfdq.sock");
     if let Some(level) = phase.agent() {
-        let cfg = agent_config(dir.path(), level, phase.sampled())?;
+        let cfg = agent_config(dir.path(), level, phase.sampled(), phase.direct())?;
         let mut cmd = Command::new(&env.kfdqd);
         if let Some((_, t, _)) = &traces {
             cmd.env(kfdq::chain::ENV, t);

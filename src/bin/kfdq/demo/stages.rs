@@ -58,13 +58,17 @@ enum Point {
     Stopped,
     IoctlOut,
     Ack,
+    /// The direct path: the batch job's watch thread woke on the board.
+    Watcher,
 }
 
-const POINTS: usize = 11;
+const POINTS: usize = 12;
 
 /// The stages, in chain order, then the three the lab takes (`preempt-lab sim --edge-us`,
-/// `--decision-us`, `--command-us`).
-const SPANS: [Span; 13] = [
+/// `--decision-us`, `--command-us`), then the direct path's (`direct_edges`: no agent in the
+/// chain; the batch job's watch thread woke instead of its control thread reading a command).
+/// A stage whose points a chain lacks is left out for that request.
+const SPANS: [Span; 15] = [
     span("launch_to_wake", Point::Start, Point::Woke),
     span("wake_to_edge_sent", Point::Woke, Point::Edge),
     span("edge_to_agent", Point::Edge, Point::Read),
@@ -78,6 +82,8 @@ const SPANS: [Span; 13] = [
     span("edge", Point::Start, Point::Read),
     span("decision", Point::Read, Point::Written),
     span("command", Point::Written, Point::Stopped),
+    span("launch_to_watcher", Point::Start, Point::Watcher),
+    span("watcher_to_ioctl", Point::Watcher, Point::IoctlIn),
 ];
 
 const fn span(name: &'static str, from: Point, to: Point) -> Span {
@@ -92,8 +98,43 @@ fn first(ev: &[(Stage, f64)], stage: Stage, after: f64, before: f64) -> Option<(
         .map(|(i, (_, t))| (i, *t))
 }
 
-/// One request's points, or `None` when a side recorded no step of it.
+/// One request's points (NaN: a point its chain does not have), or `None` when a side recorded
+/// no step of it.
 fn chain(p: &Paired, tr: &Traces) -> Option<[f64; POINTS]> {
+    agent_chain(p, tr).or_else(|| direct_chain(p, tr))
+}
+
+/// The direct path's chain: the batch job's watch thread woke on the board, its ioctls, its
+/// report (no agent, no edge message).
+fn direct_chain(p: &Paired, tr: &Traces) -> Option<[f64; POINTS]> {
+    let end = p.next_us;
+    let (_, recv) = first(&tr.lp, Stage::CmdRecv, p.start_us, end)?;
+    if first(&tr.agent, Stage::AgentWritten, p.start_us, recv).is_some() {
+        return None;
+    }
+    let (ai, ack) = first(&tr.lp, Stage::AckSent, recv, end)?;
+    let (_, ioctl_in) = first(&tr.lp, Stage::IoctlIn, recv, ack)?;
+    let ioctl_out = tr.lp[..ai]
+        .iter()
+        .rev()
+        .find(|(s, t)| *s == Stage::IoctlOut && *t >= ioctl_in)
+        .map(|(_, t)| *t)?;
+    let mut v = [f64::NAN; POINTS];
+    for (pt, t) in [
+        (Point::Start, p.start_us),
+        (Point::Watcher, recv),
+        (Point::IoctlIn, ioctl_in),
+        (Point::Stopped, p.stopped_us),
+        (Point::IoctlOut, ioctl_out),
+        (Point::Ack, ack),
+    ] {
+        v[pt as usize] = t;
+    }
+    Some(v)
+}
+
+/// The agent's chain: edge, decision, command.
+fn agent_chain(p: &Paired, tr: &Traces) -> Option<[f64; POINTS]> {
     let end = p.next_us;
     let (ei, edge) = first(&tr.hp, Stage::EdgeSent, p.start_us, end)?;
     // Marked just before its edge, at the wake-up that sent it.
@@ -114,7 +155,7 @@ fn chain(p: &Paired, tr: &Traces) -> Option<[f64; POINTS]> {
         .rev()
         .find(|(s, t)| *s == Stage::IoctlOut && *t >= ioctl_in)
         .map(|(_, t)| *t)?;
-    let mut v = [0.0; POINTS];
+    let mut v = [f64::NAN; POINTS];
     for (pt, t) in [
         (Point::Start, p.start_us),
         (Point::Woke, woke),
@@ -145,6 +186,7 @@ pub fn samples(pairs: &[Paired], tr: &Traces) -> Vec<(&'static str, Vec<f64>)> {
                 chains
                     .iter()
                     .map(|c| c[s.to as usize] - c[s.from as usize])
+                    .filter(|d| !d.is_nan())
                     .collect(),
             )
         })
@@ -283,5 +325,35 @@ mod tests {
         let f = figures(&pool([s.as_slice(), s.as_slice()].into_iter()));
         let cmd = f.iter().find(|x| x.stage == "command").unwrap();
         assert_eq!((cmd.n, cmd.min_us, cmd.max_us), (4, 32.0, 100.0));
+    }
+
+    #[test]
+    fn a_direct_chain_has_the_watcher_stages_and_no_agent_ones() {
+        use Stage::*;
+        let tr = Traces {
+            hp: vec![],
+            agent: vec![],
+            lp: vec![
+                (CmdRecv, 140.0),
+                (IoctlIn, 150.0),
+                (IoctlOut, 320.0),
+                (AckSent, 325.0),
+            ],
+        };
+        let pairs = [Paired {
+            start_us: 100.0,
+            stopped_us: 300.0,
+            next_us: 1000.0,
+        }];
+        let s = samples(&pairs, &tr);
+        let get = |n: &str| s.iter().find(|(k, _)| *k == n).map(|(_, v)| v.clone());
+        assert_eq!(get("launch_to_watcher"), Some(vec![40.0]));
+        assert_eq!(get("watcher_to_ioctl"), Some(vec![10.0]));
+        assert_eq!(get("ioctl_to_stop"), Some(vec![150.0]));
+        assert_eq!(get("edge"), Some(vec![]));
+        // The agent's chain has no watcher stage.
+        let s = samples(&pairs[..1], &traces());
+        let get = |n: &str| s.iter().find(|(k, _)| *k == n).map(|(_, v)| v.clone());
+        assert_eq!(get("launch_to_watcher"), Some(vec![]));
     }
 }

@@ -1,0 +1,394 @@
+//! Direct edges (`[agent] direct_edges`, docs/agent.md "Direct edges"): the agent hands out the
+//! edge boards (`crate::proto::board`) and stays their authority.
+//!
+//! * **Writers**: a process whose busy edges are on (its class preempts others) gets a slot on
+//!   its class's board and a writable descriptor ([`AgentMsg::BoardWriter`]); it keeps the slot
+//!   until it goes. When it goes, or its busy reports go stale (stopped while busy), the agent
+//!   clears its slot and tells the watchers of the board to look again.
+//! * **Watchers**: after each full decision, a process whose class is preempted at level 2 or 3
+//!   watches, read-only, the board of each class that preempts it, for the slots of that
+//!   class's writers on its partitions ([`AgentMsg::Watch`], with the policy's release rule
+//!   and minimum interval) — unless the policy would not preempt it on an edge now (a
+//!   starvation or residency guard, a manual preemption, a failed level): then it is told to
+//!   stop ([`AgentMsg::Unwatch`]). The same at level 3; level 1 keeps the agent's commands.
+//! * **The agent's view**: a watcher reports what it applied ([`ShimMsg::SelfLevel`]); the
+//!   reconcile step sends no preempt a watch is about to apply (unless none came within
+//!   [`SELF_GRACE`]) and no release of a level a watch applied ([`self_handles`]).
+//!
+//! [`ShimMsg::SelfLevel`]: crate::proto::ShimMsg::SelfLevel
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
+
+use super::process::Proc;
+use super::why::Why;
+use super::{NodeState, Out};
+use crate::ids::{GpuId, Pid};
+use crate::policy::{Reason, Release, Run, preempt_cost};
+use crate::proto::board::SLOTS;
+use crate::proto::control::Control;
+use crate::proto::{AgentMsg, Level, WatchRelease};
+
+/// How long the agent waits for a watch's own preempt, when every busy process that preempts
+/// the watcher writes a slot it watches, before it sends the preempt itself (the watch thread
+/// failed or is starved). An edge the watch cannot see (a writer without a slot, or not yet in
+/// its list) gets the agent's preempt at once. Not a measured number: a report later than this
+/// on a loaded 2-vCPU host (scheduling delays of 10-20 ms seen under a parallel build) is taken
+/// as lost; half of the stale-report bound (`crate::proto::BUSY_STALE`), so a lost watch costs
+/// less than a stopped writer does.
+pub(super) const SELF_GRACE: Duration = Duration::from_millis(50);
+
+/// Whether a watch applies `level` (levels 2 and 3; level 1 keeps the agent's commands).
+fn watched(level: Level) -> bool {
+    matches!(level, Level::Deactivate | Level::Suspend)
+}
+
+/// The level `p`'s watches apply (all of them its class's).
+fn watch_level(p: &Proc) -> Option<Level> {
+    p.watches.values().find_map(|m| match m {
+        AgentMsg::Watch { level, .. } => Some(*level),
+        _ => None,
+    })
+}
+
+/// The boards: one per class that preempts others, numbered on first use (stable across
+/// reloads), and the slots in use on each.
+#[derive(Debug, Default)]
+pub(super) struct Direct {
+    ids: BTreeMap<String, u32>,
+    used: BTreeMap<u32, BTreeSet<u32>>,
+    /// Writers whose slot was cleared because their reports went stale.
+    stale_cleared: BTreeSet<Pid>,
+}
+
+impl Direct {
+    fn id(&mut self, class: &str) -> u32 {
+        let next = self.ids.len() as u32;
+        *self.ids.entry(class.to_owned()).or_insert(next)
+    }
+
+    fn take_slot(&mut self, board: u32) -> Option<u32> {
+        let used = self.used.entry(board).or_default();
+        let slot = (0..SLOTS).find(|s| !used.contains(s))?;
+        used.insert(slot);
+        Some(slot)
+    }
+
+    fn free_slot(&mut self, board: u32, slot: u32) {
+        if let Some(u) = self.used.get_mut(&board) {
+            u.remove(&slot);
+        }
+    }
+}
+
+/// Whether the reconcile step leaves `p`'s run state to its watch: `Some(retry)` when it
+/// sends nothing (decide again at `retry`, when the grace for the watch's own preempt ends),
+/// `None` when it goes on as without direct edges.
+pub(super) fn self_handles(
+    p: &mut Proc,
+    want: Run,
+    why: &Why,
+    now: Instant,
+) -> Option<Option<Instant>> {
+    match (p.applied, want) {
+        (Run::Running, Run::Preempted(l)) if Some(l) == watch_level(p) => {
+            match why {
+                Why::Policy(Reason::HigherClassBusy(_)) if p.watch_covers => {
+                    let since = *p.awaiting_self.get_or_insert(now);
+                    if now < since + SELF_GRACE {
+                        return Some(Some(since + SELF_GRACE));
+                    }
+                    // The watch did not apply it: the agent does.
+                    p.awaiting_self = None;
+                    p.warn(format!(
+                        "its watch of the edge board did not deactivate it within {} ms; the agent did",
+                        SELF_GRACE.as_millis()
+                    ));
+                    None
+                }
+                // Its watch released it by the release rule: the agent's own hold is the same
+                // rule a little later, and does not preempt it again for it.
+                Why::Policy(Reason::Hysteresis(_)) => Some(None),
+                _ => None,
+            }
+        }
+        // Its watch undoes what it applied (by the release rule, or when told to stop).
+        (Run::Preempted(l), Run::Running) if watched(l) && p.self_applied => Some(None),
+        _ => {
+            p.awaiting_self = None;
+            None
+        }
+    }
+}
+
+impl NodeState {
+    /// Marks each watcher whose watches see every busy process that preempts it
+    /// ([`Proc::watch_covers`]), before its reconcile step.
+    pub(super) fn direct_cover(&mut self) {
+        if !self.cfg.direct_edges {
+            return;
+        }
+        let rank = |p: &Proc| self.cfg.policy.class(p.class()).map(|c| c.rank);
+        // Each busy process: its class's rank, its slot, its partitions.
+        type Busy = (Option<u8>, Option<(u32, u32)>, BTreeSet<GpuId>);
+        let busy: Vec<Busy> = self
+            .procs
+            .values()
+            .filter(|w| w.any_busy() && !w.stale)
+            .map(|w| (rank(w), w.writer, partitions(w)))
+            .collect();
+        let covers: Vec<bool> = self
+            .procs
+            .values()
+            .map(|p| {
+                let (mine, r) = (partitions(p), rank(p));
+                !p.watches.is_empty()
+                    && busy
+                        .iter()
+                        .filter(|(wr, _, gpus)| *wr > r && !gpus.is_disjoint(&mine))
+                        .all(|(_, slot, _)| {
+                            slot.is_some_and(|(b, s)| {
+                                p.watches.get(&b).is_some_and(|m| {
+                                    matches!(m, AgentMsg::Watch { slots, .. } if slots.contains(&s))
+                                })
+                            })
+                        })
+            })
+            .collect();
+        for (p, c) in self.procs.values_mut().zip(covers) {
+            p.watch_covers = c;
+        }
+    }
+
+    /// Slots for the writers (processes whose busy edges are on), and the slots of writers
+    /// whose reports went stale cleared. Part of the full decision, after the edges.
+    pub(super) fn direct_writers(&mut self, out: &mut Vec<Out>) {
+        let mut cleared: Vec<u32> = Vec::new();
+        for (pid, p) in &mut self.procs {
+            if p.via != Control::Shim {
+                continue;
+            }
+            if let Some((board, slot)) = p.writer {
+                if p.stale && self.direct.stale_cleared.insert(*pid) {
+                    self.counters.direct_cleared += 1;
+                    out.push(Out::ClearSlot { board, slot });
+                    cleared.push(board);
+                } else if !p.stale {
+                    self.direct.stale_cleared.remove(pid);
+                }
+                continue;
+            }
+            if !self.cfg.direct_edges || p.edges_sent != Some(true) {
+                continue;
+            }
+            let board = self.direct.id(p.class());
+            let Some(slot) = self.direct.take_slot(board) else {
+                continue;
+            };
+            p.writer = Some((board, slot));
+            out.push(Out::ShimBoard {
+                conn: p.conn,
+                msg: AgentMsg::BoardWriter { board, slot },
+                board,
+                writable: true,
+            });
+        }
+        for board in cleared {
+            self.board_changed(board, out);
+        }
+    }
+
+    /// The writer `p` went away: its slot is cleared and freed, its board's watchers look
+    /// again.
+    pub(super) fn direct_gone(&mut self, pid: Pid, p: &Proc, out: &mut Vec<Out>) {
+        self.direct.stale_cleared.remove(&pid);
+        let Some((board, slot)) = p.writer else {
+            return;
+        };
+        if p.any_busy() && !p.stale {
+            self.counters.direct_cleared += 1;
+        }
+        out.push(Out::ClearSlot { board, slot });
+        self.direct.free_slot(board, slot);
+        self.board_changed(board, out);
+    }
+
+    fn board_changed(&self, board: u32, out: &mut Vec<Out>) {
+        for w in self.procs.values() {
+            if w.watches.contains_key(&board) {
+                out.push(Out::Shim(w.conn, AgentMsg::BoardChanged {}));
+            }
+        }
+    }
+
+    /// The watches every process should have after the full decision, sent where they
+    /// changed.
+    pub(super) fn direct_watches(&mut self, out: &mut Vec<Out>) {
+        // Each board's writers: (pid, class, slot, partitions).
+        let writers: Vec<(Pid, u32, u32, BTreeSet<GpuId>)> = self
+            .procs
+            .iter()
+            .filter_map(|(pid, p)| {
+                let (board, slot) = p.writer?;
+                (self.direct.ids.get(p.class()) == Some(&board))
+                    .then(|| (*pid, board, slot, partitions(p)))
+            })
+            .collect();
+        for (pid, p) in &mut self.procs {
+            let wanted = wanted_watches(&self.cfg, &self.direct, &writers, *pid, p);
+            let Some(wanted) = wanted else {
+                // The policy waits for its minimum interval: the watches stay as they are.
+                continue;
+            };
+            for (board, msg) in &wanted {
+                if p.watches.get(board) != Some(msg) {
+                    self.counters.direct_subscriptions += 1;
+                    out.push(Out::ShimBoard {
+                        conn: p.conn,
+                        msg: msg.clone(),
+                        board: *board,
+                        writable: false,
+                    });
+                }
+            }
+            for board in p.watches.keys() {
+                if !wanted.contains_key(board) {
+                    out.push(Out::Shim(p.conn, AgentMsg::Unwatch { board: *board }));
+                }
+            }
+            p.watches = wanted;
+        }
+    }
+
+    /// A watcher applied or undid its level (`ShimMsg::SelfLevel`). Returns whether a decision
+    /// is due.
+    pub(super) fn self_level(
+        &mut self,
+        pid: Pid,
+        level: Option<Level>,
+        ok: bool,
+        detail: String,
+        now: Instant,
+    ) -> bool {
+        let Some(p) = self.procs.get_mut(&pid) else {
+            return false;
+        };
+        match (level, ok) {
+            (Some(l), true) => {
+                if p.applied != Run::Preempted(l) {
+                    p.applied = Run::Preempted(l);
+                    p.preemptions += 1;
+                }
+                p.self_applied = true;
+                p.awaiting_self = None;
+                // As a preempt sent now: the registries before it do not show the level yet
+                // (no preempt again for them).
+                p.preempt_gen = p.registry_gen;
+                self.counters.direct_preempts += 1;
+            }
+            (None, true) => {
+                if p.self_applied {
+                    p.self_applied = false;
+                    p.applied = Run::Running;
+                    self.counters.direct_releases += 1;
+                }
+            }
+            (l, false) => {
+                self.counters.command_failures += 1;
+                p.warn(format!("its watch of the edge board failed: {detail}"));
+                if let Some(l) = l {
+                    // Not retried for a while, and no watch meanwhile (see `wanted_watches`).
+                    p.failed = Some((l, now));
+                }
+                self.full_due = true;
+            }
+        }
+        self.account_busy(now);
+        true
+    }
+}
+
+/// The partitions `p` has queues on.
+fn partitions(p: &Proc) -> BTreeSet<GpuId> {
+    p.registry.queues.iter().map(|q| q.gpu_id).collect()
+}
+
+/// The watches `p` should have; `None`: keep what it has (the policy waits for its minimum
+/// interval).
+fn wanted_watches(
+    cfg: &crate::agent::AgentConfig,
+    direct: &Direct,
+    writers: &[(Pid, u32, u32, BTreeSet<GpuId>)],
+    pid: Pid,
+    p: &Proc,
+) -> Option<BTreeMap<u32, AgentMsg>> {
+    let none = Some(BTreeMap::new());
+    if !cfg.direct_edges
+        || p.via != Control::Shim
+        || p.leaving
+        || p.manual.is_some()
+        || p.failed.is_some()
+    {
+        return none;
+    }
+    match &p.why {
+        Some(Why::Policy(Reason::RateLimited)) => return None,
+        Some(Why::Policy(Reason::Free | Reason::HigherClassBusy(_) | Reason::Hysteresis(_))) => {}
+        _ => return none,
+    }
+    let Some(rule) = cfg.policy.class(p.class()) else {
+        return none;
+    };
+    let Some(level) = rule.level.filter(|l| watched(*l)) else {
+        return none;
+    };
+    let mine = partitions(p);
+    let first = p.first_gpu();
+    let queues = p
+        .registry
+        .queues
+        .iter()
+        .filter(|q| q.gpu_id == first)
+        .count() as u32;
+    let release = match &cfg.policy.release {
+        Release::Hysteresis => WatchRelease::Hysteresis {
+            hold_ns: cfg.policy.hysteresis_ns,
+        },
+        Release::Cost(c) => WatchRelease::Cost {
+            round_trip_ns: c
+                .round_trip_ns
+                .saturating_mul(u64::from(preempt_cost(Run::Preempted(level), queues))),
+            k: c.k,
+            epsilon: c.epsilon,
+            max_hold_ns: c.max_hold_ns,
+            history: c.history,
+            min_history: c.min_history,
+        },
+    };
+    let mut wanted = BTreeMap::new();
+    for higher in cfg.policy.classes.iter().filter(|c| c.rank > rule.rank) {
+        let Some(&board) = direct.ids.get(&higher.name) else {
+            continue;
+        };
+        let slots: Vec<u32> = writers
+            .iter()
+            .filter(|(w, b, _, gpus)| *w != pid && *b == board && !gpus.is_disjoint(&mine))
+            .map(|(_, _, s, _)| *s)
+            .collect();
+        if slots.is_empty() {
+            continue;
+        }
+        wanted.insert(
+            board,
+            AgentMsg::Watch {
+                board,
+                slots,
+                level,
+                grace_period: cfg.grace_period,
+                release: release.clone(),
+                min_interval_ns: cfg.policy.min_preempt_interval_ns,
+            },
+        );
+    }
+    Some(wanted)
+}
