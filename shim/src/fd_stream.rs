@@ -8,24 +8,32 @@ use std::collections::VecDeque;
 use std::io::{IoSliceMut, Read};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::net::UnixStream;
-use std::sync::Mutex;
 
 use nix::sys::socket::{ControlMessageOwned, MsgFlags, recvmsg};
 
+use crate::pmutex::PMutex;
+
 /// Descriptors received and not claimed yet (at most a few: more are closed).
-static RECEIVED: Mutex<VecDeque<OwnedFd>> = Mutex::new(VecDeque::new());
+static RECEIVED: PMutex<VecDeque<OwnedFd>> = PMutex::new(VecDeque::new());
 const MAX_KEPT: usize = 8;
 
 /// The oldest descriptor received and not claimed.
 pub fn take_fd() -> Option<OwnedFd> {
-    RECEIVED.lock().ok()?.pop_front()
+    RECEIVED.lock().pop_front()
+}
+
+/// In a fork child, before any of its threads run: the descriptors the parent received are
+/// the parent's (its reader may have held the lock at the fork); the child's copies are left
+/// open, as the child's other inherited descriptors are.
+pub fn reset_after_fork() {
+    // SAFETY: called only from the shim's `pthread_atfork` child handler, where the calling
+    // thread is the only one.
+    unsafe { RECEIVED.reset_after_fork(VecDeque::new()) };
 }
 
 /// Forgets the descriptors of a session that ended.
 pub fn clear() {
-    if let Ok(mut r) = RECEIVED.lock() {
-        r.clear();
-    }
+    RECEIVED.lock().clear();
 }
 
 /// The agent's socket, read with `recvmsg`.
@@ -51,9 +59,8 @@ impl Read for FdStream {
                         // SAFETY: the kernel just installed `fd` in this process for us
                         // (SCM_RIGHTS); nothing else owns it.
                         let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-                        if let Ok(mut r) = RECEIVED.lock()
-                            && r.len() < MAX_KEPT
-                        {
+                        let mut r = RECEIVED.lock();
+                        if r.len() < MAX_KEPT {
                             r.push_back(fd);
                         }
                     }

@@ -13,7 +13,6 @@
 //! class's grace period); a watch at level 1 is ignored (the agent's commands apply it).
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
@@ -22,6 +21,7 @@ use kfdq::proto::{AgentMsg, Level, ShimMsg, Target, WatchRelease};
 
 use crate::board_map::{BoardMap, wait, wake};
 use crate::levels::{activate, deactivate, resume, suspend};
+use crate::pmutex::{PGuard, PMutex};
 use crate::state::STATE;
 use crate::targets::queues_of;
 
@@ -48,15 +48,19 @@ struct Shared {
     outbox: Vec<ShimMsg>,
 }
 
-static SHARED: Mutex<Shared> = Mutex::new(Shared {
-    specs: BTreeMap::new(),
-    maps: BTreeMap::new(),
-    threads: BTreeSet::new(),
-    wanting: BTreeSet::new(),
-    applied: None,
-    last_change: None,
-    outbox: Vec::new(),
-});
+static SHARED: PMutex<Shared> = PMutex::new(Shared::EMPTY);
+
+impl Shared {
+    const EMPTY: Shared = Shared {
+        specs: BTreeMap::new(),
+        maps: BTreeMap::new(),
+        threads: BTreeSet::new(),
+        wanting: BTreeSet::new(),
+        applied: None,
+        last_change: None,
+        outbox: Vec::new(),
+    };
+}
 
 /// The lease: watches act until this time (ns since [`epoch`]); 0: not leased.
 static UNTIL_NS: AtomicU64 = AtomicU64::new(0);
@@ -73,8 +77,17 @@ fn ns(t: Instant) -> u64 {
     t.saturating_duration_since(epoch()).as_nanos() as u64
 }
 
-fn shared() -> std::sync::MutexGuard<'static, Shared> {
-    SHARED.lock().unwrap_or_else(|p| p.into_inner())
+fn shared() -> PGuard<'static, Shared> {
+    SHARED.lock()
+}
+
+/// In a fork child, before any of its threads run: the parent's watches, threads and lease are
+/// the parent's (a watch thread may have held the lock at the fork).
+pub fn reset_after_fork() {
+    // SAFETY: called only from the shim's `pthread_atfork` child handler, where the calling
+    // thread is the only one.
+    unsafe { SHARED.reset_after_fork(Shared::EMPTY) };
+    UNTIL_NS.store(0, Ordering::SeqCst);
 }
 
 /// The agent renewed the lease (a watch, a renewal, a preempt): watches act until `until`.
