@@ -79,7 +79,7 @@ fn wake() {
         if CHAIN.load(Ordering::Relaxed) {
             RUNG_AT_US.store(kfdq::chain::now_us(), Ordering::Relaxed);
         }
-        raise(slot, seq);
+        flip(slot, seq, true);
         return;
     }
     ring();
@@ -97,10 +97,12 @@ fn board() -> Option<(&'static AtomicU32, &'static AtomicU32)> {
     Some(unsafe { (&*slot, &*seq) })
 }
 
-/// Sets the slot busy (odd) if it is idle, and wakes the board's waiters.
-fn raise(slot: &AtomicU32, seq: &AtomicU32) {
+/// Moves the slot to `busy` (one step of its edge count: odd busy, even idle) unless it is
+/// there already or another writer moved it first, then bumps the counter and wakes the board's
+/// waiters.
+fn flip(slot: &AtomicU32, seq: &AtomicU32, busy: bool) {
     let c = slot.load(Ordering::SeqCst);
-    if kfdq::proto::board::busy(c)
+    if kfdq::proto::board::busy(c) == busy
         || slot
             .compare_exchange(c, c.wrapping_add(1), Ordering::SeqCst, Ordering::SeqCst)
             .is_err()
@@ -113,23 +115,15 @@ fn raise(slot: &AtomicU32, seq: &AtomicU32) {
 
 /// The control thread: every queue idle; the slot says so (before [`disarm`]).
 pub fn board_idle() {
-    let Some((slot, seq)) = board() else { return };
-    let c = slot.load(Ordering::SeqCst);
-    if !kfdq::proto::board::busy(c)
-        || slot
-            .compare_exchange(c, c.wrapping_add(1), Ordering::SeqCst, Ordering::SeqCst)
-            .is_err()
-    {
-        return;
+    if let Some((slot, seq)) = board() {
+        flip(slot, seq, false);
     }
-    seq.fetch_add(1, Ordering::SeqCst);
-    crate::board_map::wake(seq);
 }
 
 /// The control thread: a queue is busy; the slot says so (the agent may have cleared it).
 pub fn board_busy() {
     if let Some((slot, seq)) = board() {
-        raise(slot, seq);
+        flip(slot, seq, true);
     }
 }
 
