@@ -112,25 +112,38 @@ fn direct_chain(p: &Paired, tr: &Traces) -> Option<[f64; POINTS]> {
     if first(&tr.agent, Stage::AgentWritten, p.start_us, recv).is_some() {
         return None;
     }
-    let (ai, ack) = first(&tr.lp, Stage::AckSent, recv, end)?;
-    let (_, ioctl_in) = first(&tr.lp, Stage::IoctlIn, recv, ack)?;
-    let ioctl_out = tr.lp[..ai]
-        .iter()
-        .rev()
-        .find(|(s, t)| *s == Stage::IoctlOut && *t >= ioctl_in)
-        .map(|(_, t)| *t)?;
-    let mut v = [f64::NAN; POINTS];
-    for (pt, t) in [
+    let (ioctl_in, ioctl_out, ack) = batch_side(tr, recv, end)?;
+    Some(points(&[
         (Point::Start, p.start_us),
         (Point::Watcher, recv),
         (Point::IoctlIn, ioctl_in),
         (Point::Stopped, p.stopped_us),
         (Point::IoctlOut, ioctl_out),
         (Point::Ack, ack),
-    ] {
+    ]))
+}
+
+/// The batch side of a chain after its shim had the command (or its watch woke) at `recv`:
+/// the first ioctl in, the last ioctl out before the ack, the ack.
+fn batch_side(tr: &Traces, recv: f64, end: f64) -> Option<(f64, f64, f64)> {
+    let (ai, ack) = first(&tr.lp, Stage::AckSent, recv, end)?;
+    let (_, ioctl_in) = first(&tr.lp, Stage::IoctlIn, recv, ack)?;
+    // The last ioctl of the command.
+    let ioctl_out = tr.lp[..ai]
+        .iter()
+        .rev()
+        .find(|(s, t)| *s == Stage::IoctlOut && *t >= ioctl_in)
+        .map(|(_, t)| *t)?;
+    Some((ioctl_in, ioctl_out, ack))
+}
+
+/// A chain's points; those not given are NaN.
+fn points(given: &[(Point, f64)]) -> [f64; POINTS] {
+    let mut v = [f64::NAN; POINTS];
+    for &(pt, t) in given {
         v[pt as usize] = t;
     }
-    Some(v)
+    v
 }
 
 /// The agent's chain: edge, decision, command.
@@ -147,16 +160,8 @@ fn agent_chain(p: &Paired, tr: &Traces) -> Option<[f64; POINTS]> {
     let (_, decided) = first(&tr.agent, Stage::AgentDecided, read, end)?;
     let (_, written) = first(&tr.agent, Stage::AgentWritten, decided, end)?;
     let (_, recv) = first(&tr.lp, Stage::CmdRecv, written, end)?;
-    let (ai, ack) = first(&tr.lp, Stage::AckSent, recv, end)?;
-    let (_, ioctl_in) = first(&tr.lp, Stage::IoctlIn, recv, ack)?;
-    // The last ioctl of the command.
-    let ioctl_out = tr.lp[..ai]
-        .iter()
-        .rev()
-        .find(|(s, t)| *s == Stage::IoctlOut && *t >= ioctl_in)
-        .map(|(_, t)| *t)?;
-    let mut v = [f64::NAN; POINTS];
-    for (pt, t) in [
+    let (ioctl_in, ioctl_out, ack) = batch_side(tr, recv, end)?;
+    Some(points(&[
         (Point::Start, p.start_us),
         (Point::Woke, woke),
         (Point::Edge, edge),
@@ -168,10 +173,7 @@ fn agent_chain(p: &Paired, tr: &Traces) -> Option<[f64; POINTS]> {
         (Point::Stopped, p.stopped_us),
         (Point::IoctlOut, ioctl_out),
         (Point::Ack, ack),
-    ] {
-        v[pt as usize] = t;
-    }
-    Some(v)
+    ]))
 }
 
 /// Every paired request's stage durations, µs: one vector per stage of [`SPANS`], in
