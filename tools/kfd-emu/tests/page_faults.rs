@@ -9,8 +9,6 @@
 
 mod common;
 
-use std::os::fd::AsRawFd;
-use std::os::unix::fs::MetadataExt as _;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Barrier, Mutex};
 
@@ -51,57 +49,15 @@ impl Drop for BoMapping {
     }
 }
 
-/// The FUSE connection id of the mount at `root` (its device number).
-fn connection(root: &std::path::Path) -> u64 {
-    let dev = std::fs::metadata(root).expect("stat the mount").dev();
-    (u64::from(libc::major(dev)) << 20) | u64::from(libc::minor(dev))
-}
-
-/// Aborts FUSE connection `conn` through fusectl, mounted for that in a private mount
-/// namespace (the host's stays as it was: a mount test depends on it).
-fn abort_connection(conn: u64) {
-    let status = std::process::Command::new("unshare")
-        .args(["--mount", "--propagation", "private", "sh", "-c"])
-        .arg(format!(
-            "mount -t fusectl none /sys/fs/fuse/connections && \
-             echo 1 > /sys/fs/fuse/connections/{conn}/abort"
-        ))
-        .status();
-    eprintln!("aborting FUSE connection {conn}: {status:?}");
-}
-
 #[test]
 #[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn ioctls_writing_into_untouched_bo_pages_from_many_threads_all_return() {
     require_root();
     let t = mount_preset(Preset::Mi210);
-    let conn = connection(t.root());
+    let conn = fuse_connection(t.root());
     let s = Arc::new(Session::new(&t, 0));
     let len = THREADS * ROUNDS * STRIDE;
-    let mut a = kfd_ioctl_alloc_memory_of_gpu_args {
-        va_addr: 1 << 40,
-        size: len as u64,
-        gpu_id: s.node.gpu_id,
-        flags: KFD_IOC_ALLOC_MEM_FLAGS_VRAM
-            | KFD_IOC_ALLOC_MEM_FLAGS_WRITABLE
-            | KFD_IOC_ALLOC_MEM_FLAGS_PUBLIC,
-        ..Default::default()
-    };
-    s.kfd
-        .ioctl(AMDKFD_IOC_ALLOC_MEMORY_OF_GPU, &mut a)
-        .expect("ALLOC_MEMORY_OF_GPU of a VRAM BO");
-    // SAFETY: maps `len` bytes of the render node at the BO's offset; nothing else is there.
-    let ptr = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            len,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_SHARED,
-            s.render.as_raw_fd(),
-            a.mmap_offset as libc::off_t,
-        )
-    };
-    assert_ne!(ptr, libc::MAP_FAILED, "{}", std::io::Error::last_os_error());
+    let ptr = s.map_vram_bo(len);
     let bo = Arc::new(BoMapping {
         ptr: ptr.cast(),
         len,
@@ -145,7 +101,8 @@ fn ioctls_writing_into_untouched_bo_pages_from_many_threads_all_return() {
     if !wait_until(WAIT_LIMIT, || done.load(Ordering::Relaxed) == all) {
         let returned = done.load(Ordering::Relaxed);
         // Unblock the stuck threads, or the test process would never exit.
-        abort_connection(conn);
+        let status = abort_fuse_connection(conn);
+        eprintln!("aborting FUSE connection {conn}: {status:?}");
         panic!(
             "{returned} of {all} ioctls writing into untouched render-node pages returned within \
              {WAIT_LIMIT:?}: the emulator's FUSE workers wait for page-fault READs that none of \

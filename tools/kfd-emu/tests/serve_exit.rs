@@ -5,8 +5,6 @@
 
 mod common;
 
-use std::os::fd::AsRawFd as _;
-use std::os::unix::fs::MetadataExt as _;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -27,25 +25,6 @@ fn threads(pid: u32) -> Vec<String> {
         .collect()
 }
 
-/// Aborts the FUSE connection of the mount at `root` through fusectl, mounted for that in a
-/// private mount namespace (the host's stays as it was: a mount test depends on it).
-fn abort_connection(root: &std::path::Path) {
-    let dev = std::fs::metadata(root).expect("stat the mount").dev();
-    let conn = (u64::from(libc::major(dev)) << 20) | u64::from(libc::minor(dev));
-    let status = std::process::Command::new("unshare")
-        .args(["--mount", "--propagation", "private", "sh", "-c"])
-        .arg(format!(
-            "mount -t fusectl none /sys/fs/fuse/connections && \
-             echo 1 > /sys/fs/fuse/connections/{conn}/abort"
-        ))
-        .status()
-        .expect("run unshare");
-    assert!(
-        status.success(),
-        "aborting FUSE connection {conn}: {status}"
-    );
-}
-
 #[test]
 #[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn sigterm_ends_an_emulator_whose_proxy_loop_stopped() {
@@ -59,7 +38,12 @@ fn sigterm_ends_an_emulator_whose_proxy_loop_stopped() {
         "{:?}",
         threads(pid)
     );
-    abort_connection(t.root());
+    let conn = fuse_connection(t.root());
+    let status = abort_fuse_connection(conn).expect("run unshare");
+    assert!(
+        status.success(),
+        "aborting FUSE connection {conn}: {status}"
+    );
     // The proxy's reader sees the connection end (ENODEV) and stops.
     wait_for("the proxy loop (kfd-emu-fuse-in) to stop", || {
         !threads(pid).iter().any(|n| n == "kfd-emu-fuse-in")
@@ -83,30 +67,7 @@ fn sigterm_ends_an_emulator_whose_busy_mount_was_detached() {
     // (`page_io`) while SIGTERM arrives.
     const PAGES: usize = 4096;
     let len = PAGES * 4096;
-    let mut a = kfd_ioctl_alloc_memory_of_gpu_args {
-        va_addr: 1 << 40,
-        size: len as u64,
-        gpu_id: s.node.gpu_id,
-        flags: KFD_IOC_ALLOC_MEM_FLAGS_VRAM
-            | KFD_IOC_ALLOC_MEM_FLAGS_WRITABLE
-            | KFD_IOC_ALLOC_MEM_FLAGS_PUBLIC,
-        ..Default::default()
-    };
-    s.kfd
-        .ioctl(AMDKFD_IOC_ALLOC_MEMORY_OF_GPU, &mut a)
-        .expect("ALLOC_MEMORY_OF_GPU of a VRAM BO");
-    // SAFETY: maps `len` bytes of the render node at the BO's offset; nothing else is there.
-    let ptr = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            len,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_SHARED,
-            s.render.as_raw_fd(),
-            a.mmap_offset as libc::off_t,
-        )
-    };
-    assert_ne!(ptr, libc::MAP_FAILED, "{}", std::io::Error::last_os_error());
+    let ptr = s.map_vram_bo(len);
     let base = ptr as u64;
     let returned = Arc::new(AtomicUsize::new(0));
     // Not a scoped thread: were its calls to hang, the test fails instead of waiting for it.

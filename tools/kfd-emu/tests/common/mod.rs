@@ -401,6 +401,37 @@ impl Session {
         Session { kfd, render, node }
     }
 
+    /// Allocates a VRAM BO of `len` bytes (at GPU VA 1 << 40) and maps it through the render
+    /// node, untouched: each first access of one of its pages is a fault the emulator serves
+    /// (`page_io`). Returns the mapping's address; the caller unmaps it.
+    pub fn map_vram_bo(&self, len: usize) -> *mut libc::c_void {
+        let mut a = kfd_ioctl_alloc_memory_of_gpu_args {
+            va_addr: 1 << 40,
+            size: len as u64,
+            gpu_id: self.node.gpu_id,
+            flags: KFD_IOC_ALLOC_MEM_FLAGS_VRAM
+                | KFD_IOC_ALLOC_MEM_FLAGS_WRITABLE
+                | KFD_IOC_ALLOC_MEM_FLAGS_PUBLIC,
+            ..Default::default()
+        };
+        self.kfd
+            .ioctl(AMDKFD_IOC_ALLOC_MEMORY_OF_GPU, &mut a)
+            .expect("ALLOC_MEMORY_OF_GPU of a VRAM BO");
+        // SAFETY: maps `len` bytes of the render node at the BO's offset; nothing else is there.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                self.render.as_raw_fd(),
+                a.mmap_offset as libc::off_t,
+            )
+        };
+        assert_ne!(ptr, libc::MAP_FAILED, "{}", std::io::Error::last_os_error());
+        ptr
+    }
+
     /// Allocates buffers and creates an AQL queue.
     pub fn queue(&self, percentage: u32, priority: u32) -> (Queue, QueueBufs) {
         let bufs = QueueBufs::new(&self.kfd, &self.node, 4096);
@@ -445,4 +476,23 @@ pub fn one_time_within(times: &[f64], from: f64, to: f64, what: &str) {
         times.len() == 1 && (from..=to).contains(&times[0]),
         "{what}: {times:?}, expected one time in [{from}, {to}]"
     );
+}
+
+/// The FUSE connection id of the mount at `root` (its device number, as fusectl names it).
+pub fn fuse_connection(root: &Path) -> u64 {
+    use std::os::unix::fs::MetadataExt as _;
+    let dev = std::fs::metadata(root).expect("stat the mount").dev();
+    (u64::from(libc::major(dev)) << 20) | u64::from(libc::minor(dev))
+}
+
+/// Aborts FUSE connection `conn` through fusectl, mounted for that in a private mount
+/// namespace (the host's stays as it was: a mount test depends on it).
+pub fn abort_fuse_connection(conn: u64) -> std::io::Result<std::process::ExitStatus> {
+    std::process::Command::new("unshare")
+        .args(["--mount", "--propagation", "private", "sh", "-c"])
+        .arg(format!(
+            "mount -t fusectl none /sys/fs/fuse/connections && \
+             echo 1 > /sys/fs/fuse/connections/{conn}/abort"
+        ))
+        .status()
 }
