@@ -16,8 +16,16 @@ use crate::proto::control::Control;
 
 impl NodeState {
     /// Decides what every process should be and returns the commands that get it there (in
-    /// partition order, so a partition's commands go out back to back).
+    /// partition order, so a partition's commands go out back to back), then brings the
+    /// busy and preempted times up to date ([`NodeState::account`]).
     pub fn decide(&mut self, now: Instant, out: &mut Vec<Out>) {
+        self.decide_commands(now, out);
+        self.account(now);
+    }
+
+    /// [`NodeState::decide`] without the times: the server writes the commands first and
+    /// calls [`NodeState::account`] after, since no command depends on the times.
+    pub fn decide_commands(&mut self, now: Instant, out: &mut Vec<Out>) {
         self.counters.decisions += 1;
         if !self.full_due && self.decide_edges(now, out) {
             return;
@@ -25,7 +33,6 @@ impl NodeState {
         self.full_due = false;
         self.edges_pending.clear();
         let (stale_at, _) = self.mark_stale(now);
-        self.account_busy(now);
         self.waiters.expire(now, out);
         self.end_tracer_sessions(out);
         self.edges(out);
@@ -76,7 +83,6 @@ impl NodeState {
         self.direct_watches(out);
         self.send_steps(steps, now, out);
         self.renew(now, out);
-        self.preempts.trim(now);
     }
 
     /// Processes whose busy reports went stale (stopped or hung while busy) count as idle
@@ -260,16 +266,12 @@ impl NodeState {
         self.seq += 1;
         let seq = self.seq;
         p.sent(seq, &cmd, now);
-        if let Command::Preempt(l) = cmd {
-            self.rec.preempted(p.class(), l);
-            p.preemptions += 1;
-        }
-        let preempts = &mut self.preempts;
-        cmd.cost(&p.registry, |gpu, c| preempts.count(gpu, c, now));
         self.counters.commands += 1;
         let msg = cmd.message(seq, self.cfg.grace_period);
         tracing::debug!(pid = %pid, "command {msg:?}");
         out.push(Out::Shim(p.conn, msg));
+        // Its preempts and class counts: after the commands are written (`account`).
+        self.sent_uncounted.push((pid, cmd));
         Some(seq)
     }
 
@@ -291,6 +293,7 @@ impl NodeState {
         for (pid, l) in &held {
             self.send(*pid, Command::Release(*l), now, out);
         }
+        self.account(now);
         held.len()
     }
 }

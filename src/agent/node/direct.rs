@@ -303,7 +303,7 @@ impl NodeState {
                 self.full_due = true;
             }
         }
-        self.account_busy(now);
+        self.account(now);
         true
     }
 }

@@ -57,7 +57,6 @@ impl NodeState {
         };
         self.edges_pending.clear();
         self.counters.edge_decisions += 1;
-        self.account_busy(now);
         self.waiters.expire(now, out);
         // The policy's next time (its own earliest), the retries and the staleness: the same
         // parts as the full decision's.
@@ -95,7 +94,6 @@ impl NodeState {
         }
         self.edge_steps = steps;
         self.renew(now, out);
-        self.preempts.trim(now);
         true
     }
 }

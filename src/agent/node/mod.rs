@@ -128,6 +128,9 @@ pub struct NodeState {
     edge_steps: Vec<(crate::ids::GpuId, Pid, reconcile::RunCmds)>,
     /// Direct edges: the boards and their slots (`direct.rs`).
     direct: direct::Direct,
+    /// Commands sent whose device-wide preempts and class counts are not counted yet: counted
+    /// by [`NodeState::account`], after the decision's commands are written.
+    sent_uncounted: Vec<(Pid, command::Command)>,
 }
 
 impl NodeState {
@@ -165,6 +168,7 @@ impl NodeState {
             edges_pending: Vec::new(),
             edge_steps: Vec::new(),
             direct: direct::Direct::default(),
+            sent_uncounted: Vec::new(),
         })
     }
 

@@ -3,6 +3,7 @@
 use std::time::Instant;
 
 use super::NodeState;
+use super::command::Command;
 use crate::ids::Pid;
 use crate::policy::Run;
 use crate::proto::Level;
@@ -21,9 +22,11 @@ pub(super) fn level_name(run: Run) -> String {
 }
 
 impl NodeState {
-    /// Accounts each class's busy time up to `now` (a class is busy while any queue of any of
-    /// its processes is).
-    pub(super) fn account_busy(&mut self, now: Instant) {
+    /// Accounts each process's and each class's busy and preempted time up to `now` (a class
+    /// is busy while any queue of any of its processes is). No input of a decision: the server
+    /// calls it after a decision's commands are written ([`NodeState::decide_commands`]).
+    pub fn account(&mut self, now: Instant) {
+        self.count_sent(now);
         // Each class once (a class's many processes would cost the recorder a lookup each).
         let (mut busy, mut preempted): (Vec<&str>, Vec<&str>) = (Vec::new(), Vec::new());
         for p in self.procs.values_mut() {
@@ -48,9 +51,29 @@ impl NodeState {
         }
     }
 
+    /// Counts the commands sent since the last call: each preempt for its class, and what
+    /// each costs in device-wide preempts (counted at `now`, the decision's time).
+    fn count_sent(&mut self, now: Instant) {
+        let mut sent = std::mem::take(&mut self.sent_uncounted);
+        for (pid, cmd) in sent.drain(..) {
+            let Some(p) = self.procs.get_mut(&pid) else {
+                continue;
+            };
+            if let Command::Preempt(l) = cmd {
+                self.rec.preempted(p.class(), l);
+                p.preemptions += 1;
+            }
+            let preempts = &mut self.preempts;
+            cmd.cost(&p.registry, |gpu, c| preempts.count(gpu, c, now));
+        }
+        // The buffer keeps its capacity for the next decision.
+        self.sent_uncounted = sent;
+        self.preempts.trim(now);
+    }
+
     /// A Prometheus scrape of the node (text format, [`super::super::metrics::CONTENT_TYPE`]).
     pub fn metrics(&mut self, now: Instant) -> Result<String, std::fmt::Error> {
-        self.account_busy(now);
+        self.account(now);
         super::super::metrics::render(&self.status(now), &self.rec)
     }
     /// The node as `kfdq status` shows it.

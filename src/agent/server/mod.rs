@@ -351,11 +351,13 @@ fn serve(
         }
         let mut sent_commands = false;
         let mut compute = Duration::ZERO;
+        let mut decided = None;
         if stopping.is_none() && (dirty || s.node.deadline().is_some_and(|d| d <= woke)) {
             let before = s.out.len();
             let t = Instant::now();
-            s.node.decide(t, &mut s.out);
+            s.node.decide_commands(t, &mut s.out);
             compute = t.elapsed();
+            decided = Some(t);
             sent_commands = s.out[before..].iter().any(|o| matches!(o, Out::Shim(..)));
             if let Some(c) = s.chain.as_mut()
                 && s.out[before..]
@@ -366,6 +368,11 @@ fn serve(
             }
         }
         s.deliver();
+        let written = woke.elapsed();
+        // The times, once the commands are out (no command depends on them).
+        if let Some(t) = decided {
+            s.node.account(t);
+        }
         if let Some(c) = s.chain.as_mut()
             && let Err(e) = c.flush_when_quiet()
         {
@@ -380,7 +387,7 @@ fn serve(
             }
         }
         if sent_commands && dirty {
-            s.node.record_decision(woke.elapsed(), compute);
+            s.node.record_decision(written, compute);
         }
         s.reap();
         if scrape_ready
