@@ -176,6 +176,10 @@ pub struct Policy {
     pub(super) incremental_ok: bool,
     /// The last decision's `next_ns` (an edge decision keeps the earlier of it and its own).
     pub(super) next_ns: Option<u64>,
+    /// The last full decision's rule of each process, in its observation's order: (pid, index
+    /// into the configuration's classes, `None`: the rule of an unknown class). An edge
+    /// decision sees the same processes and looks no class up by name again.
+    pub(super) rule_of: std::sync::Arc<Vec<(Pid, Option<usize>)>>,
 }
 
 pub(super) fn costs_preempt(r: Run) -> bool {
@@ -226,6 +230,7 @@ impl Policy {
             busy_count: BTreeMap::new(),
             incremental_ok: false,
             next_ns: None,
+            rule_of: std::sync::Arc::default(),
         })
     }
 
@@ -251,10 +256,18 @@ impl Policy {
         // A class the configuration does not name: rank 0, never preempted.
         let config = std::sync::Arc::clone(&self.config);
         let unknown = std::sync::Arc::clone(&self.unknown);
-        let rules: Vec<&ClassRule> = obs
-            .processes
+        // Kept for the edge decisions (reused unless an edge decision still holds it).
+        let rule_of = std::sync::Arc::make_mut(&mut self.rule_of);
+        rule_of.clear();
+        rule_of.extend(
+            obs.processes
+                .iter()
+                .map(|p| (p.pid, config.class_index(&p.class))),
+        );
+        let rule_of = std::sync::Arc::clone(&self.rule_of);
+        let rules: Vec<&ClassRule> = rule_of
             .iter()
-            .map(|p| config.class(&p.class).unwrap_or(&unknown))
+            .map(|(_, k)| k.map_or(&*unknown, |k| &config.classes[k]))
             .collect();
         self.observe_edges(obs, &rules);
         // Forget processes that are gone.

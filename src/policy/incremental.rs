@@ -14,7 +14,7 @@
 //! checks that both give every process the same state and reason over random edge
 //! sequences.
 
-use super::decide::{Decision, Observation, Policy, Reason, Run, costs_preempt, later};
+use super::decide::{Decision, Observation, Policy, ProcessObs, Reason, Run, costs_preempt, later};
 use super::rules::ClassRule;
 use crate::ids::GpuId;
 
@@ -43,9 +43,19 @@ impl Policy {
         }
         // The counts, and the keys whose busy state crossed zero (with their old state).
         let mut touched: Vec<((GpuId, u8), bool)> = Vec::new();
+        // The rules borrow the shared configuration, not `self`.
+        let config = std::sync::Arc::clone(&self.config);
+        let unknown = std::sync::Arc::clone(&self.unknown);
+        let rule_of = std::sync::Arc::clone(&self.rule_of);
+        let rule = |i: usize, p: &ProcessObs| -> &ClassRule {
+            match rule_of.get(i) {
+                Some(&(pid, k)) if pid == p.pid => k.map_or(&*unknown, |k| &config.classes[k]),
+                _ => config.class(&p.class).unwrap_or(&unknown),
+            }
+        };
         for e in edges.iter().filter(|e| e.was_busy != e.busy) {
             let p = obs.processes.get(e.process)?;
-            let rank = self.config.class(&p.class).map_or(0, |c| c.rank);
+            let rank = rule(e.process, p).rank;
             let key = (e.gpu_id, rank);
             let count = self.busy_count.entry(key).or_default();
             if !touched.iter().any(|(k, _)| *k == key) {
@@ -88,11 +98,8 @@ impl Policy {
         let mut next = self.next_ns;
         let mut decided: Vec<(usize, &ClassRule, Run, Reason)> =
             Vec::with_capacity(obs.processes.len());
-        // The rules borrow the shared configuration, not `self`.
-        let config = std::sync::Arc::clone(&self.config);
-        let unknown = std::sync::Arc::clone(&self.unknown);
         for (i, p) in obs.processes.iter().enumerate() {
-            let rule = config.class(&p.class).unwrap_or(&unknown);
+            let rule = rule(i, p);
             let Some(level) = rule.level else { continue };
             let affected = flipped
                 .iter()

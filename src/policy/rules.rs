@@ -190,9 +190,14 @@ impl PolicyConfig {
     /// The rule of class `name`, or the lowest-ranked class for an unknown name (`None` only
     /// for a configuration without classes, which [`Self::validate`] refuses).
     pub fn class(&self, name: &str) -> Option<&ClassRule> {
+        self.class_index(name).map(|i| &self.classes[i])
+    }
+
+    /// [`Self::class`] as an index into `classes`.
+    pub fn class_index(&self, name: &str) -> Option<usize> {
         self.classes
             .iter()
-            .find(|c| c.name == name)
-            .or_else(|| self.classes.iter().min_by_key(|c| c.rank))
+            .position(|c| c.name == name)
+            .or_else(|| (0..self.classes.len()).min_by_key(|&i| self.classes[i].rank))
     }
 }
