@@ -33,12 +33,13 @@ impl Handles {
         crate::locks::lock(&self.0, "handle table")
     }
 
-    /// The process that opened `fh` when it is a `dev/kfd` handle; `None` when it is not, or
-    /// when another thread holds the table now (the caller must not wait: `reader_ioctl`).
-    pub fn try_kfd_opener(&self, fh: u64) -> Option<u32> {
-        match crate::locks::try_lock(&self.0, "handle table")?.get(&fh) {
+    /// Without waiting: `None` when another thread holds the table now (the caller must not
+    /// wait: `reader_ioctl`), else the process that opened `fh` when it is a `dev/kfd` handle.
+    pub fn try_kfd_opener(&self, fh: u64) -> Option<Option<u32>> {
+        let table = crate::locks::try_lock(&self.0, "handle table")?;
+        Some(match table.get(&fh) {
             Some(Handle::Kfd { tgid }) => Some(*tgid),
             _ => None,
-        }
+        })
     }
 }

@@ -82,8 +82,14 @@ pub(crate) fn serve(emu: &Emu, msg: &[u8], out: &mut Vec<u8>) -> bool {
     if emu.kfd_ino.get() != Some(&nodeid) || flags & UNRESTRICTED != 0 || !ioctl::reader_safe(cmd) {
         return false;
     }
-    let Some(opener) = emu.handles.try_kfd_opener(fh) else {
-        return false;
+    let opener = match emu.handles.try_kfd_opener(fh) {
+        Some(Some(opener)) => opener,
+        // Not a dev/kfd handle (fuser answers as it always did).
+        Some(None) => return false,
+        None => {
+            emu.reader_ioctls_passed_on.fetch_add(1, Ordering::Relaxed);
+            return false;
+        }
     };
     let call = Call {
         unique,
