@@ -51,38 +51,53 @@ fn u64_at(msg: &[u8], at: usize) -> Option<u64> {
     Some(u64::from_ne_bytes(msg.get(at..at + 8)?.try_into().ok()?))
 }
 
-/// A FUSE_IOCTL request's fields: (unique, node id, pid, fh, flags, cmd, argument bytes,
-/// out_size); `None` for any other request, one with header extensions, or a short one.
-#[allow(clippy::type_complexity)]
-fn parse(msg: &[u8]) -> Option<(u64, u64, u32, u64, u32, u32, &[u8], u32)> {
+/// The fields of a FUSE_IOCTL request the reader looks at.
+#[derive(Debug, PartialEq, Eq)]
+struct IoctlRequest<'a> {
+    unique: u64,
+    nodeid: u64,
+    /// The calling thread.
+    pid: u32,
+    fh: u64,
+    flags: u32,
+    cmd: u32,
+    in_data: &'a [u8],
+    out_size: u32,
+}
+
+/// `msg` as a FUSE_IOCTL request; `None` for any other request, one with header extensions, or
+/// a short one.
+fn parse(msg: &[u8]) -> Option<IoctlRequest<'_>> {
     if u32_at(msg, 4)? != FUSE_IOCTL || u16_at(msg, 36)? != 0 {
         return None;
     }
     let in_size = u32_at(msg, IN_HEADER + 24)? as usize;
-    let data = msg.get(IN_HEADER + IOCTL_IN..IN_HEADER + IOCTL_IN + in_size)?;
-    Some((
-        u64_at(msg, 8)?,
-        u64_at(msg, 16)?,
-        u32_at(msg, 32)?,
-        u64_at(msg, IN_HEADER)?,
-        u32_at(msg, IN_HEADER + 8)?,
-        u32_at(msg, IN_HEADER + 12)?,
-        data,
-        u32_at(msg, IN_HEADER + 28)?,
-    ))
+    Some(IoctlRequest {
+        unique: u64_at(msg, 8)?,
+        nodeid: u64_at(msg, 16)?,
+        pid: u32_at(msg, 32)?,
+        fh: u64_at(msg, IN_HEADER)?,
+        flags: u32_at(msg, IN_HEADER + 8)?,
+        cmd: u32_at(msg, IN_HEADER + 12)?,
+        in_data: msg.get(IN_HEADER + IOCTL_IN..IN_HEADER + IOCTL_IN + in_size)?,
+        out_size: u32_at(msg, IN_HEADER + 28)?,
+    })
 }
 
 /// Answers `msg` in `out` when it is an ioctl the reader thread may run and runs now (true);
 /// false for any other request, and for one of those ioctls when the handle table or the state
 /// lock is taken: the FUSE workers serve it.
 pub(crate) fn serve(emu: &Emu, msg: &[u8], out: &mut Vec<u8>) -> bool {
-    let Some((unique, nodeid, tid, fh, flags, cmd, in_data, out_size)) = parse(msg) else {
+    let Some(r) = parse(msg) else {
         return false;
     };
-    if emu.kfd_ino.get() != Some(&nodeid) || flags & UNRESTRICTED != 0 || !ioctl::reader_safe(cmd) {
+    if emu.kfd_ino.get() != Some(&r.nodeid)
+        || r.flags & UNRESTRICTED != 0
+        || !ioctl::reader_safe(r.cmd)
+    {
         return false;
     }
-    let opener = match emu.handles.try_kfd_opener(fh) {
+    let opener = match emu.handles.try_kfd_opener(r.fh) {
         Some(Some(opener)) => opener,
         // Not a dev/kfd handle (fuser answers as it always did).
         Some(None) => return false,
@@ -91,13 +106,14 @@ pub(crate) fn serve(emu: &Emu, msg: &[u8], out: &mut Vec<u8>) -> bool {
             return false;
         }
     };
+    let (unique, cmd) = (r.unique, r.cmd);
     let call = Call {
         unique,
-        tid,
+        tid: r.pid,
         opener,
         cmd,
-        in_data,
-        out_size,
+        in_data: r.in_data,
+        out_size: r.out_size,
     };
     let mut answered = false;
     let run = std::panic::AssertUnwindSafe(|| {
@@ -151,10 +167,20 @@ mod tests {
     #[test]
     fn the_ioctl_fields_are_read_where_the_kernel_puts_them() {
         let m = request(FUSE_IOCTL, 3, 0, &[1, 2, 3], 0);
-        let (unique, nodeid, pid, fh, flags, cmd, data, out_size) = parse(&m).unwrap();
-        assert_eq!((unique, nodeid, pid, fh, flags), (77, 3, 4242, 5, 0));
-        assert_eq!(cmd, kfd_sys::AMDKFD_IOC_UPDATE_QUEUE);
-        assert_eq!((data, out_size), (&[1u8, 2, 3][..], 8));
+        let r = parse(&m).unwrap();
+        assert_eq!(
+            r,
+            IoctlRequest {
+                unique: 77,
+                nodeid: 3,
+                pid: 4242,
+                fh: 5,
+                flags: 0,
+                cmd: kfd_sys::AMDKFD_IOC_UPDATE_QUEUE,
+                in_data: &[1, 2, 3],
+                out_size: 8,
+            }
+        );
         assert!(parse(&request(15, 3, 0, &[], 0)).is_none(), "a READ");
         assert!(
             parse(&request(FUSE_IOCTL, 3, 0, &[], 8)).is_none(),
