@@ -2,10 +2,9 @@
 //! emulator files) plus the live `sys/class/kfd/kfd/proc/<pid>/...` subtree whose
 //! inode numbers encode (pid, queue id, file).
 
-use std::collections::HashMap;
 use std::ffi::OsStr;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use fuser::{
@@ -16,10 +15,11 @@ use fuser::{
 use serde::Serialize;
 
 use crate::config::EmuConfig;
+use crate::handles::Handle;
 use crate::state::Emu;
 use crate::state::PAGE;
 use crate::sysfs_drm::{self, Entry};
-use crate::{drm, ioctl, kfd_mmap, locks, process, stats, sysfs_topology};
+use crate::{drm, ioctl, kfd_mmap, process, stats, sysfs_topology};
 
 /// Attribute/entry cache time of the static tree.
 const STATIC_TTL: Duration = Duration::from_secs(60);
@@ -128,19 +128,6 @@ impl Dyn {
     }
 }
 
-/// An open file.
-enum Handle {
-    Kfd {
-        tgid: u32,
-    },
-    Render(usize),
-    Text(Vec<u8>),
-    /// `kfd-emu/faults`, with its content when opened.
-    Faults(Vec<u8>),
-    /// `kfd-emu/unplug`, with its content when opened.
-    Unplug(Vec<u8>),
-}
-
 /// The filesystem served over FUSE.
 pub(crate) struct KfdFs {
     emu: Arc<Emu>,
@@ -148,7 +135,6 @@ pub(crate) struct KfdFs {
     /// The topology's `nodes/<N>` directories of GPU nodes: (inode, gpu_id), hidden while
     /// the partition is unplugged.
     gpu_dirs: Vec<(u64, u32)>,
-    handles: Mutex<HashMap<u64, Handle>>,
     next_fh: AtomicU64,
     mounted_at: SystemTime,
 }
@@ -335,7 +321,6 @@ impl KfdFs {
             emu,
             nodes: b.nodes,
             gpu_dirs,
-            handles: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
             mounted_at: SystemTime::now(),
         }
@@ -562,7 +547,7 @@ impl KfdFs {
 
     fn new_handle(&self, h: Handle) -> FileHandle {
         let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
-        locks::lock(&self.handles, "handle table").insert(fh, h);
+        self.emu.handles.lock().insert(fh, h);
         FileHandle(fh)
     }
 }
@@ -706,7 +691,7 @@ impl Filesystem for KfdFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        let handles = locks::lock(&self.handles, "handle table");
+        let handles = self.emu.handles.lock();
         match handles.get(&fh.0) {
             Some(Handle::Kfd { .. }) => {
                 drop(handles);
@@ -744,7 +729,7 @@ impl Filesystem for KfdFs {
         reply: ReplyWrite,
     ) {
         let is_render = {
-            let handles = locks::lock(&self.handles, "handle table");
+            let handles = self.emu.handles.lock();
             match handles.get(&fh.0) {
                 Some(Handle::Kfd { .. }) => Some(false),
                 Some(Handle::Render(_)) => Some(true),
@@ -785,7 +770,7 @@ impl Filesystem for KfdFs {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        let h = locks::lock(&self.handles, "handle table").remove(&fh.0);
+        let h = self.emu.handles.lock().remove(&fh.0);
         if let Some(Handle::Kfd { tgid }) = h {
             ioctl::lifecycle::release_kfd(&self.emu, tgid);
         }
@@ -877,7 +862,7 @@ impl Filesystem for KfdFs {
         out_size: u32,
         reply: ReplyIoctl,
     ) {
-        let target = match locks::lock(&self.handles, "handle table").get(&fh.0) {
+        let target = match self.emu.handles.lock().get(&fh.0) {
             Some(Handle::Kfd { tgid }) => Some(Ok(*tgid)),
             Some(Handle::Render(gpu)) => Some(Err(*gpu)),
             _ => None,
@@ -887,18 +872,15 @@ impl Filesystem for KfdFs {
             Some(Ok(tgid)) => {
                 // A bug must not take the FUSE loop down: an unsent reply answers EIO
                 // when it is dropped during unwinding.
-                let run = std::panic::AssertUnwindSafe(|| {
-                    ioctl::dispatch(
-                        &self.emu,
-                        req.unique().0,
-                        req.pid(),
-                        tgid,
-                        cmd,
-                        in_data,
-                        out_size,
-                        reply,
-                    )
-                });
+                let call = ioctl::Call {
+                    unique: req.unique().0,
+                    tid: req.pid(),
+                    opener: tgid,
+                    cmd,
+                    in_data,
+                    out_size,
+                };
+                let run = std::panic::AssertUnwindSafe(|| ioctl::dispatch(&self.emu, &call, reply));
                 if std::panic::catch_unwind(run).is_err() {
                     tracing::error!(cmd, "ioctl handler panicked");
                 }

@@ -10,7 +10,9 @@
 //! to fuser except FUSE_INTERRUPT, whose interrupted request id goes to `kfd-emu-interrupts`,
 //! which answers the request if the emulator holds it (`ioctl::interrupt`); `kfd-emu-fuse-out`
 //! writes fuser's replies to `/dev/fuse`. READs and WRITEs of the device files (page faults and
-//! writeback of their mappings) `kfd-emu-fuse-in` answers itself (`crate::page_io`). An interrupt for a request the emulator does not hold
+//! writeback of their mappings) `kfd-emu-fuse-in` answers itself (`crate::page_io`), and so it
+//! does UPDATE_QUEUE when the state lock is free (`crate::reader_ioctl`). An interrupt for a
+//! request the emulator does not hold
 //! needs no reply: the kernel waits for the request's own answer.
 //!
 //! Facts from the kernel (`include/uapi/linux/fuse.h`, `fs/fuse/dev.c`): a request starts with
@@ -195,8 +197,11 @@ fn requests(
             continue;
         }
         // Page-cache I/O of the device files is answered here, never by a FUSE worker, which
-        // may be blocked in a fault on exactly that page (`page_io`).
-        if crate::page_io::serve(emu, msg, &mut answer) {
+        // may be blocked in a fault on exactly that page (`page_io`); so are the queue ioctls
+        // that can run without waiting for anything (`reader_ioctl`).
+        if crate::page_io::serve(emu, msg, &mut answer)
+            || crate::reader_ioctl::serve(emu, msg, &mut answer)
+        {
             note_size(&emu.fuse_largest_message, answer.len());
             match nix::unistd::write(dev, &answer) {
                 Ok(_) | Err(Errno::ENOENT | Errno::ENODEV) => {}

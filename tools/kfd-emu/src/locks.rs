@@ -4,7 +4,9 @@
 //! first recovery of each lock is logged.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Mutex, MutexGuard, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::{
+    Mutex, MutexGuard, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard, TryLockError,
+};
 
 /// Whether a recovery was already logged (one line per process is enough to point at the panic
 /// that caused it, which was logged when it happened).
@@ -23,6 +25,16 @@ fn recovered<G>(what: &str, e: PoisonError<G>) -> G {
 /// Locks `m`, recovering it if a holder panicked.
 pub(crate) fn lock<'a, T>(m: &'a Mutex<T>, what: &str) -> MutexGuard<'a, T> {
     m.lock().unwrap_or_else(|e| recovered(what, e))
+}
+
+/// Locks `m` if no other thread holds it now (recovering it if a holder panicked); `None`
+/// when one does.
+pub(crate) fn try_lock<'a, T>(m: &'a Mutex<T>, what: &str) -> Option<MutexGuard<'a, T>> {
+    match m.try_lock() {
+        Ok(g) => Some(g),
+        Err(TryLockError::Poisoned(e)) => Some(recovered(what, e)),
+        Err(TryLockError::WouldBlock) => None,
+    }
 }
 
 /// Read-locks `l`, recovering it if a writer panicked.

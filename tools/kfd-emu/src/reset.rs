@@ -15,12 +15,11 @@
 
 use std::collections::BTreeSet;
 
-use crate::state::Emu;
+use crate::state::State;
 
 /// The preempt of a call on behalf of `target` (a tgid) timed out: resets the partitions its
 /// queues are on. Returns the number of queues lost.
-pub(crate) fn preempt_timeout(emu: &Emu, target: u32) -> usize {
-    let mut st = emu.lock();
+pub(crate) fn preempt_timeout(st: &mut State, target: u32) -> usize {
     let gpus: BTreeSet<usize> = st
         .processes
         .get(&target)
@@ -38,7 +37,6 @@ pub(crate) fn preempt_timeout(emu: &Emu, target: u32) -> usize {
     for g in &gpus {
         st.partitions[*g].resets += 1;
     }
-    drop(st);
     tracing::warn!(
         target,
         ?gpus,

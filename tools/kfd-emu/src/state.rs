@@ -31,6 +31,12 @@ pub(crate) struct Emu {
     /// Backing bytes of GTT/VRAM BOs by render-node mmap offset. Kept outside `state`
     /// so render-node page faults never wait for the state lock.
     pub bos: BoStore,
+    /// The mount's open files.
+    pub handles: crate::handles::Handles,
+    /// Ioctls the `/dev/fuse` proxy's reader thread answered itself (`reader_ioctl`).
+    pub reader_ioctls: std::sync::atomic::AtomicU64,
+    /// Ioctls it passed on to the FUSE workers because the state lock was taken.
+    pub reader_ioctls_passed_on: std::sync::atomic::AtomicU64,
     /// Cache of thread id -> thread-group id.
     pub tgids: Mutex<HashMap<u32, u32>>,
     /// Time 0 of the partition models.
@@ -88,6 +94,9 @@ impl Emu {
             cp_wake: Condvar::new(),
             shutdown: AtomicBool::new(false),
             bos: BoStore::default(),
+            handles: Default::default(),
+            reader_ioctls: Default::default(),
+            reader_ioctls_passed_on: Default::default(),
             tgids: Mutex::new(HashMap::new()),
             epoch: Instant::now(),
             fuse_dev: OnceLock::new(),

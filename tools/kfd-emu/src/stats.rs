@@ -20,6 +20,14 @@ pub struct Stats {
     /// `/dev/fuse` proxy carried; 0 without the proxy (`KFD_EMU_FUSE_PROXY=0`, not root).
     #[serde(default)]
     pub fuse_largest_message: u64,
+    /// `dev/kfd` ioctls the proxy's reader thread answered itself (`reader_ioctl`); 0 without
+    /// the proxy.
+    #[serde(default)]
+    pub fuse_reader_ioctls: u64,
+    /// Such ioctls it passed on to the FUSE workers because another thread held the handle
+    /// table or the state lock.
+    #[serde(default)]
+    pub fuse_reader_ioctls_passed_on: u64,
 }
 
 /// HWS model of one partition (topology GPU node).
@@ -228,6 +236,10 @@ pub(crate) fn snapshot(emu: &Emu) -> Stats {
         dead_threads: crate::locks::lock(&emu.dead_threads, "dead threads").clone(),
         fuse_largest_message: emu
             .fuse_largest_message
+            .load(std::sync::atomic::Ordering::Relaxed),
+        fuse_reader_ioctls: emu.reader_ioctls.load(std::sync::atomic::Ordering::Relaxed),
+        fuse_reader_ioctls_passed_on: emu
+            .reader_ioctls_passed_on
             .load(std::sync::atomic::Ordering::Relaxed),
     }
 }

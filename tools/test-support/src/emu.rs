@@ -22,12 +22,17 @@ pub struct Emu {
 /// Mounts kfd-emu with `config` for the running test (which must be privileged: see
 /// [`require_root`]).
 pub fn mount(config: EmuConfig) -> Emu {
+    mount_with_env(config, &[])
+}
+
+/// Mounts kfd-emu with `config` and `env` added to the emulator's environment.
+pub fn mount_with_env(config: EmuConfig, env: &[(&str, &str)]) -> Emu {
     require_root();
     let dir = tempfile::Builder::new()
         .prefix("kfdq-test-")
         .tempdir()
         .expect("a temporary directory for the mount");
-    let emu = EmuProcess::start(dir.path(), config);
+    let emu = EmuProcess::start_with_env(dir.path(), config, env);
     Emu { emu, _dir: dir }
 }
 

@@ -86,6 +86,12 @@ impl EmuProcess {
     /// lie in `dir`. Returns once the mount serves `dev/kfd`; fails the test with the
     /// emulator's log when it does not start within [`WAIT_LIMIT`].
     pub fn start(dir: &Path, config: EmuConfig) -> EmuProcess {
+        Self::start_with_env(dir, config, &[])
+    }
+
+    /// [`EmuProcess::start`] with `env` added to the emulator's environment (e.g.
+    /// `KFD_EMU_FUSE_PROXY=0`, docs/kfd-emulator.md).
+    pub fn start_with_env(dir: &Path, config: EmuConfig, env: &[(&str, &str)]) -> EmuProcess {
         let config_file = dir.join("kfd-emu-config.json");
         let text = serde_json::to_vec(&config).expect("an EmuConfig is JSON");
         std::fs::write(&config_file, text).expect("write the emulator's configuration");
@@ -98,6 +104,7 @@ impl EmuProcess {
             .arg("--config")
             .arg(&config_file)
             .arg("--exit-with-stdin")
+            .envs(env.iter().copied())
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(log_file)

@@ -27,6 +27,6 @@ pub mod privileged;
 pub mod skip_markers;
 pub mod wait;
 
-pub use emu::{Emu, mount, mount_preset, mount_with_slots};
+pub use emu::{Emu, mount, mount_preset, mount_with_env, mount_with_slots};
 pub use privileged::require_root;
 pub use wait::{wait_for, wait_until};

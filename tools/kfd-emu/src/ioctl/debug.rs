@@ -361,6 +361,8 @@ mod tests {
             tgid: me,
             out_len: 0,
             unique: 0,
+            held: Default::default(),
+            on_reader: false,
         };
         let mut short = me.to_ne_bytes().to_vec();
         let r = dbg_trap(&ctx, &mut short, &mut None, &mut effects);

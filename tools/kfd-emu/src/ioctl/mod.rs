@@ -7,6 +7,14 @@
 //!   command has the OUT direction (FUSE copies at most `_IOC_SIZE` of the caller's
 //!   command, and only when that command has `_IOC_READ`);
 //! * the fd may only be used by the process that opened it (`EBADF` otherwise).
+//!
+//! One implementation, two ways in: fuser's workers call [`dispatch`] (the answer goes back
+//! through fuser's `ReplyIoctl`), and the `/dev/fuse` proxy's reader thread calls
+//! [`dispatch_on_reader`] for the ioctls of [`READER_SAFE`] (the answer is written to
+//! `/dev/fuse` as the bytes fuser would write: `reply::encode`). Both run the same steps
+//! ([`run`]); the reader's only difference is that it never waits for the state lock: it takes
+//! it with `try_lock` before anything counts or changes, and when another thread holds it the
+//! request goes to the workers as any other (`crate::reader_ioctl`, docs/kfd-emulator.md).
 
 pub(crate) mod debug;
 pub(crate) mod detach;
@@ -17,12 +25,15 @@ pub(crate) mod lifecycle;
 pub(crate) mod memory;
 pub(crate) mod queue;
 
+use std::cell::Cell;
+use std::sync::MutexGuard;
+
 use crate::faults::Failure;
 use fuser::ReplyIoctl;
 
 use crate::effects::Effects;
 use crate::process;
-use crate::state::Emu;
+use crate::state::{Emu, State};
 
 pub(crate) use crate::abi::{bytes_of, load, store};
 pub(crate) use crate::reply::{ENOTSUPP, KResult, send_reply};
@@ -50,6 +61,81 @@ pub(crate) struct Ctx<'a> {
     pub out_len: usize,
     /// FUSE request id (a held request is found by it when FUSE_INTERRUPT comes).
     pub unique: u64,
+    /// The state lock when the caller took it before the handler ran (the reader thread's
+    /// `try_lock`); [`Ctx::lock`] hands it to the handler.
+    held: Cell<Option<MutexGuard<'a, State>>>,
+    /// Whether the call runs on the proxy's reader thread, which must never wait for the lock.
+    on_reader: bool,
+}
+
+impl<'a> Ctx<'a> {
+    /// The state lock: the one the caller already holds, else waited for. A handler of
+    /// [`READER_SAFE`] takes it through here, once; on the reader thread a second take finds it
+    /// free or panics (answered `EIO`) rather than wait.
+    pub fn lock(&self) -> MutexGuard<'a, State> {
+        if let Some(g) = self.held.take() {
+            return g;
+        }
+        if self.on_reader {
+            return crate::locks::try_lock(&self.emu.state, "state")
+                .expect("a handler on the /dev/fuse reader thread took the state lock twice");
+        }
+        self.emu.lock()
+    }
+}
+
+/// One FUSE ioctl request on a `dev/kfd` handle.
+pub(crate) struct Call<'a> {
+    /// FUSE request id.
+    pub unique: u64,
+    /// Calling thread (FUSE reports thread ids).
+    pub tid: u32,
+    /// The process that opened the handle.
+    pub opener: u32,
+    /// The caller's command.
+    pub cmd: u32,
+    /// The caller's argument bytes (`_IOC_SIZE` of its command, when it has `_IOC_WRITE`).
+    pub in_data: &'a [u8],
+    /// Bytes FUSE copies back when the command has `_IOC_READ`.
+    pub out_size: u32,
+}
+
+/// The ioctls the proxy's reader thread may answer itself: their handlers never hold the
+/// request (no `ReplyIoctl` is taken), never touch client memory (no `client_mem`, no `gpu_mem`),
+/// take no lock but the state lock, once, through [`Ctx::lock`], and leaf locks (the fault
+/// table, the tgid cache), and queue no effects but waking the CP. DBG_TRAP's SUSPEND_QUEUES and
+/// RESUME_QUEUES are not among them: they read and write the queue array in client memory while
+/// holding the state lock (docs/kfd-emulator.md, "The reader thread's ioctls").
+const READER_SAFE: [u32; 1] = [kfd_sys::AMDKFD_IOC_UPDATE_QUEUE];
+
+/// Whether the proxy's reader thread may answer `cmd` (by `_IOC_NR`, as dispatch looks it up).
+pub(crate) fn reader_safe(cmd: u32) -> bool {
+    READER_SAFE.iter().any(|c| ioc::nr(*c) == ioc::nr(cmd))
+}
+
+/// How a call gets the state lock.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Locking {
+    /// When the handler asks, waiting for it (fuser's workers).
+    Wait,
+    /// Up front, only if no other thread holds it (the reader thread).
+    Try,
+}
+
+/// A finished call: the answer (argument bytes copied out, result), none when the handler
+/// holds the request, and the work to do once it is sent.
+struct Done {
+    answer: Option<(Vec<u8>, KResult<i32>)>,
+    effects: Effects,
+}
+
+impl Done {
+    fn answer(res: KResult<i32>) -> Done {
+        Done {
+            answer: Some((Vec::new(), res)),
+            effects: Effects::default(),
+        }
+    }
 }
 
 type Handler = fn(&Ctx<'_>, &mut [u8], &mut Option<ReplyIoctl>, &mut Effects) -> KResult<i32>;
@@ -120,27 +206,74 @@ fn get_version(
     Ok(0)
 }
 
-/// Handles one ioctl on a `dev/kfd` handle opened by `opener`.
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn dispatch(
+/// Handles one ioctl on a `dev/kfd` handle, on a fuser worker.
+pub(crate) fn dispatch(emu: &Emu, call: &Call<'_>, reply: ReplyIoctl) {
+    let mut reply = Some(reply);
+    if let Some(done) = run(emu, call, &mut reply, Locking::Wait) {
+        if let (Some((data, res)), Some(reply)) = (done.answer, reply) {
+            send_reply(reply, &data, res);
+        }
+        done.effects.run(emu);
+    }
+}
+
+/// Handles one ioctl of [`READER_SAFE`] on the proxy's reader thread: `answer` gets the
+/// argument bytes to copy out and the result, then the effects run; false, with nothing
+/// counted or changed, when another thread holds the state lock (the caller passes the request
+/// on to the workers).
+pub(crate) fn dispatch_on_reader(
     emu: &Emu,
-    unique: u64,
-    tid: u32,
-    opener: u32,
-    cmd: u32,
-    in_data: &[u8],
-    out_size: u32,
-    reply: ReplyIoctl,
-) {
-    let nr = ioc::nr(cmd);
+    call: &Call<'_>,
+    answer: impl FnOnce(&[u8], KResult<i32>),
+) -> bool {
+    debug_assert!(reader_safe(call.cmd));
+    let Some(done) = run(emu, call, &mut None, Locking::Try) else {
+        return false;
+    };
+    if let Some((data, res)) = done.answer {
+        answer(&data, res);
+    }
+    done.effects.run(emu);
+    true
+}
+
+/// The steps of a call, whichever thread runs it. `None` only with [`Locking::Try`], when
+/// another thread holds the state lock; before that point nothing but the tgid cache is
+/// touched.
+fn run(
+    emu: &Emu,
+    call: &Call<'_>,
+    reply: &mut Option<ReplyIoctl>,
+    locking: Locking,
+) -> Option<Done> {
+    let (tid, opener, in_data) = (call.tid, call.opener, call.in_data);
+    let nr = ioc::nr(call.cmd);
     let tgid = process::tgid_of(emu, tid);
     if tgid != Some(opener) {
         tracing::debug!(tid, opener, nr, "ioctl from another process: EBADF");
-        return send_reply(reply, &[], Err(libc::EBADF));
+        return Some(Done::answer(Err(libc::EBADF)));
     }
     let Some((kcmd, handler)) = lookup(nr, emu.config.kfd_minor) else {
         tracing::debug!(nr, "unknown ioctl: ENOTTY");
-        return send_reply(reply, &[], Err(libc::ENOTTY));
+        return Some(Done::answer(Err(libc::ENOTTY)));
+    };
+    let held = match locking {
+        Locking::Wait => None,
+        Locking::Try => Some(crate::locks::try_lock(&emu.state, "state")?),
+    };
+    let out_len = if ioc::copies_out(kcmd) {
+        call.out_size as usize
+    } else {
+        0
+    };
+    let ctx = Ctx {
+        emu,
+        tid,
+        tgid: opener,
+        out_len,
+        unique: call.unique,
+        held: Cell::new(held),
+        on_reader: locking == Locking::Try,
     };
     let dbg_op = (nr == NR_DBG_TRAP)
         .then(|| crate::abi::u32_at(in_data, 4))
@@ -149,7 +282,7 @@ pub(crate) fn dispatch(
         None => {}
         Some(Failure::Errno(errno)) => {
             tracing::debug!(nr, errno, "injected failure");
-            return send_reply(reply, &[], Err(errno));
+            return Some(Done::answer(Err(errno)));
         }
         Some(Failure::PreemptTimeout) => {
             // DBG_TRAP preempts its target (`pid` first in its arguments), the others the caller.
@@ -157,37 +290,28 @@ pub(crate) fn dispatch(
                 NR_DBG_TRAP => crate::abi::u32_at(in_data, 0).unwrap_or(opener),
                 _ => opener,
             };
-            crate::reset::preempt_timeout(emu, target);
-            return send_reply(reply, &[], Err(libc::ETIME));
+            crate::reset::preempt_timeout(&mut ctx.lock(), target);
+            return Some(Done::answer(Err(libc::ETIME)));
         }
     }
-    let out_len = if ioc::copies_out(kcmd) {
-        out_size as usize
-    } else {
-        0
-    };
     let len = in_data.len().max(ioc::size(kcmd)).max(out_len);
     let mut buf = vec![0u8; len];
     buf[..in_data.len()].copy_from_slice(in_data);
-    let ctx = Ctx {
-        emu,
-        tid,
-        tgid: opener,
-        out_len,
-        unique,
-    };
-    let mut reply = Some(reply);
     let mut effects = Effects::default();
-    let res = handler(&ctx, &mut buf, &mut reply, &mut effects);
-    match (&res, reply.is_some()) {
-        (Err(e), true) => tracing::debug!(nr, errno = e, "ioctl failed"),
-        (Ok(r), true) => tracing::trace!(nr, ret = r, "ioctl ok"),
-        (_, false) => tracing::debug!(nr, "ioctl blocked"),
+    let res = handler(&ctx, &mut buf, reply, &mut effects);
+    // A lock taken up front that the handler did not take (it failed before) is released.
+    drop(ctx);
+    let held_request = locking == Locking::Wait && reply.is_none();
+    match (&res, held_request) {
+        (Err(e), false) => tracing::debug!(nr, errno = e, "ioctl failed"),
+        (Ok(r), false) => tracing::trace!(nr, ret = r, "ioctl ok"),
+        (_, true) => tracing::debug!(nr, "ioctl blocked"),
     }
-    if let Some(reply) = reply {
-        send_reply(reply, &buf[..out_len], res);
-    }
-    effects.run(emu);
+    buf.truncate(out_len);
+    Some(Done {
+        answer: (!held_request).then_some((buf, res)),
+        effects,
+    })
 }
 
 #[cfg(test)]
@@ -205,6 +329,19 @@ mod tests {
         assert!(lookup(0x27, 17).is_none());
         assert!(lookup(NR_DBG_TRAP, 12).is_none());
         assert!(lookup(NR_DBG_TRAP, 13).is_some());
+    }
+
+    #[test]
+    fn the_reader_thread_answers_update_queue_only() {
+        assert!(reader_safe(kfd_sys::AMDKFD_IOC_UPDATE_QUEUE));
+        for cmd in [
+            kfd_sys::AMDKFD_IOC_WAIT_EVENTS,
+            kfd_sys::AMDKFD_IOC_DESTROY_QUEUE,
+            kfd_sys::AMDKFD_IOC_DBG_TRAP,
+            kfd_sys::AMDKFD_IOC_SET_CU_MASK,
+        ] {
+            assert!(!reader_safe(cmd), "{cmd:#x}");
+        }
     }
 
     #[test]

@@ -240,7 +240,8 @@ pub(crate) fn create(
     Ok(0)
 }
 
-/// AMDKFD_IOC_UPDATE_QUEUE.
+/// AMDKFD_IOC_UPDATE_QUEUE. Answered on the proxy's reader thread as well (`READER_SAFE`): it
+/// touches no client memory and takes the state lock once, through `Ctx::lock`.
 pub(crate) fn update(
     ctx: &Ctx<'_>,
     buf: &mut [u8],
@@ -255,7 +256,7 @@ pub(crate) fn update(
         a.ring_base_address,
         a.ring_size,
     )?;
-    let mut guard = emu.lock();
+    let mut guard = ctx.lock();
     let st: &mut State = &mut guard;
     let p = st.processes.get_mut(&ctx.tgid).ok_or(ESRCH)?;
     // pqm_update_queue_properties: an unknown queue is EFAULT in the kernel.

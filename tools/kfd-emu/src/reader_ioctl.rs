@@ -1,0 +1,213 @@
+//! Queue ioctls answered by the `/dev/fuse` proxy's reader thread itself.
+//!
+//! Through the proxy a FUSE request takes two thread hand-offs more than on amdkfd or with fuser
+//! reading `/dev/fuse` itself: `kfd-emu-fuse-in` -> socket -> a fuser worker, and its answer ->
+//! socket -> `kfd-emu-fuse-out`. For the ioctl a preemption's reaction waits for (UPDATE_QUEUE,
+//! the batch queue's deactivation) the reader thread runs the handler itself and writes the
+//! answer to `/dev/fuse`, as it answers device-file page I/O (`page_io`).
+//!
+//! It may do so only because it never waits for anything that can wait for a FUSE request: it is
+//! the one reader of `/dev/fuse`, so a wait of it for a thread that waits for a FUSE READ (a
+//! thread that touches client memory lying in a device-file mapping) hangs the mount. So
+//! (docs/kfd-emulator.md, "The reader thread's ioctls"):
+//! * only the ioctls of `ioctl::READER_SAFE`, whose handlers touch no client memory and hold no
+//!   request, on a `dev/kfd` handle, restricted (fuser answers an unrestricted one `ENOSYS`);
+//! * the handle table and the state lock are taken with `try_lock`: when another thread holds
+//!   either, the request goes on to the FUSE workers unchanged (nothing counted or changed yet);
+//!   the other locks taken (the tgid cache, the fault table) are leaves, held by nobody across
+//!   a wait;
+//! * a panic of the handler is caught and answered `EIO`, as fuser answers a dropped reply.
+//!
+//! Wire facts (`include/uapi/linux/fuse.h`): FUSE_IOCTL is opcode 39; after `struct
+//! fuse_in_header` (40 bytes: opcode at byte 4, unique id at 8, node id at 16, pid at 32,
+//! `total_extlen` u16 at 36) comes `struct fuse_ioctl_in` (32 bytes: `fh` u64, `flags` u32,
+//! `cmd` u32, `arg` u64, `in_size` u32, `out_size` u32), then `in_size` bytes of argument;
+//! `FUSE_IOCTL_UNRESTRICTED` is flag bit 1. The answer's bytes are `reply::encode`'s.
+
+use std::sync::atomic::Ordering;
+
+use crate::ioctl::{self, Call};
+use crate::reply;
+use crate::state::Emu;
+
+/// `FUSE_IOCTL`.
+const FUSE_IOCTL: u32 = 39;
+/// `FUSE_IOCTL_UNRESTRICTED`.
+const UNRESTRICTED: u32 = 1 << 1;
+/// `sizeof(struct fuse_in_header)`.
+const IN_HEADER: usize = 40;
+/// `sizeof(struct fuse_ioctl_in)`.
+const IOCTL_IN: usize = 32;
+
+fn u16_at(msg: &[u8], at: usize) -> Option<u16> {
+    Some(u16::from_ne_bytes(msg.get(at..at + 2)?.try_into().ok()?))
+}
+
+fn u32_at(msg: &[u8], at: usize) -> Option<u32> {
+    Some(u32::from_ne_bytes(msg.get(at..at + 4)?.try_into().ok()?))
+}
+
+fn u64_at(msg: &[u8], at: usize) -> Option<u64> {
+    Some(u64::from_ne_bytes(msg.get(at..at + 8)?.try_into().ok()?))
+}
+
+/// The fields of a FUSE_IOCTL request the reader looks at.
+#[derive(Debug, PartialEq, Eq)]
+struct IoctlRequest<'a> {
+    unique: u64,
+    nodeid: u64,
+    /// The calling thread.
+    pid: u32,
+    fh: u64,
+    flags: u32,
+    cmd: u32,
+    in_data: &'a [u8],
+    out_size: u32,
+}
+
+/// `msg` as a FUSE_IOCTL request; `None` for any other request, one with header extensions, or
+/// a short one.
+fn parse(msg: &[u8]) -> Option<IoctlRequest<'_>> {
+    if u32_at(msg, 4)? != FUSE_IOCTL || u16_at(msg, 36)? != 0 {
+        return None;
+    }
+    let in_size = u32_at(msg, IN_HEADER + 24)? as usize;
+    Some(IoctlRequest {
+        unique: u64_at(msg, 8)?,
+        nodeid: u64_at(msg, 16)?,
+        pid: u32_at(msg, 32)?,
+        fh: u64_at(msg, IN_HEADER)?,
+        flags: u32_at(msg, IN_HEADER + 8)?,
+        cmd: u32_at(msg, IN_HEADER + 12)?,
+        in_data: msg.get(IN_HEADER + IOCTL_IN..IN_HEADER + IOCTL_IN + in_size)?,
+        out_size: u32_at(msg, IN_HEADER + 28)?,
+    })
+}
+
+/// Answers `msg` in `out` when it is an ioctl the reader thread may run and runs now (true);
+/// false for any other request, and for one of those ioctls when the handle table or the state
+/// lock is taken: the FUSE workers serve it.
+pub(crate) fn serve(emu: &Emu, msg: &[u8], out: &mut Vec<u8>) -> bool {
+    let Some(r) = parse(msg) else {
+        return false;
+    };
+    if emu.kfd_ino.get() != Some(&r.nodeid)
+        || r.flags & UNRESTRICTED != 0
+        || !ioctl::reader_safe(r.cmd)
+    {
+        return false;
+    }
+    let opener = match emu.handles.try_kfd_opener(r.fh) {
+        Some(Some(opener)) => opener,
+        // Not a dev/kfd handle (fuser answers as it always did).
+        Some(None) => return false,
+        None => {
+            emu.reader_ioctls_passed_on.fetch_add(1, Ordering::Relaxed);
+            return false;
+        }
+    };
+    let (unique, cmd) = (r.unique, r.cmd);
+    let call = Call {
+        unique,
+        tid: r.pid,
+        opener,
+        cmd,
+        in_data: r.in_data,
+        out_size: r.out_size,
+    };
+    let mut answered = false;
+    let run = std::panic::AssertUnwindSafe(|| {
+        ioctl::dispatch_on_reader(emu, &call, |data, res| {
+            reply::encode(out, unique, data, res);
+            answered = true;
+        })
+    });
+    let ran = match std::panic::catch_unwind(run) {
+        Ok(ran) => ran,
+        Err(_) => {
+            tracing::error!(cmd, "ioctl handler panicked on the /dev/fuse reader thread");
+            true
+        }
+    };
+    if !ran {
+        emu.reader_ioctls_passed_on.fetch_add(1, Ordering::Relaxed);
+        return false;
+    }
+    if !answered {
+        reply::encode(out, unique, &[], Err(libc::EIO));
+    }
+    emu.reader_ioctls.fetch_add(1, Ordering::Relaxed);
+    true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A FUSE_IOCTL request as the kernel sends it.
+    fn request(opcode: u32, nodeid: u64, flags: u32, data: &[u8], extlen: u16) -> Vec<u8> {
+        let mut m = vec![0u8; IN_HEADER + IOCTL_IN];
+        m[4..8].copy_from_slice(&opcode.to_ne_bytes());
+        m[8..16].copy_from_slice(&77u64.to_ne_bytes());
+        m[16..24].copy_from_slice(&nodeid.to_ne_bytes());
+        m[32..36].copy_from_slice(&4242u32.to_ne_bytes());
+        m[36..38].copy_from_slice(&extlen.to_ne_bytes());
+        m[IN_HEADER..IN_HEADER + 8].copy_from_slice(&5u64.to_ne_bytes());
+        m[IN_HEADER + 8..IN_HEADER + 12].copy_from_slice(&flags.to_ne_bytes());
+        let cmd = kfd_sys::AMDKFD_IOC_UPDATE_QUEUE;
+        m[IN_HEADER + 12..IN_HEADER + 16].copy_from_slice(&cmd.to_ne_bytes());
+        m[IN_HEADER + 24..IN_HEADER + 28].copy_from_slice(&(data.len() as u32).to_ne_bytes());
+        m[IN_HEADER + 28..IN_HEADER + 32].copy_from_slice(&8u32.to_ne_bytes());
+        m.extend_from_slice(data);
+        let len = m.len() as u32;
+        m[..4].copy_from_slice(&len.to_ne_bytes());
+        m
+    }
+
+    #[test]
+    fn the_ioctl_fields_are_read_where_the_kernel_puts_them() {
+        let m = request(FUSE_IOCTL, 3, 0, &[1, 2, 3], 0);
+        let r = parse(&m).unwrap();
+        assert_eq!(
+            r,
+            IoctlRequest {
+                unique: 77,
+                nodeid: 3,
+                pid: 4242,
+                fh: 5,
+                flags: 0,
+                cmd: kfd_sys::AMDKFD_IOC_UPDATE_QUEUE,
+                in_data: &[1, 2, 3],
+                out_size: 8,
+            }
+        );
+        assert!(parse(&request(15, 3, 0, &[], 0)).is_none(), "a READ");
+        assert!(
+            parse(&request(FUSE_IOCTL, 3, 0, &[], 8)).is_none(),
+            "extensions"
+        );
+        assert!(parse(&m[..m.len() - 1]).is_none(), "argument cut short");
+    }
+
+    #[test]
+    fn other_inodes_unknown_handles_and_unrestricted_ioctls_go_to_the_workers() {
+        let config = crate::config::EmuConfig::default();
+        let topo = crate::config::Topology::build(&config).unwrap();
+        let emu = Emu::new(config, topo, std::path::PathBuf::from("/nonexistent"));
+        let _ = emu.kfd_ino.set(3);
+        let mut out = Vec::new();
+        // Node 4 is not dev/kfd; handle 5 is not in the table; the unrestricted flag.
+        assert!(!serve(&emu, &request(FUSE_IOCTL, 4, 0, &[], 0), &mut out));
+        assert!(!serve(&emu, &request(FUSE_IOCTL, 3, 0, &[], 0), &mut out));
+        emu.handles
+            .lock()
+            .insert(5, crate::handles::Handle::Kfd { tgid: 4242 });
+        assert!(!serve(
+            &emu,
+            &request(FUSE_IOCTL, 3, UNRESTRICTED, &[], 0),
+            &mut out
+        ));
+        assert!(out.is_empty());
+        assert_eq!(emu.reader_ioctls.load(Ordering::Relaxed), 0);
+    }
+}
