@@ -23,6 +23,7 @@
 //! negative errno, unique id) followed by the data read, or by `struct fuse_write_out` (`size`
 //! u32, padding u32).
 
+use crate::abi::{u32_at, u64_at};
 use crate::kfd_mmap;
 use crate::state::{Emu, PAGE};
 
@@ -36,14 +37,6 @@ const IN_HEADER: usize = 40;
 const IO_IN: usize = 40;
 /// `sizeof(struct fuse_out_header)`.
 const OUT_HEADER: usize = 16;
-
-fn u32_at(msg: &[u8], at: usize) -> Option<u32> {
-    Some(u32::from_ne_bytes(msg.get(at..at + 4)?.try_into().ok()?))
-}
-
-fn u64_at(msg: &[u8], at: usize) -> Option<u64> {
-    Some(u64::from_ne_bytes(msg.get(at..at + 8)?.try_into().ok()?))
-}
 
 /// Which device file a node id names.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -24,6 +24,7 @@
 //! `cmd` u32, `arg` u64, `in_size` u32, `out_size` u32), then `in_size` bytes of argument;
 //! `FUSE_IOCTL_UNRESTRICTED` is flag bit 1. The answer's bytes are `reply::encode`'s.
 
+use crate::abi::{u16_at, u32_at, u64_at};
 use std::sync::atomic::Ordering;
 
 use crate::ioctl::{self, Call};
@@ -38,18 +39,6 @@ const UNRESTRICTED: u32 = 1 << 1;
 const IN_HEADER: usize = 40;
 /// `sizeof(struct fuse_ioctl_in)`.
 const IOCTL_IN: usize = 32;
-
-fn u16_at(msg: &[u8], at: usize) -> Option<u16> {
-    Some(u16::from_ne_bytes(msg.get(at..at + 2)?.try_into().ok()?))
-}
-
-fn u32_at(msg: &[u8], at: usize) -> Option<u32> {
-    Some(u32::from_ne_bytes(msg.get(at..at + 4)?.try_into().ok()?))
-}
-
-fn u64_at(msg: &[u8], at: usize) -> Option<u64> {
-    Some(u64::from_ne_bytes(msg.get(at..at + 8)?.try_into().ok()?))
-}
 
 /// The fields of a FUSE_IOCTL request the reader looks at.
 #[derive(Debug, PartialEq, Eq)]
