@@ -89,10 +89,11 @@ pub struct AgentConfig {
     /// Processes of classes that preempt others report their busy edges from the launch
     /// (`[agent] edges`, default on); off, the agent learns of work from activity samples only.
     pub edges: bool,
-    /// Direct edges (`[agent] direct_edges`, default off): the launch that makes a process of
-    /// a preempting class busy publishes the edge on an edge board (`crate::proto::board`) and
-    /// the level-2/3 processes it preempts, subscribed by the agent, preempt themselves
-    /// without the agent's hop (docs/agent.md, "Direct edges"). Needs `edges`.
+    /// Direct edges (`[agent] direct_edges`, default: on when `edges` is): the launch that
+    /// makes a process of a preempting class busy publishes the edge on an edge board
+    /// (`crate::proto::board`) and the level-2/3 processes it preempts, subscribed by the
+    /// agent, preempt themselves without the agent's hop (docs/agent.md, "Direct edges").
+    /// Needs `edges`.
     pub direct_edges: bool,
     /// Every preemption's lease (`[agent] lease_ms`): a shim the agent stops renewing releases
     /// its process after this long.
@@ -428,7 +429,7 @@ impl AgentConfig {
             default_class: "normal".into(),
             grace_period: 0,
             edges: true,
-            direct_edges: false,
+            direct_edges: true,
             lease: crate::proto::DEFAULT_LEASE,
             max_connections: 4096,
             control_rate: 50.0,
@@ -520,6 +521,8 @@ impl AgentConfig {
         if let Some(v) = a.edges {
             cfg.edges = v;
         }
+        // Unset, direct edges follow `edges` (the board carries the edges the launches report).
+        cfg.direct_edges = cfg.edges;
         if let Some(v) = a.direct_edges {
             if v && !cfg.edges {
                 return Err(at_agent(

@@ -10,8 +10,10 @@ use crate::ids::{GpuId, Pid, QueueId};
 use crate::policy::Run;
 use crate::proto::{Level, QueueInfo, Registry, Request, ShimMsg, Target};
 
+// The agent's own commands (direct edges, on by default, are tested in `tests_direct.rs`).
 const CONFIG: &str = r#"
 [agent]
+direct_edges = false
 hysteresis_ms = 0
 min_preempt_interval_ms = 0
 

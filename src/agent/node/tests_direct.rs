@@ -281,6 +281,17 @@ fn direct_edges_off_hands_out_no_board() {
 }
 
 #[test]
+fn direct_edges_are_on_by_default_and_follow_edges_when_unset() {
+    let unset = CONFIG.replace("direct_edges = true\n", "");
+    assert_ne!(unset, CONFIG, "the test's configuration sets direct_edges");
+    assert!(AgentConfig::parse(&unset, None).unwrap().direct_edges);
+    // Busy edges off: nothing to carry, so no direct edges either (and no error).
+    let no_edges = unset.replace("[agent]\n", "[agent]\nedges = false\n");
+    let cfg = AgentConfig::parse(&no_edges, None).unwrap();
+    assert!(!cfg.edges && !cfg.direct_edges);
+}
+
+#[test]
 fn direct_edges_without_edges_is_refused_with_the_fix() {
     let e = AgentConfig::parse(
         &CONFIG.replace("[agent]\n", "[agent]\nedges = false\n"),
