@@ -56,7 +56,10 @@ impl Lease {
         }
         self.until = None;
         let mut st = STATE.lock();
-        if !preempted_anything(&st) {
+        // A watch of an edge board undoes its own level when the lease runs out (`watch.rs`);
+        // if it did so first, it is this expiry all the same.
+        let undone_by_watch = crate::watch::took_lease_undo();
+        if !preempted_anything(&st) && !undone_by_watch {
             return;
         }
         let errors = fail_open(&mut st);
@@ -79,6 +82,6 @@ impl Lease {
 pub const LEASE_WARNING: &str = "lease expired, released on its own";
 
 /// Anything held, deactivated or suspended in this process.
-fn preempted_anything(st: &State) -> bool {
+pub(crate) fn preempted_anything(st: &State) -> bool {
     st.held_count() > 0 || st.hold_new || st.queues().iter().any(|q| q.deactivated || q.suspended)
 }

@@ -13,7 +13,7 @@
 //! class's grace period); a watch at level 1 is ignored (the agent's commands apply it).
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use kfdq::policy::release::{CostRelease, Edges};
@@ -65,6 +65,15 @@ impl Shared {
 /// The lease: watches act until this time (ns since [`epoch`]); 0: not leased.
 static UNTIL_NS: AtomicU64 = AtomicU64::new(0);
 
+/// A watch undid its level because the lease ran out, and the control thread's lease check
+/// has not counted it yet (`lease.rs`: one expiry, whichever of the two comes first).
+static LEASE_UNDO: AtomicBool = AtomicBool::new(false);
+
+/// Whether a watch undid its level for a lease that ran out since the last call.
+pub fn took_lease_undo() -> bool {
+    LEASE_UNDO.swap(false, Ordering::SeqCst)
+}
+
 /// Longest wait between two looks (the lease is checked at least this often).
 const LOOK_EVERY: Duration = Duration::from_millis(100);
 
@@ -88,6 +97,7 @@ pub fn reset_after_fork() {
     // thread is the only one.
     unsafe { SHARED.reset_after_fork(Shared::EMPTY) };
     UNTIL_NS.store(0, Ordering::SeqCst);
+    LEASE_UNDO.store(false, Ordering::SeqCst);
 }
 
 /// The agent renewed the lease (a watch, a renewal, a preempt): watches act until `until`.
@@ -345,8 +355,13 @@ fn settle(board: u32, want: bool, woke_us: Option<u64>) -> Option<Duration> {
         crate::chain::preempt_started();
     }
     let undo = sh.applied;
+    // Undone because the lease ran out (the agent hung), not because the edges went idle.
+    let lease_out = should.is_none() && !sh.wanting.is_empty();
     let r = {
         let mut st = STATE.lock();
+        if lease_out && crate::lease::preempted_anything(&st) {
+            LEASE_UNDO.store(true, Ordering::SeqCst);
+        }
         let r = queues_of(&st, &Target::All).and_then(|q| {
             // What was applied is undone first (a level changed: its class's was reloaded).
             let undone = match undo {
