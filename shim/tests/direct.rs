@@ -401,3 +401,88 @@ fn the_agent_killed_releases_the_watching_batch_job() {
     lp.stop();
     lp.finish();
 }
+
+#[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
+fn a_hung_agent_leaves_the_watching_batch_job_preempted_no_longer_than_its_lease() {
+    let emu = mount();
+    let agent = Agent::start(&emu, &direct_config());
+    let (mut hp, mut lp, q) = latency_over_batch(&emu, &agent);
+    // The agent hangs, then the latency job dies busy: its slot stays busy on the board, and
+    // the stopped agent cannot clear it. Only the lease ends the watch's deactivation.
+    agent.signal(Signal::SIGSTOP);
+    hp.child.kill().unwrap();
+    let _ = hp.child.wait();
+    let stopped = std::time::Instant::now();
+    wait_for("the batch queue active again (the lease ran out)", || {
+        emu.queue(lp.pid, q).active
+    });
+    let took = stopped.elapsed();
+    let reg = lp
+        .wait_registry(lp.pid, "a lease expiry", |r| r.lease_expiries >= 1)
+        .clone();
+    assert_eq!(reg.lease_expiries, 1, "one expiry, counted once");
+    assert!(
+        reg.warnings.iter().any(|w| w.contains("lease expired")),
+        "{:?}",
+        reg.warnings
+    );
+    // Renewed every quarter lease (1 s) until the stop: not before three quarters of it.
+    assert!(took >= std::time::Duration::from_millis(500), "{took:?}");
+    // The agent comes back: it clears the dead writer's slot and sees the batch job running.
+    agent.signal(Signal::SIGCONT);
+    wait_running(&agent, lp.pid);
+    assert!(emu.queue(lp.pid, q).active);
+    lp.stop();
+    lp.finish();
+}
+
+#[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
+fn the_batch_jobs_own_deactivate_timing_out_is_reported_and_leaves_nobody_preempted() {
+    let emu = mount();
+    let agent = Agent::start(&emu, &direct_config());
+    let (lp, q) = flood(&emu, &agent, "batch");
+    let mut hp = Launch::new(programs().get("latency"))
+        .args(["3", "300", "1", "40000", "80"])
+        .env("KFDQ_CLASS", "latency")
+        .env("KFDQ_SOCKET", agent.sock.display().to_string())
+        .env("KFDQ_ACTIVITY_US", SLOW_SAMPLING_US)
+        .start(&emu);
+    hp.wait_line("CHECKPOINT ready");
+    agent.wait_connected(hp.pid, 1);
+    wait_subscribed(&agent, 1);
+    wait_for("the batch queue runnable", || {
+        let k = emu.queue(lp.pid, q);
+        k.active && !k.suspended
+    });
+    // The next deactivate (the batch job's own, on the latency launch) times out: ETIME, and
+    // the partition's reset loses its queues.
+    std::fs::write(
+        emu.path("kfd-emu/faults"),
+        "update_queue=preempt-timeout,times=1",
+    )
+    .unwrap();
+    let before = agent.status().counters;
+    hp.release("ready");
+    let s = agent.wait("the watch's failed deactivate reported", |s| {
+        s.counters.command_failures > before.command_failures
+    });
+    let p = s.processes.iter().find(|p| p.pid.0 == lp.pid).unwrap();
+    assert!(
+        p.warnings
+            .iter()
+            .any(|w| w.contains("watch of the edge board failed")
+                && (w.contains("imer expired") || w.contains("ETIME"))),
+        "{:?}",
+        p.warnings
+    );
+    assert_eq!(emu.stats().partitions[0].resets, 1);
+    // The latency job's work is lost with the reset: it ends here. Nobody stays preempted.
+    hp.child.kill().unwrap();
+    let _ = hp.child.wait();
+    wait_running(&agent, lp.pid);
+    let k = emu.queue(lp.pid, q);
+    assert!(k.active && !k.suspended, "{k:?}");
+    drop(lp);
+}

@@ -7,7 +7,7 @@ use kfdq::Pid;
 use std::os::unix::net::UnixDatagram;
 use std::time::{Duration, Instant};
 
-use common::kfdqd::{Agent, two_classes};
+use common::kfdqd::{Agent, agents_path, two_classes};
 use common::*;
 use nix::sys::signal::Signal;
 
@@ -27,7 +27,9 @@ fn flood(emu: &Emu, agent: &Agent, class: &str, streams: u32) -> App {
 #[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn a_hung_agent_leaves_the_batch_job_preempted_no_longer_than_its_lease() {
     let emu = mount();
-    let agent = Agent::start(&emu, &two_classes("deactivate"));
+    // The agent's commands and their lease; with direct edges the batch job would release
+    // itself on the latency job's idle edge (`direct.rs` has the hung agent with direct edges).
+    let agent = Agent::start(&emu, &agents_path("deactivate"));
     let mut lp = flood(&emu, &agent, "batch", 1);
     agent.wait_connected(lp.pid, 1);
     let q = lp.queues().values().next().unwrap().queue_id;

@@ -8,7 +8,7 @@ mod common;
 
 use std::io::Write as _;
 
-use common::kfdqd::{Agent, two_classes};
+use common::kfdqd::{Agent, agents_path, two_classes};
 use common::*;
 use kfdq::proto::Level;
 
@@ -202,7 +202,8 @@ fn refused_suspends_and_resumes_are_reported_and_retried() {
 #[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn a_preempt_timeout_is_reported_and_leaves_nobody_preempted() {
     let emu = mount();
-    let agent = Agent::start(&emu, &two_classes("deactivate"));
+    // The agent's command times out (`direct.rs` has the batch job's own deactivate timing out).
+    let agent = Agent::start(&emu, &agents_path("deactivate"));
     let lp = flood(&emu, &agent, "batch");
     agent.wait_connected(lp.pid, 1);
     let q = lp.queues().values().next().unwrap().queue_id;

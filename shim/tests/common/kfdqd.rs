@@ -22,6 +22,12 @@ pub fn two_classes(level: &str) -> String {
     two_classes_with_hysteresis(level, 20)
 }
 
+/// [`two_classes`] with direct edges off: the batch job is preempted by the agent's commands
+/// alone (the path of a class at level 1, and of `[agent] direct_edges = false`).
+pub fn agents_path(level: &str) -> String {
+    two_classes(level).replacen("[agent]\n", "[agent]\ndirect_edges = false\n", 1)
+}
+
 /// [`two_classes`] with a hysteresis of `ms` (how long the latency class must stay idle before
 /// the batch class is released).
 pub fn two_classes_with_hysteresis(level: &str, ms: u32) -> String {
