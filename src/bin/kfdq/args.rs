@@ -300,18 +300,19 @@ pub enum Phase {
     /// Level 2 as kfdq did before busy edges: activity samples every 2 ms and a fixed 20 ms
     /// hold after the latency work ends (`edges = false`, `hysteresis_ms = 20`).
     Level2Sampled,
-    /// Level 2: the batch job's queues deactivated (busy edges, the cost-aware release rule).
+    /// Level 2 by the agent's commands: the batch job's queues deactivated when the agent hears
+    /// the busy edge (busy edges, the cost-aware release rule, `direct_edges = false`).
     Level2,
-    /// Level 2 with direct edges (`direct_edges = true`): the batch job deactivates itself on
-    /// the latency launch's edge on the agent's board, without the agent's hop. Not in the
-    /// default phases.
+    /// Level 2 as the agent runs by default (direct edges): the batch job deactivates itself on
+    /// the latency launch's edge on the agent's board, without the agent's hop.
     Level2Direct,
     /// Level 3 as before busy edges (see `level2-sampled`).
     Level3Sampled,
-    /// Level 3: the batch job's queues suspended (debugger API; busy edges, the release rule).
+    /// Level 3 by the agent's commands: the batch job's queues suspended (debugger API; busy
+    /// edges, the release rule, `direct_edges = false`).
     Level3,
-    /// Level 3 with direct edges (`direct_edges = true`): the batch job suspends itself on the
-    /// latency launch's board edge. Not in the default phases.
+    /// Level 3 as the agent runs by default (direct edges): the batch job suspends itself on
+    /// the latency launch's board edge.
     Level3Direct,
 }
 

@@ -23,7 +23,7 @@ use kfdq::proto::Level;
 use kfdq::proto::control::NodeStatus;
 
 impl Phase {
-    const ALL: [Phase; 9] = [
+    const ALL: [Phase; 11] = [
         Phase::Alone,
         Phase::LpAlone,
         Phase::Uncontrolled,
@@ -31,8 +31,10 @@ impl Phase {
         Phase::Level1,
         Phase::Level2Sampled,
         Phase::Level2,
+        Phase::Level2Direct,
         Phase::Level3Sampled,
         Phase::Level3,
+        Phase::Level3Direct,
     ];
 
     fn label(self) -> &'static str {
@@ -43,11 +45,11 @@ impl Phase {
             Phase::Priority => "HP+LP priorities only",
             Phase::Level1 => "HP+LP level 1 (hold)",
             Phase::Level2Sampled => "HP+LP level 2, sampled (old)",
-            Phase::Level2 => "HP+LP level 2 (deactivate)",
-            Phase::Level2Direct => "HP+LP level 2, direct edges",
+            Phase::Level2 => "HP+LP level 2, agent's commands",
+            Phase::Level2Direct => "HP+LP level 2, direct (default)",
             Phase::Level3Sampled => "HP+LP level 3, sampled (old)",
-            Phase::Level3 => "HP+LP level 3 (suspend)",
-            Phase::Level3Direct => "HP+LP level 3, direct edges",
+            Phase::Level3 => "HP+LP level 3, agent's commands",
+            Phase::Level3Direct => "HP+LP level 3, direct (default)",
         }
     }
 
@@ -79,7 +81,7 @@ impl Phase {
         matches!(self, Phase::Level2Sampled | Phase::Level3Sampled)
     }
 
-    /// The agent with direct edges on.
+    /// The agent's defaults: direct edges on (the other edge phases turn them off).
     fn direct(self) -> bool {
         matches!(self, Phase::Level2Direct | Phase::Level3Direct)
     }
@@ -157,14 +159,15 @@ fn agent_config(
         Some(Level::Deactivate) => "level = \"deactivate\"\n".into(),
         Some(Level::Suspend) => "level = \"suspend\"\n".into(),
     };
-    // The sampled phases run the agent as it was before busy edges; the others its defaults
-    // (edges, the cost-aware release rule).
+    // The sampled phases run the agent as it was before busy edges; the direct ones its
+    // defaults (edges, direct edges, the cost-aware release rule); the others the agent's own
+    // path (edges and the release rule, direct edges off).
     let release = if sampled {
         "edges = false\nhysteresis_ms = 20\n"
     } else if direct {
-        "direct_edges = true\n"
-    } else {
         ""
+    } else {
+        "direct_edges = false\n"
     };
     let text = format!(
         "# kfdq demo: the latency client above the batch job\n[agent]\nsocket = \"{}\"\n{release}min_preempt_interval_ms = 1\n\n[[class]]\nname = \"latency\"\nrank = 2\npriority = 13\nmatch = {{ env = true }}\n\n[[class]]\nname = \"batch\"\nrank = 0\npriority = 3\n{level}match = {{ env = true }}\n",
