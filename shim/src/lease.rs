@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use kfdq::proto::AgentMsg;
 
 use crate::levels::fail_open;
-use crate::state::{STATE, State};
+use crate::state::STATE;
 
 /// The lease of this process's preemptions: every preempt command starts it and every
 /// `AgentMsg::Renew` extends it; when it runs out while anything is preempted, the shim
@@ -59,7 +59,7 @@ impl Lease {
         // A watch of an edge board undoes its own level when the lease runs out (`watch.rs`);
         // if it did so first, it is this expiry all the same.
         let undone_by_watch = crate::watch::took_lease_undo();
-        if !preempted_anything(&st) && !undone_by_watch {
+        if !st.preempted_anything() && !undone_by_watch {
             return;
         }
         let errors = fail_open(&mut st);
@@ -80,8 +80,3 @@ impl Lease {
 
 /// The start of the warning a lease that ran out leaves.
 pub const LEASE_WARNING: &str = "lease expired, released on its own";
-
-/// Anything held, deactivated or suspended in this process.
-pub(crate) fn preempted_anything(st: &State) -> bool {
-    st.held_count() > 0 || st.hold_new || st.queues().iter().any(|q| q.deactivated || q.suspended)
-}

@@ -636,6 +636,14 @@ impl State {
         self.streams.iter().filter(|s| s.held).count()
     }
 
+    /// Anything of this process preempted: a held stream, new streams held, or a queue
+    /// deactivated or suspended.
+    pub fn preempted_anything(&self) -> bool {
+        self.held_count() > 0
+            || self.hold_new
+            || self.queues().iter().any(|q| q.deactivated || q.suspended)
+    }
+
     /// Recomputes the fast-path flags from the registry (caller holds the lock).
     pub fn refresh_flags(&self) {
         let mut set = 0;

@@ -359,7 +359,7 @@ fn settle(board: u32, want: bool, woke_us: Option<u64>) -> Option<Duration> {
     let lease_out = should.is_none() && !sh.wanting.is_empty();
     let r = {
         let mut st = STATE.lock();
-        if lease_out && crate::lease::preempted_anything(&st) {
+        if lease_out && st.preempted_anything() {
             LEASE_UNDO.store(true, Ordering::SeqCst);
         }
         let r = queues_of(&st, &Target::All).and_then(|q| {
