@@ -313,10 +313,18 @@ fn render_stages(r: &DemoReport) -> String {
             .map(|p| format!(">{} (n {})", p.label, p.stages[0].n)),
     );
     let mut t = Table::new(&cols.iter().map(String::as_str).collect::<Vec<_>>());
-    for (i, s) in with[0].stages.iter().enumerate() {
-        let mut row = vec![s.stage.to_string()];
+    // A row per stage any phase has (the agent's path and the direct path have different
+    // stages), in the order they first come; a phase without the stage shows "-".
+    let mut names: Vec<&str> = Vec::new();
+    for s in with.iter().flat_map(|p| &p.stages) {
+        if !names.contains(&s.stage) {
+            names.push(s.stage);
+        }
+    }
+    for name in names {
+        let mut row = vec![name.to_string()];
         row.extend(with.iter().map(|p| {
-            p.stages.get(i).map_or_else(
+            p.stages.iter().find(|s| s.stage == name).map_or_else(
                 || "-".into(),
                 |s| format!("{:.0} / {:.0}", s.p50_us, s.p99_us),
             )
@@ -361,6 +369,47 @@ mod tests {
             lp_done: None,
             preempts: None,
         }
+    }
+
+    #[test]
+    fn the_stage_table_matches_each_phase_s_stages_by_name() {
+        let fig = |stage: &'static str, p50_us: f64| StageFigures {
+            stage,
+            n: 3,
+            min_us: p50_us,
+            p10_us: p50_us,
+            p50_us,
+            p99_us: p50_us * 2.0,
+            max_us: p50_us * 2.0,
+        };
+        let mut agent = phase(Phase::Level2, Some(&[1.0]), Some(1.0));
+        agent.stages = vec![fig("edge_to_agent", 300.0), fig("ioctl_to_stop", 120.0)];
+        let mut direct = phase(Phase::Level2Direct, Some(&[1.0]), Some(1.0));
+        direct.stages = vec![fig("ioctl_to_stop", 130.0), fig("launch_to_watcher", 85.0)];
+        let r = DemoReport {
+            emulator: true,
+            preset: None,
+            priority_note: String::new(),
+            requests: 3,
+            rate_per_s: 1.0,
+            workloads: String::new(),
+            hp_command: Vec::new(),
+            lp_command: Vec::new(),
+            repeat: 1,
+            phases: vec![agent, direct],
+            runs: Vec::new(),
+        };
+        let text = render_stages(&r);
+        let row = |name: &str| -> Vec<String> {
+            let line = text
+                .lines()
+                .find(|l| l.starts_with(name))
+                .unwrap_or_else(|| panic!("no row {name} in\n{text}"));
+            line.split_whitespace().skip(1).map(String::from).collect()
+        };
+        assert_eq!(row("edge_to_agent"), ["300", "/", "600", "-"]);
+        assert_eq!(row("ioctl_to_stop"), ["120", "/", "240", "130", "/", "260"]);
+        assert_eq!(row("launch_to_watcher"), ["-", "85", "/", "170"]);
     }
 
     #[test]
