@@ -22,6 +22,7 @@
 use std::collections::BTreeMap;
 
 use super::Level;
+use super::procs::{ProcState, ProcStates};
 use super::release::{Edges, Release};
 use super::rules::{ClassRule, PolicyConfig, PolicyError};
 use crate::ids::{GpuId, Pid, QueueId};
@@ -147,15 +148,6 @@ impl Decision {
     }
 }
 
-#[derive(Debug, Clone, Copy)]
-pub(super) struct ProcState {
-    pub(super) run: Run,
-    /// When it entered `run`.
-    pub(super) since_ns: u64,
-    /// The starvation guard lets it run until then.
-    pub(super) granted_until: Option<u64>,
-}
-
 /// The policy with its memory (each class's busy/idle edges and idle gaps per partition, each
 /// process's state, the last device-wide preempt per partition).
 #[derive(Debug, Clone)]
@@ -166,7 +158,8 @@ pub struct Policy {
     /// Each rank's class name, shared by the reasons that name it.
     names: Vec<(u8, std::sync::Arc<str>)>,
     pub(super) edges: BTreeMap<(GpuId, u8), Edges>,
-    pub(super) procs: BTreeMap<Pid, ProcState>,
+    /// Each process's state, dense in the observation's (pid) order.
+    pub(super) procs: ProcStates,
     pub(super) last_preempt: BTreeMap<GpuId, u64>,
     /// Busy queues per (partition, class rank) in the last observation: what an edge changes
     /// ([`Policy::decide_edges`]).
@@ -180,6 +173,9 @@ pub struct Policy {
     /// into the configuration's classes, `None`: the rule of an unknown class). An edge
     /// decision sees the same processes and looks no class up by name again.
     pub(super) rule_of: std::sync::Arc<Vec<(Pid, Option<usize>)>>,
+    /// The edge decision's processes decided again (observation index, state, reason): a
+    /// buffer kept between edges.
+    pub(super) edge_decided: Vec<(usize, Run, Reason)>,
 }
 
 pub(super) fn costs_preempt(r: Run) -> bool {
@@ -225,12 +221,13 @@ impl Policy {
                 hw_queues: None,
             }),
             edges: BTreeMap::new(),
-            procs: BTreeMap::new(),
+            procs: ProcStates::default(),
             last_preempt: BTreeMap::new(),
             busy_count: BTreeMap::new(),
             incremental_ok: false,
             next_ns: None,
             rule_of: std::sync::Arc::default(),
+            edge_decided: Vec::new(),
         })
     }
 
@@ -241,12 +238,12 @@ impl Policy {
 
     /// The state the policy last decided for `pid`.
     pub fn state_of(&self, pid: Pid) -> Option<Run> {
-        self.procs.get(&pid).map(|p| p.run)
+        self.procs.get(pid, 0).map(|p| p.run)
     }
 
     /// Forgets a process that exited.
     pub fn forget(&mut self, pid: Pid) {
-        self.procs.remove(&pid);
+        self.procs.remove(pid);
     }
 
     /// Decides what every process should be now.
@@ -273,11 +270,11 @@ impl Policy {
         // Forget processes that are gone.
         let mut alive: Vec<Pid> = obs.processes.iter().map(|p| p.pid).collect();
         alive.sort_unstable();
-        self.procs.retain(|pid, _| alive.binary_search(pid).is_ok());
+        self.procs.retain_sorted(&alive);
 
         let mut next: Option<u64> = None;
         let mut wanted: Vec<(Run, Reason)> = Vec::with_capacity(obs.processes.len());
-        for (p, rule) in obs.processes.iter().zip(&rules) {
+        for (i, (p, rule)) in obs.processes.iter().zip(&rules).enumerate() {
             let Some(level) = rule.level else {
                 wanted.push((Run::Running, Reason::Unpreemptible));
                 continue;
@@ -289,7 +286,7 @@ impl Policy {
             if let Some(until) = until {
                 next = later(next, until);
             }
-            if self.starved(p.pid, rule, now, &mut next) {
+            if self.starved(i, p.pid, rule, now, &mut next) {
                 wanted.push((Run::Running, Reason::StarvationGuard));
                 continue;
             }
@@ -345,12 +342,17 @@ impl Policy {
         let mut decision = Decision::default();
         let mut blocked_parts: Vec<GpuId> = Vec::new();
         for part in obs.partitions {
-            let wants_preempt = obs.processes.iter().zip(&wanted).any(|(p, (run, _))| {
-                let cur = self.procs.get(&p.pid).map_or(Run::Running, |s| s.run);
-                cur != *run
-                    && (costs_preempt(cur) || costs_preempt(*run))
-                    && p.queues.iter().any(|q| q.gpu_id == part.gpu_id)
-            });
+            let wants_preempt =
+                obs.processes
+                    .iter()
+                    .zip(&wanted)
+                    .enumerate()
+                    .any(|(i, (p, (run, _)))| {
+                        let cur = self.procs.run_of(p.pid, i);
+                        cur != *run
+                            && (costs_preempt(cur) || costs_preempt(*run))
+                            && p.queues.iter().any(|q| q.gpu_id == part.gpu_id)
+                    });
             if !wants_preempt {
                 continue;
             }
@@ -366,14 +368,16 @@ impl Policy {
             }
         }
 
-        for ((p, rule), (mut run, mut reason)) in obs.processes.iter().zip(&rules).zip(wanted) {
-            let cur = self.procs.get(&p.pid).map_or(Run::Running, |s| s.run);
+        for (i, ((p, rule), (mut run, mut reason))) in
+            obs.processes.iter().zip(&rules).zip(wanted).enumerate()
+        {
+            let cur = self.procs.run_of(p.pid, i);
             let touches_blocked = p.queues.iter().any(|q| blocked_parts.contains(&q.gpu_id));
             if cur != run && (costs_preempt(cur) || costs_preempt(run)) && touches_blocked {
                 run = cur;
                 reason = Reason::RateLimited;
             }
-            self.settle(&mut decision, &mut next, obs, p, rule, (run, reason));
+            self.settle(&mut decision, &mut next, obs, (i, p), rule, (run, reason));
         }
         decision.targets.sort_by_key(|t| t.pid);
         decision.changes.sort_by_key(|c| c.pid);
@@ -385,18 +389,19 @@ impl Policy {
 
     /// Records what was decided for one process: its change and what the change costs in
     /// device-wide preempts, its state and since when, its starvation guard's next time, and
-    /// its target. The full and the edge decision both end each process here.
+    /// its target. The full and the edge decision both end each process here (`i`: its index
+    /// in the observation).
     pub(super) fn settle(
         &mut self,
         decision: &mut Decision,
         next: &mut Option<u64>,
         obs: &Observation<'_>,
-        p: &ProcessObs,
+        (i, p): (usize, &ProcessObs),
         rule: &ClassRule,
         (run, reason): (Run, Reason),
     ) {
         let now = obs.now_ns;
-        let cur = self.procs.get(&p.pid).map_or(Run::Running, |s| s.run);
+        let cur = self.procs.run_of(p.pid, i);
         if cur != run {
             for part in obs.partitions {
                 let n = p.queues.iter().filter(|q| q.gpu_id == part.gpu_id).count() as u32;
@@ -411,11 +416,15 @@ impl Policy {
                 to: run,
             });
         }
-        let entry = self.procs.entry(p.pid).or_insert(ProcState {
-            run,
-            since_ns: now,
-            granted_until: None,
-        });
+        let entry = self.procs.or_insert(
+            p.pid,
+            i,
+            ProcState {
+                run,
+                since_ns: now,
+                granted_until: None,
+            },
+        );
         if entry.run != run {
             entry.run = run;
             entry.since_ns = now;
@@ -440,12 +449,13 @@ impl Policy {
     /// guard's next time.
     pub(super) fn starved(
         &mut self,
+        i: usize,
         pid: Pid,
         rule: &ClassRule,
         now: u64,
         next: &mut Option<u64>,
     ) -> bool {
-        let (Some(s), Some(st)) = (rule.starvation, self.procs.get_mut(&pid)) else {
+        let (Some(s), Some(st)) = (rule.starvation, self.procs.get_mut(pid, i)) else {
             return false;
         };
         if let Some(until) = st.granted_until {

@@ -7,6 +7,7 @@ pub mod class;
 mod decide;
 mod incremental;
 mod level;
+mod procs;
 pub mod release;
 pub mod retry;
 mod rules;
