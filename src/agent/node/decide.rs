@@ -27,6 +27,8 @@ impl NodeState {
     /// calls [`NodeState::account`] after, since no command depends on the times.
     pub fn decide_commands(&mut self, now: Instant, out: &mut Vec<Out>) {
         self.counters.decisions += 1;
+        // The last decision's commands, should it not have been accounted.
+        self.record_pending();
         if !self.full_due && self.decide_edges(now, out) {
             return;
         }
@@ -102,7 +104,9 @@ impl NodeState {
                 ));
                 tracing::info!(pid = %pid, "busy reports stale");
             }
-            p.stale = stale;
+            if p.stale != stale {
+                p.stale = stale;
+            }
             if let Some(at) = at {
                 next = Some(next.map_or(at, |n| n.min(at)));
             }
@@ -253,8 +257,8 @@ impl NodeState {
         }
     }
 
-    /// Sends `cmd` to `pid`'s shim (or tracer session) as the next command, and counts it and
-    /// what it costs.
+    /// Sends `cmd` to `pid`'s shim (or tracer session) as the next command
+    /// ([`NodeState::send_to`]).
     pub(super) fn send(
         &mut self,
         pid: Pid,
@@ -262,22 +266,14 @@ impl NodeState {
         now: Instant,
         out: &mut Vec<Out>,
     ) -> Option<u64> {
-        let p = self.procs.get_mut(&pid)?;
-        self.seq += 1;
-        let seq = self.seq;
-        p.sent(seq, &cmd, now);
-        self.counters.commands += 1;
-        let msg = cmd.message(seq, self.cfg.grace_period);
-        tracing::debug!(pid = %pid, "command {msg:?}");
-        out.push(Out::Shim(p.conn, msg));
-        // Its preempts and class counts: after the commands are written (`account`).
-        self.sent_uncounted.push((pid, cmd));
-        Some(seq)
+        let conn = self.procs.get(&pid)?.conn;
+        Some(self.send_to(pid, conn, cmd, now, out))
     }
 
     /// Releases every preempted process (shutdown). Returns how many commands were sent.
     pub fn release_all(&mut self, now: Instant, out: &mut Vec<Out>) -> usize {
         self.full_due = true;
+        self.record_pending();
         let held: Vec<(Pid, Level)> = self
             .procs
             .iter_mut()
