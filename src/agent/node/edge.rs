@@ -32,7 +32,7 @@ impl NodeState {
         if self.next_decide.is_some_and(|d| now >= d) {
             return false;
         }
-        let (stale_at, went_stale) = self.mark_stale(now);
+        let (stale_at, went_stale) = self.mark_stale_reporters(now);
         if went_stale {
             return false;
         }

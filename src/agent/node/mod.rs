@@ -135,6 +135,9 @@ pub struct NodeState {
     /// The edge decision's policy decision, kept between edges (its vectors keep their
     /// capacity).
     edge_decision: crate::policy::Decision,
+    /// The processes that can be or go stale until the next full decision (busy edges on, or
+    /// stale already): an edge decision checks these alone.
+    stale_candidates: Vec<Pid>,
     /// The edge decision's patched queues, kept between edges.
     edge_buf: Vec<crate::policy::QueueEdge>,
 }
@@ -177,6 +180,7 @@ impl NodeState {
             sent_log: sent::SentLog::default(),
             edge_decision: crate::policy::Decision::default(),
             edge_buf: Vec::new(),
+            stale_candidates: Vec::new(),
         })
     }
 
