@@ -22,6 +22,7 @@
 use std::collections::BTreeMap;
 
 use super::Level;
+use super::blocker::{RuleOf, one_partition};
 use super::procs::{ProcState, ProcStates};
 use super::release::{Edges, Release};
 use super::rules::{ClassRule, PolicyConfig, PolicyError};
@@ -156,7 +157,7 @@ pub struct Policy {
     /// The rule of a class the configuration does not name.
     pub(super) unknown: std::sync::Arc<ClassRule>,
     /// Each rank's class name, shared by the reasons that name it.
-    names: Vec<(u8, std::sync::Arc<str>)>,
+    pub(super) names: Vec<(u8, std::sync::Arc<str>)>,
     pub(super) edges: BTreeMap<(GpuId, u8), Edges>,
     /// Each process's state, dense in the observation's (pid) order.
     pub(super) procs: ProcStates,
@@ -169,10 +170,10 @@ pub struct Policy {
     pub(super) incremental_ok: bool,
     /// The last decision's `next_ns` (an edge decision keeps the earlier of it and its own).
     pub(super) next_ns: Option<u64>,
-    /// The last full decision's rule of each process, in its observation's order: (pid, index
-    /// into the configuration's classes, `None`: the rule of an unknown class). An edge
-    /// decision sees the same processes and looks no class up by name again.
-    pub(super) rule_of: std::sync::Arc<Vec<(Pid, Option<usize>)>>,
+    /// The last full decision's rule of each process, in its observation's order, with where
+    /// its queues are ([`RuleOf`]). An edge decision sees the same processes and looks no
+    /// class up by name again.
+    pub(super) rule_of: std::sync::Arc<Vec<RuleOf>>,
     /// The edge decision's processes decided again (observation index, state, reason): a
     /// buffer kept between edges.
     pub(super) edge_decided: Vec<(usize, Run, Reason)>,
@@ -256,15 +257,15 @@ impl Policy {
         // Kept for the edge decisions (reused unless an edge decision still holds it).
         let rule_of = std::sync::Arc::make_mut(&mut self.rule_of);
         rule_of.clear();
-        rule_of.extend(
-            obs.processes
-                .iter()
-                .map(|p| (p.pid, config.class_index(&p.class))),
-        );
+        rule_of.extend(obs.processes.iter().map(|p| RuleOf {
+            pid: p.pid,
+            rule: config.class_index(&p.class),
+            one_partition: one_partition(p),
+        }));
         let rule_of = std::sync::Arc::clone(&self.rule_of);
         let rules: Vec<&ClassRule> = rule_of
             .iter()
-            .map(|(_, k)| k.map_or(&*unknown, |k| &config.classes[k]))
+            .map(|r| r.rule.map_or(&*unknown, |k| &config.classes[k]))
             .collect();
         self.observe_edges(obs, &rules);
         // Forget processes that are gone.
@@ -279,7 +280,7 @@ impl Policy {
                 wanted.push((Run::Running, Reason::Unpreemptible));
                 continue;
             };
-            let Some((reason, until)) = self.blocker(p, rule, level, now) else {
+            let Some((reason, until)) = self.blocker(p, None, rule, level, now) else {
                 wanted.push((Run::Running, Reason::Free));
                 continue;
             };
@@ -402,8 +403,14 @@ impl Policy {
     ) {
         let now = obs.now_ns;
         let cur = self.procs.run_of(p.pid, i);
+        // Only levels 2 and 3 cost device-wide preempts (`preempt_cost`): a change of another
+        // level does not look at the process's queues.
         if cur != run {
-            for part in obs.partitions {
+            for part in obs
+                .partitions
+                .iter()
+                .filter(|_| costs_preempt(cur) || costs_preempt(run))
+            {
                 let n = p.queues.iter().filter(|q| q.gpu_id == part.gpu_id).count() as u32;
                 let cost = preempt_cost(cur, n) + preempt_cost(run, n);
                 if cost > 0 {
@@ -503,97 +510,5 @@ impl Policy {
                 e.observe(obs.now_ns, false, history);
             }
         }
-    }
-
-    /// Why `p` (class `rule`, preempted at `level`) must be preempted now, if it must: the
-    /// highest class above it busy on a partition it has queues on, else the class above it whose
-    /// release hold there runs out last, with the time it runs out.
-    pub(super) fn blocker(
-        &self,
-        p: &ProcessObs,
-        rule: &ClassRule,
-        level: Level,
-        now: u64,
-    ) -> Option<(Reason, Option<u64>)> {
-        let mut busy: Option<u8> = None;
-        let mut held: Option<(u64, u8)> = None;
-        for (&(gpu, rank), e) in &self.edges {
-            if rank <= rule.rank {
-                continue;
-            }
-            let queues = p.queues.iter().filter(|q| q.gpu_id == gpu).count() as u32;
-            if queues == 0 {
-                continue;
-            }
-            let Some(idle) = e.idle_since() else {
-                busy = busy.max(Some(rank));
-                continue;
-            };
-            let hold = match &self.config.release {
-                Release::Hysteresis => self.config.hysteresis_ns,
-                Release::Cost(c) => {
-                    let preempts = preempt_cost(Run::Preempted(level), queues);
-                    c.hold_ns(e, c.round_trip_ns.saturating_mul(u64::from(preempts)))
-                }
-            };
-            let until = idle.saturating_add(hold);
-            if now < until && held.is_none_or(|h| (until, rank) > h) {
-                held = Some((until, rank));
-            }
-        }
-        let name = |rank: u8| -> std::sync::Arc<str> {
-            self.names
-                .iter()
-                .find(|(r, _)| *r == rank)
-                .map_or_else(|| format!("rank {rank}").into(), |(_, n)| n.clone())
-        };
-        match (busy, held) {
-            (Some(rank), _) => Some((Reason::HigherClassBusy(name(rank)), None)),
-            (None, Some((until, rank))) => Some((Reason::Hysteresis(name(rank)), Some(until))),
-            (None, None) => None,
-        }
-    }
-
-    /// The CU masks of a process whose class has a CU share: classes with a share get
-    /// consecutive CU ranges, highest rank first.
-    pub(super) fn cu_masks(
-        &self,
-        rule: &ClassRule,
-        parts: &[PartitionObs],
-        p: &ProcessObs,
-    ) -> BTreeMap<GpuId, Vec<u32>> {
-        let mut out = BTreeMap::new();
-        if rule.cu_share_permille.is_none() {
-            return out;
-        }
-        let mut shared: Vec<&ClassRule> = self
-            .config
-            .classes
-            .iter()
-            .filter(|c| c.cu_share_permille.is_some())
-            .collect();
-        shared.sort_by_key(|c| std::cmp::Reverse(c.rank));
-        for part in parts {
-            if !p.queues.iter().any(|q| q.gpu_id == part.gpu_id) {
-                continue;
-            }
-            let cus = part.cus;
-            let mut start = 0u32;
-            for c in &shared {
-                let n = (u64::from(cus) * u64::from(c.cu_share_permille.unwrap_or(0)) / 1000).max(1)
-                    as u32;
-                if c.rank == rule.rank {
-                    let end = (start + n).min(cus);
-                    let mut words = vec![0u32; cus.div_ceil(32) as usize];
-                    for cu in start..end {
-                        words[(cu / 32) as usize] |= 1 << (cu % 32);
-                    }
-                    out.insert(part.gpu_id, words);
-                    break;
-                }
-                start = (start + n).min(cus.saturating_sub(1));
-            }
-        }
-        out
     }
 }

@@ -14,6 +14,7 @@
 //! checks that both give every process the same state and reason over random edge
 //! sequences.
 
+use super::blocker::queues_on;
 use super::decide::{Decision, Observation, Policy, ProcessObs, Reason, Run, costs_preempt, later};
 use super::rules::ClassRule;
 use crate::ids::GpuId;
@@ -65,17 +66,22 @@ impl Policy {
         let config = std::sync::Arc::clone(&self.config);
         let unknown = std::sync::Arc::clone(&self.unknown);
         let rule_of = std::sync::Arc::clone(&self.rule_of);
-        let rule = |i: usize, p: &ProcessObs| -> &ClassRule {
+        // Its rule, and where its queues are when the last full decision saw them on one
+        // partition (its queue list is then not read).
+        let rule = |i: usize, p: &ProcessObs| -> (&ClassRule, Option<(GpuId, u32)>) {
             match rule_of.get(i) {
-                Some(&(pid, k)) if pid == p.pid => k.map_or(&*unknown, |k| &config.classes[k]),
-                _ => config.class(&p.class).unwrap_or(&unknown),
+                Some(r) if r.pid == p.pid => (
+                    r.rule.map_or(&*unknown, |k| &config.classes[k]),
+                    r.one_partition,
+                ),
+                _ => (config.class(&p.class).unwrap_or(&unknown), None),
             }
         };
         for e in edges.iter().filter(|e| e.was_busy != e.busy) {
             let Some(p) = obs.processes.get(e.process) else {
                 return false;
             };
-            let rank = rule(e.process, p).rank;
+            let rank = rule(e.process, p).0.rank;
             let key = (e.gpu_id, rank);
             let count = self.busy_count.entry(key).or_default();
             if !touched.iter().any(|(k, _)| *k == key) {
@@ -117,15 +123,15 @@ impl Policy {
         let mut decided = std::mem::take(&mut self.edge_decided);
         decided.clear();
         for (i, p) in obs.processes.iter().enumerate() {
-            let rule = rule(i, p);
+            let (rule, one) = rule(i, p);
             let Some(level) = rule.level else { continue };
             let affected = flipped
                 .iter()
-                .any(|&(gpu, rank)| rank > rule.rank && p.queues.iter().any(|q| q.gpu_id == gpu));
+                .any(|&(gpu, rank)| rank > rule.rank && queues_on(p, one, gpu) > 0);
             if !affected {
                 continue;
             }
-            let (run, reason) = match self.blocker(p, rule, level, now) {
+            let (run, reason) = match self.blocker(p, one, rule, level, now) {
                 None => (Run::Running, Reason::Free),
                 Some((reason, until)) => {
                     if let Some(until) = until {
@@ -172,7 +178,14 @@ impl Policy {
         decision.targets.reserve(decided.len());
         for (i, run, reason) in decided.drain(..) {
             let p = &obs.processes[i];
-            self.settle(decision, &mut next, obs, (i, p), rule(i, p), (run, reason));
+            self.settle(
+                decision,
+                &mut next,
+                obs,
+                (i, p),
+                rule(i, p).0,
+                (run, reason),
+            );
         }
         self.edge_decided = decided;
         // Settled in the observation's (pid) order: sorted already, unless it was not.

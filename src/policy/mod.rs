@@ -3,6 +3,7 @@
 //! the agent and the experiment simulator.
 #![forbid(unsafe_code)]
 
+mod blocker;
 pub mod class;
 mod decide;
 mod incremental;
