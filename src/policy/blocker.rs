@@ -1,45 +1,15 @@
 //! What stands in a process's way, per partition it has queues on: the class above it that
-//! blocks it ([`Policy::blocker`]), its CU masks, and where its queues are — a process whose
-//! queues are all on one partition is summed up by the full decision ([`RuleOf`]), so that
-//! an edge decision deciding 63 processes again reads none of their queue lists.
+//! blocks it ([`Policy::blocker`]) and its CU masks.
 
 use std::collections::BTreeMap;
 
 use super::Level;
-use super::decide::{PartitionObs, Policy, ProcessObs, Reason, Run, preempt_cost};
+use super::decide::{Policy, Reason, preempt_cost};
+use super::level::Run;
+use super::obs::{PartitionObs, ProcessObs, queues_on};
 use super::release::Release;
 use super::rules::ClassRule;
-use crate::ids::{GpuId, Pid};
-
-/// The last full decision's view of one process, in its observation's order.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) struct RuleOf {
-    pub(super) pid: Pid,
-    /// Index into the configuration's classes (`None`: the rule of an unknown class).
-    pub(super) rule: Option<usize>,
-    /// All its queues on one partition: that partition and how many (`None`: several
-    /// partitions, or no queue).
-    pub(super) one_partition: Option<(GpuId, u32)>,
-}
-
-/// [`RuleOf::one_partition`] of `p`.
-pub(super) fn one_partition(p: &ProcessObs) -> Option<(GpuId, u32)> {
-    let first = p.queues.first()?.gpu_id;
-    p.queues
-        .iter()
-        .all(|q| q.gpu_id == first)
-        .then_some((first, p.queues.len() as u32))
-}
-
-/// How many of `p`'s queues are on `gpu` (`one`: its [`RuleOf::one_partition`], read instead
-/// of its queues when given).
-pub(super) fn queues_on(p: &ProcessObs, one: Option<(GpuId, u32)>, gpu: GpuId) -> u32 {
-    match one {
-        Some((g, n)) if g == gpu => n,
-        Some(_) => 0,
-        None => p.queues.iter().filter(|q| q.gpu_id == gpu).count() as u32,
-    }
-}
+use crate::ids::GpuId;
 
 impl Policy {
     /// Why `p` (class `rule`, preempted at `level`; `one`: where its queues are, if on one

@@ -22,64 +22,12 @@
 use std::collections::BTreeMap;
 
 use super::Level;
-use super::blocker::{RuleOf, one_partition};
+use super::level::Run;
+use super::obs::{Observation, ProcessObs, RuleOf, one_partition};
 use super::procs::{ProcState, ProcStates};
 use super::release::{Edges, Release};
 use super::rules::{ClassRule, PolicyConfig, PolicyError};
-use crate::ids::{GpuId, Pid, QueueId};
-
-/// A GPU partition as the policy sees it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PartitionObs {
-    /// Topology gpu_id.
-    pub gpu_id: GpuId,
-    /// Active queues the hardware keeps resident (`num_cp_queues`).
-    pub resident_slots: u32,
-    /// CUs of the partition.
-    pub cus: u32,
-}
-
-/// One queue of a process.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct QueueObs {
-    /// KFD queue id.
-    pub queue_id: QueueId,
-    /// Its partition.
-    pub gpu_id: GpuId,
-    /// Work is queued on it (write index ahead of read index).
-    pub busy: bool,
-}
-
-/// One GPU process.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ProcessObs {
-    /// Process id.
-    pub pid: Pid,
-    /// Its class name.
-    pub class: String,
-    /// Its queues.
-    pub queues: Vec<QueueObs>,
-}
-
-/// Everything one decision looks at.
-#[derive(Debug, Clone, Copy)]
-pub struct Observation<'a> {
-    /// Now, in nanoseconds of the caller's monotonic clock.
-    pub now_ns: u64,
-    /// The partitions.
-    pub partitions: &'a [PartitionObs],
-    /// The processes.
-    pub processes: &'a [ProcessObs],
-}
-
-/// What a process should be.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Run {
-    /// All its queues run.
-    Running,
-    /// All its queues are preempted at this level.
-    Preempted(Level),
-}
+use crate::ids::{GpuId, Pid};
 
 /// Why.
 #[derive(Debug, Clone, PartialEq, Eq)]

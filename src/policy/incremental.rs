@@ -14,8 +14,9 @@
 //! checks that both give every process the same state and reason over random edge
 //! sequences.
 
-use super::blocker::queues_on;
-use super::decide::{Decision, Observation, Policy, ProcessObs, Reason, Run, costs_preempt, later};
+use super::decide::{Decision, Policy, Reason, costs_preempt, later};
+use super::level::Run;
+use super::obs::{Observation, ProcessObs, queues_on};
 use super::rules::ClassRule;
 use crate::ids::GpuId;
 

@@ -5,7 +5,7 @@
 //! relies on. A lookup takes the observation's index as a hint and falls back to a binary
 //! search when the hint misses (a process not decided yet, one that came or went).
 
-use super::decide::Run;
+use super::level::Run;
 use crate::ids::Pid;
 
 /// What the policy remembers of one process.

@@ -9,8 +9,7 @@ use std::time::{Duration, Instant};
 
 use super::super::conn::ConnId;
 use super::decide::tracer_level;
-use super::reconcile::RunCmds;
-use super::reconcile::reconcile_run;
+use super::reconcile::{RunCmds, reconcile_run};
 use super::why::Why;
 use super::{NodeState, Out};
 use crate::ids::{GpuId, Pid};
