@@ -22,62 +22,12 @@
 use std::collections::BTreeMap;
 
 use super::Level;
+use super::level::Run;
+use super::obs::{Observation, ProcessObs, RuleOf, one_partition};
+use super::procs::{ProcState, ProcStates};
 use super::release::{Edges, Release};
 use super::rules::{ClassRule, PolicyConfig, PolicyError};
-use crate::ids::{GpuId, Pid, QueueId};
-
-/// A GPU partition as the policy sees it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PartitionObs {
-    /// Topology gpu_id.
-    pub gpu_id: GpuId,
-    /// Active queues the hardware keeps resident (`num_cp_queues`).
-    pub resident_slots: u32,
-    /// CUs of the partition.
-    pub cus: u32,
-}
-
-/// One queue of a process.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct QueueObs {
-    /// KFD queue id.
-    pub queue_id: QueueId,
-    /// Its partition.
-    pub gpu_id: GpuId,
-    /// Work is queued on it (write index ahead of read index).
-    pub busy: bool,
-}
-
-/// One GPU process.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ProcessObs {
-    /// Process id.
-    pub pid: Pid,
-    /// Its class name.
-    pub class: String,
-    /// Its queues.
-    pub queues: Vec<QueueObs>,
-}
-
-/// Everything one decision looks at.
-#[derive(Debug, Clone, Copy)]
-pub struct Observation<'a> {
-    /// Now, in nanoseconds of the caller's monotonic clock.
-    pub now_ns: u64,
-    /// The partitions.
-    pub partitions: &'a [PartitionObs],
-    /// The processes.
-    pub processes: &'a [ProcessObs],
-}
-
-/// What a process should be.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Run {
-    /// All its queues run.
-    Running,
-    /// All its queues are preempted at this level.
-    Preempted(Level),
-}
+use crate::ids::{GpuId, Pid};
 
 /// Why.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -147,15 +97,6 @@ impl Decision {
     }
 }
 
-#[derive(Debug, Clone, Copy)]
-pub(super) struct ProcState {
-    pub(super) run: Run,
-    /// When it entered `run`.
-    pub(super) since_ns: u64,
-    /// The starvation guard lets it run until then.
-    pub(super) granted_until: Option<u64>,
-}
-
 /// The policy with its memory (each class's busy/idle edges and idle gaps per partition, each
 /// process's state, the last device-wide preempt per partition).
 #[derive(Debug, Clone)]
@@ -164,9 +105,10 @@ pub struct Policy {
     /// The rule of a class the configuration does not name.
     pub(super) unknown: std::sync::Arc<ClassRule>,
     /// Each rank's class name, shared by the reasons that name it.
-    names: Vec<(u8, std::sync::Arc<str>)>,
+    pub(super) names: Vec<(u8, std::sync::Arc<str>)>,
     pub(super) edges: BTreeMap<(GpuId, u8), Edges>,
-    pub(super) procs: BTreeMap<Pid, ProcState>,
+    /// Each process's state, dense in the observation's (pid) order.
+    pub(super) procs: ProcStates,
     pub(super) last_preempt: BTreeMap<GpuId, u64>,
     /// Busy queues per (partition, class rank) in the last observation: what an edge changes
     /// ([`Policy::decide_edges`]).
@@ -176,10 +118,13 @@ pub struct Policy {
     pub(super) incremental_ok: bool,
     /// The last decision's `next_ns` (an edge decision keeps the earlier of it and its own).
     pub(super) next_ns: Option<u64>,
-    /// The last full decision's rule of each process, in its observation's order: (pid, index
-    /// into the configuration's classes, `None`: the rule of an unknown class). An edge
-    /// decision sees the same processes and looks no class up by name again.
-    pub(super) rule_of: std::sync::Arc<Vec<(Pid, Option<usize>)>>,
+    /// The last full decision's rule of each process, in its observation's order, with where
+    /// its queues are ([`RuleOf`]). An edge decision sees the same processes and looks no
+    /// class up by name again.
+    pub(super) rule_of: std::sync::Arc<Vec<RuleOf>>,
+    /// The edge decision's processes decided again (observation index, state, reason): a
+    /// buffer kept between edges.
+    pub(super) edge_decided: Vec<(usize, Run, Reason)>,
 }
 
 pub(super) fn costs_preempt(r: Run) -> bool {
@@ -225,12 +170,13 @@ impl Policy {
                 hw_queues: None,
             }),
             edges: BTreeMap::new(),
-            procs: BTreeMap::new(),
+            procs: ProcStates::default(),
             last_preempt: BTreeMap::new(),
             busy_count: BTreeMap::new(),
             incremental_ok: false,
             next_ns: None,
             rule_of: std::sync::Arc::default(),
+            edge_decided: Vec::new(),
         })
     }
 
@@ -241,12 +187,12 @@ impl Policy {
 
     /// The state the policy last decided for `pid`.
     pub fn state_of(&self, pid: Pid) -> Option<Run> {
-        self.procs.get(&pid).map(|p| p.run)
+        self.procs.get(pid, 0).map(|p| p.run)
     }
 
     /// Forgets a process that exited.
     pub fn forget(&mut self, pid: Pid) {
-        self.procs.remove(&pid);
+        self.procs.remove(pid);
     }
 
     /// Decides what every process should be now.
@@ -259,37 +205,37 @@ impl Policy {
         // Kept for the edge decisions (reused unless an edge decision still holds it).
         let rule_of = std::sync::Arc::make_mut(&mut self.rule_of);
         rule_of.clear();
-        rule_of.extend(
-            obs.processes
-                .iter()
-                .map(|p| (p.pid, config.class_index(&p.class))),
-        );
+        rule_of.extend(obs.processes.iter().map(|p| RuleOf {
+            pid: p.pid,
+            rule: config.class_index(&p.class),
+            one_partition: one_partition(p),
+        }));
         let rule_of = std::sync::Arc::clone(&self.rule_of);
         let rules: Vec<&ClassRule> = rule_of
             .iter()
-            .map(|(_, k)| k.map_or(&*unknown, |k| &config.classes[k]))
+            .map(|r| r.rule.map_or(&*unknown, |k| &config.classes[k]))
             .collect();
         self.observe_edges(obs, &rules);
         // Forget processes that are gone.
         let mut alive: Vec<Pid> = obs.processes.iter().map(|p| p.pid).collect();
         alive.sort_unstable();
-        self.procs.retain(|pid, _| alive.binary_search(pid).is_ok());
+        self.procs.retain_sorted(&alive);
 
         let mut next: Option<u64> = None;
         let mut wanted: Vec<(Run, Reason)> = Vec::with_capacity(obs.processes.len());
-        for (p, rule) in obs.processes.iter().zip(&rules) {
+        for (i, (p, rule)) in obs.processes.iter().zip(&rules).enumerate() {
             let Some(level) = rule.level else {
                 wanted.push((Run::Running, Reason::Unpreemptible));
                 continue;
             };
-            let Some((reason, until)) = self.blocker(p, rule, level, now) else {
+            let Some((reason, until)) = self.blocker(p, None, rule, level, now) else {
                 wanted.push((Run::Running, Reason::Free));
                 continue;
             };
             if let Some(until) = until {
                 next = later(next, until);
             }
-            if self.starved(p.pid, rule, now, &mut next) {
+            if self.starved(i, p.pid, rule, now, &mut next) {
                 wanted.push((Run::Running, Reason::StarvationGuard));
                 continue;
             }
@@ -345,12 +291,17 @@ impl Policy {
         let mut decision = Decision::default();
         let mut blocked_parts: Vec<GpuId> = Vec::new();
         for part in obs.partitions {
-            let wants_preempt = obs.processes.iter().zip(&wanted).any(|(p, (run, _))| {
-                let cur = self.procs.get(&p.pid).map_or(Run::Running, |s| s.run);
-                cur != *run
-                    && (costs_preempt(cur) || costs_preempt(*run))
-                    && p.queues.iter().any(|q| q.gpu_id == part.gpu_id)
-            });
+            let wants_preempt =
+                obs.processes
+                    .iter()
+                    .zip(&wanted)
+                    .enumerate()
+                    .any(|(i, (p, (run, _)))| {
+                        let cur = self.procs.run_of(p.pid, i);
+                        cur != *run
+                            && (costs_preempt(cur) || costs_preempt(*run))
+                            && p.queues.iter().any(|q| q.gpu_id == part.gpu_id)
+                    });
             if !wants_preempt {
                 continue;
             }
@@ -366,14 +317,16 @@ impl Policy {
             }
         }
 
-        for ((p, rule), (mut run, mut reason)) in obs.processes.iter().zip(&rules).zip(wanted) {
-            let cur = self.procs.get(&p.pid).map_or(Run::Running, |s| s.run);
+        for (i, ((p, rule), (mut run, mut reason))) in
+            obs.processes.iter().zip(&rules).zip(wanted).enumerate()
+        {
+            let cur = self.procs.run_of(p.pid, i);
             let touches_blocked = p.queues.iter().any(|q| blocked_parts.contains(&q.gpu_id));
             if cur != run && (costs_preempt(cur) || costs_preempt(run)) && touches_blocked {
                 run = cur;
                 reason = Reason::RateLimited;
             }
-            self.settle(&mut decision, &mut next, obs, p, rule, (run, reason));
+            self.settle(&mut decision, &mut next, obs, (i, p), rule, (run, reason));
         }
         decision.targets.sort_by_key(|t| t.pid);
         decision.changes.sort_by_key(|c| c.pid);
@@ -385,20 +338,27 @@ impl Policy {
 
     /// Records what was decided for one process: its change and what the change costs in
     /// device-wide preempts, its state and since when, its starvation guard's next time, and
-    /// its target. The full and the edge decision both end each process here.
+    /// its target. The full and the edge decision both end each process here (`i`: its index
+    /// in the observation).
     pub(super) fn settle(
         &mut self,
         decision: &mut Decision,
         next: &mut Option<u64>,
         obs: &Observation<'_>,
-        p: &ProcessObs,
+        (i, p): (usize, &ProcessObs),
         rule: &ClassRule,
         (run, reason): (Run, Reason),
     ) {
         let now = obs.now_ns;
-        let cur = self.procs.get(&p.pid).map_or(Run::Running, |s| s.run);
+        let cur = self.procs.run_of(p.pid, i);
+        // Only levels 2 and 3 cost device-wide preempts (`preempt_cost`): a change of another
+        // level does not look at the process's queues.
         if cur != run {
-            for part in obs.partitions {
+            for part in obs
+                .partitions
+                .iter()
+                .filter(|_| costs_preempt(cur) || costs_preempt(run))
+            {
                 let n = p.queues.iter().filter(|q| q.gpu_id == part.gpu_id).count() as u32;
                 let cost = preempt_cost(cur, n) + preempt_cost(run, n);
                 if cost > 0 {
@@ -411,11 +371,15 @@ impl Policy {
                 to: run,
             });
         }
-        let entry = self.procs.entry(p.pid).or_insert(ProcState {
-            run,
-            since_ns: now,
-            granted_until: None,
-        });
+        let entry = self.procs.or_insert(
+            p.pid,
+            i,
+            ProcState {
+                run,
+                since_ns: now,
+                granted_until: None,
+            },
+        );
         if entry.run != run {
             entry.run = run;
             entry.since_ns = now;
@@ -440,12 +404,13 @@ impl Policy {
     /// guard's next time.
     pub(super) fn starved(
         &mut self,
+        i: usize,
         pid: Pid,
         rule: &ClassRule,
         now: u64,
         next: &mut Option<u64>,
     ) -> bool {
-        let (Some(s), Some(st)) = (rule.starvation, self.procs.get_mut(&pid)) else {
+        let (Some(s), Some(st)) = (rule.starvation, self.procs.get_mut(pid, i)) else {
             return false;
         };
         if let Some(until) = st.granted_until {
@@ -493,97 +458,5 @@ impl Policy {
                 e.observe(obs.now_ns, false, history);
             }
         }
-    }
-
-    /// Why `p` (class `rule`, preempted at `level`) must be preempted now, if it must: the
-    /// highest class above it busy on a partition it has queues on, else the class above it whose
-    /// release hold there runs out last, with the time it runs out.
-    pub(super) fn blocker(
-        &self,
-        p: &ProcessObs,
-        rule: &ClassRule,
-        level: Level,
-        now: u64,
-    ) -> Option<(Reason, Option<u64>)> {
-        let mut busy: Option<u8> = None;
-        let mut held: Option<(u64, u8)> = None;
-        for (&(gpu, rank), e) in &self.edges {
-            if rank <= rule.rank {
-                continue;
-            }
-            let queues = p.queues.iter().filter(|q| q.gpu_id == gpu).count() as u32;
-            if queues == 0 {
-                continue;
-            }
-            let Some(idle) = e.idle_since() else {
-                busy = busy.max(Some(rank));
-                continue;
-            };
-            let hold = match &self.config.release {
-                Release::Hysteresis => self.config.hysteresis_ns,
-                Release::Cost(c) => {
-                    let preempts = preempt_cost(Run::Preempted(level), queues);
-                    c.hold_ns(e, c.round_trip_ns.saturating_mul(u64::from(preempts)))
-                }
-            };
-            let until = idle.saturating_add(hold);
-            if now < until && held.is_none_or(|h| (until, rank) > h) {
-                held = Some((until, rank));
-            }
-        }
-        let name = |rank: u8| -> std::sync::Arc<str> {
-            self.names
-                .iter()
-                .find(|(r, _)| *r == rank)
-                .map_or_else(|| format!("rank {rank}").into(), |(_, n)| n.clone())
-        };
-        match (busy, held) {
-            (Some(rank), _) => Some((Reason::HigherClassBusy(name(rank)), None)),
-            (None, Some((until, rank))) => Some((Reason::Hysteresis(name(rank)), Some(until))),
-            (None, None) => None,
-        }
-    }
-
-    /// The CU masks of a process whose class has a CU share: classes with a share get
-    /// consecutive CU ranges, highest rank first.
-    pub(super) fn cu_masks(
-        &self,
-        rule: &ClassRule,
-        parts: &[PartitionObs],
-        p: &ProcessObs,
-    ) -> BTreeMap<GpuId, Vec<u32>> {
-        let mut out = BTreeMap::new();
-        if rule.cu_share_permille.is_none() {
-            return out;
-        }
-        let mut shared: Vec<&ClassRule> = self
-            .config
-            .classes
-            .iter()
-            .filter(|c| c.cu_share_permille.is_some())
-            .collect();
-        shared.sort_by_key(|c| std::cmp::Reverse(c.rank));
-        for part in parts {
-            if !p.queues.iter().any(|q| q.gpu_id == part.gpu_id) {
-                continue;
-            }
-            let cus = part.cus;
-            let mut start = 0u32;
-            for c in &shared {
-                let n = (u64::from(cus) * u64::from(c.cu_share_permille.unwrap_or(0)) / 1000).max(1)
-                    as u32;
-                if c.rank == rule.rank {
-                    let end = (start + n).min(cus);
-                    let mut words = vec![0u32; cus.div_ceil(32) as usize];
-                    for cu in start..end {
-                        words[(cu / 32) as usize] |= 1 << (cu % 32);
-                    }
-                    out.insert(part.gpu_id, words);
-                    break;
-                }
-                start = (start + n).min(cus.saturating_sub(1));
-            }
-        }
-        out
     }
 }

@@ -14,7 +14,9 @@
 //! checks that both give every process the same state and reason over random edge
 //! sequences.
 
-use super::decide::{Decision, Observation, Policy, ProcessObs, Reason, Run, costs_preempt, later};
+use super::decide::{Decision, Policy, Reason, costs_preempt, later};
+use super::level::Run;
+use super::obs::{Observation, ProcessObs, queues_on};
 use super::rules::ClassRule;
 use crate::ids::GpuId;
 
@@ -37,9 +39,27 @@ impl Policy {
     /// alone; call [`Policy::decide`]. The decision's targets are only the processes decided
     /// again (in pid order); the others keep their state and reason.
     pub fn decide_edges(&mut self, obs: &Observation<'_>, edges: &[QueueEdge]) -> Option<Decision> {
+        let mut decision = Decision::default();
+        self.decide_edges_into(obs, edges, &mut decision)
+            .then_some(decision)
+    }
+
+    /// [`Policy::decide_edges`] into `decision` (its vectors keep their capacity: a caller
+    /// that passes the same one every time allocates nothing for the targets). False: the
+    /// edges cannot be decided alone (`decision` is then empty).
+    pub fn decide_edges_into(
+        &mut self,
+        obs: &Observation<'_>,
+        edges: &[QueueEdge],
+        decision: &mut Decision,
+    ) -> bool {
+        decision.targets.clear();
+        decision.changes.clear();
+        decision.preempts.clear();
+        decision.next_ns = None;
         let now = obs.now_ns;
         if !self.incremental_ok || self.next_ns.is_some_and(|n| now >= n) {
-            return None;
+            return false;
         }
         // The counts, and the keys whose busy state crossed zero (with their old state).
         let mut touched: Vec<((GpuId, u8), bool)> = Vec::new();
@@ -47,15 +67,22 @@ impl Policy {
         let config = std::sync::Arc::clone(&self.config);
         let unknown = std::sync::Arc::clone(&self.unknown);
         let rule_of = std::sync::Arc::clone(&self.rule_of);
-        let rule = |i: usize, p: &ProcessObs| -> &ClassRule {
+        // Its rule, and where its queues are when the last full decision saw them on one
+        // partition (its queue list is then not read).
+        let rule = |i: usize, p: &ProcessObs| -> (&ClassRule, Option<(GpuId, u32)>) {
             match rule_of.get(i) {
-                Some(&(pid, k)) if pid == p.pid => k.map_or(&*unknown, |k| &config.classes[k]),
-                _ => config.class(&p.class).unwrap_or(&unknown),
+                Some(r) if r.pid == p.pid => (
+                    r.rule.map_or(&*unknown, |k| &config.classes[k]),
+                    r.one_partition,
+                ),
+                _ => (config.class(&p.class).unwrap_or(&unknown), None),
             }
         };
         for e in edges.iter().filter(|e| e.was_busy != e.busy) {
-            let p = obs.processes.get(e.process)?;
-            let rank = rule(e.process, p).rank;
+            let Some(p) = obs.processes.get(e.process) else {
+                return false;
+            };
+            let rank = rule(e.process, p).0.rank;
             let key = (e.gpu_id, rank);
             let count = self.busy_count.entry(key).or_default();
             if !touched.iter().any(|(k, _)| *k == key) {
@@ -87,48 +114,46 @@ impl Policy {
                 e.observe(now, false, history);
             }
         }
-        let mut decision = Decision {
-            next_ns: self.next_ns,
-            ..Decision::default()
-        };
+        decision.next_ns = self.next_ns;
         if flipped.is_empty() {
-            return Some(decision);
+            return true;
         }
-        // Decide again the processes below a flipped class with queues on its partition.
+        // Decide again the processes below a flipped class with queues on its partition
+        // (observation index, state, reason), in a buffer kept between edges.
         let mut next = self.next_ns;
-        let mut decided: Vec<(usize, &ClassRule, Run, Reason)> =
-            Vec::with_capacity(obs.processes.len());
+        let mut decided = std::mem::take(&mut self.edge_decided);
+        decided.clear();
         for (i, p) in obs.processes.iter().enumerate() {
-            let rule = rule(i, p);
+            let (rule, one) = rule(i, p);
             let Some(level) = rule.level else { continue };
             let affected = flipped
                 .iter()
-                .any(|&(gpu, rank)| rank > rule.rank && p.queues.iter().any(|q| q.gpu_id == gpu));
+                .any(|&(gpu, rank)| rank > rule.rank && queues_on(p, one, gpu) > 0);
             if !affected {
                 continue;
             }
-            let (run, reason) = match self.blocker(p, rule, level, now) {
+            let (run, reason) = match self.blocker(p, one, rule, level, now) {
                 None => (Run::Running, Reason::Free),
                 Some((reason, until)) => {
                     if let Some(until) = until {
                         next = later(next, until);
                     }
-                    if self.starved(p.pid, rule, now, &mut next) {
+                    if self.starved(i, p.pid, rule, now, &mut next) {
                         (Run::Running, Reason::StarvationGuard)
                     } else {
                         (Run::Preempted(level), reason)
                     }
                 }
             };
-            decided.push((i, rule, run, reason));
+            decided.push((i, run, reason));
         }
         // Changes that cost device-wide preempts: the rate limit's partitions must be free,
         // else the full decision holds them back.
         let interval = self.config.min_preempt_interval_ns;
         let mut charged: Vec<GpuId> = Vec::new();
-        for (i, _, run, _) in &decided {
+        for (i, run, _) in &decided {
             let p = &obs.processes[*i];
-            let cur = self.procs.get(&p.pid).map_or(Run::Running, |s| s.run);
+            let cur = self.procs.run_of(p.pid, *i);
             if cur == *run || !(costs_preempt(cur) || costs_preempt(*run)) {
                 continue;
             }
@@ -141,7 +166,9 @@ impl Policy {
                     .get(&q.gpu_id)
                     .is_some_and(|t| now < t.saturating_add(interval))
                 {
-                    return None;
+                    self.edge_decided = decided;
+                    decision.next_ns = None;
+                    return false;
                 }
                 charged.push(q.gpu_id);
             }
@@ -150,10 +177,18 @@ impl Policy {
             self.last_preempt.insert(gpu, now);
         }
         decision.targets.reserve(decided.len());
-        for (i, rule, run, reason) in decided {
+        for (i, run, reason) in decided.drain(..) {
             let p = &obs.processes[i];
-            self.settle(&mut decision, &mut next, obs, p, rule, (run, reason));
+            self.settle(
+                decision,
+                &mut next,
+                obs,
+                (i, p),
+                rule(i, p).0,
+                (run, reason),
+            );
         }
+        self.edge_decided = decided;
         // Settled in the observation's (pid) order: sorted already, unless it was not.
         if !decision.targets.is_sorted_by_key(|t| t.pid) {
             decision.targets.sort_by_key(|t| t.pid);
@@ -161,6 +196,6 @@ impl Policy {
         }
         decision.next_ns = next;
         self.next_ns = next;
-        Some(decision)
+        true
     }
 }

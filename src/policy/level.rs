@@ -1,6 +1,7 @@
-//! The preemption levels: the policy's vocabulary for how a process is preempted. Layers above
-//! the policy (the control protocol, the configuration) carry them as they are, in their serde
-//! form (`hold`, `deactivate`, `suspend`).
+//! The preemption levels: the policy's vocabulary for how a process is preempted, and its run
+//! state (running, or preempted at a level). Layers above the policy (the control protocol,
+//! the configuration) carry the levels as they are, in their serde form (`hold`, `deactivate`,
+//! `suspend`).
 
 use serde::{Deserialize, Serialize};
 
@@ -14,6 +15,15 @@ pub enum Level {
     Deactivate,
     /// Level 3: DBG_TRAP SUSPEND/RESUME_QUEUES on the process itself, with a grace period.
     Suspend,
+}
+
+/// What a process should be.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Run {
+    /// All its queues run.
+    Running,
+    /// All its queues are preempted at this level.
+    Preempted(Level),
 }
 
 #[cfg(test)]

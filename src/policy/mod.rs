@@ -3,19 +3,20 @@
 //! the agent and the experiment simulator.
 #![forbid(unsafe_code)]
 
+mod blocker;
 pub mod class;
 mod decide;
 mod incremental;
 mod level;
+mod obs;
+mod procs;
 pub mod release;
 pub mod retry;
 mod rules;
 
-pub use decide::{
-    Change, Decision, Observation, PartitionObs, Policy, ProcessDecision, ProcessObs, QueueObs,
-    Reason, Run, preempt_cost,
-};
+pub use decide::{Change, Decision, Policy, ProcessDecision, Reason, preempt_cost};
 pub use incremental::QueueEdge;
-pub use level::Level;
+pub use level::{Level, Run};
+pub use obs::{Observation, PartitionObs, ProcessObs, QueueObs};
 pub use release::{CostRelease, Release, ReleaseError};
 pub use rules::{ClassRule, PolicyConfig, PolicyError, Starvation};

@@ -22,13 +22,18 @@ pub(super) enum Command {
     SetPriority(u32),
     /// The in-flight window (`None`: unbounded).
     SetWindow(Option<u32>),
-    /// These CU masks on these queues.
-    SetCuMask {
-        /// The queues that do not have the masks yet.
-        queues: Vec<QueueId>,
-        /// One per partition.
-        masks: Vec<CuMask>,
-    },
+    /// These CU masks on these queues (boxed: a command is kept small, 16 bytes, since an
+    /// edge decision records 63 of them).
+    SetCuMask(Box<CuMaskCmd>),
+}
+
+/// CU masks for some queues of a process.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) struct CuMaskCmd {
+    /// The queues that do not have the masks yet.
+    pub(super) queues: Vec<QueueId>,
+    /// One per partition.
+    pub(super) masks: Vec<CuMask>,
 }
 
 impl Command {
@@ -56,10 +61,10 @@ impl Command {
                 seq,
                 dispatches: *dispatches,
             },
-            Command::SetCuMask { queues, masks } => AgentMsg::SetCuMask {
+            Command::SetCuMask(c) => AgentMsg::SetCuMask {
                 seq,
-                target: Target::Queues(queues.clone()),
-                masks: masks.clone(),
+                target: Target::Queues(c.queues.clone()),
+                masks: c.masks.clone(),
             },
         }
     }
@@ -86,7 +91,7 @@ impl Command {
             Command::Release(Level::Deactivate) => &|q| q.deactivated,
             Command::Preempt(Level::Suspend) => &|q| !q.suspended,
             Command::Release(Level::Suspend) => &|q| q.suspended,
-            Command::SetCuMask { queues, .. } => &|q| queues.contains(&q.queue_id),
+            Command::SetCuMask(c) => &|q| c.queues.contains(&q.queue_id),
             Command::SetPriority(_) | Command::SetWindow(_) => return,
         };
         for (i, q) in reg.queues.iter().enumerate() {
@@ -201,10 +206,10 @@ mod tests {
         assert_eq!(level3, BTreeMap::from([(GpuId(10), 1), (GpuId(20), 1)]));
         assert!(cost(&Command::Preempt(Level::Hold), &reg).is_empty());
         assert!(cost(&Command::SetPriority(3), &reg).is_empty());
-        let cu = Command::SetCuMask {
+        let cu = Command::SetCuMask(Box::new(CuMaskCmd {
             queues: vec![QueueId(1), QueueId(2)],
             masks: vec![],
-        };
+        }));
         assert_eq!(cost(&cu, &reg), BTreeMap::from([(GpuId(10), 2)]));
     }
 

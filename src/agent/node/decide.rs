@@ -27,6 +27,8 @@ impl NodeState {
     /// calls [`NodeState::account`] after, since no command depends on the times.
     pub fn decide_commands(&mut self, now: Instant, out: &mut Vec<Out>) {
         self.counters.decisions += 1;
+        // The last decision's commands, should it not have been accounted.
+        self.record_pending();
         if !self.full_due && self.decide_edges(now, out) {
             return;
         }
@@ -36,6 +38,7 @@ impl NodeState {
         self.waiters.expire(now, out);
         self.end_tracer_sessions(out);
         self.edges(out);
+        self.list_stale_candidates();
         self.direct_writers(out);
         // The observation is rebuilt in place: the last one's allocations are reused.
         let mut observed = std::mem::take(&mut self.observed);
@@ -89,25 +92,37 @@ impl NodeState {
     /// from now; returns when the next one would go stale.
     /// Also whether a process went stale now.
     pub(super) fn mark_stale(&mut self, now: Instant) -> (Option<Instant>, bool) {
-        let mut next: Option<Instant> = None;
-        let mut went = false;
+        let mut st = (None, false);
         for (pid, p) in &mut self.procs {
-            let (stale, at) = p.staleness(now);
-            if stale && !p.stale {
-                went = true;
-                self.counters.stale_busy += 1;
-                p.warn(format!(
-                    "said nothing for {} ms while busy (stopped or hung): its queues count as idle until it reports again",
-                    crate::proto::BUSY_STALE.as_millis()
-                ));
-                tracing::info!(pid = %pid, "busy reports stale");
-            }
-            p.stale = stale;
-            if let Some(at) = at {
-                next = Some(next.map_or(at, |n| n.min(at)));
+            mark_stale_one(&mut self.counters, *pid, p, now, &mut st);
+        }
+        st
+    }
+
+    /// [`NodeState::mark_stale`] for an edge decision: only the processes that can be or go
+    /// stale between full decisions — those whose busy edges are on, and those stale already
+    /// (listed by the last full decision; for every other process the walk would change
+    /// nothing and add no time).
+    pub(super) fn mark_stale_reporters(&mut self, now: Instant) -> (Option<Instant>, bool) {
+        let mut st = (None, false);
+        for pid in &self.stale_candidates {
+            if let Some(p) = self.procs.get_mut(pid) {
+                mark_stale_one(&mut self.counters, *pid, p, now, &mut st);
             }
         }
-        (next, went)
+        st
+    }
+
+    /// The processes [`NodeState::mark_stale_reporters`] looks at, after a full decision set
+    /// the busy edges.
+    fn list_stale_candidates(&mut self) {
+        self.stale_candidates.clear();
+        self.stale_candidates.extend(
+            self.procs
+                .iter()
+                .filter(|(_, p)| p.edges_sent == Some(true) || p.stale)
+                .map(|(pid, _)| *pid),
+        );
     }
 
     /// Busy edges on for the shims of processes whose class preempts another, off for the
@@ -253,8 +268,8 @@ impl NodeState {
         }
     }
 
-    /// Sends `cmd` to `pid`'s shim (or tracer session) as the next command, and counts it and
-    /// what it costs.
+    /// Sends `cmd` to `pid`'s shim (or tracer session) as the next command
+    /// ([`NodeState::send_to`]).
     pub(super) fn send(
         &mut self,
         pid: Pid,
@@ -262,22 +277,14 @@ impl NodeState {
         now: Instant,
         out: &mut Vec<Out>,
     ) -> Option<u64> {
-        let p = self.procs.get_mut(&pid)?;
-        self.seq += 1;
-        let seq = self.seq;
-        p.sent(seq, &cmd, now);
-        self.counters.commands += 1;
-        let msg = cmd.message(seq, self.cfg.grace_period);
-        tracing::debug!(pid = %pid, "command {msg:?}");
-        out.push(Out::Shim(p.conn, msg));
-        // Its preempts and class counts: after the commands are written (`account`).
-        self.sent_uncounted.push((pid, cmd));
-        Some(seq)
+        let conn = self.procs.get(&pid)?.conn;
+        Some(self.send_to(pid, conn, cmd, now, out))
     }
 
     /// Releases every preempted process (shutdown). Returns how many commands were sent.
     pub fn release_all(&mut self, now: Instant, out: &mut Vec<Out>) -> usize {
         self.full_due = true;
+        self.record_pending();
         let held: Vec<(Pid, Level)> = self
             .procs
             .iter_mut()
@@ -314,5 +321,32 @@ pub(super) fn tracer_level(p: &Proc, run: &mut Run, why: &mut Why) {
     if matches!(run, Run::Preempted(l) if *l != Level::Suspend) && p.via == Control::Tracer {
         *run = Run::Preempted(Level::Suspend);
         *why = Why::Text(format!("{} (level 3: the tracer's only level)", why.text()));
+    }
+}
+
+/// One process's staleness at `now` ([`NodeState::mark_stale`]): `st` is (when the next one
+/// goes stale, whether one went stale now).
+fn mark_stale_one(
+    counters: &mut crate::proto::control::Counters,
+    pid: Pid,
+    p: &mut Proc,
+    now: Instant,
+    st: &mut (Option<Instant>, bool),
+) {
+    let (stale, at) = p.staleness(now);
+    if stale && !p.stale {
+        st.1 = true;
+        counters.stale_busy += 1;
+        p.warn(format!(
+            "said nothing for {} ms while busy (stopped or hung): its queues count as idle until it reports again",
+            crate::proto::BUSY_STALE.as_millis()
+        ));
+        tracing::info!(pid = %pid, "busy reports stale");
+    }
+    if p.stale != stale {
+        p.stale = stale;
+    }
+    if let Some(at) = at {
+        st.0 = Some(st.0.map_or(at, |n: Instant| n.min(at)));
     }
 }

@@ -115,7 +115,9 @@ pub(super) fn self_handles(
         // Its watch undoes what it applied (by the release rule, or when told to stop).
         (Run::Preempted(l), Run::Running) if watched(l) && p.self_applied => Some(None),
         _ => {
-            p.awaiting_self = None;
+            if p.awaiting_self.is_some() {
+                p.awaiting_self = None;
+            }
             None
         }
     }

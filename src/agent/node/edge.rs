@@ -7,11 +7,23 @@
 
 use std::time::{Duration, Instant};
 
+use super::super::conn::ConnId;
 use super::decide::tracer_level;
-use super::reconcile::reconcile_run;
+use super::reconcile::{RunCmds, reconcile_run};
 use super::why::Why;
 use super::{NodeState, Out};
+use crate::ids::{GpuId, Pid};
 use crate::policy::{Observation, QueueEdge};
+
+/// One process's commands of an edge decision, with what sending them needs.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct EdgeStep {
+    /// Its first partition (commands go out in partition order).
+    gpu: GpuId,
+    pid: Pid,
+    conn: ConnId,
+    cmds: RunCmds,
+}
 
 impl NodeState {
     /// Decides the pending edges alone. False: nothing was done, the full decision must run.
@@ -19,12 +31,13 @@ impl NodeState {
         if self.next_decide.is_some_and(|d| now >= d) {
             return false;
         }
-        let (stale_at, went_stale) = self.mark_stale(now);
+        let (stale_at, went_stale) = self.mark_stale_reporters(now);
         if went_stale {
             return false;
         }
         // Patch the observation (in pid order, like the process table) with the edges.
-        let mut edges: Vec<QueueEdge> = Vec::with_capacity(self.edges_pending.len());
+        let mut edges = std::mem::take(&mut self.edge_buf);
+        edges.clear();
         for &(pid, qid, busy) in &self.edges_pending {
             let Ok(i) = self.observed.binary_search_by_key(&pid, |o| o.pid) else {
                 continue;
@@ -45,16 +58,21 @@ impl NodeState {
             q.busy = busy;
         }
         let now_ns = self.now_ns(now);
-        let Some(decision) = self.policy.decide_edges(
+        let mut decision = std::mem::take(&mut self.edge_decision);
+        let decided = self.policy.decide_edges_into(
             &Observation {
                 now_ns,
                 partitions: &self.partitions,
                 processes: &self.observed,
             },
             &edges,
-        ) else {
+            &mut decision,
+        );
+        self.edge_buf = edges;
+        if !decided {
+            self.edge_decision = decision;
             return false;
-        };
+        }
         self.edges_pending.clear();
         self.counters.edge_decisions += 1;
         self.waiters.expire(now, out);
@@ -64,10 +82,11 @@ impl NodeState {
             .next_ns
             .map(|t| self.started + Duration::from_nanos(t));
         self.direct_cover();
-        // The steps' commands: inline, in a buffer kept between decisions.
+        // The steps' commands: inline, in a buffer kept between decisions, with what sending
+        // them needs (each process is looked up once).
         let mut steps = std::mem::take(&mut self.edge_steps);
         steps.clear();
-        for t in decision.targets {
+        for t in decision.targets.drain(..) {
             let Some(p) = self.procs.get_mut(&t.pid) else {
                 continue;
             };
@@ -78,18 +97,27 @@ impl NodeState {
                 self.retry_next = Some(self.retry_next.map_or(at, |n| n.min(at)));
             }
             if !cmds.is_empty() {
-                steps.push((p.first_gpu(), t.pid, cmds));
+                steps.push(EdgeStep {
+                    gpu: p.first_gpu(),
+                    pid: t.pid,
+                    conn: p.conn,
+                    cmds,
+                });
             }
         }
+        self.edge_decision = decision;
         self.next_decide = [policy_next, self.retry_next, stale_at]
             .into_iter()
             .flatten()
             .min();
-        // In partition order, as the full decision sends them.
-        steps.sort_unstable_by_key(|&(gpu, pid, _)| (gpu, pid));
-        for &(_, pid, cmds) in &steps {
-            for cmd in cmds.iter() {
-                self.send(pid, cmd, now, out);
+        // In partition order, as the full decision sends them (given in pid order: sorted
+        // already when the processes' first partitions are).
+        if !steps.is_sorted_by_key(|s| (s.gpu, s.pid)) {
+            steps.sort_unstable_by_key(|s| (s.gpu, s.pid));
+        }
+        for s in &steps {
+            for cmd in s.cmds.iter() {
+                self.send_to(s.pid, s.conn, cmd, now, out);
             }
         }
         self.edge_steps = steps;

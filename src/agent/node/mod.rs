@@ -35,6 +35,7 @@ mod edge;
 mod process;
 mod reconcile;
 mod samples;
+mod sent;
 mod shim;
 mod status;
 #[cfg(test)]
@@ -123,14 +124,22 @@ pub struct NodeState {
     full_due: bool,
     /// Queue edges (pid, queue, busy) since the last decision, for the edge decision.
     edges_pending: Vec<(Pid, crate::ids::QueueId, bool)>,
-    /// The edge decision's commands, (first partition, pid, commands): kept between
+    /// The edge decision's commands, per process: kept between
     /// decisions so an edge allocates nothing for them.
-    edge_steps: Vec<(crate::ids::GpuId, Pid, reconcile::RunCmds)>,
+    edge_steps: Vec<edge::EdgeStep>,
     /// Direct edges: the boards and their slots (`direct.rs`).
     direct: direct::Direct,
-    /// Commands sent whose device-wide preempts and class counts are not counted yet: counted
-    /// by [`NodeState::account`], after the decision's commands are written.
-    sent_uncounted: Vec<(Pid, command::Command)>,
+    /// Commands sent whose bookkeeping (awaiting acks, preempts and class counts) is not done
+    /// yet: done by [`NodeState::account`], after the decision's commands are written.
+    sent_log: sent::SentLog,
+    /// The edge decision's policy decision, kept between edges (its vectors keep their
+    /// capacity).
+    edge_decision: crate::policy::Decision,
+    /// The processes that can be or go stale until the next full decision (busy edges on, or
+    /// stale already): an edge decision checks these alone.
+    stale_candidates: Vec<Pid>,
+    /// The edge decision's patched queues, kept between edges.
+    edge_buf: Vec<crate::policy::QueueEdge>,
 }
 
 impl NodeState {
@@ -168,7 +177,10 @@ impl NodeState {
             edges_pending: Vec::new(),
             edge_steps: Vec::new(),
             direct: direct::Direct::default(),
-            sent_uncounted: Vec::new(),
+            sent_log: sent::SentLog::default(),
+            edge_decision: crate::policy::Decision::default(),
+            edge_buf: Vec::new(),
+            stale_candidates: Vec::new(),
         })
     }
 
@@ -398,7 +410,7 @@ impl NodeState {
 
     /// Commands not yet acknowledged.
     pub fn unacknowledged(&self) -> usize {
-        self.procs.values().map(|p| p.pending.len()).sum()
+        self.procs.values().map(|p| p.pending.len()).sum::<usize>() + self.unrecorded()
     }
 }
 

@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use super::command::Command;
+use super::command::{Command, CuMaskCmd};
 use super::process::Proc;
 use super::why::Why;
 use crate::ids::{GpuId, QueueId};
@@ -235,8 +235,8 @@ fn cu_mask(p: &mut Proc, want: &BTreeMap<GpuId, Vec<u32>>) -> Option<Command> {
         return None;
     }
     p.cu_sent = Some((masks.clone(), queues));
-    Some(Command::SetCuMask {
+    Some(Command::SetCuMask(Box::new(CuMaskCmd {
         queues: todo,
         masks,
-    })
+    })))
 }

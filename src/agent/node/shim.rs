@@ -16,6 +16,8 @@ impl NodeState {
         now: Instant,
         out: &mut Vec<Out>,
     ) -> bool {
+        // Acks and registries are read against what awaits an ack.
+        self.record_pending();
         let Some(p) = self.procs.get_mut(&pid) else {
             return false;
         };

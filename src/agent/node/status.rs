@@ -3,7 +3,6 @@
 use std::time::Instant;
 
 use super::NodeState;
-use super::command::Command;
 use crate::ids::Pid;
 use crate::policy::Run;
 use crate::proto::Level;
@@ -49,26 +48,6 @@ impl NodeState {
         for (class, s) in self.rec.account(now, busy, preempted) {
             self.busy_periods.entry(class).or_default().push(s * 1e3);
         }
-    }
-
-    /// Counts the commands sent since the last call: each preempt for its class, and what
-    /// each costs in device-wide preempts (counted at `now`, the decision's time).
-    fn count_sent(&mut self, now: Instant) {
-        let mut sent = std::mem::take(&mut self.sent_uncounted);
-        for (pid, cmd) in sent.drain(..) {
-            let Some(p) = self.procs.get_mut(&pid) else {
-                continue;
-            };
-            if let Command::Preempt(l) = cmd {
-                self.rec.preempted(p.class(), l);
-                p.preemptions += 1;
-            }
-            let preempts = &mut self.preempts;
-            cmd.cost(&p.registry, |gpu, c| preempts.count(gpu, c, now));
-        }
-        // The buffer keeps its capacity for the next decision.
-        self.sent_uncounted = sent;
-        self.preempts.trim(now);
     }
 
     /// A Prometheus scrape of the node (text format, [`super::super::metrics::CONTENT_TYPE`]).

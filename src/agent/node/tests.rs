@@ -394,6 +394,9 @@ fn timing_probe() {
         Some(_) => vec![0u8; 64 << 20],
         None => Vec::new(),
     };
+    // The commands of the last toggle, acknowledged after it: both buffers keep their
+    // capacity, as the server's outbox does.
+    let mut sent = Vec::new();
     let toggles: u32 = std::env::var("PROBE_N")
         .ok()
         .and_then(|v| v.parse().ok())
@@ -420,7 +423,8 @@ fn timing_probe() {
         times.push(s.elapsed().as_secs_f64() * 1e6);
         n.account(now);
         // acks
-        for o in std::mem::take(&mut out) {
+        std::mem::swap(&mut out, &mut sent);
+        for o in sent.drain(..) {
             if let Out::Shim(conn, m) = o {
                 let seq = match m {
                     crate::proto::AgentMsg::Preempt { seq, .. }
