@@ -386,7 +386,7 @@ fn a_latency_process_stopped_while_busy_releases_the_watching_batch_job() {
 fn the_agent_killed_releases_the_watching_batch_job() {
     let emu = mount();
     let mut agent = Agent::start(&emu, &direct_config());
-    let (hp, lp, q) = latency_over_batch(&emu, &agent);
+    let (hp, mut lp, q) = latency_over_batch(&emu, &agent);
     agent.child.kill().unwrap();
     let _ = agent.child.wait();
     // The session ends with the connection: the watch ends and everything is released,
@@ -394,8 +394,10 @@ fn the_agent_killed_releases_the_watching_batch_job() {
     wait_for("the batch queue active again", || {
         emu.queue(lp.pid, q).active
     });
-    let reg = lp.registry_of(lp.pid).unwrap();
-    assert!(reg.queues.iter().all(|x| !x.deactivated), "{reg:#?}");
+    // The shim writes its registry after the reactivation returned: waited for, not read at once.
+    lp.wait_registry(lp.pid, "no queue deactivated in the shim's registry", |r| {
+        r.queues.iter().all(|x| !x.deactivated)
+    });
     hp.stop();
     hp.finish();
     lp.stop();
