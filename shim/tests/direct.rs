@@ -42,6 +42,20 @@ fn flood(emu: &Emu, agent: &Agent, class: &str) -> (App, u32) {
     (app, q)
 }
 
+/// The latency client (`programs/latency.c` with `args`) in class `latency`, sampled every
+/// 100 ms, waiting at its "ready" checkpoint; returned once the agent has it.
+fn latency_client(emu: &Emu, agent: &Agent, args: [&str; 5]) -> App {
+    let mut hp = Launch::new(programs().get("latency"))
+        .args(args)
+        .env("KFDQ_CLASS", "latency")
+        .env("KFDQ_SOCKET", agent.sock.display().to_string())
+        .env("KFDQ_ACTIVITY_US", SLOW_SAMPLING_US)
+        .start(emu);
+    hp.wait_line("CHECKPOINT ready");
+    agent.wait_connected(hp.pid, 1);
+    hp
+}
+
 /// The batch job's watch of the latency board is in place (a subscription sent, and the
 /// batch job's shim has it: its watch thread reports through its control thread, which
 /// listens from then on).
@@ -69,14 +83,7 @@ fn preempts_itself(level: &str) {
     let agent = Agent::start(&emu, &direct_config_at(level));
     let (lp, q) = flood(&emu, &agent, "batch");
     // Three requests of one 40 ms dispatch, 300 ms apart, sampled every 100 ms.
-    let mut hp = Launch::new(programs().get("latency"))
-        .args(["3", "300", "1", "40000", "80"])
-        .env("KFDQ_CLASS", "latency")
-        .env("KFDQ_SOCKET", agent.sock.display().to_string())
-        .env("KFDQ_ACTIVITY_US", SLOW_SAMPLING_US)
-        .start(&emu);
-    hp.wait_line("CHECKPOINT ready");
-    agent.wait_connected(hp.pid, 1);
+    let mut hp = latency_client(&emu, &agent, ["3", "300", "1", "40000", "80"]);
     wait_subscribed(&agent, 1);
     // (Its start-up work may have preempted the batch job already.)
     let runs = |q: QueueStats| q.active && !q.suspended;
@@ -209,13 +216,7 @@ fn a_batch_process_cannot_write_the_board_it_watches() {
     let agent = Agent::start(&emu, &direct_config());
     let (lp, q) = flood(&emu, &agent, "batch");
     // An idle latency process: a writer of the latency board.
-    let mut hp = Launch::new(programs().get("latency"))
-        .args(["1", "0", "1", "40000", "80"])
-        .env("KFDQ_CLASS", "latency")
-        .env("KFDQ_SOCKET", agent.sock.display().to_string())
-        .start(&emu);
-    hp.wait_line("CHECKPOINT ready");
-    agent.wait_connected(hp.pid, 1);
+    let hp = latency_client(&emu, &agent, ["1", "0", "1", "40000", "80"]);
     let gpu = agent.process(lp.pid).unwrap().queues[0].gpu_id;
     let mut forger = Forger::connect(&agent.sock, "batch", gpu);
     // The agent subscribes the forger too: a watch with a read-only descriptor.
@@ -445,14 +446,7 @@ fn the_batch_jobs_own_deactivate_timing_out_is_reported_and_leaves_nobody_preemp
     let emu = mount();
     let agent = Agent::start(&emu, &direct_config());
     let (lp, q) = flood(&emu, &agent, "batch");
-    let mut hp = Launch::new(programs().get("latency"))
-        .args(["3", "300", "1", "40000", "80"])
-        .env("KFDQ_CLASS", "latency")
-        .env("KFDQ_SOCKET", agent.sock.display().to_string())
-        .env("KFDQ_ACTIVITY_US", SLOW_SAMPLING_US)
-        .start(&emu);
-    hp.wait_line("CHECKPOINT ready");
-    agent.wait_connected(hp.pid, 1);
+    let mut hp = latency_client(&emu, &agent, ["3", "300", "1", "40000", "80"]);
     wait_subscribed(&agent, 1);
     wait_for("the batch queue runnable", || {
         let k = emu.queue(lp.pid, q);
