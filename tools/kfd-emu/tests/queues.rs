@@ -157,10 +157,10 @@ fn memory_ioctls() {
     let h = kfd.alloc_userptr(node.gpu_id, &m).unwrap();
     assert_eq!(h >> 32, u64::from(node.gpu_id));
     assert_eq!(kfd.alloc_userptr(node.gpu_id, &m), Err(EINVAL), "overlap");
-    // Unmapped CPU range: EFAULT.
-    let gone = Mapping::new(4096);
+    // A CPU range the process cannot read: EFAULT. (Reserved PROT_NONE rather than
+    // unmapped: an unmapped range can be taken by another test thread's mmap at once.)
+    let gone = Mapping::inaccessible(4096);
     let addr = gone.addr();
-    drop(gone);
     let mut a = kfd_ioctl_alloc_memory_of_gpu_args {
         va_addr: addr,
         size: 4096,

@@ -276,12 +276,23 @@ unsafe impl Sync for Mapping {}
 
 impl Mapping {
     pub fn new(len: usize) -> Mapping {
+        Mapping::with_prot(len, libc::PROT_READ | libc::PROT_WRITE)
+    }
+
+    /// A reserved range no access reaches (`PROT_NONE`): a client address that faults,
+    /// and that no other thread's mapping can take while this value lives (a range
+    /// unmapped with `munmap` can be handed to a concurrent test's `mmap` at once).
+    pub fn inaccessible(len: usize) -> Mapping {
+        Mapping::with_prot(len, libc::PROT_NONE)
+    }
+
+    fn with_prot(len: usize, prot: libc::c_int) -> Mapping {
         // SAFETY: anonymous private mapping, no existing memory is affected.
         let ptr = unsafe {
             libc::mmap(
                 std::ptr::null_mut(),
                 len,
-                libc::PROT_READ | libc::PROT_WRITE,
+                prot,
                 libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
                 -1,
                 0,
