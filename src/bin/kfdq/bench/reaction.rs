@@ -216,20 +216,38 @@ fn expect(answer: String, want: &str) -> R<()> {
     }
 }
 
-/// Waits until the agent shows `pid` with a busy queue (its shim's activity sample).
+/// Waits until the agent shows `pid` with a busy queue (its shim's activity sample). A timeout
+/// says what the agent showed at the last look (or why it did not answer), so a failure can be told apart:
+/// the helper unknown to the agent, its queues idle in the agent's view, or no status at all.
 fn wait_busy(socket: &Path, pid: u32) -> R<()> {
     let deadline = Instant::now() + WAIT;
     loop {
-        if let Ok(Reply::Status(s)) = crate::client::ask(socket, &Request::Status)
-            && s.processes
-                .iter()
-                .any(|p| p.pid.0 == pid && p.queues.iter().any(|q| q.busy))
-        {
-            return Ok(());
-        }
+        let last = match crate::client::ask(socket, &Request::Status) {
+            Ok(Reply::Status(s)) => match s.processes.iter().find(|p| p.pid.0 == pid) {
+                Some(p) if p.queues.iter().any(|q| q.busy) => return Ok(()),
+                Some(p) => {
+                    let queues: Vec<String> = p
+                        .queues
+                        .iter()
+                        .map(|q| {
+                            format!("{} busy {} preempted {:?}", q.queue_id, q.busy, q.preempted)
+                        })
+                        .collect();
+                    format!(
+                        "the agent showed it {} with queues [{}], warnings {:?}",
+                        p.state,
+                        queues.join(", "),
+                        p.warnings
+                    )
+                }
+                None => "the agent did not list it".into(),
+            },
+            Ok(other) => format!("the agent answered {other:?} to a status request"),
+            Err(e) => format!("the status request failed: {}", e.into_message()),
+        };
         if Instant::now() > deadline {
             return Err(CliError::Refused(format!(
-                "the agent did not see the batch helper (pid {pid}) busy within {} s: is it connected (`kfdq status`)?",
+                "the agent did not see the batch helper (pid {pid}) busy within {} s ({last}): is it connected (`kfdq status`)?",
                 WAIT.as_secs()
             )));
         }
