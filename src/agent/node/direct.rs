@@ -131,34 +131,41 @@ impl NodeState {
             return;
         }
         let rank = |p: &Proc| self.cfg.policy.class(p.class()).map(|c| c.rank);
+        // Only a process with watches can be covered: without any (no class's level is
+        // watched, or none was sent yet) no registry is read and no partition set built —
+        // an edge decision would otherwise read every process's queues here.
+        let any_watches = self.procs.values().any(|p| !p.watches.is_empty());
         // Each busy process: its class's rank, its slot, its partitions.
         type Busy = (Option<u8>, Option<(u32, u32)>, BTreeSet<GpuId>);
         let busy: Vec<Busy> = self
             .procs
             .values()
-            .filter(|w| w.any_busy() && !w.stale)
+            .filter(|w| any_watches && w.any_busy() && !w.stale)
             .map(|w| (rank(w), w.writer, partitions(w)))
             .collect();
         let covers: Vec<bool> = self
             .procs
             .values()
             .map(|p| {
+                if p.watches.is_empty() {
+                    return false;
+                }
                 let (mine, r) = (partitions(p), rank(p));
-                !p.watches.is_empty()
-                    && busy
-                        .iter()
-                        .filter(|(wr, _, gpus)| *wr > r && !gpus.is_disjoint(&mine))
-                        .all(|(_, slot, _)| {
-                            slot.is_some_and(|(b, s)| {
-                                p.watches.get(&b).is_some_and(|m| {
+                busy.iter()
+                    .filter(|(wr, _, gpus)| *wr > r && !gpus.is_disjoint(&mine))
+                    .all(|(_, slot, _)| {
+                        slot.is_some_and(|(b, s)| {
+                            p.watches.get(&b).is_some_and(|m| {
                                     matches!(m, AgentMsg::Watch { slots, .. } if slots.contains(&s))
                                 })
-                            })
                         })
+                    })
             })
             .collect();
         for (p, c) in self.procs.values_mut().zip(covers) {
-            p.watch_covers = c;
+            if p.watch_covers != c {
+                p.watch_covers = c;
+            }
         }
     }
 
