@@ -59,6 +59,9 @@ pub(super) struct Direct {
     used: BTreeMap<u32, BTreeSet<u32>>,
     /// Writers whose slot was cleared because their reports went stale.
     stale_cleared: BTreeSet<Pid>,
+    /// Processes given watches by the last `direct_watches` (an upper bound: one that left
+    /// since still counts).
+    watchers: usize,
 }
 
 impl Direct {
@@ -127,20 +130,19 @@ impl NodeState {
     /// Marks each watcher whose watches see every busy process that preempts it
     /// ([`Proc::watch_covers`]), before its reconcile step.
     pub(super) fn direct_cover(&mut self) {
-        if !self.cfg.direct_edges {
+        // Only a process with watches reads its mark (`self_handles`): without any (no
+        // class's level is watched, or none was sent yet) there is nothing to mark, and an
+        // edge decision walks no process here. Watches change in `direct_watches` alone.
+        if !self.cfg.direct_edges || self.direct.watchers == 0 {
             return;
         }
         let rank = |p: &Proc| self.cfg.policy.class(p.class()).map(|c| c.rank);
-        // Only a process with watches can be covered: without any (no class's level is
-        // watched, or none was sent yet) no registry is read and no partition set built —
-        // an edge decision would otherwise read every process's queues here.
-        let any_watches = self.procs.values().any(|p| !p.watches.is_empty());
         // Each busy process: its class's rank, its slot, its partitions.
         type Busy = (Option<u8>, Option<(u32, u32)>, BTreeSet<GpuId>);
         let busy: Vec<Busy> = self
             .procs
             .values()
-            .filter(|w| any_watches && w.any_busy() && !w.stale)
+            .filter(|w| w.any_busy() && !w.stale)
             .map(|w| (rank(w), w.writer, partitions(w)))
             .collect();
         let covers: Vec<bool> = self
@@ -243,12 +245,15 @@ impl NodeState {
                     .then(|| (*pid, board, slot, partitions(p)))
             })
             .collect();
+        let mut watchers = 0;
         for (pid, p) in &mut self.procs {
             let wanted = wanted_watches(&self.cfg, &self.direct, &writers, *pid, p);
             let Some(wanted) = wanted else {
                 // The policy waits for its minimum interval: the watches stay as they are.
+                watchers += usize::from(!p.watches.is_empty());
                 continue;
             };
+            watchers += usize::from(!wanted.is_empty());
             for (board, msg) in &wanted {
                 if p.watches.get(board) != Some(msg) {
                     self.counters.direct_subscriptions += 1;
@@ -267,6 +272,7 @@ impl NodeState {
             }
             p.watches = wanted;
         }
+        self.direct.watchers = watchers;
     }
 
     /// A watcher applied or undid its level (`ShimMsg::SelfLevel`). Returns whether a decision
