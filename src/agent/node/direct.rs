@@ -61,7 +61,7 @@ pub(super) struct Direct {
     stale_cleared: BTreeSet<Pid>,
     /// Processes given watches by the last `direct_watches` (an upper bound: one that left
     /// since still counts).
-    watchers: usize,
+    pub(super) watchers: usize,
 }
 
 impl Direct {
