@@ -59,6 +59,9 @@ pub(super) struct Direct {
     used: BTreeMap<u32, BTreeSet<u32>>,
     /// Writers whose slot was cleared because their reports went stale.
     stale_cleared: BTreeSet<Pid>,
+    /// Processes given watches by the last `direct_watches` (an upper bound: one that left
+    /// since still counts).
+    pub(super) watchers: usize,
 }
 
 impl Direct {
@@ -127,7 +130,10 @@ impl NodeState {
     /// Marks each watcher whose watches see every busy process that preempts it
     /// ([`Proc::watch_covers`]), before its reconcile step.
     pub(super) fn direct_cover(&mut self) {
-        if !self.cfg.direct_edges {
+        // Only a process with watches reads its mark (`self_handles`): without any (no
+        // class's level is watched, or none was sent yet) there is nothing to mark, and an
+        // edge decision walks no process here. Watches change in `direct_watches` alone.
+        if !self.cfg.direct_edges || self.direct.watchers == 0 {
             return;
         }
         let rank = |p: &Proc| self.cfg.policy.class(p.class()).map(|c| c.rank);
@@ -143,22 +149,25 @@ impl NodeState {
             .procs
             .values()
             .map(|p| {
+                if p.watches.is_empty() {
+                    return false;
+                }
                 let (mine, r) = (partitions(p), rank(p));
-                !p.watches.is_empty()
-                    && busy
-                        .iter()
-                        .filter(|(wr, _, gpus)| *wr > r && !gpus.is_disjoint(&mine))
-                        .all(|(_, slot, _)| {
-                            slot.is_some_and(|(b, s)| {
-                                p.watches.get(&b).is_some_and(|m| {
+                busy.iter()
+                    .filter(|(wr, _, gpus)| *wr > r && !gpus.is_disjoint(&mine))
+                    .all(|(_, slot, _)| {
+                        slot.is_some_and(|(b, s)| {
+                            p.watches.get(&b).is_some_and(|m| {
                                     matches!(m, AgentMsg::Watch { slots, .. } if slots.contains(&s))
                                 })
-                            })
                         })
+                    })
             })
             .collect();
         for (p, c) in self.procs.values_mut().zip(covers) {
-            p.watch_covers = c;
+            if p.watch_covers != c {
+                p.watch_covers = c;
+            }
         }
     }
 
@@ -236,12 +245,15 @@ impl NodeState {
                     .then(|| (*pid, board, slot, partitions(p)))
             })
             .collect();
+        let mut watchers = 0;
         for (pid, p) in &mut self.procs {
             let wanted = wanted_watches(&self.cfg, &self.direct, &writers, *pid, p);
             let Some(wanted) = wanted else {
                 // The policy waits for its minimum interval: the watches stay as they are.
+                watchers += usize::from(!p.watches.is_empty());
                 continue;
             };
+            watchers += usize::from(!wanted.is_empty());
             for (board, msg) in &wanted {
                 if p.watches.get(board) != Some(msg) {
                     self.counters.direct_subscriptions += 1;
@@ -260,6 +272,7 @@ impl NodeState {
             }
             p.watches = wanted;
         }
+        self.direct.watchers = watchers;
     }
 
     /// A watcher applied or undid its level (`ShimMsg::SelfLevel`). Returns whether a decision

@@ -365,3 +365,44 @@ fn a_level_3_class_watches_at_level_3_and_a_level_1_class_not_at_all() {
     assert_eq!(watch_level("suspend"), Some(Level::Suspend));
     assert_eq!(watch_level("hold"), None);
 }
+
+/// Without watches (a level-1 class is not watched) the edge decision skips marking the
+/// watchers (`direct_cover`): its commands and sequence numbers are those of a node without
+/// direct edges, edge after edge. With a watch the marking runs (counted watchers).
+#[test]
+fn without_watches_the_edge_decision_sends_what_it_sends_without_direct_edges() {
+    let t0 = Instant::now();
+    let hold = |direct: bool| {
+        let cfg = CONFIG
+            .replace("\"deactivate\"", "\"hold\"")
+            .replace("hysteresis_ms = 20", "hysteresis_ms = 0")
+            .replace("direct_edges = true", &format!("direct_edges = {direct}"));
+        let mut n = node(t0);
+        n.reload(AgentConfig::parse(&cfg, None).unwrap()).unwrap();
+        n
+    };
+    let run_msgs = |out: Vec<Out>| -> Vec<Out> {
+        out.into_iter()
+            .filter(|o| {
+                matches!(
+                    o,
+                    Out::Shim(_, AgentMsg::Preempt { .. } | AgentMsg::Release { .. })
+                )
+            })
+            .collect()
+    };
+    let (mut on, mut off) = (hold(true), hold(false));
+    let mut t = t0;
+    for k in 0..6u64 {
+        if k > 0 {
+            busy(&mut on, k % 2 == 1, t);
+            busy(&mut off, k % 2 == 1, t);
+        }
+        let (a, b) = (decide(&mut on, t), decide(&mut off, t));
+        assert_eq!(on.direct.watchers, 0);
+        assert_eq!(run_msgs(a), run_msgs(b), "toggle {k}");
+        t += Duration::from_millis(100);
+    }
+    assert!(on.counters.edge_decisions >= 3, "{:?}", on.counters);
+    assert_eq!(subscribed(t0).direct.watchers, 1);
+}
