@@ -9,17 +9,21 @@
 //! each arrived (CLOCK_MONOTONIC). One toggle: client 0 sends `Activity`, the agent decides and
 //! sends 63 holds (or releases). Measured per toggle: activity sent -> first and last of the 63
 //! commands received; and the agent's own decision latency (first message read -> commands
-//! written) from its status. Idle CPU: utime+stime of kfdqd over 10 s with all 64 connected
-//! and nothing happening. Results go to docs/performance.md.
+//! written) from its status. Pacing: each batch client sends the bench a datagram per command
+//! (after its ack), and the next toggle waits until all 63 arrived, then 20 ms (the clients'
+//! wake-ups are over); the bench asks the agent nothing between toggles. Idle CPU: utime+stime
+//! of kfdqd over 10 s with all 64 connected and nothing happening. Results go to
+//! docs/performance.md.
 
 use std::io::{BufRead, BufReader, Write};
-use std::os::unix::net::UnixStream;
+use std::os::unix::net::{UnixDatagram, UnixStream};
 use std::process::{Command, Stdio};
 use std::sync::mpsc::channel;
 use std::time::{Duration, Instant};
 
 use kfdq::proto::{AgentMsg, LineReader, QueueInfo, Registry, Reply, Request, ShimMsg, encode};
 use kfdq::{GpuId, Pid, QueueId};
+use test_support::wait::wait_state;
 
 const CLIENTS: usize = 64;
 const QUEUES: u32 = 8;
@@ -30,8 +34,8 @@ fn mono_ns() -> u64 {
     t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64
 }
 
-/// Child mode: `decision --client SOCK CLASS GPU`.
-fn client(sock: &str, class: &str, gpu: u32) {
+/// Child mode: `decision --client SOCK CLASS GPU ARRIVALS`.
+fn client(sock: &str, class: &str, gpu: u32, arrivals: &str) {
     let s = UnixStream::connect(sock).expect("connect");
     let mut w = s.try_clone().unwrap();
     let mut r = LineReader::new(BufReader::new(s));
@@ -111,14 +115,17 @@ fn client(sock: &str, class: &str, gpu: u32) {
         std::process::exit(0);
     });
     drop(out);
+    // One datagram per command, after its ack: the bench paces the toggles on them without
+    // asking the agent anything (a status request would warm the agent's caches).
+    let tell = UnixDatagram::unbound().expect("datagram socket");
     while let Ok(m) = r.next::<AgentMsg>() {
         let t = mono_ns();
-        let seq = match m {
+        let (seq, command) = match m {
             AgentMsg::Preempt { seq, .. } | AgentMsg::Release { seq, .. } => {
                 got.lock().unwrap().push(t);
-                seq
+                (seq, true)
             }
-            AgentMsg::SetPriority { seq, .. } | AgentMsg::Query { seq } => seq,
+            AgentMsg::SetPriority { seq, .. } | AgentMsg::Query { seq } => (seq, false),
             _ => continue,
         };
         w.write_all(&encode(&ShimMsg::Ack {
@@ -127,6 +134,9 @@ fn client(sock: &str, class: &str, gpu: u32) {
             detail: "bench".into(),
         }))
         .unwrap();
+        if command {
+            tell.send_to(&[1], arrivals).expect("tell the bench");
+        }
     }
 }
 
@@ -155,7 +165,7 @@ fn q(v: &mut [f64], p: f64) -> f64 {
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     if args.get(1).map(String::as_str) == Some("--client") {
-        client(&args[2], &args[3], args[4].parse().unwrap());
+        client(&args[2], &args[3], args[4].parse().unwrap(), &args[5]);
         return;
     }
     if !nix::unistd::geteuid().is_root() {
@@ -223,6 +233,11 @@ fn main() {
         std::thread::sleep(Duration::from_millis(10));
     }
     let me = std::env::current_exe().unwrap();
+    // The batch clients' arrivals, one datagram per command (pacing, below).
+    let arrivals_path = dir.path().join("arrivals");
+    let arrivals = UnixDatagram::bind(&arrivals_path).expect("bind the arrivals socket");
+    arrivals.set_nonblocking(true).unwrap();
+    let mut arrived = 0u64;
     let (tx, rx) = channel::<(usize, String)>();
     let mut children = Vec::new();
     let mut hp_in = None;
@@ -234,6 +249,7 @@ fn main() {
                 &sock.display().to_string(),
                 class,
                 &gpu.to_string(),
+                &arrivals_path.display().to_string(),
             ])
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -258,11 +274,12 @@ fn main() {
             .expect("clients ready");
         ready += usize::from(l == "ready");
     }
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while status(&sock).processes.len() < CLIENTS {
-        assert!(Instant::now() < deadline, "clients not all connected");
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    wait_state(
+        "the agent to list all the clients",
+        Duration::from_secs(20),
+        || status(&sock).processes.len(),
+        |n| *n >= CLIENTS,
+    );
     let mut hp_in = hp_in.unwrap();
     let mut lp_in: Vec<_> = children
         .iter_mut()
@@ -280,7 +297,25 @@ fn main() {
                 break;
             }
         }
-        // Pacing: every batch client has its command long before the next toggle.
+        // Every batch client has the toggle's command before the next toggle: a busy and an
+        // idle edge read together cancel in one decision (nothing to send), and the arrivals
+        // below pair the k-th command with toggle k; a loaded agent may lag any fixed pause.
+        // The wait asks the clients, not the agent, so the agent's caches are as cold as
+        // without it.
+        let want = (t as u64 + 1) * (CLIENTS as u64 - 1);
+        wait_state(
+            &format!("toggle {t}'s {} commands to arrive", CLIENTS - 1),
+            Duration::from_secs(10),
+            || {
+                let mut b = [0u8; 16];
+                while arrivals.recv(&mut b).is_ok() {
+                    arrived += 1;
+                }
+                arrived
+            },
+            |n| *n >= want,
+        );
+        // Pacing: the batch clients' wake-ups are over before the next toggle.
         std::thread::sleep(Duration::from_millis(20));
     }
     let st = status(&sock);

@@ -27,7 +27,11 @@ impl NodeState {
         out: &mut Vec<Out>,
     ) {
         // A request may move, preempt or release a process: the next decision looks at all.
-        self.full_due = true;
+        // Status and Classify only read, so the next decision stays an edge decision if it
+        // can (a status poll must not slow the reaction it observes).
+        if !matches!(req, Request::Status | Request::Classify { .. }) {
+            self.full_due = true;
+        }
         let reply = match self.control_inner(conn, who, req, now, out) {
             Ok(Some(detail)) => Reply::Done { detail },
             Ok(None) => return,

@@ -59,6 +59,10 @@ enum Op {
     Activity { proc: usize, gpu: usize, busy: bool },
     /// Every shim acknowledges what it was sent (ok, or the kernel refused a preempt).
     Acks { ok: bool },
+    /// `kfdq status` (or `kfdq classify`, which reads as well) asks the edge node: the next
+    /// decision runs (as the server runs one after any message) and must still be what the
+    /// full decision sends.
+    Read { classify: bool },
 }
 
 fn pid(i: usize) -> Pid {
@@ -126,6 +130,18 @@ fn node(specs: &[ProcSpec], hysteresis_ms: u32, t0: Instant, out: &mut Vec<Out>)
         n.shim_message(pid(i), reg, t0, out);
     }
     n
+}
+
+fn admin() -> Identity {
+    Identity {
+        pid: Pid(1),
+        uid: 0,
+        gid: 0,
+        groups: vec![],
+        exe: "/usr/bin/kfdq".into(),
+        cgroup: String::new(),
+        claim: crate::agent::identity::Claim::None,
+    }
 }
 
 /// What each shim holds, from the commands it received: a release must name the level held,
@@ -228,6 +244,24 @@ fn run(specs: &[ProcSpec], hysteresis_ms: u32, ops: &[(u64, Op)]) -> Result<u64,
                     },
                 )]
             }
+            Op::Read { classify } => {
+                let req = if *classify {
+                    crate::proto::Request::Classify {
+                        class: None,
+                        exe: None,
+                    }
+                } else {
+                    crate::proto::Request::Status
+                };
+                let mut replies = Vec::new();
+                edge.control(999, &admin(), req, now, &mut replies);
+                prop_assert!(
+                    matches!(replies.as_slice(), [Out::Control(999, _)]),
+                    "{replies:?}"
+                );
+                due = true;
+                continue;
+            }
             Op::Acks { ok } => {
                 let a = acks(&unacked, *ok);
                 // A refused preempt: the shim holds nothing at that level.
@@ -266,6 +300,7 @@ fn op() -> impl Strategy<Value = (u64, Op)> {
             .prop_map(|(proc, gpu, busy)| Op::Activity { proc, gpu, busy }),
         3 => Just(Op::Acks { ok: true }),
         1 => Just(Op::Acks { ok: false }),
+        1 => any::<bool>().prop_map(|classify| Op::Read { classify }),
     ];
     (0..40u64, op)
 }
@@ -295,4 +330,67 @@ fn the_edge_path_sends_what_the_full_decision_sends() {
         edge_decisions > 100,
         "{edge_decisions} edge decisions in all"
     );
+}
+
+/// A status or classify request reads only: the decision after it is still an edge decision
+/// (a status poll must not turn the reaction it watches into a full decision).
+#[test]
+fn a_status_request_leaves_the_next_decision_an_edge_decision() {
+    let t0 = Instant::now();
+    let mut out = Vec::new();
+    let specs = [
+        ProcSpec {
+            class: 0,
+            on: [true, false],
+        },
+        // The batch class (hold): the agent's own command, whatever direct edges do.
+        ProcSpec {
+            class: 1,
+            on: [true, false],
+        },
+    ];
+    let mut n = node(&specs, 0, t0, &mut out);
+    n.decide(t0, &mut out);
+    let mut busy = false;
+    for (i, req) in [
+        crate::proto::Request::Status,
+        crate::proto::Request::Classify {
+            class: None,
+            exe: None,
+        },
+        crate::proto::Request::Resume { pid: pid(1) },
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let writes = matches!(req, crate::proto::Request::Resume { .. });
+        let before = n.counters.edge_decisions;
+        busy = !busy;
+        let now = t0 + Duration::from_millis(10 * (i as u64 + 1));
+        n.shim_message(
+            pid(0),
+            ShimMsg::Activity {
+                queue_id: QueueId(1),
+                busy,
+            },
+            now,
+            &mut out,
+        );
+        n.control(999, &admin(), req, now, &mut out);
+        out.clear();
+        n.decide(now, &mut out);
+        let edge = n.counters.edge_decisions - before;
+        assert_eq!(
+            edge,
+            u64::from(!writes),
+            "request {i}: edge decisions {edge}"
+        );
+        // Either way the edge was decided: the batch process follows the serving one.
+        let want = if busy {
+            Run::Preempted(Level::Hold)
+        } else {
+            Run::Running
+        };
+        assert_eq!(n.procs[&pid(1)].applied, want, "request {i}");
+    }
 }
