@@ -206,7 +206,7 @@ fn direct_edges_messages_are_pinned() {
             slots: vec![3, 4],
             level: Level::Deactivate,
             grace_period: 0,
-            release: kfdq::proto::WatchRelease::Hysteresis { hold_ns: 20000000 },
+            release: Box::new(kfdq::proto::WatchRelease::Hysteresis { hold_ns: 20000000 }),
             min_interval_ns: 1000000,
         },
         r#"{"type":"watch","board":0,"slots":[3,4],"level":"deactivate","grace_period":0,"release":{"rule":"hysteresis","hold_ns":20000000},"min_interval_ns":1000000}"#,

@@ -185,7 +185,7 @@ pub fn handle(msg: AgentMsg, lease: Option<Duration>) {
                     slots,
                     level,
                     grace_period,
-                    release,
+                    release: *release,
                     min_interval: Duration::from_nanos(min_interval_ns),
                 },
             );

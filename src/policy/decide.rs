@@ -75,6 +75,14 @@ pub struct Change {
     pub to: Run,
 }
 
+/// The edge decision's buffers, kept between edges (see [`Policy`]'s `edge_scratch`).
+#[derive(Debug, Clone, Default)]
+pub(super) struct EdgeScratch {
+    pub(super) touched: Vec<((GpuId, u8), bool)>,
+    pub(super) flipped: Vec<(GpuId, u8)>,
+    pub(super) charged: Vec<GpuId>,
+}
+
 /// One decision.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Decision {
@@ -125,6 +133,10 @@ pub struct Policy {
     /// The edge decision's processes decided again (observation index, state, reason): a
     /// buffer kept between edges.
     pub(super) edge_decided: Vec<(usize, Run, Reason)>,
+    /// The edge decision's other buffers (kept, as `edge_decided`, so that an edge allocates
+    /// nothing): the (partition, rank) keys its edges touched, with their busy state before;
+    /// those whose busy state flipped; the partitions its changes charge a device-wide preempt.
+    pub(super) edge_scratch: EdgeScratch,
 }
 
 pub(super) fn costs_preempt(r: Run) -> bool {
@@ -177,6 +189,7 @@ impl Policy {
             next_ns: None,
             rule_of: std::sync::Arc::default(),
             edge_decided: Vec::new(),
+            edge_scratch: EdgeScratch::default(),
         })
     }
 

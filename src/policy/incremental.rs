@@ -14,7 +14,7 @@
 //! checks that both give every process the same state and reason over random edge
 //! sequences.
 
-use super::decide::{Decision, Policy, Reason, costs_preempt, later};
+use super::decide::{Decision, EdgeScratch, Policy, Reason, costs_preempt, later};
 use super::level::Run;
 use super::obs::{Observation, ProcessObs, queues_on};
 use super::rules::ClassRule;
@@ -53,6 +53,20 @@ impl Policy {
         edges: &[QueueEdge],
         decision: &mut Decision,
     ) -> bool {
+        // Its buffers, kept between edges.
+        let mut scratch = std::mem::take(&mut self.edge_scratch);
+        let decided = self.decide_edges_with(obs, edges, decision, &mut scratch);
+        self.edge_scratch = scratch;
+        decided
+    }
+
+    fn decide_edges_with(
+        &mut self,
+        obs: &Observation<'_>,
+        edges: &[QueueEdge],
+        decision: &mut Decision,
+        scratch: &mut EdgeScratch,
+    ) -> bool {
         decision.targets.clear();
         decision.changes.clear();
         decision.preempts.clear();
@@ -62,7 +76,14 @@ impl Policy {
             return false;
         }
         // The counts, and the keys whose busy state crossed zero (with their old state).
-        let mut touched: Vec<((GpuId, u8), bool)> = Vec::new();
+        let EdgeScratch {
+            touched,
+            flipped,
+            charged,
+        } = scratch;
+        touched.clear();
+        flipped.clear();
+        charged.clear();
         // The rules borrow the shared configuration, not `self`.
         let config = std::sync::Arc::clone(&self.config);
         let unknown = std::sync::Arc::clone(&self.unknown);
@@ -95,8 +116,7 @@ impl Policy {
             }
         }
         let history = self.history();
-        let mut flipped: Vec<(GpuId, u8)> = Vec::new();
-        for (key, was) in touched {
+        for &(key, was) in touched.iter() {
             let busy = self.busy_count.get(&key).is_some_and(|c| *c > 0);
             if busy == was {
                 continue;
@@ -150,7 +170,6 @@ impl Policy {
         // Changes that cost device-wide preempts: the rate limit's partitions must be free,
         // else the full decision holds them back.
         let interval = self.config.min_preempt_interval_ns;
-        let mut charged: Vec<GpuId> = Vec::new();
         for (i, run, _) in &decided {
             let p = &obs.processes[*i];
             let cur = self.procs.run_of(p.pid, *i);
@@ -173,7 +192,7 @@ impl Policy {
                 charged.push(q.gpu_id);
             }
         }
-        for gpu in charged {
+        for &gpu in charged.iter() {
             self.last_preempt.insert(gpu, now);
         }
         decision.targets.reserve(decided.len());

@@ -71,7 +71,7 @@ pub enum Reply {
         error: String,
     },
     /// Answer to [`Request::Classify`].
-    Class(ClassAnswer),
+    Class(Box<ClassAnswer>),
 }
 
 /// The class a process would get ([`Request::Classify`]).

@@ -297,8 +297,9 @@ pub enum AgentMsg {
         /// Level 3 grace period in units of 1K GPU clocks (as [`AgentMsg::Preempt`]'s).
         #[serde(default)]
         grace_period: u32,
-        /// When to release once every watched slot is idle.
-        release: WatchRelease,
+        /// When to release once every watched slot is idle (boxed: it is the largest field of
+        /// any message, and every queued message is as large as the largest).
+        release: Box<WatchRelease>,
         /// Least time between two changes of its level (the policy's
         /// `min_preempt_interval`), ns.
         min_interval_ns: u64,

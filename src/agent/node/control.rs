@@ -77,7 +77,7 @@ impl NodeState {
             Request::Classify { class, exe } => {
                 out.push(Out::Control(
                     conn,
-                    Reply::Class(self.classify_for(who, class, exe)),
+                    Reply::Class(Box::new(self.classify_for(who, class, exe))),
                 ));
                 return Ok(None);
             }

@@ -20,11 +20,20 @@ impl NodeState {
     /// busy and preempted times up to date ([`NodeState::account`]).
     pub fn decide(&mut self, now: Instant, out: &mut Vec<Out>) {
         self.decide_commands(now, out);
-        self.account(now);
+        self.after_write(now, out);
     }
 
-    /// [`NodeState::decide`] without the times: the server writes the commands first and
-    /// calls [`NodeState::account`] after, since no command depends on the times.
+    /// What follows a decision's commands, off their path: the busy and preempted times
+    /// ([`NodeState::account`]) and the lease renewals when due (their messages go to `out`).
+    /// The server calls it once the commands are written, and writes what it adds.
+    pub fn after_write(&mut self, now: Instant, out: &mut Vec<Out>) {
+        self.account(now);
+        self.renew(now, out);
+    }
+
+    /// [`NodeState::decide`] without what follows the commands: the server writes the
+    /// commands first and calls [`NodeState::after_write`] after, since no command depends on
+    /// the times or the renewals.
     pub fn decide_commands(&mut self, now: Instant, out: &mut Vec<Out>) {
         self.counters.decisions += 1;
         // The last decision's commands, should it not have been accounted.
@@ -85,7 +94,6 @@ impl NodeState {
         self.retry_next = retry_next;
         self.direct_watches(out);
         self.send_steps(steps, now, out);
-        self.renew(now, out);
     }
 
     /// Processes whose busy reports went stale (stopped or hung while busy) count as idle

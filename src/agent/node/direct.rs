@@ -365,7 +365,7 @@ fn wanted_watches(
         .iter()
         .filter(|q| q.gpu_id == first)
         .count() as u32;
-    let release = match &cfg.policy.release {
+    let release = Box::new(match &cfg.policy.release {
         Release::Hysteresis => WatchRelease::Hysteresis {
             hold_ns: cfg.policy.hysteresis_ns,
         },
@@ -379,7 +379,7 @@ fn wanted_watches(
             history: c.history,
             min_history: c.min_history,
         },
-    };
+    });
     let mut wanted = BTreeMap::new();
     for higher in cfg.policy.classes.iter().filter(|c| c.rank > rule.rank) {
         let Some(&board) = direct.ids.get(&higher.name) else {

@@ -83,11 +83,19 @@ impl NodeState {
             .map(|t| self.started + Duration::from_nanos(t));
         self.direct_cover();
         // The steps' commands: inline, in a buffer kept between decisions, with what sending
-        // them needs (each process is looked up once).
+        // them needs (each process is read once).
         let mut steps = std::mem::take(&mut self.edge_steps);
         steps.clear();
+        // The targets are in pid order (the policy settles them so), as the process table:
+        // one walk finds them all, with no search per target, reading the entries in the
+        // order they lie in.
+        if !decision.targets.is_sorted_by_key(|t| t.pid) {
+            decision.targets.sort_by_key(|t| t.pid);
+        }
+        let mut table = self.procs.iter_mut().peekable();
         for t in decision.targets.drain(..) {
-            let Some(p) = self.procs.get_mut(&t.pid) else {
+            while table.next_if(|(pid, _)| **pid < t.pid).is_some() {}
+            let Some((_, p)) = table.next_if(|(pid, _)| **pid == t.pid) else {
                 continue;
             };
             let (mut run, mut why) = (t.run, Why::Policy(t.reason));
@@ -121,7 +129,6 @@ impl NodeState {
             }
         }
         self.edge_steps = steps;
-        self.renew(now, out);
         true
     }
 }

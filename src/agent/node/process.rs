@@ -61,15 +61,17 @@ impl Pendings {
 
 /// One controlled process. Laid out in declaration order from a cache-line boundary
 /// (`repr(C, align(64))`): the fields an edge decision touches come first, in the first
-/// three lines, so a decision that changes 63 processes reads about three lines of each
-/// instead of fields strewn over the 900-byte entry.
+/// two lines (`layout::an_edge_decision_s_fields_are_in_the_first_two_lines`), so a decision
+/// that changes 63 processes reads two lines of each instead of fields strewn over the
+/// 900-byte entry.
 #[derive(Debug)]
 #[repr(C, align(64))]
 pub(super) struct Proc {
-    /// When its shim last said anything (`None`: nothing since hello).
-    pub(super) last_heard: Option<Instant>,
+    // Line 0: what an edge decision reads of every process it decides again.
     pub(super) conn: ConnId,
     pub(super) failed: Option<(Level, Instant)>,
+    /// Direct edges: the watches sent to it, board -> the `AgentMsg::Watch` sent.
+    pub(super) watches: BTreeMap<u32, crate::proto::AgentMsg>,
     /// The first partition it has queues on, from the registry (see [`Proc::first_gpu`]).
     first_gpu: GpuId,
     pub(super) applied: Run,
@@ -77,6 +79,7 @@ pub(super) struct Proc {
     pub(super) via: Control,
     /// `AgentMsg::Edges` last sent (`None`: never).
     pub(super) edges_sent: Option<bool>,
+    // Line 1: what it writes when its state changes, and the rest of its flags.
     /// Any queue busy (see [`Proc::any_busy`]).
     pub(super) busy_any: bool,
     /// Its busy queues are taken as idle: it reports edges and said nothing for
@@ -96,12 +99,14 @@ pub(super) struct Proc {
     pub(super) awaiting_self: Option<Instant>,
     /// Why it is in its run state (put in words by [`Proc::reason`] only when shown).
     pub(super) why: Option<Why>,
+    // Line 2: read by the staleness check (of processes reporting edges) and when it has
+    // queues behind its level.
+    /// When its shim last said anything (`None`: nothing since hello).
+    pub(super) last_heard: Option<Instant>,
     /// Registries received (to send a priority once per registry that shows it missing).
     pub(super) registry_gen: u64,
     /// `registry_gen` when the last preempt was sent (re-sent only for a newer registry).
     pub(super) preempt_gen: u64,
-    /// Direct edges: the watches sent to it, board -> the `AgentMsg::Watch` sent.
-    pub(super) watches: BTreeMap<u32, crate::proto::AgentMsg>,
     pub(super) pending: Pendings,
     // The fields above are what an edge decision reads and writes of each process it
     // decides again (and its staleness check of every process): together at the start.
@@ -351,5 +356,51 @@ impl Proc {
                 preempt,
             },
         );
+    }
+}
+
+#[cfg(test)]
+mod layout {
+    use std::mem::offset_of;
+
+    use super::Proc;
+
+    /// The size of the field `f` projects to.
+    fn size_of_field<F>(_: fn(&Proc) -> &F) -> usize {
+        size_of::<F>()
+    }
+
+    /// The last 64-byte line (from the entry's start) a field of `size` at `offset` touches.
+    fn last_line(offset: usize, size: usize) -> usize {
+        (offset + size - 1) / 64
+    }
+
+    #[test]
+    fn an_edge_decision_s_fields_are_in_the_first_two_lines() {
+        assert_eq!(std::mem::align_of::<Proc>(), 64);
+        macro_rules! line {
+            ($f:ident) => {
+                last_line(offset_of!(Proc, $f), size_of_field(|p| &p.$f))
+            };
+        }
+        // Read for every process an edge decision decides again (`reconcile::run_state`,
+        // `direct::self_handles`, `decide::tracer_level`, `edge.rs`).
+        let line0 = [
+            line!(conn),
+            line!(failed),
+            line!(watches),
+            line!(first_gpu),
+            line!(applied),
+            line!(via),
+        ];
+        assert_eq!(line0, [0; 6]);
+        // Read, and written when its state changes.
+        let line1 = [
+            line!(self_applied),
+            line!(watch_covers),
+            line!(awaiting_self),
+            line!(why),
+        ];
+        assert!(line1.iter().all(|l| *l <= 1), "{line1:?}");
     }
 }

@@ -421,7 +421,7 @@ fn timing_probe() {
         let s = Instant::now();
         n.decide_commands(now, &mut out);
         times.push(s.elapsed().as_secs_f64() * 1e6);
-        n.account(now);
+        n.after_write(now, &mut out);
         // acks
         std::mem::swap(&mut out, &mut sent);
         for o in sent.drain(..) {

@@ -369,9 +369,13 @@ fn serve(
         }
         s.deliver();
         let written = woke.elapsed();
-        // The times, once the commands are out (no command depends on them).
+        // The times and the lease renewals, once the commands are out (no command depends on
+        // them); the renewals are written at once.
         if let Some(t) = decided {
-            s.node.account(t);
+            s.node.after_write(t, &mut s.out);
+            if !s.out.is_empty() {
+                s.deliver();
+            }
         }
         if let Some(c) = s.chain.as_mut()
             && let Err(e) = c.flush_when_quiet()

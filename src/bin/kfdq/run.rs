@@ -117,7 +117,7 @@ fn ask_agent(
     match super::client::ask(socket, &req) {
         Ok(Reply::Class(a)) => match a.refused {
             Some(r) => Err(CliError::Refused(format!("{r}; nothing was run"))),
-            None => Ok(Some(a)),
+            None => Ok(Some(*a)),
         },
         Ok(Reply::Error { error }) => {
             eprintln!(
