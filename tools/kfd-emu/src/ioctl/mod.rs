@@ -107,7 +107,8 @@ pub(crate) struct Call<'a> {
 /// take no lock but the state lock, once, through [`Ctx::lock`], and leaf locks (the fault
 /// table, the tgid cache), and queue no effects but waking the CP. DBG_TRAP's SUSPEND_QUEUES and
 /// RESUME_QUEUES are not among them: they read and write the queue array in client memory while
-/// holding the state lock (docs/kfd-emulator.md, "The reader thread's ioctls").
+/// holding the state lock (docs/kfd-emulator.md, "The reader thread's ioctls"); the reader
+/// hands them to the proxy's fast thread instead ([`fast_safe`]).
 const READER_SAFE: [u32; 1] = [kfd_sys::AMDKFD_IOC_UPDATE_QUEUE];
 
 /// Whether the proxy's reader thread may answer `cmd` (by `_IOC_NR`, as dispatch looks it up).
