@@ -13,7 +13,8 @@
 //!   this thread is running; when it is busy (or gone), the request goes to the workers
 //!   unchanged (`fuse_fast_ioctls_passed_on`). The channel's own lock is held by either side
 //!   only to pair a sender with a receiver, never across a wait, a fault or another lock;
-//! * the thread runs the workers' dispatch (`ioctl::dispatch_to_bytes`: caller check, lookup,
+//! * the thread resolves the handle (waiting for the handle table, which the reader may not)
+//!   and runs the workers' dispatch (`ioctl::dispatch_to_bytes`: caller check, lookup,
 //!   fault injection, handler, waiting for the state lock) and writes the bytes fuser would
 //!   write for the answer (`reply::encode`) to `/dev/fuse` itself (`fuse_proxy::write_answer`);
 //! * FUSE_INTERRUPT for a request it runs is handled as for one a worker runs: these handlers
@@ -31,37 +32,29 @@ use crate::error::EmuError;
 use crate::ioctl::{self, Call, ProxyThread};
 use crate::state::Emu;
 
-/// A FUSE_IOCTL request handed to the fast thread, with its own copy of the argument bytes.
+/// A FUSE_IOCTL request on `dev/kfd` handed to the fast thread, with its own copy of the
+/// argument bytes. The handle is resolved by the fast thread, which may wait for the handle
+/// table (the reader may not: a worker holding it for an unrelated open or release would send
+/// the request to the workers).
 pub(crate) struct Job {
     unique: u64,
     tid: u32,
-    opener: u32,
+    fh: u64,
     cmd: u32,
     in_data: Vec<u8>,
     out_size: u32,
 }
 
 impl Job {
-    /// A copy of `call` for the fast thread.
-    pub fn of(call: &Call<'_>) -> Job {
+    /// A request on handle `fh` of `dev/kfd`, from thread `tid`.
+    pub fn new(unique: u64, tid: u32, fh: u64, cmd: u32, in_data: &[u8], out_size: u32) -> Job {
         Job {
-            unique: call.unique,
-            tid: call.tid,
-            opener: call.opener,
-            cmd: call.cmd,
-            in_data: call.in_data.to_vec(),
-            out_size: call.out_size,
-        }
-    }
-
-    fn call(&self) -> Call<'_> {
-        Call {
-            unique: self.unique,
-            tid: self.tid,
-            opener: self.opener,
-            cmd: self.cmd,
-            in_data: &self.in_data,
-            out_size: self.out_size,
+            unique,
+            tid,
+            fh,
+            cmd,
+            in_data: in_data.to_vec(),
+            out_size,
         }
     }
 }
@@ -104,10 +97,24 @@ impl FastThread {
 fn serve(emu: &Emu, jobs: &Receiver<Job>, dev: &OwnedFd) {
     let mut answer = Vec::new();
     for job in jobs {
-        let call = job.call();
-        // Only the reader ever finds the lock taken and gives up; this thread waits for it.
-        let ran = ioctl::dispatch_to_bytes(emu, &call, ProxyThread::Fast, &mut answer);
-        debug_assert!(ran, "the fast thread waits for the state lock");
+        match emu.handles.kfd_opener(job.fh) {
+            Some(opener) => {
+                let call = Call {
+                    unique: job.unique,
+                    tid: job.tid,
+                    opener,
+                    cmd: job.cmd,
+                    in_data: &job.in_data,
+                    out_size: job.out_size,
+                };
+                // Only the reader ever finds the lock taken and gives up; this one waits.
+                let ran = ioctl::dispatch_to_bytes(emu, &call, ProxyThread::Fast, &mut answer);
+                debug_assert!(ran, "the fast thread waits for the state lock");
+            }
+            // A handle of dev/kfd's inode is a dev/kfd handle while the kernel holds the file
+            // for the ioctl; were it not in the table, fuser's answer (`fs::ioctl`) is ENOTTY.
+            None => crate::reply::encode(&mut answer, job.unique, &[], Err(libc::ENOTTY)),
+        }
         // Counted before the answer, so a caller whose ioctl returned finds it counted.
         emu.fast_ioctls.fetch_add(1, Ordering::Relaxed);
         crate::fuse_proxy::write_answer(emu, dev, &answer);

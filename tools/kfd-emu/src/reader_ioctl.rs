@@ -20,8 +20,8 @@
 //!
 //! DBG_TRAP's SUSPEND_QUEUES and RESUME_QUEUES (level 3's preemption, `ioctl::fast_safe`) touch
 //! client memory under the state lock, so the reader does not run them: after the same checks
-//! (a restricted ioctl on a `dev/kfd` handle, the handle table taken with `try_lock`) it hands
-//! them to the proxy's fast thread when that thread waits for work, which runs and answers them
+//! (a restricted ioctl on `dev/kfd`'s inode) it hands them to the proxy's fast thread when that
+//! thread waits for work, which resolves the handle, runs and answers them
 //! (`crate::fast_ioctl`), and to the workers otherwise.
 //!
 //! Wire facts (`include/uapi/linux/fuse.h`): FUSE_IOCTL is opcode 39; after `struct
@@ -116,6 +116,14 @@ pub(crate) fn serve(
         passed_on.fetch_add(1, Ordering::Relaxed);
         Outcome::PassOn
     };
+    if thread == ProxyThread::Fast {
+        // The fast thread resolves the handle itself: it may wait for the table.
+        let job = crate::fast_ioctl::Job::new(r.unique, r.pid, r.fh, r.cmd, r.in_data, r.out_size);
+        return match fast.offer(job) {
+            Ok(()) => Outcome::HandedOff,
+            Err(_) => pass_on(),
+        };
+    }
     let opener = match emu.handles.try_kfd_opener(r.fh) {
         Some(Some(opener)) => opener,
         // Not a dev/kfd handle (fuser answers as it always did).
@@ -130,19 +138,11 @@ pub(crate) fn serve(
         in_data: r.in_data,
         out_size: r.out_size,
     };
-    match thread {
-        ProxyThread::Reader => {
-            if !ioctl::dispatch_to_bytes(emu, &call, thread, out) {
-                return pass_on();
-            }
-            emu.reader_ioctls.fetch_add(1, Ordering::Relaxed);
-            Outcome::Answered
-        }
-        ProxyThread::Fast => match fast.offer(crate::fast_ioctl::Job::of(&call)) {
-            Ok(()) => Outcome::HandedOff,
-            Err(_) => pass_on(),
-        },
+    if !ioctl::dispatch_to_bytes(emu, &call, thread, out) {
+        return pass_on();
     }
+    emu.reader_ioctls.fetch_add(1, Ordering::Relaxed);
+    Outcome::Answered
 }
 
 #[cfg(test)]

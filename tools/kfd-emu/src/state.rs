@@ -39,8 +39,7 @@ pub(crate) struct Emu {
     pub reader_ioctls_passed_on: std::sync::atomic::AtomicU64,
     /// DBG_TRAP suspends and resumes the proxy's fast thread answered (`fast_ioctl`).
     pub fast_ioctls: std::sync::atomic::AtomicU64,
-    /// Such requests the reader passed on to the FUSE workers because the fast thread was busy
-    /// (or another thread held the handle table).
+    /// Such requests the reader passed on to the FUSE workers because the fast thread was busy.
     pub fast_ioctls_passed_on: std::sync::atomic::AtomicU64,
     /// Cache of thread id -> thread-group id.
     pub tgids: Mutex<HashMap<u32, u32>>,

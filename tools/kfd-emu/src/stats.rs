@@ -32,8 +32,7 @@ pub struct Stats {
     /// (`fast_ioctl`); 0 without the proxy.
     #[serde(default)]
     pub fuse_fast_ioctls: u64,
-    /// Such requests passed on to the FUSE workers because the fast thread was running another
-    /// (or another thread held the handle table).
+    /// Such requests passed on to the FUSE workers because the fast thread was running another.
     #[serde(default)]
     pub fuse_fast_ioctls_passed_on: u64,
 }
