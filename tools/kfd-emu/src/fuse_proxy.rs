@@ -11,9 +11,10 @@
 //! which answers the request if the emulator holds it (`ioctl::interrupt`); `kfd-emu-fuse-out`
 //! writes fuser's replies to `/dev/fuse`. READs and WRITEs of the device files (page faults and
 //! writeback of their mappings) `kfd-emu-fuse-in` answers itself (`crate::page_io`), and so it
-//! does UPDATE_QUEUE when the state lock is free (`crate::reader_ioctl`). An interrupt for a
-//! request the emulator does not hold
-//! needs no reply: the kernel waits for the request's own answer.
+//! does UPDATE_QUEUE when the state lock is free (`crate::reader_ioctl`); DBG_TRAP's
+//! SUSPEND_QUEUES and RESUME_QUEUES it hands to `kfd-emu-fuse-fast` when that thread is idle,
+//! which answers them on `/dev/fuse` itself (`crate::fast_ioctl`). An interrupt for a request
+//! the emulator does not hold needs no reply: the kernel waits for the request's own answer.
 //!
 //! Facts from the kernel (`include/uapi/linux/fuse.h`, `fs/fuse/dev.c`): a request starts with
 //! `struct fuse_in_header` (40 bytes: length, opcode at byte 4, unique id at byte 8, ...);
@@ -42,6 +43,7 @@ use nix::sys::socket::{
 };
 
 use crate::error::EmuError;
+use crate::reader_ioctl::Outcome;
 use crate::state::Emu;
 
 /// `FUSE_INTERRUPT`.
@@ -133,10 +135,11 @@ pub(crate) fn start(
             .map(drop)
             .map_err(|e| EmuError::io("spawn a FUSE proxy thread", e))
     };
+    let fast = crate::fast_ioctl::FastThread::start(emu, dev.clone())?;
     let (d, o, e) = (dev.clone(), ours.clone(), emu.clone());
     spawn(
         "kfd-emu-fuse-in",
-        Box::new(move || requests(&e, &d, &o, &tx, threads)),
+        Box::new(move || requests(&e, &d, &o, &tx, &fast, threads)),
     )?;
     let e = emu.clone();
     spawn(
@@ -164,13 +167,25 @@ fn destroy_request(unique: u64) -> [u8; IN_HEADER] {
     m
 }
 
+/// Writes `answer`, a reply the proxy made itself (the reader's or the fast thread's), to `dev`.
+pub(crate) fn write_answer(emu: &Emu, dev: &OwnedFd, answer: &[u8]) {
+    note_size(&emu.fuse_largest_message, answer.len());
+    match nix::unistd::write(dev, answer) {
+        // As for fuser's replies (`replies`).
+        Ok(_) | Err(Errno::ENOENT | Errno::ENODEV) => {}
+        Err(e) => tracing::warn!("writing a FUSE reply failed ({e})"),
+    }
+}
+
 /// `/dev/fuse` -> fuser, interrupts aside, until the connection ends; then each of fuser's
-/// `threads` event loops gets a FUSE_DESTROY, which ends it.
+/// `threads` event loops gets a FUSE_DESTROY, which ends it. Dropping `fast` on the way out
+/// ends the fast thread.
 fn requests(
     emu: &Emu,
     dev: &OwnedFd,
     ours: &OwnedFd,
     interrupts: &mpsc::Sender<u64>,
+    fast: &crate::fast_ioctl::FastThread,
     threads: usize,
 ) {
     let mut buf = vec![0u8; BUFFER];
@@ -198,16 +213,19 @@ fn requests(
         }
         // Page-cache I/O of the device files is answered here, never by a FUSE worker, which
         // may be blocked in a fault on exactly that page (`page_io`); so are the queue ioctls
-        // that can run without waiting for anything (`reader_ioctl`).
-        if crate::page_io::serve(emu, msg, &mut answer)
-            || crate::reader_ioctl::serve(emu, msg, &mut answer)
-        {
-            note_size(&emu.fuse_largest_message, answer.len());
-            match nix::unistd::write(dev, &answer) {
-                Ok(_) | Err(Errno::ENOENT | Errno::ENODEV) => {}
-                Err(e) => tracing::warn!("writing a FUSE reply failed ({e})"),
-            }
+        // that can run without waiting for anything, and level 3's suspends and resumes go to
+        // the fast thread when it is idle (`reader_ioctl`).
+        if crate::page_io::serve(emu, msg, &mut answer) {
+            write_answer(emu, dev, &answer);
             continue;
+        }
+        match crate::reader_ioctl::serve(emu, msg, &mut answer, fast) {
+            Outcome::Answered => {
+                write_answer(emu, dev, &answer);
+                continue;
+            }
+            Outcome::HandedOff => continue,
+            Outcome::PassOn => {}
         }
         match nix::unistd::write(ours, msg) {
             Ok(_) => {}

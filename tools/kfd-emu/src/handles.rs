@@ -33,6 +33,14 @@ impl Handles {
         crate::locks::lock(&self.0, "handle table")
     }
 
+    /// The process that opened `fh` when it is a `dev/kfd` handle (waiting for the table).
+    pub fn kfd_opener(&self, fh: u64) -> Option<u32> {
+        match self.lock().get(&fh) {
+            Some(Handle::Kfd { tgid }) => Some(*tgid),
+            _ => None,
+        }
+    }
+
     /// Without waiting: `None` when another thread holds the table now (the caller must not
     /// wait: `reader_ioctl`), else the process that opened `fh` when it is a `dev/kfd` handle.
     pub fn try_kfd_opener(&self, fh: u64) -> Option<Option<u32>> {

@@ -31,6 +31,7 @@ mod drm;
 mod effects;
 mod error;
 mod events;
+mod fast_ioctl;
 mod fault_spec;
 mod faults;
 mod faults_file;

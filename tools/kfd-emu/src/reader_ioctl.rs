@@ -18,6 +18,12 @@
 //!   a wait;
 //! * a panic of the handler is caught and answered `EIO`, as fuser answers a dropped reply.
 //!
+//! DBG_TRAP's SUSPEND_QUEUES and RESUME_QUEUES (level 3's preemption, `ioctl::fast_safe`) touch
+//! client memory under the state lock, so the reader does not run them: after the same checks
+//! (a restricted ioctl on `dev/kfd`'s inode) it hands them to the proxy's fast thread when that
+//! thread waits for work, which resolves the handle, runs and answers them
+//! (`crate::fast_ioctl`), and to the workers otherwise.
+//!
 //! Wire facts (`include/uapi/linux/fuse.h`): FUSE_IOCTL is opcode 39; after `struct
 //! fuse_in_header` (40 bytes: opcode at byte 4, unique id at 8, node id at 16, pid at 32,
 //! `total_extlen` u16 at 36) comes `struct fuse_ioctl_in` (32 bytes: `fh` u64, `flags` u32,
@@ -27,8 +33,7 @@
 use crate::abi::{u16_at, u32_at, u64_at};
 use std::sync::atomic::Ordering;
 
-use crate::ioctl::{self, Call};
-use crate::reply;
+use crate::ioctl::{self, Call, ProxyThread};
 use crate::state::Emu;
 
 /// `FUSE_IOCTL`.
@@ -73,60 +78,71 @@ fn parse(msg: &[u8]) -> Option<IoctlRequest<'_>> {
     })
 }
 
-/// Answers `msg` in `out` when it is an ioctl the reader thread may run and runs now (true);
-/// false for any other request, and for one of those ioctls when the handle table or the state
-/// lock is taken: the FUSE workers serve it.
-pub(crate) fn serve(emu: &Emu, msg: &[u8], out: &mut Vec<u8>) -> bool {
+/// What the reader did with a request.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Outcome {
+    /// It answered: the bytes to write to `/dev/fuse` are in `out`.
+    Answered,
+    /// The fast thread took it and answers it.
+    HandedOff,
+    /// The FUSE workers serve it (any other request, or the thread's lock or time was taken).
+    PassOn,
+}
+
+/// Answers `msg` in `out` when it is an ioctl the reader thread may run and runs now, hands it
+/// to the fast thread when it is one of that thread's and the thread waits for work; the FUSE
+/// workers serve any other request, and one of those ioctls when the handle table or the state
+/// lock is taken, or the fast thread is busy.
+pub(crate) fn serve(
+    emu: &Emu,
+    msg: &[u8],
+    out: &mut Vec<u8>,
+    fast: &crate::fast_ioctl::FastThread,
+) -> Outcome {
     let Some(r) = parse(msg) else {
-        return false;
+        return Outcome::PassOn;
     };
-    if emu.kfd_ino.get() != Some(&r.nodeid)
-        || r.flags & UNRESTRICTED != 0
-        || !ioctl::reader_safe(r.cmd)
-    {
-        return false;
+    if emu.kfd_ino.get() != Some(&r.nodeid) || r.flags & UNRESTRICTED != 0 {
+        return Outcome::PassOn;
+    }
+    let (thread, passed_on) = if ioctl::reader_safe(r.cmd) {
+        (ProxyThread::Reader, &emu.reader_ioctls_passed_on)
+    } else if ioctl::fast_safe(r.cmd, r.in_data) {
+        (ProxyThread::Fast, &emu.fast_ioctls_passed_on)
+    } else {
+        return Outcome::PassOn;
+    };
+    let pass_on = || {
+        passed_on.fetch_add(1, Ordering::Relaxed);
+        Outcome::PassOn
+    };
+    if thread == ProxyThread::Fast {
+        // The fast thread resolves the handle itself: it may wait for the table.
+        let job = crate::fast_ioctl::Job::new(r.unique, r.pid, r.fh, r.cmd, r.in_data, r.out_size);
+        return match fast.offer(job) {
+            Ok(()) => Outcome::HandedOff,
+            Err(_) => pass_on(),
+        };
     }
     let opener = match emu.handles.try_kfd_opener(r.fh) {
         Some(Some(opener)) => opener,
         // Not a dev/kfd handle (fuser answers as it always did).
-        Some(None) => return false,
-        None => {
-            emu.reader_ioctls_passed_on.fetch_add(1, Ordering::Relaxed);
-            return false;
-        }
+        Some(None) => return Outcome::PassOn,
+        None => return pass_on(),
     };
-    let (unique, cmd) = (r.unique, r.cmd);
     let call = Call {
-        unique,
+        unique: r.unique,
         tid: r.pid,
         opener,
-        cmd,
+        cmd: r.cmd,
         in_data: r.in_data,
         out_size: r.out_size,
     };
-    let mut answered = false;
-    let run = std::panic::AssertUnwindSafe(|| {
-        ioctl::dispatch_on_reader(emu, &call, |data, res| {
-            reply::encode(out, unique, data, res);
-            answered = true;
-        })
-    });
-    let ran = match std::panic::catch_unwind(run) {
-        Ok(ran) => ran,
-        Err(_) => {
-            tracing::error!(cmd, "ioctl handler panicked on the /dev/fuse reader thread");
-            true
-        }
-    };
-    if !ran {
-        emu.reader_ioctls_passed_on.fetch_add(1, Ordering::Relaxed);
-        return false;
-    }
-    if !answered {
-        reply::encode(out, unique, &[], Err(libc::EIO));
+    if !ioctl::dispatch_to_bytes(emu, &call, thread, out) {
+        return pass_on();
     }
     emu.reader_ioctls.fetch_add(1, Ordering::Relaxed);
-    true
+    Outcome::Answered
 }
 
 #[cfg(test)]
@@ -185,17 +201,28 @@ mod tests {
         let emu = Emu::new(config, topo, std::path::PathBuf::from("/nonexistent"));
         let _ = emu.kfd_ino.set(3);
         let mut out = Vec::new();
+        let fast = crate::fast_ioctl::FastThread::gone();
         // Node 4 is not dev/kfd; handle 5 is not in the table; the unrestricted flag.
-        assert!(!serve(&emu, &request(FUSE_IOCTL, 4, 0, &[], 0), &mut out));
-        assert!(!serve(&emu, &request(FUSE_IOCTL, 3, 0, &[], 0), &mut out));
+        assert_eq!(
+            serve(&emu, &request(FUSE_IOCTL, 4, 0, &[], 0), &mut out, &fast),
+            Outcome::PassOn
+        );
+        assert_eq!(
+            serve(&emu, &request(FUSE_IOCTL, 3, 0, &[], 0), &mut out, &fast),
+            Outcome::PassOn
+        );
         emu.handles
             .lock()
             .insert(5, crate::handles::Handle::Kfd { tgid: 4242 });
-        assert!(!serve(
-            &emu,
-            &request(FUSE_IOCTL, 3, UNRESTRICTED, &[], 0),
-            &mut out
-        ));
+        assert_eq!(
+            serve(
+                &emu,
+                &request(FUSE_IOCTL, 3, UNRESTRICTED, &[], 0),
+                &mut out,
+                &fast
+            ),
+            Outcome::PassOn
+        );
         assert!(out.is_empty());
         assert_eq!(emu.reader_ioctls.load(Ordering::Relaxed), 0);
     }

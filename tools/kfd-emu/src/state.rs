@@ -37,6 +37,10 @@ pub(crate) struct Emu {
     pub reader_ioctls: std::sync::atomic::AtomicU64,
     /// Ioctls it passed on to the FUSE workers because the state lock was taken.
     pub reader_ioctls_passed_on: std::sync::atomic::AtomicU64,
+    /// DBG_TRAP suspends and resumes the proxy's fast thread answered (`fast_ioctl`).
+    pub fast_ioctls: std::sync::atomic::AtomicU64,
+    /// Such requests the reader passed on to the FUSE workers because the fast thread was busy.
+    pub fast_ioctls_passed_on: std::sync::atomic::AtomicU64,
     /// Cache of thread id -> thread-group id.
     pub tgids: Mutex<HashMap<u32, u32>>,
     /// Time 0 of the partition models.
@@ -97,6 +101,8 @@ impl Emu {
             handles: Default::default(),
             reader_ioctls: Default::default(),
             reader_ioctls_passed_on: Default::default(),
+            fast_ioctls: Default::default(),
+            fast_ioctls_passed_on: Default::default(),
             tgids: Mutex::new(HashMap::new()),
             epoch: Instant::now(),
             fuse_dev: OnceLock::new(),

@@ -28,6 +28,13 @@ pub struct Stats {
     /// table or the state lock.
     #[serde(default)]
     pub fuse_reader_ioctls_passed_on: u64,
+    /// DBG_TRAP SUSPEND_QUEUES and RESUME_QUEUES the proxy's fast thread answered
+    /// (`fast_ioctl`); 0 without the proxy.
+    #[serde(default)]
+    pub fuse_fast_ioctls: u64,
+    /// Such requests passed on to the FUSE workers because the fast thread was running another.
+    #[serde(default)]
+    pub fuse_fast_ioctls_passed_on: u64,
 }
 
 /// HWS model of one partition (topology GPU node).
@@ -240,6 +247,10 @@ pub(crate) fn snapshot(emu: &Emu) -> Stats {
         fuse_reader_ioctls: emu.reader_ioctls.load(std::sync::atomic::Ordering::Relaxed),
         fuse_reader_ioctls_passed_on: emu
             .reader_ioctls_passed_on
+            .load(std::sync::atomic::Ordering::Relaxed),
+        fuse_fast_ioctls: emu.fast_ioctls.load(std::sync::atomic::Ordering::Relaxed),
+        fuse_fast_ioctls_passed_on: emu
+            .fast_ioctls_passed_on
             .load(std::sync::atomic::Ordering::Relaxed),
     }
 }

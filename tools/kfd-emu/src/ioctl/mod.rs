@@ -8,13 +8,15 @@
 //!   command, and only when that command has `_IOC_READ`);
 //! * the fd may only be used by the process that opened it (`EBADF` otherwise).
 //!
-//! One implementation, two ways in: fuser's workers call [`dispatch`] (the answer goes back
-//! through fuser's `ReplyIoctl`), and the `/dev/fuse` proxy's reader thread calls
-//! [`dispatch_on_reader`] for the ioctls of [`READER_SAFE`] (the answer is written to
-//! `/dev/fuse` as the bytes fuser would write: `reply::encode`). Both run the same steps
-//! ([`run`]); the reader's only difference is that it never waits for the state lock: it takes
-//! it with `try_lock` before anything counts or changes, and when another thread holds it the
-//! request goes to the workers as any other (`crate::reader_ioctl`, docs/kfd-emulator.md).
+//! One implementation, three ways in: fuser's workers call [`dispatch`] (the answer goes back
+//! through fuser's `ReplyIoctl`); the `/dev/fuse` proxy's reader thread (the ioctls of
+//! [`READER_SAFE`]) and its fast thread (DBG_TRAP's SUSPEND_QUEUES and RESUME_QUEUES:
+//! [`fast_safe`]) call [`dispatch_to_bytes`] (the answer is written to `/dev/fuse` as the bytes
+//! fuser would write: `reply::encode`). All run the same steps ([`run`]); the reader's only
+//! difference is that it never waits for the state lock: it takes it with `try_lock` before
+//! anything counts or changes, and when another thread holds it the request goes to the workers
+//! as any other (`crate::reader_ioctl`, docs/kfd-emulator.md); the fast thread waits for it as a
+//! worker does (`crate::fast_ioctl`).
 
 pub(crate) mod debug;
 pub(crate) mod detach;
@@ -105,12 +107,38 @@ pub(crate) struct Call<'a> {
 /// take no lock but the state lock, once, through [`Ctx::lock`], and leaf locks (the fault
 /// table, the tgid cache), and queue no effects but waking the CP. DBG_TRAP's SUSPEND_QUEUES and
 /// RESUME_QUEUES are not among them: they read and write the queue array in client memory while
-/// holding the state lock (docs/kfd-emulator.md, "The reader thread's ioctls").
+/// holding the state lock (docs/kfd-emulator.md, "The reader thread's ioctls"); the reader
+/// hands them to the proxy's fast thread instead ([`fast_safe`]).
 const READER_SAFE: [u32; 1] = [kfd_sys::AMDKFD_IOC_UPDATE_QUEUE];
 
 /// Whether the proxy's reader thread may answer `cmd` (by `_IOC_NR`, as dispatch looks it up).
 pub(crate) fn reader_safe(cmd: u32) -> bool {
     READER_SAFE.iter().any(|c| ioc::nr(*c) == ioc::nr(cmd))
+}
+
+/// DBG_TRAP's operations the proxy's fast thread may answer: handlers that never hold the
+/// request (so no FUSE_INTERRUPT has anything to end in them) and never wait but for the state
+/// lock and client memory, which a thread other than the reader may wait for
+/// (docs/kfd-emulator.md, "The reader thread's ioctls").
+const FAST_SAFE_OPS: [u32; 2] = [
+    kfd_sys::KFD_IOC_DBG_TRAP_SUSPEND_QUEUES,
+    kfd_sys::KFD_IOC_DBG_TRAP_RESUME_QUEUES,
+];
+
+/// Whether the proxy's fast thread may answer `cmd` with argument bytes `in_data`: DBG_TRAP
+/// (by `_IOC_NR`) whose `op` is one of [`FAST_SAFE_OPS`].
+pub(crate) fn fast_safe(cmd: u32, in_data: &[u8]) -> bool {
+    ioc::nr(cmd) == NR_DBG_TRAP
+        && crate::abi::u32_at(in_data, DBG_TRAP_OP_AT).is_some_and(|op| FAST_SAFE_OPS.contains(&op))
+}
+
+/// Which thread of the `/dev/fuse` proxy answers a call itself.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum ProxyThread {
+    /// `kfd-emu-fuse-in`, the one reader of `/dev/fuse`: it never waits for the state lock.
+    Reader,
+    /// `kfd-emu-fuse-fast`: waits for the state lock as a worker does, holds no request.
+    Fast,
 }
 
 /// How a call gets the state lock.
@@ -142,6 +170,8 @@ type Handler = fn(&Ctx<'_>, &mut [u8], &mut Option<ReplyIoctl>, &mut Effects) ->
 
 const NR_RUNTIME_ENABLE: u32 = ioc::nr(kfd_sys::AMDKFD_IOC_RUNTIME_ENABLE);
 const NR_DBG_TRAP: u32 = ioc::nr(kfd_sys::AMDKFD_IOC_DBG_TRAP);
+/// Byte offset of `op` in `struct kfd_ioctl_dbg_trap_args` (after `pid`).
+const DBG_TRAP_OP_AT: usize = std::mem::offset_of!(kfd_sys::kfd_ioctl_dbg_trap_args, op);
 
 /// The modelled ioctls: the kernel's command and the handler.
 const TABLE: [(u32, Handler); 26] = [
@@ -217,29 +247,61 @@ pub(crate) fn dispatch(emu: &Emu, call: &Call<'_>, reply: ReplyIoctl) {
     }
 }
 
-/// Handles one ioctl of [`READER_SAFE`] on the proxy's reader thread: `answer` gets the
-/// argument bytes to copy out and the result, then the effects run; false, with nothing
-/// counted or changed, when another thread holds the state lock (the caller passes the request
-/// on to the workers).
-pub(crate) fn dispatch_on_reader(
+/// Handles one ioctl on a thread of the `/dev/fuse` proxy, which writes the answer itself: `out`
+/// gets the bytes fuser would write for it (`reply::encode`), then the effects run; a panic of
+/// the handler is caught and answered `EIO`, as fuser answers a dropped reply. False, with
+/// nothing counted or changed, only on the reader, when another thread holds the state lock
+/// (the caller passes the request on to the workers).
+pub(crate) fn dispatch_to_bytes(
     emu: &Emu,
     call: &Call<'_>,
-    answer: impl FnOnce(&[u8], KResult<i32>),
+    thread: ProxyThread,
+    out: &mut Vec<u8>,
 ) -> bool {
-    debug_assert!(reader_safe(call.cmd));
-    let Some(done) = run(emu, call, &mut None, Locking::Try) else {
-        return false;
+    let locking = match thread {
+        ProxyThread::Reader => {
+            debug_assert!(reader_safe(call.cmd));
+            Locking::Try
+        }
+        ProxyThread::Fast => {
+            debug_assert!(fast_safe(call.cmd, call.in_data));
+            Locking::Wait
+        }
     };
-    if let Some((data, res)) = done.answer {
-        answer(&data, res);
+    let mut answered = false;
+    let steps = std::panic::AssertUnwindSafe(|| {
+        let Some(done) = run(emu, call, &mut None, locking) else {
+            return false;
+        };
+        if let Some((data, res)) = done.answer {
+            crate::reply::encode(out, call.unique, &data, res);
+            answered = true;
+        }
+        done.effects.run(emu);
+        true
+    });
+    let ran = match std::panic::catch_unwind(steps) {
+        Ok(ran) => ran,
+        Err(_) => {
+            let cmd = call.cmd;
+            tracing::error!(
+                cmd,
+                ?thread,
+                "ioctl handler panicked on a /dev/fuse proxy thread"
+            );
+            true
+        }
+    };
+    if ran && !answered {
+        crate::reply::encode(out, call.unique, &[], Err(libc::EIO));
     }
-    done.effects.run(emu);
-    true
+    ran
 }
 
 /// The steps of a call, whichever thread runs it. `None` only with [`Locking::Try`], when
 /// another thread holds the state lock; before that point nothing but the tgid cache is
-/// touched.
+/// touched. A handler may hold the request (take the reply, answered later) only when the
+/// caller passes one: the proxy's threads pass none, and their ioctls never hold it.
 fn run(
     emu: &Emu,
     call: &Call<'_>,
@@ -248,6 +310,7 @@ fn run(
 ) -> Option<Done> {
     let (tid, opener, in_data) = (call.tid, call.opener, call.in_data);
     let nr = ioc::nr(call.cmd);
+    let may_hold = reply.is_some();
     let tgid = process::tgid_of(emu, tid);
     if tgid != Some(opener) {
         tracing::debug!(tid, opener, nr, "ioctl from another process: EBADF");
@@ -276,7 +339,7 @@ fn run(
         on_reader: locking == Locking::Try,
     };
     let dbg_op = (nr == NR_DBG_TRAP)
-        .then(|| crate::abi::u32_at(in_data, 4))
+        .then(|| crate::abi::u32_at(in_data, DBG_TRAP_OP_AT))
         .flatten();
     match emu.faults.check(nr, dbg_op) {
         None => {}
@@ -301,7 +364,7 @@ fn run(
     let res = handler(&ctx, &mut buf, reply, &mut effects);
     // A lock taken up front that the handler did not take (it failed before) is released.
     drop(ctx);
-    let held_request = locking == Locking::Wait && reply.is_none();
+    let held_request = may_hold && reply.is_none();
     match (&res, held_request) {
         (Err(e), false) => tracing::debug!(nr, errno = e, "ioctl failed"),
         (Ok(r), false) => tracing::trace!(nr, ret = r, "ioctl ok"),
@@ -342,6 +405,37 @@ mod tests {
         ] {
             assert!(!reader_safe(cmd), "{cmd:#x}");
         }
+    }
+
+    #[test]
+    fn the_fast_thread_answers_dbg_trap_suspend_and_resume_only() {
+        let args = |op: u32| {
+            let mut a = vec![0u8; ioc::size(kfd_sys::AMDKFD_IOC_DBG_TRAP)];
+            a[DBG_TRAP_OP_AT..DBG_TRAP_OP_AT + 4].copy_from_slice(&op.to_ne_bytes());
+            a
+        };
+        let dbg = kfd_sys::AMDKFD_IOC_DBG_TRAP;
+        assert!(fast_safe(
+            dbg,
+            &args(kfd_sys::KFD_IOC_DBG_TRAP_SUSPEND_QUEUES)
+        ));
+        assert!(fast_safe(
+            dbg,
+            &args(kfd_sys::KFD_IOC_DBG_TRAP_RESUME_QUEUES)
+        ));
+        for op in [
+            kfd_sys::KFD_IOC_DBG_TRAP_ENABLE,
+            kfd_sys::KFD_IOC_DBG_TRAP_GET_QUEUE_SNAPSHOT,
+            kfd_sys::KFD_IOC_DBG_TRAP_DISABLE,
+        ] {
+            assert!(!fast_safe(dbg, &args(op)), "op {op}");
+        }
+        assert!(!fast_safe(dbg, &[0, 0, 0]), "no op");
+        let update = kfd_sys::AMDKFD_IOC_UPDATE_QUEUE;
+        assert!(!fast_safe(
+            update,
+            &args(kfd_sys::KFD_IOC_DBG_TRAP_SUSPEND_QUEUES)
+        ));
     }
 
     #[test]

@@ -12,6 +12,8 @@ use std::time::{Duration, Instant};
 
 use kfd_sys::*;
 
+pub mod uffd;
+
 pub use test_support::emu::{Emu as TestEmu, mount, mount_preset, mount_with_env};
 pub use test_support::wait::WAIT_LIMIT;
 pub use test_support::{require_root, wait_until};
