@@ -3,39 +3,14 @@
 
 mod common;
 
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::AsRawFd;
 use std::process::{Child, Command};
 
 use kfd_emu::Preset;
 use kfd_sys::*;
 
+use common::debug::{enable_self, me, pipe};
 use common::*;
-
-fn me() -> u32 {
-    std::process::id()
-}
-
-/// A pipe whose write end serves as `dbg_fd`.
-fn pipe() -> (OwnedFd, OwnedFd) {
-    let (r, w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_NONBLOCK).expect("pipe2");
-    (r, w)
-}
-
-fn enable_self(s: &Session, w: &OwnedFd, mask: u64) -> kfd_runtime_info {
-    let mut info = kfd_runtime_info::default();
-    let mut e = kfd_ioctl_dbg_trap_enable_args {
-        exception_mask: mask,
-        rinfo_ptr: &raw mut info as u64,
-        rinfo_size: size_of::<kfd_runtime_info>() as u32,
-        dbg_fd: w.as_raw_fd() as u32,
-    };
-    s.kfd
-        .dbg_trap(me(), KFD_IOC_DBG_TRAP_ENABLE, &mut e)
-        .expect("DBG_TRAP ENABLE");
-    assert_eq!(e.rinfo_size, 16);
-    // SAFETY: written by the emulator through process_vm_writev.
-    unsafe { std::ptr::read_volatile(&raw const info) }
-}
 
 /// SUSPEND_QUEUES or RESUME_QUEUES on `ids`; returns (ioctl result, array after).
 fn queue_op(s: &Session, target: u32, op: u32, ids: &[u32]) -> (Result<i32, i32>, Vec<u32>) {

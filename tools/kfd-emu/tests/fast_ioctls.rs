@@ -8,19 +8,16 @@
 
 mod common;
 
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, mpsc};
 
 use kfd_emu::{EmuConfig, Preset};
 use kfd_sys::*;
 
+use common::debug::{enable_self, me, pipe};
 use common::uffd::{Uffd, blocked_in_ioctl, gettid};
 use common::*;
-
-fn me() -> u32 {
-    std::process::id()
-}
 
 /// The emulator's fast thread (`kfd-emu-fuse-fast`, as the kernel keeps 15 bytes of it) waits
 /// for work: it sleeps in a futex (syscall 202 on x86-64), the channel's receive. Between two
@@ -37,25 +34,11 @@ fn fast_thread_idle(t: &TestEmu) -> bool {
     })
 }
 
-/// A pipe whose write end serves as `dbg_fd`.
-fn pipe() -> (OwnedFd, OwnedFd) {
-    nix::unistd::pipe2(nix::fcntl::OFlag::O_NONBLOCK).expect("pipe2")
-}
-
 /// RUNTIME_ENABLE, DBG_TRAP ENABLE on this process, and `n` queues whose EC_QUEUE_NEW is cleared
 /// (GET_QUEUE_SNAPSHOT), so they can be suspended.
 fn debugged_queues(s: &Session, w: &OwnedFd, n: usize) -> Vec<(Queue, QueueBufs)> {
     s.kfd.runtime_enable().expect("RUNTIME_ENABLE");
-    let mut info = kfd_runtime_info::default();
-    let mut e = kfd_ioctl_dbg_trap_enable_args {
-        exception_mask: 0,
-        rinfo_ptr: &raw mut info as u64,
-        rinfo_size: size_of::<kfd_runtime_info>() as u32,
-        dbg_fd: w.as_raw_fd() as u32,
-    };
-    s.kfd
-        .dbg_trap(me(), KFD_IOC_DBG_TRAP_ENABLE, &mut e)
-        .expect("DBG_TRAP ENABLE");
+    enable_self(s, w, 0);
     let queues: Vec<_> = (0..n).map(|_| s.queue(100, 7)).collect();
     let mut buf = vec![kfd_queue_snapshot_entry::default(); n];
     let mut a = kfd_ioctl_dbg_trap_queue_snapshot_args {

@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use kfd_sys::*;
 
+pub mod debug;
 pub mod uffd;
 
 pub use test_support::emu::{Emu as TestEmu, mount, mount_preset, mount_with_env};
