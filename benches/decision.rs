@@ -14,6 +14,10 @@
 //! wake-ups are over); the bench asks the agent nothing between toggles. Idle CPU: utime+stime
 //! of kfdqd over 10 s with all 64 connected and nothing happening. Results go to
 //! docs/performance.md.
+//!
+//! Knobs: `KFDQ_BENCH_CHRT=N` runs the agent SCHED_FIFO at priority N; `KFDQ_BENCH_AGENT_CPU=N`
+//! runs it alone on CPU N and everything else on the other CPUs (the agent's caches then
+//! stay its own between toggles); `KFDQ_BENCH_LOG` sets its log filter.
 
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::{UnixDatagram, UnixStream};
@@ -175,6 +179,13 @@ fn main() {
         );
         std::process::exit(2);
     }
+    // KFDQ_BENCH_AGENT_CPU=N runs the agent on CPU N alone (taskset), as a unit with
+    // CPUAffinity=N next to GPU jobs kept off that CPU would: this process, the emulator and
+    // the clients it starts stay on the other CPUs.
+    let agent_cpu = std::env::var("KFDQ_BENCH_AGENT_CPU").ok();
+    if let Some(cpu) = &agent_cpu {
+        pin_others_away_from(cpu);
+    }
     let dir = tempfile::tempdir().unwrap();
     let mnt = dir.path().join("emu");
     // 512 queues oversubscribe any real partition: the residency guard would deactivate every
@@ -208,14 +219,14 @@ fn main() {
     .unwrap();
     // KFDQ_BENCH_CHRT=N runs the agent SCHED_FIFO at priority N (chrt), as a unit with
     // CPUSchedulingPolicy=fifo would.
-    let mut agent = match std::env::var("KFDQ_BENCH_CHRT") {
-        Ok(p) => {
-            let mut c = Command::new("chrt");
-            c.args(["-f", &p, env!("CARGO_BIN_EXE_kfdqd")]);
-            c
-        }
-        Err(_) => Command::new(env!("CARGO_BIN_EXE_kfdqd")),
-    };
+    let mut agent = Command::new("env");
+    if let Some(cpu) = &agent_cpu {
+        agent.args(["taskset", "-c", cpu]);
+    }
+    if let Ok(p) = std::env::var("KFDQ_BENCH_CHRT") {
+        agent.args(["chrt", "-f", &p]);
+    }
+    agent.arg(env!("CARGO_BIN_EXE_kfdqd"));
     let mut agent = agent
         .arg("--config")
         .arg(&cfg)
@@ -377,6 +388,10 @@ fn main() {
         st.counters.decide_us_p50,
         st.counters.decide_us_p99
     );
+    println!(
+        "agent decisions: {} ({} of them edge decisions); busy reports gone stale: {}",
+        st.counters.decisions, st.counters.edge_decisions, st.counters.stale_busy
+    );
     println!("agent idle CPU with {CLIENTS} peers connected: {idle_pct:.3} % of a core over 10 s");
     let _ = agent.kill();
     let _ = agent.wait();
@@ -384,4 +399,33 @@ fn main() {
         let _ = c.kill();
         let _ = c.wait();
     }
+}
+
+/// Keeps this process, and so everything it starts after, off CPU `cpu`:
+/// KFDQ_BENCH_AGENT_CPU.
+fn pin_others_away_from(cpu: &str) {
+    let n = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let agent: usize = cpu
+        .parse()
+        .unwrap_or_else(|_| panic!("KFDQ_BENCH_AGENT_CPU={cpu}: give one CPU number"));
+    let others: Vec<String> = (0..n)
+        .filter(|c| *c != agent)
+        .map(|c| c.to_string())
+        .collect();
+    assert!(
+        agent < n && !others.is_empty(),
+        "KFDQ_BENCH_AGENT_CPU={cpu}: this machine has CPUs 0..{n}; the agent needs one of them and the clients another"
+    );
+    let ok = Command::new("taskset")
+        .args([
+            "-a",
+            "-p",
+            "-c",
+            &others.join(","),
+            &std::process::id().to_string(),
+        ])
+        .stdout(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(ok, "taskset could not move the bench off CPU {agent}");
 }

@@ -354,7 +354,8 @@ fn one_step_releases_the_old_level_before_preempting_at_the_new() {
 }
 
 /// Timing probe (not a test of behaviour): `cargo test --release -p kfdq --lib timing_probe --
-/// --ignored --nocapture`.
+/// --ignored --nocapture`. Knobs (below): `PROBE_N` decisions, `PROBE_COLD` caches,
+/// `PROBE_SLEEP` and `PROBE_GAP_US` a pause before each decision.
 #[test]
 #[ignore = "a timing probe, run by hand"]
 fn timing_probe() {
@@ -394,6 +395,17 @@ fn timing_probe() {
         Some(_) => vec![0u8; 64 << 20],
         None => Vec::new(),
     };
+    // PROBE_SLEEP=1: asleep before each decision, as the agent between toggles (its CPU
+    // idle, or another's), without touching any memory; PROBE_SLEEP=spin: spinning on the
+    // clock instead (the CPU never idles). For PROBE_GAP_US µs (default 20000, the bench's
+    // pause).
+    let sleep = std::env::var("PROBE_SLEEP").ok();
+    let gap = Duration::from_micros(
+        std::env::var("PROBE_GAP_US")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(20_000),
+    );
     // The commands of the last toggle, acknowledged after it: both buffers keep their
     // capacity, as the server's outbox does.
     let mut sent = Vec::new();
@@ -417,6 +429,16 @@ fn timing_probe() {
             *b = b.wrapping_add(i as u8);
         }
         std::hint::black_box(&evict);
+        match sleep.as_deref() {
+            Some("spin") => {
+                let until = Instant::now() + gap;
+                while Instant::now() < until {
+                    std::hint::spin_loop();
+                }
+            }
+            Some(_) => std::thread::sleep(gap),
+            None => {}
+        }
         // As the server: the commands timed, the times accounted after.
         let s = Instant::now();
         n.decide_commands(now, &mut out);
