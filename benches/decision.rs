@@ -91,14 +91,42 @@ fn client(sock: &str, class: &str, gpu: u32, arrivals: &str) {
                 LineReader::new(BufReader::new(r.get_ref().get_ref().try_clone().unwrap()));
             while reader.next::<AgentMsg>().is_ok() {}
         });
+        // While busy it says so again every RENEW (as a shim does every BUSY_RENEW_PERIOD;
+        // sparser, so that a toggle of the usual length has no renewal warming the agent
+        // before its idle edge, and within BUSY_STALE, so that no toggle finds it stale).
+        const RENEW: Duration = Duration::from_millis(50);
+        let w2 = std::sync::Arc::new(std::sync::Mutex::new(w2));
+        let busy_since = std::sync::Arc::new(std::sync::Mutex::new(None::<Instant>));
+        let (w3, since) = (w2.clone(), busy_since.clone());
+        std::thread::spawn(move || {
+            loop {
+                std::thread::sleep(Duration::from_millis(5));
+                let mut s = since.lock().unwrap();
+                if let Some(at) = *s
+                    && at.elapsed() >= RENEW
+                {
+                    *s = Some(Instant::now());
+                    let msg = encode(&ShimMsg::Activity {
+                        queue_id: QueueId(1),
+                        busy: true,
+                    });
+                    w3.lock().unwrap().write_all(&msg).unwrap();
+                }
+            }
+        });
         for line in std::io::stdin().lock().lines() {
             let busy = line.unwrap() == "busy";
+            let mut s = busy_since.lock().unwrap();
             let t = mono_ns();
-            w2.write_all(&encode(&ShimMsg::Activity {
-                queue_id: QueueId(1),
-                busy,
-            }))
-            .unwrap();
+            w2.lock()
+                .unwrap()
+                .write_all(&encode(&ShimMsg::Activity {
+                    queue_id: QueueId(1),
+                    busy,
+                }))
+                .unwrap();
+            *s = busy.then(Instant::now);
+            drop(s);
             writeln!(out, "sent {t}").unwrap();
             out.flush().unwrap();
         }
@@ -388,9 +416,19 @@ fn main() {
         st.counters.decide_us_p50,
         st.counters.decide_us_p99
     );
+    // How long the latency client stayed busy (its busy -> idle toggles; it renews every 50
+    // ms, so none should go stale: a stale one makes the next edge a full decision).
+    let mut busy_ms: Vec<f64> = sent
+        .chunks_exact(2)
+        .map(|p| p[1].saturating_sub(p[0]) as f64 / 1e6)
+        .collect();
     println!(
-        "agent decisions: {} ({} of them edge decisions); busy reports gone stale: {}",
-        st.counters.decisions, st.counters.edge_decisions, st.counters.stale_busy
+        "agent decisions: {} ({} of them edge decisions); busy reports gone stale: {}; busy for {:.0} ms p50, {:.0} ms max",
+        st.counters.decisions,
+        st.counters.edge_decisions,
+        st.counters.stale_busy,
+        q(&mut busy_ms, 0.5),
+        q(&mut busy_ms, 1.0)
     );
     println!("agent idle CPU with {CLIENTS} peers connected: {idle_pct:.3} % of a core over 10 s");
     let _ = agent.kill();
