@@ -14,8 +14,9 @@
 //! does UPDATE_QUEUE when the state lock is free (`crate::reader_ioctl`). For DBG_TRAP's
 //! SUSPEND_QUEUES and RESUME_QUEUES it hands its reading to a second reader thread
 //! (`kfd-emu-fuse-in2`, when that one waits for the role) and runs them itself
-//! (`crate::handover`): one of the two reads at a time. An interrupt for a request the emulator does not hold needs no reply: the
-//! kernel waits for the request's own answer.
+//! (`crate::handover`): one of the two reads at a time, and what is said here of
+//! `kfd-emu-fuse-in` holds for whichever reads. An interrupt for a request the emulator does not
+//! hold needs no reply: the kernel waits for the request's own answer.
 //!
 //! Facts from the kernel (`include/uapi/linux/fuse.h`, `fs/fuse/dev.c`): a request starts with
 //! `struct fuse_in_header` (40 bytes: length, opcode at byte 4, unique id at byte 8, ...);

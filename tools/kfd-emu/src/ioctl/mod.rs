@@ -10,13 +10,13 @@
 //!
 //! One implementation, three ways in: fuser's workers call [`dispatch`] (the answer goes back
 //! through fuser's `ReplyIoctl`); the `/dev/fuse` proxy's reader thread (the ioctls of
-//! [`READER_SAFE`]) and a reader thread that handed its reading over (DBG_TRAP's SUSPEND_QUEUES
-//! and RESUME_QUEUES: [`fast_safe`]) call [`dispatch_to_bytes`] (the answer is written to `/dev/fuse` as the bytes
-//! fuser would write: `reply::encode`). All run the same steps ([`run`]); the reader's only
-//! difference is that it never waits for the state lock: it takes it with `try_lock` before
-//! anything counts or changes, and when another thread holds it the request goes to the workers
-//! as any other (`crate::reader_ioctl`, docs/kfd-emulator.md); a former reader waits for it as a
-//! worker does (`crate::handover`).
+//! [`READER_SAFE`]) and a reader thread that handed its reading over (DBG_TRAP's
+//! SUSPEND_QUEUES and RESUME_QUEUES: [`fast_safe`]) call [`dispatch_to_bytes`] (the answer is
+//! written to `/dev/fuse` as the bytes fuser would write: `reply::encode`). All run the same
+//! steps ([`run`]); the reader's only difference is that it never waits for the state lock: it
+//! takes it with `try_lock` before anything counts or changes, and when another thread holds it
+//! the request goes to the workers as any other (`crate::reader_ioctl`, docs/kfd-emulator.md);
+//! a former reader waits for it as a worker does (`crate::handover`).
 
 pub(crate) mod debug;
 pub(crate) mod detach;
@@ -116,17 +116,17 @@ pub(crate) fn reader_safe(cmd: u32) -> bool {
     READER_SAFE.iter().any(|c| ioc::nr(*c) == ioc::nr(cmd))
 }
 
-/// DBG_TRAP's operations a reader thread answers after handing its reading over: handlers that never hold the
-/// request (so no FUSE_INTERRUPT has anything to end in them) and never wait but for the state
-/// lock and client memory, which a thread other than the reader may wait for
+/// DBG_TRAP's operations a reader thread answers after handing its reading over: handlers that
+/// never hold the request (so no FUSE_INTERRUPT has anything to end in them) and never wait but
+/// for the state lock and client memory, which a thread other than the reader may wait for
 /// (docs/kfd-emulator.md, "The reader thread's ioctls").
 const FAST_SAFE_OPS: [u32; 2] = [
     kfd_sys::KFD_IOC_DBG_TRAP_SUSPEND_QUEUES,
     kfd_sys::KFD_IOC_DBG_TRAP_RESUME_QUEUES,
 ];
 
-/// Whether a reader thread hands its reading over to answer `cmd` with argument bytes `in_data`: DBG_TRAP
-/// (by `_IOC_NR`) whose `op` is one of [`FAST_SAFE_OPS`].
+/// Whether a reader thread hands its reading over to answer `cmd` with argument bytes
+/// `in_data`: DBG_TRAP (by `_IOC_NR`) whose `op` is one of [`FAST_SAFE_OPS`].
 pub(crate) fn fast_safe(cmd: u32, in_data: &[u8]) -> bool {
     ioc::nr(cmd) == NR_DBG_TRAP
         && crate::abi::u32_at(in_data, DBG_TRAP_OP_AT).is_some_and(|op| FAST_SAFE_OPS.contains(&op))
@@ -135,7 +135,8 @@ pub(crate) fn fast_safe(cmd: u32, in_data: &[u8]) -> bool {
 /// Which thread of the `/dev/fuse` proxy answers a call itself.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub(crate) enum ProxyThread {
-    /// The thread reading `/dev/fuse` now (`kfd-emu-fuse-in`): it never waits for the state lock.
+    /// The thread reading `/dev/fuse` now (`kfd-emu-fuse-in` or `kfd-emu-fuse-in2`): it never
+    /// waits for the state lock.
     Reader,
     /// A reader thread that handed its reading of `/dev/fuse` to the other one
     /// (`crate::handover`): it waits for the state lock as a worker does, holds no request.
