@@ -11,10 +11,12 @@
 //! which answers the request if the emulator holds it (`ioctl::interrupt`); `kfd-emu-fuse-out`
 //! writes fuser's replies to `/dev/fuse`. READs and WRITEs of the device files (page faults and
 //! writeback of their mappings) `kfd-emu-fuse-in` answers itself (`crate::page_io`), and so it
-//! does UPDATE_QUEUE when the state lock is free (`crate::reader_ioctl`); DBG_TRAP's
-//! SUSPEND_QUEUES and RESUME_QUEUES it hands to `kfd-emu-fuse-fast` when that thread is idle,
-//! which answers them on `/dev/fuse` itself (`crate::fast_ioctl`). An interrupt for a request
-//! the emulator does not hold needs no reply: the kernel waits for the request's own answer.
+//! does UPDATE_QUEUE when the state lock is free (`crate::reader_ioctl`). For DBG_TRAP's
+//! SUSPEND_QUEUES and RESUME_QUEUES it hands its reading to a second reader thread
+//! (`kfd-emu-fuse-in2`, when that one waits for the role) and runs them itself
+//! (`crate::handover`): one of the two reads at a time, and what is said here of
+//! `kfd-emu-fuse-in` holds for whichever reads. An interrupt for a request the emulator does not
+//! hold needs no reply: the kernel waits for the request's own answer.
 //!
 //! Facts from the kernel (`include/uapi/linux/fuse.h`, `fs/fuse/dev.c`): a request starts with
 //! `struct fuse_in_header` (40 bytes: length, opcode at byte 4, unique id at byte 8, ...);
@@ -135,12 +137,18 @@ pub(crate) fn start(
             .map(drop)
             .map_err(|e| EmuError::io("spawn a FUSE proxy thread", e))
     };
-    let fast = crate::fast_ioctl::FastThread::start(emu, dev.clone())?;
-    let (d, o, e) = (dev.clone(), ours.clone(), emu.clone());
-    spawn(
-        "kfd-emu-fuse-in",
-        Box::new(move || requests(&e, &d, &o, &tx, &fast, threads)),
-    )?;
+    let (first, second) = crate::handover::pair();
+    for (name, baton, reading) in [
+        ("kfd-emu-fuse-in", first, true),
+        ("kfd-emu-fuse-in2", second, false),
+    ] {
+        let (d, o, e, tx) = (dev.clone(), ours.clone(), emu.clone(), tx.clone());
+        spawn(
+            name,
+            Box::new(move || requests(&e, &d, &o, &tx, &baton, reading, threads)),
+        )?;
+    }
+    drop(tx);
     let e = emu.clone();
     spawn(
         "kfd-emu-fuse-out",
@@ -167,7 +175,7 @@ fn destroy_request(unique: u64) -> [u8; IN_HEADER] {
     m
 }
 
-/// Writes `answer`, a reply the proxy made itself (the reader's or the fast thread's), to `dev`.
+/// Writes `answer`, a reply a reader thread made itself, to `dev`.
 pub(crate) fn write_answer(emu: &Emu, dev: &OwnedFd, answer: &[u8]) {
     note_size(&emu.fuse_largest_message, answer.len());
     match nix::unistd::write(dev, answer) {
@@ -178,16 +186,22 @@ pub(crate) fn write_answer(emu: &Emu, dev: &OwnedFd, answer: &[u8]) {
 }
 
 /// `/dev/fuse` -> fuser, interrupts aside, until the connection ends; then each of fuser's
-/// `threads` event loops gets a FUSE_DESTROY, which ends it. Dropping `fast` on the way out
-/// ends the fast thread.
+/// `threads` event loops gets a FUSE_DESTROY, which ends it. One of the two reader threads
+/// runs this at a time: the one `reading` from the start, the other once `baton` hands it the
+/// role (`crate::handover`); the thread that sees the connection end returns, and its `baton`
+/// dropped, the other's wait ends too.
 fn requests(
     emu: &Emu,
     dev: &OwnedFd,
     ours: &OwnedFd,
     interrupts: &mpsc::Sender<u64>,
-    fast: &crate::fast_ioctl::FastThread,
+    baton: &crate::handover::Baton,
+    reading: bool,
     threads: usize,
 ) {
+    if !reading && !baton.wait() {
+        return;
+    }
     let mut buf = vec![0u8; BUFFER];
     let mut answer = Vec::with_capacity(OUT_HEADER + MESSAGE_DATA as usize);
     loop {
@@ -214,17 +228,25 @@ fn requests(
         // Page-cache I/O of the device files is answered here, never by a FUSE worker, which
         // may be blocked in a fault on exactly that page (`page_io`); so are the queue ioctls
         // that can run without waiting for anything, and level 3's suspends and resumes go to
-        // the fast thread when it is idle (`reader_ioctl`).
+        // a level-3 suspend or resume after handing the reading over (`reader_ioctl`).
         if crate::page_io::serve(emu, msg, &mut answer) {
             write_answer(emu, dev, &answer);
             continue;
         }
-        match crate::reader_ioctl::serve(emu, msg, &mut answer, fast) {
+        match crate::reader_ioctl::serve(emu, msg, &mut answer, baton) {
             Outcome::Answered => {
                 write_answer(emu, dev, &answer);
                 continue;
             }
-            Outcome::HandedOff => continue,
+            Outcome::AnsweredAfterHandover => {
+                write_answer(emu, dev, &answer);
+                // The other thread reads now (and, when the connection ends, returns and
+                // ends this wait).
+                if baton.wait() {
+                    continue;
+                }
+                return;
+            }
             Outcome::PassOn => {}
         }
         match nix::unistd::write(ours, msg) {

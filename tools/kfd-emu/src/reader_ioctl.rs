@@ -19,10 +19,11 @@
 //! * a panic of the handler is caught and answered `EIO`, as fuser answers a dropped reply.
 //!
 //! DBG_TRAP's SUSPEND_QUEUES and RESUME_QUEUES (level 3's preemption, `ioctl::fast_safe`) touch
-//! client memory under the state lock, so the reader does not run them: after the same checks
-//! (a restricted ioctl on `dev/kfd`'s inode) it hands them to the proxy's fast thread when that
-//! thread waits for work, which resolves the handle, runs and answers them
-//! (`crate::fast_ioctl`), and to the workers otherwise.
+//! client memory under the state lock, so a reader does not run them: after the same checks
+//! (a restricted ioctl on `dev/kfd`'s inode) the thread hands its reading of `/dev/fuse` to the
+//! proxy's other reader thread when that one waits for it, and then, no longer a reader,
+//! resolves the handle, runs and answers the request (`crate::handover`); when the other thread
+//! is busy the request goes to the workers.
 //!
 //! Wire facts (`include/uapi/linux/fuse.h`): FUSE_IOCTL is opcode 39; after `struct
 //! fuse_in_header` (40 bytes: opcode at byte 4, unique id at 8, node id at 16, pid at 32,
@@ -83,21 +84,23 @@ fn parse(msg: &[u8]) -> Option<IoctlRequest<'_>> {
 pub(crate) enum Outcome {
     /// It answered: the bytes to write to `/dev/fuse` are in `out`.
     Answered,
-    /// The fast thread took it and answers it.
-    HandedOff,
-    /// The FUSE workers serve it (any other request, or the thread's lock or time was taken).
+    /// It handed the reading role to the other reader thread and then answered as a former
+    /// reader: the bytes are in `out`, and the thread waits for the role before it reads again.
+    AnsweredAfterHandover,
+    /// The FUSE workers serve it (any other request, or a lock was taken, or the other reader
+    /// thread was busy).
     PassOn,
 }
 
-/// Answers `msg` in `out` when it is an ioctl the reader thread may run and runs now, hands it
-/// to the fast thread when it is one of that thread's and the thread waits for work; the FUSE
-/// workers serve any other request, and one of those ioctls when the handle table or the state
-/// lock is taken, or the fast thread is busy.
+/// Answers `msg` in `out` when it is an ioctl the reader thread may run and runs now; when it is
+/// a level-3 suspend or resume and the other reader thread waits for the role, hands the role
+/// over and answers it as a former reader; the FUSE workers serve any other request, and one of
+/// those ioctls when the handle table or the state lock is taken, or the other thread is busy.
 pub(crate) fn serve(
     emu: &Emu,
     msg: &[u8],
     out: &mut Vec<u8>,
-    fast: &crate::fast_ioctl::FastThread,
+    baton: &crate::handover::Baton,
 ) -> Outcome {
     let Some(r) = parse(msg) else {
         return Outcome::PassOn;
@@ -108,7 +111,7 @@ pub(crate) fn serve(
     let (thread, passed_on) = if ioctl::reader_safe(r.cmd) {
         (ProxyThread::Reader, &emu.reader_ioctls_passed_on)
     } else if ioctl::fast_safe(r.cmd, r.in_data) {
-        (ProxyThread::Fast, &emu.fast_ioctls_passed_on)
+        (ProxyThread::FormerReader, &emu.fast_ioctls_passed_on)
     } else {
         return Outcome::PassOn;
     };
@@ -116,13 +119,31 @@ pub(crate) fn serve(
         passed_on.fetch_add(1, Ordering::Relaxed);
         Outcome::PassOn
     };
-    if thread == ProxyThread::Fast {
-        // The fast thread resolves the handle itself: it may wait for the table.
-        let job = crate::fast_ioctl::Job::new(r.unique, r.pid, r.fh, r.cmd, r.in_data, r.out_size);
-        return match fast.offer(job) {
-            Ok(()) => Outcome::HandedOff,
-            Err(_) => pass_on(),
-        };
+    if thread == ProxyThread::FormerReader {
+        if !baton.pass() {
+            return pass_on();
+        }
+        // No longer a reader: it may wait for the handle table and the state lock, as a worker.
+        match emu.handles.kfd_opener(r.fh) {
+            Some(opener) => {
+                let call = Call {
+                    unique: r.unique,
+                    tid: r.pid,
+                    opener,
+                    cmd: r.cmd,
+                    in_data: r.in_data,
+                    out_size: r.out_size,
+                };
+                let ran = ioctl::dispatch_to_bytes(emu, &call, thread, out);
+                debug_assert!(ran, "only the reader gives up on a taken lock");
+            }
+            // A handle of dev/kfd's inode is a dev/kfd handle while the kernel holds the file
+            // for the ioctl; were it not in the table, fuser's answer (`fs::ioctl`) is ENOTTY.
+            None => crate::reply::encode(out, r.unique, &[], Err(libc::ENOTTY)),
+        }
+        // Counted before the answer, so a caller whose ioctl returned finds it counted.
+        emu.fast_ioctls.fetch_add(1, Ordering::Relaxed);
+        return Outcome::AnsweredAfterHandover;
     }
     let opener = match emu.handles.try_kfd_opener(r.fh) {
         Some(Some(opener)) => opener,
@@ -201,7 +222,7 @@ mod tests {
         let emu = Emu::new(config, topo, std::path::PathBuf::from("/nonexistent"));
         let _ = emu.kfd_ino.set(3);
         let mut out = Vec::new();
-        let fast = crate::fast_ioctl::FastThread::gone();
+        let fast = crate::handover::Baton::alone();
         // Node 4 is not dev/kfd; handle 5 is not in the table; the unrestricted flag.
         assert_eq!(
             serve(&emu, &request(FUSE_IOCTL, 4, 0, &[], 0), &mut out, &fast),

@@ -37,9 +37,11 @@ pub(crate) struct Emu {
     pub reader_ioctls: std::sync::atomic::AtomicU64,
     /// Ioctls it passed on to the FUSE workers because the state lock was taken.
     pub reader_ioctls_passed_on: std::sync::atomic::AtomicU64,
-    /// DBG_TRAP suspends and resumes the proxy's fast thread answered (`fast_ioctl`).
+    /// DBG_TRAP suspends and resumes a proxy reader thread answered after handing its reading
+    /// over (`handover`).
     pub fast_ioctls: std::sync::atomic::AtomicU64,
-    /// Such requests the reader passed on to the FUSE workers because the fast thread was busy.
+    /// Such requests the reader passed on to the FUSE workers because the other reader thread
+    /// was busy.
     pub fast_ioctls_passed_on: std::sync::atomic::AtomicU64,
     /// Cache of thread id -> thread-group id.
     pub tgids: Mutex<HashMap<u32, u32>>,

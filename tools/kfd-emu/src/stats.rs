@@ -28,11 +28,12 @@ pub struct Stats {
     /// table or the state lock.
     #[serde(default)]
     pub fuse_reader_ioctls_passed_on: u64,
-    /// DBG_TRAP SUSPEND_QUEUES and RESUME_QUEUES the proxy's fast thread answered
-    /// (`fast_ioctl`); 0 without the proxy.
+    /// DBG_TRAP SUSPEND_QUEUES and RESUME_QUEUES a proxy reader thread answered itself after
+    /// handing its reading of `/dev/fuse` to the other (`handover`); 0 without the proxy.
     #[serde(default)]
     pub fuse_fast_ioctls: u64,
-    /// Such requests passed on to the FUSE workers because the fast thread was running another.
+    /// Such requests passed on to the FUSE workers because the other reader thread was running
+    /// one.
     #[serde(default)]
     pub fuse_fast_ioctls_passed_on: u64,
 }

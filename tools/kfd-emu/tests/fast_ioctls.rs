@@ -1,10 +1,10 @@
-//! DBG_TRAP SUSPEND_QUEUES and RESUME_QUEUES answered by the `/dev/fuse` proxy's fast thread
-//! (`fast_ioctl`): the same results as the FUSE workers give (a mount without the proxy), an
-//! unreadable queue array included; a queue array in a device-file page the thread faults in
-//! while the reader serves the READ; and, while the thread is held in a fault on a
-//! userfaultfd page of this test, another suspend goes to the workers, the reader keeps serving,
-//! a signal of the held caller changes nothing of its answer, and a blocked WAIT_EVENTS still
-//! ends on its signal.
+//! DBG_TRAP SUSPEND_QUEUES and RESUME_QUEUES answered by a `/dev/fuse` proxy reader thread after
+//! it handed its reading to the other reader thread (`handover`; "the fast path" below): the
+//! same results as the FUSE workers give (a mount without the proxy), an unreadable queue array
+//! included; a queue array in a device-file page that thread faults in while the new reader
+//! serves the READ; and, while it is held in a fault on a userfaultfd page of this test, another
+//! suspend goes to the workers, the reader keeps serving, a signal of the held caller changes
+//! nothing of its answer, and a blocked WAIT_EVENTS still ends on its signal.
 
 mod common;
 
@@ -19,17 +19,18 @@ use common::debug::{enable_self, me, pipe};
 use common::uffd::{Uffd, blocked_in_ioctl, gettid};
 use common::*;
 
-/// The emulator's fast thread (`kfd-emu-fuse-fast`, as the kernel keeps 15 bytes of it) waits
-/// for work: it sleeps in a futex (syscall 202 on x86-64), the channel's receive. Between two
-/// calls of one test thread nothing else holds it.
-fn fast_thread_idle(t: &TestEmu) -> bool {
+/// One of the emulator's two reader threads (`kfd-emu-fuse-in` and `kfd-emu-fuse-in2`, of which
+/// the kernel keeps 15 bytes) waits for the reading role: it sleeps in a futex (syscall 202 on
+/// x86-64), the channel's receive; the reading one sleeps in `read`. Between two calls of one
+/// test thread nothing else makes either wait in a futex.
+fn fast_path_ready(t: &TestEmu) -> bool {
     let tasks = format!("/proc/{}/task", t.emu.pid());
     let Ok(dir) = std::fs::read_dir(&tasks) else {
         return false;
     };
     dir.flatten().any(|task| {
         let path = task.path();
-        std::fs::read_to_string(path.join("comm")).is_ok_and(|c| c.trim() == "kfd-emu-fuse-fa")
+        std::fs::read_to_string(path.join("comm")).is_ok_and(|c| c.trim() == "kfd-emu-fuse-in")
             && std::fs::read_to_string(path.join("syscall")).is_ok_and(|s| s.starts_with("202 "))
     })
 }
@@ -89,8 +90,8 @@ fn queue_op(kfd: &Kfd, op: u32, ids: &[u32]) -> (Result<i32, i32>, Vec<u32>) {
 type Step = (&'static str, Result<i32, i32>, Vec<u32>, Vec<bool>);
 
 /// Suspends and resumes through `t` (the same sequence on any mount), and returns each step's
-/// record. With `through_fast`, each call is made while the fast thread waits for work and
-/// must be answered by it.
+/// record. With `through_fast`, each call is made while a reader thread waits for the role and
+/// must be answered on the fast path.
 fn suspend_resume_sequence(t: &TestEmu, through_fast: bool) -> Vec<Step> {
     let s = Session::new(t, 0);
     let (_r, w) = pipe();
@@ -116,7 +117,7 @@ fn suspend_resume_sequence(t: &TestEmu, through_fast: bool) -> Vec<Step> {
                     before.fuse_fast_ioctls + 1,
                     before.fuse_fast_ioctls_passed_on
                 ),
-                "{name}: answered by the fast thread"
+                "{name}: answered on the fast path"
             );
         }
         let suspended = after.queues.iter().map(|q| q.suspended).collect();
@@ -166,14 +167,14 @@ fn suspend_resume_sequence(t: &TestEmu, through_fast: bool) -> Vec<Step> {
 
 fn wait_for_idle(t: &TestEmu, what: &str) {
     assert!(
-        wait_until(WAIT_LIMIT, || fast_thread_idle(t)),
-        "{what}: the fast thread never waited for work"
+        wait_until(WAIT_LIMIT, || fast_path_ready(t)),
+        "{what}: no reader thread ever waited for the role"
     );
 }
 
 #[test]
 #[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
-fn the_fast_thread_answers_suspend_and_resume_as_the_workers_do_unreadable_arrays_included() {
+fn the_fast_path_answers_suspend_and_resume_as_the_workers_do_unreadable_arrays_included() {
     require_root();
     let fast = mount_preset(Preset::Mi308x);
     let through_fast = suspend_resume_sequence(&fast, true);
@@ -203,21 +204,21 @@ fn the_fast_thread_answers_suspend_and_resume_as_the_workers_do_unreadable_array
     assert_eq!(
         workers.stats().fuse_fast_ioctls,
         0,
-        "no proxy, no fast thread"
+        "no proxy, no fast path"
     );
 }
 
 #[test]
 #[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
-fn a_queue_array_in_a_device_page_is_read_by_the_fast_thread_through_the_reader() {
+fn a_queue_array_in_a_device_page_is_read_on_the_fast_path_through_the_new_reader() {
     require_root();
     let t = mount_preset(Preset::Mi308x);
     let s = Session::new(&t, 0);
     let (_r, w) = pipe();
     let queues = debugged_queues(&s, &w, 1);
     assert_eq!(queues[0].0.id, 0, "the array's zero bytes name this queue");
-    // An untouched VRAM BO page: the fast thread's read of the array faults it in, a READ that
-    // only the reader serves, while the fast thread holds the state lock.
+    // An untouched VRAM BO page: the former reader's read of the array faults it in, a READ that
+    // only the new reader serves, while the former reader holds the state lock.
     let len = 1 << 20;
     let bo = s.map_vram_bo(len);
     for op in [
@@ -287,7 +288,7 @@ fn reader_serves(page: usize) -> bool {
 
 #[test]
 #[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
-fn while_the_fast_thread_is_held_suspends_go_to_the_workers_and_interrupts_still_end_waits() {
+fn while_the_fast_path_is_held_suspends_go_to_the_workers_and_interrupts_still_end_waits() {
     require_root();
     install_handler();
     let t = mount_preset(Preset::Mi308x);
@@ -303,8 +304,8 @@ fn while_the_fast_thread_is_held_suspends_go_to_the_workers_and_interrupts_still
     wait_for_idle(&t, "the held suspend");
     let before = t.stats();
 
-    // SUSPEND with its array on the userfaultfd page: the fast thread reads it under the state
-    // lock and waits in the fault until the test fills the page.
+    // SUSPEND with its array on the userfaultfd page: the reader hands its reading over, reads
+    // the array under the state lock and waits in the fault until the test fills the page.
     let (tx, held) = mpsc::channel();
     let (thread_tx, thread_rx) = mpsc::channel();
     let (s1, page) = (s.clone(), uffd.page.addr());
@@ -318,12 +319,12 @@ fn while_the_fast_thread_is_held_suspends_go_to_the_workers_and_interrupts_still
         let _ = abort_fuse_connection(conn);
         panic!("the suspend's read of the queue array never faulted on the page");
     }
-    // Its caller is signalled: the kernel sends FUSE_INTERRUPT for the request the fast thread
-    // runs (its handler holds no request: nothing to end, the answer is still to come).
+    // Its caller is signalled: the kernel sends FUSE_INTERRUPT for the request the former
+    // reader runs (its handler holds no request: nothing to end, the answer is still to come).
     signal_thread(held_thread);
 
-    // A second suspend: the fast thread is busy, so the reader passes it to the workers, where
-    // it waits for the state lock.
+    // A second suspend: the other reader thread is busy, so the reading one passes it to the
+    // workers, where it waits for the state lock.
     let (tx, passed) = mpsc::channel();
     let (tid_tx, tid_rx) = mpsc::channel();
     let s2 = s.clone();
@@ -333,7 +334,7 @@ fn while_the_fast_thread_is_held_suspends_go_to_the_workers_and_interrupts_still
     });
     let tid = tid_rx.recv().expect("the second suspend's thread id");
     let in_ioctl = wait_until(WAIT_LIMIT, || blocked_in_ioctl(tid));
-    // The reader serves a READ queued after both: it never waited for the fast thread.
+    // The reader serves a READ queued after both: it never waited for the held thread.
     let reader_free = reader_serves(probe);
     let still_held = (held.try_recv().is_err(), passed.try_recv().is_err());
     uffd.fill();
@@ -348,7 +349,7 @@ fn while_the_fast_thread_is_held_suspends_go_to_the_workers_and_interrupts_still
     assert!(in_ioctl, "the second suspend never blocked in its ioctl");
     assert!(
         reader_free,
-        "a device-page READ was not served while the fast thread was held"
+        "a device-page READ was not served while the former reader was held"
     );
     assert_eq!(still_held, (true, true), "a suspend returned while held");
     // The held one suspended the queue (its interrupt changed nothing), the second found it

@@ -92,7 +92,13 @@ pub(crate) fn dbg_trap(
     if pid == 0 {
         return Err(ESRCH);
     }
-    let target = process::tgid_of(emu, pid).ok_or(ESRCH)?;
+    // The caller's own process (its group leader's id, the usual target) needs no lookup: the
+    // dispatcher found the calling thread in that group.
+    let target = if pid == ctx.tgid {
+        ctx.tgid
+    } else {
+        process::tgid_of(emu, pid).ok_or(ESRCH)?
+    };
     let is_self = target == ctx.tgid;
     // The caller is in this ioctl, so it is alive: the /proc reads are for other targets
     // (each costs tens of µs, on the path of every level-3 suspend and resume).

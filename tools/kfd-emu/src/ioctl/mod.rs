@@ -10,13 +10,13 @@
 //!
 //! One implementation, three ways in: fuser's workers call [`dispatch`] (the answer goes back
 //! through fuser's `ReplyIoctl`); the `/dev/fuse` proxy's reader thread (the ioctls of
-//! [`READER_SAFE`]) and its fast thread (DBG_TRAP's SUSPEND_QUEUES and RESUME_QUEUES:
-//! [`fast_safe`]) call [`dispatch_to_bytes`] (the answer is written to `/dev/fuse` as the bytes
-//! fuser would write: `reply::encode`). All run the same steps ([`run`]); the reader's only
-//! difference is that it never waits for the state lock: it takes it with `try_lock` before
-//! anything counts or changes, and when another thread holds it the request goes to the workers
-//! as any other (`crate::reader_ioctl`, docs/kfd-emulator.md); the fast thread waits for it as a
-//! worker does (`crate::fast_ioctl`).
+//! [`READER_SAFE`]) and a reader thread that handed its reading over (DBG_TRAP's
+//! SUSPEND_QUEUES and RESUME_QUEUES: [`fast_safe`]) call [`dispatch_to_bytes`] (the answer is
+//! written to `/dev/fuse` as the bytes fuser would write: `reply::encode`). All run the same
+//! steps ([`run`]); the reader's only difference is that it never waits for the state lock: it
+//! takes it with `try_lock` before anything counts or changes, and when another thread holds it
+//! the request goes to the workers as any other (`crate::reader_ioctl`, docs/kfd-emulator.md);
+//! a former reader waits for it as a worker does (`crate::handover`).
 
 pub(crate) mod debug;
 pub(crate) mod detach;
@@ -108,7 +108,7 @@ pub(crate) struct Call<'a> {
 /// table, the tgid cache), and queue no effects but waking the CP. DBG_TRAP's SUSPEND_QUEUES and
 /// RESUME_QUEUES are not among them: they read and write the queue array in client memory while
 /// holding the state lock (docs/kfd-emulator.md, "The reader thread's ioctls"); the reader
-/// hands them to the proxy's fast thread instead ([`fast_safe`]).
+/// hands its reading over and runs them as a former reader instead ([`fast_safe`]).
 const READER_SAFE: [u32; 1] = [kfd_sys::AMDKFD_IOC_UPDATE_QUEUE];
 
 /// Whether the proxy's reader thread may answer `cmd` (by `_IOC_NR`, as dispatch looks it up).
@@ -116,17 +116,17 @@ pub(crate) fn reader_safe(cmd: u32) -> bool {
     READER_SAFE.iter().any(|c| ioc::nr(*c) == ioc::nr(cmd))
 }
 
-/// DBG_TRAP's operations the proxy's fast thread may answer: handlers that never hold the
-/// request (so no FUSE_INTERRUPT has anything to end in them) and never wait but for the state
-/// lock and client memory, which a thread other than the reader may wait for
+/// DBG_TRAP's operations a reader thread answers after handing its reading over: handlers that
+/// never hold the request (so no FUSE_INTERRUPT has anything to end in them) and never wait but
+/// for the state lock and client memory, which a thread other than the reader may wait for
 /// (docs/kfd-emulator.md, "The reader thread's ioctls").
 const FAST_SAFE_OPS: [u32; 2] = [
     kfd_sys::KFD_IOC_DBG_TRAP_SUSPEND_QUEUES,
     kfd_sys::KFD_IOC_DBG_TRAP_RESUME_QUEUES,
 ];
 
-/// Whether the proxy's fast thread may answer `cmd` with argument bytes `in_data`: DBG_TRAP
-/// (by `_IOC_NR`) whose `op` is one of [`FAST_SAFE_OPS`].
+/// Whether a reader thread hands its reading over to answer `cmd` with argument bytes
+/// `in_data`: DBG_TRAP (by `_IOC_NR`) whose `op` is one of [`FAST_SAFE_OPS`].
 pub(crate) fn fast_safe(cmd: u32, in_data: &[u8]) -> bool {
     ioc::nr(cmd) == NR_DBG_TRAP
         && crate::abi::u32_at(in_data, DBG_TRAP_OP_AT).is_some_and(|op| FAST_SAFE_OPS.contains(&op))
@@ -135,10 +135,12 @@ pub(crate) fn fast_safe(cmd: u32, in_data: &[u8]) -> bool {
 /// Which thread of the `/dev/fuse` proxy answers a call itself.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub(crate) enum ProxyThread {
-    /// `kfd-emu-fuse-in`, the one reader of `/dev/fuse`: it never waits for the state lock.
+    /// The thread reading `/dev/fuse` now (`kfd-emu-fuse-in` or `kfd-emu-fuse-in2`): it never
+    /// waits for the state lock.
     Reader,
-    /// `kfd-emu-fuse-fast`: waits for the state lock as a worker does, holds no request.
-    Fast,
+    /// A reader thread that handed its reading of `/dev/fuse` to the other one
+    /// (`crate::handover`): it waits for the state lock as a worker does, holds no request.
+    FormerReader,
 }
 
 /// How a call gets the state lock.
@@ -263,7 +265,7 @@ pub(crate) fn dispatch_to_bytes(
             debug_assert!(reader_safe(call.cmd));
             Locking::Try
         }
-        ProxyThread::Fast => {
+        ProxyThread::FormerReader => {
             debug_assert!(fast_safe(call.cmd, call.in_data));
             Locking::Wait
         }
@@ -408,7 +410,7 @@ mod tests {
     }
 
     #[test]
-    fn the_fast_thread_answers_dbg_trap_suspend_and_resume_only() {
+    fn a_former_reader_answers_dbg_trap_suspend_and_resume_only() {
         let args = |op: u32| {
             let mut a = vec![0u8; ioc::size(kfd_sys::AMDKFD_IOC_DBG_TRAP)];
             a[DBG_TRAP_OP_AT..DBG_TRAP_OP_AT + 4].copy_from_slice(&op.to_ne_bytes());
