@@ -85,7 +85,7 @@ fn client(sock: &str, class: &str, gpu: u32, arrivals: &str) {
     out.flush().unwrap();
     if class == "latency" {
         // Toggle on each stdin line; print when the activity was sent.
-        let mut w2 = w;
+        let w2 = w;
         std::thread::spawn(move || {
             let mut reader =
                 LineReader::new(BufReader::new(r.get_ref().get_ref().try_clone().unwrap()));
