@@ -6,7 +6,14 @@
 //! 20 ms (the decision bench's pause between toggles), then times a fixed arithmetic loop
 //! (calibrated to about 3, 10 and 30 µs hot), 400 times per size, and prints p50, p99 and the
 //! maximum. A p99 well above the p50 here is the host's (interrupts, the hypervisor, frequency),
-//! not the code's: no decision of that p50 can have a lower p99 on this machine. Results go to
+//! not the code's: no decision of that p50 can have a lower p99 on this machine.
+//!
+//! A second table: what touching memory costs after a pause. A 2 MiB buffer, written once, is
+//! read one byte per 4 KiB page (512 pages) or per 64-byte line of its first 32 KiB (512 lines
+//! in 8 pages) after a pause of 0, 1, 5 and 20 ms spent spinning on the clock (the CPU never
+//! idles and this process touches nothing else meanwhile), 200 times each: how fast the
+//! machine forgets a working set (its caches and TLB) while the process keeps its CPU, i.e.
+//! what an agent's decision pays for the memory it touches after a quiet 20 ms. Results go to
 //! docs/performance.md.
 
 use std::hint::black_box;
@@ -66,6 +73,59 @@ fn main() {
             p99,
             v[REPS - 1],
             p99 / p50
+        );
+    }
+    memory_table();
+}
+
+/// Reads one byte every `stride` bytes of `buf[..len]`.
+fn touch(buf: &[u8], len: usize, stride: usize) -> u64 {
+    buf[..len]
+        .iter()
+        .step_by(stride)
+        .fold(0u64, |s, b| s.wrapping_add(u64::from(black_box(*b))))
+}
+
+/// Spins on the clock for `d` (no memory of this process touched but the stack).
+fn spin(d: Duration) {
+    let until = Instant::now() + d;
+    while Instant::now() < until {
+        std::hint::spin_loop();
+    }
+}
+
+fn memory_table() {
+    const N: usize = 512;
+    const REPS: usize = 200;
+    let buf = vec![1u8; N * 4096];
+    println!();
+    println!("reading {N} pages or {N} lines after a pause spent spinning, {REPS} times each");
+    println!(
+        "{:<10} {:>16} {:>16} {:>12} {:>12}",
+        "pause", "pages p50/p99 µs", "lines p50/p99 µs", "ns / page", "ns / line"
+    );
+    for pause_us in [0u64, 1_000, 5_000, 20_000] {
+        let mut row = Vec::new();
+        for stride in [4096usize, 64] {
+            let len = N * stride;
+            let mut v: Vec<f64> = (0..REPS)
+                .map(|_| {
+                    spin(Duration::from_micros(pause_us));
+                    let s = Instant::now();
+                    black_box(touch(&buf, len, stride));
+                    s.elapsed().as_secs_f64() * 1e6
+                })
+                .collect();
+            v.sort_by(f64::total_cmp);
+            row.push((q(&v, 0.5), q(&v, 0.99)));
+        }
+        println!(
+            "{:<10} {:>16} {:>16} {:>12.0} {:>12.0}",
+            format!("{} ms", pause_us as f64 / 1e3),
+            format!("{:.1} / {:.1}", row[0].0, row[0].1),
+            format!("{:.1} / {:.1}", row[1].0, row[1].1),
+            row[0].0 * 1e3 / N as f64,
+            row[1].0 * 1e3 / N as f64
         );
     }
 }
