@@ -60,6 +60,20 @@ struct IoctlRequest<'a> {
     out_size: u32,
 }
 
+impl<'a> IoctlRequest<'a> {
+    /// The dispatcher's call for it, on a handle `opener` opened.
+    fn call(&self, opener: u32) -> Call<'a> {
+        Call {
+            unique: self.unique,
+            tid: self.pid,
+            opener,
+            cmd: self.cmd,
+            in_data: self.in_data,
+            out_size: self.out_size,
+        }
+    }
+}
+
 /// `msg` as a FUSE_IOCTL request; `None` for any other request, one with header extensions, or
 /// a short one.
 fn parse(msg: &[u8]) -> Option<IoctlRequest<'_>> {
@@ -126,15 +140,7 @@ pub(crate) fn serve(
         // No longer a reader: it may wait for the handle table and the state lock, as a worker.
         match emu.handles.kfd_opener(r.fh) {
             Some(opener) => {
-                let call = Call {
-                    unique: r.unique,
-                    tid: r.pid,
-                    opener,
-                    cmd: r.cmd,
-                    in_data: r.in_data,
-                    out_size: r.out_size,
-                };
-                let ran = ioctl::dispatch_to_bytes(emu, &call, thread, out);
+                let ran = ioctl::dispatch_to_bytes(emu, &r.call(opener), thread, out);
                 debug_assert!(ran, "only the reader gives up on a taken lock");
             }
             // A handle of dev/kfd's inode is a dev/kfd handle while the kernel holds the file
@@ -151,15 +157,7 @@ pub(crate) fn serve(
         Some(None) => return Outcome::PassOn,
         None => return pass_on(),
     };
-    let call = Call {
-        unique: r.unique,
-        tid: r.pid,
-        opener,
-        cmd: r.cmd,
-        in_data: r.in_data,
-        out_size: r.out_size,
-    };
-    if !ioctl::dispatch_to_bytes(emu, &call, thread, out) {
+    if !ioctl::dispatch_to_bytes(emu, &r.call(opener), thread, out) {
         return pass_on();
     }
     emu.reader_ioctls.fetch_add(1, Ordering::Relaxed);

@@ -16,7 +16,7 @@ use kfd_emu::{EmuConfig, Preset};
 use kfd_sys::*;
 
 use common::debug::{enable_self, me, pipe};
-use common::uffd::{Uffd, blocked_in_ioctl, gettid};
+use common::uffd::{Uffd, blocked_in_ioctl, gettid, reader_serves};
 use common::*;
 
 /// One of the emulator's two reader threads (`kfd-emu-fuse-in` and `kfd-emu-fuse-in2`, of which
@@ -273,19 +273,6 @@ fn signal_thread(t: libc::pthread_t) {
     assert_eq!(unsafe { libc::pthread_kill(t, libc::SIGUSR2) }, 0);
 }
 
-/// Reads the first byte of a device-file page on another thread and waits for it: once it
-/// returns, the reader has dealt with every request and interrupt queued before that READ
-/// (interrupts are read first). False when the reader did not serve it in time.
-fn reader_serves(page: usize) -> bool {
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        // SAFETY: the first byte of an untouched page of a live BO mapping.
-        let _ = unsafe { std::ptr::read_volatile(page as *const u8) };
-        let _ = tx.send(());
-    });
-    rx.recv_timeout(WAIT_LIMIT).is_ok()
-}
-
 #[test]
 #[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn while_the_fast_path_is_held_suspends_go_to_the_workers_and_interrupts_still_end_waits() {
@@ -337,15 +324,7 @@ fn while_the_fast_path_is_held_suspends_go_to_the_workers_and_interrupts_still_e
     // The reader serves a READ queued after both: it never waited for the held thread.
     let reader_free = reader_serves(probe);
     let still_held = (held.try_recv().is_err(), passed.try_recv().is_err());
-    uffd.fill();
-    let done = (
-        held.recv_timeout(WAIT_LIMIT),
-        passed.recv_timeout(WAIT_LIMIT),
-    );
-    if done.0.is_err() || done.1.is_err() {
-        let _ = abort_fuse_connection(conn);
-        panic!("the suspends did not return once the fault was filled: {done:?}");
-    }
+    let done = uffd.fill_and_collect(conn, &held, &passed, "the suspends");
     assert!(in_ioctl, "the second suspend never blocked in its ioctl");
     assert!(
         reader_free,
@@ -354,8 +333,8 @@ fn while_the_fast_path_is_held_suspends_go_to_the_workers_and_interrupts_still_e
     assert_eq!(still_held, (true, true), "a suspend returned while held");
     // The held one suspended the queue (its interrupt changed nothing), the second found it
     // suspended.
-    assert_eq!(done.0, Ok(Ok(1)));
-    assert_eq!(done.1, Ok((Ok(0), vec![q])));
+    assert_eq!(done.0, Ok(1));
+    assert_eq!(done.1, (Ok(0), vec![q]));
     assert!(
         SIGNALLED.load(Ordering::SeqCst) >= 1,
         "the signal's handler ran"

@@ -13,7 +13,7 @@ use std::sync::{Arc, mpsc};
 use kfd_emu::{EmuConfig, Preset};
 use kfd_sys::*;
 
-use common::uffd::{Uffd, blocked_in_ioctl, gettid};
+use common::uffd::{Uffd, blocked_in_ioctl, gettid, reader_serves};
 use common::*;
 
 fn me() -> u32 {
@@ -162,24 +162,9 @@ fn with_the_state_lock_held_update_queue_goes_to_the_workers_and_completes() {
     // A READ of an untouched device page, queued after the UPDATE_QUEUE request: the reader
     // serves requests in order, so once this returns it has dealt with that request. Were the
     // reader waiting for the state lock, it would not return until the fault is filled.
-    let (tx, probed) = mpsc::channel();
-    let at = probe as usize;
-    std::thread::spawn(move || {
-        // SAFETY: the first byte of the BO's mapping.
-        let _ = unsafe { std::ptr::read_volatile(at as *const u8) };
-        let _ = tx.send(());
-    });
-    let reader_free = probed.recv_timeout(WAIT_LIMIT).is_ok();
+    let reader_free = reader_serves(probe as usize);
     let still_waiting = updated.try_recv().is_err();
-    uffd.fill();
-    let done = (
-        enabled.recv_timeout(WAIT_LIMIT),
-        updated.recv_timeout(WAIT_LIMIT),
-    );
-    if done.0.is_err() || done.1.is_err() {
-        let _ = abort_fuse_connection(conn);
-        panic!("the calls did not return once the fault was filled: {done:?}");
-    }
+    let done = uffd.fill_and_collect(conn, &enabled, &updated, "the calls");
     assert!(in_ioctl, "the updating thread never blocked in its ioctl");
     assert!(
         reader_free,
@@ -190,7 +175,7 @@ fn with_the_state_lock_held_update_queue_goes_to_the_workers_and_completes() {
         still_waiting,
         "UPDATE_QUEUE returned while another thread held the state lock"
     );
-    assert_eq!(done, (Ok(Ok(0)), Ok(Ok(0))));
+    assert_eq!(done, (Ok(0), Ok(0)));
     let after = t.stats();
     assert_eq!(
         after.fuse_reader_ioctls_passed_on,

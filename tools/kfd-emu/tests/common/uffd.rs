@@ -2,10 +2,12 @@
 //! through `process_vm_readv`/`writev`, waits until the test fills it; and what a thread of
 //! this process is blocked in.
 
+use std::fmt::Debug;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::sync::mpsc::{self, Receiver};
 use std::time::Duration;
 
-use super::{Mapping, raw_ioctl};
+use super::{Mapping, WAIT_LIMIT, abort_fuse_connection, raw_ioctl};
 
 /// A userfaultfd over one anonymous page of this process: the first access to the page, by
 /// this process or by another through `process_vm_writev`, waits until [`Uffd::fill`].
@@ -66,6 +68,40 @@ impl Uffd {
         raw_ioctl(self.fd.as_raw_fd(), UFFDIO_ZEROPAGE, z.as_mut_ptr().cast())
             .expect("UFFDIO_ZEROPAGE");
     }
+
+    /// [`Uffd::fill`], then the results of the two calls the page held, from their threads'
+    /// channels. When either does not come within the wait limit, the FUSE connection `conn`
+    /// is aborted (so no thread stays hung in the mount) and the test fails naming `what`.
+    pub fn fill_and_collect<A: Debug, B: Debug>(
+        &self,
+        conn: u64,
+        a: &Receiver<A>,
+        b: &Receiver<B>,
+        what: &str,
+    ) -> (A, B) {
+        self.fill();
+        match (a.recv_timeout(WAIT_LIMIT), b.recv_timeout(WAIT_LIMIT)) {
+            (Ok(a), Ok(b)) => (a, b),
+            done => {
+                let _ = abort_fuse_connection(conn);
+                panic!("{what} did not return once the fault was filled: {done:?}");
+            }
+        }
+    }
+}
+
+/// Reads the first byte of `page`, an untouched page of a live device-file mapping, on another
+/// thread and waits for it: once it returns, the proxy's reader has dealt with every request
+/// and interrupt queued before that READ (interrupts are read first). False when the reader
+/// did not serve it within the wait limit.
+pub fn reader_serves(page: usize) -> bool {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        // SAFETY: the caller names the first byte of an untouched page of a live mapping.
+        let _ = unsafe { std::ptr::read_volatile(page as *const u8) };
+        let _ = tx.send(());
+    });
+    rx.recv_timeout(WAIT_LIMIT).is_ok()
 }
 
 /// This thread's kernel id.
