@@ -85,7 +85,6 @@ fn client(sock: &str, class: &str, gpu: u32, arrivals: &str) {
     out.flush().unwrap();
     if class == "latency" {
         // Toggle on each stdin line; print when the activity was sent.
-        let w2 = w;
         std::thread::spawn(move || {
             let mut reader =
                 LineReader::new(BufReader::new(r.get_ref().get_ref().try_clone().unwrap()));
@@ -95,38 +94,43 @@ fn client(sock: &str, class: &str, gpu: u32, arrivals: &str) {
         // sparser, so that a toggle of the usual length has no renewal warming the agent
         // before its idle edge, and within BUSY_STALE, so that no toggle finds it stale).
         const RENEW: Duration = Duration::from_millis(50);
-        let w2 = std::sync::Arc::new(std::sync::Mutex::new(w2));
-        let busy_since = std::sync::Arc::new(std::sync::Mutex::new(None::<Instant>));
-        let (w3, since) = (w2.clone(), busy_since.clone());
+        // The writer and when the queue went busy (None: idle), under one lock; the renewing
+        // thread sleeps until a renewal is due, or until the queue goes busy.
+        let busy = std::sync::Arc::new((
+            std::sync::Mutex::new((w, None::<Instant>)),
+            std::sync::Condvar::new(),
+        ));
+        let activity = |busy: bool| {
+            encode(&ShimMsg::Activity {
+                queue_id: QueueId(1),
+                busy,
+            })
+        };
+        let renewing = busy.clone();
         std::thread::spawn(move || {
+            let (lock, changed) = &*renewing;
+            let mut st = lock.lock().unwrap();
             loop {
-                std::thread::sleep(Duration::from_millis(5));
-                let mut s = since.lock().unwrap();
-                if let Some(at) = *s
-                    && at.elapsed() >= RENEW
-                {
-                    *s = Some(Instant::now());
-                    let msg = encode(&ShimMsg::Activity {
-                        queue_id: QueueId(1),
-                        busy: true,
-                    });
-                    w3.lock().unwrap().write_all(&msg).unwrap();
-                }
+                st = match st.1 {
+                    None => changed.wait(st).unwrap(),
+                    Some(at) if at.elapsed() >= RENEW => {
+                        st.0.write_all(&activity(true)).unwrap();
+                        st.1 = Some(Instant::now());
+                        st
+                    }
+                    Some(at) => changed.wait_timeout(st, RENEW - at.elapsed()).unwrap().0,
+                };
             }
         });
+        let (lock, changed) = &*busy;
         for line in std::io::stdin().lock().lines() {
             let busy = line.unwrap() == "busy";
-            let mut s = busy_since.lock().unwrap();
+            let mut st = lock.lock().unwrap();
             let t = mono_ns();
-            w2.lock()
-                .unwrap()
-                .write_all(&encode(&ShimMsg::Activity {
-                    queue_id: QueueId(1),
-                    busy,
-                }))
-                .unwrap();
-            *s = busy.then(Instant::now);
-            drop(s);
+            st.0.write_all(&activity(busy)).unwrap();
+            st.1 = busy.then(Instant::now);
+            drop(st);
+            changed.notify_one();
             writeln!(out, "sent {t}").unwrap();
             out.flush().unwrap();
         }
