@@ -355,7 +355,8 @@ fn one_step_releases_the_old_level_before_preempting_at_the_new() {
 
 /// Timing probe (not a test of behaviour): `cargo test --release -p kfdq --lib timing_probe --
 /// --ignored --nocapture`. Knobs (below): `PROBE_N` decisions, `PROBE_COLD` caches,
-/// `PROBE_SLEEP` and `PROBE_GAP_US` a pause before each decision.
+/// `PROBE_SLEEP` and `PROBE_GAP_US` a pause before each decision, `PROBE_FLOOR` only the
+/// commands' sending in place of the decision.
 #[test]
 #[ignore = "a timing probe, run by hand"]
 fn timing_probe() {
@@ -406,6 +407,15 @@ fn timing_probe() {
             .and_then(|v| v.parse().ok())
             .unwrap_or(20_000),
     );
+    let floor: Vec<(Pid, crate::agent::conn::ConnId)> = match std::env::var_os("PROBE_FLOOR") {
+        Some(_) => n
+            .procs
+            .iter()
+            .filter(|(pid, _)| **pid != Pid(1000))
+            .map(|(pid, p)| (*pid, p.conn))
+            .collect(),
+        None => Vec::new(),
+    };
     // The commands of the last toggle, acknowledged after it: both buffers keep their
     // capacity, as the server's outbox does.
     let mut sent = Vec::new();
@@ -441,7 +451,20 @@ fn timing_probe() {
         }
         // As the server: the commands timed, the times accounted after.
         let s = Instant::now();
-        n.decide_commands(now, &mut out);
+        if floor.is_empty() {
+            n.decide_commands(now, &mut out);
+        } else {
+            // PROBE_FLOOR: only what any design must do for this edge, the 63 commands
+            // numbered, built and logged by the real `send_to` (no policy, no reconcile).
+            let cmd = if t % 2 == 0 {
+                Command::Preempt(Level::Hold)
+            } else {
+                Command::Release(Level::Hold)
+            };
+            for &(pid, conn) in &floor {
+                n.send_to(pid, conn, cmd.clone(), now, &mut out);
+            }
+        }
         times.push(s.elapsed().as_secs_f64() * 1e6);
         n.after_write(now, &mut out);
         // acks
