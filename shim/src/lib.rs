@@ -22,7 +22,8 @@
 //!    `kfd_fd` (the runtime's `/dev/kfd` fd, re-validated per command), `window_setting` (the
 //!    in-flight window's size and cache generation), `index_reads` (reading queue indices
 //!    without the lock, and the generation rule that makes it sound), `self_mem` (reading our
-//!    own memory without faulting on what is no longer mapped), `bypass` (the shim's own ioctls pass the
+//!    own memory without faulting on what is no longer mapped), `slice` (the watcher's
+//!    scheduling slice), `bypass` (the shim's own ioctls pass the
 //!    hook), `libc_ioctl` (libc's `ioctl`, `forward`), `context` (a thread's stream context),
 //!    `board_map` (an edge board mapped, its futex calls), `edges` (the launch's busy-edge
 //!    wake-up), `fd_stream` (the agent's socket read with the descriptors it passes), `chain`
@@ -76,6 +77,7 @@ pub mod pmutex;
 mod real;
 mod registry_file;
 mod self_mem;
+mod slice;
 mod state;
 mod sys;
 mod targets;

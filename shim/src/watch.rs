@@ -240,6 +240,8 @@ fn run(board: u32, map: BoardMap) {
     // Its own reaction-chain timestamps (`KFDQ_CHAIN_TRACE`): the wake-up that found a busy
     // slot stands for the command's arrival, then the ioctls and the report.
     crate::chain::start();
+    // Its wake-up should preempt whatever runs on its CPU (`slice.rs`).
+    crate::slice::request_slice(crate::slice::WATCHER_SLICE);
     let mut edges: Option<Edges> = None;
     let mut woke_us = None;
     loop {
