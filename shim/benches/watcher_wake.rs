@@ -7,8 +7,10 @@
 //!
 //! `cargo bench -p kfdq-shim --bench watcher_wake`. `cargo test --benches` runs nothing here.
 
+// The shim's own module (the rlib is not linked: see Cargo.toml); its unit tests are not
+// run here, so what only they use is unused.
 #[path = "../src/slice.rs"]
-#[allow(dead_code)]
+#[allow(dead_code, unused_imports)]
 mod slice;
 
 use std::sync::Arc;
@@ -33,7 +35,9 @@ fn wakes(slice: Option<Duration>) -> Vec<f64> {
         if let Some(d) = slice
             && !slice::request_slice(d)
         {
-            eprintln!("watcher_wake: the kernel refused the slice (before Linux 6.12?)");
+            eprintln!(
+                "watcher_wake: the slice was not taken (Linux before 6.12, or not SCHED_OTHER)"
+            );
         }
         loop {
             std::thread::park();

@@ -454,7 +454,7 @@ fn timing_probe() {
         if floor.is_empty() {
             n.decide_commands(now, &mut out);
         } else {
-            // PROBE_FLOOR: only what any design must do for this edge, the 63 commands
+            // PROBE_FLOOR: only the commands' part of today's decision, the 63 commands
             // numbered, built and logged by the real `send_to` (no policy, no reconcile).
             let cmd = if t % 2 == 0 {
                 Command::Preempt(Level::Hold)
