@@ -52,11 +52,13 @@ fn get() -> Option<SchedAttr> {
     (rc == 0).then_some(a)
 }
 
-/// Sets the calling thread's `sched_attr` to `a`; whether the kernel accepted it.
-fn set(a: &SchedAttr) -> bool {
-    // SAFETY: sched_setattr(0, a, 0) reads `a.size` bytes, which is the struct passed (its
-    // size is set to the struct's), and writes nothing; it acts on the calling thread only.
-    unsafe { libc::syscall(libc::SYS_sched_setattr, 0, a as *const SchedAttr, 0) == 0 }
+/// Sets the calling thread's `sched_attr` to `a` (its size field set to this struct's, whatever
+/// `sched_getattr` wrote there); whether the kernel accepted it.
+fn set(mut a: SchedAttr) -> bool {
+    a.size = std::mem::size_of::<SchedAttr>() as u32;
+    // SAFETY: sched_setattr(0, a, 0) reads `a.size` bytes, which is the struct passed, and
+    // writes nothing; it acts on the calling thread only.
+    unsafe { libc::syscall(libc::SYS_sched_setattr, 0, &a as *const SchedAttr, 0) == 0 }
 }
 
 /// Asks the kernel for a `slice` for the calling thread if it runs `SCHED_OTHER` (its nice
@@ -68,12 +70,11 @@ pub fn request_slice(slice: Duration) -> bool {
         return false;
     }
     let want = u64::try_from(slice.as_nanos()).unwrap_or(u64::MAX);
-    a.size = std::mem::size_of::<SchedAttr>() as u32;
     a.sched_flags &= RESET_ON_FORK;
     a.sched_runtime = want;
     a.sched_deadline = 0;
     a.sched_period = 0;
-    set(&a) && get().is_some_and(|b| b.sched_runtime == want)
+    set(a) && get().is_some_and(|b| b.sched_runtime == want)
 }
 
 #[cfg(test)]
@@ -110,10 +111,9 @@ mod tests {
     fn a_thread_under_another_policy_keeps_it() {
         on_a_thread(|| {
             let mut a = get().expect("sched_getattr");
-            a.size = std::mem::size_of::<SchedAttr>() as u32;
             a.sched_policy = libc::SCHED_BATCH as u32;
             a.sched_runtime = 0;
-            assert!(set(&a), "any thread may move itself to SCHED_BATCH");
+            assert!(set(a), "any thread may move itself to SCHED_BATCH");
             let before = get().expect("sched_getattr");
             assert!(!request_slice(WATCHER_SLICE));
             let after = get().expect("sched_getattr");
