@@ -132,6 +132,48 @@ fn the_hysteresis_runs_from_the_idle_edge_not_the_busy_one() {
 }
 
 #[test]
+fn a_release_hold_keeps_the_preempted_preempted_but_preempts_no_one_that_runs() {
+    // The batch process was preempted; while the agent was hung its shim's lease ran out and it
+    // released itself. The latency class then goes idle: its hold would keep a preempted batch
+    // process preempted, but it must not preempt again one that already runs (that costs a
+    // preempt and a restore to protect an idle class). A newcomer during the hold runs too.
+    let mut p = with_hysteresis();
+    let parts = part(24);
+    let h = p.config().hysteresis_ns;
+    let busy = [proc(10, "latency", &[true]), proc(30, "batch", &[true])];
+    decide(&mut p, 0, &parts, &busy);
+    assert_eq!(p.state_of(Pid(30)), Some(Run::Preempted(Level::Deactivate)));
+    p.released_outside(Pid(30), 2 * MS);
+    assert_eq!(p.state_of(Pid(30)), Some(Run::Running));
+    let idle = [
+        proc(10, "latency", &[false]),
+        proc(30, "batch", &[true]),
+        proc(40, "batch", &[true]),
+    ];
+    let d = decide(&mut p, 3 * MS, &parts, &idle);
+    assert_eq!(p.state_of(Pid(30)), Some(Run::Running));
+    assert_eq!(p.state_of(Pid(40)), Some(Run::Running));
+    assert!(d.changes.is_empty(), "{:?}", d.changes);
+    assert_eq!(d.total_preempts(), 0);
+    // A busy latency class still preempts it, and its hold then keeps it preempted.
+    decide(&mut p, 4 * MS, &parts, &[busy[0].clone(), busy[1].clone()]);
+    assert_eq!(p.state_of(Pid(30)), Some(Run::Preempted(Level::Deactivate)));
+    let d = decide(&mut p, 5 * MS, &parts, &idle[..2]);
+    assert_eq!(p.state_of(Pid(30)), Some(Run::Preempted(Level::Deactivate)));
+    assert!(matches!(d.targets[1].reason, Reason::Hysteresis(_)));
+    assert_eq!(d.next_ns, Some(5 * MS + h));
+    // Released outside the policy during the hold: the hold's end has nothing left to do.
+    p.released_outside(Pid(30), 6 * MS);
+    let d = decide(&mut p, 7 * MS, &parts, &idle[..2]);
+    assert_eq!(p.state_of(Pid(30)), Some(Run::Running));
+    assert_eq!(d.targets[1].reason, Reason::Free);
+    assert!(d.changes.is_empty());
+    // A process the policy never decided is left alone.
+    p.released_outside(Pid(99), 8 * MS);
+    assert_eq!(p.state_of(Pid(99)), None);
+}
+
+#[test]
 fn a_burst_is_taken_in_one_decision_off_and_one_on() {
     // Eight batch processes with two queues each (18 active queues fit 24 slots, so the
     // residency guard stays out of it), and a burst of latency work; per level, the decisions

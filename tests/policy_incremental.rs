@@ -148,6 +148,7 @@ fn edge_decisions_equal_the_full_recompute_over_random_edge_sequences() {
             .collect();
         let mut by_edge = 0;
         let mut changes = 0;
+        let mut released = 0;
         for seed in 0..40u64 {
             let mut rng = Rng(seed * 7919 + 17);
             let mut procs = processes(&mut rng, &gpus);
@@ -159,6 +160,16 @@ fn edge_decisions_equal_the_full_recompute_over_random_edge_sequences() {
             assert_eq!(inc.decide(&obs(now, &parts, &procs)), first);
             let mut seen = view(&first);
             for step in 0..300 {
+                // Now and then a preempted process is released outside the policy (its shim's
+                // lease ran out): both policies are told, and the next decision must agree.
+                if rng.below(12) == 0 {
+                    let p = &procs[rng.below(procs.len() as u64) as usize];
+                    if matches!(full.state_of(p.pid), Some(Run::Preempted(_))) {
+                        full.released_outside(p.pid, now);
+                        inc.released_outside(p.pid, now);
+                        released += 1;
+                    }
+                }
                 now += rng.below(4 * MS);
                 let mut edges = Vec::new();
                 for _ in 0..1 + rng.below(2) {
@@ -208,5 +219,6 @@ fn edge_decisions_equal_the_full_recompute_over_random_edge_sequences() {
             );
         }
         assert!(changes > 100, "{}: {changes} changes", sc.name);
+        assert!(released > 20, "{}: {released} released outside", sc.name);
     }
 }

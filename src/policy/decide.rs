@@ -208,6 +208,23 @@ impl Policy {
         self.procs.remove(pid);
     }
 
+    /// `pid` runs since `now_ns` although the policy had it preempted: it was released
+    /// without the policy (its shim's lease ran out while the agent was hung). The policy
+    /// takes that as its state, so a release hold does not preempt it again (a hold only keeps
+    /// a preempted process preempted); a busy higher class still does, at the next decision,
+    /// which must be a full one ([`Policy::decide_edges`] declines until then). A process the
+    /// policy has not decided yet is left alone.
+    pub fn released_outside(&mut self, pid: Pid, now_ns: u64) {
+        if let Some(st) = self.procs.get_mut(pid, 0)
+            && st.run != Run::Running
+        {
+            st.run = Run::Running;
+            st.since_ns = now_ns;
+            st.granted_until = None;
+            self.incremental_ok = false;
+        }
+    }
+
     /// Decides what every process should be now.
     pub fn decide(&mut self, obs: &Observation<'_>) -> Decision {
         let now = obs.now_ns;
@@ -241,7 +258,7 @@ impl Policy {
                 wanted.push((Run::Running, Reason::Unpreemptible));
                 continue;
             };
-            let Some((reason, until)) = self.blocker(p, None, rule, level, now) else {
+            let Some((reason, until)) = self.blocker_of(i, p, None, rule, level, now) else {
                 wanted.push((Run::Running, Reason::Free));
                 continue;
             };

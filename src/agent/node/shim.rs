@@ -18,6 +18,7 @@ impl NodeState {
     ) -> bool {
         // Acks and registries are read against what awaits an ack.
         self.record_pending();
+        let now_ns = self.now_ns(now);
         let Some(p) = self.procs.get_mut(&pid) else {
             return false;
         };
@@ -41,10 +42,12 @@ impl NodeState {
                         .retain(|q, _| reg.queues.iter().any(|r| r.queue_id == *q));
                     let expired = reg.lease_expiries.saturating_sub(p.registry.lease_expiries);
                     if expired > 0 {
-                        // The shim released everything on its own: the agent's view follows, and
-                        // the next decision preempts it again if it still should be.
+                        // The shim released everything on its own: the agent's view and the
+                        // policy's follow, and the next decision preempts it again if a higher
+                        // class is still busy (a release hold alone does not preempt it again).
                         self.counters.lease_expiries += expired;
                         p.applied = Run::Running;
+                        self.policy.released_outside(pid, now_ns);
                         p.warn(format!(
                         "its shim released it on its own: {expired} lease(s) ran out before the agent renewed them (the agent was hung, stopped or overloaded)"
                     ));

@@ -77,7 +77,12 @@ fn registry(pid: Pid, class: &str, queues: Vec<QueueInfo>) -> ShimMsg {
 /// A node with a serving process (conn 1, one queue) and a training process (conn 2, two
 /// queues), both registered at `t0`, and the first decision taken.
 fn node(t0: Instant) -> NodeState {
-    let cfg = AgentConfig::parse(CONFIG, None).unwrap();
+    node_with(CONFIG, t0)
+}
+
+/// [`node`] with another agent file.
+fn node_with(config: &str, t0: Instant) -> NodeState {
+    let cfg = AgentConfig::parse(config, None).unwrap();
     let parts = vec![PartitionObs {
         gpu_id: GPU,
         resident_slots: 32,
@@ -178,6 +183,47 @@ fn a_busy_higher_class_preempts_and_its_idle_releases() {
     let reg = registry(TRAINING, "training", vec![queue(1, 3), queue(2, 3)]);
     assert_eq!(step(&mut n, TRAINING, reg, t1), []);
     assert_eq!(n.status(t1).counters.edge_decisions, 2);
+}
+
+#[test]
+fn a_lease_that_ran_out_is_not_preempted_again_by_a_hold_alone() {
+    // The agent was hung: the training shim's lease ran out and it released itself. Back, the
+    // agent reads that registry after the serving class went idle: the release hold would keep a
+    // preempted process preempted, but it does not preempt again one that already runs (the
+    // failsafe test's flake: a preempt and a release 20 ms apart for nothing). A busy serving
+    // class still preempts it.
+    let t0 = Instant::now();
+    let mut n = node_with(
+        &CONFIG.replace("hysteresis_ms = 0", "hysteresis_ms = 20"),
+        t0,
+    );
+    assert_eq!(step(&mut n, SERVING, busy(true), t0), [preempt(1)]);
+    assert_eq!(step(&mut n, TRAINING, ack(1, true), t0), []);
+    let ms = |m| t0 + Duration::from_millis(m);
+    assert_eq!(step(&mut n, SERVING, busy(false), ms(1)), [], "held");
+    let expired = |n: u64| {
+        ShimMsg::Registry(Registry {
+            lease_expiries: n,
+            ..match registry(TRAINING, "training", vec![queue(1, 3), queue(2, 3)]) {
+                ShimMsg::Registry(r) => r,
+                _ => unreachable!(),
+            }
+        })
+    };
+    assert_eq!(step(&mut n, TRAINING, expired(1), ms(2)), []);
+    let st = n.status(ms(2));
+    let training = st.processes.iter().find(|p| p.pid == TRAINING).unwrap();
+    assert_eq!(training.state, "running");
+    assert_eq!(st.counters.lease_expiries, 1);
+    // The hold's end has nothing left to do.
+    let mut out = Vec::new();
+    n.decide(ms(30), &mut out);
+    assert_eq!(out, []);
+    // A busy serving class preempts it again; a lease running out while it is busy is
+    // followed by a preempt at once.
+    assert_eq!(step(&mut n, SERVING, busy(true), ms(31)), [preempt(2)]);
+    assert_eq!(step(&mut n, TRAINING, ack(2, true), ms(31)), []);
+    assert_eq!(step(&mut n, TRAINING, expired(2), ms(32)), [preempt(3)]);
 }
 
 #[test]
