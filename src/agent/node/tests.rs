@@ -402,7 +402,7 @@ fn one_step_releases_the_old_level_before_preempting_at_the_new() {
 /// Timing probe (not a test of behaviour): `cargo test --release -p kfdq --lib timing_probe --
 /// --ignored --nocapture`. Knobs (below): `PROBE_N` decisions, `PROBE_COLD` caches,
 /// `PROBE_SLEEP` and `PROBE_GAP_US` a pause before each decision, `PROBE_FLOOR` only the
-/// commands' sending in place of the decision.
+/// commands' sending in place of the decision, `PROBE_PROCS` the number of processes.
 #[test]
 #[ignore = "a timing probe, run by hand"]
 fn timing_probe() {
@@ -419,7 +419,12 @@ fn timing_probe() {
     }];
     let mut n = NodeState::new(cfg, parts, String::new(), t0).unwrap();
     let mut out = Vec::new();
-    for i in 0..64u32 {
+    // PROBE_PROCS: how many processes (default 64: one serving, the rest training).
+    let procs: u32 = std::env::var("PROBE_PROCS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(64);
+    for i in 0..procs.max(2) {
         let pid = Pid(1000 + i);
         let class = if i == 0 { "serving" } else { "training" };
         n.hello(
