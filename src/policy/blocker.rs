@@ -12,33 +12,16 @@ use super::rules::ClassRule;
 use crate::ids::GpuId;
 
 impl Policy {
-    /// [`Policy::blocker`] for process `i` of the observation, less a release hold while it
-    /// runs: a hold keeps a preempted process preempted (its restore is not paid for a short
-    /// gap) but never preempts one that runs (a newcomer, one the starvation guard let run, one
-    /// released outside the policy, [`Policy::released_outside`]); only a busy higher class
-    /// does.
-    pub(super) fn blocker_of(
-        &self,
-        i: usize,
-        p: &ProcessObs,
-        one: Option<(GpuId, u32)>,
-        rule: &ClassRule,
-        level: Level,
-        now: u64,
-    ) -> Option<(Reason, Option<u64>)> {
-        let found = self.blocker(p, one, rule, level, now)?;
-        if matches!(found.0, Reason::Hysteresis(_)) && self.procs.run_of(p.pid, i) == Run::Running {
-            return None;
-        }
-        Some(found)
-    }
-
-    /// Why `p` (class `rule`, preempted at `level`; `one`: where its queues are, if on one
-    /// partition) must be preempted now, if it must: the
-    /// highest class above it busy on a partition it has queues on, else the class above it whose
-    /// release hold there runs out last, with the time it runs out.
+    /// Why `p` (process `i` of the observation, class `rule`, preempted at `level`; `one`: where
+    /// its queues are, if on one partition) must be preempted now, if it must: the
+    /// highest class above it busy on a partition it has queues on, else, while it is preempted,
+    /// the class above it whose release hold there runs out last, with the time it runs out.
+    /// A hold keeps a preempted process preempted (its restore is not paid for a short gap) but
+    /// never preempts one that runs (a newcomer, one the starvation guard let run, one released
+    /// outside the policy, [`Policy::released_outside`]); only a busy higher class does.
     pub(super) fn blocker(
         &self,
+        i: usize,
         p: &ProcessObs,
         one: Option<(GpuId, u32)>,
         rule: &ClassRule,
@@ -79,8 +62,10 @@ impl Policy {
         };
         match (busy, held) {
             (Some(rank), _) => Some((Reason::HigherClassBusy(name(rank)), None)),
-            (None, Some((until, rank))) => Some((Reason::Hysteresis(name(rank)), Some(until))),
-            (None, None) => None,
+            (None, Some((until, rank))) if self.procs.run_of(p.pid, i) != Run::Running => {
+                Some((Reason::Hysteresis(name(rank)), Some(until)))
+            }
+            (None, _) => None,
         }
     }
 

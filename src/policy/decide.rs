@@ -258,7 +258,7 @@ impl Policy {
                 wanted.push((Run::Running, Reason::Unpreemptible));
                 continue;
             };
-            let Some((reason, until)) = self.blocker_of(i, p, None, rule, level, now) else {
+            let Some((reason, until)) = self.blocker(i, p, None, rule, level, now) else {
                 wanted.push((Run::Running, Reason::Free));
                 continue;
             };

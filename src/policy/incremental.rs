@@ -152,7 +152,7 @@ impl Policy {
             if !affected {
                 continue;
             }
-            let (run, reason) = match self.blocker_of(i, p, one, rule, level, now) {
+            let (run, reason) = match self.blocker(i, p, one, rule, level, now) {
                 None => (Run::Running, Reason::Free),
                 Some((reason, until)) => {
                     if let Some(until) = until {

@@ -18,7 +18,6 @@ impl NodeState {
     ) -> bool {
         // Acks and registries are read against what awaits an ack.
         self.record_pending();
-        let now_ns = self.now_ns(now);
         let Some(p) = self.procs.get_mut(&pid) else {
             return false;
         };
@@ -26,7 +25,9 @@ impl NodeState {
         // News from a process whose reports had gone stale: it is live again.
         let revived = std::mem::take(&mut p.stale);
         self.full_due |= revived;
-        revived
+        // Set when the shim released its process on its own (the policy is told after).
+        let mut released = false;
+        let due = revived
             | match msg {
                 ShimMsg::Hello { .. } => {
                     out.push(Out::Shim(
@@ -47,7 +48,7 @@ impl NodeState {
                         // class is still busy (a release hold alone does not preempt it again).
                         self.counters.lease_expiries += expired;
                         p.applied = Run::Running;
-                        self.policy.released_outside(pid, now_ns);
+                        released = true;
                         p.warn(format!(
                         "its shim released it on its own: {expired} lease(s) ran out before the agent renewed them (the agent was hung, stopped or overloaded)"
                     ));
@@ -85,7 +86,11 @@ impl NodeState {
                 } => self.self_level(pid, level, ok, detail, now),
                 // The server takes the doorbell's descriptor (server.rs); here it is news only.
                 ShimMsg::Doorbell {} => false,
-            }
+            };
+        if released {
+            self.policy.released_outside(pid, self.now_ns(now));
+        }
+        due
     }
 
     /// `pid` acknowledged command `seq`. Returns whether a decision is due (a preempt failed:

@@ -203,11 +203,11 @@ fn a_lease_that_ran_out_is_not_preempted_again_by_a_hold_alone() {
     assert_eq!(step(&mut n, SERVING, busy(false), ms(1)), [], "held");
     let expired = |n: u64| {
         ShimMsg::Registry(Registry {
+            pid: TRAINING,
+            class: Some("training".into()),
+            queues: vec![queue(1, 3), queue(2, 3)],
             lease_expiries: n,
-            ..match registry(TRAINING, "training", vec![queue(1, 3), queue(2, 3)]) {
-                ShimMsg::Registry(r) => r,
-                _ => unreachable!(),
-            }
+            ..Registry::default()
         })
     };
     assert_eq!(step(&mut n, TRAINING, expired(1), ms(2)), []);
