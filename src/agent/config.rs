@@ -95,6 +95,10 @@ pub struct AgentConfig {
     /// agent, preempt themselves without the agent's hop (docs/agent.md, "Direct edges").
     /// Needs `edges`.
     pub direct_edges: bool,
+    /// Prepared edges (`[agent] prepared_edges`, default on): after each decision the agent
+    /// decides each preempting class's next flip in advance, and sends its commands on the
+    /// edge's path without deciding there (docs/agent.md, "Prepared edges").
+    pub prepared_edges: bool,
     /// Every preemption's lease (`[agent] lease_ms`): a shim the agent stops renewing releases
     /// its process after this long.
     pub lease: std::time::Duration,
@@ -164,6 +168,7 @@ struct FileAgent {
     grace_period: Option<u32>,
     edges: Option<bool>,
     direct_edges: Option<bool>,
+    prepared_edges: Option<bool>,
     lease_ms: Option<u32>,
     max_connections: Option<usize>,
     control_requests_per_s: Option<f64>,
@@ -430,6 +435,7 @@ impl AgentConfig {
             grace_period: 0,
             edges: true,
             direct_edges: true,
+            prepared_edges: true,
             lease: crate::proto::DEFAULT_LEASE,
             max_connections: 4096,
             control_rate: 50.0,
@@ -530,6 +536,9 @@ impl AgentConfig {
                 ));
             }
             cfg.direct_edges = v;
+        }
+        if let Some(v) = a.prepared_edges {
+            cfg.prepared_edges = v;
         }
         if let Some(v) = a.lease_ms {
             if !LEASE_RANGE_MS.contains(&v) {

@@ -24,7 +24,7 @@ fn takes(key: &str) -> Option<&'static str> {
         "release_history" => "an integer 1..=1024",
         "release_min_history" => "an integer 1..=release_history",
         "grace_period" => "an integer (units of 1K GPU clocks)",
-        "edges" | "direct_edges" | "env" => "true or false, without quotes",
+        "edges" | "direct_edges" | "prepared_edges" | "env" => "true or false, without quotes",
         "lease_ms" => "an integer 100..=60000",
         "max_connections" => "an integer of at least 1",
         "control_requests_per_s" => "a number above 0",

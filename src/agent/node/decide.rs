@@ -26,9 +26,13 @@ impl NodeState {
     /// What follows a decision's commands, off their path: the busy and preempted times
     /// ([`NodeState::account`]) and the lease renewals when due (their messages go to `out`).
     /// The server calls it once the commands are written, and writes what it adds.
+    /// A prepared edge's commands are confirmed first (`plan.rs`: the edge decision runs),
+    /// and the next flips are prepared last.
     pub fn after_write(&mut self, now: Instant, out: &mut Vec<Out>) {
+        self.confirm_prepared(now, out);
         self.account(now);
         self.renew(now, out);
+        self.prepare(now);
     }
 
     /// [`NodeState::decide`] without what follows the commands: the server writes the
@@ -38,9 +42,14 @@ impl NodeState {
         self.counters.decisions += 1;
         // The last decision's commands, should it not have been accounted.
         self.record_pending();
-        if !self.full_due && self.decide_edges(now, out) {
+        if !self.full_due && (self.fire_prepared(now, out) || self.decide_edges(now, out)) {
             return;
         }
+        self.decide_full(now, out);
+    }
+
+    /// The full decision: every process observed, decided and reconciled.
+    pub(super) fn decide_full(&mut self, now: Instant, out: &mut Vec<Out>) {
         self.full_due = false;
         self.edges_pending.clear();
         let (stale_at, _) = self.mark_stale(now);
@@ -314,7 +323,7 @@ impl NodeState {
 }
 
 /// Whether `class` ranks above a class that has a preemption level.
-fn preempts_others(policy: &crate::policy::PolicyConfig, class: &str) -> bool {
+pub(super) fn preempts_others(policy: &crate::policy::PolicyConfig, class: &str) -> bool {
     let Some(rank) = policy.class(class).map(|c| c.rank) else {
         return false;
     };

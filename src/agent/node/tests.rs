@@ -407,8 +407,15 @@ fn one_step_releases_the_old_level_before_preempting_at_the_new() {
 #[ignore = "a timing probe, run by hand"]
 fn timing_probe() {
     let t0 = Instant::now();
+    // PROBE_PREPARED=0: without prepared edges (`plan.rs`), the edge decided on its path.
+    let prepared = std::env::var("PROBE_PREPARED").map_or(true, |v| v != "0");
     let cfg = AgentConfig::parse(
-        &CONFIG.replace("level = \"deactivate\"", "level = \"hold\""),
+        &CONFIG
+            .replace("level = \"deactivate\"", "level = \"hold\"")
+            .replace(
+                "direct_edges = false",
+                &format!("direct_edges = false\nprepared_edges = {prepared}"),
+            ),
         None,
     )
     .unwrap();
@@ -440,7 +447,7 @@ fn timing_probe() {
         n.shim_message(pid, registry(pid, class, qs), t0, &mut out);
     }
     n.decide(t0, &mut out);
-    let mut times = Vec::new();
+    let (mut times, mut after) = (Vec::new(), Vec::new());
     // PROBE_COLD=1: 64 MiB are written between toggles, so each decision starts with cold
     // caches (as in the agent, after the 63 clients it woke ran on the same CPUs).
     let mut evict = match std::env::var_os("PROBE_COLD") {
@@ -517,7 +524,9 @@ fn timing_probe() {
             }
         }
         times.push(s.elapsed().as_secs_f64() * 1e6);
+        let s = Instant::now();
         n.after_write(now, &mut out);
+        after.push(s.elapsed().as_secs_f64() * 1e6);
         // acks
         std::mem::swap(&mut out, &mut sent);
         for o in sent.drain(..) {
@@ -542,11 +551,15 @@ fn timing_probe() {
         }
     }
     times.sort_by(f64::total_cmp);
+    after.sort_by(f64::total_cmp);
+    let (prepared, misses) = (n.counters.prepared_edges, n.counters.prepared_misses);
     let n = times.len();
     eprintln!(
-        "decide p50 {:.1} p99 {:.1} us",
+        "decide p50 {:.1} p99 {:.1} us; after the write p50 {:.1} p99 {:.1} us; prepared edges {prepared}, misses {misses}",
         times[n / 2],
-        times[n * 99 / 100]
+        times[n * 99 / 100],
+        after[n / 2],
+        after[n * 99 / 100]
     );
 }
 

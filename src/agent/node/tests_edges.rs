@@ -1,5 +1,6 @@
-//! The edge path's commands against the full decision's: two nodes get the same messages at
-//! the same times; one decides busy edges alone (the agent's way), the other decides
+//! The edge path's commands against the full decision's: three nodes get the same messages at
+//! the same times; one decides busy edges alone from prepared edges (the agent's way,
+//! `plan.rs`), one decides them alone without (`prepared_edges = false`), the third decides
 //! everything every time. They must send the same commands, with the same sequence numbers,
 //! and what a shim is told must always be a release of the level it holds or a preempt it does
 //! not hold yet: a dropped or a duplicated command fails this test.
@@ -18,6 +19,8 @@ use crate::proto::{Level, QueueInfo, Registry, ShimMsg};
 const CONFIG: &str = r#"
 [agent]
 hysteresis_ms = HYSTERESIS
+prepared_edges = PREPARED
+direct_edges = DIRECT
 min_preempt_interval_ms = 0
 
 [[class]]
@@ -55,8 +58,17 @@ struct ProcSpec {
 /// What happens next, after `dt_ms`.
 #[derive(Debug, Clone)]
 enum Op {
-    /// Process `proc`'s queue on partition `gpu` goes busy or idle.
-    Activity { proc: usize, gpu: usize, busy: bool },
+    /// Process `proc`'s queue on partition `gpu` (on the first, queue 1 or, `second`, queue 3)
+    /// goes busy or idle.
+    Activity {
+        proc: usize,
+        gpu: usize,
+        second: bool,
+        busy: bool,
+    },
+    /// Process `proc`'s doorbell rings: every queue of it busy at once (several edges, one
+    /// decision).
+    Doorbell { proc: usize },
     /// Every shim acknowledges what it was sent (ok, or the kernel refused a preempt).
     Acks { ok: bool },
     /// `kfdq status` (or `kfdq classify`, which reads as well) asks the edge node: the next
@@ -70,8 +82,21 @@ fn pid(i: usize) -> Pid {
 }
 
 fn node(specs: &[ProcSpec], hysteresis_ms: u32, t0: Instant, out: &mut Vec<Out>) -> NodeState {
+    node_with(specs, (hysteresis_ms, true), true, t0, out)
+}
+
+fn node_with(
+    specs: &[ProcSpec],
+    (hysteresis_ms, direct): (u32, bool),
+    prepared: bool,
+    t0: Instant,
+    out: &mut Vec<Out>,
+) -> NodeState {
     let cfg = AgentConfig::parse(
-        &CONFIG.replace("HYSTERESIS", &hysteresis_ms.to_string()),
+        &CONFIG
+            .replace("HYSTERESIS", &hysteresis_ms.to_string())
+            .replace("PREPARED", &prepared.to_string())
+            .replace("DIRECT", &direct.to_string()),
         None,
     )
     .unwrap();
@@ -104,10 +129,12 @@ fn node(specs: &[ProcSpec], hysteresis_ms: u32, t0: Instant, out: &mut Vec<Out>)
             out,
         )
         .unwrap();
-        let queues = (0..2)
-            .filter(|g| s.on[*g])
-            .map(|g| QueueInfo {
-                queue_id: QueueId(g as u32 + 1),
+        // Queues 1 (and 3) on the first partition, 2 on the second.
+        let queues = [(0, 1), (1, 2), (0, 3)]
+            .into_iter()
+            .filter(|(g, _)| s.on[*g])
+            .map(|(g, q)| QueueInfo {
+                queue_id: QueueId(q),
                 gpu_id: GPUS[g],
                 requested_priority: 7,
                 effective_priority: [13, 7, 3][s.class],
@@ -196,15 +223,29 @@ fn acks(out: &[Out], ok: bool) -> Vec<(Pid, ShimMsg)> {
         .collect()
 }
 
-fn run(specs: &[ProcSpec], hysteresis_ms: u32, ops: &[(u64, Op)]) -> Result<u64, TestCaseError> {
+/// What one case counted: edge decisions, of them prepared ones, and commands the prepared
+/// path missed.
+#[derive(Debug, Default, Clone, Copy)]
+struct Tally {
+    edge_decisions: u64,
+    prepared: u64,
+    /// Prepared edges that answered several edges at once (a doorbell's).
+    several: u64,
+    misses: u64,
+}
+
+/// `setup`: the release hold (ms) and whether direct edges are on.
+fn run(specs: &[ProcSpec], setup: (u32, bool), ops: &[(u64, Op)]) -> Result<Tally, TestCaseError> {
     let t0 = Instant::now();
-    let (mut out_e, mut out_f) = (Vec::new(), Vec::new());
-    let mut edge = node(specs, hysteresis_ms, t0, &mut out_e);
-    let mut full = node(specs, hysteresis_ms, t0, &mut out_f);
+    let (mut out_e, mut out_f, mut out_u) = (Vec::new(), Vec::new(), Vec::new());
+    let mut edge = node_with(specs, setup, true, t0, &mut out_e);
+    let mut full = node_with(specs, setup, true, t0, &mut out_f);
+    let mut unprepared = node_with(specs, setup, false, t0, &mut out_u);
     let mut held = BTreeMap::new();
     let mut unacked: Vec<Out> = Vec::new();
     let mut now = t0;
     let mut due = true;
+    let mut several = 0;
     for (dt, op) in ops {
         if due
             || [edge.deadline(), full.deadline()]
@@ -212,10 +253,21 @@ fn run(specs: &[ProcSpec], hysteresis_ms: u32, ops: &[(u64, Op)]) -> Result<u64,
                 .flatten()
                 .any(|d| d <= now)
         {
+            let (pending, prepared) = (edge.edges_pending.len(), edge.counters.prepared_edges);
             edge.decide(now, &mut out_e);
+            if pending > 1 && edge.counters.prepared_edges > prepared {
+                several += 1;
+            }
+            unprepared.decide(now, &mut out_u);
             full.full_due = true;
             full.decide(now, &mut out_f);
-            prop_assert_eq!(&out_e, &out_f, "the edge path and the full decision differ");
+            prop_assert_eq!(&out_u, &out_f, "the edge path and the full decision differ");
+            prop_assert_eq!(
+                &out_e,
+                &out_f,
+                "the prepared edges and the full decision differ"
+            );
+            out_u.clear();
             apply(&mut held, &out_e)?;
             unacked.append(&mut out_e);
             out_f.clear();
@@ -231,11 +283,20 @@ fn run(specs: &[ProcSpec], hysteresis_ms: u32, ops: &[(u64, Op)]) -> Result<u64,
         now += Duration::from_millis(*dt);
         due = false;
         let msgs: Vec<(Pid, ShimMsg)> = match op {
-            Op::Activity { proc, gpu, busy } => {
+            Op::Activity {
+                proc,
+                gpu,
+                second,
+                busy,
+            } => {
                 if !specs[*proc].on[*gpu] {
                     continue;
                 }
-                let queue_id = QueueId(*gpu as u32 + 1);
+                let queue_id = QueueId(if *gpu == 0 && *second {
+                    3
+                } else {
+                    1 + *gpu as u32
+                });
                 vec![(
                     pid(*proc),
                     ShimMsg::Activity {
@@ -243,6 +304,12 @@ fn run(specs: &[ProcSpec], hysteresis_ms: u32, ops: &[(u64, Op)]) -> Result<u64,
                         busy: *busy,
                     },
                 )]
+            }
+            Op::Doorbell { proc } => {
+                due |= edge.doorbell_rang(pid(*proc), now, &mut out_e);
+                unprepared.doorbell_rang(pid(*proc), now, &mut out_u);
+                due |= full.doorbell_rang(pid(*proc), now, &mut out_f);
+                Vec::new()
             }
             Op::Read { classify } => {
                 let req = if *classify {
@@ -254,6 +321,7 @@ fn run(specs: &[ProcSpec], hysteresis_ms: u32, ops: &[(u64, Op)]) -> Result<u64,
                     crate::proto::Request::Status
                 };
                 let mut replies = Vec::new();
+                unprepared.control(999, &admin(), req.clone(), now, &mut Vec::new());
                 edge.control(999, &admin(), req, now, &mut replies);
                 prop_assert!(
                     matches!(replies.as_slice(), [Out::Control(999, _)]),
@@ -277,13 +345,21 @@ fn run(specs: &[ProcSpec], hysteresis_ms: u32, ops: &[(u64, Op)]) -> Result<u64,
         };
         for (p, m) in msgs {
             due |= edge.shim_message(p, m.clone(), now, &mut out_e);
+            unprepared.shim_message(p, m.clone(), now, &mut out_u);
             due |= full.shim_message(p, m, now, &mut out_f);
         }
         prop_assert_eq!(&out_e, &out_f);
+        prop_assert_eq!(&out_u, &out_f);
         out_e.clear();
         out_f.clear();
+        out_u.clear();
     }
-    Ok(edge.counters.edge_decisions)
+    Ok(Tally {
+        edge_decisions: unprepared.counters.edge_decisions,
+        prepared: edge.counters.prepared_edges,
+        several,
+        misses: edge.counters.prepared_misses,
+    })
 }
 
 fn spec() -> impl Strategy<Value = ProcSpec> {
@@ -296,8 +372,14 @@ fn spec() -> impl Strategy<Value = ProcSpec> {
 
 fn op() -> impl Strategy<Value = (u64, Op)> {
     let op = prop_oneof![
-        8 => (0..8usize, 0..2usize, any::<bool>())
-            .prop_map(|(proc, gpu, busy)| Op::Activity { proc, gpu, busy }),
+        8 => (0..8usize, 0..2usize, any::<bool>(), any::<bool>())
+            .prop_map(|(proc, gpu, second, busy)| Op::Activity {
+                proc,
+                gpu,
+                second,
+                busy
+            }),
+        2 => (0..8usize).prop_map(|proc| Op::Doorbell { proc }),
         3 => Just(Op::Acks { ok: true }),
         1 => Just(Op::Acks { ok: false }),
         1 => any::<bool>().prop_map(|classify| Op::Read { classify }),
@@ -311,25 +393,41 @@ fn the_edge_path_sends_what_the_full_decision_sends() {
         cases: 200,
         ..ProptestConfig::default()
     });
-    let edge_decisions = std::cell::Cell::new(0);
+    let tally = std::cell::Cell::new(Tally::default());
     let strategy = (
         proptest::collection::vec(spec(), 8),
-        prop_oneof![Just(0u32), Just(30u32)],
+        (prop_oneof![Just(0u32), Just(30u32)], any::<bool>()),
         proptest::collection::vec(op(), 1..60),
     );
-    let result = runner.run(&strategy, |(specs, hysteresis_ms, ops)| {
-        edge_decisions.set(edge_decisions.get() + run(&specs, hysteresis_ms, &ops)?);
+    let result = runner.run(&strategy, |(specs, setup, ops)| {
+        let (t, s) = (run(&specs, setup, &ops)?, tally.get());
+        tally.set(Tally {
+            edge_decisions: s.edge_decisions + t.edge_decisions,
+            prepared: s.prepared + t.prepared,
+            several: s.several + t.several,
+            misses: s.misses + t.misses,
+        });
         Ok(())
     });
     if let Err(e) = result {
         panic!("{e}");
     }
-    // The comparison means something only if the edge path ran.
-    let edge_decisions = edge_decisions.get();
+    // The comparison means something only if both edge paths ran.
+    let t = tally.get();
     assert!(
-        edge_decisions > 100,
-        "{edge_decisions} edge decisions in all"
+        t.edge_decisions > 100,
+        "{} edge decisions in all",
+        t.edge_decisions
     );
+    assert!(t.prepared > 50, "{} prepared edges in all", t.prepared);
+    assert!(
+        t.several > 5,
+        "{} prepared edges answered a doorbell's several edges",
+        t.several
+    );
+    // The prepared commands were the edge decision's own: the decision after them sent
+    // nothing more.
+    assert_eq!(t.misses, 0, "commands the prepared edges missed");
 }
 
 /// A status or classify request reads only: the decision after it is still an edge decision
