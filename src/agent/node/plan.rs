@@ -156,10 +156,11 @@ impl NodeState {
         now: Instant,
     ) -> Option<Vec<Prepared>> {
         let now_ns = self.now_ns(now);
-        let q = self.observed[index]
+        let k = self.observed[index]
             .queues
-            .iter_mut()
-            .find(|q| q.queue_id == qid)?;
+            .iter()
+            .position(|q| q.queue_id == qid)?;
+        let q = &mut self.observed[index].queues[k];
         let edge = QueueEdge {
             process: index,
             gpu_id: q.gpu_id,
@@ -179,13 +180,7 @@ impl NodeState {
             &mut decision,
         );
         // The observation is the last decision's again.
-        if let Some(q) = self.observed[index]
-            .queues
-            .iter_mut()
-            .find(|q| q.queue_id == qid)
-        {
-            q.busy = edge.was_busy;
-        }
+        self.observed[index].queues[k].busy = edge.was_busy;
         if !decided {
             return None;
         }

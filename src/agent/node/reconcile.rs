@@ -130,8 +130,7 @@ pub(super) fn preview_run(
     now: Instant,
 ) -> (RunCmds, Option<Instant>, Run) {
     debug_assert!(p.watches.is_empty());
-    let (failed, applied, old_why) = (p.failed, p.applied, p.why.take());
-    p.why = old_why.clone();
+    let (failed, applied, old_why) = (p.failed, p.applied, p.why.clone());
     let (cmds, retry_at) = reconcile_run(p, run, why, now);
     let told = p.applied;
     (p.failed, p.applied, p.why) = (failed, applied, old_why);
