@@ -243,7 +243,13 @@ impl NodeState {
         let n = plan.sent.len() as u64;
         self.seq += n;
         self.counters.commands += n;
-        out.append(&mut plan.out);
+        if out.is_empty() {
+            // The usual case: the plan's buffer becomes the outbox (nothing copied; the
+            // outbox's empty buffer goes with the plan).
+            std::mem::swap(out, &mut plan.out);
+        } else {
+            out.append(&mut plan.out);
+        }
         plan.fired = Some(now);
         self.counters.prepared_edges += 1;
         self.confirming = Some(plan);
