@@ -13,6 +13,12 @@
 //! they were prepared, are handed to the server at once, with no policy walk, no reconcile step
 //! and no message built on the path.
 //!
+//! A decision that just preempted or released leaves the policy's rate limit
+//! (`min_preempt_interval_ms`) closed for a while, and an edge inside it is declined to the
+//! full decision. The flips are then decided as at the time the limit opens, and the plan
+//! answers only edges from then on (without this, no flip after a release could be prepared:
+//! the release is the decision before the next busy edge).
+//!
 //! After they are written ([`NodeState::confirm_prepared`]), the processes are recorded as
 //! told, and the edge decision runs as it always does. It finds each process in the state the
 //! prepared commands put it in, so it sends nothing more; if the prepared commands were not
@@ -26,7 +32,7 @@
 //! retry a failed level, and more than [`MAX_PLANS`] flips.
 
 use std::collections::BTreeMap;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use super::super::conn::ConnId;
 use super::decide::{preempts_others, tracer_level};
@@ -59,7 +65,10 @@ pub(super) struct Plan {
     decision: u64,
     /// ... when this was the last command's sequence number.
     seq: u64,
-    /// Valid before this time (the decision's next time then).
+    /// Valid from this time (when the rate limit lets the flip's preempts through; `None`:
+    /// at once) ...
+    from: Option<Instant>,
+    /// ... and before this one (the decision's next time then).
     until: Option<Instant>,
     /// The queues whose edge it answers, and to which state (busy or idle).
     queues: Vec<(Pid, QueueId)>,
@@ -73,6 +82,14 @@ pub(super) struct Plan {
     sent: Vec<Sent>,
     /// When its commands went out.
     fired: Option<Instant>,
+}
+
+#[cfg(test)]
+impl Plan {
+    /// Whether it was decided for when the rate limit opens (it answers edges from then on).
+    pub(super) fn deferred(&self) -> bool {
+        self.from.is_some()
+    }
 }
 
 impl NodeState {
@@ -115,7 +132,13 @@ impl NodeState {
                 _ => continue,
             };
             let (i, _, qid) = queues[0];
-            let Some(steps) = self.speculate(i, qid, to_busy, now) else {
+            // Decided as at the first time the rate limit lets a preempt through: an edge
+            // before it is declined to the full decision anyway, one after it decides alike.
+            let at = self.when_preempts_free(now);
+            if self.next_decide.is_some_and(|d| at >= d) {
+                continue;
+            }
+            let Some(steps) = self.speculate(i, qid, to_busy, at) else {
                 continue;
             };
             // Numbered and built as `send_to` numbers and builds them.
@@ -134,6 +157,7 @@ impl NodeState {
             self.plans.push(Plan {
                 decision: self.counters.decisions,
                 seq: self.seq,
+                from: (at > now).then_some(at),
                 until: self.next_decide,
                 queues: queues.iter().map(|&(_, pid, q)| (pid, q)).collect(),
                 busy: to_busy,
@@ -143,6 +167,12 @@ impl NodeState {
                 fired: None,
             });
         }
+    }
+
+    /// `now`, or the later time when the policy's rate limit lets a preempt through again.
+    fn when_preempts_free(&self, now: Instant) -> Instant {
+        let free = self.started + Duration::from_nanos(self.policy.preempts_free_at_ns());
+        now.max(free)
     }
 
     /// What the edge decision would send if queue `qid` of observed process `index` went
@@ -227,6 +257,7 @@ impl NodeState {
             pl.busy == busy
                 && pl.decision + 1 == self.counters.decisions
                 && pl.seq == self.seq
+                && pl.from.is_none_or(|f| now >= f)
                 && pl.until.is_none_or(|u| now < u)
                 && pl.queues.contains(&(pid, qid))
         }) else {

@@ -21,7 +21,7 @@ const CONFIG: &str = r#"
 hysteresis_ms = HYSTERESIS
 prepared_edges = PREPARED
 direct_edges = DIRECT
-min_preempt_interval_ms = 0
+min_preempt_interval_ms = INTERVAL
 
 [[class]]
 name = "serving"
@@ -82,12 +82,12 @@ fn pid(i: usize) -> Pid {
 }
 
 fn node(specs: &[ProcSpec], hysteresis_ms: u32, t0: Instant, out: &mut Vec<Out>) -> NodeState {
-    node_with(specs, (hysteresis_ms, true), true, t0, out)
+    node_with(specs, (hysteresis_ms, true, 0), true, t0, out)
 }
 
 fn node_with(
     specs: &[ProcSpec],
-    (hysteresis_ms, direct): (u32, bool),
+    (hysteresis_ms, direct, interval_ms): (u32, bool, u32),
     prepared: bool,
     t0: Instant,
     out: &mut Vec<Out>,
@@ -96,7 +96,8 @@ fn node_with(
         &CONFIG
             .replace("HYSTERESIS", &hysteresis_ms.to_string())
             .replace("PREPARED", &prepared.to_string())
-            .replace("DIRECT", &direct.to_string()),
+            .replace("DIRECT", &direct.to_string())
+            .replace("INTERVAL", &interval_ms.to_string()),
         None,
     )
     .unwrap();
@@ -231,11 +232,19 @@ struct Tally {
     prepared: u64,
     /// Prepared edges that answered several edges at once (a doorbell's).
     several: u64,
+    /// Prepared edges whose plan was decided for when the rate limit opens (after a
+    /// decision that preempted or released).
+    deferred: u64,
     misses: u64,
 }
 
-/// `setup`: the release hold (ms) and whether direct edges are on.
-fn run(specs: &[ProcSpec], setup: (u32, bool), ops: &[(u64, Op)]) -> Result<Tally, TestCaseError> {
+/// `setup`: the release hold (ms), whether direct edges are on, and the rate limit
+/// (`min_preempt_interval_ms`).
+fn run(
+    specs: &[ProcSpec],
+    setup: (u32, bool, u32),
+    ops: &[(u64, Op)],
+) -> Result<Tally, TestCaseError> {
     let t0 = Instant::now();
     let (mut out_e, mut out_f, mut out_u) = (Vec::new(), Vec::new(), Vec::new());
     let mut edge = node_with(specs, setup, true, t0, &mut out_e);
@@ -245,7 +254,7 @@ fn run(specs: &[ProcSpec], setup: (u32, bool), ops: &[(u64, Op)]) -> Result<Tall
     let mut unacked: Vec<Out> = Vec::new();
     let mut now = t0;
     let mut due = true;
-    let mut several = 0;
+    let (mut several, mut deferred) = (0, 0);
     for (dt, op) in ops {
         if due
             || [edge.deadline(), full.deadline()]
@@ -254,10 +263,12 @@ fn run(specs: &[ProcSpec], setup: (u32, bool), ops: &[(u64, Op)]) -> Result<Tall
                 .any(|d| d <= now)
         {
             let (pending, prepared) = (edge.edges_pending.len(), edge.counters.prepared_edges);
-            edge.decide(now, &mut out_e);
-            if pending > 1 && edge.counters.prepared_edges > prepared {
-                several += 1;
+            edge.decide_commands(now, &mut out_e);
+            if edge.counters.prepared_edges > prepared {
+                several += u64::from(pending > 1);
+                deferred += u64::from(edge.confirming.as_ref().is_some_and(|p| p.deferred()));
             }
+            edge.after_write(now, &mut out_e);
             unprepared.decide(now, &mut out_u);
             full.full_due = true;
             full.decide(now, &mut out_f);
@@ -358,6 +369,7 @@ fn run(specs: &[ProcSpec], setup: (u32, bool), ops: &[(u64, Op)]) -> Result<Tall
         edge_decisions: unprepared.counters.edge_decisions,
         prepared: edge.counters.prepared_edges,
         several,
+        deferred,
         misses: edge.counters.prepared_misses,
     })
 }
@@ -396,7 +408,11 @@ fn the_edge_path_sends_what_the_full_decision_sends() {
     let tally = std::cell::Cell::new(Tally::default());
     let strategy = (
         proptest::collection::vec(spec(), 8),
-        (prop_oneof![Just(0u32), Just(30u32)], any::<bool>()),
+        (
+            prop_oneof![Just(0u32), Just(30u32)],
+            any::<bool>(),
+            prop_oneof![Just(0u32), Just(5u32)],
+        ),
         proptest::collection::vec(op(), 1..60),
     );
     let result = runner.run(&strategy, |(specs, setup, ops)| {
@@ -405,6 +421,7 @@ fn the_edge_path_sends_what_the_full_decision_sends() {
             edge_decisions: s.edge_decisions + t.edge_decisions,
             prepared: s.prepared + t.prepared,
             several: s.several + t.several,
+            deferred: s.deferred + t.deferred,
             misses: s.misses + t.misses,
         });
         Ok(())
@@ -424,6 +441,11 @@ fn the_edge_path_sends_what_the_full_decision_sends() {
         t.several > 5,
         "{} prepared edges answered a doorbell's several edges",
         t.several
+    );
+    assert!(
+        t.deferred > 2,
+        "{} prepared edges were decided for when the rate limit opens",
+        t.deferred
     );
     // The prepared commands were the edge decision's own: the decision after them sent
     // nothing more.
