@@ -97,10 +97,14 @@ impl NodeState {
     /// Called once a decision's commands are written.
     pub(super) fn prepare(&mut self, now: Instant) {
         self.plans.clear();
+        // The flips are decided as at the first time the rate limit lets a preempt through:
+        // an edge before it is declined to the full decision anyway, one after it decides
+        // alike. Nothing is prepared if the last decision's next time comes first.
+        let at = self.when_preempts_free(now);
         if !self.cfg.prepared_edges
             || self.full_due
             || !self.edges_pending.is_empty()
-            || self.next_decide.is_some_and(|d| now >= d)
+            || self.next_decide.is_some_and(|d| at >= d)
         {
             return;
         }
@@ -132,12 +136,6 @@ impl NodeState {
                 _ => continue,
             };
             let (i, _, qid) = queues[0];
-            // Decided as at the first time the rate limit lets a preempt through: an edge
-            // before it is declined to the full decision anyway, one after it decides alike.
-            let at = self.when_preempts_free(now);
-            if self.next_decide.is_some_and(|d| at >= d) {
-                continue;
-            }
             let Some(steps) = self.speculate(i, qid, to_busy, at) else {
                 continue;
             };
