@@ -30,10 +30,21 @@ fn config(activity_us: u64) -> String {
     )
 }
 
+/// [`config`] with a traced `latency` class above the batch class: its busy tracees are
+/// sampled every 250 µs (`kfdq::agent::tracer::BUSY_SAMPLE`).
+fn config_latency(activity_us: u64) -> String {
+    config(activity_us)
+        + "\n[[class]]\nname = \"latency\"\nrank = 2\npriority = 13\ncontrol = \"tracer\"\nmatch = { env = true }\n"
+}
+
 fn flood(emu: &Emu, agent: &Agent, shim: bool) -> App {
+    flood_in(emu, agent, shim, "batch")
+}
+
+fn flood_in(emu: &Emu, agent: &Agent, shim: bool, class: &str) -> App {
     let mut l = Launch::new(programs().get("flood"))
         .args(["2000", "64", "2"])
-        .env("KFDQ_CLASS", "batch");
+        .env("KFDQ_CLASS", class);
     if shim {
         l = l.env("KFDQ_SOCKET", agent.sock.display().to_string());
     } else {
@@ -77,9 +88,13 @@ fn median(v: &[f64]) -> f64 {
 }
 
 /// The tracer thread's rates over [`WINDOW`] at `activity_us` with `tracees` traced floods.
-fn sample_row(emu: &Emu, activity_us: u64, tracees: usize) -> ThreadRates {
-    let agent = Agent::start(emu, &config(activity_us));
-    let apps: Vec<App> = (0..tracees).map(|_| flood(emu, &agent, false)).collect();
+/// With `class` "latency", the tracees belong to a class that preempts others, and a flood is
+/// busy all the time: the fine sampling's cost while a latency process is busy.
+fn sample_row(emu: &Emu, activity_us: u64, tracees: usize, class: &str) -> ThreadRates {
+    let agent = Agent::start(emu, &config_latency(activity_us));
+    let apps: Vec<App> = (0..tracees)
+        .map(|_| flood_in(emu, &agent, false, class))
+        .collect();
     let task = thread_named(agent.child.id(), "kfdqd-tracer").expect("the tracer thread");
     let rates = ThreadRates::over(&task, WINDOW);
     for a in apps {
@@ -119,16 +134,27 @@ fn main() {
     drop(agent);
 
     let mut rows = Vec::new();
-    for (us, n) in [(500, 1), (2000, 1), (2000, 4), (10000, 1)] {
-        let label = format!("{} ms, {n} tracee(s)", us as f64 / 1000.0);
-        rows.push((label, sample_row(&emu, us, n)));
+    for (us, n, class) in [
+        (500, 1, "batch"),
+        (2000, 1, "batch"),
+        (2000, 4, "batch"),
+        (10000, 1, "batch"),
+        (2000, 1, "latency"),
+    ] {
+        let busy = if class == "latency" {
+            ", busy latency"
+        } else {
+            ""
+        };
+        let label = format!("{} ms, {n} tracee(s){busy}", us as f64 / 1000.0);
+        rows.push((label, sample_row(&emu, us, n, class)));
     }
     println!("tracer thread over {} s per row", WINDOW.as_secs());
     println!(
-        "{:<24} {:>12} {:>16} {:>14}",
+        "{:<32} {:>12} {:>16} {:>14}",
         "activity period", "wakeups/s", "CPU us per s", "% of a core"
     );
     for (label, r) in &rows {
-        println!("{}", r.row(label, 24));
+        println!("{}", r.row(label, 32));
     }
 }

@@ -160,3 +160,62 @@ fn a_failed_demo_keeps_the_logs_its_error_names() {
         "the HP workload's stderr is in a kept log: {logs:?}\n{stderr}"
     );
 }
+
+/// `level2-traced`: the latency client runs without the shim, the agent's tracer takes it, and
+/// its sampled busy edges preempt the batch job (the reaction's chain starts at the agent).
+#[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
+fn the_traced_phase_preempts_for_a_latency_client_without_the_shim() {
+    test_support::require_root();
+    let logs = tempfile::tempdir().unwrap();
+    let (out, stderr) = demo(&[
+        "--json",
+        "--requests",
+        "12",
+        "--phases",
+        "alone,lp-alone,level2-traced",
+        "--log-dir",
+        logs.path().to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "kfdq demo failed:\n{stderr}");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON on stdout");
+    let p = v["phases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["phase"] == "level2-traced")
+        .unwrap_or_else(|| panic!("no level2-traced phase in {v}"));
+    assert_eq!(p["hp"]["n"], 12, "{p}");
+    assert!(p["preempts_per_s"].as_f64().unwrap() > 0.0, "{p}");
+    assert!(p["reaction"]["n"].as_u64().unwrap() >= 1, "{p}");
+    let stage_n = |name: &str| {
+        p["stages"].as_array().and_then(|a| {
+            a.iter()
+                .find(|s| s["stage"] == name)
+                .and_then(|s| s["n"].as_u64())
+        })
+    };
+    // The reaction's chain starts where the agent read the tracer's sample: the client has
+    // no shim to stamp its launches.
+    assert!(stage_n("edge").is_some_and(|n| n >= 1), "{p}");
+    assert!(stage_n("launch_to_wake").is_none_or(|n| n == 0), "{p}");
+    // The agent traced the client (its log says so), and the client had no shim.
+    let file = |suffix: &str| {
+        std::fs::read_dir(logs.path())
+            .unwrap()
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .find(|f| f.to_string_lossy().ends_with(suffix))
+    };
+    let agent_log = file("level2traced-kfdqd.log")
+        .and_then(|f| std::fs::read_to_string(f).ok())
+        .unwrap_or_else(|| panic!("no kfdqd log in {}", logs.path().display()));
+    assert!(
+        agent_log.contains("tracer: seized and debug-enabled"),
+        "{agent_log}"
+    );
+    // Its chain file is written only by a shim that stamped something.
+    let hp_chain = file("level2traced-hp.chain")
+        .map(|f| std::fs::read_to_string(f).unwrap())
+        .unwrap_or_default();
+    assert!(hp_chain.is_empty(), "the client stamped: {hp_chain}");
+}

@@ -191,6 +191,48 @@ fn the_policy_suspends_a_traced_batch_job_while_a_traced_service_is_busy() {
 
 #[test]
 #[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
+fn a_traced_latency_process_is_sampled_finely_while_busy() {
+    let emu = mount();
+    // The latency class traced and sampled every 100 ms, the longest period there is; its
+    // class preempts the batch class, so while one of its queues is busy the tracer samples
+    // it every 250 µs (kfdq::agent::tracer::BUSY_SAMPLE).
+    let config = CONFIG
+        .replace("priority = 13\n", "priority = 13\ncontrol = \"tracer\"\n")
+        .replace("scan_ms = 100", "scan_ms = 100\nactivity_us = 100000");
+    let agent = Agent::start(&emu, &config);
+    // Six requests of one dispatch of 150 ms, one every 180 ms: 30 ms idle between two. The
+    // 100 ms samples see each request busy but fall into at most three of the gaps (their
+    // phase in the 180 ms cycle moves by 100 ms a sample: nine phases 20 ms apart, one or two
+    // inside a gap); the fine samples see every gap, so every request is a busy period.
+    let mut hp = Launch::new(programs().get("latency"))
+        .args(["6", "180", "1", "150000", "80"])
+        .env("KFDQ_CLASS", "latency");
+    hp.preload = false;
+    let mut hp = hp.start(&emu);
+    hp.wait_line("CHECKPOINT ready");
+    wait_traced(&agent, hp.pid);
+    let before = agent.status();
+    let periods = |s: &kfdq::proto::control::NodeStatus| {
+        s.classes
+            .iter()
+            .find(|c| c.name == "latency")
+            .map_or(0, |c| c.busy_periods)
+    };
+    let p0 = periods(&before);
+    hp.release("ready");
+    hp.wait_line("latency ");
+    let st = agent.wait("a busy period per request", |s| periods(s) >= p0 + 6);
+    assert!(
+        st.counters.busy_edges >= before.counters.busy_edges + 6,
+        "{:?}",
+        st.counters
+    );
+    hp.release("done");
+    hp.finish();
+}
+
+#[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn a_traced_process_gets_its_signals() {
     let emu = mount();
     let agent = Agent::start(&emu, CONFIG);

@@ -48,6 +48,16 @@ pub struct TracerSettings {
     pub scan: Duration,
 }
 
+/// While a tracee whose class preempts others has a busy queue, it is sampled this often, so
+/// its idle edge (which releases the processes it preempted) is seen within it rather than up to
+/// a whole activity period late; its busy edge still waits for the next regular sample (a traced
+/// process reports no launches). Longer than a shim's [`crate::proto::BUSY_SAMPLE_PERIOD`]
+/// (100 µs): a tracer sample reads each queue's indexes through `/proc/<pid>/mem` from another
+/// process, and at 100 µs the tracer thread took 12 % of a core while a latency tracee was busy
+/// (docs/performance.md, "Tracer path"); 250 µs is the shortest activity period the
+/// configuration accepts (`ACTIVITY_RANGE_US`).
+pub const BUSY_SAMPLE: Duration = Duration::from_micros(250);
+
 /// Default scan period: a new GPU process is controlled within half a second; each scan costs
 /// one sysfs listing per node and one snapshot ioctl per tracee (docs/performance.md).
 pub const DEFAULT_SCAN: Duration = Duration::from_millis(500);
@@ -224,12 +234,22 @@ struct Tracee {
     queues: Vec<QueueSnapshot>,
     suspended: BTreeSet<u32>,
     busy: BTreeMap<u32, bool>,
+    /// Its class preempts others ([`AgentMsg::Edges`]): while one of its queues is busy it is
+    /// sampled every [`BUSY_SAMPLE`], so its idle edge is seen within that.
+    edges: bool,
     /// Scans in a row that found no queue.
     idle_scans: u32,
     /// Leaving: detach at the next stop.
     leaving: Option<String>,
     /// Resumes the kernel refused, retried until they hold.
     owed: Owed,
+}
+
+impl Tracee {
+    /// Sampled at [`BUSY_SAMPLE`] now: its class preempts others and a queue is busy.
+    fn fine(&self) -> bool {
+        self.edges && self.leaving.is_none() && self.busy.values().any(|b| *b)
+    }
 }
 
 struct Thread {
@@ -264,6 +284,8 @@ impl Thread {
 
     fn run(&mut self) {
         let mut next_sample = Instant::now();
+        // Due while a tracee whose class preempts others has a busy queue.
+        let mut next_fine: Option<Instant> = None;
         let mut next_scan = Instant::now() + self.settings.scan;
         loop {
             if let Some(t) = self.stopping
@@ -285,7 +307,10 @@ impl Thread {
                     .filter_map(|t| t.owed.next)
                     .min()
                     .unwrap_or(next_scan);
-                let due = next_sample.min(next_scan).min(retry);
+                let due = next_sample
+                    .min(next_scan)
+                    .min(retry)
+                    .min(next_fine.unwrap_or(next_scan));
                 TimeSpec::from_duration(
                     due.saturating_duration_since(Instant::now())
                         .min(Duration::from_secs(1)),
@@ -320,9 +345,14 @@ impl Thread {
             self.retry_resumes();
             let now = Instant::now();
             if now >= next_sample {
-                self.sample();
+                self.sample(false);
                 next_sample = now + self.settings.activity;
+            } else if next_fine.is_some_and(|t| now >= t) {
+                self.sample(true);
             }
+            next_fine = self
+                .fine_sampling()
+                .then(|| next_fine.filter(|t| *t > now).unwrap_or(now + BUSY_SAMPLE));
             if now >= next_scan {
                 self.refresh_all();
                 next_scan = now + self.settings.scan;
@@ -429,6 +459,7 @@ impl Thread {
                 queues,
                 suspended: BTreeSet::new(),
                 busy: BTreeMap::new(),
+                edges: false,
                 idle_scans: 0,
                 leaving: None,
                 owed: Owed::new(),
@@ -549,10 +580,18 @@ impl Thread {
         }
     }
 
-    fn sample(&mut self) {
+    /// Whether a tracee is sampled at the fine period now: its class preempts others and one
+    /// of its queues is busy.
+    fn fine_sampling(&self) -> bool {
+        self.settings.activity > BUSY_SAMPLE && self.tracees.values().any(Tracee::fine)
+    }
+
+    /// Reads each tracee's queues' indexes (with `fine`, only the tracees
+    /// [`Tracee::fine`] names) and reports the queues whose busy state changed.
+    fn sample(&mut self, fine: bool) {
         let mut changes = Vec::new();
         for t in self.tracees.values_mut() {
-            if t.leaving.is_some() {
+            if t.leaving.is_some() || (fine && !t.fine()) {
                 continue;
             }
             for q in &t.queues {
@@ -636,6 +675,13 @@ impl Thread {
                 grace_period,
                 ..
             } => (seq, self.suspend(pid, &target, grace_period)),
+            // Not acknowledged: its class preempts others (or no longer does).
+            AgentMsg::Edges { on } => {
+                if let Some(t) = self.tracees.get_mut(&pid) {
+                    t.edges = on;
+                }
+                return;
+            }
             AgentMsg::Release { seq, target, .. } => (seq, self.resume(pid, &target)),
             // The registry every answer is preceded by is the reply.
             AgentMsg::Query { seq } => (seq, Ok("registry sent".into())),
@@ -649,7 +695,6 @@ impl Thread {
             | AgentMsg::Refused { .. }
             | AgentMsg::Error { .. }
             | AgentMsg::Renew {}
-            | AgentMsg::Edges { .. }
             | AgentMsg::DoorbellTaken {}
             | AgentMsg::Rang {}
             | AgentMsg::BoardWriter { .. }

@@ -34,6 +34,7 @@ use crate::ids::Pid;
 use crate::kfd::{Root, Topology};
 use crate::policy::PartitionObs;
 use crate::proto::AgentMsg;
+use crate::proto::ShimMsg;
 
 /// How long shutdown waits for the shims to acknowledge their releases.
 const SHUTDOWN_WAIT: Duration = Duration::from_secs(2);
@@ -466,6 +467,12 @@ impl Server<'_> {
                 }
                 Event::Msg { conn, msg } => {
                     if let Some(pid) = self.node.pid_of(conn) {
+                        // A traced process's busy sample is its edge's arrival, as a shim's is.
+                        if let Some(c) = self.chain.as_mut()
+                            && matches!(msg, ShimMsg::Activity { busy: true, .. })
+                        {
+                            c.mark(Stage::AgentRead);
+                        }
                         dirty |= self.node.shim_message(pid, msg, now, &mut self.out);
                     }
                 }

@@ -250,7 +250,7 @@ pub struct DemoArgs {
     /// Latency requests per second (the field's ResNet-18 service: 10-20/s).
     #[arg(long, default_value_t = 15.0, value_name = "PER_S")]
     pub rate: f64,
-    /// Phases to run, comma-separated (default: all, in this order).
+    /// Phases to run, comma-separated (default: all but `level2-traced`, in this order).
     #[arg(long, value_delimiter = ',', value_enum)]
     pub phases: Vec<Phase>,
     /// Mount the emulator even if --root has a /dev/kfd.
@@ -306,6 +306,11 @@ pub enum Phase {
     /// Level 2 as the agent runs by default (direct edges): the batch job deactivates itself on
     /// the latency launch's edge on the agent's board, without the agent's hop.
     Level2Direct,
+    /// Level 2 with the latency client not under the shim (run only when named): the agent's
+    /// tracer samples its queues (`control = "tracer"` on its class), so its busy edge comes at
+    /// the next activity sample (2 ms) and its idle edge within 250 µs; the batch job under the
+    /// shim. Needs the right to ptrace the client (root, or Yama's ptrace_scope 0).
+    Level2Traced,
     /// Level 3 as before busy edges (see `level2-sampled`).
     Level3Sampled,
     /// Level 3 by the agent's commands: the batch job's queues suspended (debugger API; busy

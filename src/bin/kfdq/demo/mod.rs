@@ -47,6 +47,7 @@ impl Phase {
             Phase::Level2Sampled => "HP+LP level 2, sampled (old)",
             Phase::Level2 => "HP+LP level 2, agent's commands",
             Phase::Level2Direct => "HP+LP level 2, direct (default)",
+            Phase::Level2Traced => "HP+LP level 2, HP traced (no shim)",
             Phase::Level3Sampled => "HP+LP level 3, sampled (old)",
             Phase::Level3 => "HP+LP level 3, agent's commands",
             Phase::Level3Direct => "HP+LP level 3, direct (default)",
@@ -67,7 +68,7 @@ impl Phase {
             Phase::Alone | Phase::LpAlone | Phase::Uncontrolled => None,
             Phase::Priority => Some(None),
             Phase::Level1 => Some(Some(Level::Hold)),
-            Phase::Level2 | Phase::Level2Sampled | Phase::Level2Direct => {
+            Phase::Level2 | Phase::Level2Sampled | Phase::Level2Direct | Phase::Level2Traced => {
                 Some(Some(Level::Deactivate))
             }
             Phase::Level3 | Phase::Level3Sampled | Phase::Level3Direct => {
@@ -84,6 +85,11 @@ impl Phase {
     /// The agent's defaults: direct edges on (the other edge phases turn them off).
     fn direct(self) -> bool {
         matches!(self, Phase::Level2Direct | Phase::Level3Direct)
+    }
+
+    /// The latency client without the shim, controlled by the agent's tracer.
+    fn traced(self) -> bool {
+        self == Phase::Level2Traced
     }
 
     fn classes(self) -> bool {
@@ -147,12 +153,8 @@ fn monotonic_us() -> f64 {
         .unwrap_or(0.0)
 }
 
-fn agent_config(
-    dir: &Path,
-    level: Option<Level>,
-    sampled: bool,
-    direct: bool,
-) -> Result<PathBuf, CliError> {
+fn agent_config(dir: &Path, level: Option<Level>, phase: Phase) -> Result<PathBuf, CliError> {
+    let (sampled, direct) = (phase.sampled(), phase.direct());
     let level = match level {
         None => String::new(),
         Some(Level::Hold) => "level = \"hold\"\n".into(),
@@ -169,8 +171,14 @@ fn agent_config(
     } else {
         "direct_edges = false\n"
     };
+    // The traced phase: the latency class takes processes without the shim.
+    let traced = if phase.traced() {
+        "control = \"tracer\"\n"
+    } else {
+        ""
+    };
     let text = format!(
-        "# kfdq demo: the latency client above the batch job\n[agent]\nsocket = \"{}\"\n{release}min_preempt_interval_ms = 1\n\n[[class]]\nname = \"latency\"\nrank = 2\npriority = 13\nmatch = {{ env = true }}\n\n[[class]]\nname = \"batch\"\nrank = 0\npriority = 3\n{level}match = {{ env = true }}\n",
+        "# kfdq demo: the latency client above the batch job\n[agent]\nsocket = \"{}\"\n{release}min_preempt_interval_ms = 1\n\n[[class]]\nname = \"latency\"\nrank = 2\npriority = 13\n{traced}match = {{ env = true }}\n\n[[class]]\nname = \"batch\"\nrank = 0\npriority = 3\n{level}match = {{ env = true }}\n",
         dir.join("kfdq.sock").display()
     );
     let p = dir.join("kfdq.toml");
@@ -213,6 +221,32 @@ fn connected(sock: &Path, class: &str) -> bool {
     })
 }
 
+/// Waits until kfdqd's tracer controls a latency-class process (`level2-traced`); fails with
+/// the tracer's reason when kfdqd left one alone (no right to ptrace it, for one).
+fn traced(sock: &Path, wait: Duration) -> Result<(), CliError> {
+    let mut why = None;
+    let r = wait_until("the latency client taken by kfdqd's tracer", wait, || {
+        let Ok(s) = client::status(sock) else {
+            return false;
+        };
+        why = s
+            .left_alone
+            .iter()
+            .find(|l| l.class == "latency")
+            .map(|l| format!("pid {}: {}", l.pid, l.reason));
+        why.is_some()
+            || s.processes
+                .iter()
+                .any(|p| p.class == "latency" && !p.queues.is_empty())
+    });
+    match why {
+        Some(reason) => Err(CliError::Usage(format!(
+            "level2-traced: kfdqd did not take the latency client without its shim ({reason})"
+        ))),
+        None => r,
+    }
+}
+
 /// A workload that never said `ready`: the rule, after what happened.
 fn ready_hint(e: CliError) -> CliError {
     CliError::Usage(format!(
@@ -250,7 +284,7 @@ fn run_phase(env: &Env<'_>, phase: Phase, tag: &str) -> Result<PhaseResult, CliE
     let mut agent = None;
     let sock = dir.path().join("kfdq.sock");
     if let Some(level) = phase.agent() {
-        let cfg = agent_config(dir.path(), level, phase.sampled(), phase.direct())?;
+        let cfg = agent_config(dir.path(), level, phase)?;
         let mut cmd = Command::new(&env.kfdqd);
         if let Some((_, t, _)) = &traces {
             cmd.env(kfdq::chain::ENV, t);
@@ -261,9 +295,13 @@ fn run_phase(env: &Env<'_>, phase: Phase, tag: &str) -> Result<PhaseResult, CliE
         agent = Some(child);
     }
     let shim_env = |cmd: &mut Command, class: &str| {
-        cmd.env("LD_PRELOAD", &env.shim)
-            .env("KFDQ_ROOT", env.root)
-            .env("KFDQ_STATE_DIR", dir.path());
+        cmd.env("KFDQ_ROOT", env.root);
+        // The traced phase's latency client runs without the shim (its class is read from
+        // its environment by the agent's scan).
+        if !(phase.traced() && class != BATCH_CLASS) {
+            cmd.env("LD_PRELOAD", &env.shim)
+                .env("KFDQ_STATE_DIR", dir.path());
+        }
         if let Some((hp, _, lp)) = &traces {
             cmd.env(kfdq::chain::ENV, if class == BATCH_CLASS { lp } else { hp });
         }
@@ -305,7 +343,9 @@ fn run_phase(env: &Env<'_>, phase: Phase, tag: &str) -> Result<PhaseResult, CliE
         let mut c = Child::spawn("the latency client (HP)", cmd, &log("hp"))?;
         c.wait_line("ready", lines::hp_ready, wait)
             .map_err(ready_hint)?;
-        if agent.is_some() {
+        if agent.is_some() && phase.traced() {
+            traced(&sock, wait)?;
+        } else if agent.is_some() {
             wait_until("the latency client connecting to kfdqd", wait, || {
                 connected(&sock, "latency")
             })?;

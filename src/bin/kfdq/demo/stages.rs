@@ -101,7 +101,20 @@ fn first(ev: &[(Stage, f64)], stage: Stage, after: f64, before: f64) -> Option<(
 /// One request's points (NaN: a point its chain does not have), or `None` when a side recorded
 /// no step of it.
 fn chain(p: &Paired, tr: &Traces) -> Option<[f64; POINTS]> {
-    agent_chain(p, tr).or_else(|| direct_chain(p, tr))
+    agent_chain(p, tr)
+        .or_else(|| direct_chain(p, tr))
+        .or_else(|| traced_chain(p, tr))
+}
+
+/// A latency client without the shim (`level2-traced`): it stamps nothing, so the chain starts
+/// at the agent's read of the tracer's busy sample; the rest is the agent's chain.
+fn traced_chain(p: &Paired, tr: &Traces) -> Option<[f64; POINTS]> {
+    if !tr.hp.is_empty() {
+        return None;
+    }
+    let end = p.next_us;
+    let (_, read) = first(&tr.agent, Stage::AgentRead, p.start_us, end)?;
+    agent_side(p, tr, read, &[])
 }
 
 /// The direct path's chain: the batch job's watch thread woke on the board, its ioctls, its
@@ -157,14 +170,20 @@ fn agent_chain(p: &Paired, tr: &Traces) -> Option<[f64; POINTS]> {
     };
     // Each side stamps a message before writing it, so the reader's stamp comes after.
     let (_, read) = first(&tr.agent, Stage::AgentRead, edge, end)?;
+    agent_side(p, tr, read, &[(Point::Woke, woke), (Point::Edge, edge)])
+}
+
+/// The agent's chain from its read of the edge at `read` on, with the latency side's points
+/// `hp`.
+fn agent_side(p: &Paired, tr: &Traces, read: f64, hp: &[(Point, f64)]) -> Option<[f64; POINTS]> {
+    let end = p.next_us;
     let (_, decided) = first(&tr.agent, Stage::AgentDecided, read, end)?;
     let (_, written) = first(&tr.agent, Stage::AgentWritten, decided, end)?;
     let (_, recv) = first(&tr.lp, Stage::CmdRecv, written, end)?;
     let (ioctl_in, ioctl_out, ack) = batch_side(tr, recv, end)?;
-    Some(points(&[
-        (Point::Start, p.start_us),
-        (Point::Woke, woke),
-        (Point::Edge, edge),
+    let mut given = vec![(Point::Start, p.start_us)];
+    given.extend_from_slice(hp);
+    given.extend([
         (Point::Read, read),
         (Point::Decided, decided),
         (Point::Written, written),
@@ -173,7 +192,8 @@ fn agent_chain(p: &Paired, tr: &Traces) -> Option<[f64; POINTS]> {
         (Point::Stopped, p.stopped_us),
         (Point::IoctlOut, ioctl_out),
         (Point::Ack, ack),
-    ]))
+    ]);
+    Some(points(&given))
 }
 
 /// Every paired request's stage durations, µs: one vector per stage of [`SPANS`], in
@@ -357,5 +377,50 @@ mod tests {
         let s = samples(&pairs[..1], &traces());
         let get = |n: &str| s.iter().find(|(k, _)| *k == n).map(|(_, v)| v.clone());
         assert_eq!(get("launch_to_watcher"), Some(vec![]));
+    }
+
+    #[test]
+    fn a_traced_chain_starts_at_the_agents_read_of_the_sample() {
+        use Stage::*;
+        // The latency client stamps nothing; the agent read the tracer's busy sample at 900.
+        let tr = Traces {
+            hp: vec![],
+            agent: vec![
+                (AgentRead, 900.0),
+                (AgentDecided, 920.0),
+                (AgentWritten, 930.0),
+            ],
+            lp: vec![
+                (CmdRecv, 1000.0),
+                (IoctlIn, 1010.0),
+                (IoctlOut, 1150.0),
+                (AckSent, 1160.0),
+            ],
+        };
+        let pairs = [Paired {
+            start_us: 100.0,
+            stopped_us: 1100.0,
+            next_us: 5000.0,
+        }];
+        let s = samples(&pairs, &tr);
+        let get = |n: &str| s.iter().find(|(k, _)| *k == n).map(|(_, v)| v.clone());
+        assert_eq!(get("edge"), Some(vec![800.0]));
+        assert_eq!(get("decision"), Some(vec![30.0]));
+        assert_eq!(get("command"), Some(vec![170.0]));
+        assert_eq!(get("launch_to_wake"), Some(vec![]));
+        assert_eq!(get("edge_to_agent"), Some(vec![]));
+        assert_eq!(get("launch_to_watcher"), Some(vec![]));
+        // With the latency side's stamps, a chain without its edge is left out as before.
+        let tr = Traces {
+            hp: vec![(HpWoke, 50.0)],
+            ..tr
+        };
+        assert_eq!(
+            samples(&pairs, &tr)
+                .iter()
+                .find(|(k, _)| *k == "edge")
+                .map(|(_, v)| v.len()),
+            Some(0)
+        );
     }
 }
