@@ -214,11 +214,14 @@ struct Env<'a> {
 /// The agent sees a process of `class` with queues (the workload may be a process tree: a
 /// shell, a Python launcher).
 fn connected(sock: &Path, class: &str) -> bool {
-    client::status(sock).is_ok_and(|s| {
-        s.processes
-            .iter()
-            .any(|p| p.class == class && !p.queues.is_empty())
-    })
+    client::status(sock).is_ok_and(|s| has_class(&s, class))
+}
+
+/// [`connected`] in a status already read.
+fn has_class(s: &NodeStatus, class: &str) -> bool {
+    s.processes
+        .iter()
+        .any(|p| p.class == class && !p.queues.is_empty())
 }
 
 /// Waits until kfdqd's tracer controls a latency-class process (`level2-traced`); fails with
@@ -234,10 +237,7 @@ fn traced(sock: &Path, wait: Duration) -> Result<(), CliError> {
             .iter()
             .find(|l| l.class == "latency")
             .map(|l| format!("pid {}: {}", l.pid, l.reason));
-        why.is_some()
-            || s.processes
-                .iter()
-                .any(|p| p.class == "latency" && !p.queues.is_empty())
+        why.is_some() || has_class(&s, "latency")
     });
     match why {
         Some(reason) => Err(CliError::Usage(format!(
