@@ -5,6 +5,32 @@
 //! ptrace tracer, from the tracing thread, and SUSPEND/RESUME need the target runtime-enabled.
 //! A freshly created queue carries `EC_QUEUE_NEW` and cannot be suspended until a snapshot
 //! clears it ([`Kfd::queue_snapshot`] with [`EXCEPTION_QUEUE_NEW`]).
+//!
+//! In the kernel every operation here is `AMDKFD_IOC_DBG_TRAP` (or `AMDKFD_IOC_RUNTIME_ENABLE`),
+//! handled by `kfd_ioctl_set_debug_trap` (`kfd_ioctl_runtime_enable`) in
+//! `drivers/gpu/drm/amd/amdkfd/kfd_chardev.c`, which dispatches on the `KFD_IOC_DBG_TRAP_*` op of
+//! `include/uapi/linux/kfd_ioctl.h`; each function below names the kernel function its op
+//! reaches.
+//!
+//! # Example
+//!
+//! A process suspending and resuming its own queues, as the shim does at level 3:
+//!
+//! ```no_run
+//! use kfdq::kfd::{EXCEPTION_QUEUE_NEW, Kfd, Priority, QueueSpec, Root, debug};
+//!
+//! let kfd = Kfd::open(&Root::from_env())?;
+//! let gpu = kfd.topology().gpus().next().and_then(|n| n.gpu_id).expect("a GPU");
+//! let me = std::process::id();
+//! kfd.runtime_enable(0, false)?; // before the process's first queue
+//! let _attachment = kfd.dbg_enable(me, 0)?; // itself: no ptrace needed
+//! let q = kfd.create_queue(QueueSpec::aql(gpu).priority(Priority::LOW))?;
+//! kfd.queue_snapshot(me, EXCEPTION_QUEUE_NEW)?; // clears EC_QUEUE_NEW on the new queue
+//! let (suspended, _) = kfd.suspend_queues(me, &[q.id()], debug::GRACE_IMMEDIATE)?;
+//! assert_eq!(suspended, 1);
+//! kfd.resume_queues(me, &[q.id()])?;
+//! # Ok::<(), kfdq::kfd::Error>(())
+//! ```
 #![allow(unsafe_code)]
 
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
@@ -120,6 +146,9 @@ fn statuses(ids: &[u32]) -> Vec<QueueStatus> {
 
 /// RUNTIME_ENABLE on the process owning `fd` (enable = `mode_mask` bit 0). Returns the
 /// capabilities mask.
+///
+/// Kernel: `kfd_ioctl_runtime_enable` -> `runtime_enable` (`kfd_chardev.c`); see
+/// [`ioctl::runtime_enable`].
 pub fn runtime_enable(fd: BorrowedFd<'_>, r_debug: u64, ttmp_save: bool) -> Result<u32> {
     let mut mode = sys::KFD_RUNTIME_ENABLE_MODE_ENABLE_MASK as u32;
     if ttmp_save {
@@ -130,6 +159,24 @@ pub fn runtime_enable(fd: BorrowedFd<'_>, r_debug: u64, ttmp_save: bool) -> Resu
 
 /// DBG_TRAP SUSPEND_QUEUES on `pid`'s `queues` with `grace_period` (1K-clock units), clearing
 /// `clear_exceptions` on the suspended ones. Returns (newly suspended count, status per queue).
+///
+/// Kernel: `kfd_ioctl_set_debug_trap` (`kfd_chardev.c`), op `KFD_IOC_DBG_TRAP_SUSPEND_QUEUES`,
+/// -> `suspend_queues` (`kfd_device_queue_manager.c`). Takes the fd of any process: the shim
+/// passes the runtime's own `/dev/kfd` fd.
+///
+/// # Example
+///
+/// ```no_run
+/// use std::os::fd::AsFd;
+/// use kfdq::kfd::{Kfd, QueueId, Root, debug};
+///
+/// let kfd = Kfd::open(&Root::from_env())?;
+/// let me = std::process::id();
+/// let queues = [QueueId(0), QueueId(1)];
+/// let (n, status) = debug::suspend_queues(kfd.as_fd(), me, &queues, debug::GRACE_IMMEDIATE, 0)?;
+/// println!("{n} suspended: {status:?}");
+/// # Ok::<(), kfdq::kfd::Error>(())
+/// ```
 pub fn suspend_queues(
     fd: BorrowedFd<'_>,
     pid: u32,
@@ -151,6 +198,9 @@ pub fn suspend_queues(
 }
 
 /// DBG_TRAP RESUME_QUEUES on `pid`'s `queues`. Returns (resumed count, status per queue).
+///
+/// Kernel: `kfd_ioctl_set_debug_trap` (`kfd_chardev.c`), op `KFD_IOC_DBG_TRAP_RESUME_QUEUES`,
+/// -> `resume_queues` (`kfd_device_queue_manager.c`).
 pub fn resume_queues(
     fd: BorrowedFd<'_>,
     pid: u32,
@@ -188,6 +238,10 @@ fn snapshot_call(
 }
 
 /// DBG_TRAP GET_QUEUE_SNAPSHOT on `pid`, clearing `clear_exceptions` on every queue.
+///
+/// Kernel: `kfd_ioctl_set_debug_trap` (`kfd_chardev.c`), op
+/// `KFD_IOC_DBG_TRAP_GET_QUEUE_SNAPSHOT`, -> `pqm_get_queue_snapshot`
+/// (`kfd_process_queue_manager.c`). Called twice: once to size, once to fetch.
 pub fn queue_snapshot(
     fd: BorrowedFd<'_>,
     pid: u32,
@@ -222,6 +276,10 @@ pub fn queue_snapshot(
 /// DBG_TRAP ENABLE on `pid` (the process owning `fd` itself, or one whose ptrace tracer the
 /// calling thread is), subscribing to `exceptions`. Creates the event pipe KFD writes to; the
 /// returned attachment keeps both ends open.
+///
+/// Kernel: `kfd_ioctl_set_debug_trap` (`kfd_chardev.c`), op `KFD_IOC_DBG_TRAP_ENABLE`, ->
+/// `kfd_dbg_trap_enable` (`kfd_debug.c`); for a ptraced target that has no KFD process yet the
+/// handler creates one (`kfd_create_process`).
 pub fn dbg_enable(fd: BorrowedFd<'_>, pid: u32, exceptions: u64) -> Result<DebugAttachment> {
     let (read, write) =
         nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC | nix::fcntl::OFlag::O_NONBLOCK)
@@ -268,6 +326,9 @@ impl Kfd {
     }
 
     /// DBG_TRAP DISABLE on `pid`: resumes everything it suspended and detaches.
+    ///
+    /// Kernel: `kfd_ioctl_set_debug_trap` (`kfd_chardev.c`), op `KFD_IOC_DBG_TRAP_DISABLE`, ->
+    /// `kfd_dbg_trap_disable` (`kfd_debug.c`).
     pub fn dbg_disable(&self, pid: u32) -> Result<()> {
         self.require_debugger_api("DBG_TRAP")?;
         let mut args = trap_args(pid, sys::KFD_IOC_DBG_TRAP_DISABLE as u32);
@@ -276,7 +337,20 @@ impl Kfd {
     }
 
     /// DBG_TRAP GET_QUEUE_SNAPSHOT on `pid`; clears `clear_exceptions` (e.g.
-    /// [`EXCEPTION_QUEUE_NEW`]) on every queue.
+    /// [`EXCEPTION_QUEUE_NEW`]) on every queue. See [`queue_snapshot`].
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// use kfdq::kfd::{EXCEPTION_QUEUE_NEW, Kfd, Root};
+    ///
+    /// let kfd = Kfd::open(&Root::from_env())?;
+    /// let me = std::process::id();
+    /// for q in kfd.queue_snapshot(me, EXCEPTION_QUEUE_NEW)? {
+    ///     println!("{} on {}: ring {:#x}", q.queue_id, q.gpu_id, q.ring_base_address);
+    /// }
+    /// # Ok::<(), kfdq::kfd::Error>(())
+    /// ```
     pub fn queue_snapshot(&self, pid: u32, clear_exceptions: u64) -> Result<Vec<QueueSnapshot>> {
         self.require_debugger_api("DBG_TRAP")?;
         queue_snapshot(self.as_fd(), pid, clear_exceptions)

@@ -58,6 +58,25 @@ pub struct Kfd {
 
 impl Kfd {
     /// Opens `ROOT/dev/kfd`, checks the version (major must be 1) and reads the topology.
+    ///
+    /// Kernel: the open is `kfd_open` (`drivers/gpu/drm/amd/amdkfd/kfd_chardev.c`), which binds
+    /// the file to the calling process (`kfd_create_process`); the version is
+    /// [`super::ioctl::get_version`] (`AMDKFD_IOC_GET_VERSION`, `kfd_ioctl_get_version`); the
+    /// topology is sysfs (`ROOT/sys/class/kfd/kfd/topology`, [`Topology`]).
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// use kfdq::kfd::{Kfd, Root};
+    ///
+    /// // `/` unless KFDQ_ROOT names another root (a kfd-emu mount, say).
+    /// let kfd = Kfd::open(&Root::from_env())?;
+    /// println!("KFD {}.{}", kfd.version().major, kfd.version().minor);
+    /// for node in kfd.topology().gpus() {
+    ///     println!("node {} ({}): gpu_id {:?}", node.index, node.name, node.gpu_id);
+    /// }
+    /// # Ok::<(), kfdq::kfd::Error>(())
+    /// ```
     pub fn open(root: &Root) -> Result<Kfd> {
         let path = root.kfd_device();
         let file = OpenOptions::new()
@@ -134,6 +153,22 @@ impl Kfd {
     /// Opens the node's render node and issues ACQUIRE_VM. Idempotent per GPU.
     ///
     /// Required before any allocation or queue on that GPU.
+    ///
+    /// Kernel: `kfd_ioctl_acquire_vm` (`kfd_chardev.c`), request `AMDKFD_IOC_ACQUIRE_VM`
+    /// ([`super::ioctl::acquire_vm`]).
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// use kfdq::kfd::{AllocFlags, Kfd, Root};
+    ///
+    /// let kfd = Kfd::open(&Root::from_env())?;
+    /// let gpu = kfd.topology().gpus().next().and_then(|n| n.gpu_id).expect("a GPU");
+    /// kfd.acquire_vm(gpu)?;
+    /// let buf = kfd.alloc(gpu, 1 << 20, AllocFlags::GTT | AllocFlags::WRITABLE)?;
+    /// # drop(buf);
+    /// # Ok::<(), kfdq::kfd::Error>(())
+    /// ```
     pub fn acquire_vm(&self, gpu: GpuId) -> Result<()> {
         let node = self.gpu(gpu)?;
         let mut vms = self.vms();

@@ -5,6 +5,30 @@
 //! Wrappers take a [`BorrowedFd`] so that both [`super::Kfd`] and code that observes another
 //! component's `/dev/kfd` fd (the launch shim) use the same path. Wrappers whose argument
 //! carries pointers the kernel dereferences or keeps are `unsafe fn` with a `# Safety` section.
+//!
+//! # Kernel side
+//!
+//! Every request enters amdkfd at `kfd_ioctl()` (`drivers/gpu/drm/amd/amdkfd/kfd_chardev.c`),
+//! which looks the handler up by request number in its table `amdkfd_ioctls[]`, copies in the
+//! caller's struct size (zero-filling the rest), calls the handler and copies the struct back.
+//! The request numbers and argument structs are those of `include/uapi/linux/kfd_ioctl.h`
+//! (bound by kfd-sys); facts the code relies on are in `docs/kernel-interface.md`.
+//!
+//! | wrapper | request (`kfd_ioctl.h`) | handler (`kfd_chardev.c`) |
+//! |---|---|---|
+//! | [`get_version`] | `AMDKFD_IOC_GET_VERSION` | `kfd_ioctl_get_version` |
+//! | [`create_queue`] | `AMDKFD_IOC_CREATE_QUEUE` | `kfd_ioctl_create_queue` |
+//! | [`destroy_queue`] | `AMDKFD_IOC_DESTROY_QUEUE` | `kfd_ioctl_destroy_queue` |
+//! | [`update_queue`] | `AMDKFD_IOC_UPDATE_QUEUE` | `kfd_ioctl_update_queue` |
+//! | [`acquire_vm`] | `AMDKFD_IOC_ACQUIRE_VM` | `kfd_ioctl_acquire_vm` |
+//! | [`alloc_memory_of_gpu`] | `AMDKFD_IOC_ALLOC_MEMORY_OF_GPU` | `kfd_ioctl_alloc_memory_of_gpu` |
+//! | [`free_memory_of_gpu`] | `AMDKFD_IOC_FREE_MEMORY_OF_GPU` | `kfd_ioctl_free_memory_of_gpu` |
+//! | [`map_memory_to_gpu`] | `AMDKFD_IOC_MAP_MEMORY_TO_GPU` | `kfd_ioctl_map_memory_to_gpu` |
+//! | [`unmap_memory_from_gpu`] | `AMDKFD_IOC_UNMAP_MEMORY_FROM_GPU` | `kfd_ioctl_unmap_memory_from_gpu` |
+//! | [`set_cu_mask`] | `AMDKFD_IOC_SET_CU_MASK` | `kfd_ioctl_set_cu_mask` |
+//! | [`get_queue_wave_state`] | `AMDKFD_IOC_GET_QUEUE_WAVE_STATE` | `kfd_ioctl_get_queue_wave_state` |
+//! | [`runtime_enable`] | `AMDKFD_IOC_RUNTIME_ENABLE` | `kfd_ioctl_runtime_enable` |
+//! | [`dbg_trap`] | `AMDKFD_IOC_DBG_TRAP` | `kfd_ioctl_set_debug_trap` |
 #![allow(unsafe_code)]
 
 use std::os::fd::{AsRawFd, BorrowedFd};
@@ -114,6 +138,20 @@ fn queue(q: u32) -> IoctlContext {
 }
 
 /// `ioctl(kfd, AMDKFD_IOC_GET_VERSION)` — the interface version (major, minor).
+///
+/// Kernel: `kfd_ioctl_get_version` (`kfd_chardev.c`), reached as `AMDKFD_IOC_GET_VERSION` with
+/// `struct kfd_ioctl_get_version_args` (`kfd_ioctl.h`).
+///
+/// # Example
+///
+/// ```no_run
+/// use std::os::fd::AsFd;
+///
+/// let kfd = std::fs::OpenOptions::new().read(true).write(true).open("/dev/kfd")?;
+/// let (major, minor) = kfdq::kfd::ioctl::get_version(kfd.as_fd())?;
+/// assert_eq!(major, 1, "amdkfd's major version is 1 (minor {minor})");
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[doc(alias = "AMDKFD_IOC_GET_VERSION")]
 pub fn get_version(fd: BorrowedFd<'_>) -> Result<(u32, u32)> {
     let mut args = sys::kfd_ioctl_get_version_args::default();
@@ -125,6 +163,12 @@ pub fn get_version(fd: BorrowedFd<'_>) -> Result<(u32, u32)> {
 
 /// `ioctl(kfd, AMDKFD_IOC_CREATE_QUEUE)` — creates a user-mode queue; fills `queue_id` and
 /// `doorbell_offset`.
+///
+/// Kernel: `kfd_ioctl_create_queue` (`kfd_chardev.c`), reached as `AMDKFD_IOC_CREATE_QUEUE` with
+/// `struct kfd_ioctl_create_queue_args` (`kfd_ioctl.h`). The handler checks the arguments
+/// (`set_queue_properties_from_user`) and creates the queue through `pqm_create_queue`
+/// (`kfd_process_queue_manager.c`). [`super::Kfd::create_queue`] builds the buffers the kernel's
+/// rules ask for.
 ///
 /// # Safety
 /// Every address in `args` (ring, read/write pointers, EOP, CWSR) must stay valid, mapped to
@@ -144,6 +188,9 @@ pub unsafe fn create_queue(
 /// `ioctl(kfd, AMDKFD_IOC_DESTROY_QUEUE)` — destroys a queue of the calling process.
 ///
 /// Blocks while a debugger holds the queue suspended.
+///
+/// Kernel: `kfd_ioctl_destroy_queue` (`kfd_chardev.c`), reached as `AMDKFD_IOC_DESTROY_QUEUE` with
+/// `struct kfd_ioctl_destroy_queue_args` (`kfd_ioctl.h`).
 #[doc(alias = "AMDKFD_IOC_DESTROY_QUEUE")]
 pub fn destroy_queue(fd: BorrowedFd<'_>, queue_id: QueueId) -> Result<()> {
     let mut args = sys::kfd_ioctl_destroy_queue_args {
@@ -157,7 +204,11 @@ pub fn destroy_queue(fd: BorrowedFd<'_>, queue_id: QueueId) -> Result<()> {
 
 /// `ioctl(kfd, AMDKFD_IOC_UPDATE_QUEUE)` — sets ring, percentage and priority of a queue.
 ///
-/// Every call is a device-wide preempt of the partition's runlist.
+/// Every call is a device-wide preempt of the partition's runlist (`execute_queues_cpsch`,
+/// `kfd_device_queue_manager.c`; docs/kernel-interface.md §2).
+///
+/// Kernel: `kfd_ioctl_update_queue` (`kfd_chardev.c`), reached as `AMDKFD_IOC_UPDATE_QUEUE` with
+/// `struct kfd_ioctl_update_queue_args` (`kfd_ioctl.h`).
 ///
 /// # Safety
 /// The call points the queue's ring at `ring_base_address`/`ring_size`: from then on the GPU
@@ -177,6 +228,9 @@ pub unsafe fn update_queue(
 }
 
 /// `ioctl(kfd, AMDKFD_IOC_ACQUIRE_VM)` — binds the process's GPU VM of `gpu_id` to a render node fd.
+///
+/// Kernel: `kfd_ioctl_acquire_vm` (`kfd_chardev.c`), reached as `AMDKFD_IOC_ACQUIRE_VM` with
+/// `struct kfd_ioctl_acquire_vm_args` (`kfd_ioctl.h`).
 #[doc(alias = "AMDKFD_IOC_ACQUIRE_VM")]
 pub fn acquire_vm(fd: BorrowedFd<'_>, drm_fd: BorrowedFd<'_>, gpu_id: GpuId) -> Result<()> {
     let args = sys::kfd_ioctl_acquire_vm_args {
@@ -190,6 +244,10 @@ pub fn acquire_vm(fd: BorrowedFd<'_>, drm_fd: BorrowedFd<'_>, gpu_id: GpuId) -> 
 
 /// `ioctl(kfd, AMDKFD_IOC_ALLOC_MEMORY_OF_GPU)` — allocates a buffer object; fills `handle` and
 /// (for VRAM/GTT) `mmap_offset`.
+///
+/// Kernel: `kfd_ioctl_alloc_memory_of_gpu` (`kfd_chardev.c`), reached as
+/// `AMDKFD_IOC_ALLOC_MEMORY_OF_GPU` with `struct kfd_ioctl_alloc_memory_of_gpu_args`
+/// (`kfd_ioctl.h`).
 ///
 /// # Safety
 /// For USERPTR allocations `mmap_offset` is a CPU address the GPU will access until the
@@ -206,6 +264,9 @@ pub unsafe fn alloc_memory_of_gpu(
 }
 
 /// `ioctl(kfd, AMDKFD_IOC_FREE_MEMORY_OF_GPU)` — frees a buffer object.
+///
+/// Kernel: `kfd_ioctl_free_memory_of_gpu` (`kfd_chardev.c`), reached as
+/// `AMDKFD_IOC_FREE_MEMORY_OF_GPU` with `struct kfd_ioctl_free_memory_of_gpu_args` (`kfd_ioctl.h`).
 #[doc(alias = "AMDKFD_IOC_FREE_MEMORY_OF_GPU")]
 pub fn free_memory_of_gpu(fd: BorrowedFd<'_>, handle: u64) -> Result<()> {
     let args = sys::kfd_ioctl_free_memory_of_gpu_args { handle };
@@ -225,6 +286,9 @@ fn map_args(handle: u64, gpus: &[u32]) -> sys::kfd_ioctl_map_memory_to_gpu_args 
 
 /// `ioctl(kfd, AMDKFD_IOC_MAP_MEMORY_TO_GPU)` — maps a buffer into the GPU VMs of `gpus`;
 /// returns how many succeeded.
+///
+/// Kernel: `kfd_ioctl_map_memory_to_gpu` (`kfd_chardev.c`), reached as
+/// `AMDKFD_IOC_MAP_MEMORY_TO_GPU` with `struct kfd_ioctl_map_memory_to_gpu_args` (`kfd_ioctl.h`).
 #[doc(alias = "AMDKFD_IOC_MAP_MEMORY_TO_GPU")]
 pub fn map_memory_to_gpu(fd: BorrowedFd<'_>, handle: u64, gpus: &[GpuId]) -> Result<u32> {
     let ids: Vec<u32> = gpus.iter().map(|g| g.0).collect();
@@ -237,6 +301,10 @@ pub fn map_memory_to_gpu(fd: BorrowedFd<'_>, handle: u64, gpus: &[GpuId]) -> Res
 }
 
 /// `ioctl(kfd, AMDKFD_IOC_UNMAP_MEMORY_FROM_GPU)` — unmaps a buffer from the GPU VMs of `gpus`.
+///
+/// Kernel: `kfd_ioctl_unmap_memory_from_gpu` (`kfd_chardev.c`), reached as
+/// `AMDKFD_IOC_UNMAP_MEMORY_FROM_GPU` with `struct kfd_ioctl_unmap_memory_from_gpu_args`
+/// (`kfd_ioctl.h`).
 #[doc(alias = "AMDKFD_IOC_UNMAP_MEMORY_FROM_GPU")]
 pub fn unmap_memory_from_gpu(fd: BorrowedFd<'_>, handle: u64, gpus: &[GpuId]) -> Result<u32> {
     let ids: Vec<u32> = gpus.iter().map(|g| g.0).collect();
@@ -255,6 +323,9 @@ pub fn unmap_memory_from_gpu(fd: BorrowedFd<'_>, handle: u64, gpus: &[GpuId]) ->
 
 /// `ioctl(kfd, AMDKFD_IOC_SET_CU_MASK)` — restricts a queue to the CUs in `words`
 /// (`32 * words.len()` bits).
+///
+/// Kernel: `kfd_ioctl_set_cu_mask` (`kfd_chardev.c`), reached as `AMDKFD_IOC_SET_CU_MASK` with
+/// `struct kfd_ioctl_set_cu_mask_args` (`kfd_ioctl.h`).
 #[doc(alias = "AMDKFD_IOC_SET_CU_MASK")]
 pub fn set_cu_mask(fd: BorrowedFd<'_>, queue_id: QueueId, words: &[u32]) -> Result<()> {
     let args = sys::kfd_ioctl_set_cu_mask_args {
@@ -269,6 +340,10 @@ pub fn set_cu_mask(fd: BorrowedFd<'_>, queue_id: QueueId, words: &[u32]) -> Resu
 
 /// `ioctl(kfd, AMDKFD_IOC_GET_QUEUE_WAVE_STATE)` — copies the control stack of an inactive
 /// compute queue to `ctl_stack_address`; returns (control-stack bytes used, save-area bytes used).
+///
+/// Kernel: `kfd_ioctl_get_queue_wave_state` (`kfd_chardev.c`), reached as
+/// `AMDKFD_IOC_GET_QUEUE_WAVE_STATE` with `struct kfd_ioctl_get_queue_wave_state_args`
+/// (`kfd_ioctl.h`).
 ///
 /// # Safety
 /// `ctl_stack_address` must point at writable memory of at least the queue's per-XCC
@@ -294,6 +369,10 @@ pub unsafe fn get_queue_wave_state(
 /// the debug runtime of the calling process; returns the capabilities mask.
 ///
 /// Must precede the process's first queue (`EEXIST` otherwise).
+///
+/// Kernel: `kfd_ioctl_runtime_enable` (`kfd_chardev.c`), reached as `AMDKFD_IOC_RUNTIME_ENABLE`
+/// with `struct kfd_ioctl_runtime_enable_args` (`kfd_ioctl.h`). The handler calls `runtime_enable`
+/// or `runtime_disable` (both in `kfd_chardev.c`) by `KFD_RUNTIME_ENABLE_MODE_ENABLE_MASK`.
 #[doc(alias = "AMDKFD_IOC_RUNTIME_ENABLE")]
 pub fn runtime_enable(fd: BorrowedFd<'_>, r_debug: u64, mode_mask: u32) -> Result<u32> {
     let mut args = sys::kfd_ioctl_runtime_enable_args {
@@ -310,6 +389,11 @@ pub fn runtime_enable(fd: BorrowedFd<'_>, r_debug: u64, mode_mask: u32) -> Resul
 
 /// `ioctl(kfd, AMDKFD_IOC_DBG_TRAP)` — one debugger operation; returns the ioctl's value
 /// (SUSPEND/RESUME: number of queues changed).
+///
+/// Kernel: `kfd_ioctl_set_debug_trap` (`kfd_chardev.c`), reached as `AMDKFD_IOC_DBG_TRAP` with
+/// `struct kfd_ioctl_dbg_trap_args` (`kfd_ioctl.h`). The handler resolves `args.pid` (another
+/// process only for its ptrace tracer) and dispatches on `args.op` (`KFD_IOC_DBG_TRAP_*`); the
+/// operations kfdq uses are wrapped with their kernel functions in [`super::debug`].
 ///
 /// # Safety
 /// Every pointer in the op's union member (`rinfo_ptr`, `queue_array_ptr`, `snapshot_buf_ptr`,

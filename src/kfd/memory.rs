@@ -124,6 +124,24 @@ impl Kfd {
 
     /// Allocates `size` bytes of zeroed anonymous memory, registers it as a USERPTR buffer at
     /// the same GPU address and maps it to `gpu`.
+    ///
+    /// Kernel: `kfd_ioctl_alloc_memory_of_gpu` then `kfd_ioctl_map_memory_to_gpu`
+    /// (`kfd_chardev.c`), requests `AMDKFD_IOC_ALLOC_MEMORY_OF_GPU` and
+    /// `AMDKFD_IOC_MAP_MEMORY_TO_GPU`.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// use kfdq::kfd::{AllocFlags, Kfd, Root};
+    ///
+    /// let kfd = Kfd::open(&Root::from_env())?;
+    /// let gpu = kfd.topology().gpus().next().and_then(|n| n.gpu_id).expect("a GPU");
+    /// kfd.acquire_vm(gpu)?;
+    /// let mut buf = kfd.alloc_userptr(gpu, 4096, AllocFlags::WRITABLE)?;
+    /// buf.write_bytes(0, b"hello")?; // CPU and GPU see it at buf.va()
+    /// buf.free()?; // or drop it
+    /// # Ok::<(), kfdq::kfd::Error>(())
+    /// ```
     pub fn alloc_userptr(
         &self,
         gpu: GpuId,
@@ -166,6 +184,11 @@ impl Kfd {
     /// Allocates a VRAM or GTT buffer at a reserved address and maps it to `gpu`. GTT and
     /// `PUBLIC` VRAM buffers are also mapped for the CPU at the same address (through the
     /// render node); other VRAM stays a PROT_NONE reservation on the CPU side.
+    ///
+    /// Kernel: `kfd_ioctl_alloc_memory_of_gpu` then `kfd_ioctl_map_memory_to_gpu`
+    /// (`kfd_chardev.c`), requests `AMDKFD_IOC_ALLOC_MEMORY_OF_GPU` and
+    /// `AMDKFD_IOC_MAP_MEMORY_TO_GPU`; the CPU mapping is an mmap of the render node at the
+    /// allocation's `mmap_offset`. Example: [`Kfd::acquire_vm`].
     pub fn alloc(&self, gpu: GpuId, size: u64, flags: AllocFlags) -> Result<Allocation<'_>> {
         self.require_vm(gpu)?;
         if !(flags.contains(AllocFlags::VRAM) ^ flags.contains(AllocFlags::GTT))
@@ -286,6 +309,9 @@ impl<'k> Allocation<'k> {
     }
 
     /// MAP_MEMORY_TO_GPU on its GPU.
+    ///
+    /// Kernel: `kfd_ioctl_map_memory_to_gpu` (`kfd_chardev.c`), request
+    /// `AMDKFD_IOC_MAP_MEMORY_TO_GPU` ([`super::ioctl::map_memory_to_gpu`]).
     pub fn map_to_gpu(&mut self) -> Result<()> {
         if !self.mapped {
             ioctl::map_memory_to_gpu(self.kfd.as_fd(), self.handle, &[self.gpu])?;
@@ -295,6 +321,9 @@ impl<'k> Allocation<'k> {
     }
 
     /// UNMAP_MEMORY_FROM_GPU on its GPU (refused while a queue uses it, Linux 6.12+).
+    ///
+    /// Kernel: `kfd_ioctl_unmap_memory_from_gpu` (`kfd_chardev.c`), request
+    /// `AMDKFD_IOC_UNMAP_MEMORY_FROM_GPU` ([`super::ioctl::unmap_memory_from_gpu`]).
     pub fn unmap_from_gpu(&mut self) -> Result<()> {
         if self.mapped {
             ioctl::unmap_memory_from_gpu(self.kfd.as_fd(), self.handle, &[self.gpu])?;
@@ -305,6 +334,9 @@ impl<'k> Allocation<'k> {
 
     /// Unmaps and frees now, returning the kernel's answer. Drop does the same; after a failed
     /// `free` the drop retries once, and if the kernel refuses again leaves the buffer to it.
+    ///
+    /// Kernel: `kfd_ioctl_unmap_memory_from_gpu`, then `kfd_ioctl_free_memory_of_gpu`
+    /// (`kfd_chardev.c`), request `AMDKFD_IOC_FREE_MEMORY_OF_GPU`.
     pub fn free(mut self) -> Result<()> {
         self.release()
     }

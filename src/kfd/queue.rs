@@ -182,6 +182,25 @@ pub struct Queue<'k> {
 
 impl Kfd {
     /// Creates a compute queue on `spec.gpu` (ACQUIRE_VM is done if it was not).
+    ///
+    /// Allocates the ring, pointer page, CWSR area (and EOP where the GPU needs one) as
+    /// the kernel's buffer rules ask (docs/kernel-interface.md §2), maps the doorbell page on
+    /// first use, then issues CREATE_QUEUE. Kernel: `kfd_ioctl_create_queue` (`kfd_chardev.c`),
+    /// request `AMDKFD_IOC_CREATE_QUEUE` ([`super::ioctl::create_queue`]); the doorbell page is
+    /// an mmap of `/dev/kfd` (`kfd_mmap` -> `kfd_doorbell_mmap`).
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// use kfdq::kfd::{Kfd, Priority, QueueSpec, Root};
+    ///
+    /// let kfd = Kfd::open(&Root::from_env())?;
+    /// let gpu = kfd.topology().gpus().next().and_then(|n| n.gpu_id).expect("a GPU");
+    /// let q = kfd.create_queue(QueueSpec::aql(gpu).priority(Priority::HIGH))?;
+    /// println!("{} on {}: doorbell offset {:#x}", q.id(), q.gpu(), q.doorbell_offset());
+    /// q.destroy()?; // or drop it
+    /// # Ok::<(), kfdq::kfd::Error>(())
+    /// ```
     pub fn create_queue(&self, spec: QueueSpec) -> Result<Queue<'_>> {
         spec.validate()?;
         let node = self.gpu(spec.gpu)?;
@@ -349,21 +368,52 @@ impl<'k> Queue<'k> {
 
     /// Sets the KFD priority (UPDATE_QUEUE with the same ring and percentage). A device-wide
     /// preempt of the partition.
+    ///
+    /// Kernel: `kfd_ioctl_update_queue` (`kfd_chardev.c`), request `AMDKFD_IOC_UPDATE_QUEUE`
+    /// ([`super::ioctl::update_queue`]); the pipe priority it programs is in
+    /// [`Priority::pipe_priority`].
     pub fn set_priority(&mut self, priority: Priority) -> Result<()> {
         self.update(self.percentage, priority)
     }
 
     /// Deactivates the queue (percentage 0): it is unmapped and its waves are CWSR-saved.
+    ///
+    /// Kernel: `kfd_ioctl_update_queue` (`kfd_chardev.c`), request `AMDKFD_IOC_UPDATE_QUEUE`
+    /// with `queue_percentage` 0: the queue no longer counts as active (`QUEUE_IS_ACTIVE`,
+    /// `kfd_priv.h`) and leaves the runlist. A device-wide preempt of the
+    /// partition, as ROCr's `AqlQueue::Suspend` does it.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// use kfdq::kfd::{Kfd, QueueSpec, Root};
+    ///
+    /// let kfd = Kfd::open(&Root::from_env())?;
+    /// let gpu = kfd.topology().gpus().next().and_then(|n| n.gpu_id).expect("a GPU");
+    /// let mut q = kfd.create_queue(QueueSpec::aql(gpu))?;
+    /// q.deactivate()?;
+    /// assert!(!q.is_active());
+    /// let waves = q.wave_state()?; // only for an inactive queue
+    /// println!("control stack {} bytes", waves.ctl_stack_used_size);
+    /// q.activate()?;
+    /// # Ok::<(), kfdq::kfd::Error>(())
+    /// ```
     pub fn deactivate(&mut self) -> Result<()> {
         self.update(Percentage::OFF, self.priority)
     }
 
     /// Reactivates the queue (percentage 100).
+    ///
+    /// Kernel: `kfd_ioctl_update_queue` (`kfd_chardev.c`), request `AMDKFD_IOC_UPDATE_QUEUE`
+    /// with `queue_percentage` 100.
     pub fn activate(&mut self) -> Result<()> {
         self.update(Percentage::FULL, self.priority)
     }
 
     /// Restricts the queue to the CUs in `mask`.
+    ///
+    /// Kernel: `kfd_ioctl_set_cu_mask` (`kfd_chardev.c`), request `AMDKFD_IOC_SET_CU_MASK`
+    /// ([`super::ioctl::set_cu_mask`]).
     pub fn set_cu_mask(&mut self, mask: CuMask) -> Result<()> {
         ioctl::set_cu_mask(self.kfd.as_fd(), self.id, mask.words())?;
         self.cu_mask = Some(mask);
@@ -372,6 +422,9 @@ impl<'k> Queue<'k> {
 
     /// Control-stack and save-area usage of an inactive queue (the kernel copies the control
     /// stack into the queue's CWSR area).
+    ///
+    /// Kernel: `kfd_ioctl_get_queue_wave_state` (`kfd_chardev.c`), request
+    /// `AMDKFD_IOC_GET_QUEUE_WAVE_STATE` ([`super::ioctl::get_queue_wave_state`]).
     pub fn wave_state(&self) -> Result<WaveState> {
         // SAFETY: the CWSR area is owned by this queue and sized for every XCC's control stack.
         let (ctl, save) = unsafe {
@@ -423,7 +476,25 @@ impl<'k> Queue<'k> {
     /// and rings the doorbell. Returns the packet's index.
     ///
     /// `&mut self`: one submitter at a time (the write index and the ring slots are not
-    /// claimed atomically).
+    /// claimed atomically). No system call: the packet processor reads the ring after the
+    /// doorbell write to the page mapped from `/dev/kfd`.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use kfdq::kfd::{DispatchPacket, Kfd, QueueSpec, Root, Signal};
+    ///
+    /// let kfd = Kfd::open(&Root::from_env())?;
+    /// let gpu = kfd.topology().gpus().next().and_then(|n| n.gpu_id).expect("a GPU");
+    /// let mut q = kfd.create_queue(QueueSpec::aql(gpu))?;
+    /// let done = Signal::new(&kfd, gpu, 1)?;
+    /// let kernel_object = 0; // the code object's kernel descriptor address
+    /// let packet = DispatchPacket::new(kernel_object, 64 * 80, 64).with_signal(&done);
+    /// q.submit(&packet)?;
+    /// q.wait_idle(Duration::from_secs(1))?;
+    /// # Ok::<(), kfdq::kfd::Error>(())
+    /// ```
     pub fn submit(&mut self, packet: &DispatchPacket) -> Result<u64> {
         if self.kind != QueueKind::ComputeAql {
             return Err(Error::invalid(
@@ -471,6 +542,9 @@ impl<'k> Queue<'k> {
     /// Destroys the queue now, returning the kernel's answer. Blocks while a debugger holds
     /// it suspended. After a failure the drop retries once, and if the kernel refuses again
     /// leaves the queue and its buffers to it.
+    ///
+    /// Kernel: `kfd_ioctl_destroy_queue` (`kfd_chardev.c`), request `AMDKFD_IOC_DESTROY_QUEUE`
+    /// ([`super::ioctl::destroy_queue`]).
     pub fn destroy(mut self) -> Result<()> {
         self.destroy_inner()
     }
