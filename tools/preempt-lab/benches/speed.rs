@@ -1,6 +1,7 @@
 //! How fast `preempt-lab sim` simulates: dispatch completions and the model's batch events per
 //! second of this machine's time, per workload mix, at level 2 (the busiest control path: a
-//! decision and two runlist updates per request), and for the field's mix under every control.
+//! decision and two runlist updates per request), for the field's mix under every control, and
+//! for the measured shapes of the default scenarios (`field`, `decode`: 200 requests, one seed).
 //! `cargo bench -p preempt-lab` prints the table recorded in docs/performance.md ("preempt-lab:
 //! simulation speed").
 
@@ -13,7 +14,7 @@ use preempt_lab::workload::{Arrival, Kernel, Shape, Workload};
 
 /// The field's scenario with these jobs, one seed under `control`.
 fn setup_with(control: Control, hp: Workload, lp: Workload, requests: usize) -> Setup {
-    let mut sc = Scenario::field(1000.0);
+    let mut sc = Scenario::field_synthetic(1000.0);
     sc.hp = hp;
     sc.lp = lp;
     sc.requests = requests;
@@ -49,7 +50,28 @@ fn main() {
             2000,
         )
     };
+    // The measured shapes (the default `sim` scenarios): traced kernels, contention terms on.
+    let measured = |mut sc: Scenario, control| {
+        sc.requests = 200;
+        sc.setup(control, 1, true, true)
+    };
     let mut cases = vec![
+        (
+            "field, measured (traces, 5.3 TB/s), level 2 edge",
+            measured(Scenario::field(), Control::Edge(Level::Deactivate)),
+        ),
+        (
+            "field, measured, level 2 hinted",
+            measured(Scenario::field(), Control::Hinted(Level::Deactivate)),
+        ),
+        (
+            "field, measured, native",
+            measured(Scenario::field(), Control::Native),
+        ),
+        (
+            "decode, measured, level 2 edge",
+            measured(Scenario::decode(), Control::Edge(Level::Deactivate)),
+        ),
         (
             "field (resnet18 + resnet50-batch 1 ms wg)",
             field(Control::Level(Level::Deactivate), 1000.0),

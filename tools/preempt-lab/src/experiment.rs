@@ -3,7 +3,7 @@
 
 use crate::report::{Report, Row};
 use crate::scenario::Scenario;
-use crate::sim::{self, Control, RunResult, SetupError};
+use crate::sim::{self, Control, RunResult, Setup, SetupError};
 use crate::timeline::Timeline;
 
 /// One configuration's data for plots.
@@ -37,37 +37,32 @@ pub fn run(scenario: &Scenario, progress: impl FnMut(&str, u64)) -> Result<Repor
 }
 
 /// [`run`], also returning the data of the plots: the first seed of each configuration records
-/// its timeline (the other seeds run as in [`run`]).
+/// its timeline (the other seeds run as in [`run`]). The seeds of one configuration run on
+/// threads of their own (each run is deterministic and alone with its inputs, so the report is
+/// the same whatever the threads do); `progress` is told in seed order.
 pub fn run_with_series(
     scenario: &Scenario,
     mut progress: impl FnMut(&str, u64),
 ) -> Result<(Report, Series), SetupError> {
-    let mut hp_alone = Vec::new();
-    let mut lp_alone = Vec::new();
     let mut completions = 0u64;
-    for &seed in &scenario.seeds {
-        let r = sim::run(&scenario.setup(Control::Alone, seed, true, false))?;
-        completions += r.completions;
-        hp_alone.push(r);
-        progress("hp alone", seed);
-        let r = sim::run(&scenario.setup(Control::Alone, seed, false, true))?;
-        completions += r.completions;
-        lp_alone.push(r);
-        progress("lp alone", seed);
-    }
+    let hp_alone = seeds(scenario, |seed| {
+        scenario.setup(Control::Alone, seed, true, false)
+    })?;
+    completions += report_progress(&hp_alone, "hp alone", scenario, &mut progress);
+    let lp_alone = seeds(scenario, |seed| {
+        scenario.setup(Control::Alone, seed, false, true)
+    })?;
+    completions += report_progress(&lp_alone, "lp alone", scenario, &mut progress);
     let first = scenario.seeds.first().copied().unwrap_or(0);
     let mut rows = Vec::new();
     let mut configs = Vec::new();
     for &c in &scenario.controls {
-        let mut runs: Vec<RunResult> = Vec::new();
-        for &seed in &scenario.seeds {
+        let mut runs = seeds(scenario, |seed| {
             let mut setup = scenario.setup(c, seed, true, true);
             setup.timeline = seed == first;
-            let r = sim::run(&setup)?;
-            completions += r.completions;
-            runs.push(r);
-            progress(c.name(), seed);
-        }
+            setup
+        })?;
+        completions += report_progress(&runs, c.name(), scenario, &mut progress);
         rows.push(Row::new(c, &runs, &hp_alone, &lp_alone));
         configs.push(ConfigSeries {
             control: c.name().into(),
@@ -92,4 +87,46 @@ pub fn run_with_series(
         configs,
     };
     Ok((report, series))
+}
+
+/// Runs the setup `setup` gives for every seed of `scenario`, at most as many at once as the
+/// machine has cores; the results in seed order.
+fn seeds(
+    scenario: &Scenario,
+    setup: impl Fn(u64) -> Setup + Sync,
+) -> Result<Vec<RunResult>, SetupError> {
+    let width = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let mut out = Vec::with_capacity(scenario.seeds.len());
+    for chunk in scenario.seeds.chunks(width.max(1)) {
+        let results: Vec<Result<RunResult, SetupError>> = std::thread::scope(|s| {
+            let handles: Vec<_> = chunk
+                .iter()
+                .map(|&seed| {
+                    let setup = &setup;
+                    s.spawn(move || sim::run(&setup(seed)))
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
+                .collect()
+        });
+        for r in results {
+            out.push(r?);
+        }
+    }
+    Ok(out)
+}
+
+/// Tells `progress` of each seed's run, in seed order; returns the runs' completions.
+fn report_progress(
+    runs: &[RunResult],
+    what: &str,
+    scenario: &Scenario,
+    progress: &mut impl FnMut(&str, u64),
+) -> u64 {
+    for &seed in &scenario.seeds {
+        progress(what, seed);
+    }
+    runs.iter().map(|r| r.completions).sum()
 }

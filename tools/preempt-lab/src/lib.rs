@@ -5,7 +5,7 @@
 //! (`kfdq.toml`), with a model of the host side: launch latency, the shim's activity sampling,
 //! the agent's decision and the command's trip to the shim ([`HostParams`]). Workloads are
 //! built-in shapes with arrival processes ([`workload`]). A [`scenario`] names configurations
-//! (alone, native, priority only, levels 1-3) and seeds; [`experiment`] runs them and [`report`]s HP latency and LP
+//! (alone, native, priority only, levels 1-3, sampled, edge-driven or hinted) and seeds; [`experiment`] runs them and [`report`]s HP latency and LP
 //! throughput normalised to alone, device-wide preempts and preemption latency.
 //! [`trace`] reads user trace files, [`sweep`] runs a scenario per value of one parameter, and
 //! [`plot`] draws the latency CDFs and throughput timelines ([`timeline`]) as SVG and PNG.
@@ -18,6 +18,7 @@
 #![deny(missing_debug_implementations)]
 
 pub mod experiment;
+mod hint;
 pub mod plot;
 pub mod real_run;
 pub mod report;

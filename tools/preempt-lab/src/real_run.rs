@@ -102,9 +102,11 @@ pub fn phase_of(control: Control) -> &'static str {
         Control::Alone => "alone",
         Control::Native => "uncontrolled",
         Control::PriorityOnly => "priority",
-        Control::Level(Level::Hold) | Control::Edge(Level::Hold) => "level1",
-        Control::Level(Level::Deactivate) | Control::Edge(Level::Deactivate) => "level2",
-        Control::Level(Level::Suspend) | Control::Edge(Level::Suspend) => "level3",
+        Control::Level(l) | Control::Edge(l) | Control::Hinted(l) => match l {
+            Level::Hold => "level1",
+            Level::Deactivate => "level2",
+            Level::Suspend => "level3",
+        },
     }
 }
 
@@ -228,6 +230,7 @@ impl DemoPhase {
             reaction_us: Vec::new(),
             reactions_missed: 0,
             hp_busy_ns: None,
+            hints_expired: 0,
             completions: self.hp_latency_us.len() as u64 + self.lp_done.unwrap_or(0),
             wg_events: 0,
             batch_events: 0,
@@ -332,7 +335,11 @@ pub fn run(opts: &RunOptions, mut progress: impl FnMut(&str)) -> Result<Report, 
             c.name()
         )));
     }
-    if let Some(c) = opts.controls.iter().find(|c| matches!(c, Control::Edge(_))) {
+    if let Some(c) = opts
+        .controls
+        .iter()
+        .find(|c| matches!(c, Control::Edge(_) | Control::Hinted(_)))
+    {
         return Err(RunError::Usage(format!(
             "{:?} is sim-only: kfdq demo's levels run the host path and release rule its kfdqd is built and configured with; use l1, l2 or l3",
             c.name()

@@ -64,6 +64,8 @@ pub struct Row {
     pub reaction_p99_us: f64,
     /// Episodes of every seed in which the HP queue drained before the LP job was off the GPU.
     pub reactions_missed: u64,
+    /// Hints of every seed that expired before work followed them (hinted configurations).
+    pub hints_expired: u64,
     /// Per seed: HP P99 in µs.
     pub hp_p99_us_per_seed: Vec<f64>,
 }
@@ -157,6 +159,7 @@ impl Row {
             reaction_p50_us: r4(nearest_rank(&reaction, 0.5)),
             reaction_p99_us: r4(nearest_rank(&reaction, 0.99)),
             reactions_missed: runs.iter().map(|r| r.reactions_missed).sum(),
+            hints_expired: runs.iter().map(|r| r.hints_expired).sum(),
             hp_p99_us_per_seed: runs
                 .iter()
                 .map(|r| r4(nearest_rank(&r.hp_latency_us, 0.99)))

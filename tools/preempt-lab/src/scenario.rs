@@ -7,28 +7,62 @@ use kfdq::proto::Level;
 use serde::Serialize;
 
 use crate::sim::{Control, HostParams, Setup};
+use crate::trace::Trace;
 use crate::workload::{Arrival, Shape, Workload};
 
 /// Built-in scenario names.
-pub const SCENARIOS: [&str; 3] = ["field", "demo", "xsched-mi50"];
+pub const SCENARIOS: [&str; 5] = ["field", "field-synthetic", "decode", "demo", "xsched-mi50"];
 
 /// Every configuration a scenario compares, in table order: the sampled levels (kfdq before
-/// issue 27) next to the edge-driven ones with the release rule.
-pub const CONTROLS: [Control; 7] = [
+/// issue 27) next to the edge-driven ones with the release rule, and level 2 with request hints
+/// (issue 51).
+pub const CONTROLS: [Control; 9] = [
     Control::Native,
     Control::PriorityOnly,
     Control::Level(Level::Hold),
     Control::Level(Level::Deactivate),
     Control::Level(Level::Suspend),
+    Control::Edge(Level::Hold),
     Control::Edge(Level::Deactivate),
     Control::Edge(Level::Suspend),
+    Control::Hinted(Level::Deactivate),
 ];
+
+/// The loaded-latency cap the contention terms take unless told otherwise: the value
+/// `preempt-lab validate` fits on the H100's bandwidth-loop split (docs/experiments.md).
+pub const LATENCY_CAP_PERMILLE: u32 = 4500;
+
+/// MI300X's DRAM bandwidth, 5.3 TB/s (AMD's data sheet), in bytes per µs: the measured-shape
+/// scenarios' contention terms.
+pub const MI300X_DRAM_BYTES_PER_US: u64 = 5_300_000;
+
+/// The measured traces the built-in scenarios run (tools/preempt-lab/examples/traces, measured
+/// on an H100: docs/experiments.md, "The model against an H100"), built into the binary.
+const RESNET18_B1: (&str, &str) = (
+    "examples/traces/h100-resnet18-b1.csv",
+    include_str!("../examples/traces/h100-resnet18-b1.csv"),
+);
+const LLM_DECODE: (&str, &str) = (
+    "examples/traces/h100-llm-decode.csv",
+    include_str!("../examples/traces/h100-llm-decode.csv"),
+);
+const RESNET50_TRAIN: (&str, &str) = (
+    "examples/traces/h100-resnet50-train.csv",
+    include_str!("../examples/traces/h100-resnet50-train.csv"),
+);
+
+/// A built-in trace as a job arriving as `arrival`.
+fn builtin_trace((name, text): (&str, &str), arrival: Arrival) -> Workload {
+    Trace::from_csv(name, text)
+        .unwrap_or_else(|e| panic!("the built-in trace {name} does not parse: {e}"))
+        .workload(name, arrival)
+}
 
 /// A configuration name [`parse_control`] does not know.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 #[error(
-    "unknown configuration {0:?}: use native, priority, l1, l2, l3 (sampled, fixed hysteresis) or l1e, l2e, l3e (edges, release rule)"
+    "unknown configuration {0:?}: use native, priority, l1, l2, l3 (sampled, fixed hysteresis), l1e, l2e, l3e (edges, release rule) or l1h, l2h, l3h (edges and request hints)"
 )]
 pub struct UnknownControl(pub String);
 
@@ -41,7 +75,7 @@ pub struct UnknownControl(pub String);
 )]
 pub struct UnknownScenario(pub String);
 
-/// Parses a configuration name (`native`, `priority`, `l1`..`l3`, `l1e`..`l3e`).
+/// Parses a configuration name (`native`, `priority`, `l1`..`l3`, `l1e`..`l3e`, `l1h`..`l3h`).
 pub fn parse_control(s: &str) -> Result<Control, UnknownControl> {
     match s.trim().to_ascii_lowercase().as_str() {
         "native" => Ok(Control::Native),
@@ -52,6 +86,9 @@ pub fn parse_control(s: &str) -> Result<Control, UnknownControl> {
         "l1e" => Ok(Control::Edge(Level::Hold)),
         "l2e" => Ok(Control::Edge(Level::Deactivate)),
         "l3e" => Ok(Control::Edge(Level::Suspend)),
+        "l1h" => Ok(Control::Hinted(Level::Hold)),
+        "l2h" => Ok(Control::Hinted(Level::Deactivate)),
+        "l3h" => Ok(Control::Hinted(Level::Suspend)),
         other => Err(UnknownControl(other.into())),
     }
 }
@@ -94,12 +131,40 @@ pub struct Scenario {
 }
 
 impl Scenario {
-    /// The field's scenario (docs/experiments.md): ResNet-18-like requests at 20/s (Poisson)
-    /// next to a ResNet-50-batch-like closed loop 8 deep, on an MI308X partition, with kfdq's
-    /// built-in `latency` and `batch` classes; `lp_wg_us` is the batch work-group time.
-    pub fn field(lp_wg_us: f64) -> Scenario {
+    /// The field's scenario on measured shapes (issue 51): ResNet-18 batch-1 inference as
+    /// traced on an H100 (145 kernels, 0.56 ms alone here) at 20 requests/s (Poisson) next to
+    /// ResNet-50 training as traced (11,182 kernels per iteration, a closed loop 8 deep), with
+    /// the contention terms at MI300X's 5.3 TB/s and the direct path's measured host side
+    /// ([`HostParams::direct`]); otherwise as [`Scenario::field_synthetic`].
+    pub fn field() -> Scenario {
+        let mut sc = Scenario::field_synthetic(1000.0);
+        sc.name = "field".into();
+        sc.hp = builtin_trace(RESNET18_B1, sc.hp.arrival);
+        sc.lp = builtin_trace(RESNET50_TRAIN, sc.lp.arrival);
+        sc.contention = Some(Contention {
+            dram_bytes_per_us: MI300X_DRAM_BYTES_PER_US,
+            latency_cap_permille: LATENCY_CAP_PERMILLE,
+        });
+        sc.host = HostParams::direct();
+        sc
+    }
+
+    /// [`Scenario::field`] with an LLM's decode step as the request (the H100 trace: 208
+    /// kernels of a 16-layer, d 2048 transformer at batch 1) against the same training job.
+    pub fn decode() -> Scenario {
+        let mut sc = Scenario::field();
+        sc.name = "decode".into();
+        sc.hp = builtin_trace(LLM_DECODE, sc.hp.arrival);
+        sc
+    }
+
+    /// The field's scenario with synthetic shapes (docs/experiments.md; `field` before issue
+    /// 51): ResNet-18-like requests at 20/s (Poisson) next to a ResNet-50-batch-like closed
+    /// loop 8 deep, on an MI308X partition, with kfdq's built-in `latency` and `batch` classes;
+    /// `lp_wg_us` is the batch work-group time.
+    pub fn field_synthetic(lp_wg_us: f64) -> Scenario {
         Scenario {
-            name: "field".into(),
+            name: "field-synthetic".into(),
             hp: Workload::new(Shape::Resnet18, None, Arrival::Poisson { rate: 20.0 }),
             lp: Workload::new(
                 Shape::Resnet50Batch,
@@ -133,7 +198,7 @@ impl Scenario {
             requests: 60,
             policy: demo_policy(),
             classes_from: "kfdq demo's classes".into(),
-            ..Scenario::field(1000.0)
+            ..Scenario::field_synthetic(1000.0)
         }
     }
 
@@ -143,7 +208,7 @@ impl Scenario {
     /// back to back (a closed loop). kfdq's classes and levels stand where XSched's fixed
     /// priority (level 1) stood; `lp_wg_us` is unused (the background job is the same model).
     pub fn xsched_mi50() -> Scenario {
-        let mut sc = Scenario::field(1000.0);
+        let mut sc = Scenario::field_synthetic(1000.0);
         sc.name = "xsched-mi50".into();
         sc.hp = Workload::new(Shape::Resnet152B8, None, Arrival::Periodic { rate: 7.0 });
         sc.lp = Workload::new(Shape::Resnet152B8, None, Arrival::ClosedLoop { depth: 8 });
@@ -167,11 +232,14 @@ impl Scenario {
         )
     }
 
-    /// A built-in scenario by name; `lp_wg_us` overrides the batch work-group time (unused by
-    /// xsched-mi50, whose background job is the foreground's model).
+    /// A built-in scenario by name; `lp_wg_us` overrides the batch work-group time of a
+    /// built-in batch shape (field-synthetic, demo; the traced batch jobs of field and decode
+    /// and xsched-mi50's, the foreground's model, have their own).
     pub fn named(name: &str, lp_wg_us: Option<f64>) -> Result<Scenario, UnknownScenario> {
         match name {
-            "field" => Ok(Scenario::field(lp_wg_us.unwrap_or(1000.0))),
+            "field" => Ok(Scenario::field()),
+            "field-synthetic" => Ok(Scenario::field_synthetic(lp_wg_us.unwrap_or(1000.0))),
+            "decode" => Ok(Scenario::decode()),
             "demo" => Ok(Scenario::demo(lp_wg_us)),
             "xsched-mi50" => Ok(Scenario::xsched_mi50()),
             other => Err(UnknownScenario(other.into())),
@@ -256,15 +324,28 @@ mod tests {
             Scenario::named("nope", None)
                 .unwrap_err()
                 .to_string()
-                .contains("field, demo, xsched-mi50")
+                .contains("field, field-synthetic, decode, demo, xsched-mi50")
         );
         assert!(demo_policy().validate().is_ok());
         let d = Scenario::named("demo", None).unwrap();
         assert_eq!(d.lp.kernels[0].wg_ns, 20_000_000);
         assert_eq!(
-            Scenario::named("field", None).unwrap().lp.kernels[0].wg_ns,
+            Scenario::named("field-synthetic", None).unwrap().lp.kernels[0].wg_ns,
             1_000_000
         );
+        // The measured shapes: the traces' kernels, built in, with MI300X's bandwidth and the
+        // direct path's host side.
+        let f = Scenario::named("field", None).unwrap();
+        assert_eq!((f.hp.kernels.len(), f.lp.kernels.len()), (145, 11182));
+        assert_eq!(f.hp.shape, Shape::Trace);
+        assert_eq!(f.contention.unwrap().dram_bytes_per_us, 5_300_000);
+        assert_eq!(
+            (f.host.edge_ns, f.host.decision_ns, f.host.command_ns),
+            (72_000, 0, 30_000)
+        );
+        let d = Scenario::named("decode", None).unwrap();
+        assert_eq!((d.hp.kernels.len(), d.lp.kernels.len()), (208, 11182));
+        assert_eq!(parse_control("l2h"), Ok(Control::Hinted(Level::Deactivate)));
         // XSched's MI50 setup: one request of ResNet-152 batch 8 alone is the artifact's
         // 29.2 ms P99 within 2 % (515 rounds of 56 µs on 60 CUs x 40 slots).
         let x = Scenario::named("xsched-mi50", None).unwrap();

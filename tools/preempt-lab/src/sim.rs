@@ -12,11 +12,16 @@
 //!   reports the first sample that finds it drained, `edge_ns` later; lower classes resume by
 //!   the classes' release rule (the cost rule by default, docs/policy.md).
 //!
+//! * **hinted** (`level N hinted`, issue 51): as edges, and the latency process hints each
+//!   request `hint_lead_ns` before its first launch: the hint raises the busy edge, and the idle
+//!   edge waits for the request's end (or the hint's expiry, `hint_timeout_ns`, when no work
+//!   follows it; [`crate::hint`]).
+//!
 //! Then the agent decides (`decision_ns`) and its command reaches the shim (`command_ns`); the
 //! shim holds launches (level 1), or the runlist update deactivates or suspends the LP queue
 //! (levels 2 and 3), which the partition model costs as a device-wide preempt with CWSR.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 
 use gfx_model::{Contention, Dispatch, Edit, Footprint, Params, Partition, Shape as GpuShape};
 use kfdq::policy::{
@@ -26,6 +31,7 @@ use kfdq::proto::Level;
 use kfdq::{GpuId, Pid, QueueId};
 use serde::Serialize;
 
+use crate::hint::Hints;
 use crate::rng::Rng;
 use crate::timeline::{Mark, Timeline};
 use crate::workload::{Arrival, Workload};
@@ -56,6 +62,32 @@ pub struct HostParams {
     /// GPU clock for the level-3 grace period (units of 1K clocks): 2.1 GHz, MI300X's peak
     /// engine clock.
     pub gpu_clock_ghz: f64,
+    /// Hinted configurations: how long before a request's first launch its hint comes (the
+    /// application's host work between knowing of a request and launching it). Default 500 µs,
+    /// issue 51's target row (a server's parse, decode and copy is typically a millisecond or
+    /// more); swept (`--sweep hint-lead`).
+    pub hint_lead_ns: u64,
+    /// Hinted configurations: a hint not followed by work within this expires (the product's
+    /// per-class `hint_timeout_ms`). Default 10 ms: five times the longest lead swept, so no
+    /// honest hint expires, while a hint never followed by work holds the batch job no longer
+    /// than the cost release rule's longest hold (20 ms) would after a request.
+    pub hint_timeout_ns: u64,
+}
+
+impl HostParams {
+    /// The direct path's host side as measured on kfd-emu (docs/experiments.md, "With the
+    /// direct path's host path"; docs/performance.md, "Prepared edges in the demo", 27 November
+    /// 2026): the launch's board edge wakes the batch job's watch thread 72 µs later
+    /// (`launch_to_watcher` p50, median of four runs), no agent decision, and its first ioctl
+    /// 30 µs after that (`watcher_to_ioctl`); the emulator's own ioctl path is left out.
+    pub fn direct() -> Self {
+        HostParams {
+            edge_ns: 72_000,
+            decision_ns: 0,
+            command_ns: 30_000,
+            ..HostParams::default()
+        }
+    }
 }
 
 impl Default for HostParams {
@@ -68,6 +100,8 @@ impl Default for HostParams {
             decision_ns: 80_000,
             command_ns: 100_000,
             gpu_clock_ghz: 2.1,
+            hint_lead_ns: 500_000,
+            hint_timeout_ns: 10_000_000,
         }
     }
 }
@@ -89,6 +123,9 @@ pub enum Control {
     /// edges, releasing by the classes' release rule (the cost rule unless the configuration
     /// sets `hysteresis_ms`).
     Edge(Level),
+    /// [`Control::Edge`], and the latency process hints each request before its first launch
+    /// (`HostParams::hint_lead_ns`), holding its busy edge until the request ends.
+    Hinted(Level),
 }
 
 impl Control {
@@ -104,20 +141,23 @@ impl Control {
             Control::Edge(Level::Hold) => "level 1 edge",
             Control::Edge(Level::Deactivate) => "level 2 edge",
             Control::Edge(Level::Suspend) => "level 3 edge",
+            Control::Hinted(Level::Hold) => "level 1 hinted",
+            Control::Hinted(Level::Deactivate) => "level 2 hinted",
+            Control::Hinted(Level::Suspend) => "level 3 hinted",
         }
     }
 
     fn agent(self) -> bool {
         matches!(
             self,
-            Control::PriorityOnly | Control::Level(_) | Control::Edge(_)
+            Control::PriorityOnly | Control::Level(_) | Control::Edge(_) | Control::Hinted(_)
         )
     }
 
     /// The level it preempts at, if it preempts.
     pub fn level(self) -> Option<Level> {
         match self {
-            Control::Level(l) | Control::Edge(l) => Some(l),
+            Control::Level(l) | Control::Edge(l) | Control::Hinted(l) => Some(l),
             _ => None,
         }
     }
@@ -183,6 +223,8 @@ pub struct RunResult {
     pub hp_busy_ns: Option<u64>,
     /// Dispatches completed (both jobs): the simulation's unit of work.
     pub completions: u64,
+    /// Hints that expired before work followed them (hinted configurations).
+    pub hints_expired: u64,
     /// Work-group starts and ends the partition model accounted for.
     pub wg_events: u64,
     /// Batch starts and ends the partition model processed (its cost; a batch is work-groups
@@ -229,7 +271,13 @@ struct Sim<'a> {
     rng: Rng,
     tag: u64,
     // HP
+    /// The next request's arrival not yet announced (hinted: its hint comes `lead` before it).
     next_arrival: Option<u64>,
+    /// Announced requests not yet arrived.
+    announced: VecDeque<u64>,
+    /// How long before its arrival a request is announced: the hint lead (hinted), else 0.
+    lead: u64,
+    hints: Hints,
     next_request: usize,
     arrivals: BTreeMap<u64, u64>,
     /// Last tag of each request in flight -> its arrival.
@@ -371,6 +419,13 @@ impl<'a> Sim<'a> {
             rng,
             tag: 0,
             next_arrival: None,
+            announced: VecDeque::new(),
+            lead: if matches!(s.control, Control::Hinted(_)) {
+                s.host.hint_lead_ns
+            } else {
+                0
+            },
+            hints: Hints::default(),
             next_request: 0,
             arrivals: BTreeMap::new(),
             hp_last: BTreeMap::new(),
@@ -385,7 +440,7 @@ impl<'a> Sim<'a> {
             hp_busy_ns: 0,
             next_tick,
             seen: (false, false),
-            edges: matches!(s.control, Control::Edge(_)),
+            edges: matches!(s.control, Control::Edge(_) | Control::Hinted(_)),
             shim_hp_busy: false,
             fine_sample: None,
             reports: BTreeMap::new(),
@@ -403,6 +458,7 @@ impl<'a> Sim<'a> {
                 reactions_missed: 0,
                 hp_busy_ns: None,
                 completions: 0,
+                hints_expired: 0,
                 wg_events: 0,
                 batch_events: 0,
                 timeline: s.timeline.then(Timeline::default),
@@ -457,7 +513,9 @@ impl<'a> Sim<'a> {
         while !self.hp_done() {
             let submit_at = self.arrivals.keys().next().copied();
             let candidates = [
-                self.next_arrival,
+                self.next_arrival.map(|a| a.saturating_sub(self.lead)),
+                self.announced.front().copied(),
+                self.hints.next_expiry(),
                 submit_at,
                 self.next_tick,
                 self.fine_sample,
@@ -476,9 +534,28 @@ impl<'a> Sim<'a> {
             // Events due at or before `t` (the partition's clock can be ahead of one: a runlist
             // update moves it).
             let due = |e: Option<u64>| e.filter(|&e| e <= t);
-            if let Some(a) = due(self.next_arrival) {
-                self.arrivals.insert(a + self.s.host.launch_ns, a);
+            if let Some(a) = self
+                .next_arrival
+                .filter(|a| a.saturating_sub(self.lead) <= t)
+            {
+                // Announced: a hinted request's hint comes now, `lead` before it arrives.
+                self.announced.push_back(a);
+                if self.lead > 0 {
+                    self.hints.begin(a, t, self.s.host.hint_timeout_ns);
+                    self.raise_busy(t);
+                }
                 self.next_arrival = self.gap_ns().map(|g| a + g.max(1));
+            }
+            while let Some(&a) = self.announced.front() {
+                if a > t {
+                    break;
+                }
+                self.announced.pop_front();
+                self.arrivals.insert(a + self.s.host.launch_ns, a);
+            }
+            if due(self.hints.next_expiry()).is_some() {
+                self.r.hints_expired += self.hints.expire(t);
+                self.idle_unless_busy(t);
             }
             while let Some((&at, &arrival)) = self.arrivals.iter().next() {
                 if at > t {
@@ -549,11 +626,12 @@ impl<'a> Sim<'a> {
                 self.reaction_from = Some(t);
             }
         }
-        if self.edges && !self.shim_hp_busy {
-            // The launch that makes the queue busy reports it; fine sampling starts.
-            self.shim_hp_busy = true;
-            self.report(t + self.s.host.edge_ns, true);
-            self.fine_sample = Some(t + self.s.host.busy_sample_ns.max(1));
+        self.hints.work(arrival);
+        if self.edges {
+            self.raise_busy(t);
+        }
+        if let Some(tl) = self.r.timeline.as_mut() {
+            tl.hp_launch_ns.push(t);
         }
         for i in range {
             let k = hp.kernels[i];
@@ -563,13 +641,31 @@ impl<'a> Sim<'a> {
         self.hp_last.insert(self.tag, arrival);
     }
 
-    /// The shim's fine sample of a busy HP queue: drained -> the idle edge is reported.
-    fn fine_sample_hp(&mut self, t: u64) {
-        if self.p.pending_packets(HP) == 0 {
+    /// The launch (or hint) that makes the shim's HP queue busy reports it; fine sampling
+    /// starts.
+    fn raise_busy(&mut self, t: u64) {
+        if !self.shim_hp_busy {
+            self.shim_hp_busy = true;
+            self.report(t + self.s.host.edge_ns, true);
+            self.fine_sample = Some(t + self.s.host.busy_sample_ns.max(1));
+        }
+    }
+
+    /// A hint ended or expired: with no hint live and the HP queue drained, the shim reports
+    /// the idle edge now rather than at its next sample.
+    fn idle_unless_busy(&mut self, t: u64) {
+        if self.shim_hp_busy && !self.hints.any() && self.p.pending_packets(HP) == 0 {
             self.shim_hp_busy = false;
             self.fine_sample = None;
             self.report(t + self.s.host.edge_ns, false);
-        } else {
+        }
+    }
+
+    /// The shim's fine sample of a busy HP queue: drained (and no hint live) -> the idle edge
+    /// is reported.
+    fn fine_sample_hp(&mut self, t: u64) {
+        self.idle_unless_busy(t);
+        if self.shim_hp_busy {
             self.fine_sample = Some(t + self.s.host.busy_sample_ns.max(1));
         }
     }
@@ -599,6 +695,10 @@ impl<'a> Sim<'a> {
             if c.queue == HP {
                 if let Some(arrival) = self.hp_last.remove(&c.tag) {
                     self.r.hp_latency_us.push((c.end_ns - arrival) as f64 / 1e3);
+                    // The application's end of the request: its hint ends.
+                    if self.hints.end(arrival) {
+                        self.idle_unless_busy(t);
+                    }
                 }
                 if self.p.pending_packets(HP) == 0 {
                     if let Some(since) = self.hp_busy_since.take() {

@@ -1,5 +1,5 @@
-//! What happened over one run's time, for plots: when the LP job completed its kernels and when
-//! its queue was preempted and released. Recorded only on request ([`crate::Setup::timeline`]),
+//! What happened over one run's time, for plots: when the LP job completed its kernels, when
+//! its queue was preempted and released, and when each HP request launched. Recorded only on request ([`crate::Setup::timeline`]),
 //! for one representative seed per configuration: a push per LP completion and per command, no
 //! work in the simulation loop otherwise.
 
@@ -23,6 +23,8 @@ pub struct Timeline {
     pub lp_done_ns: Vec<u64>,
     /// Every preempt and release of the LP job, in order.
     pub marks: Vec<Mark>,
+    /// When each HP request's kernels reached the ring (its first launch), ns, in order.
+    pub hp_launch_ns: Vec<u64>,
     /// End of the run, ns.
     pub end_ns: u64,
 }
@@ -97,6 +99,7 @@ mod tests {
                     preempted: true,
                 },
             ],
+            hp_launch_ns: Vec::new(),
             end_ns: 2_500,
         };
         // Bins of 1 µs: 2 kernels, 1 kernel, 1 kernel in the last half-µs bin.

@@ -33,10 +33,12 @@ fn bench_write(fixed_us: u64, wave_ns: u64, file: &Path) {
     ok(&o);
 }
 
-/// The field scenario's level-2 row (edges, the cost release rule) with `file`.
+/// The synthetic field scenario's level-2 row (edges, the cost release rule) with `file`.
 fn level2(file: &Path) -> Value {
     let o = lab(&[
         "sim",
+        "--scenario",
+        "field-synthetic",
         "--seeds",
         "1",
         "--requests",

@@ -7,12 +7,14 @@ use common::{lab, ok};
 
 /// Small and quick (the tests run a debug build): 20 requests, 2 seeds, 4 ms batch
 /// work-groups (fewer work-group events per simulated second than the default 1 ms).
-const SMALL: [&str; 8] = [
+const SMALL: [&str; 10] = [
     "sim",
     "--seeds",
     "2",
     "--requests",
     "20",
+    "--scenario",
+    "field-synthetic",
     "--lp-wg-us",
     "4000",
     "--json",
@@ -29,13 +31,15 @@ fn the_same_seeds_give_byte_identical_json_and_other_seeds_do_not() {
         "3",
         "--requests",
         "20",
+        "--scenario",
+        "field-synthetic",
         "--lp-wg-us",
         "4000",
         "--json",
     ]));
     assert_ne!(a, c);
     let v: serde_json::Value = serde_json::from_str(&a).unwrap();
-    assert_eq!(v["rows"].as_array().unwrap().len(), 7);
+    assert_eq!(v["rows"].as_array().unwrap().len(), 9);
     assert_eq!(v["scenario"]["seeds"], serde_json::json!([1, 2]));
 }
 
@@ -76,6 +80,8 @@ fn quick(extra: &[&str]) -> Output {
         "1",
         "--requests",
         "10",
+        "--scenario",
+        "field-synthetic",
         "--lp-wg-us",
         "4000",
     ];
@@ -84,14 +90,16 @@ fn quick(extra: &[&str]) -> Output {
 }
 
 /// The configurations `sim` compares by default, as its reports name them.
-const CONFIGS: [&str; 7] = [
+const CONFIGS: [&str; 9] = [
     "native",
     "priority",
     "level 1",
     "level 2",
     "level 3",
+    "level 1 edge",
     "level 2 edge",
     "level 3 edge",
+    "level 2 hinted",
 ];
 
 #[test]
@@ -108,7 +116,7 @@ fn the_table_and_csv_name_every_configuration() {
     let lines: Vec<&str> = csv.lines().collect();
     assert_eq!(lines.len(), 3, "{csv}");
     assert!(lines[0].starts_with("scenario,control,"));
-    assert!(lines[2].starts_with("field,level 3,"));
+    assert!(lines[2].starts_with("field-synthetic,level 3,"));
 }
 
 #[test]
@@ -142,7 +150,11 @@ fn a_kfdq_toml_supplies_the_classes_and_bad_input_is_refused() {
     );
     let o = lab(&["sim", "--controls", "native,l4"]);
     assert_eq!(o.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&o.stderr).contains("l1e, l2e, l3e (edges, release rule)"));
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        e.contains("l1e, l2e, l3e (edges, release rule)") && e.contains("l2h"),
+        "{e}"
+    );
     let o = lab(&["sim", "--scenario", "bert6"]);
     assert!(String::from_utf8_lossy(&o.stderr).contains("built-in scenarios are field"));
     std::fs::remove_dir_all(&dir).unwrap();
@@ -170,7 +182,10 @@ fn plots_are_written_as_svg_and_png_naming_every_configuration() {
     let d = dir.display().to_string();
     let o = quick(&["--plots", &d]);
     ok(&o);
-    for chart in ["field-hp-latency-cdf", "field-lp-throughput"] {
+    for chart in [
+        "field-synthetic-hp-latency-cdf",
+        "field-synthetic-lp-throughput",
+    ] {
         let svg = std::fs::read_to_string(dir.join(format!("{chart}.svg"))).unwrap();
         assert!(
             svg.trim_start().starts_with("<svg"),
@@ -192,14 +207,14 @@ fn plots_are_written_as_svg_and_png_naming_every_configuration() {
         );
     }
     // The CDF also shows the job alone; the throughput chart has a panel per configuration.
-    let cdf = std::fs::read_to_string(dir.join("field-hp-latency-cdf.svg")).unwrap();
+    let cdf = std::fs::read_to_string(dir.join("field-synthetic-hp-latency-cdf.svg")).unwrap();
     assert!(cdf.contains("alone") && cdf.contains("log scale"));
-    let tp = std::fs::read(dir.join("field-lp-throughput.png")).unwrap();
+    let tp = std::fs::read(dir.join("field-synthetic-lp-throughput.png")).unwrap();
     let o = quick(&["--plots", &d, "--controls", "native,l2"]);
     ok(&o);
-    let (_, h2) = png_size(&std::fs::read(dir.join("field-lp-throughput.png")).unwrap());
+    let (_, h2) = png_size(&std::fs::read(dir.join("field-synthetic-lp-throughput.png")).unwrap());
     let (_, h5) = png_size(&tp);
-    assert!(h2 < h5, "2 panels ({h2} px) not shorter than 7 ({h5} px)");
+    assert!(h2 < h5, "2 panels ({h2} px) not shorter than 9 ({h5} px)");
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
@@ -208,9 +223,9 @@ fn the_tradeoff_plot_has_a_point_per_configuration_and_sweep_value() {
     let dir = scratch("tradeoff");
     let d = dir.display().to_string();
     ok(&quick(&["--plots", &d, "--controls", "l2,l2e"]));
-    let svg = std::fs::read_to_string(dir.join("field-tradeoff.svg")).unwrap();
+    let svg = std::fs::read_to_string(dir.join("field-synthetic-tradeoff.svg")).unwrap();
     assert!(svg.contains("level 2 edge") && svg.contains("LP throughput kept"));
-    assert!(png_size(&std::fs::read(dir.join("field-tradeoff.png")).unwrap()).0 >= 800);
+    assert!(png_size(&std::fs::read(dir.join("field-synthetic-tradeoff.png")).unwrap()).0 >= 800);
     ok(&quick(&[
         "--plots",
         &d,
@@ -219,7 +234,7 @@ fn the_tradeoff_plot_has_a_point_per_configuration_and_sweep_value() {
         "--sweep",
         "hp-rate=10,40",
     ]));
-    let svg = std::fs::read_to_string(dir.join("field-hp-rate-tradeoff.svg")).unwrap();
+    let svg = std::fs::read_to_string(dir.join("field-synthetic-hp-rate-tradeoff.svg")).unwrap();
     // One circle per configuration and value, plus one per legend entry.
     assert_eq!(svg.matches("<circle").count(), 2 * 2 + 2, "{svg}");
     for v in ["\n10\n", "\n40\n"] {
@@ -238,6 +253,8 @@ fn plots_without_a_font_fail_with_the_fix() {
             "1",
             "--requests",
             "5",
+            "--scenario",
+            "field-synthetic",
             "--lp-wg-us",
             "4000",
         ])
@@ -326,7 +343,7 @@ fn a_sweep_has_one_row_per_value_and_configuration() {
     assert_eq!(lines.len(), 1 + 3 * 3, "{csv}");
     for v in ["equal", "pipe", "strict"] {
         for c in ["native", "priority", "level 2"] {
-            let row = format!("field,arbitration,{v},{c},");
+            let row = format!("field-synthetic,arbitration,{v},{c},");
             assert_eq!(
                 lines.iter().filter(|l| l.starts_with(&row)).count(),
                 1,
@@ -338,7 +355,7 @@ fn a_sweep_has_one_row_per_value_and_configuration() {
     let p99 = |v: &str, c: &str| -> f64 {
         let row = lines
             .iter()
-            .find(|l| l.starts_with(&format!("field,arbitration,{v},{c},")))
+            .find(|l| l.starts_with(&format!("field-synthetic,arbitration,{v},{c},")))
             .unwrap();
         row.split(',').nth(5).unwrap().parse().unwrap()
     };

@@ -15,6 +15,8 @@ fn sim<'a>(extra: &[&'a str]) -> Vec<&'a str> {
         "1",
         "--requests",
         "20",
+        "--scenario",
+        "field-synthetic",
         "--lp-wg-us",
         "4000",
     ];
@@ -162,7 +164,7 @@ fn a_command_that_lands_while_the_model_runs_ahead_does_not_stall_the_simulation
     // event loop waiting for a time already gone). It must now end with every request.
     use preempt_lab::scenario::Scenario;
     use preempt_lab::sim::{self, Control};
-    let mut sc = Scenario::field(1000.0);
+    let mut sc = Scenario::field_synthetic(1000.0);
     sc.requests = 40;
     sc.host.command_ns = 1_000_000;
     let setup = sc.setup(Control::Edge(kfdq::proto::Level::Suspend), 4, true, true);

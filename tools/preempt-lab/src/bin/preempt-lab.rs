@@ -36,8 +36,13 @@ enum Cmd {
     ///
     /// Example: `preempt-lab sim --scenario field --lp-wg-us 4000 --json`
     Sim {
-        /// Built-in scenario (field: ResNet-18-like requests at 20/s next to a ResNet-50-batch-like loop;
-        /// demo: kfdq demo's workloads, to set beside `preempt-lab run`).
+        /// Built-in scenario. field: measured shapes (the H100 traces of ResNet-18 batch-1
+        /// inference, Poisson 20/s, next to ResNet-50 training, 8 in flight), contention terms at
+        /// MI300X's 5.3 TB/s, the direct path's measured host side (edge 72 µs, decision 0,
+        /// command 30 µs: docs/performance.md, "Prepared edges in the demo"); decode: the same
+        /// with an LLM decode step as the request; field-synthetic: the synthetic ResNet-18-like
+        /// requests next to a ResNet-50-batch-like loop (`field` before issue 51); demo: kfdq
+        /// demo's workloads, to set beside `preempt-lab run`; xsched-mi50: XSched's MI50 setup.
         #[arg(long, default_value = "field")]
         scenario: String,
         /// Seeds: one run per configuration and seed (at least 1; 5 or more for a spread worth reading).
@@ -46,17 +51,19 @@ enum Cmd {
         /// HP requests per run.
         #[arg(long, default_value_t = 200)]
         requests: usize,
-        /// The batch job's work-group time in µs (the parameter results depend on most;
-        /// default: the scenario's, field 1000, demo 20000).
+        /// The batch job's work-group time in µs, for a built-in batch shape (the synthetic
+        /// scenarios' parameter results depend on most; default: the scenario's,
+        /// field-synthetic 1000, demo 20000).
         #[arg(long)]
         lp_wg_us: Option<f64>,
         /// Configurations to compare, comma-separated: native, priority, l1, l2, l3 (the shim's
         /// samples, fixed hysteresis: kfdq before issue 27), l1e, l2e, l3e (busy/idle edges, the
-        /// classes' release rule).
+        /// classes' release rule), l1h, l2h, l3h (edges, and a request hint --hint-lead-us
+        /// before each request's first launch).
         #[arg(
             long,
             value_delimiter = ',',
-            default_value = "native,priority,l1,l2,l3,l2e,l3e"
+            default_value = "native,priority,l1,l2,l3,l1e,l2e,l3e,l2h"
         )]
         controls: Vec<String>,
         /// Take the classes (and [agent] grace_period) from this kfdq.toml instead of the built-in ones.
@@ -83,6 +90,15 @@ enum Cmd {
         /// Edge configurations: the shim's sampling period while the HP queue is busy, µs (default 100).
         #[arg(long)]
         busy_sample_us: Option<u64>,
+        /// Hinted configurations: how long before a request's first launch its hint comes, µs
+        /// (default 500).
+        #[arg(long)]
+        hint_lead_us: Option<u64>,
+        /// Hinted configurations: a hint not followed by work within this expires, ms (default
+        /// 10: five times the longest lead swept; a hint never followed by work then holds the
+        /// batch job no longer than the cost rule's longest hold, 20 ms).
+        #[arg(long)]
+        hint_timeout_ms: Option<f64>,
         /// The release rule of the edge configurations: cost or hysteresis (default: the
         /// classes', the cost rule for the built-in ones; the sampled levels always use the
         /// fixed hysteresis).
@@ -132,8 +148,9 @@ enum Cmd {
         #[arg(long)]
         hp_rate: Option<f64>,
         /// Run once per value of one parameter: level, hp-rate, lp-size, lp-wg-us, arbitration,
-        /// cu-split, dram-tbs, edge-us, release-k, release-epsilon or round-trip-us, with its default
-        /// values or KIND=V1,V2,... (e.g. cu-split=none,25/75).
+        /// cu-split, dram-tbs, edge-us, release-k, release-epsilon, round-trip-us or hint-lead
+        /// (µs: 0, 100, 250, 500, 1000, 2000), with its default values or KIND=V1,V2,... (e.g.
+        /// cu-split=none,25/75).
         #[arg(long, value_name = "KIND[=VALUES]")]
         sweep: Option<String>,
         /// Turn on the model's contention terms (shared CUs and DRAM, docs/gfx-model.md) with
@@ -284,6 +301,8 @@ fn run(cli: Cli) -> Result<(), String> {
             decision_us,
             edge_us,
             busy_sample_us,
+            hint_lead_us,
+            hint_timeout_ms,
             release,
             hysteresis_ms,
             round_trip_us,
@@ -311,6 +330,11 @@ fn run(cli: Cli) -> Result<(), String> {
                 return Err(format!("--lp-wg-us {v} must be above 0"));
             }
             let mut sc = Scenario::named(&scenario, lp_wg_us).map_err(|e| e.to_string())?;
+            if lp_wg_us.is_some() && sc.lp.shape == Shape::Trace {
+                return Err(format!(
+                    "--lp-wg-us applies to a built-in batch shape; scenario {scenario} runs the measured training trace (use --scenario field-synthetic for the synthetic batch job)"
+                ));
+            }
             sc.seeds = (1..=seeds).collect();
             sc.requests = requests;
             sc.controls = controls
@@ -347,6 +371,17 @@ fn run(cli: Cli) -> Result<(), String> {
             }
             if let Some(v) = busy_sample_us {
                 sc.host.busy_sample_ns = v.max(1) * 1000;
+            }
+            if let Some(v) = hint_lead_us {
+                sc.host.hint_lead_ns = v * 1000;
+            }
+            if let Some(ms) = hint_timeout_ms {
+                if !(ms.is_finite() && ms > 0.0) {
+                    return Err(format!(
+                        "--hint-timeout-ms {ms} must be above 0 (a hint not followed by work expires after it)"
+                    ));
+                }
+                sc.host.hint_timeout_ns = (ms * 1e6) as u64;
             }
             apply_release(
                 &mut sc,

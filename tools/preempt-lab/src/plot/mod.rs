@@ -54,7 +54,7 @@ pub trait Chart {
 
 /// Each configuration's colour and whether its line is dashed (level 3 dashed: with one LP
 /// queue it costs what level 2 costs, and its curve would hide level 2's). The edge
-/// configurations take their level's hue, darker.
+/// configurations take their level's hue, darker; the hinted ones lighter.
 pub fn style_of(control: &str) -> (RGBColor, bool) {
     match control {
         "alone" => (RGBColor(0, 0, 0), false),
@@ -66,6 +66,9 @@ pub fn style_of(control: &str) -> (RGBColor, bool) {
         "level 1 edge" => (RGBColor(20, 50, 120), false),
         "level 2 edge" => (RGBColor(10, 90, 40), false),
         "level 3 edge" => (RGBColor(80, 20, 110), true),
+        "level 1 hinted" => (RGBColor(120, 170, 240), false),
+        "level 2 hinted" => (RGBColor(120, 210, 60), false),
+        "level 3 hinted" => (RGBColor(200, 130, 220), true),
         _ => (RGBColor(100, 100, 100), false),
     }
 }

@@ -15,9 +15,7 @@ use kfdq::policy::{CostRelease, Release};
 mod error;
 pub use error::{NotCostRule, RunError, SweepError};
 
-/// The loaded-latency cap the contention terms take unless told otherwise: the value
-/// `preempt-lab validate` fits on the H100's bandwidth-loop split (docs/experiments.md).
-pub const LATENCY_CAP_PERMILLE: u32 = 4500;
+pub use crate::scenario::LATENCY_CAP_PERMILLE;
 
 /// What a sweep varies.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -45,11 +43,14 @@ pub enum SweepKind {
     RoundTripUs,
     /// The partition's DRAM bandwidth, TB/s, with the model's contention terms on (`none`: off).
     DramTbs,
+    /// The hinted configurations' hint lead, µs (how long before a request's first launch its
+    /// hint comes).
+    HintLead,
 }
 
 impl SweepKind {
     /// Every kind, in `--help` order.
-    pub const ALL: [SweepKind; 11] = [
+    pub const ALL: [SweepKind; 12] = [
         SweepKind::Level,
         SweepKind::HpRate,
         SweepKind::LpSize,
@@ -61,6 +62,7 @@ impl SweepKind {
         SweepKind::ReleaseEpsilon,
         SweepKind::RoundTripUs,
         SweepKind::DramTbs,
+        SweepKind::HintLead,
     ];
 
     /// Its name on the command line.
@@ -77,13 +79,16 @@ impl SweepKind {
             SweepKind::ReleaseEpsilon => "release-epsilon",
             SweepKind::RoundTripUs => "round-trip-us",
             SweepKind::DramTbs => "dram-tbs",
+            SweepKind::HintLead => "hint-lead",
         }
     }
 
     /// The values swept when none are given.
     pub fn defaults(self) -> &'static [&'static str] {
         match self {
-            SweepKind::Level => &["native", "priority", "l1", "l2", "l3", "l2e", "l3e"],
+            SweepKind::Level => &[
+                "native", "priority", "l1", "l2", "l3", "l1e", "l2e", "l3e", "l2h",
+            ],
             SweepKind::HpRate => &["5", "10", "20", "40", "80"],
             SweepKind::LpSize => &["2560", "5120", "10240", "20480", "40960"],
             SweepKind::LpWgUs => &["250", "1000", "4000"],
@@ -94,6 +99,7 @@ impl SweepKind {
             SweepKind::ReleaseEpsilon => &["0.02", "0.05", "0.1", "0.2", "0.4"],
             SweepKind::RoundTripUs => &["50", "200", "800", "2000"],
             SweepKind::DramTbs => &["none", "1.3", "2.65", "5.3"],
+            SweepKind::HintLead => &["0", "100", "250", "500", "1000", "2000"],
         }
     }
 }
@@ -228,11 +234,15 @@ impl Sweep {
                     }
                 }
             }
-            SweepKind::EdgeUs => {
+            SweepKind::EdgeUs | SweepKind::HintLead => {
                 let us: u64 = value
                     .parse()
                     .map_err(|_| bad("is not a whole number of µs"))?;
-                sc.host.edge_ns = us * 1000;
+                if self.kind == SweepKind::EdgeUs {
+                    sc.host.edge_ns = us * 1000;
+                } else {
+                    sc.host.hint_lead_ns = us * 1000;
+                }
             }
             SweepKind::ReleaseK | SweepKind::ReleaseEpsilon | SweepKind::RoundTripUs => {
                 let x: f64 = value
@@ -443,7 +453,7 @@ mod tests {
 
     #[test]
     fn sweeps_parse_and_apply_existing_knobs() {
-        let base = Scenario::field(1000.0);
+        let base = Scenario::field_synthetic(1000.0);
         let s = Sweep::parse("hp-rate").unwrap();
         assert_eq!(s.values, ["5", "10", "20", "40", "80"]);
         let sc = s.apply(&base, "40").unwrap();
@@ -516,6 +526,10 @@ mod tests {
                 .edge_ns,
             300_000
         );
+        let s = Sweep::parse("hint-lead").unwrap();
+        assert_eq!(s.values, ["0", "100", "250", "500", "1000", "2000"]);
+        assert_eq!(s.apply(&base, "250").unwrap().host.hint_lead_ns, 250_000);
+        assert!(s.apply(&base, "0.5").is_err());
         let s = Sweep::parse("dram-tbs").unwrap();
         assert_eq!(s.apply(&base, "none").unwrap().contention, None);
         let c = s.apply(&base, "5.3").unwrap().contention.unwrap();
