@@ -2,7 +2,7 @@
 //!
 //! The write and read indices of a queue live in the runtime's memory, which the runtime frees
 //! once its DESTROY_QUEUE of the queue returns. Reads under the registry lock check that the
-//! queue is registered and not dying (`state.rs`). The in-flight window reads them on every
+//! queue is registered and not dying (`state/queue.rs`). The in-flight window reads them on every
 //! launch without the lock, from addresses it looked up earlier; for those reads the rule is:
 //!
 //! > A lock-free read of a queue's indices happens inside a *read section* opened at the
