@@ -1,5 +1,11 @@
-//! The registry's queues and the reads of their indices: the one place that dereferences
-//! addresses the runtime handed to CREATE_QUEUE, with the invariant that makes it sound.
+//! The registry's queues and the reads of their indices: the one place that reads the addresses
+//! the runtime handed to CREATE_QUEUE, with the invariant that makes those reads mean something.
+//!
+//! No read here dereferences those addresses: the kernel copies the words (`self_mem.rs`:
+//! `process_vm_readv`, or a pipe where that is refused) and answers `EFAULT` for memory the
+//! runtime freed, so a read can never fault the host process, whatever the runtime did, and
+//! is no Rust access to memory the GPU and other threads write (no data race). The rules below
+//! make a read name this queue's live indices, not memory since reused for something else.
 //!
 //! Reading the queues' indices (the runtime's memory, valid until its DESTROY_QUEUE of the queue
 //! returns) follows one of two rules:
@@ -11,7 +17,8 @@
 //!   these reads happen under the lock: the only [`State`](super::State) outside the registry's module is the
 //!   one behind [`STATE`](super::STATE) (`State::new` is private, `State` is neither `Clone` nor `Default`), so
 //!   a `&State` exists only while the lock is held; [`Queues`] is made only by `State::new`, a
-//!   queue enters it only by [`Queues::add`] (`unsafe`: the caller vouches for the addresses),
+//!   queue enters it only by [`Queues::add`] (`unsafe`: the caller vouches that the addresses are
+//!   the queue's indices),
 //!   [`Queue`] is made only here and is not `Clone`, its address fields are private to this
 //!   file, and [`Queue::read_indices`] is private to the registry. These reads also survive
 //!   memory the runtime freed without a DESTROY_QUEUE the hook saw (`self_mem.rs`): such a queue
@@ -90,9 +97,10 @@ impl Queue {
         (self.wptr, self.rptr)
     }
 
-    /// Current (write index, read index), read from the runtime's memory; (0, 0) when the queue
-    /// is dying, has no (aligned) index addresses, control stopped, or the memory is no longer
-    /// mapped (then the queue is marked for [`State::forget_unmapped`](super::State::forget_unmapped)).
+    /// Current (write index, read index), copied from the runtime's memory by the kernel
+    /// (`self_mem.rs`: a read of memory the runtime freed is refused, never a fault); (0, 0) when
+    /// the queue is dying, has no (aligned) index addresses, control stopped, the read failed, or
+    /// the memory is no longer mapped (then the queue is marked for [`State::forget_unmapped`](super::State::forget_unmapped)).
     ///
     /// Private to the registry (`state/`): callers reach it through [`State::indices`](super::State::indices) (a
     /// `&State` proves the registry lock is held) or from a `State` method on one of its
@@ -116,20 +124,8 @@ impl Queue {
                 self.unmapped.set(true);
                 (0, 0)
             }
-            // SAFETY: the addresses are the queue's 64-bit write/read indices as the runtime
-            // handed them to a CREATE_QUEUE that succeeded (`State::add_queue`'s contract),
-            // 8-byte aligned (checked). The runtime keeps that memory until its DESTROY_QUEUE of
-            // the queue returns, and the ioctl hook marks the queue dying, under the registry
-            // lock, before that DESTROY_QUEUE goes to the kernel (while control runs, checked
-            // above under the same lock). `self` is in the registry and the lock is held: only
-            // `State`'s methods call this, on a queue of `self.queues`, and a `&State` exists only
-            // behind the lock (see the module). Volatile because the GPU/CP writes them.
-            Words::Unsupported => unsafe {
-                (
-                    std::ptr::read_volatile(self.wptr as *const u64),
-                    std::ptr::read_volatile(self.rptr as *const u64),
-                )
-            },
+            // No pipe to read through: not known now; the next read tries again.
+            Words::Failed => (0, 0),
         }
     }
 
