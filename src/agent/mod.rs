@@ -29,6 +29,7 @@ pub mod server;
 mod setting;
 mod socket;
 pub mod tracer;
+mod tracer_settings;
 
 pub use config::{AgentConfig, ConfigError};
 pub use http::EndpointError;

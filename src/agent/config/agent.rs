@@ -2,41 +2,9 @@
 //! `release.rs` and `calibration.rs`), edges, the lease and the connection limits; and
 //! `default_class`, checked once the classes are known.
 
-use std::path::PathBuf;
-
-use serde::Deserialize;
-
 use super::lookup::group_id;
-use super::{AgentConfig, ConfigError, Doc, LEASE_RANGE_MS, ms};
+use super::{AgentConfig, ConfigError, Doc, FileAgent, LEASE_RANGE_MS, ms};
 use crate::policy::Release;
-
-/// The section as written.
-#[derive(Deserialize, Default)]
-#[serde(deny_unknown_fields)]
-pub(super) struct FileAgent {
-    socket: Option<PathBuf>,
-    socket_group: Option<String>,
-    socket_mode: Option<String>,
-    admin_group: Option<String>,
-    default_class: Option<toml::Spanned<String>>,
-    pub(super) release: Option<String>,
-    pub(super) hysteresis_ms: Option<f64>,
-    pub(super) preempt_round_trip_us: Option<f64>,
-    calibration: Option<toml::Spanned<PathBuf>>,
-    pub(super) release_k: Option<f64>,
-    pub(super) release_epsilon: Option<f64>,
-    pub(super) release_max_hold_ms: Option<f64>,
-    pub(super) release_history: Option<u32>,
-    pub(super) release_min_history: Option<u32>,
-    min_preempt_interval_ms: Option<f64>,
-    grace_period: Option<u32>,
-    edges: Option<bool>,
-    direct_edges: Option<bool>,
-    prepared_edges: Option<bool>,
-    lease_ms: Option<u32>,
-    max_connections: Option<usize>,
-    control_requests_per_s: Option<f64>,
-}
 
 /// Applies the section (`line`: its header's, for the errors of keys without a position of
 /// their own) to `cfg`.

@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use super::agent::FileAgent;
+use super::FileAgent;
 use crate::agent::setting::SettingError;
 
 /// `[agent] calibration = FILE` (relative to the configuration's directory): the cost rule's C

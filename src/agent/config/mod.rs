@@ -13,8 +13,8 @@
 //! * `toml_errors.rs`: TOML syntax and type errors put in the configuration's words;
 //! * `tests.rs`: the parser's tests.
 //!
-//! Two sections are parsed by their owners: `[tracer]` by `crate::agent::tracer`
-//! (`settings.rs`), `[kubernetes]` by [`crate::agent::kubernetes::settings`]; `[metrics]`, one
+//! Two sections are parsed by their owners: `[tracer]` by the tracer's side
+//! (`src/agent/tracer_settings.rs`), `[kubernetes]` by [`crate::agent::kubernetes::settings`]; `[metrics]`, one
 //! key, here.
 
 use std::path::{Path, PathBuf};
@@ -23,7 +23,7 @@ use serde::Deserialize;
 
 use super::kubernetes::settings::{FileKubernetes, KubernetesConfig};
 use super::setting::SettingError;
-use super::tracer::{FileTracer, TracerSettings};
+use super::tracer_settings::{FileTracer, TracerSettings};
 use crate::policy::{ClassRule, PolicyConfig};
 use crate::proto::control::Control;
 
@@ -177,11 +177,40 @@ struct FileMetrics {
     listen: Option<toml::Spanned<String>>,
 }
 
+/// `[agent]` as written (applied by `agent.rs`; `release.rs` and `calibration.rs` read the
+/// release rule's keys).
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct FileAgent {
+    socket: Option<PathBuf>,
+    socket_group: Option<String>,
+    socket_mode: Option<String>,
+    admin_group: Option<String>,
+    default_class: Option<toml::Spanned<String>>,
+    release: Option<String>,
+    hysteresis_ms: Option<f64>,
+    preempt_round_trip_us: Option<f64>,
+    calibration: Option<toml::Spanned<PathBuf>>,
+    release_k: Option<f64>,
+    release_epsilon: Option<f64>,
+    release_max_hold_ms: Option<f64>,
+    release_history: Option<u32>,
+    release_min_history: Option<u32>,
+    min_preempt_interval_ms: Option<f64>,
+    grace_period: Option<u32>,
+    edges: Option<bool>,
+    direct_edges: Option<bool>,
+    prepared_edges: Option<bool>,
+    lease_ms: Option<u32>,
+    max_connections: Option<usize>,
+    control_requests_per_s: Option<f64>,
+}
+
 /// The file as written: each section's table with its position.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct File {
-    agent: Option<toml::Spanned<agent::FileAgent>>,
+    agent: Option<toml::Spanned<FileAgent>>,
     #[serde(default)]
     metrics: FileMetrics,
     tracer: Option<toml::Spanned<FileTracer>>,
@@ -295,7 +324,7 @@ impl AgentConfig {
         })?;
         let mut cfg = AgentConfig::builtin();
         cfg.source = path.map(Path::to_owned);
-        let no_agent = agent::FileAgent::default();
+        let no_agent = FileAgent::default();
         let a = file.agent.as_ref().map_or(&no_agent, |s| s.get_ref());
         agent::apply(a, doc.header(file.agent.as_ref()), &doc, &mut cfg)?;
 
@@ -313,7 +342,7 @@ impl AgentConfig {
         }
 
         if let Some(t) = &file.tracer {
-            super::tracer::apply_settings(t.get_ref(), &mut cfg.tracer)
+            super::tracer_settings::apply(t.get_ref(), &mut cfg.tracer)
                 .map_err(|m| doc.invalid(doc.header(Some(t)), format!("[tracer]: {m}")))?;
         }
 

@@ -1,6 +1,6 @@
 //! The release rule of `[agent]`: `release`, `hysteresis_ms` and the cost rule's parameters.
 
-use super::agent::FileAgent;
+use super::FileAgent;
 use super::ms;
 use crate::agent::setting::SettingError;
 use crate::policy::{CostRelease, Release};

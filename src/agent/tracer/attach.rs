@@ -9,8 +9,8 @@ use std::time::Instant;
 use nix::errno::Errno;
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 
+use super::channel::Event;
 use super::error::TracerError;
-use super::handle::Event;
 use super::thread::{LEAVE_WAIT, Thread};
 use super::tracee::Tracee;
 use crate::agent::conn::ConnId;

@@ -6,8 +6,8 @@
 use std::collections::BTreeSet;
 use std::time::Instant;
 
+use super::channel::Event;
 use super::error::TracerError;
-use super::handle::Event;
 use super::thread::Thread;
 use crate::kfd::QueueId;
 use crate::kfd::debug::{QueueSnapshot, QueueStatus};

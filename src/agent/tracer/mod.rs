@@ -19,31 +19,34 @@
 //!
 //! The files:
 //!
-//! * `handle.rs`: the event loop's handle on the thread, the commands and events, the wake-up
-//!   pipes;
+//! * `handle.rs`: the event loop's handle on the thread; `channel.rs`: the commands and events
+//!   between them, and the wake-up pipes;
 //! * `sessions.rs`: the event loop's tracer state (sessions, seizes in flight, the scan);
 //! * `thread.rs`: the thread's loop (its waits and deadlines) and its command dispatch;
 //! * `attach.rs`: ptrace (seize and debug-enable, restart at stops, leave and detach);
-//! * `sampling.rs`: activity sampling (the periods, the busy decisions) and snapshot refreshes;
+//! * `sampling.rs`: activity sampling and snapshot refreshes; `periods.rs`: the sampling
+//!   decisions (the fine period, changes);
 //! * `executor.rs`: level-3 commands through DBG_TRAP, with the invalid-queue retry and owed
 //!   resumes;
 //! * `tracee.rs`: one traced process; `registry.rs`: the registry it shows the node;
-//! * `error.rs`: [`TracerError`]; `settings.rs`: `[tracer]` of the configuration.
+//! * `error.rs`: [`TracerError`]. `[tracer]` of the configuration is parsed beside this folder,
+//!   in `src/agent/tracer_settings.rs` (re-exported here).
 
 mod attach;
+mod channel;
 mod error;
 mod executor;
 mod handle;
+mod periods;
 mod registry;
 mod sampling;
 mod sessions;
-mod settings;
 mod thread;
 mod tracee;
 
+pub use super::tracer_settings::{DEFAULT_SCAN, TracerSettings};
+pub use channel::{Cmd, Event};
 pub use error::TracerError;
-pub use handle::{Cmd, Event, Tracer};
-pub use sampling::BUSY_SAMPLE;
+pub use handle::Tracer;
+pub use periods::BUSY_SAMPLE;
 pub use sessions::Sessions;
-pub use settings::{DEFAULT_SCAN, TracerSettings};
-pub(crate) use settings::{FileTracer, apply as apply_settings};

@@ -7,7 +7,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::os::fd::BorrowedFd;
 use std::time::{Duration, Instant};
 
-use super::handle::{Cmd, Event, Tracer};
+use super::channel::{Cmd, Event};
+use super::handle::Tracer;
 use crate::agent::conn::ConnId;
 use crate::agent::discover::{self, Found};
 use crate::agent::node::{NodeState, Out};

@@ -14,10 +14,10 @@ use nix::poll::{PollFd, PollFlags, ppoll};
 use nix::sys::signalfd::SignalFd;
 use nix::sys::time::TimeSpec;
 
+use super::TracerSettings;
+use super::channel::{Cmd, Event, drain};
 use super::error::TracerError;
-use super::handle::{Cmd, Event, drain};
-use super::sampling::next_fine as next_fine_at;
-use super::settings::TracerSettings;
+use super::periods::next_fine as next_fine_at;
 use super::tracee::Tracee;
 use crate::ids::Pid;
 use crate::kfd::{Kfd, Root};

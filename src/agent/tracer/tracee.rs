@@ -18,7 +18,7 @@ pub(super) struct Tracee {
     pub(super) suspended: BTreeSet<u32>,
     pub(super) busy: BTreeMap<u32, bool>,
     /// Its class preempts others ([`crate::proto::AgentMsg::Edges`]): while one of its queues is busy it is
-    /// sampled every [`super::BUSY_SAMPLE`], so its idle edge is seen within that.
+    /// sampled every [`super::periods::BUSY_SAMPLE`], so its idle edge is seen within that.
     pub(super) edges: bool,
     /// Scans in a row that found no queue.
     pub(super) idle_scans: u32,
@@ -29,9 +29,9 @@ pub(super) struct Tracee {
 }
 
 impl Tracee {
-    /// Sampled at [`super::BUSY_SAMPLE`] now: its class preempts others and a queue is busy.
+    /// Sampled at [`super::periods::BUSY_SAMPLE`] now: its class preempts others and a queue is busy.
     pub(super) fn fine(&self) -> bool {
-        super::sampling::fine(self.edges, self.leaving.is_some(), &self.busy)
+        super::periods::fine(self.edges, self.leaving.is_some(), &self.busy)
     }
 
     /// The registry it shows the node.

@@ -1,6 +1,9 @@
 //! `[tracer]` in the agent's configuration: how often the tracer samples its tracees' queues
-//! and looks for processes without the shim. Parsed here, by the tracer's side; the
-//! configuration (`crate::agent::config`) adds the file and line to an error.
+//! and looks for processes without the shim. Parsed here, on the tracer's side (the tracer
+//! re-exports it); the configuration (`crate::agent::config`) adds the file and line to an
+//! error. A module of its own, beside `tracer/`, because the tracer's sessions use the node,
+//! which uses the configuration: the configuration imports this leaf, not the tracer, and the
+//! modules form no circle (`tools/test-support/tests/module_graph.rs`).
 
 use std::ops::RangeInclusive;
 use std::time::Duration;
