@@ -14,7 +14,6 @@
 
 mod board;
 pub mod config;
-mod config_toml;
 mod conn;
 pub mod discover;
 mod doorbell;
@@ -30,6 +29,7 @@ pub mod server;
 mod setting;
 mod socket;
 pub mod tracer;
+mod tracer_settings;
 
 pub use config::{AgentConfig, ConfigError};
 pub use http::EndpointError;
