@@ -82,6 +82,16 @@ pub fn launch(s: StreamRef, call: impl FnOnce() -> i32) -> i32 {
     ordered::<true>(s, call)
 }
 
+/// A launch on several streams at once (the multi-device launches): gated and attributed as
+/// stream-ordered work on each stream in turn (no write-index comparison: several queues move),
+/// the call made once, innermost.
+pub fn launch_each(streams: &[StreamRef], call: &mut dyn FnMut() -> i32) -> i32 {
+    match streams.split_first() {
+        None => call(),
+        Some((s, rest)) => work(*s, || launch_each(rest, call)),
+    }
+}
+
 /// Other stream-ordered work on stream `s` (async copy/fill, host function, event record,
 /// stream wait): held like a launch, attributed like a launch, no write-index comparison.
 #[inline(always)]

@@ -67,6 +67,7 @@ mod index_reads;
 mod init;
 mod kfd_fd;
 mod launch;
+mod launch_config;
 mod lease;
 mod levels;
 mod libc_dlsym;
