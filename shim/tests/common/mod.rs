@@ -7,6 +7,7 @@ pub mod agent;
 pub mod kfdqd;
 pub mod prom;
 pub mod sid;
+pub mod sid7;
 pub mod sid_libs;
 
 use kfdq::QueueId;

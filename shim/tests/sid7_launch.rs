@@ -1,0 +1,160 @@
+//! HIP 7.2's launch paths under the shim and the real agent (issue 52): a program built by hipcc
+//! 7.2.4 in the ROCm 7.2 root (`tests/sid/launch7.hip`) that launches only through one path —
+//! `hipLaunchKernelEx` (`hipLaunchKernelExC`), `hipDrvLaunchKernelEx`, `hipModuleLaunchKernel`
+//! of a committed code object, `hipGraphLaunch`, or a `hipModuleLaunchKernel` pointer from
+//! `hipGetDriverEntryPoint` — runs as a busy batch job beside the same program as a busy latency
+//! job. Level 1 must hold the batch job's launches in the shim (a call waiting there, which only
+//! a wrapped path can do); levels 2 and 3 must deactivate / suspend its queues, which needs the
+//! latency job's launches to be seen (its busy edge); released, both finish cleanly.
+
+mod common;
+
+use std::path::Path;
+
+use kfdq::Pid;
+
+use common::kfdqd::{Agent, two_classes};
+use common::sid::{self, Shimmed};
+use common::{Emu, WAIT_LIMIT, sid7, wait_for};
+
+/// The registry the shim of `pid` published in `state`.
+fn registry(state: &Path, pid: u32) -> Option<kfdq::proto::Registry> {
+    let text = std::fs::read_to_string(state.join(format!("shim-{pid}.json"))).ok()?;
+    serde_json::from_str(&text).ok()
+}
+
+/// Whether the batch job is stopped at `level` ("hold", "deactivate", "suspend").
+fn stopped(level: &str, emu: &Emu, pid: u32, state: &Path) -> bool {
+    match level {
+        // A launch of the created stream waits in the shim: only a wrapped path gets there.
+        "hold" => registry(state, pid).is_some_and(|r| {
+            r.streams
+                .iter()
+                .any(|s| s.held && s.held_calls > 0 && s.queue_id.is_some())
+        }),
+        "deactivate" => {
+            let qs = emu.queues_of(pid);
+            qs.iter().any(|q| q.queue_type == "compute_aql")
+                && qs
+                    .iter()
+                    .filter(|q| q.queue_type == "compute_aql")
+                    .all(|q| !q.active)
+        }
+        _ => {
+            let qs = emu.queues_of(pid);
+            qs.iter().any(|q| q.queue_type == "compute_aql")
+                && qs
+                    .iter()
+                    .filter(|q| q.queue_type == "compute_aql")
+                    .all(|q| q.suspended)
+        }
+    }
+}
+
+/// A busy batch job and then a busy latency job, both launching through `path` only, under the
+/// real agent at `level`: the batch job is stopped at that level while the latency job runs, and
+/// runs again and finishes cleanly after it ends.
+fn held_at(path: &str, level: &str) {
+    let (emu, root, built) = sid7::setup();
+    let agent = Agent::start(&emu, &two_classes(level));
+    let work = built.dir.path();
+    let start = |class: &str| {
+        sid::under_kfdq(
+            &emu,
+            &root,
+            work,
+            &agent,
+            class,
+            &[],
+            &["./launch7", path, "--busy"],
+        )
+    };
+    let Shimmed {
+        p: mut batch,
+        state: bs,
+    } = start("batch");
+    batch.wait_line("launch7: busy");
+    agent.wait_connected(batch.pid, 1);
+    let Shimmed {
+        p: mut latency,
+        state: _ls,
+    } = start("latency");
+    latency.wait_line("launch7: busy");
+    agent.wait(
+        &format!("{path}: the batch job preempted at {level}"),
+        |s| {
+            s.processes
+                .iter()
+                .any(|p| p.pid == Pid(batch.pid) && p.level.is_some())
+        },
+    );
+    let deadline = std::time::Instant::now() + WAIT_LIMIT;
+    while !stopped(level, &emu, batch.pid, bs.path()) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{path}: timed out waiting for the batch job stopped at {level}: {:#?}\nregistry: {:#?}\n\
+             agent: {:#?}\n{}",
+            emu.queues_of(batch.pid),
+            registry(bs.path(), batch.pid),
+            agent.process(batch.pid),
+            sid7::packages()
+        );
+        std::thread::sleep(test_support::wait::POLL);
+    }
+    let lines = latency.finish();
+    assert_eq!(lines.last().map(String::as_str), Some("launch7: done"));
+    agent.wait(&format!("{path}: the batch job running again"), |s| {
+        s.processes
+            .iter()
+            .any(|p| p.pid == Pid(batch.pid) && p.level.is_none())
+    });
+    wait_for("the batch queues active and not suspended", || {
+        emu.queues_of(batch.pid)
+            .iter()
+            .all(|q| q.active && !q.suspended)
+    });
+    let lines = batch.finish();
+    assert_eq!(
+        lines.last().map(String::as_str),
+        Some("launch7: done"),
+        "{path}: {lines:?}"
+    );
+    assert_eq!(agent.status().counters.command_failures, 0);
+}
+
+/// Levels 1, 2 and 3 for one launch path.
+fn every_level(path: &str) {
+    for level in ["hold", "deactivate", "suspend"] {
+        held_at(path, level);
+    }
+}
+
+#[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
+fn sid7_hip_launch_kernel_ex_is_held_and_preempted() {
+    every_level("ex");
+}
+
+#[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
+fn sid7_hip_drv_launch_kernel_ex_is_held_and_preempted() {
+    every_level("drv-ex");
+}
+
+#[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
+fn sid7_hip_module_launch_kernel_of_a_committed_code_object_is_held_and_preempted() {
+    every_level("module");
+}
+
+#[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
+fn sid7_hip_graph_launch_is_held_and_preempted() {
+    every_level("graph");
+}
+
+#[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
+fn sid7_a_pointer_from_hip_get_driver_entry_point_is_held_and_preempted() {
+    every_level("entry-point");
+}
