@@ -109,10 +109,16 @@ fn ordered<const PROBE: bool>(s: StreamRef, call: impl FnOnce() -> i32) -> i32 {
         Which::Created(_) => (F_HOLDS | F_CREATED_PENDING, true),
         Which::PerThread => (F_HOLDS, spt_known()),
     };
-    if f & (F_READY | slow | F_WINDOW | F_EDGES) == F_READY && spt_ok || f & F_DISABLED != 0 {
+    if f & F_DISABLED != 0 {
         return call();
     }
-    if f & (F_READY | slow) == F_READY && spt_ok {
+    // With HIP's dynamic queues a launch may land on another queue than the stream's last:
+    // every launch takes the slow path, which compares write indices (docs/shim.md, "HIP 7.2").
+    let reprobe = PROBE && dynamic_queues();
+    if f & (F_READY | slow | F_WINDOW | F_EDGES) == F_READY && spt_ok && !reprobe {
+        return call();
+    }
+    if f & (F_READY | slow) == F_READY && spt_ok && !reprobe {
         // Only the window or edges: no lock, no registration.
         if f & F_WINDOW != 0 {
             crate::window::gate(s.key(), || window_target(s));
@@ -141,6 +147,28 @@ pub fn sync(s: StreamRef, call: impl FnOnce() -> i32) -> i32 {
         return call();
     }
     sync_slow(s, call)
+}
+
+/// Whether HIP's dynamic queue management is on for this process (`DEBUG_HIP_DYNAMIC_QUEUES`
+/// set to a non-zero number: CLR then hands an idle normal-priority stream's queue back to a
+/// pool and gives the stream the least-loaded one at its next command). Read once.
+#[inline(always)]
+fn dynamic_queues() -> bool {
+    const UNKNOWN: u8 = 0;
+    const OFF: u8 = 1;
+    const ON: u8 = 2;
+    static DYNAMIC: AtomicU8 = AtomicU8::new(UNKNOWN);
+    match DYNAMIC.load(Ordering::Relaxed) {
+        UNKNOWN => {
+            let on = std::env::var("DEBUG_HIP_DYNAMIC_QUEUES")
+                .ok()
+                .and_then(|v| v.trim().parse::<u64>().ok())
+                .is_some_and(|v| v != 0);
+            DYNAMIC.store(if on { ON } else { OFF }, Ordering::Relaxed);
+            on
+        }
+        v => v == ON,
+    }
 }
 
 #[inline(always)]
@@ -295,7 +323,8 @@ fn prepare(s: StreamRef, probe: bool) -> Prep {
         }
         st = STATE.lock();
     }
-    let before = if probe && st.stream(sid).is_some_and(|x| x.queue.is_none()) {
+    let before = if probe && (dynamic_queues() || st.stream(sid).is_some_and(|x| x.queue.is_none()))
+    {
         let b = st
             .queues()
             .iter()
@@ -384,9 +413,10 @@ fn finish(p: Prep, result: i32, probe: bool) {
         st.remove_stream(p.sid);
         return;
     }
-    if s.queue.is_none() && !p.before.is_empty() {
+    if !p.before.is_empty() {
         // No CREATE_QUEUE during the call: the stream went onto an existing queue (the
-        // runtime's pool cap). The queue whose write index moved is the one.
+        // runtime's pool cap, or under dynamic queues a pool queue it was handed again). The
+        // queue whose write index moved is the one.
         let advanced: Vec<u32> = p
             .before
             .iter()
@@ -397,7 +427,9 @@ fn finish(p: Prep, result: i32, probe: bool) {
             })
             .collect();
         st.forget_unmapped();
-        if let [qid] = advanced[..] {
+        if let [qid] = advanced[..]
+            && st.stream(p.sid).is_some_and(|s| s.queue != Some(qid))
+        {
             crate::log::debug(|| format!("stream {} -> queue {qid} (write index moved)", p.sid));
             st.attribute(p.sid, qid);
         }

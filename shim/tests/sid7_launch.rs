@@ -54,7 +54,7 @@ fn stopped(level: &str, emu: &Emu, pid: u32, state: &Path) -> bool {
 /// A busy batch job and then a busy latency job, both launching through `path` only, under the
 /// real agent at `level`: the batch job is stopped at that level while the latency job runs, and
 /// runs again and finishes cleanly after it ends.
-fn held_at(path: &str, level: &str) {
+fn held_at(path: &str, level: &str, env: &[(&str, &str)]) {
     let (emu, root, built) = sid7::setup();
     let agent = Agent::start(&emu, &two_classes(level));
     let work = built.dir.path();
@@ -65,7 +65,7 @@ fn held_at(path: &str, level: &str) {
             work,
             &agent,
             class,
-            &[],
+            env,
             &["./launch7", path, "--busy"],
         )
     };
@@ -125,7 +125,7 @@ fn held_at(path: &str, level: &str) {
 /// Levels 1, 2 and 3 for one launch path.
 fn every_level(path: &str) {
     for level in ["hold", "deactivate", "suspend"] {
-        held_at(path, level);
+        held_at(path, level, &[]);
     }
 }
 
@@ -157,4 +157,22 @@ fn sid7_hip_graph_launch_is_held_and_preempted() {
 #[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn sid7_a_pointer_from_hip_get_driver_entry_point_is_held_and_preempted() {
     every_level("entry-point");
+}
+
+/// HIP's dynamic queues (`DEBUG_HIP_DYNAMIC_QUEUES=1`, off by default in 7.2.4) with one
+/// hardware queue per priority: every launch takes the shim's slow path, which compares write
+/// indices (docs/shim.md, "HIP 7.2"); the levels work as without.
+#[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
+fn sid7_with_dynamic_queues_hip_launch_kernel_ex_is_held_and_preempted() {
+    for level in ["hold", "suspend"] {
+        held_at(
+            "ex",
+            level,
+            &[
+                ("DEBUG_HIP_DYNAMIC_QUEUES", "1"),
+                ("GPU_MAX_HW_QUEUES", "1"),
+            ],
+        );
+    }
 }
