@@ -15,7 +15,7 @@
 //!   runtime created a queue for during the call is registered afterwards.
 
 use std::cell::Cell;
-use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use kfdq::policy::class::clamp_hip_priority;
@@ -112,9 +112,10 @@ fn ordered<const PROBE: bool>(s: StreamRef, call: impl FnOnce() -> i32) -> i32 {
     if f & F_DISABLED != 0 {
         return call();
     }
-    // With HIP's dynamic queues a launch may land on another queue than the stream's last:
-    // every launch takes the slow path, which compares write indices (docs/shim.md, "HIP 7.2").
-    let reprobe = PROBE && dynamic_queues();
+    // With HIP's dynamic queues, once streams share the pool's queues a launch may land on
+    // another queue than the stream's last: then every launch takes the slow path, which
+    // compares write indices (docs/shim.md, "HIP 7.2").
+    let reprobe = PROBE && reprobing();
     if f & (F_READY | slow | F_WINDOW | F_EDGES) == F_READY && spt_ok && !reprobe {
         return call();
     }
@@ -149,9 +150,29 @@ pub fn sync(s: StreamRef, call: impl FnOnce() -> i32) -> i32 {
     sync_slow(s, call)
 }
 
+/// Set (under the state lock) once two streams of this process share a KFD queue.
+static SHARING: AtomicBool = AtomicBool::new(false);
+
+/// Whether launches compare write indices even on streams whose queue is known: HIP's dynamic
+/// queues are on and streams share queues (below the pool's cap each stream keeps its queue).
+#[inline(always)]
+fn reprobing() -> bool {
+    SHARING.load(Ordering::Relaxed) && dynamic_queues()
+}
+
+/// Records whether streams share a queue now (called with the state lock held, after
+/// attribution). Never cleared: a pool once full may fill again.
+fn note_sharing(st: &State) {
+    if !SHARING.load(Ordering::Relaxed) && st.queues().iter().any(|q| q.streams.len() > 1) {
+        SHARING.store(true, Ordering::Relaxed);
+    }
+}
+
 /// Whether HIP's dynamic queue management is on for this process (`DEBUG_HIP_DYNAMIC_QUEUES`
-/// set to a non-zero number: CLR then hands an idle normal-priority stream's queue back to a
-/// pool and gives the stream the least-loaded one at its next command). Read once.
+/// set to a non-zero number — the shim's own default is 2 — which Debian's HIP 6.4.3 and 7.2.4
+/// read as a boolean: CLR then hands an idle normal-priority stream's queue back to the pool
+/// when there are more normal queues than `GPU_MAX_HW_QUEUES`, and gives the stream the
+/// least-loaded one at its next command). Read once.
 #[inline(always)]
 fn dynamic_queues() -> bool {
     const UNKNOWN: u8 = 0;
@@ -323,8 +344,7 @@ fn prepare(s: StreamRef, probe: bool) -> Prep {
         }
         st = STATE.lock();
     }
-    let before = if probe && (dynamic_queues() || st.stream(sid).is_some_and(|x| x.queue.is_none()))
-    {
+    let before = if probe && (reprobing() || st.stream(sid).is_some_and(|x| x.queue.is_none())) {
         let b = st
             .queues()
             .iter()
@@ -432,6 +452,7 @@ fn finish(p: Prep, result: i32, probe: bool) {
         {
             crate::log::debug(|| format!("stream {} -> queue {qid} (write index moved)", p.sid));
             st.attribute(p.sid, qid);
+            note_sharing(&st);
         }
     }
     if let Some(s) = st.streams.iter_mut().find(|s| s.id == p.sid)
@@ -485,6 +506,7 @@ pub fn create(out: *mut usize, hip_priority: Option<i32>, call: impl FnOnce() ->
                 // the application passed for exactly that.
                 let handle = unsafe { out.read() };
                 st.register_stream(sid, StreamKind::Created, handle, prio, creator);
+                note_sharing(&st);
                 let q = st.stream(sid).and_then(|s| s.queue);
                 crate::log::debug(|| {
                     format!(
