@@ -76,10 +76,11 @@ if [[ ${1:-} == --libs && -n $flag ]]; then
     expected=tests/sid/rocm72-libs-versions.txt
     lib=7.2.4-1~exp1 libd=7.2.4+dfsg-1~exp1
     include+=("librocblas5=$lib" "libhipblas3=$lib" "libhipblaslt1=$libd" "libmiopen1=7.2.4+dfsg-1"
-        "librocsolver0=7.2.4-1~exp1+b1" "librccl1=7.2.4-1~exp3")
-    recorded+=(librocblas5 libhipblas3 libhipblaslt1 libmiopen1 librocsolver0 librccl1)
+        "librocsolver0=7.2.4-1~exp1+b1" "librccl1=7.2.4-1~exp3" "libroctx64-4=$lib"
+        "libmiopen-tests-data=7.2.4+dfsg-1")
+    recorded+=(librocblas5 libhipblas3 libhipblaslt1 libmiopen1 librocsolver0 librccl1 libroctx64-4)
     ready=usr/lib/x86_64-linux-gnu/libMIOpen.so.1
-    cost="several minutes, about 1 GB to download and 6 GB"
+    cost="several minutes, about 2.1 GB to download"
 elif [[ ${1:-} == --libs ]]; then
     shift
     flag=" --libs"
