@@ -22,6 +22,7 @@ use kfdq::policy::class::clamp_hip_priority;
 use kfdq::proto::StreamKind;
 
 use crate::context::{CTX, NO_STREAM, SPT};
+use crate::escapes::Call;
 use crate::guard::guarded;
 use crate::state::{
     F_CREATED_PENDING, F_DISABLED, F_EDGES, F_HOLDS, F_NULL_PENDING, F_READY, F_WINDOW, FLAGS,
@@ -79,6 +80,7 @@ impl StreamRef {
 /// A kernel or graph launch on stream `s`.
 #[inline(always)]
 pub fn launch(s: StreamRef, call: impl FnOnce() -> i32) -> i32 {
+    let _counted = Call::enter();
     ordered::<true>(s, call)
 }
 
@@ -96,6 +98,7 @@ pub fn launch_each(streams: &[StreamRef], call: &mut dyn FnMut() -> i32) -> i32 
 /// stream wait): held like a launch, attributed like a launch, no write-index comparison.
 #[inline(always)]
 pub fn work(s: StreamRef, call: impl FnOnce() -> i32) -> i32 {
+    let _counted = Call::enter();
     ordered::<false>(s, call)
 }
 
@@ -138,6 +141,17 @@ fn ordered<const PROBE: bool>(s: StreamRef, call: impl FnOnce() -> i32) -> i32 {
 /// fast path ignores holds.
 #[inline(always)]
 pub fn sync(s: StreamRef, call: impl FnOnce() -> i32) -> i32 {
+    crate::escapes::check();
+    let r = {
+        let _counted = Call::enter();
+        sync_counted(s, call)
+    };
+    crate::escapes::note();
+    r
+}
+
+#[inline(always)]
+fn sync_counted(s: StreamRef, call: impl FnOnce() -> i32) -> i32 {
     let f = FLAGS.load(Ordering::Relaxed);
     let fast = match s.which() {
         Which::Null => f & (F_READY | F_NULL_PENDING) == F_READY,
@@ -523,7 +537,11 @@ pub fn create(out: *mut usize, hip_priority: Option<i32>, call: impl FnOnce() ->
 
 /// `hipStreamDestroy(handle)`.
 pub fn destroy(handle: usize, call: impl FnOnce() -> i32) -> i32 {
-    let r = call();
+    // Destroying a stream waits for its work (the runtime may enqueue a marker): counted.
+    let r = {
+        let _counted = Call::enter();
+        call()
+    };
     if r == 0 && FLAGS.load(Ordering::Relaxed) & F_DISABLED == 0 {
         guarded(|| {
             let mut st = STATE.lock();

@@ -54,6 +54,7 @@ mod config;
 mod context;
 mod control;
 mod edges;
+mod escapes;
 mod fd_stream;
 // The entry points are not in the unit-test binary: exported there, they would interpose on the
 // test harness.

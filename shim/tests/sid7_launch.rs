@@ -176,3 +176,42 @@ fn sid7_with_dynamic_queues_hip_launch_kernel_ex_is_held_and_preempted() {
         );
     }
 }
+
+/// The registry's warnings of `launch7 PATH --hold` run as a batch job, once it holds.
+fn warnings_of(path: &str) -> Vec<String> {
+    let (emu, root, built) = sid7::setup();
+    let agent = Agent::start(&emu, &two_classes("hold"));
+    let Shimmed { mut p, state } = sid::under_kfdq(
+        &emu,
+        &root,
+        built.dir.path(),
+        &agent,
+        "batch",
+        &[],
+        &["./launch7", path, "--hold"],
+    );
+    p.wait_line("launch7: holding");
+    let r = registry(state.path(), p.pid).expect("the shim's registry");
+    let lines = p.finish();
+    assert_eq!(lines.last().map(String::as_str), Some("launch7: done"));
+    r.warnings
+}
+
+const ESCAPE: &str = "work reached a managed queue that the shim did not see launched";
+
+#[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
+fn sid7_work_no_wrapper_saw_is_reported_once_and_wrapped_launches_are_not() {
+    // hipMemcpyHtoD (synchronous, not wrapped) puts a blit kernel on the null stream's queue
+    // between two synchronising calls.
+    let escaped = warnings_of("escape");
+    let hits: Vec<_> = escaped.iter().filter(|w| w.starts_with(ESCAPE)).collect();
+    assert_eq!(hits.len(), 1, "one escape warning: {escaped:#?}");
+    for path in ["ex", "graph", "entry-point"] {
+        let w = warnings_of(path);
+        assert!(
+            !w.iter().any(|x| x.starts_with(ESCAPE)),
+            "{path}: every launch wrapped, no escape warning: {w:#?}"
+        );
+    }
+}

@@ -5,6 +5,7 @@
 //   launch7 PATH --busy   "launch7: busy", then launches through PATH on the created stream,
 //                         round after round (4 launches, then hipStreamSynchronize), until a line
 //                         (or EOF) arrives on stdin; "launch7: rounds N" at the end
+//   launch7 PATH --hold   the one launch, then "launch7: holding" and wait for a line on stdin
 //
 // PATH: ex            the C++ template hipLaunchKernelEx (compiles to hipLaunchKernelExC)
 //       drv-ex        hipDrvLaunchKernelEx with the hipFunction_t of the program's kernel
@@ -12,6 +13,9 @@
 //                     spin-gfx942.co (kernels/), loaded with hipModuleLoad
 //       graph         hipGraphLaunch of a graph captured from the stream (one kernel)
 //       entry-point   hipModuleLaunchKernel through the pointer hipGetDriverEntryPoint hands out
+//       escape        no launch: hipMemset, hipDeviceSynchronize, then the synchronous
+//                     hipMemcpyHtoD (4 KiB, a blit kernel on the null stream's queue), which
+//                     the shim does not wrap
 //
 // Prints "ok ..." per step; the first failure prints "FAIL ..." and exits 1.
 #include <hip/hip_runtime.h>
@@ -52,6 +56,7 @@ int main(int argc, char** argv) {
     }
     const char* path = argv[1];
     const bool busy = argc > 2 && std::strcmp(argv[2], "--busy") == 0;
+    const bool hold = argc > 2 && std::strcmp(argv[2], "--hold") == 0;
     int version = 0;
     CHECK(hipRuntimeGetVersion(&version));
     std::printf("ok runtime %d\n", version);
@@ -102,7 +107,7 @@ int main(int argc, char** argv) {
         hipLaunchKernelGGL(add_one, dim3(n / 256), dim3(256), 0, s, d, n);
         CHECK(hipStreamEndCapture(s, &g));
         CHECK(hipGraphInstantiate(&exec, g, nullptr, nullptr, 0));
-    } else if (std::strcmp(path, "ex") != 0) {
+    } else if (std::strcmp(path, "ex") != 0 && std::strcmp(path, "escape") != 0) {
         std::printf("FAIL unknown path %s\n", path);
         return 1;
     }
@@ -116,6 +121,11 @@ int main(int argc, char** argv) {
             CHECK(hipModuleLaunchKernel(f, 1, 1, 1, 64, 1, 1, 0, s, spin_args, nullptr));
         } else if (std::strcmp(path, "entry-point") == 0) {
             CHECK(launch_ptr(f, 1, 1, 1, 64, 1, 1, 0, s, spin_args, nullptr));
+        } else if (std::strcmp(path, "escape") == 0) {
+            static int host[1024];
+            CHECK(hipMemset(d, 0, n * sizeof(int)));
+            CHECK(hipDeviceSynchronize());
+            CHECK(hipMemcpyHtoD(reinterpret_cast<hipDeviceptr_t>(d), host, sizeof host));
         } else {
             CHECK(hipGraphLaunch(exec, s));
         }
@@ -123,6 +133,11 @@ int main(int argc, char** argv) {
     once();
     CHECK(hipStreamSynchronize(s));
     std::printf("ok launch %s\n", path);
+    if (hold) {
+        std::printf("launch7: holding\n");
+        char line[64];
+        (void)!fgets(line, sizeof line, stdin);
+    }
     if (busy) {
         std::printf("launch7: busy\n");
         long rounds = 0;
