@@ -177,8 +177,9 @@ fn sid7_with_dynamic_queues_hip_launch_kernel_ex_is_held_and_preempted() {
     }
 }
 
-/// The registry's warnings of `launch7 PATH --hold` run as a batch job, once it holds.
-fn warnings_of(path: &str) -> Vec<String> {
+/// The registry's warnings of `launch7 PATH --hold` run as a batch job, once it holds and its
+/// registry shows `ready` (the registry is published after the fact).
+fn warnings_of(path: &str, ready: impl Fn(&kfdq::proto::Registry) -> bool) -> Vec<String> {
     let (emu, root, built) = sid7::setup();
     let agent = Agent::start(&emu, &two_classes("hold"));
     let Shimmed { mut p, state } = sid::under_kfdq(
@@ -191,6 +192,9 @@ fn warnings_of(path: &str) -> Vec<String> {
         &["./launch7", path, "--hold"],
     );
     p.wait_line("launch7: holding");
+    wait_for(&format!("{path}: the shim's registry"), || {
+        registry(state.path(), p.pid).is_some_and(|r| ready(&r))
+    });
     let r = registry(state.path(), p.pid).expect("the shim's registry");
     let lines = p.finish();
     assert_eq!(lines.last().map(String::as_str), Some("launch7: done"));
@@ -204,11 +208,14 @@ const ESCAPE: &str = "work reached a managed queue that the shim did not see lau
 fn sid7_work_no_wrapper_saw_is_reported_once_and_wrapped_launches_are_not() {
     // hipMemcpyHtoD (synchronous, not wrapped) puts a blit kernel on the null stream's queue
     // between two synchronising calls.
-    let escaped = warnings_of("escape");
+    let escaped = warnings_of("escape", |r| {
+        r.warnings.iter().any(|w| w.starts_with(ESCAPE))
+    });
     let hits: Vec<_> = escaped.iter().filter(|w| w.starts_with(ESCAPE)).collect();
     assert_eq!(hits.len(), 1, "one escape warning: {escaped:#?}");
     for path in ["ex", "graph", "entry-point"] {
-        let w = warnings_of(path);
+        // Published with the created stream on its queue.
+        let w = warnings_of(path, |r| r.streams.iter().any(|s| s.queue_id.is_some()));
         assert!(
             !w.iter().any(|x| x.starts_with(ESCAPE)),
             "{path}: every launch wrapped, no escape warning: {w:#?}"
