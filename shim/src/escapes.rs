@@ -7,9 +7,9 @@
 //! count; at the start of the next synchronising call, if no wrapped call has begun since, a
 //! queue whose write index moved received packets that no wrapped call enqueued — a launch path
 //! the shim does not wrap, or a HIP call that enqueues without being one (a synchronous copy such
-//! as `hipMemcpyHtoD`). Such work is not held at level 1. The counters cost two relaxed atomic
-//! additions per wrapped call; the check runs only in synchronising calls (docs/shim.md, "HIP
-//! 7.2").
+//! as `hipMemcpyHtoD`). Such work is not held at level 1. The counters cost two sequentially
+//! consistent atomic additions per wrapped call; the check runs only in synchronising calls
+//! (docs/shim.md, "HIP 7.2").
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -22,9 +22,11 @@ pub const ESCAPE_WARNING: &str = "work reached a managed queue that the shim did
 static ENTERED: AtomicU64 = AtomicU64::new(0);
 static EXITED: AtomicU64 = AtomicU64::new(0);
 
-/// The count and the (queue, write index) pairs noted at the end of the last quiet
-/// synchronising call.
-static NOTED: PMutex<Option<(u64, Vec<(u32, u64)>)>> = PMutex::new(None);
+/// (queue, write index) of the queues that serve streams.
+type Indices = Vec<(u32, u64)>;
+
+/// The count and the indices noted at the end of the last quiet synchronising call.
+static NOTED: PMutex<Option<(u64, Indices)>> = PMutex::new(None);
 
 /// A wrapped call in progress (counted out when dropped).
 pub struct Call(());
@@ -50,7 +52,7 @@ fn controlling() -> bool {
 }
 
 /// The write indices of the live compute queues that serve streams.
-fn served_indices() -> Vec<(u32, u64)> {
+fn served_indices() -> Indices {
     let st = STATE.lock();
     st.queues()
         .iter()
