@@ -211,3 +211,18 @@ fn sid7_the_new_launch_paths_of_hip_7_2_are_wrapped_at_their_nodes() {
     moved.insert("hipDrvLaunchKernelEx".into(), "hip_4.2".into());
     assert_eq!(escapes(&rt, &moved).len(), 1, "{:?}", escapes(&rt, &moved));
 }
+
+#[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
+fn sid7_hip_7_2_defines_every_function_the_shim_wraps_at_the_shims_node() {
+    let shim = functions(&common::shim_path());
+    let (_, lib) = runtimes().pop().expect("HIP 7.2");
+    let rt = functions(&lib);
+    let wrong: Vec<String> = shim
+        .iter()
+        .filter(|(name, _)| name.starts_with("hip") || name.starts_with("_Z"))
+        .filter(|(name, node)| rt.get(*name) != Some(*node))
+        .map(|(name, node)| format!("{name}@{node}: HIP 7.2.4 has {:?}", rt.get(name)))
+        .collect();
+    assert!(wrong.is_empty(), "{wrong:#?}");
+}
