@@ -6,33 +6,9 @@ mod common;
 
 use std::process::Command;
 
-/// (binding, name with its version) of every function `lib` defines in its dynamic symbol table.
-fn defined_functions(lib: &std::path::Path) -> Vec<(String, String)> {
-    let out = Command::new("readelf")
-        .args(["--dyn-syms", "-W"])
-        .arg(lib)
-        .output()
-        .expect("run readelf (binutils)");
-    assert!(
-        out.status.success(),
-        "readelf {}: {}",
-        lib.display(),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter_map(|l| {
-            let f: Vec<&str> = l.split_whitespace().collect();
-            // Num: Value Size Type Bind Vis Ndx Name
-            (f.len() >= 8 && f[3] == "FUNC" && f[6] != "UND")
-                .then(|| (f[4].to_string(), f[7].to_string()))
-        })
-        .collect()
-}
-
 /// The shim's global functions as "name@@node" (or a bare name when unversioned).
 fn dyn_syms() -> Vec<String> {
-    defined_functions(&common::shim_path())
+    common::elf::defined_functions(&common::shim_path())
         .into_iter()
         .filter(|(bind, _)| bind == "GLOBAL")
         .map(|(_, name)| name)
@@ -178,7 +154,7 @@ fn version_definitions_cover_the_hip_node_chain() {
 
 /// `name -> node` of every default-versioned function a library defines.
 fn default_versions(lib: &std::path::Path) -> std::collections::BTreeMap<String, String> {
-    defined_functions(lib)
+    common::elf::defined_functions(lib)
         .into_iter()
         .filter_map(|(_, name)| {
             name.split_once("@@")

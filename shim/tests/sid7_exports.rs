@@ -9,31 +9,15 @@ mod common;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 /// name -> version node of every function `lib` defines (`readelf --dyn-syms`); `@@` and `@`
 /// both count (a hidden old version is still bindable by name and version).
 fn functions(lib: &Path) -> BTreeMap<String, String> {
-    let out = Command::new("readelf")
-        .args(["--dyn-syms", "-W"])
-        .arg(lib)
-        .output()
-        .expect("run readelf (binutils)");
-    assert!(
-        out.status.success(),
-        "readelf {}: {}",
-        lib.display(),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter_map(|l| {
-            let f: Vec<&str> = l.split_whitespace().collect();
-            // Num: Value Size Type Bind Vis Ndx Name
-            if f.len() < 8 || f[3] != "FUNC" || f[6] == "UND" || f[4] != "GLOBAL" {
-                return None;
-            }
-            let (name, node) = f[7].split_once('@')?;
+    common::elf::defined_functions(lib)
+        .into_iter()
+        .filter(|(bind, _)| bind == "GLOBAL")
+        .filter_map(|(_, sym)| {
+            let (name, node) = sym.split_once('@')?;
             Some((name.to_string(), node.trim_start_matches('@').to_string()))
         })
         .collect()

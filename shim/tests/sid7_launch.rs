@@ -101,25 +101,7 @@ fn held_at(path: &str, level: &str, env: &[(&str, &str)]) {
         );
         std::thread::sleep(test_support::wait::POLL);
     }
-    let lines = latency.finish();
-    assert_eq!(lines.last().map(String::as_str), Some("launch7: done"));
-    agent.wait(&format!("{path}: the batch job running again"), |s| {
-        s.processes
-            .iter()
-            .any(|p| p.pid == Pid(batch.pid) && p.level.is_none())
-    });
-    wait_for("the batch queues active and not suspended", || {
-        emu.queues_of(batch.pid)
-            .iter()
-            .all(|q| q.active && !q.suspended)
-    });
-    let lines = batch.finish();
-    assert_eq!(
-        lines.last().map(String::as_str),
-        Some("launch7: done"),
-        "{path}: {lines:?}"
-    );
-    assert_eq!(agent.status().counters.command_failures, 0);
+    sid::release_and_finish(&emu, &agent, latency, batch, "launch7: done");
 }
 
 /// Levels 1, 2 and 3 for one launch path.

@@ -45,27 +45,9 @@ fn sid7_rocminfo_7_2_lists_the_emulated_mi308x() {
 #[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn sid7_a_hipcc_7_2_program_runs_on_rocr_7_2() {
     let (emu, root, built) = sid7::setup();
-    let mut p = Running::start(sid7::in_work(
-        &emu,
-        &root,
-        built,
-        &["./hip_check", "--hold"],
-    ));
+    let mut p = Running::start(sid::in_work(&emu, &root, built, &["./hip_check", "--hold"]));
     p.wait_line("hip_check: holding");
-    for step in [
-        "ok device",
-        "ok streams",
-        "ok memcpy null-stream 4096",
-        "ok memcpy low-stream 67108864",
-        "ok launches",
-    ] {
-        assert!(
-            p.seen.iter().any(|l| l.starts_with(step)),
-            "no {step:?}: {:?}\n{}",
-            p.seen,
-            sid7::packages()
-        );
-    }
+    sid::assert_hip_check_steps(&p.seen, sid7::packages());
     let qs = emu.queues_of(p.pid);
     assert!(
         qs.iter()

@@ -60,15 +60,3 @@ pub fn setup() -> (Emu, PathBuf, &'static sid::Built) {
     let built = built(&emu, &root);
     (emu, root, built)
 }
-
-/// `argv` run in the ROCm 7.2 root with the built programs' directory as `/work`.
-pub fn in_work(emu: &Emu, root: &Path, built: &sid::Built, argv: &[&str]) -> std::process::Command {
-    let work = built.dir.path();
-    sid::command(
-        emu,
-        root,
-        &[(work, Path::new("/work"))],
-        Path::new("/work"),
-        argv,
-    )
-}
