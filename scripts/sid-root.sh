@@ -207,7 +207,7 @@ flock 9
 case ${1:-} in
 --rebuild) build ;;
 --versions)
-    [[ -f $versions ]] || die "no sid root in $root yet" "run scripts/sid-root.sh as root to build it"
+    [[ -f $versions ]] || die "no sid root in $root yet" "run scripts/sid-root.sh$flag as root to build it"
     cat "$versions"
     moved
     exit 0
