@@ -16,6 +16,12 @@
 #                                  and hipBLASLt's benchmarks, rocm-smi and amd-smi (about 700 MB
 #                                  to download and 5.6 GB installed: built only when a test or a
 #                                  person asks for it)
+#   scripts/sid-root.sh --rocm72 [--libs] [--rebuild | --versions]
+#                                  the ROCm 7.2 roots, sid-rocm72-root (sid-rocm72-libs-root): sid
+#                                  plus Debian experimental's ROCm 7.2.4 (HIP 7.2, libamdhip64.so.7,
+#                                  ROCr 7.2.4, hipcc 7.2.4 with clang 22, rocm-smi 7.2.4), the
+#                                  versions pinned below; with --libs also rocBLAS, hipBLAS,
+#                                  hipBLASLt, MIOpen, rocSOLVER and RCCL 7.2.4, for shim/tests/sid7_*.rs
 #
 # A cached root that lacks packages this script now lists (it was built by an older version) gets
 # them installed into it with apt, without a rebuild.
@@ -41,7 +47,41 @@ recorded=(rocminfo libamdhip64-6 libamdhip64-dev libhsa-runtime64-1 hipcc clang-
 ready=usr/bin/rocminfo
 cost="about a minute and 1 GB"
 flag=
-if [[ ${1:-} == --libs ]]; then
+# The sources: sid, and with --rocm72 also experimental (the pinned versions come from there).
+suites=(sid)
+if [[ ${1:-} == --rocm72 ]]; then
+    shift
+    flag=" --rocm72"
+    name=sid-rocm72-root
+    expected=tests/sid/rocm72-versions.txt
+    suites+=(experimental)
+    # Debian experimental's ROCm 7.2.4, pinned: apt prefers sid's older versions of the same
+    # packages (experimental's priority is 1), and `pkg/experimental` would also take glibc from
+    # there. Every experimental package the set needs is named with its version.
+    hip=7.2.4-1~exp2 rocr=7.2.4+dfsg-1~exp1 smi=7.2.4-1~exp1
+    include=(rocminfo "libamdhip64-7=$hip" "libamdhip64-dev=$hip" "libhiprtc7=$hip"
+        "libhiprtc-builtins7=$hip" "libhsa-runtime64-1=$rocr" "libhsa-runtime-dev=$rocr"
+        "libamd-comgr3=$rocr" "libamd-comgr-dev=$rocr" "hipcc=$rocr" "rocm-device-libs-22=$rocr"
+        "rocm-smi=$smi" "librocm-smi64-7=$smi" python3-dev gcc libc6-dev)
+    recorded=(rocminfo libamdhip64-7 libamdhip64-dev libhsa-runtime64-1 hipcc clang-22 lld-22
+        rocm-device-libs-22 libamd-comgr3 libdrm-amdgpu1 libc6 libstdc++6 rocm-smi librocm-smi64-7
+        python3-dev gcc)
+    ready=usr/lib/x86_64-linux-gnu/libamdhip64.so.7
+    cost="about 2 minutes and 1.3 GB"
+fi
+if [[ ${1:-} == --libs && -n $flag ]]; then
+    shift
+    flag+=" --libs"
+    name=sid-rocm72-libs-root
+    expected=tests/sid/rocm72-libs-versions.txt
+    lib=7.2.4-1~exp1 libd=7.2.4+dfsg-1~exp1
+    include+=("librocblas5=$lib" "libhipblas3=$lib" "libhipblaslt1=$libd" "libmiopen1=7.2.4+dfsg-1"
+        "librocsolver0=7.2.4-1~exp1+b1" "librccl1=7.2.4-1~exp3" "libroctx64-4=$lib"
+        "libmiopen-tests-data=7.2.4+dfsg-1")
+    recorded+=(librocblas5 libhipblas3 libhipblaslt1 libmiopen1 librocsolver0 librccl1 libroctx64-4)
+    ready=usr/lib/x86_64-linux-gnu/libMIOpen.so.1
+    cost="several minutes, about 2.1 GB to download"
+elif [[ ${1:-} == --libs ]]; then
     shift
     flag=" --libs"
     name=sid-libs-root
@@ -62,8 +102,8 @@ versions=$cache/$name.versions
 # moved: names every recorded package whose version differs from the ones the suite was checked with.
 moved() {
     [[ -f $expected && -f $versions ]] || return 0
-    awk 'NR == FNR { want[$1] = $2; next }
-         ($1 in want) && want[$1] != $2 { printf "sid moved: %s %s -> %s (tests/sid/versions.txt has %s)\n", $1, want[$1], $2, want[$1] }
+    awk -v file="$expected" 'NR == FNR { want[$1] = $2; next }
+         ($1 in want) && want[$1] != $2 { printf "sid moved: %s %s -> %s (%s has %s)\n", $1, want[$1], $2, file, want[$1] }
          { seen[$1] = 1 }
          END { for (p in want) if (!(p in seen)) printf "sid moved: %s %s is no longer installed\n", p, want[p] }' \
         "$expected" "$versions"
@@ -78,8 +118,11 @@ build() {
             apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends mmdebstrap >/dev/null
         } || die "could not install mmdebstrap" "install the Debian package mmdebstrap, then rerun"
     fi
-    local url new log start=$SECONDS
+    local url new log suite sources=() start=$SECONDS
     url=$(mirror)
+    for suite in "${suites[@]}"; do
+        sources+=("deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] $url $suite main")
+    done
     new=$root.new
     log=$cache/$name.log
     rm -rf "$new"
@@ -95,7 +138,7 @@ build() {
             IFS=,
             echo "${include[*]}"
         )" \
-        sid "$new" "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] $url sid main" >"$log" 2>&1; then
+        sid "$new" "${sources[@]}" >"$log" 2>&1; then
         tail -n 20 "$log" >&2
         rm -rf "$new"
         die "mmdebstrap could not build the sid root (full log: $log)" \
@@ -117,10 +160,15 @@ record() {
 # fails when it knows one of them not at all).
 missing() {
     local installed p
-    installed=$(chroot "$root" dpkg-query -W -f='${db:Status-Abbrev} ${Package}\n' "${include[@]}" 2>/dev/null |
+    installed=$(chroot "$root" dpkg-query -W -f='${db:Status-Abbrev} ${Package}=${Version}\n' "${include[@]%%=*}" 2>/dev/null |
         awk '$1 ~ /^ii/ { print $2 }' || true)
+    # A package named with its version (pkg=version) is missing unless that version is installed.
     for p in "${include[@]}"; do
-        grep -qx -- "$p" <<<"$installed" || printf '%s\n' "$p"
+        if [[ $p == *=* ]]; then
+            grep -qxF -- "$p" <<<"$installed" || printf '%s\n' "$p"
+        else
+            grep -q -- "^$p=" <<<"$installed" || printf '%s\n' "$p"
+        fi
     done
 }
 
@@ -159,13 +207,13 @@ flock 9
 case ${1:-} in
 --rebuild) build ;;
 --versions)
-    [[ -f $versions ]] || die "no sid root in $root yet" "run scripts/sid-root.sh as root to build it"
+    [[ -f $versions ]] || die "no sid root in $root yet" "run scripts/sid-root.sh$flag as root to build it"
     cat "$versions"
     moved
     exit 0
     ;;
 "") ;;
-*) die "unknown option $1" "use no option, --rebuild or --versions (after --libs for the libraries' root)" ;;
+*) die "unknown option $1" "use no option, --rebuild or --versions (after --libs for the libraries' root, after --rocm72 [--libs] for the ROCm 7.2 roots)" ;;
 esac
 
 if [[ ! -e $root/$ready || ! -f $versions ]]; then

@@ -14,6 +14,9 @@ scripts/sid-root.sh --versions
 step "the second sid root with rocBLAS, hipBLAS, hipBLASLt and MIOpen (built once, cached: scripts/sid-root.sh --libs)"
 scripts/sid-root.sh --libs >/dev/null
 scripts/sid-root.sh --libs --versions
+step "the ROCm 7.2 root with Debian experimental's ROCm 7.2.4 (built once, cached: scripts/sid-root.sh --rocm72)"
+scripts/sid-root.sh --rocm72 >/dev/null
+scripts/sid-root.sh --rocm72 --versions
 step "kfdq bench's spin code objects match kernels/spin.hip (built by the sid root's hipcc)"
 scripts/kernels.sh --check
 
@@ -25,10 +28,13 @@ cargo build --quiet --workspace --all-targets ||
 step "cargo test --workspace (privileged tests need root; KFDQ_SKIP_PRIVILEGED=1 skips them)"
 # The real-ROCm tests (named sid_*) run next, on their own: each runs the real runtime, the shim
 # and the agent, and their load would disturb the timing of the emulator tests beside them.
-cargo test --workspace -- --test-threads="${KFDQ_TEST_THREADS:-4}" --skip sid_
+cargo test --workspace -- --test-threads="${KFDQ_TEST_THREADS:-4}" --skip sid_ --skip sid7_
 
 step "the real ROCm 6.4 user space on the emulator (tests named sid_*, docs/real-rocm.md)"
 cargo test --workspace -- --test-threads=2 sid_
+
+step "ROCm 7.2 on the emulator and HIP 7.2's launch paths under the shim (tests named sid7_*, docs/real-rocm.md)"
+cargo test --workspace -- --test-threads=2 sid7_
 
 step "kfd-sys against Debian's real KFD headers (bookworm-backports 1.17, sid)"
 scripts/check-kfd-headers.sh

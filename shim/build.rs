@@ -1,4 +1,4 @@
-//! Writes the version script that declares HIP's symbol-version node chain (hip_4.2 .. hip_6.4)
+//! Writes the version script that declares HIP's symbol-version node chain (hip_4.2 .. hip_7.2)
 //! and passes it to the linker of the cdylib.
 //!
 //! The script only *declares* the nodes; which symbol lands in which node is decided by the
@@ -10,11 +10,13 @@ use std::env;
 use std::fs;
 use std::path::PathBuf;
 
-/// The node chain of ROCm 6.4's libamdhip64.so.6, oldest first; each node inherits the previous
-/// one. There is no hip_5.4 and no hip_6.3 (docs/shim.md, "Exports").
+/// The node chain of ROCm 7.2's libamdhip64.so.7, oldest first; each node inherits the previous
+/// one. ROCm 6.4's libamdhip64.so.6 has the same chain up to hip_6.4. There is no hip_5.4, no
+/// hip_6.3 and no hip_7.0 (docs/shim.md, "Exports").
 const NODES: &[&str] = &[
     "hip_4.2", "hip_4.3", "hip_4.4", "hip_4.5", "hip_5.0", "hip_5.1", "hip_5.2", "hip_5.3",
-    "hip_5.5", "hip_5.6", "hip_6.0", "hip_6.1", "hip_6.2", "hip_6.4",
+    "hip_5.5", "hip_5.6", "hip_6.0", "hip_6.1", "hip_6.2", "hip_6.4", "hip_6.5", "hip_7.1",
+    "hip_7.2",
 ];
 
 fn main() {

@@ -8,7 +8,7 @@
 
 use std::ffi::{c_char, c_int, c_ulong, c_void};
 
-use crate::launch::{StreamRef, create, destroy, launch, sync, work};
+use crate::launch::{StreamRef, create, destroy, launch, launch_each, sync, work};
 use crate::real::Real;
 
 /// `hipError_t`.
@@ -42,6 +42,14 @@ pub struct Extent {
     width: usize,
     height: usize,
     depth: usize,
+}
+
+/// `hipMemLocation`, passed by value (8 bytes: one integer register in the SysV ABI, as in C).
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct MemLocation {
+    kind: c_int,
+    id: c_int,
 }
 
 /// `hipMemcpyKind` (a C enum: `int`).
@@ -102,6 +110,35 @@ macro_rules! exports {
             unsafe { $real($($a),*) }
         })
     };
+    (@how [launch_cfg $cfg:ident $off:literal] $real:ident ($($a:ident),*)) => {
+        // SAFETY: `cfg` is the launch configuration the caller passes the real function, which
+        // reads the same field; null stays null (the real function rejects it).
+        launch(StreamRef::new(unsafe { crate::launch_config::stream_at($cfg.cast(), $off) }, false), move || {
+            // SAFETY: the caller's arguments, forwarded unchanged to the real function.
+            unsafe { $real($($a),*) }
+        })
+    };
+    (@how [launch_list $list:ident $n:ident $size:literal $off:literal] $real:ident ($($a:ident),*)) => {{
+        // SAFETY: `list` holds `n` launch parameter structs of `size` bytes, as the caller
+        // passes them to the real function, which reads the same fields.
+        let streams = unsafe { crate::launch_config::streams_of($list.cast(), $n as usize, $size, $off) };
+        launch_each(&streams, &mut move || {
+            // SAFETY: the caller's arguments, forwarded unchanged to the real function.
+            unsafe { $real($($a),*) }
+        })
+    }};
+    (@how [upload_params $params:ident] $real:ident ($($a:ident),*)) => {{
+        // SAFETY: `params` is the caller's `hipGraphInstantiateParams` (or null), which the real
+        // function reads the same way.
+        match unsafe { crate::launch_config::upload_stream($params.cast()) } {
+            Some(s) => work(StreamRef::new(s, false), move || {
+                // SAFETY: the caller's arguments, forwarded unchanged to the real function.
+                unsafe { $real($($a),*) }
+            }),
+            // SAFETY: the caller's arguments, forwarded unchanged to the real function.
+            None => unsafe { $real($($a),*) },
+        }
+    }};
     (@how [work $s:ident $spt:literal] $real:ident ($($a:ident),*)) => {
         work(StreamRef::new($s as usize, $spt), move || {
             // SAFETY: the caller's arguments, forwarded unchanged to the real function.
@@ -209,6 +246,37 @@ exports! {
         (stream: Handle);
     R_GET_PROC_ADDRESS shim_hipGetProcAddress "hipGetProcAddress" "hip_6.1" [procaddr pfn]
         (symbol: *const c_char, pfn: *mut *mut c_void, version: c_int, flags: u64, status: *mut c_int);
+
+    // ---- HIP 7.x (libamdhip64.so.7; with .so.6 these return hipErrorNotSupported, which no
+    // program linked against .so.6 calls) ----
+    // `hipLaunchKernelEx` (the C++ template of HIP's headers) compiles to hipLaunchKernelExC;
+    // the stream is a field of the configuration (`hipLaunchConfig_t::stream` and
+    // `HIP_LAUNCH_CONFIG::hStream`, both at byte 32: docs/shim.md, "HIP 7.2").
+    R_LAUNCH_KERNEL_EX_C shim_hipLaunchKernelExC "hipLaunchKernelExC" "hip_6.5" [launch_cfg config 32]
+        (config: *const c_void, f: *const c_void, args: *mut *mut c_void);
+    R_DRV_LAUNCH_KERNEL_EX shim_hipDrvLaunchKernelEx "hipDrvLaunchKernelEx" "hip_6.5" [launch_cfg config 32]
+        (config: *const c_void, f: Handle, params: *mut *mut c_void, extra: *mut *mut c_void);
+    // Hand out function pointers as hipGetProcAddress does.
+    R_GET_DRIVER_ENTRY_POINT shim_hipGetDriverEntryPoint "hipGetDriverEntryPoint" "hip_7.1" [procaddr pfn]
+        (symbol: *const c_char, pfn: *mut *mut c_void, flags: u64, status: *mut c_int);
+    R_GET_DRIVER_ENTRY_POINT_SPT shim_hipGetDriverEntryPoint_spt "hipGetDriverEntryPoint_spt" "hip_7.1"
+        [procaddr pfn]
+        (symbol: *const c_char, pfn: *mut *mut c_void, flags: u64, status: *mut c_int);
+    // Multi-device launches: a `hipLaunchParams` (56 bytes, stream at 48) or
+    // `hipFunctionLaunchParams` (56 bytes, stream at 40) per device; gated on every stream.
+    R_COOP_MULTI shim_hipLaunchCooperativeKernelMultiDevice "hipLaunchCooperativeKernelMultiDevice" "hip_4.2"
+        [launch_list list n 56 48]
+        (list: *mut c_void, n: c_int, flags: u32);
+    R_EXT_MULTI shim_hipExtLaunchMultiKernelMultiDevice "hipExtLaunchMultiKernelMultiDevice" "hip_4.2"
+        [launch_list list n 56 48]
+        (list: *mut c_void, n: c_int, flags: u32);
+    R_MODULE_COOP_MULTI shim_hipModuleLaunchCooperativeKernelMultiDevice
+        "hipModuleLaunchCooperativeKernelMultiDevice" "hip_5.5" [launch_list list n 56 40]
+        (list: *mut c_void, n: u32, flags: u32);
+    // The legacy launch after hipConfigureCall: its stream is in the runtime's per-thread
+    // configuration, so it is gated on the null stream (held whenever the process is).
+    R_LAUNCH_BY_PTR shim_hipLaunchByPtr "hipLaunchByPtr" "hip_4.2" [work_null false]
+        (f: *const c_void);
 
     // ---- stream-ordered work: held on a held stream, attributed like a launch ----
     R_MEMCPY_ASYNC shim_hipMemcpyAsync "hipMemcpyAsync" "hip_4.2" [work stream false]
@@ -321,6 +389,83 @@ exports! {
         (stream: Handle, event: Handle, flags: u32);
     R_STREAM_WAIT_EVENT_SPT shim_hipStreamWaitEvent_spt "hipStreamWaitEvent_spt" "hip_5.2" [work stream true]
         (stream: Handle, event: Handle, flags: u32);
+
+    // HIP 7.1's stream-ordered copies and fills.
+    R_MEMCPY_BATCH_ASYNC shim_hipMemcpyBatchAsync "hipMemcpyBatchAsync" "hip_7.1" [work stream false]
+        (dsts: *mut *mut c_void, srcs: *mut *mut c_void, sizes: *mut usize, count: usize,
+         attrs: *mut c_void, attrs_idxs: *mut usize, num_attrs: usize, fail_idx: *mut usize,
+         stream: Handle);
+    R_MEMCPY_3D_BATCH_ASYNC shim_hipMemcpy3DBatchAsync "hipMemcpy3DBatchAsync" "hip_7.1" [work stream false]
+        (num_ops: usize, ops: *mut c_void, fail_idx: *mut usize, flags: u64, stream: Handle);
+    R_MEMCPY_3D_PEER_ASYNC shim_hipMemcpy3DPeerAsync "hipMemcpy3DPeerAsync" "hip_7.1" [work stream false]
+        (p: *mut c_void, stream: Handle);
+    R_MEMSET_D2D8_ASYNC shim_hipMemsetD2D8Async "hipMemsetD2D8Async" "hip_7.1" [work stream false]
+        (dst: *mut c_void, pitch: usize, value: u8, width: usize, height: usize, stream: Handle);
+    R_MEMSET_D2D16_ASYNC shim_hipMemsetD2D16Async "hipMemsetD2D16Async" "hip_7.1" [work stream false]
+        (dst: *mut c_void, pitch: usize, value: u16, width: usize, height: usize, stream: Handle);
+    R_MEMSET_D2D32_ASYNC shim_hipMemsetD2D32Async "hipMemsetD2D32Async" "hip_7.1" [work stream false]
+        (dst: *mut c_void, pitch: usize, value: u32, width: usize, height: usize, stream: Handle);
+    R_MEM_PREFETCH_ASYNC_V2 shim_hipMemPrefetchAsync_v2 "hipMemPrefetchAsync_v2" "hip_7.1" [work stream false]
+        (ptr: *const c_void, count: usize, location: MemLocation, flags: u32, stream: Handle);
+    // Older stream-ordered calls the export check found unwrapped (shim/tests/sid7_exports.rs).
+    R_MEM_PREFETCH_ASYNC shim_hipMemPrefetchAsync "hipMemPrefetchAsync" "hip_4.2" [work stream false]
+        (ptr: *const c_void, count: usize, device: c_int, stream: Handle);
+    R_STREAM_WAIT_VALUE32 shim_hipStreamWaitValue32 "hipStreamWaitValue32" "hip_4.4" [work stream false]
+        (stream: Handle, ptr: *mut c_void, value: u32, flags: u32, mask: u32);
+    R_STREAM_WAIT_VALUE64 shim_hipStreamWaitValue64 "hipStreamWaitValue64" "hip_4.4" [work stream false]
+        (stream: Handle, ptr: *mut c_void, value: u64, flags: u32, mask: u64);
+    R_STREAM_WRITE_VALUE32 shim_hipStreamWriteValue32 "hipStreamWriteValue32" "hip_4.4" [work stream false]
+        (stream: Handle, ptr: *mut c_void, value: u32, flags: u32);
+    R_STREAM_WRITE_VALUE64 shim_hipStreamWriteValue64 "hipStreamWriteValue64" "hip_4.4" [work stream false]
+        (stream: Handle, ptr: *mut c_void, value: u64, flags: u32);
+    R_SIGNAL_EXT_SEM_ASYNC shim_hipSignalExternalSemaphoresAsync "hipSignalExternalSemaphoresAsync" "hip_4.3"
+        [work stream false]
+        (sems: *const c_void, params: *const c_void, n: u32, stream: Handle);
+    R_WAIT_EXT_SEM_ASYNC shim_hipWaitExternalSemaphoresAsync "hipWaitExternalSemaphoresAsync" "hip_4.3"
+        [work stream false]
+        (sems: *const c_void, params: *const c_void, n: u32, stream: Handle);
+    R_MALLOC_ASYNC shim_hipMallocAsync "hipMallocAsync" "hip_5.1" [work stream false]
+        (ptr: *mut *mut c_void, size: usize, stream: Handle);
+    R_FREE_ASYNC shim_hipFreeAsync "hipFreeAsync" "hip_5.1" [work stream false]
+        (ptr: *mut c_void, stream: Handle);
+    R_MALLOC_FROM_POOL_ASYNC shim_hipMallocFromPoolAsync "hipMallocFromPoolAsync" "hip_5.1" [work stream false]
+        (ptr: *mut *mut c_void, size: usize, pool: Handle, stream: Handle);
+    R_MEM_MAP_ARRAY_ASYNC shim_hipMemMapArrayAsync "hipMemMapArrayAsync" "hip_5.1" [work stream false]
+        (list: *mut c_void, count: u32, stream: Handle);
+    // With hipGraphInstantiateFlagUpload the graph is uploaded on `params->uploadStream`.
+    R_GRAPH_INSTANTIATE_WITH_PARAMS shim_hipGraphInstantiateWithParams "hipGraphInstantiateWithParams"
+        "hip_6.1" [upload_params params]
+        (exec: *mut Handle, graph: Handle, params: *mut c_void);
+    R_GRAPH_UPLOAD shim_hipGraphUpload "hipGraphUpload" "hip_5.3" [work stream false]
+        (exec: Handle, stream: Handle);
+    R_GRAPHICS_MAP shim_hipGraphicsMapResources "hipGraphicsMapResources" "hip_4.3" [work stream false]
+        (count: c_int, resources: *mut Handle, stream: Handle);
+    R_GRAPHICS_UNMAP shim_hipGraphicsUnmapResources "hipGraphicsUnmapResources" "hip_4.3" [work stream false]
+        (count: c_int, resources: *mut Handle, stream: Handle);
+    // Synchronous copies and fills on the per-thread stream (their default-stream forms other
+    // than hipMemcpy/hipMemset are not wrapped; docs/shim.md, "HIP 7.2").
+    R_MEMCPY_2D_SPT shim_hipMemcpy2D_spt "hipMemcpy2D_spt" "hip_5.2" [work_null true]
+        (dst: *mut c_void, dpitch: usize, src: *const c_void, spitch: usize, width: usize,
+         height: usize, kind: Kind);
+    R_MEMCPY_3D_SPT shim_hipMemcpy3D_spt "hipMemcpy3D_spt" "hip_5.2" [work_null true]
+        (p: *const c_void);
+    R_MEMCPY_FROM_ARRAY_SPT shim_hipMemcpyFromArray_spt "hipMemcpyFromArray_spt" "hip_5.3" [work_null true]
+        (dst: *mut c_void, src: Handle, w_offset: usize, h_offset: usize, count: usize, kind: Kind);
+    R_MEMCPY_FROM_SYMBOL_SPT shim_hipMemcpyFromSymbol_spt "hipMemcpyFromSymbol_spt" "hip_5.2" [work_null true]
+        (dst: *mut c_void, symbol: *const c_void, n: usize, offset: usize, kind: Kind);
+    R_MEMCPY_TO_SYMBOL_SPT shim_hipMemcpyToSymbol_spt "hipMemcpyToSymbol_spt" "hip_5.2" [work_null true]
+        (symbol: *const c_void, src: *const c_void, n: usize, offset: usize, kind: Kind);
+    R_MEMSET_2D_SPT shim_hipMemset2D_spt "hipMemset2D_spt" "hip_5.2" [work_null true]
+        (dst: *mut c_void, pitch: usize, value: c_int, width: usize, height: usize);
+    R_MEMSET_3D_SPT shim_hipMemset3D_spt "hipMemset3D_spt" "hip_5.2" [work_null true]
+        (ptr: PitchedPtr, value: c_int, extent: Extent);
+    R_MEMCPY_2D_TO_ARRAY_SPT shim_hipMemcpy2DToArray_spt "hipMemcpy2DToArray_spt" "hip_5.2" [work_null true]
+        (dst: Handle, w_offset: usize, h_offset: usize, src: *const c_void, spitch: usize,
+         width: usize, height: usize, kind: Kind);
+    R_MEMCPY_2D_FROM_ARRAY_SPT shim_hipMemcpy2DFromArray_spt "hipMemcpy2DFromArray_spt" "hip_5.2"
+        [work_null true]
+        (dst: *mut c_void, dpitch: usize, src: Handle, w_offset: usize, h_offset: usize,
+         width: usize, height: usize, kind: Kind);
 
     // ---- synchronisation and queries: never held ----
     R_STREAM_SYNC shim_hipStreamSynchronize "hipStreamSynchronize" "hip_4.2" [sync stream false]

@@ -15,13 +15,14 @@
 //!   runtime created a queue for during the call is registered afterwards.
 
 use std::cell::Cell;
-use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use kfdq::policy::class::clamp_hip_priority;
 use kfdq::proto::StreamKind;
 
 use crate::context::{CTX, NO_STREAM, SPT};
+use crate::escapes::Call;
 use crate::guard::guarded;
 use crate::state::{
     F_CREATED_PENDING, F_DISABLED, F_EDGES, F_HOLDS, F_NULL_PENDING, F_READY, F_WINDOW, FLAGS,
@@ -79,13 +80,25 @@ impl StreamRef {
 /// A kernel or graph launch on stream `s`.
 #[inline(always)]
 pub fn launch(s: StreamRef, call: impl FnOnce() -> i32) -> i32 {
+    let _counted = Call::enter();
     ordered::<true>(s, call)
+}
+
+/// A launch on several streams at once (the multi-device launches): gated and attributed as
+/// stream-ordered work on each stream in turn (no write-index comparison: several queues move),
+/// the call made once, innermost.
+pub fn launch_each(streams: &[StreamRef], call: &mut dyn FnMut() -> i32) -> i32 {
+    match streams.split_first() {
+        None => call(),
+        Some((s, rest)) => work(*s, || launch_each(rest, call)),
+    }
 }
 
 /// Other stream-ordered work on stream `s` (async copy/fill, host function, event record,
 /// stream wait): held like a launch, attributed like a launch, no write-index comparison.
 #[inline(always)]
 pub fn work(s: StreamRef, call: impl FnOnce() -> i32) -> i32 {
+    let _counted = Call::enter();
     ordered::<false>(s, call)
 }
 
@@ -99,10 +112,17 @@ fn ordered<const PROBE: bool>(s: StreamRef, call: impl FnOnce() -> i32) -> i32 {
         Which::Created(_) => (F_HOLDS | F_CREATED_PENDING, true),
         Which::PerThread => (F_HOLDS, spt_known()),
     };
-    if f & (F_READY | slow | F_WINDOW | F_EDGES) == F_READY && spt_ok || f & F_DISABLED != 0 {
+    if f & F_DISABLED != 0 {
         return call();
     }
-    if f & (F_READY | slow) == F_READY && spt_ok {
+    // With HIP's dynamic queues, once streams share the pool's queues a launch may land on
+    // another queue than the stream's last: then every launch takes the slow path, which
+    // compares write indices (docs/shim.md, "HIP 7.2").
+    let reprobe = PROBE && reprobing();
+    if f & (F_READY | slow | F_WINDOW | F_EDGES) == F_READY && spt_ok && !reprobe {
+        return call();
+    }
+    if f & (F_READY | slow) == F_READY && spt_ok && !reprobe {
         // Only the window or edges: no lock, no registration.
         if f & F_WINDOW != 0 {
             crate::window::gate(s.key(), || window_target(s));
@@ -121,6 +141,17 @@ fn ordered<const PROBE: bool>(s: StreamRef, call: impl FnOnce() -> i32) -> i32 {
 /// fast path ignores holds.
 #[inline(always)]
 pub fn sync(s: StreamRef, call: impl FnOnce() -> i32) -> i32 {
+    crate::escapes::check();
+    let r = {
+        let _counted = Call::enter();
+        sync_counted(s, call)
+    };
+    crate::escapes::note();
+    r
+}
+
+#[inline(always)]
+fn sync_counted(s: StreamRef, call: impl FnOnce() -> i32) -> i32 {
     let f = FLAGS.load(Ordering::Relaxed);
     let fast = match s.which() {
         Which::Null => f & (F_READY | F_NULL_PENDING) == F_READY,
@@ -131,6 +162,48 @@ pub fn sync(s: StreamRef, call: impl FnOnce() -> i32) -> i32 {
         return call();
     }
     sync_slow(s, call)
+}
+
+/// Set (under the state lock) once two streams of this process share a KFD queue.
+static SHARING: AtomicBool = AtomicBool::new(false);
+
+/// Whether launches compare write indices even on streams whose queue is known: HIP's dynamic
+/// queues are on and streams share queues (below the pool's cap each stream keeps its queue).
+#[inline(always)]
+fn reprobing() -> bool {
+    SHARING.load(Ordering::Relaxed) && dynamic_queues()
+}
+
+/// Records whether streams share a queue now (called with the state lock held, after
+/// attribution). Never cleared: a pool once full may fill again.
+fn note_sharing(st: &State) {
+    if !SHARING.load(Ordering::Relaxed) && st.queues().iter().any(|q| q.streams.len() > 1) {
+        SHARING.store(true, Ordering::Relaxed);
+    }
+}
+
+/// Whether HIP's dynamic queue management is on for this process (`DEBUG_HIP_DYNAMIC_QUEUES`
+/// set to a non-zero number — the shim's own default is 2 — which Debian's HIP 6.4.3 and 7.2.4
+/// read as a boolean: CLR then hands an idle normal-priority stream's queue back to the pool
+/// when there are more normal queues than `GPU_MAX_HW_QUEUES`, and gives the stream the
+/// least-loaded one at its next command). Read once.
+#[inline(always)]
+fn dynamic_queues() -> bool {
+    const UNKNOWN: u8 = 0;
+    const OFF: u8 = 1;
+    const ON: u8 = 2;
+    static DYNAMIC: AtomicU8 = AtomicU8::new(UNKNOWN);
+    match DYNAMIC.load(Ordering::Relaxed) {
+        UNKNOWN => {
+            let on = std::env::var("DEBUG_HIP_DYNAMIC_QUEUES")
+                .ok()
+                .and_then(|v| v.trim().parse::<u64>().ok())
+                .is_some_and(|v| v != 0);
+            DYNAMIC.store(if on { ON } else { OFF }, Ordering::Relaxed);
+            on
+        }
+        v => v == ON,
+    }
 }
 
 #[inline(always)]
@@ -285,7 +358,7 @@ fn prepare(s: StreamRef, probe: bool) -> Prep {
         }
         st = STATE.lock();
     }
-    let before = if probe && st.stream(sid).is_some_and(|x| x.queue.is_none()) {
+    let before = if probe && (reprobing() || st.stream(sid).is_some_and(|x| x.queue.is_none())) {
         let b = st
             .queues()
             .iter()
@@ -374,9 +447,10 @@ fn finish(p: Prep, result: i32, probe: bool) {
         st.remove_stream(p.sid);
         return;
     }
-    if s.queue.is_none() && !p.before.is_empty() {
+    if !p.before.is_empty() {
         // No CREATE_QUEUE during the call: the stream went onto an existing queue (the
-        // runtime's pool cap). The queue whose write index moved is the one.
+        // runtime's pool cap, or under dynamic queues a pool queue it was handed again). The
+        // queue whose write index moved is the one.
         let advanced: Vec<u32> = p
             .before
             .iter()
@@ -387,9 +461,12 @@ fn finish(p: Prep, result: i32, probe: bool) {
             })
             .collect();
         st.forget_unmapped();
-        if let [qid] = advanced[..] {
+        if let [qid] = advanced[..]
+            && st.stream(p.sid).is_some_and(|s| s.queue != Some(qid))
+        {
             crate::log::debug(|| format!("stream {} -> queue {qid} (write index moved)", p.sid));
             st.attribute(p.sid, qid);
+            note_sharing(&st);
         }
     }
     if let Some(s) = st.streams.iter_mut().find(|s| s.id == p.sid)
@@ -443,6 +520,7 @@ pub fn create(out: *mut usize, hip_priority: Option<i32>, call: impl FnOnce() ->
                 // the application passed for exactly that.
                 let handle = unsafe { out.read() };
                 st.register_stream(sid, StreamKind::Created, handle, prio, creator);
+                note_sharing(&st);
                 let q = st.stream(sid).and_then(|s| s.queue);
                 crate::log::debug(|| {
                     format!(
@@ -459,7 +537,11 @@ pub fn create(out: *mut usize, hip_priority: Option<i32>, call: impl FnOnce() ->
 
 /// `hipStreamDestroy(handle)`.
 pub fn destroy(handle: usize, call: impl FnOnce() -> i32) -> i32 {
-    let r = call();
+    // Destroying a stream waits for its work (the runtime may enqueue a marker): counted.
+    let r = {
+        let _counted = Call::enter();
+        call()
+    };
     if r == 0 && FLAGS.load(Ordering::Relaxed) & F_DISABLED == 0 {
         guarded(|| {
             let mut st = STATE.lock();

@@ -54,6 +54,7 @@ mod config;
 mod context;
 mod control;
 mod edges;
+mod escapes;
 mod fd_stream;
 // The entry points are not in the unit-test binary: exported there, they would interpose on the
 // test harness.
@@ -67,6 +68,7 @@ mod index_reads;
 mod init;
 mod kfd_fd;
 mod launch;
+mod launch_config;
 mod lease;
 mod levels;
 mod libc_dlsym;

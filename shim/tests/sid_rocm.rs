@@ -12,7 +12,7 @@ use std::path::Path;
 
 use common::kfdqd::{Agent, two_classes};
 use common::sid::{self, Running, Shimmed, ps_entry};
-use common::{Emu, WAIT_LIMIT, mount, wait_for};
+use common::{Emu, WAIT_LIMIT, mount};
 
 /// What a test needs: an emulator and the sid root with the programs built.
 fn setup() -> (Emu, std::path::PathBuf, &'static sid::Built) {
@@ -22,21 +22,9 @@ fn setup() -> (Emu, std::path::PathBuf, &'static sid::Built) {
     (emu, root, built)
 }
 
-/// `argv` run in the root with the built programs' directory as `/work`, the working directory.
-fn in_work(emu: &Emu, root: &Path, built: &sid::Built, argv: &[&str]) -> std::process::Command {
-    let work = built.dir.path();
-    sid::command(
-        emu,
-        root,
-        &[(work, Path::new("/work"))],
-        Path::new("/work"),
-        argv,
-    )
-}
-
 /// The HIP program run to its holding point (every check done, its queues still there).
 fn held_hip_check(emu: &Emu, root: &Path, built: &sid::Built) -> Running {
-    let mut p = Running::start(in_work(emu, root, built, &["./hip_check", "--hold"]));
+    let mut p = Running::start(sid::in_work(emu, root, built, &["./hip_check", "--hold"]));
     p.wait_line("hip_check: holding");
     p
 }
@@ -70,19 +58,7 @@ fn sid_rocminfo_lists_the_emulated_mi308x() {
 fn sid_a_hipcc_program_runs_on_the_real_runtime() {
     let (emu, root, built) = setup();
     let p = held_hip_check(&emu, &root, built);
-    for step in [
-        "ok device",
-        "ok streams",
-        "ok memcpy null-stream 4096",
-        "ok memcpy low-stream 67108864",
-        "ok launches",
-    ] {
-        assert!(
-            p.seen.iter().any(|l| l.starts_with(step)),
-            "no {step:?}: {:?}",
-            p.seen
-        );
-    }
+    sid::assert_hip_check_steps(&p.seen, sid::packages());
     let st = emu.stats();
     let proc_ = st
         .processes
@@ -259,25 +235,7 @@ fn agent_level(level: &str, check: impl Fn(&Emu, u32, &Path) -> bool, what: &str
         );
         std::thread::sleep(test_support::wait::POLL);
     }
-    let lines = latency.finish();
-    assert_eq!(lines.last().map(String::as_str), Some("hip_check: done"));
-    agent.wait("the batch job running again", |s| {
-        s.processes
-            .iter()
-            .any(|p| p.pid == Pid(batch.pid) && p.level.is_none())
-    });
-    wait_for("the batch queues active and not suspended", || {
-        emu.queues_of(batch.pid)
-            .iter()
-            .all(|q| q.active && !q.suspended)
-    });
-    let lines = batch.finish();
-    assert_eq!(
-        lines.last().map(String::as_str),
-        Some("hip_check: done"),
-        "{lines:?}"
-    );
-    assert_eq!(agent.status().counters.command_failures, 0);
+    sid::release_and_finish(&emu, &agent, latency, batch, "hip_check: done");
 }
 
 /// The registry the shim of `pid` published in `state`.
@@ -335,7 +293,7 @@ fn sid_agent_level_3_suspends_and_resumes_the_real_runtime() {
 #[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn sid_a_python_extension_on_the_null_stream_computes_the_same_under_the_shim() {
     let (emu, root, built) = setup();
-    let out = in_work(&emu, &root, built, &["python3", "hipext_check.py"])
+    let out = sid::in_work(&emu, &root, built, &["python3", "hipext_check.py"])
         .output()
         .expect("run python3");
     let (plain, _) = sid::finished("python3 hipext_check.py", out);

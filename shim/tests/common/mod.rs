@@ -4,9 +4,11 @@
 #![allow(dead_code, unused_imports)]
 
 pub mod agent;
+pub mod elf;
 pub mod kfdqd;
 pub mod prom;
 pub mod sid;
+pub mod sid7;
 pub mod sid_libs;
 
 use kfdq::QueueId;

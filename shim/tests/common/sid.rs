@@ -110,6 +110,54 @@ pub fn command(
     cmd
 }
 
+/// `argv` run in `root` with the built programs' directory as `/work`, the working directory.
+pub fn in_work(emu: &Emu, root: &Path, built: &Built, argv: &[&str]) -> Command {
+    let work = built.dir.path();
+    command(
+        emu,
+        root,
+        &[(work, Path::new("/work"))],
+        Path::new("/work"),
+        argv,
+    )
+}
+
+/// Fails unless `hip_check` printed each of its steps (device, streams, copies, launches);
+/// `packages` names the root's versions.
+pub fn assert_hip_check_steps(seen: &[String], packages: &str) {
+    for step in [
+        "ok device",
+        "ok streams",
+        "ok memcpy null-stream 4096",
+        "ok memcpy low-stream 67108864",
+        "ok launches",
+    ] {
+        assert!(
+            seen.iter().any(|l| l.starts_with(step)),
+            "no {step:?}: {seen:?}\n{packages}"
+        );
+    }
+}
+
+/// After the latency job of a level test: `latency` finishes with `done`, the agent releases
+/// `batch`, whose queues run again, and `batch` finishes with `done`; no agent command failed.
+pub fn release_and_finish(emu: &Emu, agent: &Agent, latency: Running, batch: Running, done: &str) {
+    let lines = latency.finish();
+    assert_eq!(lines.last().map(String::as_str), Some(done));
+    let pid = batch.pid;
+    agent.wait("the batch job running again", |s| {
+        s.processes
+            .iter()
+            .any(|p| p.pid == kfdq::Pid(pid) && p.level.is_none())
+    });
+    super::wait_for("the batch queues active and not suspended", || {
+        emu.queues_of(pid).iter().all(|q| q.active && !q.suspended)
+    });
+    let lines = batch.finish();
+    assert_eq!(lines.last().map(String::as_str), Some(done), "{lines:?}");
+    assert_eq!(agent.status().counters.command_failures, 0);
+}
+
 /// Test programs compiled in a root with its hipcc (once per test binary), in a directory bound
 /// at `/work`: here `hip_check` and the Python extension `hipext`; the libraries' root's in
 /// `sid_libs`.
