@@ -86,6 +86,8 @@ impl NodeState {
                 } => self.self_level(pid, level, ok, detail, now),
                 // The server takes the doorbell's descriptor (server.rs); here it is news only.
                 ShimMsg::Doorbell {} => false,
+                // The server checked the seal (server/peers.rs).
+                ShimMsg::BoardSealed { board } => self.board_sealed(pid, board),
             };
         if released {
             self.policy.released_outside(pid, self.now_ns(now));

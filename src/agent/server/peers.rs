@@ -186,6 +186,12 @@ impl Server<'_> {
                 if matches!(msg, ShimMsg::Doorbell {}) {
                     self.take_doorbell(cid);
                 }
+                if let ShimMsg::BoardSealed { board } = msg
+                    && !self.boards.sealed(board)
+                {
+                    self.error_to(cid, role, format!("edge board {board}: not sealed against writes (F_SEAL_FUTURE_WRITE); it is passed to no watcher"));
+                    return false;
+                }
                 if let Some(c) = self.chain.as_mut()
                     && matches!(msg, ShimMsg::Activity { busy: true, .. })
                 {
