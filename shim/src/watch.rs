@@ -21,11 +21,11 @@ use kfdq::proto::{AgentMsg, Level, ShimMsg, Target, WatchRelease};
 
 use std::sync::Arc;
 
-use kfdq::kfd::board::{BoardMap, seal_writes, wait, wake};
 use crate::levels::{activate, deactivate, resume, suspend};
 use crate::pmutex::{PGuard, PMutex};
 use crate::state::STATE;
 use crate::targets::queues_of;
+use kfdq::kfd::board::{BoardMap, seal_writes, wait, wake};
 
 /// One board's watch, as the agent sent it.
 #[derive(Debug, Clone)]

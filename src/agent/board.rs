@@ -95,7 +95,8 @@ impl Boards {
             let make = |source| BoardError::Make { board, source };
             let fd = nix::sys::memfd::memfd_create(
                 c"kfdq-edge-board",
-                nix::sys::memfd::MFdFlags::MFD_CLOEXEC | nix::sys::memfd::MFdFlags::MFD_ALLOW_SEALING,
+                nix::sys::memfd::MFdFlags::MFD_CLOEXEC
+                    | nix::sys::memfd::MFdFlags::MFD_ALLOW_SEALING,
             )
             .map_err(|e| make(e.into()))?;
             let file = File::from(fd);
@@ -167,7 +168,9 @@ impl Boards {
             return false;
         };
         e.suspect = None;
-        e.map.count(slot).is_some_and(|c| busy(c) && e.map.step(slot, c))
+        e.map
+            .count(slot)
+            .is_some_and(|c| busy(c) && e.map.step(slot, c))
     }
 
     /// Looks at `slot` of `board`, whose writer the agent believes idle at `now`: a slot busy

@@ -410,6 +410,12 @@ pub fn render(status: &NodeStatus, rec: &Recorder) -> Result<String, std::fmt::E
         "Edge board slots cleared as forged: busy for long while their writer reported no busy queue",
         k.direct_forged,
     );
+    counter(
+        &mut r,
+        "unlisted_queues",
+        "Queues shims reported that the kernel does not list for their process (ignored)",
+        k.unlisted_queues,
+    );
     r.register_with_unit(
         "decision_latency",
         "From the wake-up that led to commands to the commands written",

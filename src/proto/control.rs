@@ -376,4 +376,7 @@ pub struct Counters {
     /// busy queue (the writer gets no board again).
     #[serde(default)]
     pub direct_forged: u64,
+    /// Queues the shims reported that the kernel does not list for their process (ignored).
+    #[serde(default)]
+    pub unlisted_queues: u64,
 }

@@ -4,6 +4,7 @@
 #![allow(dead_code, unused_imports)]
 
 pub mod agent;
+pub mod forger;
 pub mod kfdqd;
 pub mod prom;
 pub mod sid;

@@ -314,9 +314,9 @@ impl NodeState {
             self.next_renew,
             self.direct.revisit,
         ]
-            .into_iter()
-            .flatten()
-            .min()
+        .into_iter()
+        .flatten()
+        .min()
     }
 
     /// The lease every preemption carries, for the shims' welcome.

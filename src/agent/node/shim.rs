@@ -95,6 +95,22 @@ impl NodeState {
         due
     }
 
+    /// The server dropped `n` queues from `pid`'s registry that the kernel does not list for
+    /// it (`crate::agent::kernel_queues`): counted, and said in its warnings.
+    pub fn unlisted_queues(&mut self, pid: Pid, n: usize) {
+        if n == 0 {
+            return;
+        }
+        self.counters.unlisted_queues += n as u64;
+        if let Some(p) = self.procs.get_mut(&pid) {
+            let w = format!(
+                "its shim reported {n} queue(s) the kernel does not list for it (/sys/class/kfd/kfd/proc/{pid}/queues): ignored"
+            );
+            tracing::warn!(pid = %pid, "{w}");
+            p.warn(w);
+        }
+    }
+
     /// `pid` acknowledged command `seq`. Returns whether a decision is due (a preempt failed:
     /// the process runs, and the level is not retried on it for a while).
     fn ack(
