@@ -371,6 +371,9 @@ impl NodeState {
                 // (no preempt again for them).
                 p.preempt_gen = p.registry_gen;
                 self.counters.direct_preempts += 1;
+                // The full decision looks at the writers' slots: one the agent believes idle
+                // that preempted this watcher is forged (`direct_writers`, `Out::CheckSlot`).
+                self.full_due = true;
             }
             (None, true) => {
                 if p.self_applied {
