@@ -5,14 +5,13 @@
 
 mod common;
 
-use std::io::{IoSliceMut, Write};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::AsRawFd;
 
 use common::forger::Forger;
 use common::kfdqd::{Agent, two_classes};
 use common::*;
-use kfdq::proto::{AgentMsg, QueueInfo, Registry, ShimMsg, encode};
-use kfdq::{GpuId, Pid, QueueId};
+use kfdq::Pid;
+use kfdq::proto::AgentMsg;
 use nix::sys::signal::Signal;
 
 /// The activity period of these tests: the longest the shim accepts, so that a sampled report

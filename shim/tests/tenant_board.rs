@@ -60,6 +60,15 @@ fn latency_client(emu: &Emu, agent: &Agent, requests: &str) -> App {
     hp
 }
 
+/// Lets the idle latency client run its request and exit, and stops the batch job.
+fn end(hp: App, lp: App) {
+    hp.release("ready");
+    hp.release("done");
+    hp.finish();
+    lp.stop();
+    lp.finish();
+}
+
 fn gpu_of(agent: &Agent, pid: u32) -> GpuId {
     agent.process(pid).unwrap().queues[0].gpu_id
 }
@@ -138,11 +147,7 @@ fn tenant_a_writer_can_neither_resize_its_board_nor_raise_another_writers_slot()
         "{:?}",
         st.counters
     );
-    hp.release("ready");
-    hp.release("done");
-    hp.finish();
-    lp.stop();
-    lp.finish();
+    end(hp, lp);
 }
 
 #[test]
@@ -192,11 +197,7 @@ fn tenant_a_root_watcher_cannot_make_its_read_only_board_writable() {
         "the batch job preempted itself"
     );
     drop(f);
-    hp.release("ready");
-    hp.release("done");
-    hp.finish();
-    lp.stop();
-    lp.finish();
+    end(hp, lp);
 }
 
 #[test]
@@ -276,11 +277,7 @@ fn tenant_a_writer_moved_to_a_class_that_preempts_nobody_raises_nobody() {
         "the batch job preempted itself for a demoted writer's board"
     );
     drop(f);
-    hp.release("ready");
-    hp.release("done");
-    hp.finish();
-    lp.stop();
-    lp.finish();
+    end(hp, lp);
 }
 
 #[test]

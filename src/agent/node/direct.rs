@@ -1,13 +1,15 @@
 //! Direct edges (`[agent] direct_edges`, docs/agent.md "Direct edges"): the agent hands out the
 //! edge boards (`crate::proto::board`) and stays their authority.
 //!
-//! * **Writers**: a process whose busy edges are on (its class preempts others) gets a slot on
-//!   its class's board and a writable descriptor ([`AgentMsg::BoardWriter`]); it keeps the slot
-//!   until it goes. When it goes, or its busy reports go stale (stopped while busy), the agent
-//!   clears its slot and tells the watchers of the board to look again.
+//! * **Writers**: a process whose busy edges are on (its class preempts others) gets its own
+//!   board and a writable descriptor ([`AgentMsg::BoardWriter`]); its board is watched once it
+//!   sealed it (`ShimMsg::BoardSealed`, checked by the server). It keeps the board until it goes,
+//!   its class preempts nobody any more, or it is caught forging (its slot busy for long while
+//!   it reports nothing busy: [`Out::CheckSlot`]). When it goes, or its busy reports go stale
+//!   (stopped while busy), the agent clears its slot and tells the watchers to look again.
 //! * **Watchers**: after each full decision, a process whose class is preempted at level 2 or 3
-//!   watches, read-only, the board of each class that preempts it, for the slots of that
-//!   class's writers on its partitions ([`AgentMsg::Watch`], with the policy's release rule
+//!   watches, read-only, the board of each writer of a class that preempts it on its
+//!   partitions ([`AgentMsg::Watch`], with the policy's release rule
 //!   and minimum interval) — unless the policy would not preempt it on an edge now (a
 //!   starvation or residency guard, a manual preemption, a failed level): then it is told to
 //!   stop ([`AgentMsg::Unwatch`]). The same at level 3; level 1 keeps the agent's commands.
