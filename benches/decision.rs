@@ -28,7 +28,7 @@ use std::sync::mpsc::channel;
 use std::time::{Duration, Instant};
 
 use kfdq::proto::{AgentMsg, LineReader, QueueInfo, Registry, Reply, Request, ShimMsg, encode};
-use kfdq::{GpuId, Pid, QueueId};
+use kfdq::{GpuId, Pid};
 use test_support::wait::wait_state;
 
 const CLIENTS: usize = 64;
@@ -40,8 +40,20 @@ fn mono_ns() -> u64 {
     t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64
 }
 
-/// Child mode: `decision --client SOCK CLASS GPU ARRIVALS`.
-fn client(sock: &str, class: &str, gpu: u32, arrivals: &str) {
+/// Child mode: `decision --client SOCK CLASS GPU ARRIVALS ROOT`. Its queues are real ones on
+/// the emulator at ROOT (the agent counts only the queues the kernel lists for a process).
+fn client(sock: &str, class: &str, gpu: u32, arrivals: &str, root: &str) {
+    // Leaked: the queues borrow it, and live as long as the client.
+    let kfd: &'static kfdq::kfd::Kfd = Box::leak(Box::new(
+        kfdq::kfd::Kfd::open(&kfdq::kfd::Root::new(root)).expect("open the emulator's kfd"),
+    ));
+    let real: Vec<kfdq::kfd::Queue<'static>> = (1..=QUEUES)
+        .map(|_| {
+            kfd.create_queue(kfdq::kfd::QueueSpec::aql(GpuId(gpu)))
+                .expect("a queue on the emulator")
+        })
+        .collect();
+    let first = real[0].id();
     let s = UnixStream::connect(sock).expect("connect");
     let mut w = s.try_clone().unwrap();
     let mut r = LineReader::new(BufReader::new(s));
@@ -55,9 +67,10 @@ fn client(sock: &str, class: &str, gpu: u32, arrivals: &str) {
     }))
     .unwrap();
     assert!(matches!(r.next::<AgentMsg>(), Ok(AgentMsg::Welcome { .. })));
-    let queues = (1..=QUEUES)
+    let queues = real
+        .iter()
         .map(|q| QueueInfo {
-            queue_id: QueueId(q),
+            queue_id: q.id(),
             gpu_id: GpuId(gpu),
             requested_priority: 7,
             effective_priority: if class == "latency" { 13 } else { 3 },
@@ -82,6 +95,8 @@ fn client(sock: &str, class: &str, gpu: u32, arrivals: &str) {
         release_failures: 0,
     })))
     .unwrap();
+    // Kept for the client's life (the kernel lists them while they live).
+    std::mem::forget(real);
     let mut out = std::io::stdout().lock();
     writeln!(out, "ready").unwrap();
     out.flush().unwrap();
@@ -102,9 +117,9 @@ fn client(sock: &str, class: &str, gpu: u32, arrivals: &str) {
             std::sync::Mutex::new((w, None::<Instant>)),
             std::sync::Condvar::new(),
         ));
-        let activity = |busy: bool| {
+        let activity = move |busy: bool| {
             encode(&ShimMsg::Activity {
-                queue_id: QueueId(1),
+                queue_id: first,
                 busy,
             })
         };
@@ -203,7 +218,13 @@ fn q(v: &mut [f64], p: f64) -> f64 {
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     if args.get(1).map(String::as_str) == Some("--client") {
-        client(&args[2], &args[3], args[4].parse().unwrap(), &args[5]);
+        client(
+            &args[2],
+            &args[3],
+            args[4].parse().unwrap(),
+            &args[5],
+            &args[6],
+        );
         return;
     }
     if !nix::unistd::geteuid().is_root() {
@@ -296,6 +317,7 @@ fn main() {
                 class,
                 &gpu.to_string(),
                 &arrivals_path.display().to_string(),
+                &emu.root().display().to_string(),
             ])
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())

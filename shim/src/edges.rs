@@ -23,8 +23,9 @@
 //! otherwise (the agent's end closed), the launch falls back to the eventfd.
 //!
 //! With direct edges (`AgentMsg::BoardWriter`, docs/shim.md "Direct edges"), the launch adds
-//! one to the process's slot on its class's edge board (odd: busy), adds one to the board's
-//! counter and wakes its waiters (`FUTEX_WAKE`: still one system call): the watchers of the
+//! one to the process's slot on its own edge board (odd: busy; a compare-exchange, the code
+//! the agent clears a slot with, `kfdq::kfd::board`), adds one to the board's counter and
+//! wakes its waiters (`FUTEX_WAKE`: still one system call): the watchers of the
 //! board (the processes it preempts) and this process's relay thread, which rings the doorbell
 //! for the launch (the agent keeps hearing every busy edge, off the watchers' path). The control
 //! thread sets the slot idle when every queue is, before it clears [`ARMED`], and busy again
@@ -34,6 +35,8 @@
 use std::io::IoSlice;
 use std::os::fd::{AsRawFd, IntoRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU32, AtomicU64, Ordering};
+
+use kfdq::kfd::board::{Board, wait};
 
 use nix::sys::socket::{
     AddressFamily, ControlMessage, MsgFlags, SockFlag, SockType, sendmsg, socketpair,
@@ -67,74 +70,55 @@ pub fn launched() {
     }
 }
 
-/// Direct edges: this process's slot on its class's board, and the board's counter (null:
-/// none; the counter is stored before the slot, and both point into a mapping never unmapped).
-static SLOT: AtomicPtr<AtomicU32> = AtomicPtr::new(std::ptr::null_mut());
-static SEQ: AtomicPtr<AtomicU32> = AtomicPtr::new(std::ptr::null_mut());
+/// Direct edges: this process's own board (null: none; a mapping never unmapped) and its slot
+/// there (stored before the board).
+static BOARD: AtomicPtr<Board> = AtomicPtr::new(std::ptr::null_mut());
+static SLOT: AtomicU32 = AtomicU32::new(0);
 
 #[cold]
 #[inline(never)]
 fn wake() {
-    if let Some((slot, seq)) = board() {
+    if let Some((board, slot)) = board() {
         if CHAIN.load(Ordering::Relaxed) {
             RUNG_AT_US.store(kfdq::chain::now_us(), Ordering::Relaxed);
         }
-        flip(slot, seq, true);
+        board.flip(slot, true);
         return;
     }
     ring();
 }
 
-/// The slot and the counter, when the process writes a board.
-fn board() -> Option<(&'static AtomicU32, &'static AtomicU32)> {
-    let slot = SLOT.load(Ordering::Acquire);
-    if slot.is_null() {
-        return None;
-    }
-    let seq = SEQ.load(Ordering::Acquire);
-    // SAFETY: both were stored from `BoardMap` words (SEQ first, with Release; read here after
-    // SLOT with Acquire, so non-null), in a mapping that is never unmapped.
-    Some(unsafe { (&*slot, &*seq) })
-}
-
-/// Moves the slot to `busy` (one step of its edge count: odd busy, even idle) unless it is
-/// there already or another writer moved it first, then bumps the counter and wakes the board's
-/// waiters.
-fn flip(slot: &AtomicU32, seq: &AtomicU32, busy: bool) {
-    let c = slot.load(Ordering::SeqCst);
-    if kfdq::proto::board::busy(c) == busy
-        || slot
-            .compare_exchange(c, c.wrapping_add(1), Ordering::SeqCst, Ordering::SeqCst)
-            .is_err()
-    {
-        return;
-    }
-    seq.fetch_add(1, Ordering::SeqCst);
-    crate::board_map::wake(seq);
+/// The board and the slot, when the process writes a board.
+fn board() -> Option<(&'static Board, u32)> {
+    let b = BOARD.load(Ordering::Acquire);
+    // SAFETY: non-null only as stored by `set_writer` from a `&'static Board` (a leaked
+    // mapping, never unmapped); the slot was stored before it (Release/Acquire).
+    let b = unsafe { b.as_ref() }?;
+    Some((b, SLOT.load(Ordering::Acquire)))
 }
 
 /// The control thread: every queue idle; the slot says so (before [`disarm`]).
 pub fn board_idle() {
-    if let Some((slot, seq)) = board() {
-        flip(slot, seq, false);
+    if let Some((b, slot)) = board() {
+        b.flip(slot, false);
     }
 }
 
 /// The control thread: a queue is busy; the slot says so (the agent may have cleared it).
 pub fn board_busy() {
-    if let Some((slot, seq)) = board() {
-        flip(slot, seq, true);
+    if let Some((b, slot)) = board() {
+        b.flip(slot, true);
     }
 }
 
-/// `AgentMsg::BoardWriter`: launches write `slot` of `map` from now on; the relay thread rings
-/// the doorbell for them.
-pub fn set_writer(map: crate::board_map::BoardMap, slot: u32) -> bool {
-    let Some(s) = map.slot(slot) else {
+/// `AgentMsg::BoardWriter`: launches write `slot` of `board` from now on; the relay thread
+/// rings the doorbell for them.
+pub fn set_writer(board: &'static Board, slot: u32) -> bool {
+    if board.slot(slot).is_none() {
         return false;
-    };
-    SEQ.store(std::ptr::from_ref(map.seq()).cast_mut(), Ordering::Release);
-    SLOT.store(std::ptr::from_ref(s).cast_mut(), Ordering::Release);
+    }
+    SLOT.store(slot, Ordering::Release);
+    BOARD.store(std::ptr::from_ref(board).cast_mut(), Ordering::Release);
     start_relay();
     true
 }
@@ -152,17 +136,17 @@ fn start_relay() {
         .spawn(|| {
             let mut rung = None;
             loop {
-                let Some((slot, seq)) = board() else {
+                let Some((b, slot)) = board() else {
                     std::thread::sleep(std::time::Duration::from_millis(100));
                     continue;
                 };
-                let s = seq.load(Ordering::SeqCst);
-                let c = slot.load(Ordering::SeqCst);
+                let s = b.seq().load(Ordering::SeqCst);
+                let c = b.count(slot).unwrap_or(0);
                 if kfdq::proto::board::busy(c) && rung != Some(c) {
                     rung = Some(c);
                     ring();
                 }
-                crate::board_map::wait(seq, s, Some(std::time::Duration::from_secs(1)));
+                wait(b.seq(), s, Some(std::time::Duration::from_secs(1)));
             }
         });
 }
@@ -257,7 +241,7 @@ pub fn taken() {
 /// The session ended: launches wake the control thread again (the next session offers anew).
 pub fn session_ended() {
     board_idle();
-    SLOT.store(std::ptr::null_mut(), Ordering::Release);
+    BOARD.store(std::ptr::null_mut(), Ordering::Release);
     BELL.store(-1, Ordering::Release);
 }
 
@@ -321,7 +305,7 @@ pub fn reset_after_fork() {
     ARMED.store(false, Ordering::Relaxed);
     BELL.store(-1, Ordering::Relaxed);
     // The parent's slot is the parent's (the relay thread is not the child's either).
-    SLOT.store(std::ptr::null_mut(), Ordering::Relaxed);
+    BOARD.store(std::ptr::null_mut(), Ordering::Relaxed);
     RELAY.store(false, Ordering::Relaxed);
     let bell = BELL_FD.swap(-1, Ordering::Relaxed);
     if bell >= 0 {

@@ -25,7 +25,7 @@
 //!    own memory without faulting on what is no longer mapped), `slice` (the watcher's
 //!    scheduling slice), `bypass` (the shim's own ioctls pass the
 //!    hook), `libc_ioctl` (libc's `ioctl`, `forward`), `context` (a thread's stream context),
-//!    `board_map` (an edge board mapped, its futex calls), `edges` (the launch's busy-edge
+//!    `edges` (the launch's busy-edge
 //!    wake-up), `fd_stream` (the agent's socket read with the descriptors it passes), `chain`
 //!    (the control thread's reaction-chain timestamps).
 //! 2. `state`: the registry behind its lock.
@@ -45,7 +45,6 @@
 // The unit-test build leaves out the exported entry points (see `exports`), so much is unused there.
 #![cfg_attr(test, allow(dead_code))]
 
-mod board_map;
 mod bypass;
 mod chain;
 mod command_error;

@@ -19,11 +19,13 @@ use std::time::{Duration, Instant};
 use kfdq::policy::release::{CostRelease, Edges};
 use kfdq::proto::{AgentMsg, Level, ShimMsg, Target, WatchRelease};
 
-use crate::board_map::{BoardMap, wait, wake};
+use std::sync::Arc;
+
 use crate::levels::{activate, deactivate, resume, suspend};
 use crate::pmutex::{PGuard, PMutex};
 use crate::state::STATE;
 use crate::targets::queues_of;
+use kfdq::kfd::board::{BoardMap, seal_writes, wait, wake};
 
 /// One board's watch, as the agent sent it.
 #[derive(Debug, Clone)]
@@ -38,7 +40,10 @@ struct Spec {
 #[derive(Debug, Default)]
 struct Shared {
     specs: BTreeMap<u32, Spec>,
-    maps: BTreeMap<u32, BoardMap>,
+    /// The boards mapped (read-only), replaced by every watch that carries a descriptor (an
+    /// agent restarted numbers its boards anew). A watch thread holds its own reference while
+    /// it waits: a mapping is unmapped once neither holds it.
+    maps: BTreeMap<u32, Arc<BoardMap>>,
     threads: BTreeSet<u32>,
     /// Boards whose watch wants the level now.
     wanting: BTreeSet<u32>,
@@ -129,13 +134,20 @@ pub fn handle(msg: AgentMsg, lease: Option<Duration>) {
                 ));
                 return;
             };
-            match BoardMap::map(fd, true) {
-                Ok(m) if crate::edges::set_writer(m, slot) => {}
+            // Mapped, then sealed against every later write: the agent passes a board to
+            // watchers only once sealed (nobody but this mapping and the agent's can write it).
+            let map = BoardMap::map(&fd, true).and_then(|m| seal_writes(&fd).map(|()| m));
+            match map {
+                Ok(m) if m.slot(slot).is_some() => {
+                    crate::edges::set_writer(m.leak(), slot);
+                    shared().outbox.push(ShimMsg::BoardSealed { board });
+                    crate::edges::poke_control();
+                }
                 Ok(_) => crate::log::warn_always(&format!(
                     "edge board {board}: slot {slot} is beyond the board; launches ring the doorbell"
                 )),
                 Err(e) => crate::log::warn_always(&format!(
-                    "edge board {board}: mapping it failed ({e}); launches ring the doorbell"
+                    "edge board {board}: mapping and sealing it failed ({e}); launches ring the doorbell"
                 )),
             }
         }
@@ -160,24 +172,28 @@ pub fn handle(msg: AgentMsg, lease: Option<Duration>) {
                 return;
             }
             let mut sh = shared();
-            if let std::collections::btree_map::Entry::Vacant(e) = sh.maps.entry(board) {
-                let Some(fd) = fd else {
+            // A descriptor replaces the mapping: the board's number may name another board now
+            // (the agent restarted).
+            match fd.map(|fd| BoardMap::map(&fd, false)) {
+                Some(Ok(m)) => {
+                    if let Some(old) = sh.maps.insert(board, Arc::new(m)) {
+                        // Its thread looks again, at the new one.
+                        wake(old.seq());
+                    }
+                }
+                Some(Err(e)) => {
+                    crate::log::warn_always(&format!(
+                        "edge board {board}: mapping it failed ({e}); the agent's commands apply the level"
+                    ));
+                    return;
+                }
+                None if !sh.maps.contains_key(&board) => {
                     crate::log::warn_always(&format!(
                         "edge board {board}: the watch came without its descriptor; the agent's commands apply the level"
                     ));
                     return;
-                };
-                match BoardMap::map(fd, false) {
-                    Ok(m) => {
-                        e.insert(m);
-                    }
-                    Err(e) => {
-                        crate::log::warn_always(&format!(
-                            "edge board {board}: mapping it failed ({e}); the agent's commands apply the level"
-                        ));
-                        return;
-                    }
                 }
+                None => {}
             }
             sh.specs.insert(
                 board,
@@ -189,19 +205,18 @@ pub fn handle(msg: AgentMsg, lease: Option<Duration>) {
                     min_interval: Duration::from_nanos(min_interval_ns),
                 },
             );
-            let map = sh.maps[&board];
             if sh.threads.insert(board) {
                 let spawned = std::thread::Builder::new()
                     .name("kfdq-shim-watch".into())
                     .spawn(move || {
-                        let _ = crate::guard::guarded(|| run(board, map));
+                        let _ = crate::guard::guarded(|| run(board));
                     });
                 if spawned.is_err() {
                     sh.threads.remove(&board);
                     sh.specs.remove(&board);
                 }
-            } else {
-                wake(map.seq());
+            } else if let Some(m) = sh.maps.get(&board) {
+                wake(m.seq());
             }
         }
         AgentMsg::Unwatch { board } => {
@@ -230,13 +245,16 @@ pub fn end_session() {
     for m in sh.maps.values() {
         wake(m.seq());
     }
+    // The next session's watches bring their own descriptors (its agent may number its
+    // boards anew); a watch thread keeps its mapping until it ends.
+    sh.maps.clear();
     drop(sh);
     UNTIL_NS.store(0, Ordering::SeqCst);
     crate::fd_stream::clear();
 }
 
 /// One board's watcher.
-fn run(board: u32, map: BoardMap) {
+fn run(board: u32) {
     // Its own reaction-chain timestamps (`KFDQ_CHAIN_TRACE`): the wake-up that found a busy
     // slot stands for the command's arrival, then the ioctls and the report.
     crate::chain::start();
@@ -245,13 +263,16 @@ fn run(board: u32, map: BoardMap) {
     let mut edges: Option<Edges> = None;
     let mut woke_us = None;
     loop {
-        let spec = {
+        let (spec, map) = {
             let mut sh = shared();
-            match sh.specs.get(&board).cloned() {
-                Some(s) => s,
-                None => {
-                    // Under the same lock: a new watch of the board starts a new thread.
+            match (sh.specs.get(&board).cloned(), sh.maps.get(&board).cloned()) {
+                (Some(s), Some(m)) => (s, m),
+                _ => {
+                    // Under the same lock: a new watch of the board starts a new thread (and
+                    // brings its descriptor). The mapping goes with the last reference.
                     sh.threads.remove(&board);
+                    sh.specs.remove(&board);
+                    sh.maps.remove(&board);
                     drop(sh);
                     let _ = settle(board, false, None);
                     return;

@@ -5,13 +5,13 @@
 
 mod common;
 
-use std::io::{IoSliceMut, Write};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::AsRawFd;
 
+use common::forger::Forger;
 use common::kfdqd::{Agent, two_classes};
 use common::*;
-use kfdq::proto::{AgentMsg, QueueInfo, Registry, ShimMsg, encode};
-use kfdq::{GpuId, Pid, QueueId};
+use kfdq::Pid;
+use kfdq::proto::AgentMsg;
 use nix::sys::signal::Signal;
 
 /// The activity period of these tests: the longest the shim accepts, so that a sampled report
@@ -125,90 +125,6 @@ fn preempts_itself(level: &str) {
     lp.finish();
 }
 
-/// A process that speaks the shim's protocol itself: hello as `class`, one queue on `gpu`;
-/// reads the agent's lines with `recvmsg`, keeping the descriptors passed with them.
-struct Forger {
-    s: std::os::unix::net::UnixStream,
-    buf: Vec<u8>,
-    fds: Vec<OwnedFd>,
-}
-
-impl Forger {
-    fn connect(sock: &std::path::Path, class: &str, gpu: GpuId) -> Forger {
-        let s = std::os::unix::net::UnixStream::connect(sock).unwrap();
-        let mut f = Forger {
-            s,
-            buf: Vec::new(),
-            fds: Vec::new(),
-        };
-        let pid = Pid::this();
-        f.send(&ShimMsg::Hello {
-            version: kfdq::proto::VERSION,
-            pid,
-            exe: "forger".into(),
-            class: Some(class.into()),
-            priority: None,
-        });
-        assert!(matches!(f.next(), AgentMsg::Welcome { .. }));
-        let q = QueueInfo {
-            queue_id: QueueId(7),
-            gpu_id: gpu,
-            requested_priority: 7,
-            effective_priority: 3,
-            ring_base: 0,
-            ring_size: 4096,
-            streams: vec![],
-            deactivated: false,
-            suspended: false,
-            busy: false,
-            window_waits: 0,
-            window_stalls: 0,
-        };
-        f.send(&ShimMsg::Registry(Registry {
-            pid,
-            class: Some(class.into()),
-            queues: vec![q],
-            ..Registry::default()
-        }));
-        f
-    }
-
-    fn send(&mut self, m: &ShimMsg) {
-        self.s.write_all(&encode(m)).unwrap();
-    }
-
-    fn next(&mut self) -> AgentMsg {
-        loop {
-            if let Some(nl) = self.buf.iter().position(|b| *b == b'\n') {
-                let line: Vec<u8> = self.buf.drain(..=nl).collect();
-                return serde_json::from_slice(&line[..nl]).unwrap();
-            }
-            let mut chunk = [0u8; 4096];
-            let mut space = nix::cmsg_space!([std::os::fd::RawFd; 2]);
-            let mut iov = [IoSliceMut::new(&mut chunk)];
-            let msg = nix::sys::socket::recvmsg::<()>(
-                self.s.as_raw_fd(),
-                &mut iov,
-                Some(&mut space),
-                nix::sys::socket::MsgFlags::MSG_CMSG_CLOEXEC,
-            )
-            .unwrap();
-            let n = msg.bytes;
-            assert!(n > 0, "the agent closed the connection");
-            for c in msg.cmsgs().unwrap() {
-                if let nix::sys::socket::ControlMessageOwned::ScmRights(fds) = c {
-                    // SAFETY: installed in this process for us by the kernel just now.
-                    self.fds.extend(
-                        fds.into_iter()
-                            .map(|fd| unsafe { OwnedFd::from_raw_fd(fd) }),
-                    );
-                }
-            }
-            self.buf.extend_from_slice(&chunk[..n]);
-        }
-    }
-}
-
 #[test]
 #[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn a_batch_process_cannot_write_the_board_it_watches() {
@@ -218,7 +134,7 @@ fn a_batch_process_cannot_write_the_board_it_watches() {
     // An idle latency process: a writer of the latency board.
     let hp = latency_client(&emu, &agent, ["1", "0", "1", "40000", "80"]);
     let gpu = agent.process(lp.pid).unwrap().queues[0].gpu_id;
-    let mut forger = Forger::connect(&agent.sock, "batch", gpu);
+    let mut forger = Forger::connect(&agent.sock, "batch", emu.root(), gpu);
     // The agent subscribes the forger too: a watch with a read-only descriptor.
     let slots = loop {
         if let AgentMsg::Watch { slots, .. } = forger.next() {

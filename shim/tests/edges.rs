@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use common::agent::{Conn, accept_with_lease, listen};
 use common::*;
 use kfdq::proto::{AgentMsg, Level, Target};
-use kfdq::{GpuId, Pid, QueueId};
+use kfdq::{GpuId, Pid};
 
 /// The activity period of these tests: the longest the shim accepts, so that a sampled report
 /// would come up to 100 ms after the sample that follows a command.
@@ -243,10 +243,17 @@ fn short_requests_preempt_the_batch_job_although_the_sampling_period_is_longer()
 struct ForgedShim {
     w: std::os::unix::net::UnixStream,
     _r: LineReader<BufReader<std::os::unix::net::UnixStream>>,
+    /// Its one real queue (the agent counts only the queues the kernel lists).
+    queue: kfdq::kfd::Queue<'static>,
 }
 
 impl ForgedShim {
-    fn connect(sock: &std::path::Path, class: &str, gpu: GpuId) -> ForgedShim {
+    fn connect(sock: &std::path::Path, class: &str, emu: &Emu, gpu: GpuId) -> ForgedShim {
+        // Leaked: the queue borrows it, and lives as long as the forger (a test process).
+        let kfd: &'static kfdq::kfd::Kfd = Box::leak(Box::new(
+            kfdq::kfd::Kfd::open(&kfdq::kfd::Root::new(emu.root())).unwrap(),
+        ));
+        let queue = kfd.create_queue(kfdq::kfd::QueueSpec::aql(gpu)).unwrap();
         let s = std::os::unix::net::UnixStream::connect(sock).unwrap();
         let mut w = s.try_clone().unwrap();
         let mut r = LineReader::new(BufReader::new(s));
@@ -261,7 +268,7 @@ impl ForgedShim {
         .unwrap();
         assert!(matches!(r.next::<AgentMsg>(), Ok(AgentMsg::Welcome { .. })));
         let q = QueueInfo {
-            queue_id: QueueId(7),
+            queue_id: queue.id(),
             gpu_id: gpu,
             requested_priority: 7,
             effective_priority: 3,
@@ -281,7 +288,7 @@ impl ForgedShim {
             ..Registry::default()
         })))
         .unwrap();
-        ForgedShim { w, _r: r }
+        ForgedShim { w, _r: r, queue }
     }
 
     /// Passes a doorbell as a shim does (`SCM_RIGHTS` with the doorbell line), waits for the
@@ -320,7 +327,7 @@ impl ForgedShim {
     fn busy(&mut self) {
         self.w
             .write_all(&encode(&ShimMsg::Activity {
-                queue_id: QueueId(7),
+                queue_id: self.queue.id(),
                 busy: true,
             }))
             .unwrap();
@@ -348,7 +355,7 @@ fn a_batch_process_that_forges_busy_edges_preempts_nobody() {
     let agent = Agent::start(&emu, LATENCY_NORMAL_BATCH);
     let (normal, q) = batch_flood(&emu, &agent, "normal");
     let gpu = agent.process(normal.pid).unwrap().queues[0].gpu_id;
-    let mut forger = ForgedShim::connect(&agent.sock, "batch", gpu);
+    let mut forger = ForgedShim::connect(&agent.sock, "batch", &emu, gpu);
     forger.busy();
     // The agent decides on the forged edge before it answers a later status request.
     let st = agent.wait("the forged busy queue seen", |s| {
@@ -371,7 +378,7 @@ fn a_batch_process_that_rings_a_doorbell_preempts_nobody() {
     let agent = Agent::start(&emu, LATENCY_NORMAL_BATCH);
     let (normal, q) = batch_flood(&emu, &agent, "normal");
     let gpu = agent.process(normal.pid).unwrap().queues[0].gpu_id;
-    let mut forger = ForgedShim::connect(&agent.sock, "batch", gpu);
+    let mut forger = ForgedShim::connect(&agent.sock, "batch", &emu, gpu);
     let bell = forger.doorbell();
     let ignored = agent.status().counters.doorbell_ignored;
     nix::sys::socket::send(

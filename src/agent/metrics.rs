@@ -404,6 +404,18 @@ pub fn render(status: &NodeStatus, rec: &Recorder) -> Result<String, std::fmt::E
         "Releases a subscribed process applied on its own (direct edges)",
         k.direct_releases,
     );
+    counter(
+        &mut r,
+        "direct_forged",
+        "Edge board slots cleared as forged: busy for long while their writer reported no busy queue",
+        k.direct_forged,
+    );
+    counter(
+        &mut r,
+        "unlisted_queues",
+        "Queues shims reported that the kernel does not list for their process (ignored)",
+        k.unlisted_queues,
+    );
     r.register_with_unit(
         "decision_latency",
         "From the wake-up that led to commands to the commands written",

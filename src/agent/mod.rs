@@ -19,6 +19,7 @@ pub mod discover;
 mod doorbell;
 mod http;
 pub mod identity;
+mod kernel_queues;
 pub mod kubernetes;
 pub mod lock;
 pub mod metrics;

@@ -11,6 +11,7 @@
 //! | what the kernel refused to destroy or free, left to it | `leak.rs` |
 //! | queues (CREATE/UPDATE/CU mask/wave state/DESTROY, submit) | `queue.rs` |
 //! | doorbell page | `doorbell.rs` |
+//! | an edge board mapped: its atomic words, seals and futex (agent and shim) | `board.rs` |
 //! | AQL packets, completion signals | `aql.rs` |
 //! | debugger API (RUNTIME_ENABLE, DBG_TRAP) | `debug.rs` |
 //! | being the ptrace tracer DBG_TRAP on another process needs | `ptrace.rs` |
@@ -32,6 +33,7 @@
 #![deny(missing_debug_implementations)]
 
 pub mod aql;
+pub mod board;
 pub mod cwsr;
 pub mod debug;
 pub mod device;

@@ -10,7 +10,8 @@
 //!   (holding one stream while another of the same process waits on it deadlocks).
 //! * Starvation guard: a class with one runs for `run_ns` after `after_ns` preempted.
 //! * Residency guard: with more active queues on a partition than its resident slots, lower
-//!   classes are deactivated (level 2: a hold does not free slots) until the rest fit.
+//!   classes are deactivated (level 2: a hold does not free slots) until the rest fit — under
+//!   the starvation guard like every other preemption.
 //! * Cost, as amdkfd charges it: every UPDATE_QUEUE is its own runlist update (one device-wide
 //!   preempt per queue deactivated or reactivated, level 2); SUSPEND/RESUME_QUEUES batch a
 //!   process's queues into one runlist update per partition (level 3); holds cost none
@@ -309,18 +310,25 @@ impl Policy {
                 .map(|i| rules[i].rank)
                 .max()
                 .unwrap_or(0);
+            // Not one the starvation guard lets run: residency preemptions are under it too
+            // (a process reporting more queues than the slots keeps nobody preempted longer).
             let mut order: Vec<usize> = (0..obs.processes.len())
                 .filter(|&i| {
                     queues_on(i) > 0
                         && rules[i].rank < top
                         && rules[i].level.is_some()
                         && !costs_preempt(wanted[i].0)
+                        && wanted[i].1 != Reason::StarvationGuard
                 })
                 .collect();
             order.sort_by_key(|&i| (rules[i].rank, obs.processes[i].pid));
             for i in order {
                 if active <= part.resident_slots {
                     break;
+                }
+                if self.starved(i, obs.processes[i].pid, rules[i], now, &mut next) {
+                    wanted[i] = (Run::Running, Reason::StarvationGuard);
+                    continue;
                 }
                 active -= queues_on(i);
                 wanted[i] = (

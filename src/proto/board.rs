@@ -6,15 +6,16 @@
 //!
 //! * offset [`SEQ_OFFSET`]: the change counter, the futex word every watcher waits on. Whoever
 //!   changes a slot adds one to it and wakes its waiters.
-//! * offset [`slot_offset`]`(i)`, `i < ` [`SLOTS`]: slot `i`, the edge count of the one writer
-//!   the agent gave it. Odd: the writer's queues are busy; even: idle. The writer adds one at
-//!   each edge (its launch at the busy edge, its control thread at the idle edge); the agent sets
-//!   it even again when the writer is gone or its reports went stale.
+//! * offset [`slot_offset`]`(i)`, `i < ` [`SLOTS`]: slot `i`, an edge count. Odd: the writer's
+//!   queues are busy; even: idle. The writer adds one at each edge (its launch at the busy edge,
+//!   its control thread at the idle edge); the agent sets it even again when the writer is gone,
+//!   its reports went stale, or the slot says busy for long while the writer reports nothing
+//!   busy (forged).
 //!
-//! One board per class that preempts others: a writer gets a writable descriptor of its own
-//! class's board only (and one slot in it), a watcher a read-only one of each board whose class
-//! preempts its own. No code here: the agent writes the board through the descriptor
-//! (`pwrite`), the shim maps it.
+//! One board per writer (the agent uses slot 0): a writer gets a writable descriptor of its own
+//! board, which it seals against later writes once mapped; a watcher a read-only one of each
+//! sealed board whose writer's class preempts its own. Every access is atomic, through
+//! `crate::kfd::board` (agent and shim alike).
 
 /// Bytes of a board (one page).
 pub const BOARD_BYTES: usize = 4096;

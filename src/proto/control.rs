@@ -372,4 +372,11 @@ pub struct Counters {
     /// Subscriptions sent (a process told to watch a board, or its watch changed).
     #[serde(default)]
     pub direct_subscriptions: u64,
+    /// Board slots the agent cleared as forged: busy for long while their writer reported no
+    /// busy queue (the writer gets no board again).
+    #[serde(default)]
+    pub direct_forged: u64,
+    /// Queues the shims reported that the kernel does not list for their process (ignored).
+    #[serde(default)]
+    pub unlisted_queues: u64,
 }

@@ -167,6 +167,13 @@ pub enum ShimMsg {
         /// What happened.
         detail: String,
     },
+    /// The process mapped its edge board ([`AgentMsg::BoardWriter`]) and sealed it against
+    /// every later write (`F_SEAL_FUTURE_WRITE`): the agent checks the seal and only then
+    /// passes the board to watchers.
+    BoardSealed {
+        /// The board.
+        board: u32,
+    },
     /// Answer to a command.
     Ack {
         /// The command's `seq`.
@@ -276,7 +283,7 @@ pub enum AgentMsg {
     /// wakes the board's watchers instead of ringing its doorbell; the control thread adds one
     /// again when every queue is idle. Not acknowledged.
     BoardWriter {
-        /// The board (one per class that preempts others).
+        /// The board (the process's own: one per writer).
         board: u32,
         /// The process's own slot.
         slot: u32,

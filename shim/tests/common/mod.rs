@@ -5,6 +5,7 @@
 
 pub mod agent;
 pub mod elf;
+pub mod forger;
 pub mod kfdqd;
 pub mod prom;
 pub mod sid;

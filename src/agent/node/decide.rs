@@ -42,6 +42,7 @@ impl NodeState {
         self.counters.decisions += 1;
         // The last decision's commands, should it not have been accounted.
         self.record_pending();
+        self.direct_revisit(now);
         if !self.full_due && (self.fire_prepared(now, out) || self.decide_edges(now, out)) {
             return;
         }

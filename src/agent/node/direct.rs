@@ -1,13 +1,15 @@
 //! Direct edges (`[agent] direct_edges`, docs/agent.md "Direct edges"): the agent hands out the
 //! edge boards (`crate::proto::board`) and stays their authority.
 //!
-//! * **Writers**: a process whose busy edges are on (its class preempts others) gets a slot on
-//!   its class's board and a writable descriptor ([`AgentMsg::BoardWriter`]); it keeps the slot
-//!   until it goes. When it goes, or its busy reports go stale (stopped while busy), the agent
-//!   clears its slot and tells the watchers of the board to look again.
+//! * **Writers**: a process whose busy edges are on (its class preempts others) gets its own
+//!   board and a writable descriptor ([`AgentMsg::BoardWriter`]); its board is watched once it
+//!   sealed it (`ShimMsg::BoardSealed`, checked by the server). It keeps the board until it goes,
+//!   its class preempts nobody any more, or it is caught forging (its slot busy for long while
+//!   it reports nothing busy: [`Out::CheckSlot`]). When it goes, or its busy reports go stale
+//!   (stopped while busy), the agent clears its slot and tells the watchers to look again.
 //! * **Watchers**: after each full decision, a process whose class is preempted at level 2 or 3
-//!   watches, read-only, the board of each class that preempts it, for the slots of that
-//!   class's writers on its partitions ([`AgentMsg::Watch`], with the policy's release rule
+//!   watches, read-only, the board of each writer of a class that preempts it on its
+//!   partitions ([`AgentMsg::Watch`], with the policy's release rule
 //!   and minimum interval) — unless the policy would not preempt it on an edge now (a
 //!   starvation or residency guard, a manual preemption, a failed level): then it is told to
 //!   stop ([`AgentMsg::Unwatch`]). The same at level 3; level 1 keeps the agent's commands.
@@ -25,7 +27,6 @@ use super::why::Why;
 use super::{NodeState, Out};
 use crate::ids::{GpuId, Pid};
 use crate::policy::{Reason, Release, Run, preempt_cost};
-use crate::proto::board::SLOTS;
 use crate::proto::control::Control;
 use crate::proto::{AgentMsg, Level, WatchRelease};
 
@@ -51,37 +52,27 @@ fn watch_level(p: &Proc) -> Option<Level> {
     })
 }
 
-/// The boards: one per class that preempts others, numbered on first use (stable across
-/// reloads), and the slots in use on each.
+/// The boards: one per writer, numbered in order (never reused while the agent runs), each
+/// with its writer, the class it writes for, and whether the writer sealed it (only a sealed
+/// board is watched: `crate::agent::board`).
 #[derive(Debug, Default)]
 pub(super) struct Direct {
-    ids: BTreeMap<String, u32>,
-    used: BTreeMap<u32, BTreeSet<u32>>,
+    next: u32,
+    boards: BTreeMap<u32, Board>,
     /// Writers whose slot was cleared because their reports went stale.
     stale_cleared: BTreeSet<Pid>,
+    /// A slot said busy while its writer was believed idle: look at it again then.
+    pub(super) revisit: Option<Instant>,
     /// Processes given watches by the last `direct_watches` (an upper bound: one that left
     /// since still counts).
     pub(super) watchers: usize,
 }
 
-impl Direct {
-    fn id(&mut self, class: &str) -> u32 {
-        let next = self.ids.len() as u32;
-        *self.ids.entry(class.to_owned()).or_insert(next)
-    }
-
-    fn take_slot(&mut self, board: u32) -> Option<u32> {
-        let used = self.used.entry(board).or_default();
-        let slot = (0..SLOTS).find(|s| !used.contains(s))?;
-        used.insert(slot);
-        Some(slot)
-    }
-
-    fn free_slot(&mut self, board: u32, slot: u32) {
-        if let Some(u) = self.used.get_mut(&board) {
-            u.remove(&slot);
-        }
-    }
+/// One writer's board.
+#[derive(Debug)]
+struct Board {
+    class: String,
+    sealed: bool,
 }
 
 /// Whether the reconcile step leaves `p`'s run state to its watch: `Some(retry)` when it
@@ -171,15 +162,30 @@ impl NodeState {
         }
     }
 
-    /// Slots for the writers (processes whose busy edges are on), and the slots of writers
-    /// whose reports went stale cleared. Part of the full decision, after the edges.
+    /// Boards for the writers (processes whose busy edges are on), the slots of writers whose
+    /// reports went stale cleared, and each sealed writer's slot looked at
+    /// ([`Out::CheckSlot`]: a slot busy for long while its writer reports no busy queue is
+    /// forged). A writer whose class no longer preempts anyone (or whose edges went off, or
+    /// who was caught forging) loses its board: nobody watches it any more. Part of the full
+    /// decision, after the edges.
     pub(super) fn direct_writers(&mut self, out: &mut Vec<Out>) {
         let mut cleared: Vec<u32> = Vec::new();
         for (pid, p) in &mut self.procs {
             if p.via != Control::Shim {
                 continue;
             }
+            let eligible = self.cfg.direct_edges && p.edges_sent == Some(true) && !p.forged;
             if let Some((board, slot)) = p.writer {
+                let b = self.direct.boards.get(&board);
+                if !eligible || b.is_none_or(|b| b.class != p.class()) {
+                    out.push(Out::ClearSlot { board, slot });
+                    out.push(Out::DropBoard { board });
+                    self.direct.boards.remove(&board);
+                    self.direct.stale_cleared.remove(pid);
+                    p.writer = None;
+                    cleared.push(board);
+                    continue;
+                }
                 if p.stale && self.direct.stale_cleared.insert(*pid) {
                     self.counters.direct_cleared += 1;
                     out.push(Out::ClearSlot { board, slot });
@@ -187,19 +193,32 @@ impl NodeState {
                 } else if !p.stale {
                     self.direct.stale_cleared.remove(pid);
                 }
+                if b.is_some_and(|b| b.sealed) && !p.stale {
+                    out.push(Out::CheckSlot {
+                        pid: *pid,
+                        board,
+                        slot,
+                        idle: !p.any_busy(),
+                    });
+                }
                 continue;
             }
-            if !self.cfg.direct_edges || p.edges_sent != Some(true) {
+            if !eligible {
                 continue;
             }
-            let board = self.direct.id(p.class());
-            let Some(slot) = self.direct.take_slot(board) else {
-                continue;
-            };
-            p.writer = Some((board, slot));
+            let board = self.direct.next;
+            self.direct.next = self.direct.next.wrapping_add(1);
+            self.direct.boards.insert(
+                board,
+                Board {
+                    class: p.class().to_owned(),
+                    sealed: false,
+                },
+            );
+            p.writer = Some((board, 0));
             out.push(Out::ShimBoard {
                 conn: p.conn,
-                msg: AgentMsg::BoardWriter { board, slot },
+                msg: AgentMsg::BoardWriter { board, slot: 0 },
                 board,
                 writable: true,
             });
@@ -209,7 +228,7 @@ impl NodeState {
         }
     }
 
-    /// The writer `p` went away: its slot is cleared and freed, its board's watchers look
+    /// The writer `p` went away: its slot is cleared and its board dropped, its watchers look
     /// again.
     pub(super) fn direct_gone(&mut self, pid: Pid, p: &Proc, out: &mut Vec<Out>) {
         self.direct.stale_cleared.remove(&pid);
@@ -220,8 +239,56 @@ impl NodeState {
             self.counters.direct_cleared += 1;
         }
         out.push(Out::ClearSlot { board, slot });
-        self.direct.free_slot(board, slot);
+        out.push(Out::DropBoard { board });
+        self.direct.boards.remove(&board);
         self.board_changed(board, out);
+    }
+
+    /// `pid` sealed its board against writes (`ShimMsg::BoardSealed`, the seal checked by the
+    /// server): watchers may have it from the next full decision. Returns whether one is due.
+    pub(super) fn board_sealed(&mut self, pid: Pid, board: u32) -> bool {
+        let Some(p) = self.procs.get(&pid) else {
+            return false;
+        };
+        if p.writer.map(|(b, _)| b) != Some(board) {
+            return false;
+        }
+        let Some(b) = self.direct.boards.get_mut(&board) else {
+            return false;
+        };
+        b.sealed = true;
+        self.full_due = true;
+        true
+    }
+
+    /// What the server found at an [`Out::CheckSlot`]: `Some(at)`: look again at `at`;
+    /// `cleared`: the slot was forged and is cleared now.
+    pub fn slot_checked(&mut self, pid: Pid, again: Option<Instant>, cleared: bool) {
+        if let Some(at) = again {
+            self.direct.revisit = Some(self.direct.revisit.map_or(at, |r| r.min(at)));
+        }
+        if !cleared {
+            return;
+        }
+        self.counters.direct_forged += 1;
+        self.full_due = true;
+        if let Some(p) = self.procs.get_mut(&pid) {
+            p.forged = true;
+            let w = format!(
+                "its edge board slot said busy for {} ms while it reported no busy queue (forged, or its shim is broken): the agent cleared it, and its edges take the agent's path from now on",
+                crate::agent::board::FORGED_AFTER.as_millis()
+            );
+            tracing::warn!(pid = %pid, "{w}");
+            p.warn(w);
+        }
+    }
+
+    /// A slot's second look is due: the next decision is the full one.
+    pub(super) fn direct_revisit(&mut self, now: Instant) {
+        if self.direct.revisit.is_some_and(|r| r <= now) {
+            self.direct.revisit = None;
+            self.full_due = true;
+        }
     }
 
     fn board_changed(&self, board: u32, out: &mut Vec<Out>) {
@@ -235,19 +302,25 @@ impl NodeState {
     /// The watches every process should have after the full decision, sent where they
     /// changed.
     pub(super) fn direct_watches(&mut self, out: &mut Vec<Out>) {
-        // Each board's writers: (pid, class, slot, partitions).
-        let writers: Vec<(Pid, u32, u32, BTreeSet<GpuId>)> = self
+        // The writers of sealed boards: (pid, board, slot, partitions).
+        let writers: Vec<Writer> = self
             .procs
             .iter()
             .filter_map(|(pid, p)| {
                 let (board, slot) = p.writer?;
-                (self.direct.ids.get(p.class()) == Some(&board))
-                    .then(|| (*pid, board, slot, partitions(p)))
+                let b = self.direct.boards.get(&board)?;
+                (b.sealed && b.class == p.class()).then(|| Writer {
+                    pid: *pid,
+                    board,
+                    slot,
+                    class: b.class.clone(),
+                    gpus: partitions(p),
+                })
             })
             .collect();
         let mut watchers = 0;
         for (pid, p) in &mut self.procs {
-            let wanted = wanted_watches(&self.cfg, &self.direct, &writers, *pid, p);
+            let wanted = wanted_watches(&self.cfg, &writers, *pid, p);
             let Some(wanted) = wanted else {
                 // The policy waits for its minimum interval: the watches stay as they are.
                 watchers += usize::from(!p.watches.is_empty());
@@ -300,6 +373,9 @@ impl NodeState {
                 // (no preempt again for them).
                 p.preempt_gen = p.registry_gen;
                 self.counters.direct_preempts += 1;
+                // The full decision looks at the writers' slots: one the agent believes idle
+                // that preempted this watcher is forged (`direct_writers`, `Out::CheckSlot`).
+                self.full_due = true;
             }
             (None, true) => {
                 if p.self_applied {
@@ -330,10 +406,18 @@ fn partitions(p: &Proc) -> BTreeSet<GpuId> {
 
 /// The watches `p` should have; `None`: keep what it has (the policy waits for its minimum
 /// interval).
+/// A writer whose sealed board watchers may watch.
+struct Writer {
+    pid: Pid,
+    board: u32,
+    slot: u32,
+    class: String,
+    gpus: BTreeSet<GpuId>,
+}
+
 fn wanted_watches(
     cfg: &crate::agent::AgentConfig,
-    direct: &Direct,
-    writers: &[(Pid, u32, u32, BTreeSet<GpuId>)],
+    writers: &[Writer],
     pid: Pid,
     p: &Proc,
 ) -> Option<BTreeMap<u32, AgentMsg>> {
@@ -381,23 +465,19 @@ fn wanted_watches(
         },
     });
     let mut wanted = BTreeMap::new();
-    for higher in cfg.policy.classes.iter().filter(|c| c.rank > rule.rank) {
-        let Some(&board) = direct.ids.get(&higher.name) else {
-            continue;
-        };
-        let slots: Vec<u32> = writers
-            .iter()
-            .filter(|(w, b, _, gpus)| *w != pid && *b == board && !gpus.is_disjoint(&mine))
-            .map(|(_, _, s, _)| *s)
-            .collect();
-        if slots.is_empty() {
+    for w in writers {
+        let preempts = cfg
+            .policy
+            .class(&w.class)
+            .is_some_and(|c| c.rank > rule.rank);
+        if !preempts || w.pid == pid || w.gpus.is_disjoint(&mine) {
             continue;
         }
         wanted.insert(
-            board,
+            w.board,
             AgentMsg::Watch {
-                board,
-                slots,
+                board: w.board,
+                slots: vec![w.slot],
                 level,
                 grace_period: cfg.grace_period,
                 release: release.clone(),

@@ -86,6 +86,24 @@ pub enum Out {
         /// The slot.
         slot: u32,
     },
+    /// Look at slot `slot` of writer `pid`'s edge board: busy while the agent believes the
+    /// writer idle (`idle`), for long, is forged: cleared, and told to the node
+    /// (`NodeState::slot_checked`).
+    CheckSlot {
+        /// The writer.
+        pid: Pid,
+        /// Its board.
+        board: u32,
+        /// Its slot.
+        slot: u32,
+        /// The agent believes it idle.
+        idle: bool,
+    },
+    /// Edge board `board` has no writer any more: the agent drops it.
+    DropBoard {
+        /// The board.
+        board: u32,
+    },
 }
 
 /// The node's state: its processes, the policy and what was sent to each (no I/O).
@@ -290,10 +308,15 @@ impl NodeState {
 
     /// When [`NodeState::decide`] must run again even if nothing arrives.
     pub fn deadline(&self) -> Option<Instant> {
-        [self.next_decide, self.waiters.deadline(), self.next_renew]
-            .into_iter()
-            .flatten()
-            .min()
+        [
+            self.next_decide,
+            self.waiters.deadline(),
+            self.next_renew,
+            self.direct.revisit,
+        ]
+        .into_iter()
+        .flatten()
+        .min()
     }
 
     /// The lease every preemption carries, for the shims' welcome.

@@ -134,8 +134,11 @@ pub(super) struct Proc {
     /// When its times were last accounted, and whether it was preempted and busy from then on
     /// (`None`: never).
     pub(super) accounted: Option<Accounted>,
-    /// Direct edges (`direct.rs`): its slot on its class's edge board, as a writer.
+    /// Direct edges (`direct.rs`): its own edge board and slot, as a writer.
     pub(super) writer: Option<(u32, u32)>,
+    /// Direct edges: its slot was caught saying busy while it reported no busy queue; it gets
+    /// no board again (its edges take the agent's path).
+    pub(super) forged: bool,
 }
 
 /// A process's state at its last time account.
@@ -216,6 +219,7 @@ impl Proc {
             busy_s: 0.0,
             accounted: None,
             writer: None,
+            forged: false,
             watches: BTreeMap::new(),
             self_applied: false,
             awaiting_self: None,

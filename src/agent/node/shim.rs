@@ -86,11 +86,29 @@ impl NodeState {
                 } => self.self_level(pid, level, ok, detail, now),
                 // The server takes the doorbell's descriptor (server.rs); here it is news only.
                 ShimMsg::Doorbell {} => false,
+                // The server checked the seal (server/peers.rs).
+                ShimMsg::BoardSealed { board } => self.board_sealed(pid, board),
             };
         if released {
             self.policy.released_outside(pid, self.now_ns(now));
         }
         due
+    }
+
+    /// The server dropped `n` queues from `pid`'s registry that the kernel does not list for
+    /// it (`crate::agent::kernel_queues`): counted, and said in its warnings.
+    pub fn unlisted_queues(&mut self, pid: Pid, n: usize) {
+        if n == 0 {
+            return;
+        }
+        self.counters.unlisted_queues += n as u64;
+        if let Some(p) = self.procs.get_mut(&pid) {
+            let w = format!(
+                "its shim reported {n} queue(s) the kernel does not list for it (/sys/class/kfd/kfd/proc/{pid}/queues): ignored"
+            );
+            tracing::warn!(pid = %pid, "{w}");
+            p.warn(w);
+        }
     }
 
     /// `pid` acknowledged command `seq`. Returns whether a decision is due (a preempt failed:

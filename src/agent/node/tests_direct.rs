@@ -156,6 +156,19 @@ fn subscribed(t0: Instant) -> NodeState {
         )),
         "{out:#?}"
     );
+    // No watcher gets the board before its writer sealed it.
+    assert!(
+        !out.iter().any(|o| matches!(
+            o,
+            Out::ShimBoard {
+                msg: AgentMsg::Watch { .. },
+                ..
+            }
+        )),
+        "{out:#?}"
+    );
+    msg(&mut n, HP, ShimMsg::BoardSealed { board: 0 }, t0);
+    let out = decide(&mut n, t0);
     let watches: Vec<_> = out
         .iter()
         .filter_map(|o| match o {
@@ -332,11 +345,13 @@ fn an_edge_the_watch_cannot_see_gets_the_agents_preempt_at_once() {
         )),
         "{out:#?}"
     );
-    // And the watch now includes its slot.
+    // Its own board is watched once it sealed it.
+    msg(&mut n, Pid(103), ShimMsg::BoardSealed { board: 1 }, t1);
+    let out = decide(&mut n, t1);
     assert!(
         out.iter().any(|o| matches!(
             o,
-            Out::ShimBoard { conn: 2, msg: AgentMsg::Watch { slots, .. }, .. } if slots == &[0, 1]
+            Out::ShimBoard { conn: 2, msg: AgentMsg::Watch { board: 1, slots, .. }, .. } if slots == &[0]
         )),
         "{out:#?}"
     );
@@ -353,6 +368,8 @@ fn a_level_3_class_watches_at_level_3_and_a_level_1_class_not_at_all() {
         .unwrap();
         let mut n = node(t0);
         n.reload(cfg).unwrap();
+        decide(&mut n, t0);
+        msg(&mut n, HP, ShimMsg::BoardSealed { board: 0 }, t0);
         decide(&mut n, t0).into_iter().find_map(|o| match o {
             Out::ShimBoard {
                 conn: 2,

@@ -2,6 +2,7 @@
 //! descriptors passed with theirs, slots cleared), the tracer's commands, and the writes.
 
 use super::Server;
+use crate::agent::board::SlotCheck;
 use crate::agent::node::Out;
 use crate::chain::Stage;
 use crate::proto::AgentMsg;
@@ -46,9 +47,28 @@ impl Server<'_> {
                     }
                 }
                 Out::ClearSlot { board, slot } => {
-                    if let Err(e) = self.boards.clear(board, slot) {
-                        tracing::warn!("{e}");
+                    self.boards.clear(board, slot);
+                    continue;
+                }
+                Out::CheckSlot {
+                    pid,
+                    board,
+                    slot,
+                    idle,
+                } => {
+                    if !idle {
+                        self.boards.believed_busy(board);
+                        continue;
                     }
+                    match self.boards.check(board, slot, std::time::Instant::now()) {
+                        SlotCheck::Idle => {}
+                        SlotCheck::Suspect(at) => self.node.slot_checked(pid, Some(at), false),
+                        SlotCheck::Cleared => self.node.slot_checked(pid, None, true),
+                    }
+                    continue;
+                }
+                Out::DropBoard { board } => {
+                    self.boards.drop_board(board);
                     continue;
                 }
                 Out::Control(c, r) => (c, self.peers.get_mut(&c).map(|p| p.conn.queue_msg(&r))),

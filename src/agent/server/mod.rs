@@ -173,6 +173,8 @@ struct Server<'a> {
     doorbells: Doorbells,
     /// The edge boards (direct edges, `board.rs`).
     boards: Boards,
+    /// The shims' queues checked against the kernel's list (`kernel_queues.rs`).
+    kernel_queues: super::kernel_queues::KernelQueues,
 }
 
 fn serve(
@@ -203,6 +205,7 @@ fn serve(
         },
         doorbells: Doorbells::default(),
         boards: Boards::default(),
+        kernel_queues: Default::default(),
     };
     let mut stopping: Option<Instant> = None;
     let mut tracer_told = false;

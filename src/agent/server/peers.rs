@@ -173,7 +173,7 @@ impl Server<'_> {
                 false
             }
             Role::Shim => {
-                let msg: ShimMsg = match serde_json::from_value(value) {
+                let mut msg: ShimMsg = match serde_json::from_value(value) {
                     Ok(m) => m,
                     Err(e) => {
                         self.error_to(cid, role, format!("malformed message: {e}"));
@@ -185,6 +185,19 @@ impl Server<'_> {
                 };
                 if matches!(msg, ShimMsg::Doorbell {}) {
                     self.take_doorbell(cid);
+                }
+                if let ShimMsg::Registry(reg) = &mut msg {
+                    let node = &*self.node;
+                    let n = self
+                        .kernel_queues
+                        .verify(&self.root, pid, reg, |p| node.knows(p));
+                    self.node.unlisted_queues(pid, n);
+                }
+                if let ShimMsg::BoardSealed { board } = msg
+                    && !self.boards.sealed(board)
+                {
+                    self.error_to(cid, role, format!("edge board {board}: not sealed against writes (F_SEAL_FUTURE_WRITE); it is passed to no watcher"));
+                    return false;
                 }
                 if let Some(c) = self.chain.as_mut()
                     && matches!(msg, ShimMsg::Activity { busy: true, .. })

@@ -159,8 +159,18 @@ pub fn render(s: &NodeStatus) -> String {
     );
     if c.direct_subscriptions > 0 {
         out += &format!(
-            "direct edges: {} preempt(s) and {} release(s) by the processes' own watches, {} watch(es) sent, {} board slot(s) cleared\n",
-            c.direct_preempts, c.direct_releases, c.direct_subscriptions, c.direct_cleared
+            "direct edges: {} preempt(s) and {} release(s) by the processes' own watches, {} watch(es) sent, {} board slot(s) cleared, {} forged\n",
+            c.direct_preempts,
+            c.direct_releases,
+            c.direct_subscriptions,
+            c.direct_cleared,
+            c.direct_forged
+        );
+    }
+    if c.unlisted_queues > 0 {
+        out += &format!(
+            "{} reported queue(s) the kernel does not list were ignored\n",
+            c.unlisted_queues
         );
     }
     out
