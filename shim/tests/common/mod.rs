@@ -5,6 +5,7 @@
 
 pub mod agent;
 pub mod kfdqd;
+pub mod pod;
 pub mod prom;
 pub mod sid;
 pub mod sid_libs;

@@ -15,8 +15,14 @@ pub enum Claim {
     None,
     /// A value that is not a token (32 lowercase hex digits).
     Malformed,
-    /// A well-formed token (held or forged: the allocations file says).
+    /// A well-formed token (held or forged: the allocations file says), honoured where it is
+    /// (its container's, or not yet bound to one: [`super::container::Bindings`]).
     Token(Token),
+    /// A process of a kubelet pod cgroup whose container holds no grant (its first process
+    /// carried no token, or dropped it before the agent saw it).
+    Unbound,
+    /// A token bound to another container (leaked).
+    Elsewhere,
 }
 
 impl Claim {
@@ -74,6 +80,21 @@ pub fn cap_of(cfg: &AgentConfig, file: &AllocationFile, claim: &Claim) -> Option
             return Some(Cap {
                 class: fallback.clone(),
                 source: "a malformed KFDQ_ALLOCATION ([kubernetes] pod_fallback_class)".into(),
+                pod: None,
+            });
+        }
+        Claim::Unbound => {
+            return Some(Cap {
+                class: fallback.clone(),
+                source: "a pod's container without a grant of the device plugin ([kubernetes] pod_fallback_class)".into(),
+                pod: None,
+            });
+        }
+        Claim::Elsewhere => {
+            return Some(Cap {
+                class: fallback.clone(),
+                source: "a KFDQ_ALLOCATION of another container ([kubernetes] pod_fallback_class)"
+                    .into(),
                 pod: None,
             });
         }

@@ -23,6 +23,7 @@ use super::discover::{self, Found};
 use super::doorbell::Doorbells;
 use super::http::Endpoint;
 use super::identity::Identity;
+use super::kubernetes::container::Bindings;
 use super::kubernetes::features;
 use super::kubernetes::watch::AllocationWatch;
 use super::node::{NodeState, Out};
@@ -182,6 +183,8 @@ struct Server<'a> {
     allocations: AllocationWatch,
     /// When it is looked at next (while a process claims an allocation).
     next_allocations: Instant,
+    /// Which container each allocation token is bound to.
+    grants: Bindings,
     /// Reaction-chain timestamps (`KFDQ_CHAIN_TRACE`, `crate::chain`).
     chain: Option<Recorder>,
     /// The shims' doorbells (`doorbell.rs`).
@@ -213,6 +216,7 @@ fn serve(
         next_scan: Instant::now(),
         allocations,
         next_allocations: Instant::now(),
+        grants: Bindings::load(None),
         chain: match Recorder::from_env() {
             Some(Ok(r)) => Some(r),
             Some(Err(e)) => {
@@ -500,7 +504,8 @@ impl Server<'_> {
         });
         let settled = discover::settled(&self.candidates, &found);
         self.candidates = found.iter().map(|f| f.id.pid).collect();
-        for f in settled {
+        for mut f in settled {
+            f.id.claim = self.grants.resolve(&f.id.cgroup, f.id.claim);
             let Some(class) = self.node.tracer_class(&f.id, f.requested.as_deref()) else {
                 continue;
             };

@@ -31,13 +31,16 @@ impl Server<'_> {
                 );
                 continue;
             }
-            let id = match Identity::of_peer(&stream) {
+            let mut id = match Identity::of_peer(&stream) {
                 Ok(id) => id,
                 Err(e) => {
-                    tracing::warn!("SO_PEERCRED: {e}; connection closed");
+                    tracing::warn!(
+                        "the peer's identity could not be read ({e}); connection closed"
+                    );
                     continue;
                 }
             };
+            id.claim = self.grants.resolve(&id.cgroup, id.claim);
             let conn = match Conn::new(stream) {
                 Ok(c) => c,
                 Err(e) => {
@@ -230,6 +233,7 @@ impl Server<'_> {
         self.next_allocations = now + ALLOCATIONS_CHECK;
         match self.allocations.poll() {
             Some(file) => {
+                self.grants.prune(cgroup_exists);
                 self.node.set_allocations(file);
                 true
             }
@@ -302,4 +306,20 @@ impl Server<'_> {
             false
         }
     }
+}
+
+/// True when the cgroup v2 directory `cgroup` exists (or no cgroup v2 mount is found, so a
+/// binding is never dropped for want of looking).
+fn cgroup_exists(cgroup: &str) -> bool {
+    let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap_or_default();
+    let Some(root) = mounts.lines().find_map(|l| {
+        let mut f = l.split_whitespace();
+        let (_, dir, fs) = (f.next()?, f.next()?, f.next()?);
+        (fs == "cgroup2").then_some(dir)
+    }) else {
+        return true;
+    };
+    std::path::Path::new(root)
+        .join(cgroup.trim_start_matches('/'))
+        .is_dir()
 }
