@@ -143,9 +143,19 @@ fn tenant_root_in_a_pod_controls_and_sees_its_own_container_only() {
     let emu = mount();
     let dir = tempfile::tempdir().unwrap();
     let (a, b) = (Container::new(), Container::new());
-    let agent = Agent::start(&emu, &config(dir.path()));
+    let admin_sock = dir.path().join("admin").join("admin.sock");
+    let cfg = config(dir.path()).replacen(
+        "[agent]\n",
+        &format!("[agent]\nadmin_socket = \"{}\"\n", admin_sock.display()),
+        1,
+    );
+    let agent = Agent::start(&emu, &cfg);
     let sock = agent.sock.display().to_string();
     let kfdq = workspace_bin("kfdq");
+    let mode = std::os::unix::fs::PermissionsExt::mode(
+        &std::fs::metadata(&admin_sock).unwrap().permissions(),
+    );
+    assert_eq!(mode & 0o777, 0o600, "the admin socket is root's only");
     // Two pods' processes, both uid 0, without allocations (pod_fallback_class: batch).
     let mine = a.worker(&emu, &agent.sock, "", &[]);
     let theirs = b.worker(&emu, &agent.sock, "", &[]);
@@ -186,6 +196,12 @@ fn tenant_root_in_a_pod_controls_and_sees_its_own_container_only() {
         pids.contains(&theirs.pid) && pids.contains(&mine.pid),
         "{pids:?}"
     );
+    // Through the admin socket (the agent's own pod: `kubectl exec` into kfdqd), a pod's
+    // root is a node admin.
+    let o = in_a(&["--admin", &admin_sock.display().to_string(), "suspend", &t]);
+    assert!(o.status.success(), "{}", common::kfdqd::text(&o));
+    let o = in_a(&["--admin", &admin_sock.display().to_string(), "resume", &t]);
+    assert!(o.status.success(), "{}", common::kfdqd::text(&o));
     // The node's root suspends any.
     let o = agent.kfdq(&["suspend", &t], None);
     assert!(o.status.success(), "{}", common::kfdqd::text(&o));

@@ -130,6 +130,15 @@ pub fn run(cfg: AgentConfig, opts: &Options) -> Result<(), AgentError> {
     let nparts = parts.len();
     let mut node = NodeState::new(cfg, parts, note, Instant::now())?;
     let listener = socket::bind(&node.config().socket)?;
+    let admin_path = node.config().admin_socket.clone();
+    let admin = match &admin_path {
+        Some(p) => Some(socket::bind(&super::config::SocketConfig {
+            path: p.clone(),
+            group: None,
+            mode: 0o600,
+        })?),
+        None => None,
+    };
     if let Some(f) = &node.config().kubernetes.features {
         features::publish(f, &root);
     }
@@ -144,13 +153,22 @@ pub fn run(cfg: AgentConfig, opts: &Options) -> Result<(), AgentError> {
         "READY=1\nSTATUS=serving on {}",
         socket_path.display()
     ));
-    let r = serve(&mut node, &listener, &sigfd, metrics.as_ref(), opts);
+    let r = serve(
+        &mut node,
+        [Some(&listener), admin.as_ref()],
+        &sigfd,
+        metrics.as_ref(),
+        opts,
+    );
     notify("STOPPING=1");
     // A stopped agent enforces nothing: the node stops saying what it can do.
     if let Some(f) = &node.config().kubernetes.features {
         features::withdraw(f);
     }
     socket::remove(&socket_path);
+    if let Some(p) = &admin_path {
+        socket::remove(p);
+    }
     drop(lock);
     r
 }
@@ -180,12 +198,21 @@ struct Server<'a> {
 
 fn serve(
     node: &mut NodeState,
-    listener: &UnixListener,
+    listeners: [Option<&UnixListener>; 2],
     sigfd: &SignalFd,
     metrics: Option<&Endpoint>,
     opts: &Options,
 ) -> Result<(), AgentError> {
     let allocations = AllocationWatch::new(&node.config().kubernetes.allocations);
+    // Kept beside the admin socket (root-only, never in a pod); in memory without one.
+    let grants = Bindings::load(
+        node.config()
+            .admin_socket
+            .as_ref()
+            .and_then(|p| p.parent())
+            .map(|d| d.join("bindings.json"))
+            .as_deref(),
+    );
     let mut s = Server {
         node,
         peers: BTreeMap::new(),
@@ -196,7 +223,7 @@ fn serve(
         tracer: Sessions::new(Instant::now()),
         allocations,
         next_allocations: Instant::now(),
-        grants: Bindings::load(None),
+        grants,
         chain: match Recorder::from_env() {
             Some(Ok(r)) => Some(r),
             Some(Err(e)) => {
@@ -244,8 +271,13 @@ fn serve(
         let rung: Vec<ConnId>;
         let (listen_ready, sig_ready, scrape_ready, tracer_ready);
         {
-            let mut fds = Vec::with_capacity(ids.len() + 4);
-            fds.push(PollFd::new(listener.as_fd(), PollFlags::POLLIN));
+            let mut fds = Vec::with_capacity(ids.len() + 5);
+            for l in listeners {
+                fds.push(match l {
+                    Some(l) => PollFd::new(l.as_fd(), PollFlags::POLLIN),
+                    None => PollFd::new(sigfd.as_fd(), PollFlags::empty()),
+                });
+            }
             fds.push(PollFd::new(sigfd.as_fd(), PollFlags::POLLIN));
             // Without an endpoint the signalfd stands in (an fd polled for nothing).
             fds.push(match metrics {
@@ -277,18 +309,18 @@ fn serve(
                 Err(e) => return Err(AgentError::Poll(e)),
             }
             let rev = |f: &PollFd| f.revents().unwrap_or(PollFlags::empty());
-            listen_ready = rev(&fds[0]).contains(PollFlags::POLLIN);
-            sig_ready = !rev(&fds[1]).is_empty();
-            scrape_ready = rev(&fds[2]).contains(PollFlags::POLLIN);
-            tracer_ready = rev(&fds[3]).contains(PollFlags::POLLIN);
-            let peers_end = 4 + ids.len();
+            listen_ready = [0, 1].map(|i| rev(&fds[i]).contains(PollFlags::POLLIN));
+            sig_ready = !rev(&fds[2]).is_empty();
+            scrape_ready = rev(&fds[3]).contains(PollFlags::POLLIN);
+            tracer_ready = rev(&fds[4]).contains(PollFlags::POLLIN);
+            let peers_end = 5 + ids.len();
             rung = fds[peers_end..]
                 .iter()
                 .zip(&bells)
                 .filter(|(f, _)| !rev(f).is_empty())
                 .map(|(_, (c, _))| *c)
                 .collect();
-            ready = fds[4..peers_end]
+            ready = fds[5..peers_end]
                 .iter()
                 .map(|f| {
                     let r = rev(f);
@@ -317,8 +349,13 @@ fn serve(
                 }
             }
         }
-        if listen_ready && stopping.is_none() {
-            s.accept(listener);
+        for ((l, ready), admin) in listeners.into_iter().zip(listen_ready).zip([false, true]) {
+            if let Some(l) = l
+                && ready
+                && stopping.is_none()
+            {
+                s.accept(l, admin);
+            }
         }
         let mut dirty = false;
         for (id, (readable, _)) in ids.iter().zip(&ready) {

@@ -14,7 +14,9 @@ use crate::chain::Stage;
 use crate::proto::{self, AgentMsg, Reply, Request, ShimMsg};
 
 impl Server<'_> {
-    pub(super) fn accept(&mut self, listener: &UnixListener) {
+    /// Accepts the connections waiting on `listener`; `admin`: the admin socket's, whose
+    /// peers are node admins.
+    pub(super) fn accept(&mut self, listener: &UnixListener, admin: bool) {
         loop {
             let stream = match listener.accept() {
                 Ok((s, _)) => s,
@@ -41,6 +43,7 @@ impl Server<'_> {
                 }
             };
             id.claim = self.grants.resolve(&id.cgroup, id.claim);
+            id.admin_channel = admin;
             let conn = match Conn::new(stream) {
                 Ok(c) => c,
                 Err(e) => {
@@ -258,6 +261,14 @@ impl Server<'_> {
             }
         };
         let id = self.peers[&cid].id.clone();
+        if id.admin_channel {
+            self.error_to(
+                cid,
+                Role::New,
+                "the admin socket takes control requests only: a shim connects to the agent's socket ([agent] socket)".into(),
+            );
+            return false;
+        }
         if id.claim != Claim::None {
             self.check_allocations(Instant::now());
         }
