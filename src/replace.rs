@@ -134,6 +134,17 @@ impl PrivateDir {
         })
     }
 
+    /// Opens `path` (created when missing, as `mkdir -p`) as a directory named by its user
+    /// (`KFDQ_STATE_DIR`): no ownership check, but its files are still written relative to
+    /// it, never through a symlink.
+    pub fn named(path: &Path) -> std::io::Result<PrivateDir> {
+        std::fs::create_dir_all(path)?;
+        Ok(PrivateDir {
+            fd: open_dir(path)?,
+            path: path.to_owned(),
+        })
+    }
+
     /// The directory's path (for messages and readers).
     pub fn path(&self) -> &Path {
         &self.path

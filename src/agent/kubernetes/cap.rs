@@ -83,6 +83,9 @@ pub fn cap_of(cfg: &AgentConfig, file: &AllocationFile, claim: &Claim) -> Option
                 pod: None,
             });
         }
+        // Without a [kubernetes] section no device plugin grants anything here: pods are
+        // classified by the rules (their QoS cgroups, say), as any process.
+        Claim::Unbound if !cfg.kubernetes.section => return None,
         Claim::Unbound => {
             return Some(Cap {
                 class: fallback.clone(),
@@ -191,6 +194,16 @@ mod tests {
         assert_eq!(cap.class, "batch");
         let cap = cap_of(&c, &file(&t, "latency", true), &Claim::Malformed).unwrap();
         assert_eq!(cap.class, "batch");
+        let cap = cap_of(&c, &file(&t, "latency", true), &Claim::Unbound).unwrap();
+        assert_eq!(cap.class, "batch", "a pod without a grant");
+        let cap = cap_of(&c, &file(&t, "latency", true), &Claim::Elsewhere).unwrap();
+        assert_eq!(cap.class, "batch", "another container's token");
+        let mut bare = c.clone();
+        bare.kubernetes.section = false;
+        assert_eq!(
+            cap_of(&bare, &AllocationFile::default(), &Claim::Unbound),
+            None
+        );
         let cap = cap_of(&c, &file(&t, "gold", true), &Claim::Token(t)).unwrap();
         assert_eq!(cap.class, "batch", "a class the agent lacks");
         assert!(cap.source.contains("gold"), "{}", cap.source);
