@@ -41,6 +41,16 @@ const SHUTDOWN_WAIT: Duration = Duration::from_secs(2);
 /// it, which is after the container started, so a process's pod labels lag by at most this.
 const ALLOCATIONS_CHECK: Duration = Duration::from_secs(1);
 
+/// A connection that has said neither hello nor a request this long after it was accepted is
+/// closed: a tenant cannot park descriptors and buffers on the agent (issue 50 item 7). A
+/// shim says hello right after connecting and `kfdq` sends its request at once.
+const HELLO_DEADLINE: Duration = Duration::from_secs(5);
+
+/// After `accept` failed for want of descriptors or memory (EMFILE, ENFILE, ENOMEM,
+/// ENOBUFS), the listeners are not polled for this long: the pending connection stays
+/// readable, and polling it again at once would spin the loop.
+const ACCEPT_PAUSE: Duration = Duration::from_millis(100);
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Role {
     /// Has not said what it is.
@@ -56,6 +66,8 @@ struct Peer {
     conn: Conn,
     id: Identity,
     role: Role,
+    /// When it was accepted (a [`Role::New`] peer is closed at [`HELLO_DEADLINE`]).
+    since: Instant,
 }
 
 /// Per-uid token bucket for control requests.
@@ -188,6 +200,11 @@ struct Server<'a> {
     next_allocations: Instant,
     /// Which container each allocation token is bound to.
     grants: Bindings,
+    /// Accepting paused until then (see [`ACCEPT_PAUSE`]).
+    accept_paused: Option<Instant>,
+    /// The most peers at once: `[agent] max_connections`, less when the descriptor limit
+    /// would run out first ([`peers::connection_room`]).
+    max_peers: usize,
     /// Reaction-chain timestamps (`KFDQ_CHAIN_TRACE`, `crate::chain`).
     chain: Option<Recorder>,
     /// The shims' doorbells (`doorbell.rs`).
@@ -204,6 +221,7 @@ fn serve(
     opts: &Options,
 ) -> Result<(), AgentError> {
     let allocations = AllocationWatch::new(&node.config().kubernetes.allocations);
+    let max_peers = peers::connection_room(node.config().max_connections);
     // Kept beside the admin socket (root-only, never in a pod); in memory without one.
     let grants = Bindings::load(
         node.config()
@@ -224,6 +242,8 @@ fn serve(
         allocations,
         next_allocations: Instant::now(),
         grants,
+        accept_paused: None,
+        max_peers,
         chain: match Recorder::from_env() {
             Some(Ok(r)) => Some(r),
             Some(Err(e)) => {
@@ -250,7 +270,13 @@ fn serve(
                     .uses_tracer()
                     .then_some(s.tracer.next_scan());
                 let allocations = s.node.has_claims().then_some(s.next_allocations);
-                [s.node.deadline(), scan, allocations]
+                let hello = s
+                    .peers
+                    .values()
+                    .filter(|p| p.role == Role::New)
+                    .map(|p| p.since + HELLO_DEADLINE)
+                    .min();
+                [s.node.deadline(), scan, allocations, hello, s.accept_paused]
                     .into_iter()
                     .flatten()
                     .min()
@@ -272,10 +298,14 @@ fn serve(
         let (listen_ready, sig_ready, scrape_ready, tracer_ready);
         {
             let mut fds = Vec::with_capacity(ids.len() + 5);
+            if s.accept_paused.is_some_and(|t| t <= Instant::now()) {
+                s.accept_paused = None;
+            }
+            let accepting = s.accept_paused.is_none();
             for l in listeners {
                 fds.push(match l {
-                    Some(l) => PollFd::new(l.as_fd(), PollFlags::POLLIN),
-                    None => PollFd::new(sigfd.as_fd(), PollFlags::empty()),
+                    Some(l) if accepting => PollFd::new(l.as_fd(), PollFlags::POLLIN),
+                    _ => PollFd::new(sigfd.as_fd(), PollFlags::empty()),
                 });
             }
             fds.push(PollFd::new(sigfd.as_fd(), PollFlags::POLLIN));
@@ -418,7 +448,7 @@ fn serve(
         if sent_commands && dirty {
             s.node.record_decision(written, compute);
         }
-        s.reap();
+        s.reap(woke);
         if scrape_ready
             && let Some(m) = metrics
             && m.take_request()
@@ -446,11 +476,12 @@ fn serve(
 }
 
 impl Server<'_> {
-    fn reap(&mut self) {
+    fn reap(&mut self, now: Instant) {
+        let silent = |p: &Peer| p.role == Role::New && p.since + HELLO_DEADLINE <= now;
         let done: Vec<ConnId> = self
             .peers
             .iter()
-            .filter(|(_, p)| p.conn.finished() || (p.conn.eof && p.conn.closing))
+            .filter(|(_, p)| p.conn.finished() || (p.conn.eof && p.conn.closing) || silent(p))
             .map(|(c, _)| *c)
             .collect();
         for cid in done {

@@ -22,13 +22,25 @@ impl Server<'_> {
                 Ok((s, _)) => s,
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return,
                 Err(e) => {
-                    tracing::warn!("accept: {e}");
+                    use nix::libc::{EMFILE, ENFILE, ENOBUFS, ENOMEM};
+                    if matches!(e.raw_os_error(), Some(EMFILE | ENFILE | ENOBUFS | ENOMEM)) {
+                        if self.accept_paused.is_none() {
+                            tracing::warn!(
+                                "accept: {e}; not accepting for {} ms ({} connections open; [agent] max_connections, the descriptor limit LimitNOFILE)",
+                                super::ACCEPT_PAUSE.as_millis(),
+                                self.peers.len()
+                            );
+                        }
+                        self.accept_paused = Some(Instant::now() + super::ACCEPT_PAUSE);
+                    } else {
+                        tracing::warn!("accept: {e}");
+                    }
                     return;
                 }
             };
-            if self.peers.len() >= self.node.config().max_connections {
+            if self.peers.len() >= self.max_peers {
                 tracing::warn!(
-                    "connection refused: {} connections already ([agent] max_connections)",
+                    "connection refused: {} connections already ([agent] max_connections, within the descriptor limit)",
                     self.peers.len()
                 );
                 continue;
@@ -60,6 +72,7 @@ impl Server<'_> {
                     conn,
                     id,
                     role: Role::New,
+                    since: Instant::now(),
                 },
             );
         }
@@ -333,4 +346,33 @@ fn cgroup_exists(cgroup: &str) -> bool {
     std::path::Path::new(root)
         .join(cgroup.trim_start_matches('/'))
         .is_dir()
+}
+
+/// Descriptors kept for everything but connections: the listeners, the signalfd, the
+/// metrics endpoint, the tracer, files, `/proc` reads.
+const FD_RESERVE: u64 = 64;
+
+/// How many connections the agent takes at most: `wanted` (`[agent] max_connections`), less
+/// when the descriptor limit is lower (`/proc/self/limits`' soft "Max open files"; each
+/// connection may hold two descriptors, its socket and its doorbell), so `accept` never
+/// runs out first. A limit that does not fit is logged with the fix (`LimitNOFILE=` in the
+/// unit, deploy/systemd/kfdqd.service).
+pub(super) fn connection_room(wanted: usize) -> usize {
+    let soft = std::fs::read_to_string("/proc/self/limits")
+        .ok()
+        .and_then(|t| {
+            t.lines()
+                .find_map(|l| l.strip_prefix("Max open files"))
+                .and_then(|r| r.split_whitespace().next()?.parse::<u64>().ok())
+        });
+    let Some(soft) = soft else {
+        return wanted;
+    };
+    let room = usize::try_from(soft.saturating_sub(FD_RESERVE) / 2).unwrap_or(usize::MAX);
+    if room < wanted {
+        tracing::warn!(
+            "[agent] max_connections = {wanted} does not fit the descriptor limit {soft}: taking at most {room} connections (raise LimitNOFILE= in the unit)"
+        );
+    }
+    wanted.min(room).max(1)
 }
