@@ -9,6 +9,7 @@
 //! * [`doctor`] — what kfdq can do on a node, and why not.
 //! * [`stats`] — the nearest-rank quantile every report uses.
 //! * [`chain`] — reaction-chain timestamps (`KFDQ_CHAIN_TRACE`).
+//! * [`replace`] — atomic file replacement, and directories of this user's own.
 //!
 //! The command lines (`kfdq`, `kfdqd`) live in `src/bin/` on top of this library.
 #![deny(missing_docs)]
@@ -23,7 +24,7 @@ pub mod kfd;
 pub mod policy;
 pub mod proto;
 pub mod reaction;
-mod replace;
+pub mod replace;
 pub mod stats;
 
 pub use ids::{GpuId, Pid, QueueId};

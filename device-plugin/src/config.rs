@@ -364,7 +364,7 @@ impl RawConfig {
                 shares: c.shares,
             });
         }
-        Ok(Config {
+        Config {
             plugin_dir: absolute(
                 text,
                 "device_plugins_dir",
@@ -410,7 +410,33 @@ impl RawConfig {
             agent_socket: absolute(text, "agent_socket", p.agent_socket, "/run/kfdq/kfdq.sock")?,
             shim: absolute(text, "shim", p.shim, "/var/lib/kfdq/lib/libkfdq_shim.so")?,
             classes,
-        })
+        }
+        .mounts_hide_the_grants(text)
+    }
+}
+
+impl Config {
+    /// The directories every container mounts (the shim's and the agent socket's) must not
+    /// hold the allocations file: a container would read every grant's token there.
+    fn mounts_hide_the_grants(self, text: &str) -> Result<Config, ConfigError> {
+        for (key, file) in [("shim", &self.shim), ("agent_socket", &self.agent_socket)] {
+            let dir = file.parent().unwrap_or(Path::new("/"));
+            if self.allocations.starts_with(dir) {
+                return Err(invalid(
+                    text,
+                    key,
+                    0,
+                    format!(
+                        "{}'s directory {} is mounted into every container, and it holds the allocations file {} (every grant's token): keep the allocations in a directory no container mounts (the default {})",
+                        file.display(),
+                        dir.display(),
+                        self.allocations.display(),
+                        kfdq::proto::allocation::DEFAULT_PATH
+                    ),
+                ));
+            }
+        }
+        Ok(self)
     }
 }
 
@@ -422,6 +448,27 @@ mod tests {
 
     fn err(text: &str) -> String {
         Config::parse(text).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn tenant_a_mounted_directory_never_holds_the_allocations() {
+        assert!(Config::parse(GOOD).is_ok(), "the defaults keep them apart");
+        let e = err(&GOOD.replace(
+            "[plugin]\n",
+            "[plugin]\nallocations = \"/run/kfdq/allocations.json\"\n",
+        ));
+        assert!(
+            e.contains("agent_socket") && e.contains("every grant's token"),
+            "{e}"
+        );
+        let e = err(&GOOD.replace(
+            "[plugin]\n",
+            "[plugin]\nshim = \"/var/lib/kfdq/libkfdq_shim.so\"\n",
+        ));
+        assert!(
+            e.contains("shim") && e.contains("no container mounts"),
+            "{e}"
+        );
     }
 
     #[test]

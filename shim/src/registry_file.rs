@@ -1,12 +1,13 @@
 //! The registry published as a file for `kfdq ps`: `shim-<pid>.json` in the state directory,
 //! rewritten when the registry changes, removed at exit.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
 use kfdq::Pid;
 use kfdq::proto;
+use kfdq::replace::PrivateDir;
 
 use crate::state::STATE;
 
@@ -15,17 +16,18 @@ pub static EXITING: AtomicBool = AtomicBool::new(false);
 /// Pid whose registry file this process wrote (0 = none).
 pub static WROTE_PID: AtomicU32 = AtomicU32::new(0);
 
-/// Where the registry is published: `$KFDQ_STATE_DIR`, else `/run/kfdq` when it can be
-/// created and written, else `/tmp/kfdq-<uid>`.
-pub fn state_dir() -> Option<&'static Path> {
-    static DIR: OnceLock<Option<PathBuf>> = OnceLock::new();
+/// Where the registry is published: `$KFDQ_STATE_DIR`, else `/run/kfdq` when it exists and
+/// is this user's own (root's), else `/tmp/kfdq-<uid>`, created 0700 and used only when it is
+/// this user's own, writable by no one else and no symlink: another user who made it first
+/// cannot redirect this process's writes or forge its `kfdq ps` data.
+pub fn state_dir() -> Option<&'static PrivateDir> {
+    static DIR: OnceLock<Option<PrivateDir>> = OnceLock::new();
     DIR.get_or_init(|| {
-        let usable = |d: &Path| std::fs::create_dir_all(d).is_ok() && writable(d);
         // An explicit directory is used or nothing; the defaults are tried in order.
         match proto::state::state_dir_override() {
             Some(d) => {
-                let ok = usable(&d);
-                if !ok {
+                let dir = PrivateDir::named(&d).ok().filter(|_| writable(&d));
+                if dir.is_none() {
                     crate::log::warn_always(&format!(
                         "KFDQ_STATE_DIR={} cannot be created or written: this process's registry is not published, \
                          so `kfdq ps` shows its queues without streams or class; control by the agent still works. \
@@ -34,14 +36,26 @@ pub fn state_dir() -> Option<&'static Path> {
                         crate::sys::effective_uid()
                     ));
                 }
-                ok.then_some(d)
+                dir
             }
-            None => proto::state::default_state_dirs()
-                .into_iter()
-                .find(|d| usable(d)),
+            None => {
+                let [run, tmp] = proto::state::default_state_dirs();
+                PrivateDir::check(&run)
+                    .ok()
+                    .filter(|_| writable(&run))
+                    .or_else(|| match PrivateDir::open(&tmp) {
+                        Ok(d) => Some(d),
+                        Err(e) => {
+                            crate::log::warn_always(&format!(
+                                "{e}: this process's registry is not published (`kfdq ps` shows its queues without streams or class; control by the agent still works)"
+                            ));
+                            None
+                        }
+                    })
+            }
         }
     })
-    .as_deref()
+    .as_ref()
 }
 
 fn writable(d: &Path) -> bool {
@@ -67,11 +81,10 @@ pub fn publish_file(last: &mut u64) {
     };
     let Some(dir) = state_dir() else { return };
     let name = proto::state::registry_file_name(Pid::this());
-    let tmp = dir.join(format!(".{name}.tmp"));
     let Ok(json) = serde_json::to_vec_pretty(&reg) else {
         return;
     };
-    if std::fs::write(&tmp, json).is_ok() && std::fs::rename(&tmp, dir.join(&name)).is_ok() {
+    if dir.replace(&name, &json, 0o644).is_ok() {
         let first = WROTE_PID.swap(std::process::id(), Ordering::Relaxed) != std::process::id();
         *last = gen_now;
         if first {
@@ -84,9 +97,9 @@ pub fn publish_file(last: &mut u64) {
 /// ran): once per process, at its first publish, only files of this user, only for pids
 /// `/proc` no longer has. A file removed by mistake (a process of another pid namespace that
 /// shares the directory) comes back at that process's next registry change.
-fn remove_stale(dir: &Path) {
+fn remove_stale(dir: &PrivateDir) {
     use std::os::unix::fs::MetadataExt;
-    let Ok(entries) = std::fs::read_dir(dir) else {
+    let Ok(entries) = std::fs::read_dir(dir.path()) else {
         return;
     };
     let me = std::process::id();
@@ -105,7 +118,7 @@ fn remove_stale(dir: &Path) {
             continue;
         }
         if e.metadata().is_ok_and(|m| m.uid() == uid) {
-            let _ = std::fs::remove_file(e.path());
+            let _ = dir.remove(&name.to_string_lossy());
         }
     }
 }
@@ -117,6 +130,6 @@ pub fn remove_registry_file() {
     if WROTE_PID.load(Ordering::Relaxed) == me
         && let Some(dir) = state_dir()
     {
-        let _ = std::fs::remove_file(dir.join(proto::state::registry_file_name(Pid(me))));
+        let _ = dir.remove(&proto::state::registry_file_name(Pid(me)));
     }
 }

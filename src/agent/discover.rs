@@ -89,6 +89,7 @@ mod tests {
                 exe: String::new(),
                 cgroup: String::new(),
                 claim: crate::agent::identity::Claim::None,
+                admin_channel: false,
             },
             requested: None,
         };

@@ -6,6 +6,7 @@ use std::os::fd::AsFd;
 use super::config::AgentConfig;
 use super::kubernetes::cap::Cap;
 pub use super::kubernetes::cap::Claim;
+use super::kubernetes::container::is_pod_cgroup;
 use crate::ids::Pid;
 
 /// A peer's identity.
@@ -17,25 +18,31 @@ pub struct Identity {
     pub uid: u32,
     /// Its primary group id.
     pub gid: u32,
-    /// Its supplementary groups (`/proc/<pid>/status`; empty if unreadable).
+    /// Its supplementary groups (`/proc/<pid>/status`).
     pub groups: Vec<u32>,
-    /// Its executable (`/proc/<pid>/exe`; empty if unreadable).
+    /// Its executable (`/proc/<pid>/exe`).
     pub exe: String,
-    /// Its cgroup v2 path (`/proc/<pid>/cgroup`; empty if unreadable).
+    /// Its cgroup v2 path (`/proc/<pid>/cgroup`; empty on a host without cgroup v2).
     pub cgroup: String,
-    /// The Kubernetes allocation its initial environment claims (`/proc/<pid>/environ`).
+    /// The Kubernetes allocation it claims (`/proc/<pid>/environ`, its own or its container's
+    /// first process's; the server resolves it against the container bindings).
     pub claim: Claim,
+    /// Connected through the admin socket (`[agent] admin_socket`, root-only, never mounted
+    /// into pods): a node admin whatever its cgroup.
+    pub admin_channel: bool,
 }
 
 impl Identity {
-    /// The identity of the peer of a connected Unix socket.
+    /// The identity of the peer of a connected Unix socket. An error when the kernel's view of
+    /// it could not be read whole (the peer exited, or the agent is out of descriptors): the
+    /// connection is then refused, never classified from empty values.
     pub fn of_peer(sock: &impl AsFd) -> std::io::Result<Identity> {
         let c = crate::proto::peer::peer_cred(sock)?;
-        Ok(Identity::of_process(c.pid, c.uid, c.gid))
+        Identity::of_process(c.pid, c.uid, c.gid)
     }
 
     /// The identity of a process found without a connection (real uid and gid from
-    /// `/proc/<pid>/status`); `None` when it exited.
+    /// `/proc/<pid>/status`); `None` when it exited or could not be read.
     pub fn of_pid(pid: Pid) -> Option<Identity> {
         let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
         let first = |key: &str| -> Option<u32> {
@@ -47,35 +54,28 @@ impl Identity {
                 .parse()
                 .ok()
         };
-        Some(Identity::of_process(pid, first("Uid:")?, first("Gid:")?))
+        Identity::of_process(pid, first("Uid:")?, first("Gid:")?).ok()
     }
 
-    /// The identity of `pid`, whose credentials the kernel gave as `uid`/`gid`.
-    pub fn of_process(pid: Pid, uid: u32, gid: u32) -> Identity {
+    /// The identity of `pid`, whose credentials the kernel gave as `uid`/`gid`; an error when
+    /// any of `/proc/<pid>/{status,exe,cgroup,environ}` cannot be read.
+    pub fn of_process(pid: Pid, uid: u32, gid: u32) -> std::io::Result<Identity> {
         let proc_dir = format!("/proc/{pid}");
-        let groups = std::fs::read_to_string(format!("{proc_dir}/status"))
-            .ok()
-            .and_then(|s| {
-                s.lines().find_map(|l| l.strip_prefix("Groups:")).map(|g| {
-                    g.split_whitespace()
-                        .filter_map(|x| x.parse().ok())
-                        .collect()
-                })
+        let groups = std::fs::read_to_string(format!("{proc_dir}/status"))?
+            .lines()
+            .find_map(|l| l.strip_prefix("Groups:"))
+            .map(|g| {
+                g.split_whitespace()
+                    .filter_map(|x| x.parse().ok())
+                    .collect()
             })
             .unwrap_or_default();
-        let exe = std::fs::read_link(format!("{proc_dir}/exe"))
-            .map(|p| p.display().to_string())
-            .unwrap_or_default();
-        let cgroup = std::fs::read_to_string(format!("{proc_dir}/cgroup"))
-            .ok()
-            .and_then(|s| {
-                s.lines()
-                    .find_map(|l| l.strip_prefix("0::"))
-                    .map(str::to_owned)
-            })
-            .unwrap_or_default();
-        let claim = claim_of(pid, &cgroup);
-        Identity {
+        let exe = std::fs::read_link(format!("{proc_dir}/exe"))?
+            .display()
+            .to_string();
+        let cgroup = cgroup_of(pid.0)?;
+        let claim = claim_of(pid, &cgroup)?;
+        Ok(Identity {
             pid,
             uid,
             gid,
@@ -83,16 +83,39 @@ impl Identity {
             exe,
             cgroup,
             claim,
-        }
+            admin_channel: false,
+        })
     }
 
-    /// Root, or a member of the configured admin group.
+    /// A node admin: whoever connected through the admin socket; on the public socket, root
+    /// or a member of the configured admin group **outside** kubelet pod cgroups (root in a
+    /// pod is the pod's root, not the node's: it reaches the public socket only).
     pub fn is_admin(&self, cfg: &AgentConfig) -> bool {
-        self.uid == 0
-            || cfg
-                .admin_group
-                .as_ref()
-                .is_some_and(|(_, g)| self.in_group(*g))
+        self.admin_channel
+            || (!self.in_pod()
+                && (self.uid == 0
+                    || cfg
+                        .admin_group
+                        .as_ref()
+                        .is_some_and(|(_, g)| self.in_group(*g))))
+    }
+
+    /// May this identity see `other` in `kfdq status` (its pid, executable, pod)? Admins and
+    /// processes outside pods see every process; a pod's process only its own container's.
+    pub fn may_see(&self, other: &Identity, cfg: &AgentConfig) -> bool {
+        !self.in_pod() || self.cgroup == other.cgroup || self.is_admin(cfg)
+    }
+
+    /// In a kubelet pod cgroup.
+    pub fn in_pod(&self) -> bool {
+        is_pod_cgroup(&self.cgroup)
+    }
+
+    /// True when `other` is this identity's own process: the same uid, and, when either is
+    /// in a pod, the same container (cgroup). Pods that share a uid do not own each other's
+    /// processes, nor does a node user a pod's.
+    pub fn owns(&self, other: &Identity) -> bool {
+        self.uid == other.uid && (!(self.in_pod() || other.in_pod()) || self.cgroup == other.cgroup)
     }
 
     /// Primary or supplementary member of `gid`.
@@ -104,40 +127,68 @@ impl Identity {
 /// How many ancestors [`claim_of`] looks at, at most.
 const CLAIM_ANCESTORS: usize = 64;
 
-/// The Kubernetes allocation `pid` claims: its own initial environment's `KFDQ_ALLOCATION`,
-/// else the nearest ancestor's in the same cgroup (`cgroup`, the container's). A process that
-/// drops the token from its children's environment (`env -u KFDQ_ALLOCATION`) does not free
-/// them from its container's allocation: they stay in its cgroup, and an orphan is adopted by
-/// the container's first process, which the kubelet started with the token. The agent runs as
-/// root; an unreadable entry (the process exited) claims nothing and ends the walk.
-fn claim_of(pid: Pid, cgroup: &str) -> Claim {
-    let environ = |p: u32| {
-        std::fs::read(format!("/proc/{p}/environ"))
-            .map(|e| Claim::of_environ(&e))
-            .unwrap_or_default()
-    };
-    let own = environ(pid.0);
-    if own != Claim::None || cgroup.is_empty() {
-        return own;
+/// `pid`'s cgroup v2 path (`/proc/<pid>/cgroup`'s `0::` line; empty on a v1-only host).
+fn cgroup_of(pid: u32) -> std::io::Result<String> {
+    Ok(std::fs::read_to_string(format!("/proc/{pid}/cgroup"))?
+        .lines()
+        .find_map(|l| l.strip_prefix("0::"))
+        .map(str::to_owned)
+        .unwrap_or_default())
+}
+
+/// True for the errors of reading a process that exited (it ends an ancestor walk).
+fn gone(e: &std::io::Error) -> bool {
+    e.kind() == std::io::ErrorKind::NotFound || e.raw_os_error() == Some(nix::libc::ESRCH)
+}
+
+/// The Kubernetes allocation `pid` claims.
+///
+/// In a kubelet pod cgroup ([`is_pod_cgroup`]): the claim of the container's first process,
+/// the topmost ancestor in the same cgroup (the one the runtime started, with the token the
+/// device plugin gave the container); [`super::kubernetes::container::Bindings`] then binds
+/// it to the container, so a process that dropped the token (`exec env -u
+/// KFDQ_ALLOCATION`) or carries another container's stays in its own container's grant.
+///
+/// Elsewhere: its own initial environment's `KFDQ_ALLOCATION`, else the nearest ancestor's in
+/// the same cgroup (an orphan is adopted by the first process).
+///
+/// An ancestor that exited ends the walk; any other read error is returned (the agent is
+/// out of descriptors, say), never taken as "no token".
+fn claim_of(pid: Pid, cgroup: &str) -> std::io::Result<Claim> {
+    let environ =
+        |p: u32| std::fs::read(format!("/proc/{p}/environ")).map(|e| Claim::of_environ(&e));
+    let own = environ(pid.0)?;
+    let pod = is_pod_cgroup(cgroup);
+    if (own != Claim::None && !pod) || cgroup.is_empty() {
+        return Ok(own);
     }
+    let mut top = own;
     let mut p = pid.0;
     for _ in 0..CLAIM_ANCESTORS {
         let Some(parent) = parent_of(p).filter(|q| *q > 1) else {
             break;
         };
-        let same = std::fs::read_to_string(format!("/proc/{parent}/cgroup"))
-            .ok()
-            .is_some_and(|c| c.lines().any(|l| l.strip_prefix("0::") == Some(cgroup)));
+        let same = match cgroup_of(parent) {
+            Ok(c) => c == cgroup,
+            Err(e) if gone(&e) => false,
+            Err(e) => return Err(e),
+        };
         if !same {
             break;
         }
-        let claim = environ(parent);
-        if claim != Claim::None {
-            return claim;
+        let claim = match environ(parent) {
+            Ok(c) => c,
+            Err(e) if gone(&e) => break,
+            Err(e) => return Err(e),
+        };
+        if pod {
+            top = claim;
+        } else if claim != Claim::None {
+            return Ok(claim);
         }
         p = parent;
     }
-    Claim::None
+    Ok(top)
 }
 
 /// The parent pid of `pid` (`/proc/<pid>/stat`'s fourth field, after the command in parentheses).
@@ -365,8 +416,9 @@ mod tests {
             gid: uid,
             groups: vec![],
             exe: "/usr/bin/x".into(),
-            cgroup: "/kubepods.slice/pod1/c1".into(),
+            cgroup: "/system.slice/app/c1".into(),
             claim: Claim::None,
+            admin_channel: false,
         }
     }
 
@@ -382,7 +434,7 @@ match = { uids = [1000] }
 name = "pods"
 rank = 1
 priority = 8
-match = { cgroups = ["/kubepods.slice"] }
+match = { cgroups = ["/system.slice"] }
 [[class]]
 name = "batch"
 rank = 0
@@ -401,7 +453,7 @@ match = { env = true }
         assert_eq!(parent_of(me), Some(nix::unistd::getppid().as_raw() as u32));
         assert_eq!(parent_of(u32::MAX / 2), None);
         // No token here or above in this cgroup (the test runs outside pods).
-        let me = Identity::of_process(Pid(me), 0, 0);
+        let me = Identity::of_process(Pid(me), 0, 0).unwrap();
         assert_eq!(me.claim, Claim::None);
     }
 
@@ -411,7 +463,7 @@ match = { env = true }
         assert_eq!(entitled_class(&c, &id(1000)).0, "serving");
         assert_eq!(entitled_class(&c, &id(2000)).0, "pods");
         let mut other = id(2000);
-        other.cgroup = "/kubepods.slicex".into();
+        other.cgroup = "/system.slicex".into();
         assert_eq!(entitled_class(&c, &other).0, "batch", "prefix on / only");
     }
 
@@ -434,5 +486,37 @@ match = { env = true }
         assert_eq!(classify(&c, &id(2000), Some("nope"), None).class, "pods");
         assert!(may_set_class(&c, &id(2000), "pods", "serving", None).is_err());
         assert!(may_set_class(&c, &id(0), "pods", "serving", None).is_ok());
+    }
+
+    #[test]
+    fn root_in_a_pod_is_no_admin_and_owns_its_container_only() {
+        let c = cfg();
+        let pod = |uid, ctr: &str| Identity {
+            cgroup: format!("/kubepods/besteffort/pod1/{ctr}"),
+            ..id(uid)
+        };
+        assert!(id(0).is_admin(&c));
+        assert!(!pod(0, "a").is_admin(&c), "root in a pod");
+        let admin = Identity {
+            admin_channel: true,
+            ..pod(0, "kfdqd")
+        };
+        assert!(admin.is_admin(&c), "the admin socket");
+        assert!(may_set_class(&c, &pod(0, "a"), "pods", "serving", None).is_err());
+        assert!(pod(1000, "a").owns(&pod(1000, "a")));
+        assert!(
+            !pod(1000, "a").owns(&pod(1000, "b")),
+            "same uid, other container"
+        );
+        assert!(
+            !id(1000).owns(&pod(1000, "b")),
+            "a node user, a pod's process"
+        );
+        assert!(id(1000).owns(&id(1000)));
+        assert!(!id(1000).owns(&id(1001)));
+        assert!(pod(0, "a").may_see(&pod(5, "a"), &c));
+        assert!(!pod(0, "a").may_see(&pod(0, "b"), &c));
+        assert!(!pod(0, "a").may_see(&id(0), &c));
+        assert!(id(1000).may_see(&pod(0, "b"), &c));
     }
 }

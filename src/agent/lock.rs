@@ -6,7 +6,10 @@
 //!
 //! The file lives in `/run/kfdq` (the unit's and the DaemonSet's runtime directory), else in
 //! `/tmp/kfdq-<uid>` for an agent that may not create `/run/kfdq` (a user's agent on the
-//! emulator). The kernel drops the lock when the agent dies, however it dies; a clean exit
+//! emulator). Either is used only when it is the agent user's own and writable by no one else
+//! (`crate::replace::PrivateDir`: the fallback is created 0700; another user who made it
+//! first gets it refused), and the lock file is opened relative to it, never through a
+//! symlink. The kernel drops the lock when the agent dies, however it dies; a clean exit
 //! also removes the file.
 
 use std::fs::File;
@@ -15,6 +18,8 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use nix::fcntl::{Flock, FlockArg};
+
+use crate::replace::PrivateDir;
 
 /// The directory of the lock files when it can be created.
 pub const LOCK_DIR: &str = "/run/kfdq";
@@ -60,27 +65,24 @@ pub fn file_name(root: &Path) -> String {
 
 /// Where the lock for GPUs under `root` is held (creating [`LOCK_DIR`] when it can).
 pub fn lock_path(root: &Path) -> PathBuf {
-    lock_dir(true).join(file_name(root))
+    match lock_dir() {
+        Ok(d) => d.path().join(file_name(root)),
+        Err(_) => fallback_dir().join(file_name(root)),
+    }
 }
 
 fn fallback_dir() -> PathBuf {
     std::env::temp_dir().join(format!("kfdq-{}", nix::unistd::geteuid().as_raw()))
 }
 
-fn lock_dir(create: bool) -> PathBuf {
+/// [`LOCK_DIR`] (created 0755 when missing) when it is this user's own, else the fallback
+/// (created 0700), each checked; the fallback's error when neither is.
+fn lock_dir() -> std::io::Result<PrivateDir> {
     let run = Path::new(LOCK_DIR);
-    if create && !run.exists() && std::fs::create_dir_all(run).is_ok() {
+    if !run.exists() && std::fs::create_dir_all(run).is_ok() {
         let _ = std::fs::set_permissions(run, std::fs::Permissions::from_mode(0o755));
     }
-    if nix::unistd::access(run, nix::unistd::AccessFlags::W_OK).is_ok() {
-        return run.to_owned();
-    }
-    let tmp = fallback_dir();
-    if create {
-        let _ = std::fs::create_dir_all(&tmp);
-        let _ = std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o700));
-    }
-    tmp
+    PrivateDir::check(run).or_else(|_| PrivateDir::open(&fallback_dir()))
 }
 
 /// Who holds a lock: what the holder wrote into the file.
@@ -129,7 +131,12 @@ pub fn held_by(root: &Path) -> Option<Holder> {
 
 /// Takes the lock for GPUs under `root` for an agent serving `socket`, or says who holds it.
 pub fn acquire(root: &Path, socket: &Path) -> Result<AgentLock, LockError> {
-    let path = lock_path(root);
+    let name = file_name(root);
+    let dir = lock_dir().map_err(|source| LockError::Io {
+        what: "the lock's directory".into(),
+        source,
+    })?;
+    let path = dir.path().join(&name);
     let io = |what: &str, source: std::io::Error| LockError::Io {
         what: format!("{what} {}", path.display()),
         source,
@@ -137,12 +144,8 @@ pub fn acquire(root: &Path, socket: &Path) -> Result<AgentLock, LockError> {
     // A file removed by its exiting holder between our open and our lock is not the lock any
     // more: try again on the new one (a few times; each round means an agent just exited).
     for _ in 0..8 {
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&path)
+        let file = dir
+            .open_file(&name, 0o644)
             .map_err(|e| io("opening the lock file", e))?;
         let mut locked = match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
             Ok(l) => l,

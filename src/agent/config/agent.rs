@@ -38,6 +38,27 @@ pub(super) fn apply(
             })?;
         cfg.socket.mode = v;
     }
+    if let Some(p) = &a.admin_socket {
+        let public = cfg
+            .socket
+            .path
+            .parent()
+            .unwrap_or(std::path::Path::new("/"));
+        if !p.is_absolute() {
+            return Err(at_agent(format!(
+                "admin_socket = {:?} must be an absolute path",
+                p.display()
+            )));
+        }
+        if p.starts_with(public) {
+            return Err(at_agent(format!(
+                "admin_socket = {:?} is inside the socket's directory {}, which the device plugin mounts into pods: put it in a directory of its own (e.g. /run/kfdqd/admin.sock)",
+                p.display(),
+                public.display()
+            )));
+        }
+        cfg.admin_socket = Some(p.clone());
+    }
     if let Some(g) = &a.admin_group {
         cfg.admin_group = Some((g.clone(), group_id(g).map_err(|e| at_agent(e.to_string()))?));
     }

@@ -106,6 +106,10 @@ pub struct AgentConfig {
     pub socket: SocketConfig,
     /// Members of this group control any process (root always does).
     pub admin_group: Option<(String, u32)>,
+    /// The admin socket (`[agent] admin_socket`, mode 0600, root only): whoever connects
+    /// there is a node admin, in a pod or not. For the agent's own pod on Kubernetes, whose
+    /// root is otherwise a pod's root; never in the socket's directory, which pods mount.
+    pub admin_socket: Option<PathBuf>,
     /// Class of a process no rule matches.
     pub default_class: String,
     /// Level-3 grace period (units of 1K GPU clocks).
@@ -186,6 +190,7 @@ struct FileAgent {
     socket_group: Option<String>,
     socket_mode: Option<String>,
     admin_group: Option<String>,
+    admin_socket: Option<PathBuf>,
     default_class: Option<toml::Spanned<String>>,
     release: Option<String>,
     hysteresis_ms: Option<f64>,
@@ -284,6 +289,7 @@ impl AgentConfig {
                 mode: 0o666,
             },
             admin_group: None,
+            admin_socket: None,
             default_class: "normal".into(),
             grace_period: 0,
             edges: true,

@@ -29,6 +29,20 @@ starvation = { run_ms = 10, after_ms = 500 }
     )
     .unwrap();
     assert_eq!(c.socket.mode, 0o660);
+    assert_eq!(c.admin_socket, None);
+    let admin = |path: &str| {
+        AgentConfig::parse(
+            &format!("[agent]\nsocket = \"/run/x/kfdq.sock\"\nadmin_socket = \"{path}\"\n"),
+            None,
+        )
+    };
+    assert_eq!(
+        admin("/run/y/admin.sock").unwrap().admin_socket.as_deref(),
+        Some(std::path::Path::new("/run/y/admin.sock"))
+    );
+    let e = admin("/run/x/admin/a.sock").unwrap_err().to_string();
+    assert!(e.contains("mounts into pods"), "{e}");
+    assert!(admin("admin.sock").is_err(), "relative");
     assert_eq!(c.policy.hysteresis_ns, 5_000_000);
     assert_eq!(c.default_class, "batch");
     assert_eq!(c.class_names(), ["serving", "batch"]);

@@ -7,6 +7,9 @@
 fn takes(key: &str) -> Option<&'static str> {
     Some(match key {
         "socket" => "an absolute path in quotes, e.g. socket = \"/run/kfdq/kfdq.sock\"",
+        "admin_socket" => {
+            "an absolute path in quotes, e.g. admin_socket = \"/run/kfdqd/admin.sock\""
+        }
         "socket_mode" => {
             "an octal mode in quotes, e.g. socket_mode = \"0660\" (unquoted, TOML reads a number, and a number may not start with 0)"
         }

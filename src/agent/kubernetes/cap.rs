@@ -15,8 +15,14 @@ pub enum Claim {
     None,
     /// A value that is not a token (32 lowercase hex digits).
     Malformed,
-    /// A well-formed token (held or forged: the allocations file says).
+    /// A well-formed token (held or forged: the allocations file says), honoured where it is
+    /// (its container's, or not yet bound to one: [`super::container::Bindings`]).
     Token(Token),
+    /// A process of a kubelet pod cgroup whose container holds no grant (its first process
+    /// carried no token, or dropped it before the agent saw it).
+    Unbound,
+    /// A token bound to another container (leaked).
+    Elsewhere,
 }
 
 impl Claim {
@@ -74,6 +80,24 @@ pub fn cap_of(cfg: &AgentConfig, file: &AllocationFile, claim: &Claim) -> Option
             return Some(Cap {
                 class: fallback.clone(),
                 source: "a malformed KFDQ_ALLOCATION ([kubernetes] pod_fallback_class)".into(),
+                pod: None,
+            });
+        }
+        // Without a [kubernetes] section no device plugin grants anything here: pods are
+        // classified by the rules (their QoS cgroups, say), as any process.
+        Claim::Unbound if !cfg.kubernetes.section => return None,
+        Claim::Unbound => {
+            return Some(Cap {
+                class: fallback.clone(),
+                source: "a pod's container without a grant of the device plugin ([kubernetes] pod_fallback_class)".into(),
+                pod: None,
+            });
+        }
+        Claim::Elsewhere => {
+            return Some(Cap {
+                class: fallback.clone(),
+                source: "a KFDQ_ALLOCATION of another container ([kubernetes] pod_fallback_class)"
+                    .into(),
                 pod: None,
             });
         }
@@ -170,6 +194,16 @@ mod tests {
         assert_eq!(cap.class, "batch");
         let cap = cap_of(&c, &file(&t, "latency", true), &Claim::Malformed).unwrap();
         assert_eq!(cap.class, "batch");
+        let cap = cap_of(&c, &file(&t, "latency", true), &Claim::Unbound).unwrap();
+        assert_eq!(cap.class, "batch", "a pod without a grant");
+        let cap = cap_of(&c, &file(&t, "latency", true), &Claim::Elsewhere).unwrap();
+        assert_eq!(cap.class, "batch", "another container's token");
+        let mut bare = c.clone();
+        bare.kubernetes.section = false;
+        assert_eq!(
+            cap_of(&bare, &AllocationFile::default(), &Claim::Unbound),
+            None
+        );
         let cap = cap_of(&c, &file(&t, "gold", true), &Claim::Token(t)).unwrap();
         assert_eq!(cap.class, "batch", "a class the agent lacks");
         assert!(cap.source.contains("gold"), "{}", cap.source);

@@ -80,7 +80,7 @@ pub fn render(caps: &Capabilities, version: &str) -> String {
 /// rename); creates the directory if needed.
 pub fn write(path: &Path, text: &str) -> std::io::Result<()> {
     std::fs::create_dir_all(path.parent().unwrap_or(Path::new(".")))?;
-    crate::replace::replace(path, text.as_bytes(), 0o666)
+    crate::replace::replace(path, text.as_bytes(), 0o644)
 }
 
 /// Writes the labels of the node under `root` to `path`, logging the outcome (a node that

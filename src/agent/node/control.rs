@@ -47,7 +47,7 @@ impl NodeState {
             .procs
             .get(&pid)
             .ok_or(ControlError::NotConnected { pid })?;
-        if !who.is_admin(&self.cfg) && who.uid != p.id.uid {
+        if !who.is_admin(&self.cfg) && !who.owns(&p.id) {
             return Err(ControlError::NotOwner {
                 pid,
                 owner: p.id.uid,
@@ -68,10 +68,17 @@ impl NodeState {
     ) -> Result<Option<String>, ControlError> {
         let (pid, undo_manual, what) = match req {
             Request::Status => {
-                out.push(Out::Control(
-                    conn,
-                    Reply::Status(Box::new(self.status(now))),
-                ));
+                let mut status = self.status(now);
+                // A pod sees its own container's processes only (issue 50, item 2).
+                status.processes.retain(|p| {
+                    self.procs
+                        .get(&p.pid)
+                        .is_none_or(|q| who.may_see(&q.id, &self.cfg))
+                });
+                if who.in_pod() && !who.is_admin(&self.cfg) {
+                    status.left_alone.clear();
+                }
+                out.push(Out::Control(conn, Reply::Status(Box::new(status))));
                 return Ok(None);
             }
             Request::Classify { class, exe } => {
@@ -231,7 +238,7 @@ pub enum ControlError {
     },
     /// The requester neither owns the process nor is an admin.
     #[error(
-        "permission: process {pid} belongs to uid {owner}, and uid {uid} may control only its own processes; root or members of the admin group{} control any",
+        "permission: process {pid} belongs to uid {owner}, and uid {uid} may control only its own processes (its uid and, where either runs in a pod, its container); node admins control any: root or members of the admin group{} outside pods, or through the admin socket ([agent] admin_socket)",
         admin_note(.admin_group)
     )]
     NotOwner {

@@ -44,6 +44,7 @@ fn identity(pid: Pid) -> Identity {
         exe: format!("/bin/p{pid}"),
         cgroup: String::new(),
         claim: crate::agent::identity::Claim::None,
+        admin_channel: false,
     }
 }
 

@@ -44,6 +44,7 @@ fn connect(n: &mut NodeState, conn: u64, pid: Pid, class: &str, gpu: GpuId, t: I
         exe: format!("/bin/{class}"),
         cgroup: String::new(),
         claim: crate::agent::identity::Claim::None,
+        admin_channel: false,
     };
     n.hello(
         conn,

@@ -120,6 +120,7 @@ fn node_with(
             exe: format!("/bin/p{i}"),
             cgroup: String::new(),
             claim: crate::agent::identity::Claim::None,
+            admin_channel: false,
         };
         n.hello(
             i as u64 + 1,
@@ -169,6 +170,7 @@ fn admin() -> Identity {
         exe: "/usr/bin/kfdq".into(),
         cgroup: String::new(),
         claim: crate::agent::identity::Claim::None,
+        admin_channel: false,
     }
 }
 

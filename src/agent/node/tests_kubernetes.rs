@@ -20,6 +20,7 @@ fn id(pid: u32, claim: Claim) -> Identity {
         exe: "/bin/p".into(),
         cgroup: String::new(),
         claim,
+        admin_channel: false,
     }
 }
 

@@ -22,6 +22,7 @@ use super::conn::{Conn, ConnId};
 use super::doorbell::Doorbells;
 use super::http::Endpoint;
 use super::identity::Identity;
+use super::kubernetes::container::Bindings;
 use super::kubernetes::features;
 use super::kubernetes::watch::AllocationWatch;
 use super::node::{NodeState, Out};
@@ -40,6 +41,16 @@ const SHUTDOWN_WAIT: Duration = Duration::from_secs(2);
 /// it, which is after the container started, so a process's pod labels lag by at most this.
 const ALLOCATIONS_CHECK: Duration = Duration::from_secs(1);
 
+/// A connection that has said neither hello nor a request this long after it was accepted is
+/// closed: a tenant cannot park descriptors and buffers on the agent (issue 50 item 7). A
+/// shim says hello right after connecting and `kfdq` sends its request at once.
+const HELLO_DEADLINE: Duration = Duration::from_secs(5);
+
+/// After `accept` failed for want of descriptors or memory (EMFILE, ENFILE, ENOMEM,
+/// ENOBUFS), the listeners are not polled for this long: the pending connection stays
+/// readable, and polling it again at once would spin the loop.
+const ACCEPT_PAUSE: Duration = Duration::from_millis(100);
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Role {
     /// Has not said what it is.
@@ -55,6 +66,8 @@ struct Peer {
     conn: Conn,
     id: Identity,
     role: Role,
+    /// When it was accepted (a [`Role::New`] peer is closed at [`HELLO_DEADLINE`]).
+    since: Instant,
 }
 
 /// Per-uid token bucket for control requests.
@@ -129,6 +142,15 @@ pub fn run(cfg: AgentConfig, opts: &Options) -> Result<(), AgentError> {
     let nparts = parts.len();
     let mut node = NodeState::new(cfg, parts, note, Instant::now())?;
     let listener = socket::bind(&node.config().socket)?;
+    let admin_path = node.config().admin_socket.clone();
+    let admin = match &admin_path {
+        Some(p) => Some(socket::bind(&super::config::SocketConfig {
+            path: p.clone(),
+            group: None,
+            mode: 0o600,
+        })?),
+        None => None,
+    };
     if let Some(f) = &node.config().kubernetes.features {
         features::publish(f, &root);
     }
@@ -143,13 +165,22 @@ pub fn run(cfg: AgentConfig, opts: &Options) -> Result<(), AgentError> {
         "READY=1\nSTATUS=serving on {}",
         socket_path.display()
     ));
-    let r = serve(&mut node, &listener, &sigfd, metrics.as_ref(), opts);
+    let r = serve(
+        &mut node,
+        [Some(&listener), admin.as_ref()],
+        &sigfd,
+        metrics.as_ref(),
+        opts,
+    );
     notify("STOPPING=1");
     // A stopped agent enforces nothing: the node stops saying what it can do.
     if let Some(f) = &node.config().kubernetes.features {
         features::withdraw(f);
     }
     socket::remove(&socket_path);
+    if let Some(p) = &admin_path {
+        socket::remove(p);
+    }
     drop(lock);
     r
 }
@@ -167,6 +198,13 @@ struct Server<'a> {
     allocations: AllocationWatch,
     /// When it is looked at next (while a process claims an allocation).
     next_allocations: Instant,
+    /// Which container each allocation token is bound to.
+    grants: Bindings,
+    /// Accepting paused until then (see [`ACCEPT_PAUSE`]).
+    accept_paused: Option<Instant>,
+    /// The most peers at once: `[agent] max_connections`, less when the descriptor limit
+    /// would run out first ([`peers::connection_room`]).
+    max_peers: usize,
     /// Reaction-chain timestamps (`KFDQ_CHAIN_TRACE`, `crate::chain`).
     chain: Option<Recorder>,
     /// The shims' doorbells (`doorbell.rs`).
@@ -179,12 +217,22 @@ struct Server<'a> {
 
 fn serve(
     node: &mut NodeState,
-    listener: &UnixListener,
+    listeners: [Option<&UnixListener>; 2],
     sigfd: &SignalFd,
     metrics: Option<&Endpoint>,
     opts: &Options,
 ) -> Result<(), AgentError> {
     let allocations = AllocationWatch::new(&node.config().kubernetes.allocations);
+    let max_peers = peers::connection_room(node.config().max_connections);
+    // Kept beside the admin socket (root-only, never in a pod); in memory without one.
+    let grants = Bindings::load(
+        node.config()
+            .admin_socket
+            .as_ref()
+            .and_then(|p| p.parent())
+            .map(|d| d.join("bindings.json"))
+            .as_deref(),
+    );
     let mut s = Server {
         node,
         peers: BTreeMap::new(),
@@ -195,6 +243,9 @@ fn serve(
         tracer: Sessions::new(Instant::now()),
         allocations,
         next_allocations: Instant::now(),
+        grants,
+        accept_paused: None,
+        max_peers,
         chain: match Recorder::from_env() {
             Some(Ok(r)) => Some(r),
             Some(Err(e)) => {
@@ -222,7 +273,13 @@ fn serve(
                     .uses_tracer()
                     .then_some(s.tracer.next_scan());
                 let allocations = s.node.has_claims().then_some(s.next_allocations);
-                [s.node.deadline(), scan, allocations]
+                let hello = s
+                    .peers
+                    .values()
+                    .filter(|p| p.role == Role::New)
+                    .map(|p| p.since + HELLO_DEADLINE)
+                    .min();
+                [s.node.deadline(), scan, allocations, hello, s.accept_paused]
                     .into_iter()
                     .flatten()
                     .min()
@@ -243,8 +300,17 @@ fn serve(
         let rung: Vec<ConnId>;
         let (listen_ready, sig_ready, scrape_ready, tracer_ready);
         {
-            let mut fds = Vec::with_capacity(ids.len() + 4);
-            fds.push(PollFd::new(listener.as_fd(), PollFlags::POLLIN));
+            let mut fds = Vec::with_capacity(ids.len() + 5);
+            if s.accept_paused.is_some_and(|t| t <= Instant::now()) {
+                s.accept_paused = None;
+            }
+            let accepting = s.accept_paused.is_none();
+            for l in listeners {
+                fds.push(match l {
+                    Some(l) if accepting => PollFd::new(l.as_fd(), PollFlags::POLLIN),
+                    _ => PollFd::new(sigfd.as_fd(), PollFlags::empty()),
+                });
+            }
             fds.push(PollFd::new(sigfd.as_fd(), PollFlags::POLLIN));
             // Without an endpoint the signalfd stands in (an fd polled for nothing).
             fds.push(match metrics {
@@ -276,18 +342,18 @@ fn serve(
                 Err(e) => return Err(AgentError::Poll(e)),
             }
             let rev = |f: &PollFd| f.revents().unwrap_or(PollFlags::empty());
-            listen_ready = rev(&fds[0]).contains(PollFlags::POLLIN);
-            sig_ready = !rev(&fds[1]).is_empty();
-            scrape_ready = rev(&fds[2]).contains(PollFlags::POLLIN);
-            tracer_ready = rev(&fds[3]).contains(PollFlags::POLLIN);
-            let peers_end = 4 + ids.len();
+            listen_ready = [0, 1].map(|i| rev(&fds[i]).contains(PollFlags::POLLIN));
+            sig_ready = !rev(&fds[2]).is_empty();
+            scrape_ready = rev(&fds[3]).contains(PollFlags::POLLIN);
+            tracer_ready = rev(&fds[4]).contains(PollFlags::POLLIN);
+            let peers_end = 5 + ids.len();
             rung = fds[peers_end..]
                 .iter()
                 .zip(&bells)
                 .filter(|(f, _)| !rev(f).is_empty())
                 .map(|(_, (c, _))| *c)
                 .collect();
-            ready = fds[4..peers_end]
+            ready = fds[5..peers_end]
                 .iter()
                 .map(|f| {
                     let r = rev(f);
@@ -316,8 +382,13 @@ fn serve(
                 }
             }
         }
-        if listen_ready && stopping.is_none() {
-            s.accept(listener);
+        for ((l, ready), admin) in listeners.into_iter().zip(listen_ready).zip([false, true]) {
+            if let Some(l) = l
+                && ready
+                && stopping.is_none()
+            {
+                s.accept(l, admin);
+            }
         }
         let mut dirty = false;
         for (id, (readable, _)) in ids.iter().zip(&ready) {
@@ -332,7 +403,8 @@ fn serve(
             dirty |= s.tracer.events(s.node, s.chain.as_mut(), woke, &mut s.out);
         }
         if stopping.is_none() && s.node.config().uses_tracer() && woke >= s.tracer.next_scan() {
-            s.tracer.scan(s.node, &s.root, &mut s.next_id, woke);
+            s.tracer
+                .scan(s.node, &s.root, &mut s.grants, &mut s.next_id, woke);
         }
         if stopping.is_none() && s.node.has_claims() && woke >= s.next_allocations {
             dirty |= s.check_allocations(woke);
@@ -379,7 +451,7 @@ fn serve(
         if sent_commands && dirty {
             s.node.record_decision(written, compute);
         }
-        s.reap();
+        s.reap(woke);
         if scrape_ready
             && let Some(m) = metrics
             && m.take_request()
@@ -407,11 +479,12 @@ fn serve(
 }
 
 impl Server<'_> {
-    fn reap(&mut self) {
+    fn reap(&mut self, now: Instant) {
+        let silent = |p: &Peer| p.role == Role::New && p.since + HELLO_DEADLINE <= now;
         let done: Vec<ConnId> = self
             .peers
             .iter()
-            .filter(|(_, p)| p.conn.finished() || (p.conn.eof && p.conn.closing))
+            .filter(|(_, p)| p.conn.finished() || (p.conn.eof && p.conn.closing) || silent(p))
             .map(|(c, _)| *c)
             .collect();
         for cid in done {

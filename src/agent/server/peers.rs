@@ -14,30 +14,48 @@ use crate::chain::Stage;
 use crate::proto::{self, AgentMsg, Reply, Request, ShimMsg};
 
 impl Server<'_> {
-    pub(super) fn accept(&mut self, listener: &UnixListener) {
+    /// Accepts the connections waiting on `listener`; `admin`: the admin socket's, whose
+    /// peers are node admins.
+    pub(super) fn accept(&mut self, listener: &UnixListener, admin: bool) {
         loop {
             let stream = match listener.accept() {
                 Ok((s, _)) => s,
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return,
                 Err(e) => {
-                    tracing::warn!("accept: {e}");
+                    use nix::libc::{EMFILE, ENFILE, ENOBUFS, ENOMEM};
+                    if matches!(e.raw_os_error(), Some(EMFILE | ENFILE | ENOBUFS | ENOMEM)) {
+                        if self.accept_paused.is_none() {
+                            tracing::warn!(
+                                "accept: {e}; not accepting for {} ms ({} connections open; [agent] max_connections, the descriptor limit LimitNOFILE)",
+                                super::ACCEPT_PAUSE.as_millis(),
+                                self.peers.len()
+                            );
+                        }
+                        self.accept_paused = Some(Instant::now() + super::ACCEPT_PAUSE);
+                    } else {
+                        tracing::warn!("accept: {e}");
+                    }
                     return;
                 }
             };
-            if self.peers.len() >= self.node.config().max_connections {
+            if self.peers.len() >= self.max_peers {
                 tracing::warn!(
-                    "connection refused: {} connections already ([agent] max_connections)",
+                    "connection refused: {} connections already ([agent] max_connections, within the descriptor limit)",
                     self.peers.len()
                 );
                 continue;
             }
-            let id = match Identity::of_peer(&stream) {
+            let mut id = match Identity::of_peer(&stream) {
                 Ok(id) => id,
                 Err(e) => {
-                    tracing::warn!("SO_PEERCRED: {e}; connection closed");
+                    tracing::warn!(
+                        "the peer's identity could not be read ({e}); connection closed"
+                    );
                     continue;
                 }
             };
+            id.claim = self.grants.resolve(&id.cgroup, id.claim);
+            id.admin_channel = admin;
             let conn = match Conn::new(stream) {
                 Ok(c) => c,
                 Err(e) => {
@@ -54,6 +72,7 @@ impl Server<'_> {
                     conn,
                     id,
                     role: Role::New,
+                    since: Instant::now(),
                 },
             );
         }
@@ -243,6 +262,7 @@ impl Server<'_> {
         self.next_allocations = now + ALLOCATIONS_CHECK;
         match self.allocations.poll() {
             Some(file) => {
+                self.grants.prune(cgroup_exists);
                 self.node.set_allocations(file);
                 true
             }
@@ -267,6 +287,14 @@ impl Server<'_> {
             }
         };
         let id = self.peers[&cid].id.clone();
+        if id.admin_channel {
+            self.error_to(
+                cid,
+                Role::New,
+                "the admin socket takes control requests only: a shim connects to the agent's socket ([agent] socket)".into(),
+            );
+            return false;
+        }
         if id.claim != Claim::None {
             self.check_allocations(Instant::now());
         }
@@ -315,4 +343,49 @@ impl Server<'_> {
             false
         }
     }
+}
+
+/// True when the cgroup v2 directory `cgroup` exists (or no cgroup v2 mount is found, so a
+/// binding is never dropped for want of looking).
+fn cgroup_exists(cgroup: &str) -> bool {
+    let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap_or_default();
+    let Some(root) = mounts.lines().find_map(|l| {
+        let mut f = l.split_whitespace();
+        let (_, dir, fs) = (f.next()?, f.next()?, f.next()?);
+        (fs == "cgroup2").then_some(dir)
+    }) else {
+        return true;
+    };
+    std::path::Path::new(root)
+        .join(cgroup.trim_start_matches('/'))
+        .is_dir()
+}
+
+/// Descriptors kept for everything but connections: the listeners, the signalfd, the
+/// metrics endpoint, the tracer, files, `/proc` reads.
+const FD_RESERVE: u64 = 64;
+
+/// How many connections the agent takes at most: `wanted` (`[agent] max_connections`), less
+/// when the descriptor limit is lower (`/proc/self/limits`' soft "Max open files"; each
+/// connection may hold two descriptors, its socket and its doorbell), so `accept` never
+/// runs out first. A limit that does not fit is logged with the fix (`LimitNOFILE=` in the
+/// unit, deploy/systemd/kfdqd.service).
+pub(super) fn connection_room(wanted: usize) -> usize {
+    let soft = std::fs::read_to_string("/proc/self/limits")
+        .ok()
+        .and_then(|t| {
+            t.lines()
+                .find_map(|l| l.strip_prefix("Max open files"))
+                .and_then(|r| r.split_whitespace().next()?.parse::<u64>().ok())
+        });
+    let Some(soft) = soft else {
+        return wanted;
+    };
+    let room = usize::try_from(soft.saturating_sub(FD_RESERVE) / 2).unwrap_or(usize::MAX);
+    if room < wanted {
+        tracing::warn!(
+            "[agent] max_connections = {wanted} does not fit the descriptor limit {soft}: taking at most {room} connections (raise LimitNOFILE= in the unit)"
+        );
+    }
+    wanted.min(room).max(1)
 }

@@ -11,6 +11,7 @@ use super::channel::{Cmd, Event};
 use super::handle::Tracer;
 use crate::agent::conn::ConnId;
 use crate::agent::discover::{self, Found};
+use crate::agent::kubernetes::container::Bindings;
 use crate::agent::node::{NodeState, Out};
 use crate::chain::{Recorder, Stage};
 use crate::ids::Pid;
@@ -144,8 +145,16 @@ impl Sessions {
     }
 
     /// Looks for GPU processes without the shim in tracer classes and hands the settled ones
-    /// to the tracer (each a new connection id from `next_id`).
-    pub fn scan(&mut self, node: &mut NodeState, root: &Root, next_id: &mut ConnId, now: Instant) {
+    /// to the tracer (each a new connection id from `next_id`); their allocation claims are
+    /// resolved against the container bindings (`grants`) as a connection's are.
+    pub fn scan(
+        &mut self,
+        node: &mut NodeState,
+        root: &Root,
+        grants: &mut Bindings,
+        next_id: &mut ConnId,
+        now: Instant,
+    ) {
         self.next_scan = now + node.config().tracer.scan;
         node.scanned();
         self.retry.retain(|_, t| *t > now);
@@ -155,7 +164,8 @@ impl Sessions {
         });
         let settled = discover::settled(&self.candidates, &found);
         self.candidates = found.iter().map(|f| f.id.pid).collect();
-        for f in settled {
+        for mut f in settled {
+            f.id.claim = grants.resolve(&f.id.cgroup, f.id.claim);
             let Some(class) = node.tracer_class(&f.id, f.requested.as_deref()) else {
                 continue;
             };

@@ -35,7 +35,9 @@ pub struct Cli {
     /// The agent's socket (kfdqd), for every command: status and control, the agent's
     /// columns of ps, the class `run` asks for (and the socket its command's shim connects
     /// to), the socket doctor checks. `--socket PATH` is the same option. Default:
-    /// $KFDQ_SOCKET, else /run/kfdq/kfdq.sock.
+    /// $KFDQ_SOCKET, else /run/kfdq/kfdq.sock. Status and control go to the agent's admin
+    /// socket instead (`--admin PATH`, $KFDQ_ADMIN_SOCKET, or /run/kfdqd/admin.sock when it
+    /// lets this user in and no --agent names another agent).
     #[arg(
         long,
         visible_alias = "socket",
@@ -44,6 +46,20 @@ pub struct Cli {
         env = "KFDQ_SOCKET"
     )]
     pub agent: Option<PathBuf>,
+
+    /// The agent's admin socket (`[agent] admin_socket`: root only, never mounted into pods)
+    /// for status and control as a node admin, from inside the agent's own pod for example.
+    /// Default: $KFDQ_ADMIN_SOCKET, else /run/kfdqd/admin.sock when it lets this user in and
+    /// no --agent / $KFDQ_SOCKET names another agent. Hidden from the synopses (it is on
+    /// kfdq(1) through --agent's text and in docs/operations.md).
+    #[arg(
+        long = "admin",
+        global = true,
+        hide = true,
+        value_name = "PATH",
+        env = "KFDQ_ADMIN_SOCKET"
+    )]
+    pub admin_socket: Option<PathBuf>,
 
     /// The command.
     #[command(subcommand)]

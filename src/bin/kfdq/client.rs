@@ -23,6 +23,23 @@ pub fn socket_path(arg: Option<&Path>) -> PathBuf {
         .unwrap_or_else(|| PathBuf::from(super::args::DEFAULT_SOCKET))
 }
 
+/// Where the agent's admin socket is when `[agent] admin_socket` is the documented one.
+pub const DEFAULT_ADMIN_SOCKET: &str = "/run/kfdqd/admin.sock";
+
+/// The socket for status and control requests: `--admin` when given; else, when no
+/// `--agent` (or `$KFDQ_SOCKET`) names an agent, the default admin socket if it lets this
+/// user connect (root on a node whose agent has one); else the agent's socket.
+pub fn control_socket(agent: Option<&Path>, admin: Option<&Path>) -> PathBuf {
+    if let Some(a) = admin {
+        return a.to_owned();
+    }
+    let default = Path::new(DEFAULT_ADMIN_SOCKET);
+    if agent.is_none() && UnixStream::connect(default).is_ok() {
+        return default.to_owned();
+    }
+    socket_path(agent)
+}
+
 /// Why the agent could not be asked.
 #[derive(Debug)]
 pub enum Unreachable {

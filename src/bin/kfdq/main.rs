@@ -28,7 +28,11 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Topology => topology::run(&root, cli.json),
         Command::Ps => ps::run(&root, &client::socket_path(cli.agent.as_deref()), cli.json),
-        Command::Status => status::run(&root, &client::socket_path(cli.agent.as_deref()), cli.json),
+        Command::Status => status::run(
+            &root,
+            &client::control_socket(cli.agent.as_deref(), cli.admin_socket.as_deref()),
+            cli.json,
+        ),
         Command::Watch { interval, count } => {
             if !(interval.is_finite() && interval >= 0.05) {
                 Err(CliError::Usage(format!(
@@ -36,7 +40,7 @@ fn main() -> ExitCode {
                 )))
             } else {
                 status::watch(
-                    &client::socket_path(cli.agent.as_deref()),
+                    &client::control_socket(cli.agent.as_deref(), cli.admin_socket.as_deref()),
                     std::time::Duration::from_secs_f64(interval),
                     count,
                     cli.json,
@@ -44,7 +48,7 @@ fn main() -> ExitCode {
             }
         }
         Command::SetPriority { pid, priority } => client::command(
-            &client::socket_path(cli.agent.as_deref()),
+            &client::control_socket(cli.agent.as_deref(), cli.admin_socket.as_deref()),
             &kfdq::proto::Request::SetPriority {
                 pid: kfdq::Pid(pid),
                 priority,
@@ -52,7 +56,7 @@ fn main() -> ExitCode {
             cli.json,
         ),
         Command::Suspend { pid, level } => client::command(
-            &client::socket_path(cli.agent.as_deref()),
+            &client::control_socket(cli.agent.as_deref(), cli.admin_socket.as_deref()),
             &kfdq::proto::Request::Suspend {
                 pid: kfdq::Pid(pid),
                 level: level.into(),
@@ -60,14 +64,14 @@ fn main() -> ExitCode {
             cli.json,
         ),
         Command::Resume { pid } => client::command(
-            &client::socket_path(cli.agent.as_deref()),
+            &client::control_socket(cli.agent.as_deref(), cli.admin_socket.as_deref()),
             &kfdq::proto::Request::Resume {
                 pid: kfdq::Pid(pid),
             },
             cli.json,
         ),
         Command::Class { pid, class } => client::command(
-            &client::socket_path(cli.agent.as_deref()),
+            &client::control_socket(cli.agent.as_deref(), cli.admin_socket.as_deref()),
             &kfdq::proto::Request::SetClass {
                 pid: kfdq::Pid(pid),
                 class,
