@@ -76,7 +76,7 @@ pub struct HostParams {
 
 impl HostParams {
     /// The direct path's host side as measured on kfd-emu (docs/experiments.md, "With the
-    /// direct path's host path"; docs/performance.md, "Prepared edges in the demo", 27 November
+    /// direct path's host path"; docs/performance.md, "Reaction chain", "Stages", 27 November
     /// 2026): the launch's board edge wakes the batch job's watch thread 72 µs later
     /// (`launch_to_watcher` p50, median of four runs), no agent decision, and its first ioctl
     /// 30 µs after that (`watcher_to_ioctl`); the emulator's own ioctl path is left out.

@@ -39,7 +39,7 @@ enum Cmd {
         /// Built-in scenario. field: measured shapes (the H100 traces of ResNet-18 batch-1
         /// inference, Poisson 20/s, next to ResNet-50 training, 8 in flight), contention terms at
         /// MI300X's 5.3 TB/s, the direct path's measured host side (edge 72 µs, decision 0,
-        /// command 30 µs: docs/performance.md, "Prepared edges in the demo"); decode: the same
+        /// command 30 µs: docs/performance.md, "Reaction chain", "Stages"); decode: the same
         /// with an LLM decode step as the request; field-synthetic: the synthetic ResNet-18-like
         /// requests next to a ResNet-50-batch-like loop (`field` before issue 51); demo: kfdq
         /// demo's workloads, to set beside `preempt-lab run`; xsched-mi50: XSched's MI50 setup.
