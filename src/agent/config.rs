@@ -86,14 +86,11 @@ pub struct AgentConfig {
     pub default_class: String,
     /// Level-3 grace period (units of 1K GPU clocks).
     pub grace_period: u32,
-    /// Processes of classes that preempt others report their busy edges from the launch
-    /// (`[agent] edges`, default on); off, the agent learns of work from activity samples only.
-    pub edges: bool,
-    /// Direct edges (`[agent] direct_edges`, default: on when `edges` is): the launch that
-    /// makes a process of a preempting class busy publishes the edge on an edge board
-    /// (`crate::proto::board`) and the level-2/3 processes it preempts, subscribed by the
-    /// agent, preempt themselves without the agent's hop (docs/agent.md, "Direct edges").
-    /// Needs `edges`.
+    /// Direct edges (`[agent] direct_edges`, default on): the launch that makes a process of
+    /// a preempting class busy publishes the edge on an edge board (`crate::proto::board`) and
+    /// the level-2/3 processes it preempts, subscribed by the agent, preempt themselves
+    /// without the agent's hop (docs/agent.md, "Direct edges"). Processes of classes that
+    /// preempt others always report their busy edges from the launch (`[agent] edges` is gone).
     pub direct_edges: bool,
     /// Prepared edges (`[agent] prepared_edges`, default on): after each decision the agent
     /// decides each preempting class's next flip in advance, and sends its commands on the
@@ -146,6 +143,11 @@ pub enum ConfigError {
         message: String,
     },
 }
+
+/// `edges = false`: the sampled mode is gone (docs/agent.md, "Configuration").
+const EDGES_OFF: &str = "edges = false is no longer supported: processes of classes that preempt others always report their busy edges from the launch (the activity-samples-only mode was removed); remove the line (direct_edges = false keeps every preemption on the agent's commands)";
+/// `edges = true`: what it asked for is how the agent runs; the line is ignored.
+const EDGES_ON: &str = "edges = true is no longer a setting (busy edges are always on); the line is ignored: remove it";
 
 #[derive(Deserialize, Default)]
 #[serde(deny_unknown_fields)]
@@ -433,7 +435,6 @@ impl AgentConfig {
             admin_group: None,
             default_class: "normal".into(),
             grace_period: 0,
-            edges: true,
             direct_edges: true,
             prepared_edges: true,
             lease: crate::proto::DEFAULT_LEASE,
@@ -524,17 +525,12 @@ impl AgentConfig {
         if let Some(v) = a.grace_period {
             cfg.grace_period = v;
         }
-        if let Some(v) = a.edges {
-            cfg.edges = v;
+        match a.edges {
+            Some(false) => return Err(at_agent(EDGES_OFF.into())),
+            Some(true) => tracing::warn!("{}: [agent]: {EDGES_ON}", shown.display()),
+            None => {}
         }
-        // Unset, direct edges follow `edges` (the board carries the edges the launches report).
-        cfg.direct_edges = cfg.edges;
         if let Some(v) = a.direct_edges {
-            if v && !cfg.edges {
-                return Err(at_agent(
-                    "direct_edges = true needs edges = true: the board carries the busy edges the launches report (set edges = true, or direct_edges = false)".into(),
-                ));
-            }
             cfg.direct_edges = v;
         }
         if let Some(v) = a.prepared_edges {

@@ -143,11 +143,11 @@ impl NodeState {
     }
 
     /// Busy edges on for the shims of processes whose class preempts another, off for the
-    /// rest (and for all with `[agent] edges = false`). A traced process's session (the
+    /// rest. A traced process's session (the
     /// tracer) takes the same message: it samples such a process finely while it is busy.
     fn edges(&mut self, out: &mut Vec<Out>) {
         for p in self.procs.values_mut() {
-            let on = self.cfg.edges && preempts_others(&self.cfg.policy, p.class());
+            let on = preempts_others(&self.cfg.policy, p.class());
             if p.edges_sent != Some(on) && (on || p.edges_sent.is_some()) {
                 p.edges_sent = Some(on);
                 out.push(Out::Shim(p.conn, crate::proto::AgentMsg::Edges { on }));
