@@ -92,10 +92,6 @@ pub struct AgentConfig {
     /// without the agent's hop (docs/agent.md, "Direct edges"). Processes of classes that
     /// preempt others always report their busy edges from the launch (`[agent] edges` is gone).
     pub direct_edges: bool,
-    /// Prepared edges (`[agent] prepared_edges`, default on): after each decision the agent
-    /// decides each preempting class's next flip in advance, and sends its commands on the
-    /// edge's path without deciding there (docs/agent.md, "Prepared edges").
-    pub prepared_edges: bool,
     /// Every preemption's lease (`[agent] lease_ms`): a shim the agent stops renewing releases
     /// its process after this long.
     pub lease: std::time::Duration,
@@ -148,6 +144,9 @@ pub enum ConfigError {
 const EDGES_OFF: &str = "edges = false is no longer supported: processes of classes that preempt others always report their busy edges from the launch (the activity-samples-only mode was removed); remove the line (direct_edges = false keeps every preemption on the agent's commands)";
 /// `edges = true`: what it asked for is how the agent runs; the line is ignored.
 const EDGES_ON: &str = "edges = true is no longer a setting (busy edges are always on); the line is ignored: remove it";
+/// `prepared_edges`: removed (they did not pay on the default path, docs/agent.md); either
+/// value leaves the agent as it runs, so the line is ignored.
+const PREPARED_GONE: &str = "prepared_edges is no longer a setting (prepared edges were removed; every edge is decided on its path); the line is ignored: remove it";
 
 #[derive(Deserialize, Default)]
 #[serde(deny_unknown_fields)]
@@ -436,7 +435,6 @@ impl AgentConfig {
             default_class: "normal".into(),
             grace_period: 0,
             direct_edges: true,
-            prepared_edges: true,
             lease: crate::proto::DEFAULT_LEASE,
             max_connections: 4096,
             control_rate: 50.0,
@@ -533,8 +531,8 @@ impl AgentConfig {
         if let Some(v) = a.direct_edges {
             cfg.direct_edges = v;
         }
-        if let Some(v) = a.prepared_edges {
-            cfg.prepared_edges = v;
+        if a.prepared_edges.is_some() {
+            tracing::warn!("{}: [agent]: {PREPARED_GONE}", shown.display());
         }
         if let Some(v) = a.lease_ms {
             if !LEASE_RANGE_MS.contains(&v) {

@@ -26,13 +26,9 @@ impl NodeState {
     /// What follows a decision's commands, off their path: the busy and preempted times
     /// ([`NodeState::account`]) and the lease renewals when due (their messages go to `out`).
     /// The server calls it once the commands are written, and writes what it adds.
-    /// A prepared edge's commands are confirmed first (`plan.rs`: the edge decision runs),
-    /// and the next flips are prepared last.
     pub fn after_write(&mut self, now: Instant, out: &mut Vec<Out>) {
-        self.confirm_prepared(now, out);
         self.account(now);
         self.renew(now, out);
-        self.prepare(now);
     }
 
     /// [`NodeState::decide`] without what follows the commands: the server writes the
@@ -42,7 +38,7 @@ impl NodeState {
         self.counters.decisions += 1;
         // The last decision's commands, should it not have been accounted.
         self.record_pending();
-        if !self.full_due && (self.fire_prepared(now, out) || self.decide_edges(now, out)) {
+        if !self.full_due && self.decide_edges(now, out) {
             return;
         }
         self.decide_full(now, out);
