@@ -428,16 +428,18 @@ fn sid_tools_bookworm_rocminfo_lists_the_gfx90a_preset() {
         "Debian 12's rocminfo is missing: run scripts/setup.sh --tests as root"
     );
     let emu = libs::mount();
-    let mut cmd = sid::command(&emu, Path::new("/"), &[], Path::new("/"), &["rocminfo"]);
     // rocminfo 5.x runs `lsmod | grep amdgpu`; lsmod reads /proc/modules, which `kfd-emu run`
     // extends with the emulator's amdgpu. A kernel without module support (this CI machine's)
     // has no /proc/modules to extend, and rocminfo 5.x refuses any GPU there, a built-in amdgpu
-    // included: then the test gives it an lsmod that prints the emulator's module list (outside
-    // /tmp, which the sandbox replaces).
+    // included: then the test gives it an lsmod that prints the emulator's module list, in
+    // /var/tmp. Not under the target directory: with the host as its root the sandbox mounts a
+    // fresh /tmp over the host's, which hides the target directory whenever the checkout lies
+    // under /tmp (as a fresh clone there does), and no bind can reach it after that.
     let lsmod = tempfile::Builder::new()
         .prefix("kfdq-lsmod-")
-        .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
+        .tempdir_in("/var/tmp")
         .unwrap();
+    let mut cmd = sid::command(&emu, Path::new("/"), &[], Path::new("/"), &["rocminfo"]);
     if !Path::new("/proc/modules").exists() {
         let script = lsmod.path().join("lsmod");
         let modules = std::fs::read_to_string(emu.root().join("proc/modules")).unwrap();

@@ -114,19 +114,12 @@ pub struct AgentConfig {
     pub default_class: String,
     /// Level-3 grace period (units of 1K GPU clocks).
     pub grace_period: u32,
-    /// Processes of classes that preempt others report their busy edges from the launch
-    /// (`[agent] edges`, default on); off, the agent learns of work from activity samples only.
-    pub edges: bool,
-    /// Direct edges (`[agent] direct_edges`, default: on when `edges` is): the launch that
-    /// makes a process of a preempting class busy publishes the edge on an edge board
-    /// (`crate::proto::board`) and the level-2/3 processes it preempts, subscribed by the
-    /// agent, preempt themselves without the agent's hop (docs/agent.md, "Direct edges").
-    /// Needs `edges`.
+    /// Direct edges (`[agent] direct_edges`, default on): the launch that makes a process of
+    /// a preempting class busy publishes the edge on an edge board (`crate::proto::board`) and
+    /// the level-2/3 processes it preempts, subscribed by the agent, preempt themselves
+    /// without the agent's hop (docs/agent.md, "Direct edges"). Processes of classes that
+    /// preempt others always report their busy edges from the launch (`[agent] edges` is gone).
     pub direct_edges: bool,
-    /// Prepared edges (`[agent] prepared_edges`, default on): after each decision the agent
-    /// decides each preempting class's next flip in advance, and sends its commands on the
-    /// edge's path without deciding there (docs/agent.md, "Prepared edges").
-    pub prepared_edges: bool,
     /// Every preemption's lease (`[agent] lease_ms`): a shim the agent stops renewing releases
     /// its process after this long.
     pub lease: std::time::Duration,
@@ -203,9 +196,10 @@ struct FileAgent {
     release_min_history: Option<u32>,
     min_preempt_interval_ms: Option<f64>,
     grace_period: Option<u32>,
-    edges: Option<bool>,
+    /// Removed settings (docs/agent.md, "One path per job"): read to say so.
+    edges: Option<toml::Spanned<bool>>,
     direct_edges: Option<bool>,
-    prepared_edges: Option<bool>,
+    prepared_edges: Option<toml::Spanned<bool>>,
     lease_ms: Option<u32>,
     max_connections: Option<usize>,
     control_requests_per_s: Option<f64>,
@@ -292,9 +286,7 @@ impl AgentConfig {
             admin_socket: None,
             default_class: "normal".into(),
             grace_period: 0,
-            edges: true,
             direct_edges: true,
-            prepared_edges: true,
             lease: crate::proto::DEFAULT_LEASE,
             max_connections: 4096,
             control_rate: 50.0,

@@ -26,13 +26,9 @@ impl NodeState {
     /// What follows a decision's commands, off their path: the busy and preempted times
     /// ([`NodeState::account`]) and the lease renewals when due (their messages go to `out`).
     /// The server calls it once the commands are written, and writes what it adds.
-    /// A prepared edge's commands are confirmed first (`plan.rs`: the edge decision runs),
-    /// and the next flips are prepared last.
     pub fn after_write(&mut self, now: Instant, out: &mut Vec<Out>) {
-        self.confirm_prepared(now, out);
         self.account(now);
         self.renew(now, out);
-        self.prepare(now);
     }
 
     /// [`NodeState::decide`] without what follows the commands: the server writes the
@@ -43,7 +39,7 @@ impl NodeState {
         // The last decision's commands, should it not have been accounted.
         self.record_pending();
         self.direct_revisit(now);
-        if !self.full_due && (self.fire_prepared(now, out) || self.decide_edges(now, out)) {
+        if !self.full_due && self.decide_edges(now, out) {
             return;
         }
         self.decide_full(now, out);
@@ -144,11 +140,11 @@ impl NodeState {
     }
 
     /// Busy edges on for the shims of processes whose class preempts another, off for the
-    /// rest (and for all with `[agent] edges = false`). A traced process's session (the
+    /// rest. A traced process's session (the
     /// tracer) takes the same message: it samples such a process finely while it is busy.
     fn edges(&mut self, out: &mut Vec<Out>) {
         for p in self.procs.values_mut() {
-            let on = self.cfg.edges && preempts_others(&self.cfg.policy, p.class());
+            let on = preempts_others(&self.cfg.policy, p.class());
             if p.edges_sent != Some(on) && (on || p.edges_sent.is_some()) {
                 p.edges_sent = Some(on);
                 out.push(Out::Shim(p.conn, crate::proto::AgentMsg::Edges { on }));

@@ -32,7 +32,6 @@ mod decide;
 mod direct;
 mod doorbell;
 mod edge;
-mod plan;
 mod process;
 mod reconcile;
 mod samples;
@@ -159,12 +158,6 @@ pub struct NodeState {
     stale_candidates: Vec<Pid>,
     /// The edge decision's patched queues, kept between edges.
     edge_buf: Vec<crate::policy::QueueEdge>,
-    /// Prepared edges: the commands of each preempting class's next flip (`plan.rs`).
-    plans: Vec<plan::Plan>,
-    /// The prepared edge whose commands went out and whose decision runs after the write.
-    confirming: Option<plan::Plan>,
-    /// How long that decision took, µs.
-    confirm_us: Samples,
 }
 
 impl NodeState {
@@ -206,9 +199,6 @@ impl NodeState {
             edge_decision: crate::policy::Decision::default(),
             edge_buf: Vec::new(),
             stale_candidates: Vec::new(),
-            plans: Vec::new(),
-            confirming: None,
-            confirm_us: Samples::default(),
         })
     }
 
