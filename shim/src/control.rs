@@ -277,6 +277,7 @@ fn release_everything(why: &str) {
     // Edges are reported to an agent only.
     st.edges = false;
     crate::edges::session_ended();
+    crate::hint::session_ended();
     st.refresh_flags();
     drop(st);
     STATE.notify_all();
@@ -355,6 +356,8 @@ fn session(stream: UnixStream, last_published: &mut u64, watch: &mut UnclaimedWa
     });
     let mut sent_gen = 0u64;
     let mut lease = Lease::new(welcome_lease);
+    crate::hint::session_started();
+    let mut hints = crate::hint::Reporter::new();
     let wake = crate::edges::wake_fd();
     let mut last_renew = Instant::now();
     let mut offered = false;
@@ -449,18 +452,20 @@ fn session(stream: UnixStream, last_published: &mut u64, watch: &mut UnclaimedWa
         lease.check(Instant::now());
         retry_releases();
         let (mut edges_seen, busy) = sample_activity(watch);
+        // An open request hint holds the process busy (hint.rs).
+        let hinted = crate::hint::tick(!busy.is_empty());
         if edges {
-            if !busy.is_empty() {
+            if !busy.is_empty() || hinted {
                 crate::edges::arm();
                 crate::edges::board_busy();
             } else if crate::edges::armed() {
                 // Every queue idle: the next launch wakes this thread again. One more sample
-                // catches a launch that saw the report still outstanding (edges.rs).
+                // catches a launch (or a hint) that saw the report still outstanding (edges.rs).
                 crate::edges::board_idle();
                 crate::edges::disarm();
                 let (again, busy) = sample_activity(watch);
                 edges_seen.extend(again);
-                if !busy.is_empty() {
+                if !busy.is_empty() || crate::hint::open() {
                     crate::edges::arm();
                     crate::edges::board_busy();
                 }
@@ -486,6 +491,13 @@ fn session(stream: UnixStream, last_published: &mut u64, watch: &mut UnclaimedWa
                     edges_seen.push((queue_id, true));
                 }
             }
+        }
+        // Before the queues' edges: the agent keeps the process busy through the idle reports
+        // that follow a hint's ring.
+        if let Some(m) = hints.next(now)
+            && let Err(e) = send(&mut w, &m)
+        {
+            return End::Error(e);
         }
         for (queue_id, busy) in edges_seen {
             let queue_id = QueueId(queue_id);

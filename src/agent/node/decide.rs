@@ -150,7 +150,15 @@ impl NodeState {
             let on = self.cfg.edges && preempts_others(&self.cfg.policy, p.class());
             if p.edges_sent != Some(on) && (on || p.edges_sent.is_some()) {
                 p.edges_sent = Some(on);
-                out.push(Out::Shim(p.conn, crate::proto::AgentMsg::Edges { on }));
+                p.hint.timeout = super::hint::timeout_for(on);
+                let hint_timeout_ms = super::hint::as_ms(p.hint.timeout);
+                out.push(Out::Shim(
+                    p.conn,
+                    crate::proto::AgentMsg::Edges {
+                        on,
+                        hint_timeout_ms,
+                    },
+                ));
             }
         }
     }
@@ -348,6 +356,7 @@ fn mark_stale_one(
     now: Instant,
     st: &mut (Option<Instant>, bool),
 ) {
+    super::hint::expire(counters, pid, p, now, st);
     let (stale, at) = p.staleness(now);
     if stale && !p.stale {
         st.1 = true;

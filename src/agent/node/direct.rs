@@ -180,11 +180,13 @@ impl NodeState {
                 continue;
             }
             if let Some((board, slot)) = p.writer {
-                if p.stale && self.direct.stale_cleared.insert(*pid) {
+                // Stale, or busy by a request hint the agent expired (hint.rs).
+                let off = p.stale || p.hint.expired();
+                if off && self.direct.stale_cleared.insert(*pid) {
                     self.counters.direct_cleared += 1;
                     out.push(Out::ClearSlot { board, slot });
                     cleared.push(board);
-                } else if !p.stale {
+                } else if !off {
                     self.direct.stale_cleared.remove(pid);
                 }
                 continue;

@@ -136,6 +136,8 @@ pub(super) struct Proc {
     pub(super) accounted: Option<Accounted>,
     /// Direct edges (`direct.rs`): its slot on its class's edge board, as a writer.
     pub(super) writer: Option<(u32, u32)>,
+    /// Its request hint (`hint.rs`).
+    pub(super) hint: super::hint::Hint,
 }
 
 /// A process's state at its last time account.
@@ -185,6 +187,7 @@ impl Proc {
     ) -> Proc {
         let mut p = Proc {
             conn,
+            hint: Default::default(),
             via,
             leaving: false,
             id,
@@ -250,8 +253,21 @@ impl Proc {
         self.warnings.push_back(w);
     }
 
-    /// The last activity sample of queue `qid`, else the registry's.
+    /// Queue `qid` is busy: its process's request hint holds, or [`Proc::reported_busy`].
     pub(super) fn queue_busy(&self, qid: QueueId) -> bool {
+        self.hint.holds() || self.reported_busy(qid)
+    }
+
+    /// Some queue is busy by the shim's reports (work, not a hint).
+    pub(super) fn reported_any_busy(&self) -> bool {
+        self.registry
+            .queues
+            .iter()
+            .any(|q| self.reported_busy(q.queue_id))
+    }
+
+    /// The last activity sample of queue `qid`, else the registry's.
+    pub(super) fn reported_busy(&self, qid: QueueId) -> bool {
         self.busy.get(&qid).copied().unwrap_or_else(|| {
             self.registry
                 .queues

@@ -70,7 +70,14 @@ impl NodeState {
                     true
                 }
                 ShimMsg::Activity { queue_id, busy } => {
-                    let changed = p.busy.insert(queue_id, busy) != Some(busy);
+                    let prev = p.busy.insert(queue_id, busy);
+                    let reported = prev != Some(busy);
+                    // Work under a hint (reported, or drained now): its bound counts from here.
+                    if busy || prev == Some(true) {
+                        p.hint.work(now);
+                    }
+                    // While a request hint holds, the queue is busy whatever is reported.
+                    let changed = reported && !p.hint.holds();
                     p.refresh_busy();
                     if changed {
                         self.edges_pending.push((pid, queue_id, busy));
@@ -86,6 +93,7 @@ impl NodeState {
                 } => self.self_level(pid, level, ok, detail, now),
                 // The server takes the doorbell's descriptor (server.rs); here it is news only.
                 ShimMsg::Doorbell {} => false,
+                ShimMsg::Hint { on, expired } => self.hint_message(pid, on, expired, now),
             };
         if released {
             self.policy.released_outside(pid, self.now_ns(now));
