@@ -43,7 +43,10 @@ fn a_busy_edge_is_reported_by_the_launch_not_the_next_sample() {
     let mut c = accept_with_lease(&l, None);
     app.wait_line("CHECKPOINT ready");
     let q = first_queue(&mut c, 1);
-    c.send(&AgentMsg::Edges { on: true });
+    c.send(&AgentMsg::Edges {
+        on: true,
+        hint_timeout_ms: None,
+    });
     // This agent end never takes the shim's doorbell (it reads the offer as any line, as an
     // agent before doorbells does): the launch must fall back to waking the control thread.
     // The shim samples right after it answers a command: the next sample is 100 ms after
