@@ -148,9 +148,13 @@ impl NodeState {
     fn edges(&mut self, out: &mut Vec<Out>) {
         for p in self.procs.values_mut() {
             let on = self.cfg.edges && preempts_others(&self.cfg.policy, p.class());
-            if p.edges_sent != Some(on) && (on || p.edges_sent.is_some()) {
+            // Said again when its class's hint bound changed (a reload).
+            let hint = super::hint::timeout_for(&self.cfg.policy, p.class(), on);
+            if (p.edges_sent != Some(on) && (on || p.edges_sent.is_some()))
+                || (on && p.hint.timeout != hint)
+            {
                 p.edges_sent = Some(on);
-                p.hint.timeout = super::hint::timeout_for(on);
+                p.hint.timeout = hint;
                 let hint_timeout_ms = super::hint::as_ms(p.hint.timeout);
                 out.push(Out::Shim(
                     p.conn,

@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 use super::NodeState;
 use super::process::Proc;
 use crate::ids::Pid;
+use crate::policy::PolicyConfig;
 use crate::proto::control::Counters;
 
 /// A process's request hint, as the agent holds it.
@@ -55,9 +56,15 @@ impl Hint {
     }
 }
 
-/// `hint_timeout_ms` for a process of `class` whose busy edges are `on` (`None`: hints refused).
-pub(super) fn timeout_for(on: bool) -> Option<Duration> {
-    on.then_some(crate::proto::DEFAULT_HINT_TIMEOUT)
+/// `hint_timeout_ms` for a process of class `class` whose busy edges are `on` (`None`: hints
+/// refused).
+pub(super) fn timeout_for(policy: &PolicyConfig, class: &str, on: bool) -> Option<Duration> {
+    let ms = policy.class(class).and_then(|c| c.hint_timeout_ms);
+    on.then(|| {
+        ms.map_or(crate::proto::DEFAULT_HINT_TIMEOUT, |m| {
+            Duration::from_millis(m.into())
+        })
+    })
 }
 
 /// `Duration` as the wire's ms.

@@ -82,6 +82,15 @@ pub(super) fn node(t0: Instant) -> NodeState {
 
 /// [`node`] with another agent file.
 pub(super) fn node_with(config: &str, t0: Instant) -> NodeState {
+    node_with_edges(config, t0, Some(50))
+}
+
+/// [`node_with`], the serving class's hint bound `hint_timeout_ms`.
+pub(super) fn node_with_edges(
+    config: &str,
+    t0: Instant,
+    hint_timeout_ms: Option<u32>,
+) -> NodeState {
     let cfg = AgentConfig::parse(config, None).unwrap();
     let parts = vec![PartitionObs {
         gpu_id: GPU,
@@ -113,7 +122,7 @@ pub(super) fn node_with(config: &str, t0: Instant) -> NodeState {
             1,
             crate::proto::AgentMsg::Edges {
                 on: true,
-                hint_timeout_ms: Some(50)
+                hint_timeout_ms
             }
         )],
         "nothing else to do while everything is idle"

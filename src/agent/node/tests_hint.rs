@@ -170,3 +170,26 @@ fn a_queue_created_under_a_hint_is_busy_with_it() {
     assert_eq!(s.queues.len(), 2);
     assert!(s.queues.iter().all(|q| q.busy), "{s:?}");
 }
+
+#[test]
+fn the_class_sets_the_bound_and_a_bad_one_is_refused_naming_the_rule() {
+    let t0 = Instant::now();
+    let config =
+        super::tests::CONFIG.replace("priority = 13\n", "priority = 13\nhint_timeout_ms = 5\n");
+    let mut n = super::tests::node_with_edges(&config, t0, Some(5));
+    assert_eq!(step(&mut n, SERVING, hint(true), t0), [preempt(1)]);
+    step(&mut n, TRAINING, ack(1, true), t0);
+    assert_eq!(at(&mut n, ms(t0, 4)), []);
+    assert_eq!(at(&mut n, ms(t0, 5)), [release(2)]);
+    for bad in ["0", "60001"] {
+        let c = super::tests::CONFIG.replace(
+            "priority = 13\n",
+            &format!("priority = 13\nhint_timeout_ms = {bad}\n"),
+        );
+        let e = AgentConfig::parse(&c, None).unwrap_err().to_string();
+        assert!(
+            e.contains("hint_timeout_ms") && e.contains("1..=60000"),
+            "{e}"
+        );
+    }
+}
