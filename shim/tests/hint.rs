@@ -1,7 +1,8 @@
 //! Request hints (docs/shim.md, "Request hints"): a latency client that calls
 //! `kfdq_request_begin` / `kfdq_request_end` through `shim/include/kfdq.h` (looked up at run
 //! time; the program does not link the shim) next to a batch flood, under the real shim and
-//! the real kfdqd on kfd-emu.
+//! the real kfdqd on kfd-emu. The Python package (python/) runs the same steps through ctypes
+//! (`python_*`, and the cases without an agent or without the shim).
 
 mod common;
 
@@ -20,25 +21,66 @@ const NO_AGENT: &str = "-2";
 const NOT_ALLOWED: &str = "-3";
 const NOT_BEGUN: &str = "-4";
 
-/// `programs/hint.c`, compiled once against fakehip with the shim's header.
-fn hint_program() -> PathBuf {
-    static P: OnceLock<PathBuf> = OnceLock::new();
-    P.get_or_init(|| {
+/// The hinting clients: `programs/hint.c` (C, through shim/include/kfdq.h) and
+/// `programs/hint.py` (the Python package, python/, through ctypes), with the same steps.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Lang {
+    C,
+    Python,
+}
+
+/// What the clients are built into, once per test binary.
+struct Built {
+    hint: PathBuf,
+    ops: PathBuf,
+}
+
+fn built() -> &'static Built {
+    static B: OnceLock<Built> = OnceLock::new();
+    B.get_or_init(|| {
         let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
         let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
             .join(format!("kfdq-shim-hint-{}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("program dir");
-        let out = dir.join("hint");
+        let hint = dir.join("hint");
         let include = format!("-I{}", manifest.join("include").display());
         fakehip::compile_program(
             &manifest.join("tests/programs/hint.c"),
-            &out,
+            &hint,
             &["-Wextra", "-Werror", "-pthread", &include],
         )
         .unwrap_or_else(|e| panic!("{e}"));
-        out
+        let ops = dir.join("libkfdqtest_hintops.so");
+        fakehip::compile_program(
+            &manifest.join("tests/programs/hintops.c"),
+            &ops,
+            &["-shared", "-fPIC", "-Wextra", "-Werror"],
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        Built { hint, ops }
     })
-    .clone()
+}
+
+/// The client in `lang` with the request's shape (4 dispatches of 2560 work-groups x 2 ms).
+fn launch(lang: Lang) -> Launch<'static> {
+    let shape = ["4", "2000", "2560"];
+    match lang {
+        Lang::C => Launch::new(built().hint.clone()).args(shape),
+        Lang::Python => {
+            let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+            let repo = manifest.parent().expect("the shim is in the workspace");
+            Launch::new(PathBuf::from("python3"))
+                .arg(
+                    manifest
+                        .join("tests/programs/hint.py")
+                        .display()
+                        .to_string(),
+                )
+                .arg(built().ops.display().to_string())
+                .args(shape)
+                .env("PYTHONPATH", repo.join("python").display().to_string())
+        }
+    }
 }
 
 /// The latency class's hint bound for these tests: long enough that no hint expires while a
@@ -64,13 +106,10 @@ fn flood(emu: &Emu, agent: &Agent, class: &str) -> (App, u32) {
     (app, q)
 }
 
-/// The hinting client (`programs/hint.c`: one request of 4 x 2560 work-groups x 2 ms) in
-/// `class`, told `agent`'s socket if given (and, under the shim, connected to it); returned
-/// once past its warm-up.
-fn client(emu: &Emu, agent: Option<&Agent>, class: &str, preload: bool) -> App {
-    let mut l = Launch::new(hint_program())
-        .args(["4", "2000", "2560"])
-        .env("KFDQ_CLASS", class);
+/// The hinting client in `lang` and `class`, told `agent`'s socket if given (and, under the
+/// shim, connected to it); returned once past its warm-up.
+fn client(emu: &Emu, agent: Option<&Agent>, class: &str, preload: bool, lang: Lang) -> App {
+    let mut l = launch(lang).env("KFDQ_CLASS", class);
     if let Some(a) = agent {
         l = l.env("KFDQ_SOCKET", a.sock.display().to_string());
         if preload {
@@ -108,11 +147,11 @@ fn process_running(agent: &Agent, pid: u32) {
 /// The hint preempts the batch job before the client's first launch of the request (its
 /// queue has completed nothing since its warm-up, the batch queue is off in the emulator), and
 /// its end releases the batch job through the release rule.
-fn preempts_before_the_first_launch(config: &str) {
+fn preempts_before_the_first_launch(config: &str, lang: Lang) {
     let emu = mount();
     let agent = Agent::start(&emu, &with_hint_timeout(config.to_string(), 60_000));
     let (lp, q) = flood(&emu, &agent, "batch");
-    let mut hp = client(&emu, Some(&agent), "latency", true);
+    let mut hp = client(&emu, Some(&agent), "latency", true, lang);
     assert_eq!(hp.wait_line("symbols"), "symbols 1 1");
     let hq = agent.process(hp.pid).unwrap().queues[0].queue_id.0;
     // (Its warm-up may have preempted the batch job already.)
@@ -163,23 +202,38 @@ fn preempts_before_the_first_launch(config: &str) {
 #[test]
 #[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn a_hint_preempts_before_the_first_launch_and_its_end_releases_direct_edges() {
-    preempts_before_the_first_launch(&two_classes("deactivate"));
+    preempts_before_the_first_launch(&two_classes("deactivate"), Lang::C);
+}
+
+#[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
+fn python_a_hint_preempts_before_the_first_launch_and_its_end_releases() {
+    preempts_before_the_first_launch(&two_classes("deactivate"), Lang::Python);
 }
 
 #[test]
 #[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn a_hint_preempts_before_the_first_launch_and_its_end_releases_agents_commands() {
-    preempts_before_the_first_launch(&agents_path("deactivate"));
+    preempts_before_the_first_launch(&agents_path("deactivate"), Lang::C);
 }
 
 #[test]
 #[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn a_batch_process_hint_is_refused_and_preempts_nobody() {
+    batch_refused(Lang::C);
+}
+
+#[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
+fn python_a_batch_process_hint_is_refused_and_preempts_nobody() {
+    batch_refused(Lang::Python);
+}
+
+fn batch_refused(lang: Lang) {
     let emu = mount();
     let agent = Agent::start(&emu, &two_classes("deactivate"));
     let (lp, q) = flood(&emu, &agent, "batch");
-    let mut hp = Launch::new(hint_program())
-        .args(["4", "2000", "2560"])
+    let mut hp = launch(lang)
         .env("KFDQ_CLASS", "batch")
         .env("KFDQ_SOCKET", agent.sock.display().to_string())
         .start(&emu);
@@ -201,11 +255,21 @@ fn a_batch_process_hint_is_refused_and_preempts_nobody() {
 #[test]
 #[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn a_hint_never_followed_by_work_expires_and_the_batch_job_runs_again() {
+    expires(Lang::C);
+}
+
+#[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
+fn python_a_hint_never_followed_by_work_expires_and_the_batch_job_runs_again() {
+    expires(Lang::Python);
+}
+
+fn expires(lang: Lang) {
     let emu = mount();
     // The default bound (50 ms).
     let agent = Agent::start(&emu, &two_classes("deactivate"));
     let (lp, q) = flood(&emu, &agent, "batch");
-    let mut hp = client(&emu, Some(&agent), "latency", true);
+    let mut hp = client(&emu, Some(&agent), "latency", true, lang);
     wait_for("the batch queue runnable", || runs(emu.queue(lp.pid, q)));
     let before = agent.status().counters;
     hp.release("ready");
@@ -239,11 +303,11 @@ fn a_hint_never_followed_by_work_expires_and_the_batch_job_runs_again() {
 
 /// A hinting client killed (SIGKILL) or stopped (SIGSTOP) with its hint open releases the
 /// batch job: its connection closes, or its reports go stale (the bound is a minute here).
-fn gone_while_hinting(sig: Signal) {
+fn gone_while_hinting(sig: Signal, lang: Lang) {
     let emu = mount();
     let agent = Agent::start(&emu, &with_hint_timeout(two_classes("deactivate"), 60_000));
     let (lp, q) = flood(&emu, &agent, "batch");
-    let mut hp = client(&emu, Some(&agent), "latency", true);
+    let mut hp = client(&emu, Some(&agent), "latency", true, lang);
     wait_for("the batch queue runnable", || runs(emu.queue(lp.pid, q)));
     hp.release("ready");
     assert_eq!(rc(&mut hp, "begin"), OK);
@@ -268,20 +332,32 @@ fn gone_while_hinting(sig: Signal) {
 #[test]
 #[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn a_client_killed_while_hinting_releases_everyone() {
-    gone_while_hinting(Signal::SIGKILL);
+    gone_while_hinting(Signal::SIGKILL, Lang::C);
+}
+
+#[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
+fn python_a_client_killed_while_hinting_releases_everyone() {
+    gone_while_hinting(Signal::SIGKILL, Lang::Python);
 }
 
 #[test]
 #[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn a_client_stopped_while_hinting_releases_everyone() {
-    gone_while_hinting(Signal::SIGSTOP);
+    gone_while_hinting(Signal::SIGSTOP, Lang::C);
 }
 
 #[test]
 #[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn without_an_agent_the_hint_says_so_and_changes_nothing() {
+    for lang in [Lang::C, Lang::Python] {
+        without_an_agent(lang);
+    }
+}
+
+fn without_an_agent(lang: Lang) {
     let emu = mount();
-    let mut hp = client(&emu, None, "latency", true);
+    let mut hp = client(&emu, None, "latency", true, lang);
     assert_eq!(hp.wait_line("symbols"), "symbols 1 1");
     hp.go();
     assert_eq!(rc(&mut hp, "begin"), NO_AGENT);
@@ -296,8 +372,11 @@ fn without_an_agent_the_hint_says_so_and_changes_nothing() {
 fn without_the_shim_the_helpers_say_so_with_or_without_an_agent() {
     let emu = mount();
     let agent = Agent::start(&emu, &two_classes("deactivate"));
-    for socket in [None, Some(&agent)] {
-        let mut hp = client(&emu, socket, "latency", false);
+    for (socket, lang) in [None, Some(&agent)]
+        .into_iter()
+        .flat_map(|s| [(s, Lang::C), (s, Lang::Python)])
+    {
+        let mut hp = client(&emu, socket, "latency", false, lang);
         assert_eq!(hp.wait_line("symbols"), "symbols 0 0");
         hp.go();
         assert_eq!(rc(&mut hp, "begin"), NO_SHIM);
