@@ -386,3 +386,20 @@ fn without_the_shim_the_helpers_say_so_with_or_without_an_agent() {
         hp.finish();
     }
 }
+
+#[test]
+fn the_shim_exports_both_functions_unversioned() {
+    let out = std::process::Command::new("nm")
+        .args(["-D", "--defined-only"])
+        .arg(shim_path())
+        .output()
+        .expect("run nm (binutils)");
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    for f in ["kfdq_request_begin", "kfdq_request_end"] {
+        assert!(
+            text.lines().any(|l| l.ends_with(&format!(" T {f}"))),
+            "{f} is not a defined function of the shim's dynamic symbols:\n{text}"
+        );
+    }
+}
