@@ -360,7 +360,11 @@ fn mark_stale_one(
     now: Instant,
     st: &mut (Option<Instant>, bool),
 ) {
-    super::hint::expire(counters, pid, p, now, st);
+    let working = p.stale || p.reported_any_busy();
+    if let Some(w) = super::hint::expire(counters, pid, &mut p.hint, working, now, st) {
+        p.refresh_busy();
+        p.warn(w);
+    }
     let (stale, at) = p.staleness(now);
     if stale && !p.stale {
         st.1 = true;

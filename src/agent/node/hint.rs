@@ -17,7 +17,6 @@
 use std::time::{Duration, Instant};
 
 use super::NodeState;
-use super::process::Proc;
 use crate::ids::Pid;
 use crate::policy::PolicyConfig;
 use crate::proto::control::Counters;
@@ -125,33 +124,35 @@ impl NodeState {
     }
 }
 
-/// Expires `p`'s hint when it held for its bound without work (part of the staleness walk,
-/// `decide.rs`): `st` is (when the next one expires, whether one expired now).
+/// Expires `hint` when it held for its bound without work (part of the staleness walk,
+/// `decide.rs`; `working`: the process's reports count a queue busy, or went stale). `st` is
+/// (when the next one expires, whether one expired now). Returns the process's warning when
+/// it expired now (its caller recomputes its busy state).
 pub(super) fn expire(
     counters: &mut Counters,
     pid: Pid,
-    p: &mut Proc,
+    hint: &mut Hint,
+    working: bool,
     now: Instant,
     st: &mut (Option<Instant>, bool),
-) {
-    if !p.hint.holds() || p.stale || p.reported_any_busy() {
-        return;
+) -> Option<String> {
+    if !hint.holds() || working {
+        return None;
     }
-    let (Some(since), Some(t)) = (p.hint.since, p.hint.timeout) else {
-        return;
+    let (Some(since), Some(t)) = (hint.since, hint.timeout) else {
+        return None;
     };
     let at = since + t;
     if now < at {
         st.0 = Some(st.0.map_or(at, |n: Instant| n.min(at)));
-        return;
+        return None;
     }
-    p.hint.expired = true;
+    hint.expired = true;
     counters.hint_expiries += 1;
-    p.refresh_busy();
     st.1 = true;
-    p.warn(format!(
+    tracing::info!(pid = %pid, "request hint expired");
+    Some(format!(
         "its request hint expired: {} ms without GPU work (never followed by work, or never ended); its queues count as idle until the hint ends",
         t.as_millis()
-    ));
-    tracing::info!(pid = %pid, "request hint expired");
+    ))
 }
