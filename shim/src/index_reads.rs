@@ -2,7 +2,7 @@
 //!
 //! The write and read indices of a queue live in the runtime's memory, which the runtime frees
 //! once its DESTROY_QUEUE of the queue returns. Reads under the registry lock check that the
-//! queue is registered and not dying (`state.rs`). The in-flight window reads them on every
+//! queue is registered and not dying (`state/queue.rs`). The in-flight window reads them on every
 //! launch without the lock, from addresses it looked up earlier; for those reads the rule is:
 //!
 //! > A lock-free read of a queue's indices happens inside a *read section* opened at the
@@ -20,7 +20,9 @@
 //! Each thread announces its open section in a slot of its own (one store, no shared cache line),
 //! and the waiting side makes the announcement visible with `membarrier(2)` (a barrier on every
 //! thread of the process, paid only by the rare waiter), so a read costs two plain stores and a
-//! load on top of the reads themselves. Where `membarrier` is not available both sides use a full
+//! load on top of the reads themselves, which are kernel copies (`self_mem.rs`: one
+//! `process_vm_readv`), never loads of ours: memory the runtime freed without the hook seeing it
+//! reads as (0, 0) instead of faulting the process (issue 50 item 12). Where `membarrier` is not available both sides use a full
 //! fence instead. A thread without a slot (more than [`SLOTS`] threads reading at once) reads
 //! under the registry lock instead.
 
@@ -28,6 +30,7 @@ use std::cell::Cell;
 use std::sync::Once;
 use std::sync::atomic::{AtomicU8, AtomicU64, Ordering, compiler_fence, fence};
 
+use crate::self_mem::Words;
 use crate::window_setting::WINDOW_GEN;
 
 /// Slots for threads that read indices without the lock.
@@ -137,12 +140,15 @@ pub enum Read {
 
 /// Reads the 64-bit indices at `wptr` and `rptr` inside a read section at `generation`.
 ///
-/// # Safety
-/// `wptr` and `rptr` are 8-byte aligned addresses of a queue's indices, taken from the registry,
-/// under its lock, for a registered queue that was not dying, after `generation` was read from
-/// [`WINDOW_GEN`] (the module's rule).
+/// The words are copied by the kernel (`self_mem.rs`), so the read cannot fault, even on memory
+/// the runtime freed without a DESTROY_QUEUE the hook saw: such memory reads as an idle queue,
+/// (0, 0), so the window lets the launch go (the registry forgets the queue at its next read
+/// under the lock). The section and its generation make the words this queue's live indices:
+/// `wptr` and `rptr` are to be a queue's index addresses, taken from the registry, under its
+/// lock, for a registered queue that was not dying, after `generation` was read from
+/// [`WINDOW_GEN`] (the module's rule); other addresses read whatever is there, or (0, 0).
 #[inline(always)]
-pub unsafe fn read(wptr: usize, rptr: usize, generation: u64) -> Read {
+pub fn read(wptr: usize, rptr: usize, generation: u64) -> Read {
     let Some(slot) = slot() else {
         return Read::NoSlot;
     };
@@ -153,15 +159,11 @@ pub unsafe fn read(wptr: usize, rptr: usize, generation: u64) -> Read {
         fence(Ordering::SeqCst);
     }
     let r = if WINDOW_GEN.load(Ordering::SeqCst) == generation {
-        // SAFETY: the section is open at `generation` and the generation has not moved, so
-        // whatever lets this queue's memory go waits in `retire` until the section closes (the
-        // module's rule); the addresses are the queue's aligned indices (the caller's contract).
-        // Volatile: the CP writes the read index, other threads the write index.
-        unsafe {
-            Read::Indices(
-                std::ptr::read_volatile(wptr as *const u64),
-                std::ptr::read_volatile(rptr as *const u64),
-            )
+        // The section is open at `generation` and the generation has not moved, so whatever lets
+        // this queue's memory go through the hook waits in `retire` until the section closes.
+        match crate::self_mem::read_pair(wptr as u64, rptr as u64) {
+            Words::Read(w, r) => Read::Indices(w, r),
+            Words::Unmapped | Words::Failed => Read::Indices(0, 0),
         }
     } else {
         Read::Stale
@@ -230,13 +232,22 @@ mod tests {
             &idx[1] as *const u64 as usize,
         );
         let now = WINDOW_GEN.load(Ordering::SeqCst);
-        // SAFETY: `idx` lives for the whole test and is aligned.
-        let got = unsafe { read(w, r, now) };
+        let got = read(w, r, now);
         // Another test may move the generation meanwhile; then nothing is read.
         assert!(matches!(got, Read::Indices(9, 4) | Read::Stale), "{got:?}");
-        // SAFETY: as above.
-        assert_eq!(unsafe { read(w, r, 0) }, Read::Stale, "an older generation");
+        assert_eq!(read(w, r, 0), Read::Stale, "an older generation");
         // No section of this thread is open now: retire does not wait for it.
         retire(WINDOW_GEN.load(Ordering::SeqCst));
+    }
+
+    #[test]
+    fn freed_memory_reads_as_an_idle_queue() {
+        let page = crate::self_mem::test_page();
+        let p = page as usize;
+        // SAFETY: the page mapped above, unused from here on.
+        assert_eq!(unsafe { libc::munmap(page, 4096) }, 0);
+        let now = WINDOW_GEN.load(Ordering::SeqCst);
+        let got = read(p, p + 8, now);
+        assert!(matches!(got, Read::Indices(0, 0) | Read::Stale), "{got:?}");
     }
 }

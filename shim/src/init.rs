@@ -51,11 +51,25 @@ fn init_slow() {
     }
 }
 
+/// The environment defaults were not set at load: the process already ran other threads (the
+/// shim was `dlopen`ed), where `setenv` would race their `getenv`. Reported at initialisation.
+static ENV_NOT_SET: AtomicBool = AtomicBool::new(false);
+
+/// The number of threads of this process (`/proc/self/stat`, field 20), when it can be read.
+fn threads() -> Option<u64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // Fields after the command name, which may itself hold spaces and parentheses: state (3),
+    // ..., num_threads (20).
+    let rest = &stat[stat.rfind(')')? + 1..];
+    rest.split_whitespace().nth(17)?.parse().ok()
+}
+
+#[cfg_attr(test, allow(dead_code))]
 fn set_default_env(key: &str, value: &str) {
     if std::env::var_os(key).is_none() {
-        // SAFETY: setenv races with concurrent getenv in other threads. This runs from the
-        // load-time constructor below (before `main`, one thread) or, if that did not run, at the
-        // first intercepted call, before the call is forwarded to the runtime.
+        // SAFETY: setenv races only with other threads' getenv/setenv, and the caller
+        // (`env_defaults_at_load`) runs this only when the process has one thread, the calling
+        // one: no other thread exists to race it, and none can start while this one is here.
         unsafe { std::env::set_var(key, value) };
     }
 }
@@ -63,8 +77,15 @@ fn set_default_env(key: &str, value: &str) {
 /// The runtime's environment defaults, set when the shim is loaded: the runtime reads them at
 /// its initialisation, which the first HIP call of any kind triggers — possibly one the shim
 /// does not wrap (`hipGetDeviceCount`, as PyTorch does first). Nothing else happens at load
-/// (docs/field-reports.md, lesson 4: work in constructors hung `import torch`).
+/// (docs/field-reports.md, lesson 4: work in constructors hung `import torch`). Preloaded, the
+/// shim loads before `main`, with one thread; `dlopen`ed into a process that already runs
+/// threads, nothing is set (a warning says so at initialisation).
+#[cfg_attr(test, allow(dead_code))]
 extern "C" fn env_defaults_at_load() {
+    if threads() != Some(1) {
+        ENV_NOT_SET.store(true, Ordering::Relaxed);
+        return;
+    }
     // The built-in value for the class, unless the user or `kfdq run` (the agent's value)
     // chose; docs/policy.md, "Hardware queues per class".
     let class = std::env::var("KFDQ_CLASS").ok();
@@ -83,9 +104,6 @@ static ENV_DEFAULTS_AT_LOAD: extern "C" fn() = env_defaults_at_load;
 fn do_init() {
     let cfg = config();
     crate::log::VERBOSE.store(cfg.log, Ordering::Relaxed);
-    // Give every stream its own hardware queue where the runtime allows it, and the null stream
-    // a dedicated one (ROCclr); the user's own settings win. Normally done at load already.
-    env_defaults_at_load();
     {
         let mut st = STATE.lock();
         st.policy = cfg.policy;
@@ -98,6 +116,18 @@ fn do_init() {
             .or_else(|| cfg.class.clone());
         for w in &cfg.warnings {
             st.report(w.clone());
+        }
+        // The runtime's defaults (a hardware queue per stream where it allows, a dedicated one
+        // for the null stream; the user's own settings win) are set at load only.
+        if ENV_NOT_SET.load(Ordering::Relaxed) {
+            let hw_queues = kfdq::policy::class::hw_queues_for(st.class.as_deref());
+            st.report(format!(
+                "the shim was loaded into a process that already ran threads (dlopen), so it did not set \
+                 GPU_MAX_HW_QUEUES={} and DEBUG_HIP_DYNAMIC_QUEUES={DEFAULT_DYNAMIC_QUEUES} (setting the \
+                 environment then races the other threads); set them before the process starts, or preload \
+                 the shim (LD_PRELOAD, `kfdq run`)",
+                hw_queues
+            ));
         }
         st.refresh_flags();
     }
@@ -141,4 +171,18 @@ extern "C" fn after_fork_child() {
 
 extern "C" fn at_exit() {
     let _ = std::panic::catch_unwind(crate::registry_file::remove_registry_file);
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_thread_count_is_read() {
+        let n = super::threads().expect("/proc/self/stat");
+        assert!(n >= 1, "{n}");
+        let (tx, rx) = std::sync::mpsc::channel::<()>();
+        let t = std::thread::spawn(move || rx.recv());
+        assert!(super::threads().unwrap() >= 2, "a second thread is counted");
+        drop(tx);
+        let _ = t.join();
+    }
 }

@@ -8,7 +8,8 @@
 //! The indices' addresses are cached per thread (a few entries, each with the `WINDOW_GEN`
 //! generation it was looked up at), and read without the lock inside a read section at that
 //! generation (`index_reads.rs`, which states the rule): a launch under the window costs the
-//! section's two stores and a load, the two index loads and a compare on top of the fast path.
+//! section's two stores and a load, one `process_vm_readv` of the two indices (a kernel copy, so
+//! freed memory cannot fault the process) and a compare on top of the fast path.
 //! When the generation has moved (the registry changed, a queue is being destroyed) the section
 //! reads nothing and the stream's queue is looked up again.
 //!
@@ -80,8 +81,8 @@ thread_local! {
 /// under the lock when this thread has no slot. `None`: the generation moved, look up again.
 #[inline(always)]
 fn indices(t: QueueIndices) -> Option<(u64, u64)> {
-    // SAFETY: `t` was made by the registry's lookup under the rule (see `QueueIndices`).
-    match unsafe { index_reads::read(t.wptr, t.rptr, t.generation) } {
+    // `t` was made by the registry's lookup under the rule (see `QueueIndices`).
+    match index_reads::read(t.wptr, t.rptr, t.generation) {
         Read::Indices(w, r) => Some((w, r)),
         Read::Stale => None,
         Read::NoSlot => Some(locked_indices(t.queue)),

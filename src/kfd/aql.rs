@@ -10,6 +10,15 @@ use super::memory::{AllocFlags, Allocation};
 /// Bytes per AQL packet.
 pub const PACKET_SIZE: u64 = 64;
 
+/// Whether a queue is busy: its write index is above its read index, i.e. packets were written
+/// that the packet processor has not consumed yet. Both indexes count packets from the queue's
+/// creation and only grow (HSA runtime specification, "Architected Queuing Language": the
+/// producer advances the write index, the packet processor the read index). The one definition
+/// the shim's samples and the agent's tracer use.
+pub fn busy(write_index: u64, read_index: u64) -> bool {
+    write_index > read_index
+}
+
 /// `hsa_packet_type_t` values.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[repr(u8)]
@@ -186,6 +195,17 @@ impl<'k> Signal<'k> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_queue_is_busy_while_packets_wait() {
+        assert!(busy(5, 2));
+        assert!(!busy(5, 5), "all consumed");
+        assert!(!busy(0, 0), "never used");
+        assert!(
+            !busy(2, 5),
+            "a read index ahead (a torn or stale sample) is not work"
+        );
+    }
 
     #[test]
     fn dispatch_packet_layout() {

@@ -3,7 +3,6 @@
 
 use super::Server;
 use crate::agent::node::Out;
-use crate::agent::tracer::Cmd;
 use crate::chain::Stage;
 use crate::proto::AgentMsg;
 
@@ -18,16 +17,12 @@ impl Server<'_> {
         for o in outbox.drain(..) {
             // Encoded straight into the connection's buffer.
             let (cid, queued) = match o {
-                Out::Shim(c, msg) if self.traced.contains_key(&c) => {
-                    if let (Some(t), Some(pid)) = (&mut self.tracer, self.traced.get(&c)) {
-                        t.send(Cmd::Command { pid: *pid, msg });
-                    }
+                Out::Shim(c, msg) if self.tracer.owns(c) => {
+                    self.tracer.command(c, msg);
                     continue;
                 }
                 Out::Untrace(c, why) => {
-                    if let (Some(t), Some(pid)) = (&mut self.tracer, self.traced.get(&c)) {
-                        t.send(Cmd::Leave { pid: *pid, why });
-                    }
+                    self.tracer.untrace(c, why);
                     continue;
                 }
                 Out::Shim(c, m) => (c, self.peers.get_mut(&c).map(|p| p.conn.queue_msg(&m))),

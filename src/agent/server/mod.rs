@@ -6,7 +6,7 @@
 mod deliver;
 mod peers;
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap};
 use std::os::fd::AsFd;
 use std::os::unix::net::UnixListener;
 use std::path::PathBuf;
@@ -19,7 +19,6 @@ use nix::sys::signalfd::{SfdFlags, SignalFd};
 use super::board::Boards;
 use super::config::AgentConfig;
 use super::conn::{Conn, ConnId};
-use super::discover::{self, Found};
 use super::doorbell::Doorbells;
 use super::http::Endpoint;
 use super::identity::Identity;
@@ -27,20 +26,15 @@ use super::kubernetes::features;
 use super::kubernetes::watch::AllocationWatch;
 use super::node::{NodeState, Out};
 use super::notify::{Watchdog, notify};
-use super::tracer::{Cmd, Event, Tracer};
+use super::tracer::Sessions;
 use super::{AgentError, socket};
 use crate::chain::{Recorder, Stage};
-use crate::ids::Pid;
 use crate::kfd::{Root, Topology};
 use crate::policy::PartitionObs;
 use crate::proto::AgentMsg;
-use crate::proto::ShimMsg;
 
 /// How long shutdown waits for the shims to acknowledge their releases.
 const SHUTDOWN_WAIT: Duration = Duration::from_secs(2);
-/// A process the tracer could not take is tried again after this long (its debugger may have
-/// detached).
-const RETRY_LEFT_ALONE: Duration = Duration::from_secs(10);
 /// While a process carries a `KFDQ_ALLOCATION`, the allocations file is looked at (a stat)
 /// this often: the device plugin names a grant's pod once the kubelet's PodResources shows
 /// it, which is after the container started, so a process's pod labels lag by at most this.
@@ -167,17 +161,8 @@ struct Server<'a> {
     buckets: HashMap<u32, Bucket>,
     out: Vec<Out>,
     root: Root,
-    /// Processes without the shim (started at the first one to take).
-    tracer: Option<Tracer>,
-    /// Tracer sessions: connection id -> pid.
-    traced: BTreeMap<ConnId, Pid>,
-    /// Sent to the tracer, not answered yet: the process and its class.
-    seizing: BTreeMap<Pid, (Found, String)>,
-    /// Candidates of the last scan (a process is taken at its second).
-    candidates: BTreeSet<Pid>,
-    /// Not tried again before.
-    retry: BTreeMap<Pid, Instant>,
-    next_scan: Instant,
+    /// Processes without the shim: the tracer and its sessions.
+    tracer: Sessions,
     /// The device plugin's allocations file.
     allocations: AllocationWatch,
     /// When it is looked at next (while a process claims an allocation).
@@ -205,12 +190,7 @@ fn serve(
         buckets: HashMap::new(),
         out: Vec::new(),
         root: Root::new(&opts.root),
-        tracer: None,
-        traced: BTreeMap::new(),
-        seizing: BTreeMap::new(),
-        candidates: BTreeSet::new(),
-        retry: BTreeMap::new(),
-        next_scan: Instant::now(),
+        tracer: Sessions::new(Instant::now()),
         allocations,
         next_allocations: Instant::now(),
         chain: match Recorder::from_env() {
@@ -233,7 +213,11 @@ fn serve(
         let deadline = match stopping {
             Some(t) => Some(t + SHUTDOWN_WAIT),
             None => {
-                let scan = s.node.config().uses_tracer().then_some(s.next_scan);
+                let scan = s
+                    .node
+                    .config()
+                    .uses_tracer()
+                    .then_some(s.tracer.next_scan());
                 let allocations = s.node.has_claims().then_some(s.next_allocations);
                 [s.node.deadline(), scan, allocations]
                     .into_iter()
@@ -264,8 +248,8 @@ fn serve(
                 Some(m) => PollFd::new(m.fd(), PollFlags::POLLIN),
                 None => PollFd::new(sigfd.as_fd(), PollFlags::empty()),
             });
-            fds.push(match &s.tracer {
-                Some(t) => PollFd::new(t.fd(), PollFlags::POLLIN),
+            fds.push(match s.tracer.fd() {
+                Some(fd) => PollFd::new(fd, PollFlags::POLLIN),
                 None => PollFd::new(sigfd.as_fd(), PollFlags::empty()),
             });
             for id in &ids {
@@ -342,10 +326,10 @@ fn serve(
             dirty |= s.ring(cid, woke);
         }
         if tracer_ready {
-            dirty |= s.tracer_events(woke);
+            dirty |= s.tracer.events(s.node, s.chain.as_mut(), woke, &mut s.out);
         }
-        if stopping.is_none() && s.node.config().uses_tracer() && woke >= s.next_scan {
-            s.scan(woke);
+        if stopping.is_none() && s.node.config().uses_tracer() && woke >= s.tracer.next_scan() {
+            s.tracer.scan(s.node, &s.root, &mut s.next_id, woke);
         }
         if stopping.is_none() && s.node.has_claims() && woke >= s.next_allocations {
             dirty |= s.check_allocations(woke);
@@ -387,9 +371,7 @@ fn serve(
         if stopping.is_some() && !tracer_told {
             // After the releases went out: the tracer resumes and detaches everyone.
             tracer_told = true;
-            if let Some(t) = &mut s.tracer {
-                t.send(Cmd::Shutdown);
-            }
+            s.tracer.shutdown();
         }
         if sent_commands && dirty {
             s.node.record_decision(written, compute);
@@ -415,7 +397,7 @@ fn serve(
                 );
             }
             // Dropping the tracer joins its thread once it detached its tracees.
-            drop(s.tracer.take());
+            s.tracer.stop();
             return Ok(());
         }
     }
@@ -441,86 +423,6 @@ impl Server<'_> {
         // A doorbell goes with its connection.
         let peers = &self.peers;
         self.doorbells.retain(|c| peers.contains_key(&c));
-    }
-
-    /// Handles what the tracer reported; true when a decision is due.
-    fn tracer_events(&mut self, now: Instant) -> bool {
-        let events = match &mut self.tracer {
-            Some(t) => t.take_events(),
-            None => return false,
-        };
-        let mut dirty = false;
-        for e in events {
-            match e {
-                Event::Seized { pid, conn } => {
-                    if let Some((found, _)) = self.seizing.remove(&pid) {
-                        self.traced.insert(conn, pid);
-                        self.node.traced(conn, found.id, found.requested);
-                        dirty = true;
-                    }
-                }
-                Event::Refused { pid, reason } => {
-                    if let Some((found, class)) = self.seizing.remove(&pid) {
-                        self.node.left_alone(&found.id, class, reason);
-                        self.retry.insert(pid, now + RETRY_LEFT_ALONE);
-                    }
-                }
-                Event::Msg { conn, msg } => {
-                    if let Some(pid) = self.node.pid_of(conn) {
-                        // A traced process's busy sample is its edge's arrival, as a shim's is.
-                        if let Some(c) = self.chain.as_mut()
-                            && matches!(msg, ShimMsg::Activity { busy: true, .. })
-                        {
-                            c.mark(Stage::AgentRead);
-                        }
-                        dirty |= self.node.shim_message(pid, msg, now, &mut self.out);
-                    }
-                }
-                Event::Gone { conn, pid, why } => {
-                    tracing::debug!(pid = %pid, "tracer session ended: {why}");
-                    self.traced.remove(&conn);
-                    self.node.gone(conn, &mut self.out);
-                    dirty = true;
-                }
-            }
-        }
-        dirty
-    }
-
-    /// Looks for GPU processes without the shim in tracer classes and hands the settled ones
-    /// to the tracer.
-    fn scan(&mut self, now: Instant) {
-        self.next_scan = now + self.node.config().tracer.scan;
-        self.node.scanned();
-        self.retry.retain(|_, t| *t > now);
-        self.node
-            .forget_left_alone(|pid| std::path::Path::new(&format!("/proc/{pid}")).exists());
-        let found = discover::gpu_processes(&self.root, |pid| {
-            self.node.knows(pid) || self.seizing.contains_key(&pid) || self.retry.contains_key(&pid)
-        });
-        let settled = discover::settled(&self.candidates, &found);
-        self.candidates = found.iter().map(|f| f.id.pid).collect();
-        for f in settled {
-            let Some(class) = self.node.tracer_class(&f.id, f.requested.as_deref()) else {
-                continue;
-            };
-            if self.tracer.is_none() {
-                match Tracer::start(self.root.clone(), self.node.config().tracer) {
-                    Ok(t) => self.tracer = Some(t),
-                    Err(e) => {
-                        tracing::error!("the tracer thread could not start: {e}");
-                        return;
-                    }
-                }
-            }
-            let conn = self.next_id;
-            self.next_id += 1;
-            let pid = f.id.pid;
-            self.seizing.insert(pid, (f, class));
-            if let Some(t) = &mut self.tracer {
-                t.send(Cmd::Seize { pid, conn });
-            }
-        }
     }
 
     fn reload(&mut self, opts: &Options) {

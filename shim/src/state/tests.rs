@@ -1,0 +1,173 @@
+//! The registry's unit tests.
+
+use super::warnings::{SHARED_WARNING, UNCLAIMED_WARNING};
+use super::*;
+use kfdq::Pid;
+
+fn queue(id: u32) -> Queue {
+    Queue::for_tests(id)
+}
+
+/// The compile-time half of the module's guarantee: `Queue` and `State` are not `Clone`,
+/// `State` is not `Default`. `check` below is ambiguous, and the test does not compile, for
+/// a type that has either trait.
+#[test]
+fn queues_and_the_registry_cannot_be_copied_or_made() {
+    trait Lacks<Which> {
+        fn check() {}
+    }
+    struct Neither;
+    struct HasClone;
+    struct HasDefault;
+    impl<T> Lacks<Neither> for T {}
+    impl<T: Clone> Lacks<HasClone> for T {}
+    impl<T: Default> Lacks<HasDefault> for T {}
+    <Queue as Lacks<_>>::check();
+    <State as Lacks<_>>::check();
+}
+
+#[test]
+fn indices_are_read_from_registered_live_queues_only() {
+    let idx = Box::new([5u64, 2]);
+    let base = idx.as_ptr() as u64;
+    let mut st = State::new();
+    let mut q = queue(1);
+    // SAFETY: `idx` outlives the registry's reads (it is dropped at the end).
+    unsafe { q.set_indices_for_tests(base, base + 8) };
+    st.queues.push_for_tests(q);
+    assert_eq!(st.indices(1), (5, 2));
+    assert_eq!(st.indices(2), (0, 0), "not registered");
+    st.queue_mut(1).unwrap().dying = true;
+    assert_eq!(st.indices(1), (0, 0), "DESTROY_QUEUE in flight");
+    st.remove_queue(1);
+    assert_eq!(st.indices(1), (0, 0), "destroyed");
+    drop(idx);
+}
+
+#[test]
+fn work_no_stream_claims_is_reported_once_after_the_grace() {
+    // The queues' indices: 3 packets written on each.
+    let idx = Box::new([3u64, 0, 3, 0]);
+    let base = idx.as_ptr() as u64;
+    let mut st = State::new();
+    for (id, off) in [(1u32, 0u64), (2, 16)] {
+        let mut q = queue(id);
+        // SAFETY: `idx` outlives the registry's reads (it is dropped at the end).
+        unsafe { q.set_indices_for_tests(base + off, base + off + 8) };
+        st.queues.push_for_tests(q);
+    }
+    st.register_stream(7, StreamKind::Created, 0x70, None, None);
+    st.attribute(7, 2);
+    let t0 = std::time::Instant::now();
+    assert!(st.check_unclaimed(t0), "queue 1 is watched");
+    assert!(st.warnings.is_empty(), "not before the grace");
+    let later = t0 + UNCLAIMED_GRACE;
+    st.check_unclaimed(later);
+    assert_eq!(st.warnings.len(), 1, "{:?}", st.warnings);
+    assert!(
+        st.warnings[0].starts_with(UNCLAIMED_WARNING) && st.warnings[0].contains("queue 1)"),
+        "{}",
+        st.warnings[0]
+    );
+    st.check_unclaimed(later + UNCLAIMED_GRACE);
+    assert_eq!(st.warnings.len(), 1, "once per process");
+    drop(idx);
+}
+
+#[test]
+fn inflight_attribution_lands_on_registration() {
+    let mut st = State::new();
+    st.queues.push_for_tests(queue(3));
+    let sid = st.reserve_stream_id();
+    st.attribute(sid, 3);
+    assert_eq!(st.inflight, vec![(sid, 3)]);
+    st.register_stream(sid, StreamKind::Created, 0x1000, Some(-1), None);
+    assert!(st.inflight.is_empty());
+    assert_eq!(st.stream(sid).unwrap().queue, Some(3));
+    assert_eq!(st.queue(3).unwrap().streams, vec![sid]);
+    assert!(st.warnings.is_empty());
+}
+
+#[test]
+fn sharing_is_reported() {
+    let mut st = State::new();
+    st.queues.push_for_tests(queue(5));
+    st.register_stream(1, StreamKind::Created, 0x10, None, None);
+    st.register_stream(2, StreamKind::Created, 0x20, None, None);
+    st.register_stream(3, StreamKind::Created, 0x30, None, None);
+    st.attribute(1, 5);
+    st.attribute(2, 5);
+    st.attribute(3, 5);
+    assert_eq!(st.queue(5).unwrap().streams, vec![1, 2, 3]);
+    assert_eq!(st.warnings.len(), 1, "once per process: {:?}", st.warnings);
+    assert!(
+        st.warnings[0].starts_with(SHARED_WARNING)
+            && st.warnings[0].contains("stream 2 on queue 5 with [1]"),
+        "{}",
+        st.warnings[0]
+    );
+    let r = st.to_proto(Pid(42));
+    assert_eq!(r.pid, Pid(42));
+    assert_eq!(r.streams.len(), 3);
+    assert_eq!(r.queues[0].streams, vec![1, 2, 3]);
+}
+
+#[test]
+fn removal_forgets_mappings() {
+    let mut st = State::new();
+    st.queues.push_for_tests(queue(1));
+    st.register_stream(NULL_STREAM_ID, StreamKind::Null, 0, None, None);
+    st.attribute(NULL_STREAM_ID, 1);
+    st.remove_queue(1);
+    assert_eq!(st.stream(NULL_STREAM_ID).unwrap().queue, None);
+    st.remove_stream(NULL_STREAM_ID);
+    assert!(st.streams.is_empty());
+}
+
+#[test]
+fn the_first_queue_created_during_a_call_is_the_streams() {
+    let mut st = State::new();
+    st.queues.push_for_tests(queue(1));
+    st.queues.push_for_tests(queue(2));
+    st.register_stream(NULL_STREAM_ID, StreamKind::Null, 0, None, None);
+    assert!(st.attribute_created(NULL_STREAM_ID, 1));
+    // e.g. ROCr's blit queue, created right after during the same first copy
+    assert!(!st.attribute_created(NULL_STREAM_ID, 2));
+    assert_eq!(st.stream(NULL_STREAM_ID).unwrap().queue, Some(1));
+    assert!(st.queue(2).unwrap().streams.is_empty());
+    // The same for a stream still being created (in flight).
+    let sid = st.reserve_stream_id();
+    st.queues.push_for_tests(queue(3));
+    st.queues.push_for_tests(queue(4));
+    assert!(st.attribute_created(sid, 3));
+    assert!(!st.attribute_created(sid, 4));
+    assert_eq!(st.inflight, vec![(sid, 3)]);
+    // Once its queue is gone, a new one is taken.
+    st.remove_queue(1);
+    assert!(st.attribute_created(NULL_STREAM_ID, 2));
+    assert_eq!(st.stream(NULL_STREAM_ID).unwrap().queue, Some(2));
+}
+
+#[test]
+fn a_queue_created_during_a_sync_registers_its_stream() {
+    let mut st = State::new();
+    st.queues.push_for_tests(queue(7));
+    // Nothing created: nothing registered.
+    assert!(!st.adopt_inflight(NULL_STREAM_ID, StreamKind::Null));
+    assert!(st.streams.is_empty());
+    assert!(st.attribute_created(NULL_STREAM_ID, 7));
+    assert!(st.adopt_inflight(NULL_STREAM_ID, StreamKind::Null));
+    let s = st.stream(NULL_STREAM_ID).unwrap();
+    assert_eq!((s.kind, s.queue), (StreamKind::Null, Some(7)));
+    assert!(st.inflight.is_empty());
+    assert!(!st.adopt_inflight(NULL_STREAM_ID, StreamKind::Null));
+}
+
+#[test]
+fn new_streams_start_held_when_asked() {
+    let mut st = State::new();
+    st.hold_new = true;
+    st.register_stream(4, StreamKind::Created, 0x40, None, None);
+    assert!(st.stream(4).unwrap().held);
+    assert_eq!(st.held_count(), 1);
+}
