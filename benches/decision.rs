@@ -17,9 +17,7 @@
 //!
 //! Knobs: `KFDQ_BENCH_CHRT=N` runs the agent SCHED_FIFO at priority N; `KFDQ_BENCH_AGENT_CPU=N`
 //! runs it alone on CPU N and everything else on the other CPUs (the agent's caches then
-//! stay its own between toggles); `KFDQ_BENCH_LOG` sets its log filter;
-//! `KFDQ_BENCH_PREPARED=0` turns the agent's prepared edges off (`[agent] prepared_edges`: the
-//! edge then decided on its path, as before 27 November 2026).
+//! stay its own between toggles); `KFDQ_BENCH_LOG` sets its log filter.
 
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::{UnixDatagram, UnixStream};
@@ -246,9 +244,8 @@ fn main() {
     std::fs::write(
         &cfg,
         format!(
-            "[agent]\nsocket = \"{}\"\nhysteresis_ms = 0\nmin_preempt_interval_ms = 0\nprepared_edges = {}\n[[class]]\nname = \"latency\"\nrank = 2\npriority = 13\nmatch = {{ env = true }}\n[[class]]\nname = \"batch\"\nrank = 0\npriority = 3\nlevel = \"hold\"\nmatch = {{ env = true }}\n",
-            sock.display(),
-            std::env::var("KFDQ_BENCH_PREPARED").map_or(true, |v| v != "0")
+            "[agent]\nsocket = \"{}\"\nhysteresis_ms = 0\nmin_preempt_interval_ms = 0\n[[class]]\nname = \"latency\"\nrank = 2\npriority = 13\nmatch = {{ env = true }}\n[[class]]\nname = \"batch\"\nrank = 0\npriority = 3\nlevel = \"hold\"\nmatch = {{ env = true }}\n",
+            sock.display()
         ),
     )
     .unwrap();
@@ -423,12 +420,6 @@ fn main() {
         st.counters.decide_us_p50,
         st.counters.decide_us_p99
     );
-    println!(
-        "{:<58} {:>9.0} {:>9.0}",
-        "agent: the decision after the write (prepared edges)",
-        st.counters.confirm_us_p50,
-        st.counters.confirm_us_p99
-    );
     // How long the latency client stayed busy (its busy -> idle toggles; it renews every 50
     // ms, so none should go stale: a stale one makes the next edge a full decision).
     let mut busy_ms: Vec<f64> = sent
@@ -436,11 +427,9 @@ fn main() {
         .map(|p| p[1].saturating_sub(p[0]) as f64 / 1e6)
         .collect();
     println!(
-        "agent decisions: {} ({} of them edge decisions, {} prepared, {} commands missed); busy reports gone stale: {}; busy for {:.0} ms p50, {:.0} ms max",
+        "agent decisions: {} ({} of them edge decisions); busy reports gone stale: {}; busy for {:.0} ms p50, {:.0} ms max",
         st.counters.decisions,
         st.counters.edge_decisions,
-        st.counters.prepared_edges,
-        st.counters.prepared_misses,
         st.counters.stale_busy,
         q(&mut busy_ms, 0.5),
         q(&mut busy_ms, 1.0)

@@ -17,7 +17,7 @@ build_workspace "$build_log"
 rm -f "$build_log"
 build_workloads
 
-step "kfdq demo (about two and a half minutes: 11 phases)"
+step "kfdq demo (about two minutes: 9 phases)"
 "$BIN/kfdq" demo "$@"
 echo
 echo "run: ok"

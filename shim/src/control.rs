@@ -302,155 +302,245 @@ fn send(w: &mut UnixStream, msg: &ShimMsg) -> Result<(), Broken> {
 }
 
 fn session(stream: UnixStream, last_published: &mut u64, watch: &mut UnclaimedWatch) -> End {
-    let cfg = crate::config::config();
-    let mut w = match stream.try_clone() {
-        Ok(w) => w,
-        Err(e) => return End::Error(Broken::Socket(e)),
+    let mut s = match Session::open(stream) {
+        Ok(s) => s,
+        Err(end) => return end,
     };
-    let _ = w.set_write_timeout(Some(Duration::from_secs(2)));
-    let (class, priority) = {
-        let st = STATE.lock();
-        (st.class.clone(), st.policy.forced)
-    };
-    let exe = std::env::current_exe()
-        .map(|p| p.display().to_string())
-        .unwrap_or_default();
-    if let Err(e) = send(
-        &mut w,
-        &ShimMsg::Hello {
+    loop {
+        if let Err(end) = s.tick(last_published, watch) {
+            return end;
+        }
+    }
+}
+
+/// The socket this process's line reader reads (`recvmsg`: the edge boards' descriptors come
+/// with the agent's lines, fd_stream.rs).
+type Reader = LineReader<BufReader<crate::fd_stream::FdStream>>;
+
+/// An established session with the agent: its two ends and what the loop keeps between ticks.
+struct Session {
+    w: UnixStream,
+    reader: Reader,
+    /// The socket's descriptor, polled with the watches' eventfd.
+    fd: i32,
+    lease: Lease,
+    wake: Option<i32>,
+    /// The registry's generation last sent.
+    sent_gen: u64,
+    /// When the busy queues were last said busy again (`BUSY_RENEW_PERIOD`).
+    last_renew: Instant,
+    /// Whether this session's doorbell was offered.
+    offered: bool,
+    /// What the agent was told of the request hints (hint.rs).
+    hints: crate::hint::Reporter,
+}
+
+impl Session {
+    /// Says hello and waits for the agent's welcome.
+    fn open(stream: UnixStream) -> Result<Session, End> {
+        let cfg = crate::config::config();
+        let mut w = stream
+            .try_clone()
+            .map_err(|e| End::Error(Broken::Socket(e)))?;
+        let _ = w.set_write_timeout(Some(Duration::from_secs(2)));
+        let (class, priority) = {
+            let st = STATE.lock();
+            (st.class.clone(), st.policy.forced)
+        };
+        let exe = std::env::current_exe()
+            .map(|p| p.display().to_string())
+            .unwrap_or_default();
+        let hello = ShimMsg::Hello {
             version: proto::VERSION,
             pid: pid(),
             exe,
             class,
             priority,
-        },
-    ) {
-        return End::BeforeWelcome(NoWelcome::Hello(e));
+        };
+        send(&mut w, &hello).map_err(|e| End::BeforeWelcome(NoWelcome::Hello(e)))?;
+        let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
+        let fd = stream.as_raw_fd();
+        let mut reader = LineReader::new(BufReader::new(crate::fd_stream::FdStream(stream)));
+        let welcome_lease = match reader.next::<AgentMsg>() {
+            Ok(AgentMsg::Welcome { lease_ms, .. }) => {
+                lease_ms.map(|ms| Duration::from_millis(ms.into()))
+            }
+            Ok(AgentMsg::Refused { reason }) => {
+                crate::log::warn_always(&format!("the agent refused this process: {reason}"));
+                return Err(End::Refused(reason));
+            }
+            Ok(other) => return Err(End::BeforeWelcome(NoWelcome::Unexpected(Box::new(other)))),
+            Err(DecodeError::Closed) => return Err(End::BeforeWelcome(NoWelcome::Closed)),
+            Err(e) => return Err(End::BeforeWelcome(NoWelcome::Unreadable(e))),
+        };
+        let _ = reader.get_ref().get_ref().0.set_read_timeout(None);
+        crate::log::debug(|| {
+            format!(
+                "connected to the agent at {}",
+                cfg.socket
+                    .as_deref()
+                    .map(Path::display)
+                    .map(|d| d.to_string())
+                    .unwrap_or_default()
+            )
+        });
+        crate::hint::session_started();
+        Ok(Session {
+            w,
+            reader,
+            fd,
+            lease: Lease::new(welcome_lease),
+            wake: crate::edges::wake_fd(),
+            sent_gen: 0,
+            last_renew: Instant::now(),
+            offered: false,
+            hints: crate::hint::Reporter::new(),
+        })
     }
-    let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
-    let fd = stream.as_raw_fd();
-    // recvmsg: the edge boards' descriptors come with the agent's lines (fd_stream.rs).
-    let mut reader = LineReader::new(BufReader::new(crate::fd_stream::FdStream(stream)));
-    let welcome_lease = match reader.next::<AgentMsg>() {
-        Ok(AgentMsg::Welcome { lease_ms, .. }) => {
-            lease_ms.map(|ms| Duration::from_millis(ms.into()))
-        }
-        Ok(AgentMsg::Refused { reason }) => {
-            crate::log::warn_always(&format!("the agent refused this process: {reason}"));
-            return End::Refused(reason);
-        }
-        Ok(other) => return End::BeforeWelcome(NoWelcome::Unexpected(Box::new(other))),
-        Err(DecodeError::Closed) => return End::BeforeWelcome(NoWelcome::Closed),
-        Err(e) => return End::BeforeWelcome(NoWelcome::Unreadable(e)),
-    };
-    let _ = reader.get_ref().get_ref().0.set_read_timeout(None);
-    crate::log::debug(|| {
-        format!(
-            "connected to the agent at {}",
-            cfg.socket
-                .as_deref()
-                .map(Path::display)
-                .map(|d| d.to_string())
-                .unwrap_or_default()
-        )
-    });
-    let mut sent_gen = 0u64;
-    let mut lease = Lease::new(welcome_lease);
-    crate::hint::session_started();
-    let mut hints = crate::hint::Reporter::new();
-    let wake = crate::edges::wake_fd();
-    let mut last_renew = Instant::now();
-    let mut offered = false;
-    loop {
+
+    /// One turn of the loop: wait for the agent, a watch or the next sample; answer what came;
+    /// sample and report the queues' edges; send the registry when it changed.
+    fn tick(&mut self, last_published: &mut u64, watch: &mut UnclaimedWatch) -> Result<(), End> {
         if EXITING.load(Ordering::Relaxed) || FLAGS.load(Ordering::Relaxed) & F_DISABLED != 0 {
-            return End::Error(Broken::Stopped);
+            return Err(End::Error(Broken::Stopped));
         }
         let edges = FLAGS.load(Ordering::Relaxed) & F_EDGES != 0;
-        if edges && !offered {
-            // Once per session: an agent that does not know doorbells answers with an error,
-            // and the launches keep waking this thread.
-            offered = true;
-            if let Err(e) = crate::edges::offer(&w, &proto::encode(&ShimMsg::Doorbell {})) {
+        if edges && !self.offered {
+            // Once per session, when the agent turns edges on: the launches ring the doorbell
+            // once it is taken (edges.rs).
+            self.offered = true;
+            if let Err(e) = crate::edges::offer(&self.w, &proto::encode(&ShimMsg::Doorbell {})) {
                 crate::log::debug(|| format!("no doorbell: {e}"));
             }
         }
+        let readable = self.wait(edges);
+        let mut woke_us = crate::chain::on().then(kfdq::chain::now_us);
+        if let Some(w) = self.wake {
+            crate::edges::drain(w);
+        }
+        let mut rang = false;
+        if readable {
+            match self.answer(&mut woke_us)? {
+                Some(r) => rang = r,
+                // A watch's message: the loop starts over.
+                None => return Ok(()),
+            }
+        }
+        for m in crate::watch::take_outbox() {
+            send(&mut self.w, &m).map_err(End::Error)?;
+        }
+        self.lease.check(Instant::now());
+        retry_releases();
+        let edges_seen = self.sample_edges(edges, rang, watch);
+        // Before the queues' edges: the agent keeps the process busy through the idle reports
+        // that follow a hint's ring.
+        if let Some(m) = self.hints.next(Instant::now()) {
+            send(&mut self.w, &m).map_err(End::Error)?;
+        }
+        for (queue_id, busy) in edges_seen {
+            let queue_id = QueueId(queue_id);
+            if busy && let Some(t) = woke_us {
+                // Before the write: the agent may read it before the write returns.
+                crate::chain::mark_at(Stage::HpWoke, t);
+                crate::chain::mark(Stage::EdgeSent);
+            }
+            send(&mut self.w, &ShimMsg::Activity { queue_id, busy }).map_err(End::Error)?;
+        }
+        let (gen_now, reg) = {
+            let st = STATE.lock();
+            (
+                st.generation,
+                (st.generation != self.sent_gen).then(|| st.to_proto(pid())),
+            )
+        };
+        if let Some(reg) = reg {
+            send(&mut self.w, &ShimMsg::Registry(reg)).map_err(End::Error)?;
+            self.sent_gen = gen_now;
+        }
+        publish_file(last_published);
+        crate::chain::flush();
+        Ok(())
+    }
+
+    /// Waits until the agent's socket is readable, a watch pokes, or the next sample is due
+    /// (finely while a busy report is outstanding); whether the socket has a line.
+    fn wait(&mut self, edges: bool) -> bool {
+        let cfg = crate::config::config();
         let period = if edges && crate::edges::armed() {
             proto::BUSY_SAMPLE_PERIOD
         } else {
             cfg.activity_period
         };
         let now = Instant::now();
-        let timeout = lease.bound(period, now);
+        let timeout = self.lease.bound(period, now);
         let timeout = STATE
             .lock()
             .owed
             .wait(now)
             .map_or(timeout, |w| w.min(timeout));
-        let readable = !reader.get_ref().buffer().is_empty()
-            || poll_readable(
-                fd,
-                wake.filter(|_| edges || crate::watch::active()),
-                timeout,
-            );
-        let mut woke_us = crate::chain::on().then(kfdq::chain::now_us);
-        if let Some(w) = wake {
-            crate::edges::drain(w);
-        }
-        let mut rang = false;
-        if readable {
-            match reader.next::<AgentMsg>() {
-                Ok(msg) => {
-                    let preempt = matches!(msg, AgentMsg::Preempt { .. });
-                    rang = matches!(msg, AgentMsg::Rang {});
-                    if rang && woke_us.take().is_some() {
-                        // The launch rang: its time stands for the wake-up and the edge sent
-                        // (the busy edges this wake-up sends are not the chain's).
-                        if let Some(t) = crate::edges::rung_at_us() {
-                            crate::chain::mark_at(Stage::HpWoke, t);
-                            crate::chain::mark_at(Stage::EdgeSent, t);
-                        }
-                    }
-                    if preempt {
-                        crate::chain::mark(Stage::CmdRecv);
-                    }
-                    lease.heard(&msg, Instant::now());
-                    if matches!(
-                        msg,
-                        AgentMsg::BoardWriter { .. }
-                            | AgentMsg::Watch { .. }
-                            | AgentMsg::Unwatch { .. }
-                            | AgentMsg::BoardChanged {}
-                    ) {
-                        crate::watch::handle(msg, lease.length);
-                        continue;
-                    }
-                    // The command's fd duplicate is closed after its acknowledgement went out.
-                    let _closes = crate::kfd_fd::defer_closes();
-                    let replies = guarded(|| handle(msg)).unwrap_or_default();
-                    for r in replies {
-                        if let Err(e) = send(&mut w, &r) {
-                            return End::Error(e);
-                        }
-                    }
-                    if preempt {
-                        crate::chain::mark(Stage::AckSent);
-                    }
-                }
-                Err(DecodeError::Malformed(m)) => crate::log::warn_repeating(
+        !self.reader.get_ref().buffer().is_empty() || poll_readable(self.fd, self.wake, timeout)
+    }
+
+    /// Reads and answers the agent's next message: `Some(whether it was a Rang)`, or `None`
+    /// for a watch's message (handed to `watch.rs`).
+    fn answer(&mut self, woke_us: &mut Option<u64>) -> Result<Option<bool>, End> {
+        let msg = match self.reader.next::<AgentMsg>() {
+            Ok(msg) => msg,
+            Err(DecodeError::Malformed(m)) => {
+                crate::log::warn_repeating(
                     &W_MALFORMED,
                     &format!("ignoring a malformed message from the agent: {m}"),
-                ),
-                Err(DecodeError::Closed) => return End::Closed,
-                Err(e) => return End::Error(Broken::Protocol(e)),
+                );
+                return Ok(Some(false));
+            }
+            Err(DecodeError::Closed) => return Err(End::Closed),
+            Err(e) => return Err(End::Error(Broken::Protocol(e))),
+        };
+        let preempt = matches!(msg, AgentMsg::Preempt { .. });
+        let rang = matches!(msg, AgentMsg::Rang {});
+        if rang && woke_us.take().is_some() {
+            // The launch rang: its time stands for the wake-up and the edge sent (the busy
+            // edges this wake-up sends are not the chain's).
+            if let Some(t) = crate::edges::rung_at_us() {
+                crate::chain::mark_at(Stage::HpWoke, t);
+                crate::chain::mark_at(Stage::EdgeSent, t);
             }
         }
-        for m in crate::watch::take_outbox() {
-            if let Err(e) = send(&mut w, &m) {
-                return End::Error(e);
-            }
+        if preempt {
+            crate::chain::mark(Stage::CmdRecv);
         }
-        lease.check(Instant::now());
-        retry_releases();
+        self.lease.heard(&msg, Instant::now());
+        if matches!(
+            msg,
+            AgentMsg::BoardWriter { .. }
+                | AgentMsg::Watch { .. }
+                | AgentMsg::Unwatch { .. }
+                | AgentMsg::BoardChanged {}
+        ) {
+            crate::watch::handle(msg, self.lease.length);
+            return Ok(None);
+        }
+        // The command's fd duplicate is closed after its acknowledgement went out.
+        let _closes = crate::kfd_fd::defer_closes();
+        let replies = guarded(|| handle(msg)).unwrap_or_default();
+        for r in replies {
+            send(&mut self.w, &r).map_err(End::Error)?;
+        }
+        if preempt {
+            crate::chain::mark(Stage::AckSent);
+        }
+        Ok(Some(rang))
+    }
+
+    /// Samples the queues: the busy/idle edges to report (with edges on: the slot and the busy
+    /// report's flag kept in step; after a `Rang`: every queue's state; while busy: the busy
+    /// queues again every `BUSY_RENEW_PERIOD`).
+    fn sample_edges(
+        &mut self,
+        edges: bool,
+        rang: bool,
+        watch: &mut UnclaimedWatch,
+    ) -> Vec<(u32, bool)> {
         let (mut edges_seen, busy) = sample_activity(watch);
         // An open request hint holds the process busy (hint.rs).
         let hinted = crate::hint::tick(!busy.is_empty());
@@ -459,8 +549,8 @@ fn session(stream: UnixStream, last_published: &mut u64, watch: &mut UnclaimedWa
                 crate::edges::arm();
                 crate::edges::board_busy();
             } else if crate::edges::armed() {
-                // Every queue idle: the next launch wakes this thread again. One more sample
-                // catches a launch (or a hint) that saw the report still outstanding (edges.rs).
+                // Every queue idle: the next launch rings again. One more sample catches a
+                // launch (or a hint) that saw the report still outstanding (edges.rs).
                 crate::edges::board_idle();
                 crate::edges::disarm();
                 let (again, busy) = sample_activity(watch);
@@ -484,47 +574,18 @@ fn session(stream: UnixStream, last_published: &mut u64, watch: &mut UnclaimedWa
         // While busy, say so again now and then: the agent takes a busy queue of a process that
         // has said nothing for a while as idle (a stopped process preempts nobody for long).
         let now = Instant::now();
-        if edges && !busy.is_empty() && now.duration_since(last_renew) >= proto::BUSY_RENEW_PERIOD {
-            last_renew = now;
+        if edges
+            && !busy.is_empty()
+            && now.duration_since(self.last_renew) >= proto::BUSY_RENEW_PERIOD
+        {
+            self.last_renew = now;
             for &queue_id in &busy {
                 if !edges_seen.iter().any(|(q, _)| *q == queue_id) {
                     edges_seen.push((queue_id, true));
                 }
             }
         }
-        // Before the queues' edges: the agent keeps the process busy through the idle reports
-        // that follow a hint's ring.
-        if let Some(m) = hints.next(now)
-            && let Err(e) = send(&mut w, &m)
-        {
-            return End::Error(e);
-        }
-        for (queue_id, busy) in edges_seen {
-            let queue_id = QueueId(queue_id);
-            if busy && let Some(t) = woke_us {
-                // Before the write: the agent may read it before the write returns.
-                crate::chain::mark_at(Stage::HpWoke, t);
-                crate::chain::mark(Stage::EdgeSent);
-            }
-            if let Err(e) = send(&mut w, &ShimMsg::Activity { queue_id, busy }) {
-                return End::Error(e);
-            }
-        }
-        let (gen_now, reg) = {
-            let st = STATE.lock();
-            (
-                st.generation,
-                (st.generation != sent_gen).then(|| st.to_proto(pid())),
-            )
-        };
-        if let Some(reg) = reg {
-            if let Err(e) = send(&mut w, &ShimMsg::Registry(reg)) {
-                return End::Error(e);
-            }
-            sent_gen = gen_now;
-        }
-        publish_file(last_published);
-        crate::chain::flush();
+        edges_seen
     }
 }
 
@@ -549,7 +610,7 @@ fn poll_readable(fd: i32, wake: Option<i32>, timeout: Duration) -> bool {
         tv_nsec: libc::c_long::from(timeout.subsec_nanos() as i32),
     };
     // SAFETY: two valid pollfds and a timespec on the stack; `fd` is the open socket owned by
-    // the session's reader, the second the edges' eventfd (never closed) or -1 (ignored); a
+    // the session's reader, the second the watches' eventfd (never closed) or -1 (ignored); a
     // null signal mask pointer leaves the mask unchanged.
     let n = unsafe { libc::ppoll(p.as_mut_ptr(), 2, &ts, std::ptr::null()) };
     n > 0 && p[0].revents != 0

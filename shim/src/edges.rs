@@ -3,24 +3,22 @@
 //! edges").
 //!
 //! The agent turns reporting on for processes whose class preempts others
-//! (`AgentMsg::Edges`). Then every stream-ordered call, after the real call returned (its
-//! packet is in the ring), looks at [`ARMED`]: if no busy report is outstanding it sets it and
-//! writes the control thread's eventfd (one system call on the launch that makes the process
-//! busy, none on the launches while it is busy). The control thread samples the queues, sends
-//! the edges, samples every [`kfdq::proto::BUSY_SAMPLE_PERIOD`] while a queue is busy, and
-//! clears [`ARMED`] once every queue is idle — then samples once more, so that a launch which
-//! found [`ARMED`] still set just before it was cleared is not lost (both sides use
-//! sequentially consistent operations: either the launch sees it cleared and wakes, or the
-//! second sample sees its packet).
-//!
-//! With an agent that took the process's doorbell ([`offer`], `AgentMsg::DoorbellTaken`), the
-//! launch sends one byte to the doorbell instead (`send` with `MSG_DONTWAIT | MSG_NOSIGNAL`:
-//! still one system call; `EAGAIN` means rings are pending, which is as good). The agent takes
-//! the ring as a busy edge of the process's queues and answers `AgentMsg::Rang` on the
+//! (`AgentMsg::Edges`); the control thread then passes the process's doorbell to the agent
+//! ([`offer`]), which answers `AgentMsg::DoorbellTaken`. Every stream-ordered call, after the
+//! real call returned (its packet is in the ring), looks at [`ARMED`]: if no busy report is
+//! outstanding it sets it and sends one byte to the doorbell (`send` with `MSG_DONTWAIT |
+//! MSG_NOSIGNAL`: one system call on the launch that makes the process busy, none on the
+//! launches while it is busy; `EAGAIN` means rings are pending, which is as good). The agent
+//! takes the ring as a busy edge of the process's queues and answers `AgentMsg::Rang` on the
 //! connection, which wakes the control thread: it samples and reports the current state of
-//! every queue after the ring, so an idle edge the agent read before the ring (the two
-//! sockets are not ordered against each other) is said again after it. If the send fails
-//! otherwise (the agent's end closed), the launch falls back to the eventfd.
+//! every queue after the ring, so an idle edge the agent read before the ring (the two sockets
+//! are not ordered against each other) is said again after it. The control thread samples
+//! every [`kfdq::proto::BUSY_SAMPLE_PERIOD`] while a queue is busy, and clears [`ARMED`] once
+//! every queue is idle — then samples once more, so that a launch which found [`ARMED`] still
+//! set just before it was cleared is not lost (both sides use sequentially consistent
+//! operations: either the launch sees it cleared and rings, or the second sample sees its
+//! packet). A launch before the agent took the doorbell (one round trip after `Edges`) rings
+//! nothing: the control thread's next sample reports it.
 //!
 //! With direct edges (`AgentMsg::BoardWriter`, docs/shim.md "Direct edges"), the launch adds
 //! one to the process's slot on its class's edge board (odd: busy), adds one to the board's
@@ -43,10 +41,11 @@ use nix::sys::socket::{
 /// the control thread when every queue was seen idle.
 static ARMED: AtomicBool = AtomicBool::new(false);
 
-/// The control thread's eventfd (-1 until it made one).
+/// The control thread's eventfd (-1 until it made one): the watches wake it with their
+/// reports ([`poke_control`]).
 static WAKE: AtomicI32 = AtomicI32::new(-1);
 
-/// The doorbell the launch rings (-1: none taken in this session; wake the control thread).
+/// The doorbell the launch rings (-1: none taken in this session).
 static BELL: AtomicI32 = AtomicI32::new(-1);
 
 /// The descriptor number the doorbell lives at (-1 until the first offer). Never closed while
@@ -58,8 +57,8 @@ static BELL_FD: AtomicI32 = AtomicI32::new(-1);
 pub static CHAIN: AtomicBool = AtomicBool::new(false);
 static RUNG_AT_US: AtomicU64 = AtomicU64::new(0);
 
-/// After a stream-ordered call of a process that reports edges: wakes the control thread if
-/// no busy report is outstanding.
+/// After a stream-ordered call of a process that reports edges: rings the doorbell (or flips
+/// the board's slot) if no busy report is outstanding.
 #[inline(always)]
 pub fn launched() {
     if !ARMED.swap(true, Ordering::SeqCst) {
@@ -167,36 +166,26 @@ fn start_relay() {
         });
 }
 
-/// Rings the doorbell (or wakes the control thread without one).
+/// Rings the doorbell (nothing before the agent took it: the next sample reports the edge).
 fn ring() {
     let bell = BELL.load(Ordering::Acquire);
-    if bell >= 0 {
-        if CHAIN.load(Ordering::Relaxed) {
-            RUNG_AT_US.store(kfdq::chain::now_us(), Ordering::Relaxed);
-        }
-        // SAFETY: `bell` is the doorbell's descriptor, never closed while threads run (see
-        // [`BELL_FD`]); the buffer is one readable byte of a static.
-        let r = unsafe {
-            libc::send(
-                bell,
-                (&raw const RING).cast(),
-                1,
-                libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
-            )
-        };
-        if r == 1 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EAGAIN) {
-            return;
-        }
-    }
-    let fd = WAKE.load(Ordering::Acquire);
-    if fd < 0 {
+    if bell < 0 {
         return;
     }
-    let one: u64 = 1;
-    // SAFETY: `fd` is the eventfd the control thread made and never closes (only a fork child
-    // forgets it, before any of its threads run); the buffer is 8 readable bytes on the stack,
-    // as eventfd writes take. An error (the counter full) leaves a wake-up pending anyway.
-    let _ = unsafe { libc::write(fd, (&raw const one).cast(), 8) };
+    if CHAIN.load(Ordering::Relaxed) {
+        RUNG_AT_US.store(kfdq::chain::now_us(), Ordering::Relaxed);
+    }
+    // SAFETY: `bell` is the doorbell's descriptor, never closed while threads run (see
+    // [`BELL_FD`]); the buffer is one readable byte of a static. An error (`EAGAIN`: rings are
+    // pending; the agent's end closed: the session is ending) needs nothing more.
+    let _ = unsafe {
+        libc::send(
+            bell,
+            (&raw const RING).cast(),
+            1,
+            libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
+        )
+    };
 }
 
 /// The byte a ring sends.
@@ -254,7 +243,7 @@ pub fn taken() {
     BELL.store(BELL_FD.load(Ordering::Acquire), Ordering::Release);
 }
 
-/// The session ended: launches wake the control thread again (the next session offers anew).
+/// The session ended: launches ring nothing until the next session's doorbell is taken.
 pub fn session_ended() {
     board_idle();
     SLOT.store(std::ptr::null_mut(), Ordering::Release);
@@ -262,7 +251,7 @@ pub fn session_ended() {
 }
 
 /// The eventfd the control thread polls, made on first use (non-blocking, close-on-exec).
-/// `None` if the kernel refused one: edges then wait for the next sample.
+/// `None` if the kernel refused one: the watches' reports then wait for the next sample.
 pub fn wake_fd() -> Option<i32> {
     let fd = WAKE.load(Ordering::Acquire);
     if fd >= 0 {

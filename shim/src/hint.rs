@@ -28,7 +28,7 @@ pub const OK: i32 = 0;
 /// No agent session: nothing to preempt (no `KFDQ_SOCKET`, the agent unreachable or gone, or
 /// the process made no HIP call yet).
 pub const NO_AGENT: i32 = -2;
-/// The agent does not let this process hint: its class preempts nobody (or edges are off).
+/// The agent does not let this process hint: its class preempts nobody.
 pub const NOT_ALLOWED: i32 = -3;
 /// `end` with no hint open (never begun, ended already, or expired).
 pub const NOT_BEGUN: i32 = -4;

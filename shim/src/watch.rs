@@ -109,11 +109,6 @@ fn leased(now: Instant) -> bool {
     ns(now) < UNTIL_NS.load(Ordering::SeqCst)
 }
 
-/// Any watch in place (the control thread then listens for its reports).
-pub fn active() -> bool {
-    !shared().specs.is_empty()
-}
-
 /// The reports for the agent.
 pub fn take_outbox() -> Vec<ShimMsg> {
     std::mem::take(&mut shared().outbox)

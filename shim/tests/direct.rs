@@ -65,6 +65,37 @@ fn wait_subscribed(agent: &Agent, n: u64) {
     });
 }
 
+/// `pid`'s watch thread (`kfdq-shim-watch`) exists and sleeps in `FUTEX_WAIT` on the board:
+/// the next busy edge wakes it, instead of finding it still starting (its thread created, the
+/// board mapped) on a loaded host.
+fn wait_watching(pid: u32) {
+    let watching = || {
+        let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+            return false;
+        };
+        tasks.flatten().any(|t| {
+            let comm = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
+            // The first field of `syscall` is the number of the call the thread blocks in.
+            let call = std::fs::read_to_string(t.path().join("syscall")).unwrap_or_default();
+            comm.trim() == "kfdq-shim-watch"
+                && call.split(' ').next() == Some(&libc::SYS_futex.to_string())
+        })
+    };
+    wait_for(
+        "the batch job's watch thread waiting on the board",
+        watching,
+    );
+}
+
+/// How many of `p`'s warnings say that its watch was late and the agent preempted it (the
+/// agent's fallback after `SELF_GRACE`, docs/agent.md "Direct edges").
+fn late_watches(p: &kfdq::proto::control::ProcessStatus) -> usize {
+    p.warnings
+        .iter()
+        .filter(|w| w.contains("did not deactivate"))
+        .count()
+}
+
 #[test]
 #[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn the_batch_job_deactivates_itself_on_the_latency_launch() {
@@ -85,10 +116,19 @@ fn preempts_itself(level: &str) {
     // Three requests of one 40 ms dispatch, 300 ms apart, sampled every 100 ms.
     let mut hp = latency_client(&emu, &agent, ["3", "300", "1", "40000", "80"]);
     wait_subscribed(&agent, 1);
+    wait_watching(lp.pid);
     // (Its start-up work may have preempted the batch job already.)
     let runs = |q: QueueStats| q.active && !q.suspended;
     wait_for("the batch queue runnable", || runs(emu.queue(lp.pid, q)));
-    let before = agent.status().counters;
+    let before = agent.status();
+    let late_before = late_watches(
+        before
+            .processes
+            .iter()
+            .find(|p| p.pid == Pid(lp.pid))
+            .unwrap(),
+    );
+    let before = before.counters;
     hp.release("ready");
     hp.wait_line("latency ");
     // Each request: the batch job deactivated itself and reactivated itself (its reports).
@@ -97,17 +137,21 @@ fn preempts_itself(level: &str) {
             && s.counters.direct_releases >= before.direct_releases + 3
     });
     // The agent heard every busy edge (the relay rang the doorbell) and sent no command of
-    // its own (no preempt, no release: none came late enough for the fallback).
-    assert_eq!(st.counters.commands, before.commands, "{:#?}", st);
+    // its own — no preempt, no release — except where a watch had not reported within
+    // `SELF_GRACE` (a loaded host can delay the watch's wake-up and ioctl that long): then
+    // the agent preempted it and said so, once per such request, and the watch's own report
+    // still came (counted above).
+    let p = st.processes.iter().find(|p| p.pid == Pid(lp.pid)).unwrap();
+    let late = late_watches(p) - late_before;
+    assert_eq!(
+        st.counters.commands - before.commands,
+        late as u64,
+        "every command of the agent's is an announced fallback: {st:#?}"
+    );
     assert!(
         st.counters.doorbell_edges >= before.doorbell_edges + 3,
         "{:?}",
         st.counters
-    );
-    let p = st.processes.iter().find(|p| p.pid == Pid(lp.pid)).unwrap();
-    assert!(
-        !p.warnings.iter().any(|w| w.contains("did not deactivate")),
-        "{p:?}"
     );
     let lp_class = st.classes.iter().find(|c| c.name == "batch").unwrap();
     assert!(lp_class.preempted_s > 0.0, "{lp_class:?}");

@@ -14,6 +14,7 @@ use common::sid;
 use common::{
     Emu, EmuConfig, Preset, WAIT_LIMIT, mount_with, read_output, shim_path, wait_for, workspace_bin,
 };
+use test_support::output::lines_until_eof;
 use test_support::wait::wait_until;
 
 /// The helpers' packets carry no time (a real code object's dispatch): 200 µs per work-group
@@ -88,7 +89,8 @@ fn bench_in_root(emu: &Emu, root: &Path, agent: &Agent) -> (serde_json::Value, b
         let _ = child.kill();
         let _ = child.wait();
     }
-    let stdout: String = lines.try_iter().collect::<Vec<_>>().join("\n");
+    // Its whole stdout: the reader thread may still hold lines when the bench has ended.
+    let stdout: String = lines_until_eof(&lines, WAIT_LIMIT).join("\n");
     let stderr = stderr.join().unwrap_or_default();
     assert!(
         ended && status.is_some_and(|s| s.success()),

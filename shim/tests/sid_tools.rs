@@ -428,16 +428,18 @@ fn sid_tools_bookworm_rocminfo_lists_the_gfx90a_preset() {
         "Debian 12's rocminfo is missing: run scripts/setup.sh --tests as root"
     );
     let emu = libs::mount();
-    let mut cmd = sid::command(&emu, Path::new("/"), &[], Path::new("/"), &["rocminfo"]);
     // rocminfo 5.x runs `lsmod | grep amdgpu`; lsmod reads /proc/modules, which `kfd-emu run`
     // extends with the emulator's amdgpu. A kernel without module support (this CI machine's)
     // has no /proc/modules to extend, and rocminfo 5.x refuses any GPU there, a built-in amdgpu
-    // included: then the test gives it an lsmod that prints the emulator's module list (outside
-    // /tmp, which the sandbox replaces).
+    // included: then the test gives it an lsmod that prints the emulator's module list, in a
+    // directory bound into the sandbox at its own path (the sandbox replaces /tmp, under which
+    // the target directory lies when the checkout does).
     let lsmod = tempfile::Builder::new()
         .prefix("kfdq-lsmod-")
         .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
         .unwrap();
+    let binds = [(lsmod.path(), lsmod.path())];
+    let mut cmd = sid::command(&emu, Path::new("/"), &binds, Path::new("/"), &["rocminfo"]);
     if !Path::new("/proc/modules").exists() {
         let script = lsmod.path().join("lsmod");
         let modules = std::fs::read_to_string(emu.root().join("proc/modules")).unwrap();

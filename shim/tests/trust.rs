@@ -122,11 +122,11 @@ while True:
             .expect("a line from the impostor within 20 s")
     }
 
-    /// Every line it printed until now (it is killed first).
+    /// Every line it printed (it is killed first; its stdout read to the end).
     fn rest(mut self) -> Vec<String> {
         let _ = self.child.kill();
         let _ = self.child.wait();
-        self.lines.try_iter().collect()
+        test_support::output::lines_until_eof(&self.lines, Duration::from_secs(20))
     }
 }
 

@@ -382,18 +382,6 @@ pub fn render(status: &NodeStatus, rec: &Recorder) -> Result<String, std::fmt::E
     );
     counter(
         &mut r,
-        "prepared_edges",
-        "Edge decisions whose commands were prepared before the edge and sent on its path at once",
-        k.prepared_edges,
-    );
-    counter(
-        &mut r,
-        "prepared_misses",
-        "Commands the decision after a prepared edge sent that the prepared ones lacked (0 expected)",
-        k.prepared_misses,
-    );
-    counter(
-        &mut r,
         "direct_preempts",
         "Preemptions a subscribed process applied on its own from the edge board (direct edges)",
         k.direct_preempts,

@@ -342,21 +342,6 @@ pub struct Counters {
     /// docs/agent.md); the others looked at every process.
     #[serde(default)]
     pub edge_decisions: u64,
-    /// Of `edge_decisions`, those whose commands were prepared before the edge came and sent
-    /// on its path at once (prepared edges, docs/agent.md).
-    #[serde(default)]
-    pub prepared_edges: u64,
-    /// Commands the decision after a prepared edge sent that the prepared ones lacked (should
-    /// stay 0: the prepared commands are the edge decision's own).
-    #[serde(default)]
-    pub prepared_misses: u64,
-    /// The decision run after a prepared edge's commands were written, µs, median (off the
-    /// commands' path).
-    #[serde(default)]
-    pub confirm_us_p50: f64,
-    /// See `confirm_us_p50`, 99th percentile.
-    #[serde(default)]
-    pub confirm_us_p99: f64,
     /// Preemptions a subscribed process applied on its own from the edge board (direct
     /// edges, docs/agent.md): the agent sent no command for them.
     #[serde(default)]

@@ -150,9 +150,9 @@ pub enum ShimMsg {
     /// This line carries (`SCM_RIGHTS`) one end of a `SOCK_SEQPACKET` pair: the process's
     /// doorbell. While the agent has busy edges on for it, the launch that makes it busy sends
     /// one small message there instead of waking its control thread; the agent takes that as a
-    /// busy edge of the process's queues and answers [`AgentMsg::Rang`]. An agent that takes it
-    /// answers [`AgentMsg::DoorbellTaken`]; until then (an older agent: an error) the launch
-    /// wakes the control thread as before.
+    /// busy edge of the process's queues and answers [`AgentMsg::Rang`]. The agent answers
+    /// [`AgentMsg::DoorbellTaken`]; a launch before that rings nothing (the shim's next activity
+    /// sample reports it).
     Doorbell {},
     /// The process applied (`level`) or undid (`None`) its subscription's level on its own,
     /// from the edge board ([`AgentMsg::Watch`]): no command of the agent's caused it. `ok`

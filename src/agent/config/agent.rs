@@ -30,12 +30,43 @@ pub(super) struct FileAgent {
     pub(super) release_min_history: Option<u32>,
     min_preempt_interval_ms: Option<f64>,
     grace_period: Option<u32>,
-    edges: Option<bool>,
+    /// Removed settings (docs/agent.md, "One path per job"): read to say so.
+    edges: Option<toml::Spanned<bool>>,
     direct_edges: Option<bool>,
-    prepared_edges: Option<bool>,
+    prepared_edges: Option<toml::Spanned<bool>>,
     lease_ms: Option<u32>,
     max_connections: Option<usize>,
     control_requests_per_s: Option<f64>,
+}
+
+/// `edges = false`: the activity-samples-only mode is gone.
+const EDGES_OFF: &str = "edges = false is no longer supported: processes of classes that preempt others always report their busy edges from the launch (the activity-samples-only mode was removed); remove the line (direct_edges = false keeps every preemption on the agent's commands)";
+/// `edges = true`: what it asked for is how the agent runs; the line is ignored.
+const EDGES_ON: &str = "edges = true is no longer a setting (busy edges are always on); the line is ignored: remove it";
+/// `prepared_edges`: removed (they did not pay on the default path); either value leaves the
+/// agent as it runs, so the line is ignored.
+const PREPARED_GONE: &str = "prepared_edges is no longer a setting (prepared edges were removed; every edge is decided on its path); the line is ignored: remove it";
+
+/// The removed settings (docs/agent.md, "One path per job"): `edges = false` is refused with
+/// the fix; `edges = true` and `prepared_edges` are ignored with a warning naming the line.
+fn removed(a: &FileAgent, doc: &Doc<'_>) -> Result<(), ConfigError> {
+    let at = |s: &toml::Spanned<bool>, m: &str| {
+        format!(
+            "{}:{}: [agent]: {m}",
+            doc.shown.display(),
+            doc.line(s.span())
+        )
+    };
+    if let Some(e) = &a.edges {
+        if !*e.get_ref() {
+            return Err(doc.invalid(doc.line(e.span()), format!("[agent]: {EDGES_OFF}")));
+        }
+        tracing::warn!("{}", at(e, EDGES_ON));
+    }
+    if let Some(p) = &a.prepared_edges {
+        tracing::warn!("{}", at(p, PREPARED_GONE));
+    }
+    Ok(())
 }
 
 /// Applies the section (`line`: its header's, for the errors of keys without a position of
@@ -92,21 +123,9 @@ pub(super) fn apply(
     if let Some(v) = a.grace_period {
         cfg.grace_period = v;
     }
-    if let Some(v) = a.edges {
-        cfg.edges = v;
-    }
-    // Unset, direct edges follow `edges` (the board carries the edges the launches report).
-    cfg.direct_edges = cfg.edges;
+    removed(a, doc)?;
     if let Some(v) = a.direct_edges {
-        if v && !cfg.edges {
-            return Err(at_agent(
-                "direct_edges = true needs edges = true: the board carries the busy edges the launches report (set edges = true, or direct_edges = false)".into(),
-            ));
-        }
         cfg.direct_edges = v;
-    }
-    if let Some(v) = a.prepared_edges {
-        cfg.prepared_edges = v;
     }
     if let Some(v) = a.lease_ms {
         if !LEASE_RANGE_MS.contains(&v) {

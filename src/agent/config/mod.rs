@@ -110,19 +110,12 @@ pub struct AgentConfig {
     pub default_class: String,
     /// Level-3 grace period (units of 1K GPU clocks).
     pub grace_period: u32,
-    /// Processes of classes that preempt others report their busy edges from the launch
-    /// (`[agent] edges`, default on); off, the agent learns of work from activity samples only.
-    pub edges: bool,
-    /// Direct edges (`[agent] direct_edges`, default: on when `edges` is): the launch that
-    /// makes a process of a preempting class busy publishes the edge on an edge board
-    /// (`crate::proto::board`) and the level-2/3 processes it preempts, subscribed by the
-    /// agent, preempt themselves without the agent's hop (docs/agent.md, "Direct edges").
-    /// Needs `edges`.
+    /// Direct edges (`[agent] direct_edges`, default on): the launch that makes a process of
+    /// a preempting class busy publishes the edge on an edge board (`crate::proto::board`) and
+    /// the level-2/3 processes it preempts, subscribed by the agent, preempt themselves
+    /// without the agent's hop (docs/agent.md, "Direct edges"). Processes of classes that
+    /// preempt others always report their busy edges from the launch (`[agent] edges` is gone).
     pub direct_edges: bool,
-    /// Prepared edges (`[agent] prepared_edges`, default on): after each decision the agent
-    /// decides each preempting class's next flip in advance, and sends its commands on the
-    /// edge's path without deciding there (docs/agent.md, "Prepared edges").
-    pub prepared_edges: bool,
     /// Every preemption's lease (`[agent] lease_ms`): a shim the agent stops renewing releases
     /// its process after this long.
     pub lease: std::time::Duration,
@@ -257,9 +250,7 @@ impl AgentConfig {
             admin_group: None,
             default_class: "normal".into(),
             grace_period: 0,
-            edges: true,
             direct_edges: true,
-            prepared_edges: true,
             lease: crate::proto::DEFAULT_LEASE,
             max_connections: 4096,
             control_rate: 50.0,

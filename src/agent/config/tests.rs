@@ -239,6 +239,11 @@ fn error_lines_come_from_the_parser_not_from_a_search_of_the_text() {
             "lease_ms = 1 is outside",
         ),
         (
+            "# edges = false would be refused here too\n[agent]\n\nedges = false\n",
+            4,
+            "edges = false is no longer supported",
+        ),
+        (
             "# calibration = \"node.toml\" once measured\n[agent]\nedges = true\ncalibration = \"/nonexistent/kfdq-calibration.toml\"\n",
             4,
             "calibration = ",

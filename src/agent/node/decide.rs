@@ -26,13 +26,9 @@ impl NodeState {
     /// What follows a decision's commands, off their path: the busy and preempted times
     /// ([`NodeState::account`]) and the lease renewals when due (their messages go to `out`).
     /// The server calls it once the commands are written, and writes what it adds.
-    /// A prepared edge's commands are confirmed first (`plan.rs`: the edge decision runs),
-    /// and the next flips are prepared last.
     pub fn after_write(&mut self, now: Instant, out: &mut Vec<Out>) {
-        self.confirm_prepared(now, out);
         self.account(now);
         self.renew(now, out);
-        self.prepare(now);
     }
 
     /// [`NodeState::decide`] without what follows the commands: the server writes the
@@ -42,7 +38,7 @@ impl NodeState {
         self.counters.decisions += 1;
         // The last decision's commands, should it not have been accounted.
         self.record_pending();
-        if !self.full_due && (self.fire_prepared(now, out) || self.decide_edges(now, out)) {
+        if !self.full_due && self.decide_edges(now, out) {
             return;
         }
         self.decide_full(now, out);
@@ -143,11 +139,11 @@ impl NodeState {
     }
 
     /// Busy edges on for the shims of processes whose class preempts another, off for the
-    /// rest (and for all with `[agent] edges = false`). A traced process's session (the
+    /// rest. A traced process's session (the
     /// tracer) takes the same message: it samples such a process finely while it is busy.
     fn edges(&mut self, out: &mut Vec<Out>) {
         for p in self.procs.values_mut() {
-            let on = self.cfg.edges && preempts_others(&self.cfg.policy, p.class());
+            let on = preempts_others(&self.cfg.policy, p.class());
             // Said again when its class's hint bound changed (a reload).
             let hint = super::hint::timeout_for(&self.cfg.policy, p.class(), on);
             if (p.edges_sent != Some(on) && (on || p.edges_sent.is_some()))

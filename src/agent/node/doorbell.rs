@@ -17,8 +17,8 @@ impl NodeState {
     }
 
     /// The doorbell of `pid` rang. Returns whether a decision is due. A process whose busy
-    /// edges are off (its class preempts nobody, or edges are off in the configuration) is
-    /// ignored: a ring is never more than the edge its class may report.
+    /// edges are off (its class preempts nobody) is ignored: a ring is never more than the
+    /// edge its class may report.
     pub fn doorbell_rang(&mut self, pid: Pid, now: Instant, out: &mut Vec<Out>) -> bool {
         let Some(p) = self.procs.get(&pid) else {
             return false;

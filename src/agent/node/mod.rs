@@ -33,7 +33,6 @@ mod direct;
 mod doorbell;
 mod edge;
 mod hint;
-mod plan;
 mod process;
 mod reconcile;
 mod samples;
@@ -144,12 +143,6 @@ pub struct NodeState {
     stale_candidates: Vec<Pid>,
     /// The edge decision's patched queues, kept between edges.
     edge_buf: Vec<crate::policy::QueueEdge>,
-    /// Prepared edges: the commands of each preempting class's next flip (`plan.rs`).
-    plans: Vec<plan::Plan>,
-    /// The prepared edge whose commands went out and whose decision runs after the write.
-    confirming: Option<plan::Plan>,
-    /// How long that decision took, µs.
-    confirm_us: Samples,
 }
 
 impl NodeState {
@@ -191,9 +184,6 @@ impl NodeState {
             edge_decision: crate::policy::Decision::default(),
             edge_buf: Vec::new(),
             stale_candidates: Vec::new(),
-            plans: Vec::new(),
-            confirming: None,
-            confirm_us: Samples::default(),
         })
     }
 

@@ -120,23 +120,6 @@ pub(super) fn reconcile_run(
     (cmds, retry_at)
 }
 
-/// What [`reconcile_run`] would send `p` and tell it to be, without changing it (a prepared
-/// edge, `plan.rs`): the fields the step writes are put back after it. Only for a process
-/// without direct edges' watches (whose step may also write its warnings and grace time).
-pub(super) fn preview_run(
-    p: &mut Proc,
-    run: Run,
-    why: Why,
-    now: Instant,
-) -> (RunCmds, Option<Instant>, Run) {
-    debug_assert!(p.watches.is_empty());
-    let (failed, applied, old_why) = (p.failed, p.applied, p.why.clone());
-    let (cmds, retry_at) = reconcile_run(p, run, why, now);
-    let told = p.applied;
-    (p.failed, p.applied, p.why) = (failed, applied, old_why);
-    (cmds, retry_at, told)
-}
-
 /// Running or preempted: a release of the level applied and a preempt of the level wanted
 /// when they differ; when they agree at level 2/3, a preempt again for queues created since
 /// (the shim skips those already at the level). A level whose command failed is not retried

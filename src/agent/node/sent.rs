@@ -43,8 +43,6 @@ impl NodeState {
         now: Instant,
         out: &mut Vec<Out>,
     ) -> u64 {
-        // A prepared edge's commands went out before this one.
-        self.log_prepared();
         if self.sent_log.at.is_some_and(|at| at != now) {
             // Another decision's commands: their processes await them first.
             self.record_pending();
@@ -63,7 +61,6 @@ impl NodeState {
     /// Each process awaits the acks of the commands sent to it ([`super::process::Pending`]).
     /// Done by [`NodeState::account`]; called first wherever what awaits an ack is read.
     pub(super) fn record_pending(&mut self) {
-        self.log_prepared();
         let log = &mut self.sent_log;
         let Some(at) = log.at else {
             return;

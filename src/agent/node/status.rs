@@ -171,8 +171,6 @@ impl NodeState {
         counters.decision_us_p99 = self.decision_us.quantile(0.99);
         counters.decide_us_p50 = self.decide_us.quantile(0.5);
         counters.decide_us_p99 = self.decide_us.quantile(0.99);
-        counters.confirm_us_p50 = self.confirm_us.quantile(0.5);
-        counters.confirm_us_p99 = self.confirm_us.quantile(0.99);
         counters.ack_us_p50 = self.ack_us.quantile(0.5);
         counters.ack_us_max = self.ack_us.quantile(1.0);
         NodeStatus {

@@ -422,15 +422,8 @@ fn one_step_releases_the_old_level_before_preempting_at_the_new() {
 #[ignore = "a timing probe, run by hand"]
 fn timing_probe() {
     let t0 = Instant::now();
-    // PROBE_PREPARED=0: without prepared edges (`plan.rs`), the edge decided on its path.
-    let prepared = std::env::var("PROBE_PREPARED").map_or(true, |v| v != "0");
     let cfg = AgentConfig::parse(
-        &CONFIG
-            .replace("level = \"deactivate\"", "level = \"hold\"")
-            .replace(
-                "direct_edges = false",
-                &format!("direct_edges = false\nprepared_edges = {prepared}"),
-            ),
+        &CONFIG.replace("level = \"deactivate\"", "level = \"hold\""),
         None,
     )
     .unwrap();
@@ -567,10 +560,9 @@ fn timing_probe() {
     }
     times.sort_by(f64::total_cmp);
     after.sort_by(f64::total_cmp);
-    let (prepared, misses) = (n.counters.prepared_edges, n.counters.prepared_misses);
     let n = times.len();
     eprintln!(
-        "decide p50 {:.1} p99 {:.1} us; after the write p50 {:.1} p99 {:.1} us; prepared edges {prepared}, misses {misses}",
+        "decide p50 {:.1} p99 {:.1} us; after the write p50 {:.1} p99 {:.1} us",
         times[n / 2],
         times[n * 99 / 100],
         after[n / 2],

@@ -281,25 +281,33 @@ fn direct_edges_off_hands_out_no_board() {
 }
 
 #[test]
-fn direct_edges_are_on_by_default_and_follow_edges_when_unset() {
+fn direct_edges_are_on_by_default() {
     let unset = CONFIG.replace("direct_edges = true\n", "");
     assert_ne!(unset, CONFIG, "the test's configuration sets direct_edges");
     assert!(AgentConfig::parse(&unset, None).unwrap().direct_edges);
-    // Busy edges off: nothing to carry, so no direct edges either (and no error).
-    let no_edges = unset.replace("[agent]\n", "[agent]\nedges = false\n");
-    let cfg = AgentConfig::parse(&no_edges, None).unwrap();
-    assert!(!cfg.edges && !cfg.direct_edges);
 }
 
 #[test]
-fn direct_edges_without_edges_is_refused_with_the_fix() {
+fn edges_false_is_refused_with_the_fix_and_edges_true_is_ignored() {
+    // The activity-samples-only mode is gone: asking for it is an error naming the fix.
     let e = AgentConfig::parse(
         &CONFIG.replace("[agent]\n", "[agent]\nedges = false\n"),
         None,
     )
     .unwrap_err()
     .to_string();
-    assert!(e.contains("direct_edges = true needs edges = true"), "{e}");
+    assert!(
+        e.contains("edges = false is no longer supported") && e.contains("remove the line"),
+        "{e}"
+    );
+    // What `edges = true` asked for is how the agent runs: an old configuration still loads,
+    // with its other settings.
+    let cfg = AgentConfig::parse(
+        &CONFIG.replace("[agent]\n", "[agent]\nedges = true\n"),
+        None,
+    )
+    .unwrap();
+    assert!(cfg.direct_edges);
 }
 
 #[test]

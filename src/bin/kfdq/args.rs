@@ -297,9 +297,6 @@ pub enum Phase {
     Priority,
     /// Level 1: the batch job's launches held while latency work is busy.
     Level1,
-    /// Level 2 as kfdq did before busy edges: activity samples every 2 ms and a fixed 20 ms
-    /// hold after the latency work ends (`edges = false`, `hysteresis_ms = 20`).
-    Level2Sampled,
     /// Level 2 by the agent's commands: the batch job's queues deactivated when the agent hears
     /// the busy edge (busy edges, the cost-aware release rule, `direct_edges = false`).
     Level2,
@@ -311,8 +308,6 @@ pub enum Phase {
     /// the next activity sample (2 ms) and its idle edge within 250 µs; the batch job under the
     /// shim. Needs the right to ptrace the client (root, or Yama's ptrace_scope 0).
     Level2Traced,
-    /// Level 3 as before busy edges (see `level2-sampled`).
-    Level3Sampled,
     /// Level 3 by the agent's commands: the batch job's queues suspended (debugger API; busy
     /// edges, the release rule, `direct_edges = false`).
     Level3,

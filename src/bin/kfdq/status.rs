@@ -135,15 +135,13 @@ pub fn render(s: &NodeStatus) -> String {
     // terminal would wrap and push the frame down.
     out += &format!(
         "\ndevice-wide preempts caused: {} ({rate:.1}/s over the last 10 s)\n\
-         decisions {} ({} from busy edges alone, {} of them prepared; {} command(s) missed), commands {} ({} failed)\n\
+         decisions {} ({} from busy edges alone), commands {} ({} failed)\n\
          decision latency p50 {:.0} µs, p99 {:.0} µs (the decision alone p99 {:.0} µs)\n\
          shim ack p50 {:.0} µs, max {:.0} µs; bad messages {}; reloads {} ({} refused)\n\
          leases run out {}; releases the kernel refused {} (retried until they held)\n",
         c.preempts,
         c.decisions,
         c.edge_decisions,
-        c.prepared_edges,
-        c.prepared_misses,
         c.commands,
         c.command_failures,
         c.decision_us_p50,

@@ -31,6 +31,26 @@ pub fn read_output(child: &mut Child) -> (Receiver<String>, JoinHandle<String>) 
     (rx, stderr)
 }
 
+/// Every line still to come on `lines` (from [`read_output`]) until its reader thread saw the
+/// end of the child's stdout: call it once the child ended, so that no line still on its way
+/// through the reader thread is missed. Fails the test when the end does not come within
+/// `limit` (a process the child left behind holds its stdout open).
+pub fn lines_until_eof(lines: &Receiver<String>, limit: std::time::Duration) -> Vec<String> {
+    let deadline = std::time::Instant::now() + limit;
+    let mut v = Vec::new();
+    loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        match lines.recv_timeout(left) {
+            Ok(line) => v.push(line),
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => return v,
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => panic!(
+                "the child's stdout did not end within {limit:?} after the child did (something it started holds it open); read so far:\n{}",
+                v.join("\n")
+            ),
+        }
+    }
+}
+
 /// The stdout of a finished command that must have succeeded; otherwise fails the test with
 /// its stdout and stderr.
 pub fn success_stdout(o: &std::process::Output) -> String {

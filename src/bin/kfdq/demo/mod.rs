@@ -23,16 +23,14 @@ use kfdq::proto::Level;
 use kfdq::proto::control::NodeStatus;
 
 impl Phase {
-    const ALL: [Phase; 11] = [
+    const ALL: [Phase; 9] = [
         Phase::Alone,
         Phase::LpAlone,
         Phase::Uncontrolled,
         Phase::Priority,
         Phase::Level1,
-        Phase::Level2Sampled,
         Phase::Level2,
         Phase::Level2Direct,
-        Phase::Level3Sampled,
         Phase::Level3,
         Phase::Level3Direct,
     ];
@@ -44,11 +42,9 @@ impl Phase {
             Phase::Uncontrolled => "HP+LP uncontrolled",
             Phase::Priority => "HP+LP priorities only",
             Phase::Level1 => "HP+LP level 1 (hold)",
-            Phase::Level2Sampled => "HP+LP level 2, sampled (old)",
             Phase::Level2 => "HP+LP level 2, agent's commands",
             Phase::Level2Direct => "HP+LP level 2, direct (default)",
             Phase::Level2Traced => "HP+LP level 2, HP traced (no shim)",
-            Phase::Level3Sampled => "HP+LP level 3, sampled (old)",
             Phase::Level3 => "HP+LP level 3, agent's commands",
             Phase::Level3Direct => "HP+LP level 3, direct (default)",
         }
@@ -68,18 +64,11 @@ impl Phase {
             Phase::Alone | Phase::LpAlone | Phase::Uncontrolled => None,
             Phase::Priority => Some(None),
             Phase::Level1 => Some(Some(Level::Hold)),
-            Phase::Level2 | Phase::Level2Sampled | Phase::Level2Direct | Phase::Level2Traced => {
+            Phase::Level2 | Phase::Level2Direct | Phase::Level2Traced => {
                 Some(Some(Level::Deactivate))
             }
-            Phase::Level3 | Phase::Level3Sampled | Phase::Level3Direct => {
-                Some(Some(Level::Suspend))
-            }
+            Phase::Level3 | Phase::Level3Direct => Some(Some(Level::Suspend)),
         }
-    }
-
-    /// The agent as before busy edges: activity samples only and a fixed 20 ms hold.
-    fn sampled(self) -> bool {
-        matches!(self, Phase::Level2Sampled | Phase::Level3Sampled)
     }
 
     /// The agent's defaults: direct edges on (the other edge phases turn them off).
@@ -154,19 +143,15 @@ fn monotonic_us() -> f64 {
 }
 
 fn agent_config(dir: &Path, level: Option<Level>, phase: Phase) -> Result<PathBuf, CliError> {
-    let (sampled, direct) = (phase.sampled(), phase.direct());
     let level = match level {
         None => String::new(),
         Some(Level::Hold) => "level = \"hold\"\n".into(),
         Some(Level::Deactivate) => "level = \"deactivate\"\n".into(),
         Some(Level::Suspend) => "level = \"suspend\"\n".into(),
     };
-    // The sampled phases run the agent as it was before busy edges; the direct ones its
-    // defaults (edges, direct edges, the cost-aware release rule); the others the agent's own
-    // path (edges and the release rule, direct edges off).
-    let release = if sampled {
-        "edges = false\nhysteresis_ms = 20\n"
-    } else if direct {
+    // The direct phases run the agent's defaults (busy edges, direct edges, the cost-aware
+    // release rule); the others the agent's own path (direct edges off).
+    let release = if phase.direct() {
         ""
     } else {
         "direct_edges = false\n"
@@ -259,95 +244,142 @@ fn write_file(p: &Path) -> Result<(), CliError> {
     std::fs::write(p, b"").map_err(|e| CliError::Output(format!("{}: {e}", p.display())))
 }
 
-fn run_phase(env: &Env<'_>, phase: Phase, tag: &str) -> Result<PhaseResult, CliError> {
-    let dir = tempfile::Builder::new()
-        .prefix("kfdq-demo-")
-        .tempdir()
-        .map_err(|e| CliError::Output(format!("temporary directory: {e}")))?;
-    let log = |what: &str| {
-        env.logs
-            .join(format!("{tag}-{phase:?}-{what}.log").to_lowercase())
-    };
-    // The reaction chain's timestamps (kfdq::chain), with an agent: one file per side.
-    let trace = |what: &str| {
-        let p = env
+/// One phase's run: its temporary directory (the agent's socket and configuration, the
+/// workloads' state and signal files) and where its logs go.
+struct PhaseRun<'a> {
+    env: &'a Env<'a>,
+    phase: Phase,
+    tag: &'a str,
+    dir: tempfile::TempDir,
+    sock: PathBuf,
+    /// The reaction chain's timestamps (kfdq::chain), with an agent: one file per side (latency
+    /// shim, kfdqd, batch shim).
+    traces: Option<(PathBuf, PathBuf, PathBuf)>,
+}
+
+/// How long a phase's processes may take to start and connect.
+const START_WAIT: Duration = Duration::from_secs(30);
+
+/// The latency client's measurement: its latency figures, every request's latency and, when
+/// it printed them, its requests' starts.
+type HpOutcome = (Latency, Vec<f64>, Option<Vec<f64>>);
+
+impl<'a> PhaseRun<'a> {
+    fn new(env: &'a Env<'a>, phase: Phase, tag: &'a str) -> Result<PhaseRun<'a>, CliError> {
+        let dir = tempfile::Builder::new()
+            .prefix("kfdq-demo-")
+            .tempdir()
+            .map_err(|e| CliError::Output(format!("temporary directory: {e}")))?;
+        let sock = dir.path().join("kfdq.sock");
+        let mut run = PhaseRun {
+            env,
+            phase,
+            tag,
+            dir,
+            sock,
+            traces: None,
+        };
+        run.traces = phase
+            .agent()
+            .map(|_| (run.trace("hp"), run.trace("kfdqd"), run.trace("lp")));
+        Ok(run)
+    }
+
+    fn log(&self, what: &str) -> PathBuf {
+        self.env
             .logs
-            .join(format!("{tag}-{phase:?}-{what}.chain").to_lowercase());
+            .join(format!("{}-{:?}-{what}.log", self.tag, self.phase).to_lowercase())
+    }
+
+    fn trace(&self, what: &str) -> PathBuf {
+        let p = self
+            .env
+            .logs
+            .join(format!("{}-{:?}-{what}.chain", self.tag, self.phase).to_lowercase());
         // A log directory used before: the file is appended to.
         let _ = std::fs::remove_file(&p);
         p
-    };
-    let traces = phase
-        .agent()
-        .map(|_| (trace("hp"), trace("kfdqd"), trace("lp")));
-    let wait = Duration::from_secs(30);
-    let mut agent = None;
-    let sock = dir.path().join("kfdq.sock");
-    if let Some(level) = phase.agent() {
-        let cfg = agent_config(dir.path(), level, phase)?;
-        let mut cmd = Command::new(&env.kfdqd);
-        if let Some((_, t, _)) = &traces {
+    }
+
+    /// kfdqd with the phase's configuration, once it listens (`None`: a phase without agent).
+    fn start_agent(&self) -> Result<Option<Child>, CliError> {
+        let Some(level) = self.phase.agent() else {
+            return Ok(None);
+        };
+        let cfg = agent_config(self.dir.path(), level, self.phase)?;
+        let mut cmd = Command::new(&self.env.kfdqd);
+        if let Some((_, t, _)) = &self.traces {
             cmd.env(kfdq::chain::ENV, t);
         }
-        cmd.arg("--config").arg(&cfg).arg("--root").arg(env.root);
-        let child = Child::spawn("kfdqd", cmd, &log("kfdqd"))?;
-        wait_until("kfdqd listening", wait, || client::status(&sock).is_ok())?;
-        agent = Some(child);
+        cmd.arg("--config")
+            .arg(&cfg)
+            .arg("--root")
+            .arg(self.env.root);
+        let child = Child::spawn("kfdqd", cmd, &self.log("kfdqd"))?;
+        wait_until("kfdqd listening", START_WAIT, || {
+            client::status(&self.sock).is_ok()
+        })?;
+        Ok(Some(child))
     }
-    let shim_env = |cmd: &mut Command, class: &str| {
-        cmd.env("KFDQ_ROOT", env.root);
+
+    /// A workload's environment: the shim, its class, the chain trace and the agent's socket.
+    fn shim_env(&self, cmd: &mut Command, class: &str, agent: bool) {
+        cmd.env("KFDQ_ROOT", self.env.root);
         // The traced phase's latency client runs without the shim (its class is read from
         // its environment by the agent's scan).
-        if !(phase.traced() && class != BATCH_CLASS) {
-            cmd.env("LD_PRELOAD", &env.shim)
-                .env("KFDQ_STATE_DIR", dir.path());
+        if !(self.phase.traced() && class != BATCH_CLASS) {
+            cmd.env("LD_PRELOAD", &self.env.shim)
+                .env("KFDQ_STATE_DIR", self.dir.path());
         }
-        if let Some((hp, _, lp)) = &traces {
+        if let Some((hp, _, lp)) = &self.traces {
             cmd.env(kfdq::chain::ENV, if class == BATCH_CLASS { lp } else { hp });
         }
-        if phase.classes() {
+        if self.phase.classes() {
             cmd.env("KFDQ_CLASS", class);
         }
-        if agent.is_some() {
-            cmd.env("KFDQ_SOCKET", &sock);
+        if agent {
+            cmd.env("KFDQ_SOCKET", &self.sock);
         }
-    };
-    let stop = dir.path().join("stop");
-    let mut lp = None;
-    if phase.lp() {
-        let mut cmd = env.lp.command();
+    }
+
+    /// The batch job, once ready (and connected, with an agent).
+    fn start_lp(&self, agent: bool) -> Result<Child, CliError> {
+        let stop = self.dir.path().join("stop");
+        let mut cmd = self.env.lp.command();
         cmd.env("KFDQ_DEMO_STOP", &stop)
             .env("KFDQ_TEST_STOP", &stop)
             .env("KFDQ_FLOOD_PROGRESS", "1");
-        shim_env(&mut cmd, BATCH_CLASS);
-        let mut c = Child::spawn("the batch job (LP)", cmd, &log("lp"))?;
-        c.wait_line("ready", lines::lp_ready, wait)
+        self.shim_env(&mut cmd, BATCH_CLASS, agent);
+        let mut c = Child::spawn("the batch job (LP)", cmd, &self.log("lp"))?;
+        c.wait_line("ready", lines::lp_ready, START_WAIT)
             .map_err(ready_hint)?;
-        if agent.is_some() {
-            wait_until("the batch job connecting to kfdqd", wait, || {
-                connected(&sock, BATCH_CLASS)
+        if agent {
+            wait_until("the batch job connecting to kfdqd", START_WAIT, || {
+                connected(&self.sock, BATCH_CLASS)
             })?;
         }
-        lp = Some(c);
+        Ok(c)
     }
-    let preempts0 = env.emu.and_then(Emulator::preempts);
-    let (window, hp) = if phase.hp() {
-        let go = dir.path().join("go");
-        let args = env.args;
-        let mut cmd = env.hp.command();
+
+    /// The latency client from its start to its end: the window it measured (CLOCK_MONOTONIC
+    /// µs) and its requests.
+    fn run_hp(&self, agent: bool) -> Result<((f64, f64), HpOutcome), CliError> {
+        let go = self.dir.path().join("go");
+        let args = self.env.args;
+        let mut cmd = self.env.hp.command();
         cmd.env("KFDQ_DEMO_GO", &go)
             .env("KFDQ_TEST_GO", &go)
             .env("KFDQ_DEMO_REQUESTS", args.requests.to_string())
             .env("KFDQ_DEMO_RATE", args.rate.to_string());
-        shim_env(&mut cmd, "latency");
-        let mut c = Child::spawn("the latency client (HP)", cmd, &log("hp"))?;
-        c.wait_line("ready", lines::hp_ready, wait)
+        self.shim_env(&mut cmd, "latency", agent);
+        let mut c = Child::spawn("the latency client (HP)", cmd, &self.log("hp"))?;
+        c.wait_line("ready", lines::hp_ready, START_WAIT)
             .map_err(ready_hint)?;
-        if agent.is_some() && phase.traced() {
-            traced(&sock, wait)?;
-        } else if agent.is_some() {
-            wait_until("the latency client connecting to kfdqd", wait, || {
-                connected(&sock, "latency")
+        if agent && self.phase.traced() {
+            traced(&self.sock, START_WAIT)?;
+        } else if agent {
+            wait_until("the latency client connecting to kfdqd", START_WAIT, || {
+                connected(&self.sock, "latency")
             })?;
         }
         let go_us = monotonic_us();
@@ -362,15 +394,50 @@ fn run_phase(env: &Env<'_>, phase: Phase, tag: &str) -> Result<PhaseResult, CliE
                 "the latency client (HP) printed no `request <i> <latency_us>` line: an HP workload prints one per timed request ({}); its stdout had {} lines (log {})",
                 lines::DOC,
                 out.len(),
-                log("hp").display()
+                self.log("hp").display()
             )));
         }
         let lat = Latency::of(&hp.latencies_us);
         let starts: Option<Vec<f64>> = hp.starts_us.iter().copied().collect();
-        (
+        Ok((
             hp.window.unwrap_or((go_us, end_us)),
-            Some((lat, hp.latencies_us, starts)),
-        )
+            (lat, hp.latencies_us, starts),
+        ))
+    }
+
+    /// Stops the batch job; the units of work it completed inside `window`.
+    fn finish_lp(&self, c: Child, window: (f64, f64)) -> Result<u64, CliError> {
+        write_file(&self.dir.path().join("stop"))?;
+        let out = c.finish(Duration::from_secs(120))?;
+        let done = lines::parse_lp(&out)
+            .map_err(|e| CliError::Usage(format!("the batch job (LP): {e}")))?
+            .into_iter()
+            .filter(|t| (window.0..=window.1).contains(t))
+            .count() as u64;
+        if done == 0 && self.phase == Phase::LpAlone {
+            return Err(CliError::Usage(format!(
+                "the batch job (LP) alone printed no `done <t_us>` line inside the {:.1} s window: an LP workload prints one per unit of work completed, with CLOCK_MONOTONIC times ({}); log {}",
+                (window.1 - window.0) / 1e6,
+                lines::DOC,
+                self.log("lp").display()
+            )));
+        }
+        Ok(done)
+    }
+}
+
+fn run_phase(env: &Env<'_>, phase: Phase, tag: &str) -> Result<PhaseResult, CliError> {
+    let run = PhaseRun::new(env, phase, tag)?;
+    let agent = run.start_agent()?;
+    let lp = if phase.lp() {
+        Some(run.start_lp(agent.is_some())?)
+    } else {
+        None
+    };
+    let preempts0 = env.emu.and_then(Emulator::preempts);
+    let (window, hp) = if phase.hp() {
+        let (window, hp) = run.run_hp(agent.is_some())?;
+        (window, Some(hp))
     } else {
         // The batch job alone, over as long as a latency phase takes.
         let start = monotonic_us();
@@ -379,42 +446,58 @@ fn run_phase(env: &Env<'_>, phase: Phase, tag: &str) -> Result<PhaseResult, CliE
         ));
         ((start, monotonic_us()), None)
     };
-    let window_s = (window.1 - window.0) / 1e6;
     let preempts = match (preempts0, env.emu.and_then(Emulator::preempts)) {
         (Some(a), Some(b)) => Some(b.saturating_sub(a)),
         _ => None,
     };
-    let status = agent.as_ref().and_then(|_| client::status(&sock).ok());
+    let status = agent.as_ref().and_then(|_| client::status(&run.sock).ok());
     let starts = hp.as_ref().and_then(|h| h.2.as_deref());
     let reactions = reactions(env.emu, status.as_ref(), starts);
-    let mut lp_done = None;
-    if let Some(c) = lp {
-        write_file(&stop)?;
-        let out = c.finish(Duration::from_secs(120))?;
-        let done = lines::parse_lp(&out)
-            .map_err(|e| CliError::Usage(format!("the batch job (LP): {e}")))?
-            .into_iter()
-            .filter(|t| (window.0..=window.1).contains(t))
-            .count() as u64;
-        if done == 0 && phase == Phase::LpAlone {
-            return Err(CliError::Usage(format!(
-                "the batch job (LP) alone printed no `done <t_us>` line inside the {window_s:.1} s window: an LP workload prints one per unit of work completed, with CLOCK_MONOTONIC times ({}); log {}",
-                lines::DOC,
-                log("lp").display()
-            )));
-        }
-        lp_done = Some(done);
-    }
+    let lp_done = lp.map(|c| run.finish_lp(c, window)).transpose()?;
     if let Some(mut a) = agent {
         a.terminate();
     }
-    let stage_samples = match (&reactions, &traces) {
+    let stage_samples = match (&reactions, &run.traces) {
         (Some(r), Some((hp, agent, lp))) => {
             stages::samples(&r.pairs, &stages::Traces::read(hp, agent, lp))
         }
         _ => Vec::new(),
     };
-    let (rtt, agent_rate) = match &status {
+    Ok(phase_result(
+        phase,
+        window,
+        hp,
+        Measured {
+            status,
+            reactions,
+            stage_samples,
+            lp_done,
+            preempts,
+        },
+    ))
+}
+
+/// What a phase measured besides the latency client.
+struct Measured {
+    /// kfdqd's status at the end of the window (with an agent).
+    status: Option<NodeStatus>,
+    reactions: Option<reaction::Reactions>,
+    stage_samples: Vec<(&'static str, Vec<f64>)>,
+    /// The batch job's units of work inside the window.
+    lp_done: Option<u64>,
+    /// Device-wide preempts inside the window (the emulator's counters).
+    preempts: Option<u64>,
+}
+
+/// The phase's row from what it measured.
+fn phase_result(
+    phase: Phase,
+    window: (f64, f64),
+    hp: Option<HpOutcome>,
+    m: Measured,
+) -> PhaseResult {
+    let window_s = (window.1 - window.0) / 1e6;
+    let (rtt, agent_rate) = match &m.status {
         Some(s) if s.counters.commands > 0 => (
             Some((s.counters.ack_us_p50, s.counters.ack_us_max)),
             Some(s.counters.preempts as f64 / s.uptime_s.max(1e-9)),
@@ -424,7 +507,8 @@ fn run_phase(env: &Env<'_>, phase: Phase, tag: &str) -> Result<PhaseResult, CliE
     };
     let per_s = |n: u64| n as f64 / window_s.max(1e-9);
     let (hp, hp_latency_us) = hp.map_or((None, Vec::new()), |(l, v, _)| (Some(l), v));
-    Ok(PhaseResult {
+    let reactions = m.reactions;
+    PhaseResult {
         phase,
         label: phase.label().into(),
         window_s,
@@ -434,10 +518,10 @@ fn run_phase(env: &Env<'_>, phase: Phase, tag: &str) -> Result<PhaseResult, CliE
         hp_max_rel: None,
         hp_p99_rel_min: None,
         hp_p99_rel_max: None,
-        lp_dispatches_per_s: lp_done.map(per_s),
+        lp_dispatches_per_s: m.lp_done.map(per_s),
         lp_rel: None,
         preempt_rtt_us: rtt,
-        preempts_per_s: preempts.filter(|_| window_s > 0.0).map(per_s),
+        preempts_per_s: m.preempts.filter(|_| window_s > 0.0).map(per_s),
         agent_preempts_per_s: agent_rate,
         reaction: reactions
             .as_ref()
@@ -446,12 +530,12 @@ fn run_phase(env: &Env<'_>, phase: Phase, tag: &str) -> Result<PhaseResult, CliE
         reaction_found_stopped: reactions.as_ref().map(|r| r.found_stopped),
         reaction_not_stopped: reactions.as_ref().map(|r| r.not_stopped),
         reaction_us: reactions.map(|r| r.reaction_us).unwrap_or_default(),
-        stages: stages::figures(&stage_samples),
-        stage_samples,
+        stages: stages::figures(&m.stage_samples),
+        stage_samples: m.stage_samples,
         hp_latency_us,
-        lp_done,
-        preempts,
-    })
+        lp_done: m.lp_done,
+        preempts: m.preempts,
+    }
 }
 
 /// The reaction chain of a phase with an agent on the emulator, when the latency client printed
