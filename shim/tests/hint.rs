@@ -9,7 +9,7 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
-use common::kfdqd::{Agent, agents_path, two_classes};
+use common::kfdqd::{Agent, agents_path, batch_flood, two_classes};
 use common::*;
 use kfdq::Pid;
 use nix::sys::signal::Signal;
@@ -93,19 +93,6 @@ fn with_hint_timeout(config: String, ms: u32) -> String {
     )
 }
 
-/// A batch flood (one stream) connected to `agent`, with its queue id.
-fn flood(emu: &Emu, agent: &Agent, class: &str) -> (App, u32) {
-    let mut app = Launch::new(programs().get("flood"))
-        .args(["20000", "2560", "2", "1"])
-        .env("KFDQ_CLASS", class)
-        .env("KFDQ_SOCKET", agent.sock.display().to_string())
-        .start(emu);
-    app.wait_line("flooding");
-    agent.wait_connected(app.pid, 1);
-    let q = app.queues().values().next().unwrap().queue_id;
-    (app, q)
-}
-
 /// The hinting client in `lang` and `class`, told `agent`'s socket if given (and, under the
 /// shim, connected to it); returned once past its warm-up.
 fn client(emu: &Emu, agent: Option<&Agent>, class: &str, preload: bool, lang: Lang) -> App {
@@ -150,7 +137,7 @@ fn process_running(agent: &Agent, pid: u32) {
 fn preempts_before_the_first_launch(config: &str, lang: Lang) {
     let emu = mount();
     let agent = Agent::start(&emu, &with_hint_timeout(config.to_string(), 60_000));
-    let (lp, q) = flood(&emu, &agent, "batch");
+    let (lp, q) = batch_flood(&emu, &agent, "batch");
     let mut hp = client(&emu, Some(&agent), "latency", true, lang);
     assert_eq!(hp.wait_line("symbols"), "symbols 1 1");
     let hq = agent.process(hp.pid).unwrap().queues[0].queue_id.0;
@@ -232,7 +219,7 @@ fn python_a_batch_process_hint_is_refused_and_preempts_nobody() {
 fn batch_refused(lang: Lang) {
     let emu = mount();
     let agent = Agent::start(&emu, &two_classes("deactivate"));
-    let (lp, q) = flood(&emu, &agent, "batch");
+    let (lp, q) = batch_flood(&emu, &agent, "batch");
     let mut hp = launch(lang)
         .env("KFDQ_CLASS", "batch")
         .env("KFDQ_SOCKET", agent.sock.display().to_string())
@@ -268,7 +255,7 @@ fn expires(lang: Lang) {
     let emu = mount();
     // The default bound (50 ms).
     let agent = Agent::start(&emu, &two_classes("deactivate"));
-    let (lp, q) = flood(&emu, &agent, "batch");
+    let (lp, q) = batch_flood(&emu, &agent, "batch");
     let mut hp = client(&emu, Some(&agent), "latency", true, lang);
     wait_for("the batch queue runnable", || runs(emu.queue(lp.pid, q)));
     let before = agent.status().counters;
@@ -306,7 +293,7 @@ fn expires(lang: Lang) {
 fn gone_while_hinting(sig: Signal, lang: Lang) {
     let emu = mount();
     let agent = Agent::start(&emu, &with_hint_timeout(two_classes("deactivate"), 60_000));
-    let (lp, q) = flood(&emu, &agent, "batch");
+    let (lp, q) = batch_flood(&emu, &agent, "batch");
     let mut hp = client(&emu, Some(&agent), "latency", true, lang);
     wait_for("the batch queue runnable", || runs(emu.queue(lp.pid, q)));
     hp.release("ready");
