@@ -36,6 +36,19 @@ cargo test --workspace -- --test-threads=2 sid_
 step "ROCm 7.2 on the emulator and HIP 7.2's launch paths under the shim (tests named sid7_*, docs/real-rocm.md)"
 cargo test --workspace -- --test-threads=2 sid7_
 
+step "the Python package (python/): pip install ./python into a fresh venv, then its own tests"
+# A fresh venv each run (python3-venv, scripts/setup.sh); the package's build backend is in the
+# tree, so the install downloads nothing. The tests run from outside the tree: they import the
+# installed package, and the shim's cases preload this build's libkfdq_shim.so.
+pyvenv=$(mktemp -d)
+trap 'rm -rf "$pyvenv"' EXIT
+python3 -m venv "$pyvenv" || die "python3 -m venv failed" "install python3-venv (scripts/setup.sh does)"
+"$pyvenv/bin/pip" install --quiet --disable-pip-version-check --no-index ./python ||
+    die "pip install ./python failed (errors above)" "python/pyproject.toml and python/_build/ build the package"
+(cd "$pyvenv" && bin/python -c "import kfdq") || die "import kfdq failed after pip install ./python"
+(cd "$pyvenv" && KFDQ_SHIM="$OLDPWD/target/debug/libkfdq_shim.so" bin/python -m unittest discover -s "$OLDPWD/python/tests" -v) ||
+    die "the Python package's tests failed (above)" "run them: python3 -m unittest discover -s python/tests"
+
 step "kfd-sys against Debian's real KFD headers (bookworm-backports 1.17, sid)"
 scripts/check-kfd-headers.sh
 

@@ -238,6 +238,7 @@ fn an_unpreemptible_class_always_runs() {
         cu_share_permille: None,
         window: None,
         hw_queues: None,
+        hint_timeout_ms: None,
     });
     let mut q = Policy::new(config).unwrap();
     let procs = [proc(1, "critical", &[true]), proc(10, "latency", &[true])];

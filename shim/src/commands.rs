@@ -32,7 +32,11 @@ pub fn handle(msg: AgentMsg) -> Vec<ShimMsg> {
         AgentMsg::Welcome { .. } => vec![],
         // The control thread's lease (control.rs) took it.
         AgentMsg::Renew {} => vec![],
-        AgentMsg::Edges { on } => {
+        AgentMsg::Edges {
+            on,
+            hint_timeout_ms,
+        } => {
+            crate::hint::allow(hint_timeout_ms.filter(|_| on));
             if st.edges != on {
                 st.edges = on;
                 st.refresh_flags();

@@ -277,6 +277,7 @@ fn release_everything(why: &str) {
     // Edges are reported to an agent only.
     st.edges = false;
     crate::edges::session_ended();
+    crate::hint::session_ended();
     st.refresh_flags();
     drop(st);
     STATE.notify_all();
@@ -330,6 +331,8 @@ struct Session {
     last_renew: Instant,
     /// Whether this session's doorbell was offered.
     offered: bool,
+    /// What the agent was told of the request hints (hint.rs).
+    hints: crate::hint::Reporter,
 }
 
 impl Session {
@@ -381,6 +384,7 @@ impl Session {
                     .unwrap_or_default()
             )
         });
+        crate::hint::session_started();
         Ok(Session {
             w,
             reader,
@@ -390,6 +394,7 @@ impl Session {
             sent_gen: 0,
             last_renew: Instant::now(),
             offered: false,
+            hints: crate::hint::Reporter::new(),
         })
     }
 
@@ -427,6 +432,11 @@ impl Session {
         self.lease.check(Instant::now());
         retry_releases();
         let edges_seen = self.sample_edges(edges, rang, watch);
+        // Before the queues' edges: the agent keeps the process busy through the idle reports
+        // that follow a hint's ring.
+        if let Some(m) = self.hints.next(Instant::now()) {
+            send(&mut self.w, &m).map_err(End::Error)?;
+        }
         for (queue_id, busy) in edges_seen {
             let queue_id = QueueId(queue_id);
             if busy && let Some(t) = woke_us {
@@ -532,18 +542,20 @@ impl Session {
         watch: &mut UnclaimedWatch,
     ) -> Vec<(u32, bool)> {
         let (mut edges_seen, busy) = sample_activity(watch);
+        // An open request hint holds the process busy (hint.rs).
+        let hinted = crate::hint::tick(!busy.is_empty());
         if edges {
-            if !busy.is_empty() {
+            if !busy.is_empty() || hinted {
                 crate::edges::arm();
                 crate::edges::board_busy();
             } else if crate::edges::armed() {
                 // Every queue idle: the next launch rings again. One more sample catches a
-                // launch that saw the report still outstanding (edges.rs).
+                // launch (or a hint) that saw the report still outstanding (edges.rs).
                 crate::edges::board_idle();
                 crate::edges::disarm();
                 let (again, busy) = sample_activity(watch);
                 edges_seen.extend(again);
-                if !busy.is_empty() {
+                if !busy.is_empty() || crate::hint::open() {
                     crate::edges::arm();
                     crate::edges::board_busy();
                 }

@@ -541,3 +541,18 @@ pub unsafe extern "C" fn ioctl(fd: c_int, request: c_ulong, arg: *mut c_void) ->
     // SAFETY: the caller's amdkfd request.
     unsafe { crate::hook::kfd_ioctl(fd, request, arg) }
 }
+
+/// `int kfdq_request_begin(void)`: a request is starting (docs/shim.md, "Request hints";
+/// shim/include/kfdq.h). Unversioned: the shim's own symbol, looked up by applications with
+/// `dlsym(RTLD_DEFAULT, ...)`.
+#[unsafe(no_mangle)]
+pub extern "C" fn kfdq_request_begin() -> c_int {
+    crate::hint::begin()
+}
+
+/// `int kfdq_request_end(void)`: the request begun last is done (docs/shim.md, "Request
+/// hints").
+#[unsafe(no_mangle)]
+pub extern "C" fn kfdq_request_end() -> c_int {
+    crate::hint::end()
+}

@@ -164,6 +164,7 @@ extern "C" fn after_fork_child() {
     crate::registry_file::WROTE_PID.store(0, Ordering::Relaxed);
     crate::context::reset_thread_after_fork();
     crate::edges::reset_after_fork();
+    crate::hint::reset_after_fork();
     crate::watch::reset_after_fork();
     crate::fd_stream::reset_after_fork();
 }

@@ -34,7 +34,8 @@
 //!    window, fail open), `watch` (direct edges: the watches of edge boards, which apply
 //!    level 2 themselves), and `registry_file` (the registry published for `kfdq ps`).
 //! 4. `guard`: panics never unwind into C; a panic stops control (fail open).
-//! 5. `commands` (an agent message answered), `lease` (the preemptions' lease), then `control`
+//! 5. `commands` (an agent message answered), `lease` (the preemptions' lease), `hint` (request hints: their
+//!    open count, their bound, what the agent is told), then `control`
 //!    (the control thread: agent session, activity sampling).
 //! 6. `init`: lazy initialisation, fork and exit.
 //! 7. `real` (the real HIP functions), `window` (the in-flight window's wait), `launch`
@@ -62,6 +63,7 @@ mod dl;
 #[cfg(not(test))]
 mod exports;
 mod guard;
+mod hint;
 mod hook;
 mod index_reads;
 mod init;

@@ -8,7 +8,7 @@ mod common;
 use std::os::fd::AsRawFd;
 
 use common::forger::Forger;
-use common::kfdqd::{Agent, two_classes};
+use common::kfdqd::{Agent, batch_flood, two_classes};
 use common::*;
 use kfdq::Pid;
 use kfdq::proto::AgentMsg;
@@ -26,20 +26,6 @@ fn direct_config() -> String {
 /// Two classes (latency over batch at `level`) with direct edges on.
 fn direct_config_at(level: &str) -> String {
     two_classes(level).replacen("[agent]\n", "[agent]\ndirect_edges = true\n", 1)
-}
-
-/// A batch flood (one stream) under the real agent; returns it with its queue id.
-fn flood(emu: &Emu, agent: &Agent, class: &str) -> (App, u32) {
-    let mut app = Launch::new(programs().get("flood"))
-        .args(["20000", "2560", "2", "1"])
-        .env("KFDQ_CLASS", class)
-        .env("KFDQ_SOCKET", agent.sock.display().to_string())
-        .env("KFDQ_ACTIVITY_US", SLOW_SAMPLING_US)
-        .start(emu);
-    app.wait_line("flooding");
-    agent.wait_connected(app.pid, 1);
-    let q = app.queues().values().next().unwrap().queue_id;
-    (app, q)
 }
 
 /// The latency client (`programs/latency.c` with `args`) in class `latency`, sampled every
@@ -112,7 +98,7 @@ fn the_batch_job_suspends_itself_on_the_latency_launch() {
 fn preempts_itself(level: &str) {
     let emu = mount();
     let agent = Agent::start(&emu, &direct_config_at(level));
-    let (lp, q) = flood(&emu, &agent, "batch");
+    let (lp, q) = batch_flood(&emu, &agent, "batch");
     // Three requests of one 40 ms dispatch, 300 ms apart, sampled every 100 ms.
     let mut hp = latency_client(&emu, &agent, ["3", "300", "1", "40000", "80"]);
     wait_subscribed(&agent, 1);
@@ -174,7 +160,7 @@ fn preempts_itself(level: &str) {
 fn a_batch_process_cannot_write_the_board_it_watches() {
     let emu = mount();
     let agent = Agent::start(&emu, &direct_config());
-    let (lp, q) = flood(&emu, &agent, "batch");
+    let (lp, q) = batch_flood(&emu, &agent, "batch");
     // An idle latency process: a writer of the latency board.
     let hp = latency_client(&emu, &agent, ["1", "0", "1", "40000", "80"]);
     let gpu = agent.process(lp.pid).unwrap().queues[0].gpu_id;
@@ -275,8 +261,8 @@ fn a_batch_process_cannot_write_the_board_it_watches() {
 /// The batch job deactivated by a busy latency flood, through its own watch; returns
 /// (latency, batch, batch queue).
 fn latency_over_batch(emu: &Emu, agent: &Agent) -> (App, App, u32) {
-    let (lp, q) = flood(emu, agent, "batch");
-    let (hp, _) = flood(emu, agent, "latency");
+    let (lp, q) = batch_flood(emu, agent, "batch");
+    let (hp, _) = batch_flood(emu, agent, "latency");
     wait_for("the batch queue deactivated", || {
         !emu.queue(lp.pid, q).active
     });
@@ -412,7 +398,7 @@ fn a_hung_agent_leaves_the_watching_batch_job_preempted_no_longer_than_its_lease
 fn the_batch_jobs_own_deactivate_timing_out_is_reported_and_leaves_nobody_preempted() {
     let emu = mount();
     let agent = Agent::start(&emu, &direct_config());
-    let (lp, q) = flood(&emu, &agent, "batch");
+    let (lp, q) = batch_flood(&emu, &agent, "batch");
     let mut hp = latency_client(&emu, &agent, ["3", "300", "1", "40000", "80"]);
     wait_subscribed(&agent, 1);
     wait_for("the batch queue runnable", || {

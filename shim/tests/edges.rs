@@ -136,26 +136,13 @@ fn renewals_keep_a_preemption_past_its_lease() {
 
 // With the real agent.
 
-use common::kfdqd::{Agent, two_classes};
+use common::kfdqd::{Agent, batch_flood, two_classes};
 use kfdq::proto::{LineReader, QueueInfo, Registry, ShimMsg, encode};
 use nix::sys::signal::Signal;
 use std::io::{BufReader, Write};
 
 fn total_preempts(emu: &Emu) -> u64 {
     emu.stats().partitions.iter().map(|p| p.preempts).sum()
-}
-
-/// A batch flood (one stream) under the real agent; returns it with its queue id.
-fn batch_flood(emu: &Emu, agent: &Agent, class: &str) -> (App, u32) {
-    let mut app = Launch::new(programs().get("flood"))
-        .args(["20000", "2560", "2", "1"])
-        .env("KFDQ_CLASS", class)
-        .env("KFDQ_SOCKET", agent.sock.display().to_string())
-        .start(emu);
-    app.wait_line("flooding");
-    agent.wait_connected(app.pid, 1);
-    let q = app.queues().values().next().unwrap().queue_id;
-    (app, q)
 }
 
 #[test]

@@ -425,6 +425,24 @@ pub fn render(status: &NodeStatus, rec: &Recorder) -> Result<String, std::fmt::E
     );
     counter(
         &mut r,
+        "hints",
+        "Request hints taken from processes whose class preempts others",
+        k.hints,
+    );
+    counter(
+        &mut r,
+        "hints_ignored",
+        "Request hints ignored: the process's class preempts nobody",
+        k.hints_ignored,
+    );
+    counter(
+        &mut r,
+        "hint_expiries",
+        "Request hints that expired: held hint_timeout_ms without GPU work (never followed by work, or never ended)",
+        k.hint_expiries,
+    );
+    counter(
+        &mut r,
         "release_failures",
         "Releases (reactivate, resume) the kernel refused in shims; each is retried with backoff until it holds",
         k.release_failures,

@@ -181,6 +181,7 @@ impl Policy {
                 cu_share_permille: None,
                 window: None,
                 hw_queues: None,
+                hint_timeout_ms: None,
             }),
             edges: BTreeMap::new(),
             procs: ProcStates::default(),

@@ -5,6 +5,11 @@ use crate::policy::Level;
 use crate::policy::class::{Class, MAX_HW_QUEUES, MAX_WINDOW};
 use crate::policy::release::{CostRelease, Release};
 
+/// The longest `hint_timeout_ms`: a minute. A hint is the application's word that work is
+/// coming; one that keeps other jobs preempted longer without any is no longer a bound
+/// (a hinting process stays under its class's starvation guard either way).
+pub const MAX_HINT_TIMEOUT_MS: u32 = 60_000;
+
 /// One class of processes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClassRule {
@@ -29,6 +34,10 @@ pub struct ClassRule {
     /// (`GPU_MAX_HW_QUEUES`, applied by `kfdq run --class`); `None`: the shim's default for the
     /// class name ([`crate::policy::class::Class::hw_queues`]).
     pub hw_queues: Option<u32>,
+    /// Request hints of its processes (docs/shim.md, "Request hints") expire after this many
+    /// ms without GPU work; `None`: [`crate::proto::DEFAULT_HINT_TIMEOUT`]. Only a class that
+    /// preempts others can hint.
+    pub hint_timeout_ms: Option<u32>,
 }
 
 /// A preempted class's guaranteed share: `run_ns` of running after `after_ns` preempted.
@@ -83,6 +92,11 @@ pub enum PolicyError {
         "class {0:?}: hw_queues {1} is out of range 1..=1024 queues per priority pool (omit it for the class's default)"
     )]
     HwQueues(String, u32),
+    /// A hint bound of 0 or beyond [`MAX_HINT_TIMEOUT_MS`].
+    #[error(
+        "class {0:?}: hint_timeout_ms {1} is out of range 1..=60000 ms (omit it for the default, 50 ms)"
+    )]
+    HintTimeout(String, u32),
     /// A starvation guard that never runs.
     #[error("class {0:?}: the starvation guard's run time must be above 0")]
     Starvation(String),
@@ -110,6 +124,7 @@ impl PolicyConfig {
                     cu_share_permille: None,
                     window: None,
                     hw_queues: Some(Class::Latency.hw_queues()),
+                    hint_timeout_ms: None,
                 },
                 ClassRule {
                     name: "normal".into(),
@@ -120,6 +135,7 @@ impl PolicyConfig {
                     cu_share_permille: None,
                     window: None,
                     hw_queues: Some(Class::Normal.hw_queues()),
+                    hint_timeout_ms: None,
                 },
                 ClassRule {
                     name: "batch".into(),
@@ -133,6 +149,7 @@ impl PolicyConfig {
                     cu_share_permille: None,
                     window: Some(2),
                     hw_queues: Some(Class::Batch.hw_queues()),
+                    hint_timeout_ms: None,
                 },
             ],
             release: Release::Cost(CostRelease::default()),
@@ -167,6 +184,11 @@ impl PolicyConfig {
                 && !(1..=MAX_HW_QUEUES).contains(&h)
             {
                 return Err(PolicyError::HwQueues(c.name.clone(), h));
+            }
+            if let Some(t) = c.hint_timeout_ms
+                && !(1..=MAX_HINT_TIMEOUT_MS).contains(&t)
+            {
+                return Err(PolicyError::HintTimeout(c.name.clone(), t));
             }
             if c.starvation.is_some_and(|s| s.run_ns == 0) {
                 return Err(PolicyError::Starvation(c.name.clone()));

@@ -364,4 +364,15 @@ pub struct Counters {
     /// Queues the shims reported that the kernel does not list for their process (ignored).
     #[serde(default)]
     pub unlisted_queues: u64,
+    /// Request hints taken (`ShimMsg::Hint` from a process whose class preempts others;
+    /// docs/shim.md, "Request hints").
+    #[serde(default)]
+    pub hints: u64,
+    /// Request hints ignored: the process's class preempts nobody.
+    #[serde(default)]
+    pub hints_ignored: u64,
+    /// Request hints that expired: held `hint_timeout_ms` without work (never followed by
+    /// work, or never ended), by the agent's bound or the shim's.
+    #[serde(default)]
+    pub hint_expiries: u64,
 }

@@ -174,6 +174,21 @@ pub enum ShimMsg {
         /// The board.
         board: u32,
     },
+    /// A request hint (docs/shim.md, "Request hints"): `on`, the application said a request
+    /// is starting (`kfdq_request_begin`) and no hint of the process had been open; off, its
+    /// last open hint ended (`kfdq_request_end`) or the shim expired it (`expired`: no work
+    /// followed within the class's `hint_timeout_ms`). While on, the agent takes the process's
+    /// queues as busy — for at most `hint_timeout_ms` without work, whatever the shim says
+    /// (`src/agent/node/hint.rs`). Repeated while on, as busy reports are
+    /// ([`super::BUSY_RENEW_PERIOD`]). Sent only to an agent that allowed hints
+    /// ([`AgentMsg::Edges`]'s `hint_timeout_ms`).
+    Hint {
+        /// A hint is open.
+        on: bool,
+        /// Off because the shim expired it (not ended by the application).
+        #[serde(default)]
+        expired: bool,
+    },
     /// Answer to a command.
     Ack {
         /// The command's `seq`.
@@ -271,6 +286,11 @@ pub enum AgentMsg {
     Edges {
         /// Report edges (else: sample at the activity period only).
         on: bool,
+        /// With `on`: request hints are allowed (`kfdq_request_begin`, [`ShimMsg::Hint`]), and
+        /// a hint not followed by work expires after this many ms (the class's
+        /// `hint_timeout_ms`). `None`: hints are refused (an agent before hints, or edges off).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        hint_timeout_ms: Option<u32>,
     },
     /// The doorbell of [`ShimMsg::Doorbell`] was taken: launches may ring it. Not acknowledged.
     DoorbellTaken {},

@@ -49,6 +49,14 @@ pub const BUSY_SAMPLE_PERIOD: std::time::Duration = std::time::Duration::from_mi
 /// hung while busy preempts nobody for longer than that.
 pub const BUSY_RENEW_PERIOD: std::time::Duration = std::time::Duration::from_millis(20);
 
+/// A request hint ([`ShimMsg::Hint`]) not followed by work expires after this long unless the
+/// class sets `hint_timeout_ms` (docs/shim.md, "Request hints"). Long enough for the host work an
+/// inference server does between knowing of a request and its first launch (parsing, decoding or
+/// tokenizing, the copy to the GPU: about a millisecond to tens of milliseconds); short enough that
+/// a hint the application forgets to end costs the batch job at most 50 ms, half the bound
+/// ([`BUSY_STALE`]) a stopped busy process already costs it.
+pub const DEFAULT_HINT_TIMEOUT: std::time::Duration = std::time::Duration::from_millis(50);
+
 /// See [`BUSY_RENEW_PERIOD`]: five renewals missed.
 pub const BUSY_STALE: std::time::Duration = std::time::Duration::from_millis(100);
 

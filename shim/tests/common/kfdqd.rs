@@ -62,6 +62,20 @@ pub fn batch_far_ahead(emu: &Emu, agent: Option<&Agent>) -> App {
     app
 }
 
+/// A batch flood (one stream of 2560 work-groups x 20 ms, two in flight) in `class`, connected
+/// to `agent`; returned once the agent has it, with its queue id.
+pub fn batch_flood(emu: &Emu, agent: &Agent, class: &str) -> (App, u32) {
+    let mut app = Launch::new(programs().get("flood"))
+        .args(["20000", "2560", "2", "1"])
+        .env("KFDQ_CLASS", class)
+        .env("KFDQ_SOCKET", agent.sock.display().to_string())
+        .start(emu);
+    app.wait_line("flooding");
+    agent.wait_connected(app.pid, 1);
+    let q = app.queues().values().next().unwrap().queue_id;
+    (app, q)
+}
+
 /// A running kfdqd.
 pub struct Agent {
     pub child: Child,

@@ -48,6 +48,7 @@ pub(super) struct FileClass {
     cu_share: Option<u16>,
     window: Option<u32>,
     hw_queues: Option<u32>,
+    hint_timeout_ms: Option<u32>,
     control: Option<String>,
     starvation: Option<FileStarvation>,
     #[serde(default, rename = "match")]
@@ -161,6 +162,7 @@ pub(super) fn apply(
             cu_share_permille: c.cu_share,
             window: c.window,
             hw_queues: c.hw_queues,
+            hint_timeout_ms: c.hint_timeout_ms,
         });
         // Validate as we go, so the error points at the class that breaks a rule.
         cfg.policy

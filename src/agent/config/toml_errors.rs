@@ -48,6 +48,7 @@ fn takes(key: &str) -> Option<&'static str> {
         "cu_share" => "per mille of each partition's CUs, an integer 1..=1000",
         "window" => "AQL packets in flight per queue, an integer 1..=4096",
         "hw_queues" => "an integer 1..=1024",
+        "hint_timeout_ms" => "an integer 1..=60000 (ms)",
         "control" => "\"shim\" or \"tracer\", in quotes",
         "starvation" => "a table: starvation = { run_ms = 10, after_ms = 500 }",
         "match" => {

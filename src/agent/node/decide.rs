@@ -145,9 +145,21 @@ impl NodeState {
     fn edges(&mut self, out: &mut Vec<Out>) {
         for p in self.procs.values_mut() {
             let on = preempts_others(&self.cfg.policy, p.class());
-            if p.edges_sent != Some(on) && (on || p.edges_sent.is_some()) {
+            // Said again when its class's hint bound changed (a reload).
+            let hint = super::hint::timeout_for(&self.cfg.policy, p.class(), on);
+            if (p.edges_sent != Some(on) && (on || p.edges_sent.is_some()))
+                || (on && p.hint.timeout != hint)
+            {
                 p.edges_sent = Some(on);
-                out.push(Out::Shim(p.conn, crate::proto::AgentMsg::Edges { on }));
+                p.hint.timeout = hint;
+                let hint_timeout_ms = super::hint::as_ms(p.hint.timeout);
+                out.push(Out::Shim(
+                    p.conn,
+                    crate::proto::AgentMsg::Edges {
+                        on,
+                        hint_timeout_ms,
+                    },
+                ));
             }
         }
     }
@@ -345,6 +357,11 @@ fn mark_stale_one(
     now: Instant,
     st: &mut (Option<Instant>, bool),
 ) {
+    let working = p.stale || p.reported_any_busy();
+    if let Some(w) = super::hint::expire(counters, pid, &mut p.hint, working, now, st) {
+        p.refresh_busy();
+        p.warn(w);
+    }
     let (stale, at) = p.staleness(now);
     if stale && !p.stale {
         st.1 = true;

@@ -186,11 +186,13 @@ impl NodeState {
                     cleared.push(board);
                     continue;
                 }
-                if p.stale && self.direct.stale_cleared.insert(*pid) {
+                // Stale, or busy by a request hint the agent expired (hint.rs).
+                let off = p.stale || p.hint.expired();
+                if off && self.direct.stale_cleared.insert(*pid) {
                     self.counters.direct_cleared += 1;
                     out.push(Out::ClearSlot { board, slot });
                     cleared.push(board);
-                } else if !p.stale {
+                } else if !off {
                     self.direct.stale_cleared.remove(pid);
                 }
                 if b.is_some_and(|b| b.sealed) && !p.stale {

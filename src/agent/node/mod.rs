@@ -32,6 +32,7 @@ mod decide;
 mod direct;
 mod doorbell;
 mod edge;
+mod hint;
 mod process;
 mod reconcile;
 mod samples;
@@ -44,6 +45,8 @@ mod tests;
 mod tests_direct;
 #[cfg(test)]
 mod tests_edges;
+#[cfg(test)]
+mod tests_hint;
 #[cfg(test)]
 mod tests_kubernetes;
 mod waiters;

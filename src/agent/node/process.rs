@@ -139,6 +139,8 @@ pub(super) struct Proc {
     /// Direct edges: its slot was caught saying busy while it reported no busy queue; it gets
     /// no board again (its edges take the agent's path).
     pub(super) forged: bool,
+    /// Its request hint (`hint.rs`).
+    pub(super) hint: super::hint::Hint,
 }
 
 /// A process's state at its last time account.
@@ -188,6 +190,7 @@ impl Proc {
     ) -> Proc {
         let mut p = Proc {
             conn,
+            hint: Default::default(),
             via,
             leaving: false,
             id,
@@ -254,8 +257,21 @@ impl Proc {
         self.warnings.push_back(w);
     }
 
-    /// The last activity sample of queue `qid`, else the registry's.
+    /// Queue `qid` is busy: its process's request hint holds, or [`Proc::reported_busy`].
     pub(super) fn queue_busy(&self, qid: QueueId) -> bool {
+        self.hint.holds() || self.reported_busy(qid)
+    }
+
+    /// Some queue is busy by the shim's reports (work, not a hint).
+    pub(super) fn reported_any_busy(&self) -> bool {
+        self.registry
+            .queues
+            .iter()
+            .any(|q| self.reported_busy(q.queue_id))
+    }
+
+    /// The last activity sample of queue `qid`, else the registry's.
+    pub(super) fn reported_busy(&self, qid: QueueId) -> bool {
         self.busy.get(&qid).copied().unwrap_or_else(|| {
             self.registry
                 .queues

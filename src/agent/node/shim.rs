@@ -70,7 +70,14 @@ impl NodeState {
                     true
                 }
                 ShimMsg::Activity { queue_id, busy } => {
-                    let changed = p.busy.insert(queue_id, busy) != Some(busy);
+                    let prev = p.busy.insert(queue_id, busy);
+                    let reported = prev != Some(busy);
+                    // Work under a hint (reported, or drained now): its bound counts from here.
+                    if busy || prev == Some(true) {
+                        p.hint.work(now);
+                    }
+                    // While a request hint holds, the queue is busy whatever is reported.
+                    let changed = reported && !p.hint.holds();
                     p.refresh_busy();
                     if changed {
                         self.edges_pending.push((pid, queue_id, busy));
@@ -88,6 +95,7 @@ impl NodeState {
                 ShimMsg::Doorbell {} => false,
                 // The server checked the seal (server/peers.rs).
                 ShimMsg::BoardSealed { board } => self.board_sealed(pid, board),
+                ShimMsg::Hint { on, expired } => self.hint_message(pid, on, expired, now),
             };
         if released {
             self.policy.released_outside(pid, self.now_ns(now));

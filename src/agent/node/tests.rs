@@ -11,7 +11,7 @@ use crate::policy::Run;
 use crate::proto::{Level, QueueInfo, Registry, Request, ShimMsg, Target};
 
 // The agent's own commands (direct edges, on by default, are tested in `tests_direct.rs`).
-const CONFIG: &str = r#"
+pub(super) const CONFIG: &str = r#"
 [agent]
 direct_edges = false
 hysteresis_ms = 0
@@ -32,8 +32,8 @@ match = { env = true }
 "#;
 
 const GPU: GpuId = GpuId(0x1000);
-const SERVING: Pid = Pid(100);
-const TRAINING: Pid = Pid(200);
+pub(super) const SERVING: Pid = Pid(100);
+pub(super) const TRAINING: Pid = Pid(200);
 
 fn identity(pid: Pid) -> Identity {
     Identity {
@@ -66,7 +66,7 @@ pub(super) fn queue(queue_id: u32, priority: u32) -> QueueInfo {
     }
 }
 
-fn registry(pid: Pid, class: &str, queues: Vec<QueueInfo>) -> ShimMsg {
+pub(super) fn registry(pid: Pid, class: &str, queues: Vec<QueueInfo>) -> ShimMsg {
     ShimMsg::Registry(Registry {
         pid,
         class: Some(class.into()),
@@ -77,12 +77,21 @@ fn registry(pid: Pid, class: &str, queues: Vec<QueueInfo>) -> ShimMsg {
 
 /// A node with a serving process (conn 1, one queue) and a training process (conn 2, two
 /// queues), both registered at `t0`, and the first decision taken.
-fn node(t0: Instant) -> NodeState {
+pub(super) fn node(t0: Instant) -> NodeState {
     node_with(CONFIG, t0)
 }
 
 /// [`node`] with another agent file.
-fn node_with(config: &str, t0: Instant) -> NodeState {
+pub(super) fn node_with(config: &str, t0: Instant) -> NodeState {
+    node_with_edges(config, t0, Some(50))
+}
+
+/// [`node_with`], the serving class's hint bound `hint_timeout_ms`.
+pub(super) fn node_with_edges(
+    config: &str,
+    t0: Instant,
+    hint_timeout_ms: Option<u32>,
+) -> NodeState {
     let cfg = AgentConfig::parse(config, None).unwrap();
     let parts = vec![PartitionObs {
         gpu_id: GPU,
@@ -110,14 +119,20 @@ fn node_with(config: &str, t0: Instant) -> NodeState {
     // The serving class preempts the training class: its shim is asked for busy edges.
     assert_eq!(
         out,
-        [Out::Shim(1, crate::proto::AgentMsg::Edges { on: true })],
+        [Out::Shim(
+            1,
+            crate::proto::AgentMsg::Edges {
+                on: true,
+                hint_timeout_ms
+            }
+        )],
         "nothing else to do while everything is idle"
     );
     n
 }
 
 /// Sends `msg` from `pid` at `now`, decides if it asks for it, and returns the commands.
-fn step(n: &mut NodeState, pid: Pid, msg: ShimMsg, now: Instant) -> Vec<Out> {
+pub(super) fn step(n: &mut NodeState, pid: Pid, msg: ShimMsg, now: Instant) -> Vec<Out> {
     let mut out = Vec::new();
     if n.shim_message(pid, msg, now, &mut out) {
         n.decide(now, &mut out);
@@ -125,14 +140,14 @@ fn step(n: &mut NodeState, pid: Pid, msg: ShimMsg, now: Instant) -> Vec<Out> {
     out
 }
 
-fn busy(b: bool) -> ShimMsg {
+pub(super) fn busy(b: bool) -> ShimMsg {
     ShimMsg::Activity {
         queue_id: QueueId(1),
         busy: b,
     }
 }
 
-fn ack(seq: u64, ok: bool) -> ShimMsg {
+pub(super) fn ack(seq: u64, ok: bool) -> ShimMsg {
     ShimMsg::Ack {
         seq,
         ok,
@@ -140,7 +155,7 @@ fn ack(seq: u64, ok: bool) -> ShimMsg {
     }
 }
 
-fn preempt(seq: u64) -> Out {
+pub(super) fn preempt(seq: u64) -> Out {
     Out::Shim(
         2,
         AgentMsg::Preempt {
@@ -152,7 +167,7 @@ fn preempt(seq: u64) -> Out {
     )
 }
 
-fn release(seq: u64) -> Out {
+pub(super) fn release(seq: u64) -> Out {
     Out::Shim(
         2,
         AgentMsg::Release {

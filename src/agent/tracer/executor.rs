@@ -27,7 +27,7 @@ impl Thread {
                 ..
             } => (seq, self.suspend(pid, &target, grace_period)),
             // Not acknowledged: its class preempts others (or no longer does).
-            AgentMsg::Edges { on } => {
+            AgentMsg::Edges { on, .. } => {
                 if let Some(t) = self.tracees.get_mut(&pid) {
                     t.edges = on;
                 }

@@ -155,6 +155,12 @@ pub fn render(s: &NodeStatus) -> String {
         c.lease_expiries,
         c.release_failures
     );
+    if c.hints + c.hints_ignored > 0 {
+        out += &format!(
+            "request hints: {} taken, {} ignored (class preempts nobody), {} expired (no work within hint_timeout_ms)\n",
+            c.hints, c.hints_ignored, c.hint_expiries
+        );
+    }
     if c.direct_subscriptions > 0 {
         out += &format!(
             "direct edges: {} preempt(s) and {} release(s) by the processes' own watches, {} watch(es) sent, {} board slot(s) cleared, {} forged\n",

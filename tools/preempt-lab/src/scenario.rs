@@ -283,6 +283,7 @@ pub fn demo_policy() -> PolicyConfig {
         cu_share_permille: None,
         window: None,
         hw_queues: None,
+        hint_timeout_ms: None,
     };
     PolicyConfig {
         classes: vec![class("latency", 2, 13), class("batch", 0, 3)],
