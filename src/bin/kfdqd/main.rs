@@ -23,6 +23,15 @@ fn main() -> ExitCode {
         cfg.socket.path = s;
     }
     if args.check {
+        // What startup checks beyond the file (the socket, the metrics port, another agent),
+        // before a word on stdout: "configuration ok" means startup would take it.
+        let notes = match agent::preflight(&cfg, &args.root) {
+            Ok(notes) => notes,
+            Err(e) => {
+                eprintln!("kfdqd: startup would refuse this configuration: {e}");
+                return ExitCode::from(2);
+            }
+        };
         println!(
             "configuration ok: {}",
             cfg.source
@@ -101,19 +110,10 @@ fn main() -> ExitCode {
             "release: {}",
             cfg.policy.release.describe(cfg.policy.hysteresis_ns)
         );
-        // What startup checks beyond the file: the socket, the metrics port, another agent.
-        return match agent::preflight(&cfg, &args.root) {
-            Ok(notes) => {
-                for n in notes {
-                    println!("note: {n}");
-                }
-                ExitCode::SUCCESS
-            }
-            Err(e) => {
-                eprintln!("kfdqd: startup would refuse this configuration: {e}");
-                ExitCode::from(2)
-            }
-        };
+        for n in notes {
+            println!("note: {n}");
+        }
+        return ExitCode::SUCCESS;
     }
     let opts = agent::Options {
         root: args.root,
