@@ -97,22 +97,6 @@ fn kfdqd_refuses_a_calibration_from_another_gpu_kind() {
     );
 }
 
-/// kfdqd's status over its socket (`None` until it answers).
-fn agent_status(sock: &std::path::Path) -> Option<kfdq::proto::control::NodeStatus> {
-    use kfdq::proto::{LineReader, Reply, Request, encode};
-    use std::io::Write;
-    let mut s = std::os::unix::net::UnixStream::connect(sock).ok()?;
-    s.set_read_timeout(Some(WAIT_LIMIT)).ok()?;
-    s.write_all(&encode(&Request::Status)).ok()?;
-    match LineReader::new(std::io::BufReader::new(s))
-        .next::<Reply>()
-        .ok()?
-    {
-        Reply::Status(st) => Some(*st),
-        _ => None,
-    }
-}
-
 #[test]
 #[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn a_reload_refuses_a_calibration_that_startup_refuses() {
@@ -131,18 +115,9 @@ fn a_reload_refuses_a_calibration_that_startup_refuses() {
     )
     .unwrap();
     let log = dir.path().join("kfdqd.log");
-    let mut agent = Command::new(workspace_bin("kfdqd"))
-        .arg("--root")
-        .arg(emu.root())
-        .arg("--config")
-        .arg(&conf)
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::fs::File::create(&log).unwrap())
-        .spawn()
-        .unwrap();
+    let mut agent = start_kfdqd(emu.root(), &conf, &sock, &log);
     let log_text = || std::fs::read_to_string(&log).unwrap_or_default();
-    let st = test_support::wait::wait_value("kfdqd to answer", WAIT_LIMIT, || agent_status(&sock));
+    let st = agent_status(&sock).expect("kfdqd answers");
     assert_eq!(st.counters.reload_failures, 0, "{}", log_text());
 
     // The file rewritten by a bench on another GPU kind: startup and --check refuse it...
@@ -157,18 +132,11 @@ fn a_reload_refuses_a_calibration_that_startup_refuses() {
         .unwrap();
     assert_eq!(o.status.code(), Some(2), "{o:?}");
     // ...and so does a reload: the configuration in effect stays.
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(agent.id() as i32),
-        nix::sys::signal::Signal::SIGHUP,
-    )
-    .unwrap();
+    signal(&agent, nix::sys::signal::Signal::SIGHUP);
     let st = test_support::wait::wait_value("the reload's verdict", WAIT_LIMIT, || {
         agent_status(&sock).filter(|s| s.counters.reloads + s.counters.reload_failures > 0)
     });
-    let _ = nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(agent.id() as i32),
-        nix::sys::signal::Signal::SIGTERM,
-    );
+    signal(&agent, nix::sys::signal::Signal::SIGTERM);
     let _ = agent.wait();
     let text = log_text();
     assert_eq!(
