@@ -43,6 +43,18 @@ fn file_for(version: u32, round_trip_ns: u64) -> String {
     .to_toml()
 }
 
+/// `kfdqd --check` on `root` with configuration `conf`.
+fn kfdqd_check(root: &std::path::Path, conf: &std::path::Path) -> std::process::Output {
+    Command::new(workspace_bin("kfdqd"))
+        .arg("--root")
+        .arg(root)
+        .arg("--config")
+        .arg(conf)
+        .arg("--check")
+        .output()
+        .unwrap()
+}
+
 #[test]
 fn the_cost_rule_takes_c_from_the_calibration() {
     let dir = tempfile::tempdir().unwrap();
@@ -81,14 +93,7 @@ fn kfdqd_refuses_a_calibration_from_another_gpu_kind() {
     std::fs::write(dir.path().join("node.toml"), file_for(90402, 500_000)).unwrap();
     let conf = dir.path().join("kfdq.toml");
     std::fs::write(&conf, "[agent]\ncalibration = \"node.toml\"\n").unwrap();
-    let o = Command::new(workspace_bin("kfdqd"))
-        .arg("--root")
-        .arg(emu.root())
-        .arg("--config")
-        .arg(&conf)
-        .arg("--check")
-        .output()
-        .unwrap();
+    let o = kfdqd_check(emu.root(), &conf);
     assert_eq!(o.status.code(), Some(2));
     let e = String::from_utf8_lossy(&o.stderr);
     assert!(
@@ -122,14 +127,7 @@ fn a_reload_refuses_a_calibration_that_startup_refuses() {
 
     // The file rewritten by a bench on another GPU kind: startup and --check refuse it...
     std::fs::write(&node, file_for(90402, 500_000)).unwrap();
-    let o = Command::new(workspace_bin("kfdqd"))
-        .arg("--root")
-        .arg(emu.root())
-        .arg("--config")
-        .arg(&conf)
-        .arg("--check")
-        .output()
-        .unwrap();
+    let o = kfdqd_check(emu.root(), &conf);
     assert_eq!(o.status.code(), Some(2), "{o:?}");
     // ...and so does a reload: the configuration in effect stays.
     signal(&agent, nix::sys::signal::Signal::SIGHUP);
