@@ -43,6 +43,18 @@ fn file_for(version: u32, round_trip_ns: u64) -> String {
     .to_toml()
 }
 
+/// `kfdqd --check` on `root` with configuration `conf`.
+fn kfdqd_check(root: &std::path::Path, conf: &std::path::Path) -> std::process::Output {
+    Command::new(workspace_bin("kfdqd"))
+        .arg("--root")
+        .arg(root)
+        .arg("--config")
+        .arg(conf)
+        .arg("--check")
+        .output()
+        .unwrap()
+}
+
 #[test]
 fn the_cost_rule_takes_c_from_the_calibration() {
     let dir = tempfile::tempdir().unwrap();
@@ -81,18 +93,57 @@ fn kfdqd_refuses_a_calibration_from_another_gpu_kind() {
     std::fs::write(dir.path().join("node.toml"), file_for(90402, 500_000)).unwrap();
     let conf = dir.path().join("kfdq.toml");
     std::fs::write(&conf, "[agent]\ncalibration = \"node.toml\"\n").unwrap();
-    let o = Command::new(workspace_bin("kfdqd"))
-        .arg("--root")
-        .arg(emu.root())
-        .arg("--config")
-        .arg(&conf)
-        .arg("--check")
-        .output()
-        .unwrap();
+    let o = kfdqd_check(emu.root(), &conf);
     assert_eq!(o.status.code(), Some(2));
     let e = String::from_utf8_lossy(&o.stderr);
     assert!(
         e.contains("90402") && e.contains("90010") && e.contains("kfdq bench"),
         "{e}"
+    );
+}
+
+#[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
+fn a_reload_refuses_a_calibration_that_startup_refuses() {
+    let emu = mount_preset(Preset::Mi210);
+    let dir = tempfile::tempdir().unwrap();
+    let node = dir.path().join("node.toml");
+    std::fs::write(&node, file_for(90010, 500_000)).unwrap();
+    let conf = dir.path().join("kfdq.toml");
+    let sock = dir.path().join("kfdq.sock");
+    std::fs::write(
+        &conf,
+        format!(
+            "[agent]\nsocket = \"{}\"\ncalibration = \"node.toml\"\n",
+            sock.display()
+        ),
+    )
+    .unwrap();
+    let log = dir.path().join("kfdqd.log");
+    let mut agent = start_kfdqd(emu.root(), &conf, &sock, &log);
+    let log_text = || std::fs::read_to_string(&log).unwrap_or_default();
+    let st = agent_status(&sock).expect("kfdqd answers");
+    assert_eq!(st.counters.reload_failures, 0, "{}", log_text());
+
+    // The file rewritten by a bench on another GPU kind: startup and --check refuse it...
+    std::fs::write(&node, file_for(90402, 500_000)).unwrap();
+    let o = kfdqd_check(emu.root(), &conf);
+    assert_eq!(o.status.code(), Some(2), "{o:?}");
+    // ...and so does a reload: the configuration in effect stays.
+    signal(&agent, nix::sys::signal::Signal::SIGHUP);
+    let st = test_support::wait::wait_value("the reload's verdict", WAIT_LIMIT, || {
+        agent_status(&sock).filter(|s| s.counters.reloads + s.counters.reload_failures > 0)
+    });
+    signal(&agent, nix::sys::signal::Signal::SIGTERM);
+    let _ = agent.wait();
+    let text = log_text();
+    assert_eq!(
+        (st.counters.reloads, st.counters.reload_failures),
+        (0, 1),
+        "{text}"
+    );
+    assert!(
+        text.contains("90402") && text.contains("90010") && text.contains("stays"),
+        "{text}"
     );
 }

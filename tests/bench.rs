@@ -522,3 +522,52 @@ fn the_hip_helpers_are_refused_with_their_reason_and_raw_is_said() {
     );
     assert!(v[0]["agent_runtime"].is_null(), "{:#}", v[0]);
 }
+
+/// `--write` into a missing directory or onto a directory is refused before anything is
+/// measured; a write that still fails at the end (`/dev/full`: ENOSPC) prints the finished
+/// measurements all the same, then names the file it could not write.
+#[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
+fn a_calibration_that_cannot_be_written_loses_no_measurement() {
+    let emu = mount(EmuConfig {
+        preset: Preset::Mi308x,
+        ..EmuConfig::default()
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("missing").join("node.toml");
+    for (target, want) in [
+        (missing.as_path(), "does not exist"),
+        (dir.path(), "is a directory"),
+    ] {
+        let out = bench(&emu, &["--write", target.to_str().unwrap()]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{err}");
+        assert!(
+            err.contains(want) && err.contains("nothing was measured"),
+            "{err}"
+        );
+        let s = emu.stats();
+        assert!(
+            s.partitions
+                .iter()
+                .all(|p| p.preempts == 0 && p.runlist_updates == 0),
+            "refused before measuring: {s:?}"
+        );
+    }
+    assert!(!missing.exists());
+
+    let out = bench(&emu, &["--write", "/dev/full"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains("/dev/full") && err.contains("printed above"),
+        "{err}"
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    let v: serde_json::Value =
+        serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}\n{err}"));
+    assert!(
+        v[0]["gpu_id"].as_u64().is_some_and(|g| g > 0),
+        "the measurements: {v:#}"
+    );
+}

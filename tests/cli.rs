@@ -1,5 +1,6 @@
 //! `kfdq --root <mount> topology|ps [--json]` print what the emulator serves; `kfdq run` puts a
-//! program under the shim; `kfdq-selftest` exercises the safe layer end to end.
+//! program under the shim; `kfdq-selftest` exercises the safe layer end to end; `kfdq --json
+//! status` beside a real kfdqd prints no negative zero.
 
 mod common;
 
@@ -294,4 +295,34 @@ fn selftest_deactivates_one_queue_and_drains_it_after_reactivation() {
         "{:?}",
         stats.partitions
     );
+}
+
+/// `kfdq --json status` beside an agent that preempted nothing prints rates of 0.0, never
+/// -0.0 (a float sum of nothing is -0.0).
+#[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
+fn status_json_prints_no_negative_zero() {
+    let emu = mount_preset(Preset::Mi308x);
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("kfdq.sock");
+    let conf = dir.path().join("kfdq.toml");
+    std::fs::write(&conf, format!("[agent]\nsocket = \"{}\"\n", sock.display())).unwrap();
+    let log = dir.path().join("kfdqd.log");
+    let mut agent = start_kfdqd(emu.root(), &conf, &sock, &log);
+    let o = Command::new(env!("CARGO_BIN_EXE_kfdq"))
+        .arg("--root")
+        .arg(emu.root())
+        .arg("--agent")
+        .arg(&sock)
+        .args(["--json", "status"])
+        .output()
+        .unwrap();
+    signal(&agent, nix::sys::signal::Signal::SIGTERM);
+    let _ = agent.wait();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
+    let rate = v["counters"]["preempts_per_s"].as_f64().unwrap();
+    assert!(rate == 0.0 && rate.is_sign_positive(), "{out}");
+    assert!(!out.contains("-0.0"), "{out}");
 }

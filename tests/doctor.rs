@@ -122,3 +122,59 @@ fn doctor_gives_three_verdicts_for_three_kernels() {
     assert_ne!(summary(&current.2), summary(&legacy.2));
     assert_ne!(summary(&nodbg.2), summary(&legacy.2));
 }
+
+/// A socket in a shared directory (mode 1777, as /tmp): `kfdq doctor` and `kfdqd --check` give
+/// one verdict and one fix (another directory, never a chmod of the shared one), and `--check`
+/// prints no "configuration ok" for a configuration that startup refuses.
+#[test]
+fn doctor_and_check_refuse_a_shared_socket_directory_alike() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let shared = dir.path().join("shared");
+    std::fs::create_dir(&shared).unwrap();
+    std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    let sock = shared.join("x.sock");
+
+    let o = Command::new(env!("CARGO_BIN_EXE_kfdq"))
+        .arg("--root")
+        .arg(dir.path())
+        .arg("--agent")
+        .arg(&sock)
+        .args(["--json", "doctor"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&o.stdout);
+    let v: serde_json::Value =
+        serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"));
+    let f = v["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["check"] == "socket-dir")
+        .unwrap_or_else(|| panic!("no socket-dir finding in {v:#}"));
+    assert_eq!(f["status"], "fail", "{f:#}");
+    let fix = f["fix"].as_str().unwrap_or_default();
+    assert!(!fix.contains("chmod"), "{fix}");
+    assert!(
+        fix.contains("directory of its own") && fix.contains("/run/kfdq/kfdq.sock"),
+        "{fix}"
+    );
+
+    let conf = dir.path().join("kfdq.toml");
+    std::fs::write(&conf, format!("[agent]\nsocket = \"{}\"\n", sock.display())).unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_kfdqd"))
+        .arg("--root")
+        .arg(dir.path())
+        .arg("--config")
+        .arg(&conf)
+        .arg("--check")
+        .output()
+        .unwrap();
+    let (out, err) = (
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr),
+    );
+    assert_eq!(o.status.code(), Some(2), "{out}{err}");
+    assert!(!out.contains("configuration ok"), "{out}");
+    assert!(err.contains("directory of its own"), "{err}");
+}

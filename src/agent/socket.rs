@@ -198,8 +198,9 @@ pub enum SocketError {
     NotADirectory(PathBuf),
     /// Others could replace the socket (see [`dir_problem`]).
     #[error(
-        "the socket directory {} {problem}: whoever can write there could replace the agent's socket and command every shim; put the socket in a directory of its own that only root (or the agent's user) can write, e.g. [agent] socket = \"/run/kfdq/kfdq.sock\" (or --socket /run/kfdq/kfdq.sock; kfdqd creates the directory 0755); do not change the mode of a shared directory such as /tmp",
-        dir.display()
+        "the socket directory {} {problem}: whoever can write there could replace the agent's socket and command every shim; {}",
+        dir.display(),
+        crate::doctor::SOCKET_DIR_FIX
     )]
     UnsafeDirectory {
         /// The directory.

@@ -3,7 +3,7 @@
 use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
 use std::path::Path;
 
-use super::{DEFAULT_SOCKET, Finding, Options, Status};
+use super::{DEFAULT_SOCKET, Finding, Options, SOCKET_DIR_FIX, Status};
 use crate::kfd::Root;
 
 /// Mode bit: writable by others.
@@ -59,7 +59,7 @@ fn agent_socket(path: &Path, out: &mut Vec<Finding>) {
                             if mode & STICKY != 0 { ", sticky" } else { "" }
                         ),
                     )
-                    .fix(format!("chmod o-w {} (kfdqd creates its socket directory itself, owned by the agent)", dir.display())),
+                    .fix(format!("{SOCKET_DIR_FIX}, and give kfdq and the shim that path (--agent, KFDQ_SOCKET)")),
                 );
             } else {
                 out.push(Finding::new(

@@ -119,6 +119,11 @@ pub struct Options {
 /// The agent's default socket path.
 pub const DEFAULT_SOCKET: &str = "/run/kfdq/kfdq.sock";
 
+/// The fix for a socket directory others can write, as kfdqd (which refuses it) and the doctor
+/// give it: another directory, never a chmod (the directory may be a shared one, /tmp, whose
+/// mode others rely on).
+pub const SOCKET_DIR_FIX: &str = "put the socket in a directory of its own that only root (or the agent's user) can write, e.g. [agent] socket = \"/run/kfdq/kfdq.sock\" (or --socket /run/kfdq/kfdq.sock; kfdqd creates the directory 0755); do not change the mode of a shared directory such as /tmp";
+
 /// The doctor's whole answer.
 #[derive(Debug, Clone, Serialize)]
 pub struct Report {

@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use super::FileAgent;
+use super::{AgentConfig, ConfigError, FileAgent};
 use crate::agent::setting::SettingError;
 
 /// `[agent] calibration = FILE` (relative to the configuration's directory): the cost rule's C
@@ -47,4 +47,29 @@ pub(super) fn read(
         first.model.preempt_round_trip_ns,
         first.node.gfx_target_version,
     ))
+}
+
+/// Refuses `[agent] calibration` measured on another GPU kind than the partitions under `root`.
+/// A node without readable topology (no driver yet) is checked when it has one.
+pub(super) fn check_node(cfg: &AgentConfig, root: &Path) -> Result<(), ConfigError> {
+    let Some((file, target)) = &cfg.calibration else {
+        return Ok(());
+    };
+    let Ok(topo) = crate::kfd::Topology::read(&crate::kfd::Root::new(root)) else {
+        return Ok(());
+    };
+    match topo
+        .gpus()
+        .filter_map(|n| n.prop("gfx_target_version"))
+        .find(|v| *v != u64::from(*target))
+    {
+        None => Ok(()),
+        Some(here) => Err(ConfigError::Node {
+            path: cfg.source.clone().unwrap_or_else(|| "<config>".into()),
+            message: format!(
+                "calibration = {}: measured on gfx_target_version {target}, this node's GPU is {here}; run `kfdq bench --write FILE` on this node",
+                file.display()
+            ),
+        }),
+    }
 }

@@ -137,7 +137,7 @@ pub struct AgentConfig {
     pub policy: PolicyConfig,
     /// `[agent] calibration`: the node's calibration file (`kfdq bench --write`), whose round
     /// trip is the cost rule's C, and the `gfx_target_version` it was measured on (kfdqd
-    /// refuses it on another GPU kind, `check_calibration`).
+    /// refuses it on another GPU kind, [`AgentConfig::load_for_node`]).
     pub calibration: Option<(PathBuf, u32)>,
     /// `[kubernetes]`: the device plugin's allocations, the fallback class for pods, the node
     /// feature file.
@@ -163,6 +163,14 @@ pub enum ConfigError {
         path: PathBuf,
         /// 1-based line (0 when not known).
         line: usize,
+        /// The rule and the fix.
+        message: String,
+    },
+    /// The file does not fit this node (a calibration measured on another GPU kind).
+    #[error("{path}: {message}")]
+    Node {
+        /// The file.
+        path: PathBuf,
         /// The rule and the fix.
         message: String,
     },
@@ -363,6 +371,15 @@ impl AgentConfig {
             None if Path::new(DEFAULT_CONFIG).exists() => Self::load(Path::new(DEFAULT_CONFIG)),
             None => Ok(Self::builtin()),
         }
+    }
+
+    /// Reads `path` (as [`AgentConfig::load_or_default`]) and checks it against the node under
+    /// `root`: every check of the file that startup, `kfdqd --check` and a reload (SIGHUP) run,
+    /// in one place, so that a reload never accepts what the next start would refuse.
+    pub fn load_for_node(path: Option<&Path>, root: &Path) -> Result<AgentConfig, ConfigError> {
+        let cfg = Self::load_or_default(path)?;
+        calibration::check_node(&cfg, root)?;
+        Ok(cfg)
     }
 
     /// The class names, in file order.

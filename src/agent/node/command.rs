@@ -159,7 +159,11 @@ impl Preempts {
             .front()
             .map_or(0.0, |(t, _)| now.duration_since(*t).as_secs_f64())
             .clamp(1.0, RATE_WINDOW.as_secs_f64());
-        self.recent.iter().map(|(_, c)| f64::from(*c)).sum::<f64>() / window
+        // A fold from +0.0: a float `sum` of nothing is -0.0, which JSON would print as such.
+        self.recent
+            .iter()
+            .fold(0.0, |sum, (_, c)| sum + f64::from(*c))
+            / window
     }
 }
 
@@ -232,5 +236,12 @@ mod tests {
         p.trim(t0 + Duration::from_secs(12));
         assert_eq!(p.per_s(t0 + Duration::from_secs(12)), 5.0 / 7.0);
         assert_eq!(p.total(), 10);
+    }
+
+    #[test]
+    fn no_preempts_is_a_rate_of_plus_zero() {
+        let r = Preempts::default().per_s(Instant::now());
+        assert!(r == 0.0 && r.is_sign_positive(), "{r:?}");
+        assert_eq!(serde_json::to_string(&r).unwrap(), "0.0");
     }
 }

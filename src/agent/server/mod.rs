@@ -512,7 +512,7 @@ impl Server<'_> {
             );
             return;
         };
-        match AgentConfig::load(&path) {
+        match AgentConfig::load_for_node(Some(&path), &opts.root) {
             Ok(cfg) => {
                 if cfg.socket != self.node.config().socket {
                     tracing::warn!(

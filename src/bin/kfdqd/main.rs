@@ -12,7 +12,7 @@ use args::Args;
 fn main() -> ExitCode {
     let args = Args::parse();
     init_logging();
-    let mut cfg = match AgentConfig::load_or_default(args.config.as_deref()) {
+    let mut cfg = match AgentConfig::load_for_node(args.config.as_deref(), &args.root) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("kfdqd: configuration refused: {e}");
@@ -22,11 +22,16 @@ fn main() -> ExitCode {
     if let Some(s) = args.socket {
         cfg.socket.path = s;
     }
-    if let Err(e) = check_calibration(&cfg, &args.root) {
-        eprintln!("kfdqd: configuration refused: {e}");
-        return ExitCode::from(2);
-    }
     if args.check {
+        // What startup checks beyond the file (the socket, the metrics port, another agent),
+        // before a word on stdout: "configuration ok" means startup would take it.
+        let notes = match agent::preflight(&cfg, &args.root) {
+            Ok(notes) => notes,
+            Err(e) => {
+                eprintln!("kfdqd: startup would refuse this configuration: {e}");
+                return ExitCode::from(2);
+            }
+        };
         println!(
             "configuration ok: {}",
             cfg.source
@@ -105,19 +110,10 @@ fn main() -> ExitCode {
             "release: {}",
             cfg.policy.release.describe(cfg.policy.hysteresis_ns)
         );
-        // What startup checks beyond the file: the socket, the metrics port, another agent.
-        return match agent::preflight(&cfg, &args.root) {
-            Ok(notes) => {
-                for n in notes {
-                    println!("note: {n}");
-                }
-                ExitCode::SUCCESS
-            }
-            Err(e) => {
-                eprintln!("kfdqd: startup would refuse this configuration: {e}");
-                ExitCode::from(2)
-            }
-        };
+        for n in notes {
+            println!("note: {n}");
+        }
+        return ExitCode::SUCCESS;
     }
     let opts = agent::Options {
         root: args.root,
@@ -129,28 +125,6 @@ fn main() -> ExitCode {
             eprintln!("kfdqd: {e}");
             ExitCode::FAILURE
         }
-    }
-}
-
-/// Refuses `[agent] calibration` measured on another GPU kind than this node's partitions.
-fn check_calibration(cfg: &AgentConfig, root: &std::path::Path) -> Result<(), String> {
-    let Some((file, target)) = &cfg.calibration else {
-        return Ok(());
-    };
-    // A node without readable topology (no driver yet) is checked when it has one.
-    let Ok(topo) = kfdq::kfd::Topology::read(&kfdq::kfd::Root::new(root)) else {
-        return Ok(());
-    };
-    match topo
-        .gpus()
-        .filter_map(|n| n.prop("gfx_target_version"))
-        .find(|v| *v != u64::from(*target))
-    {
-        None => Ok(()),
-        Some(here) => Err(format!(
-            "calibration = {}: measured on gfx_target_version {target}, this node's GPU is {here}; run `kfdq bench --write FILE` on this node",
-            file.display()
-        )),
     }
 }
 

@@ -123,3 +123,39 @@ fn partition(kfd: &Kfd, node: &Node, report: &PartitionReport) -> R<PartitionCal
         },
     })
 }
+
+/// Refuses a `--write` target the calibration could not be written to, before anything is
+/// measured: a directory, a file in a directory that does not exist, a place this user cannot
+/// write (tried: the file opened for writing without truncating it, or a scratch file created
+/// and removed beside it).
+pub fn check_write_target(path: &Path) -> R<()> {
+    let refuse = |why: String| {
+        CliError::Usage(format!(
+            "--write {}: {why}; nothing was measured",
+            path.display()
+        ))
+    };
+    if path.is_dir() {
+        return Err(refuse(format!(
+            "is a directory: name a file in it, e.g. --write {}",
+            path.join("node.toml").display()
+        )));
+    }
+    let dir = path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    if !dir.is_dir() {
+        return Err(refuse(format!(
+            "the directory {} does not exist: create it first (mkdir -p {})",
+            dir.display(),
+            dir.display()
+        )));
+    }
+    let tried = if path.exists() {
+        std::fs::OpenOptions::new().write(true).open(path).map(drop)
+    } else {
+        tempfile::NamedTempFile::new_in(dir).map(drop)
+    };
+    tried.map_err(|e| refuse(format!("cannot be written ({e})")))
+}

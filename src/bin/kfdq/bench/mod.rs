@@ -71,6 +71,10 @@ pub fn run(root: &Root, socket: &Path, args: BenchArgs, json: bool) -> R<()> {
             args.repeat
         )));
     }
+    // Where the calibration goes, checked before minutes of measurement depend on it.
+    if let Some(path) = &args.write {
+        identity::check_write_target(path)?;
+    }
     let kfd = Kfd::open(root).map_err(|e| kfd_error("opening /dev/kfd", root, e))?;
     let nodes: Vec<Node> = match want {
         Some(g) => vec![
@@ -112,28 +116,40 @@ pub fn run(root: &Root, socket: &Path, args: BenchArgs, json: bool) -> R<()> {
     for (n, h) in nodes.iter().zip(&helpers) {
         reports.push(measure(&kfd, n, &args, socket, h)?);
     }
-    if let Some(path) = &args.write {
-        let measured: Vec<_> = nodes.iter().zip(&reports).collect();
-        let cal = identity::calibration(&kfd, &measured)?;
-        std::fs::write(path, cal.to_toml())
-            .map_err(|e| CliError::Output(format!("writing {}: {e}", path.display())))?;
-        if !json {
-            let gpus: Vec<String> = reports.iter().map(|r| r.gpu_id.to_string()).collect();
-            eprintln!(
-                "kfdq bench: wrote the calibration of gpu {} to {}",
-                gpus.join(", "),
-                path.display()
-            );
+    // A calibration that cannot be written (a disk full, a directory gone since the check)
+    // never drops the finished table: it is printed, then the write's error.
+    let written = match &args.write {
+        Some(path) => {
+            let measured: Vec<_> = nodes.iter().zip(&reports).collect();
+            let cal = identity::calibration(&kfd, &measured)?;
+            Some(std::fs::write(path, cal.to_toml()).map_err(|e| {
+                CliError::Output(format!(
+                    "writing the calibration to {}: {e}; the measurements are printed above, the file was not written (run kfdq bench --write again with a writable FILE)",
+                    path.display()
+                ))
+            }))
         }
-    }
+        None => None,
+    };
     if json {
-        print_json(&reports)
+        print_json(&reports)?;
     } else {
         for r in &reports {
             print!("{}", report::render(r));
         }
-        Ok(())
     }
+    if let Some(Err(e)) = written {
+        return Err(e);
+    }
+    if let (Some(path), false) = (&args.write, json) {
+        let gpus: Vec<String> = reports.iter().map(|r| r.gpu_id.to_string()).collect();
+        eprintln!(
+            "kfdq bench: wrote the calibration of gpu {} to {}",
+            gpus.join(", "),
+            path.display()
+        );
+    }
+    Ok(())
 }
 
 fn parse_gpu(s: &str) -> R<GpuId> {
