@@ -14,7 +14,6 @@
 
 mod board;
 pub mod config;
-mod config_toml;
 mod conn;
 pub mod discover;
 mod doorbell;

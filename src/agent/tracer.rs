@@ -38,15 +38,10 @@ use crate::kfd::{EXCEPTION_QUEUE_NEW, Kfd, QueueId, Root};
 use crate::policy::retry::{Owed, RETRY_MAX};
 use crate::proto::{AgentMsg, QueueInfo, Registry, ShimMsg, Target};
 
-/// How the tracer samples and refreshes (`[tracer]` in the configuration).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct TracerSettings {
-    /// Activity sampling period: each tracee's queues' read and write indexes are read this
-    /// often.
-    pub activity: Duration,
-    /// Queue-set refresh (GET_QUEUE_SNAPSHOT) and discovery period.
-    pub scan: Duration,
-}
+mod settings;
+
+pub use settings::{DEFAULT_SCAN, TracerSettings};
+pub(crate) use settings::{FileTracer, apply as apply_settings};
 
 /// While a tracee whose class preempts others has a busy queue, it is sampled this often, so
 /// its idle edge (which releases the processes it preempted) is seen within it rather than up to
@@ -57,20 +52,6 @@ pub struct TracerSettings {
 /// (docs/performance.md, "Tracer path"); 250 µs is the shortest activity period the
 /// configuration accepts (`ACTIVITY_RANGE_US`).
 pub const BUSY_SAMPLE: Duration = Duration::from_micros(250);
-
-/// Default scan period: a new GPU process is controlled within half a second; each scan costs
-/// one sysfs listing per node and one snapshot ioctl per tracee (docs/performance.md).
-pub const DEFAULT_SCAN: Duration = Duration::from_millis(500);
-
-impl Default for TracerSettings {
-    fn default() -> Self {
-        TracerSettings {
-            // The shim's own default, so a traced process is seen as quickly as a shim one.
-            activity: crate::proto::DEFAULT_ACTIVITY_PERIOD,
-            scan: DEFAULT_SCAN,
-        }
-    }
-}
 
 /// A request to the tracer thread.
 #[derive(Debug)]
