@@ -11,7 +11,6 @@
 //! reactivates/resumes every queue (fail open).
 #![forbid(unsafe_code)]
 
-pub mod allocation;
 pub mod board;
 mod codec;
 pub mod control;
@@ -22,6 +21,10 @@ pub mod state;
 pub use codec::{DecodeError, LineReader, MAX_LINE, encode, encode_into};
 pub use control::{Reply, Request};
 pub use messages::*;
+
+/// Where the agent listens unless configured otherwise (kfdqd's `[socket] path`, the CLI's
+/// `KFDQ_SOCKET`), and where `kfdq doctor` looks for it.
+pub const DEFAULT_SOCKET: &str = "/run/kfdq/kfdq.sock";
 
 /// Protocol version. Bump on any incompatible change.
 pub const VERSION: u32 = 1;

@@ -1,5 +1,5 @@
 //! The node's identity and the calibration file `kfdq bench --write` writes: every measured
-//! partition (`gfx_model::calibration`, docs/hardware.md).
+//! partition (`kfdq_calibration`, docs/hardware.md).
 
 use std::path::{Path, PathBuf};
 
