@@ -6,15 +6,15 @@ mod common;
 use std::process::Command;
 
 use common::*;
-use gfx_model::calibration::{
-    self, Calibration, Measured, MeasuredArbitration, NodeIdentity, PartitionCalibration,
-};
 use kfdq::agent::AgentConfig;
 use kfdq::policy::Release;
+use kfdq_calibration::{
+    Calibration, Measured, MeasuredArbitration, NodeIdentity, PartitionCalibration,
+};
 
 fn file_for(version: u32, round_trip_ns: u64) -> String {
     Calibration {
-        format: calibration::FORMAT,
+        format: kfdq_calibration::FORMAT,
         partitions: vec![PartitionCalibration {
             node: NodeIdentity {
                 gpu_name: "test".into(),

@@ -125,7 +125,8 @@ fn the_calibration_file_carries_the_fit_and_the_node() {
     let out = bench(&emu, &["--write", file.to_str().unwrap()]);
     json(&out);
     let text = std::fs::read_to_string(&file).unwrap();
-    let file = gfx_model::Calibration::parse(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+    let file =
+        kfdq_calibration::Calibration::parse(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
     assert_eq!(file.partitions.len(), 1);
     let c = file.first();
     within(
@@ -142,7 +143,7 @@ fn the_calibration_file_carries_the_fit_and_the_node() {
     assert!(c.node.kernel.contains("kfd-emu"), "{}", c.node.kernel);
     assert_eq!(
         c.model.preempt_round_trip_ns,
-        gfx_model::calibration::round_trip_ns(
+        kfdq_calibration::round_trip_ns(
             c.model.preempt_fixed_ns,
             c.model.save_wave_ns,
             c.model.restore_wave_ns,
@@ -369,7 +370,7 @@ fn the_calibration_file_holds_every_partition() {
     let v = json(&bench(&emu, &["--write", file.to_str().unwrap()]));
     assert_eq!(v.as_array().unwrap().len(), 2);
     let text = std::fs::read_to_string(&file).unwrap();
-    let c = gfx_model::Calibration::parse(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+    let c = kfdq_calibration::Calibration::parse(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
     assert_eq!(c.partitions.len(), 2, "{text}");
     for (i, (p, &(fixed, save, restore))) in c.partitions.iter().zip(&costs).enumerate() {
         assert_eq!(u64::from(p.node.gpu_id), v[i]["gpu_id"].as_u64().unwrap());

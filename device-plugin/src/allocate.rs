@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::path::Path;
 
 use kfdq::GpuId;
-use kfdq::proto::allocation::{TOKEN_ENV, Token};
+use kfdq::allocation::{TOKEN_ENV, Token};
 use tonic::Status;
 
 use crate::api::deviceplugin::{ContainerAllocateResponse, DeviceSpec, Mount};

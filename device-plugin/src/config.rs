@@ -42,7 +42,7 @@ pub struct Config {
     pub gpus: Option<Vec<GpuId>>,
     /// Root prefix of `/dev/kfd`, `/dev/dri` and `/sys` (`/`; an emulator mount in tests).
     pub root: PathBuf,
-    /// The allocations file ([`kfdq::proto::allocation`]).
+    /// The allocations file ([`kfdq::allocation`]).
     pub allocations: PathBuf,
     /// The agent's socket (its directory is mounted read-only into containers).
     pub agent_socket: PathBuf,
@@ -405,7 +405,7 @@ impl RawConfig {
                 text,
                 "allocations",
                 p.allocations,
-                kfdq::proto::allocation::DEFAULT_PATH,
+                kfdq::allocation::DEFAULT_PATH,
             )?,
             agent_socket: absolute(text, "agent_socket", p.agent_socket, "/run/kfdq/kfdq.sock")?,
             shim: absolute(text, "shim", p.shim, "/var/lib/kfdq/lib/libkfdq_shim.so")?,

@@ -1,4 +1,4 @@
-//! The grants the plugin holds, kept in the allocations file (`kfdq::proto::allocation`,
+//! The grants the plugin holds, kept in the allocations file (`kfdq::allocation`,
 //! the contract with the agent): recorded at `Allocate`, named with their container once the
 //! kubelet's PodResources API shows it, dropped when no container holds their shares any more
 //! (after a grace period: the kubelet calls `Allocate` before it creates the container).
@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use kfdq::GpuId;
-use kfdq::proto::allocation::{Allocation, AllocationError, AllocationFile, PodRef, Token};
+use kfdq::allocation::{Allocation, AllocationError, AllocationFile, PodRef, Token};
 
 /// The grants and when each was made (in this process).
 #[derive(Debug)]

@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use kfdq::proto::allocation::PodRef;
+use kfdq::allocation::PodRef;
 
 use crate::api::podresources::ListPodResourcesRequest;
 use crate::api::podresources::pod_resources_lister_client::PodResourcesListerClient;

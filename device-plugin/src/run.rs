@@ -37,7 +37,7 @@ const STREAM_EXPECTED: Duration = Duration::from_secs(5);
 pub enum RunError {
     /// The allocations file is unreadable.
     #[error(transparent)]
-    Allocations(#[from] kfdq::proto::allocation::AllocationError),
+    Allocations(#[from] kfdq::allocation::AllocationError),
     /// `gpus = "all"` and no topology to read.
     #[error(
         "gpus = \"all\" but the KFD topology cannot be read ({0}); list the gpu_ids in gpus = [...] or fix the root"

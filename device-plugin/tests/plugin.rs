@@ -7,7 +7,7 @@ mod common;
 use std::collections::BTreeSet;
 
 use common::*;
-use kfdq::proto::allocation::TOKEN_ENV;
+use kfdq::allocation::TOKEN_ENV;
 use tonic::Code;
 
 const LATENCY: &str = "kfdq.io/latency";
@@ -177,7 +177,7 @@ fn a_latency_and_a_batch_share_of_one_partition_go_to_two_containers() {
     let file = wait_state(
         "both grants named by PodResources",
         WAIT_LIMIT,
-        || kfdq::proto::allocation::AllocationFile::read(&path).unwrap(),
+        || kfdq::allocation::AllocationFile::read(&path).unwrap(),
         |f| f.allocations.iter().all(|a| a.pod.is_some()),
     );
     let pod = file
@@ -204,7 +204,7 @@ fn a_latency_and_a_batch_share_of_one_partition_go_to_two_containers() {
     let file = wait_state(
         "the batch grant dropped",
         WAIT_LIMIT,
-        || kfdq::proto::allocation::AllocationFile::read(&path).unwrap(),
+        || kfdq::allocation::AllocationFile::read(&path).unwrap(),
         |f| f.allocations.len() == 1,
     );
     assert_eq!(file.allocations[0].class, "latency");
@@ -434,7 +434,7 @@ fn a_batch_grant_caps_the_class_of_the_container_s_process_in_kfdqd() {
     wait_state(
         "the grant named by PodResources",
         WAIT_LIMIT,
-        || kfdq::proto::allocation::AllocationFile::read(&path).unwrap(),
+        || kfdq::allocation::AllocationFile::read(&path).unwrap(),
         |f| f.allocations.iter().any(|a| a.pod.is_some()),
     );
 

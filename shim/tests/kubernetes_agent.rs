@@ -16,8 +16,8 @@ use common::kfdqd::{Agent, text};
 use common::prom::{encode_query, free_port, get, prometheus, query, sample};
 use common::*;
 use kfdq::Pid;
+use kfdq::allocation::{Allocation, AllocationFile, FILE_VERSION, PodRef, TOKEN_ENV, Token};
 use kfdq::ids::GpuId;
-use kfdq::proto::allocation::{Allocation, AllocationFile, FILE_VERSION, PodRef, TOKEN_ENV, Token};
 use kfdq::proto::{Level, Reply, Request};
 use nix::sys::signal::Signal;
 

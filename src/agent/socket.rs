@@ -200,7 +200,7 @@ pub enum SocketError {
     #[error(
         "the socket directory {} {problem}: whoever can write there could replace the agent's socket and command every shim; {}",
         dir.display(),
-        crate::doctor::SOCKET_DIR_FIX
+        crate::proto::SOCKET_DIR_FIX
     )]
     UnsafeDirectory {
         /// The directory.

@@ -3,8 +3,9 @@
 use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
 use std::path::Path;
 
-use super::{DEFAULT_SOCKET, Finding, Options, SOCKET_DIR_FIX, Status};
+use super::{Finding, Options, Status};
 use crate::kfd::Root;
+use crate::proto::{DEFAULT_SOCKET, SOCKET_DIR_FIX};
 
 /// Mode bit: writable by others.
 const OTHER_WRITE: u32 = 0o002;

@@ -247,7 +247,7 @@ pub struct ProcessStatus {
     /// The Kubernetes container that holds its allocation (`None`: no allocation, or the
     /// device plugin does not know the container yet).
     #[serde(default)]
-    pub pod: Option<crate::proto::allocation::PodRef>,
+    pub pod: Option<crate::allocation::PodRef>,
     /// Preempt commands sent to it.
     #[serde(default)]
     pub preemptions: u64,

@@ -11,7 +11,6 @@
 //! reactivates/resumes every queue (fail open).
 #![forbid(unsafe_code)]
 
-pub mod allocation;
 pub mod board;
 mod codec;
 pub mod control;
@@ -22,6 +21,15 @@ pub mod state;
 pub use codec::{DecodeError, LineReader, MAX_LINE, encode, encode_into};
 pub use control::{Reply, Request};
 pub use messages::*;
+
+/// Where the agent listens unless configured otherwise (kfdqd's `[socket] path`, the CLI's
+/// `KFDQ_SOCKET`), and where `kfdq doctor` looks for it.
+pub const DEFAULT_SOCKET: &str = "/run/kfdq/kfdq.sock";
+
+/// The fix for a socket directory others can write, as kfdqd (which refuses it) and the doctor
+/// give it: another directory, never a chmod (the directory may be a shared one, /tmp, whose
+/// mode others rely on).
+pub const SOCKET_DIR_FIX: &str = "put the socket in a directory of its own that only root (or the agent's user) can write, e.g. [agent] socket = \"/run/kfdq/kfdq.sock\" (or --socket /run/kfdq/kfdq.sock; kfdqd creates the directory 0755); do not change the mode of a shared directory such as /tmp";
 
 /// Protocol version. Bump on any incompatible change.
 pub const VERSION: u32 = 1;

@@ -10,7 +10,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 pub use kfd_emu::Preset;
-use kfdq::proto::allocation::AllocationFile;
+use kfdq::allocation::AllocationFile;
 use kfdq::proto::{Reply, Request, encode};
 pub use test_support::bins::workspace_bin;
 pub use test_support::emu::{Emu, mount_preset};

@@ -29,7 +29,7 @@ pub(super) fn read(
         .and_then(Path::parent)
         .map_or_else(|| file.to_owned(), |d| d.join(file));
     let text = std::fs::read_to_string(&full).map_err(|e| fail(e.to_string()))?;
-    let cal = gfx_model::Calibration::parse(&text).map_err(|e| fail(e.to_string()))?;
+    let cal = kfdq_calibration::Calibration::parse(&text).map_err(|e| fail(e.to_string()))?;
     // The partitions of one node are of one kind (kfdqd checks it against the node's GPUs);
     // the cost rule has one C: the first partition's.
     let first = cal.first();

@@ -41,7 +41,7 @@ pub use class::{parse_control, parse_level};
 /// Default configuration file.
 pub const DEFAULT_CONFIG: &str = "/etc/kfdq/kfdq.toml";
 /// Default agent socket.
-pub const DEFAULT_SOCKET: &str = crate::doctor::DEFAULT_SOCKET;
+pub const DEFAULT_SOCKET: &str = crate::proto::DEFAULT_SOCKET;
 
 /// The agent's socket.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -3,10 +3,10 @@
 //! not (forged, malformed, or already dropped by the plugin).
 
 use super::super::config::AgentConfig;
-use crate::proto::allocation::{Allocation, AllocationFile, PodRef, Token, token_of_environ};
+use crate::allocation::{Allocation, AllocationFile, PodRef, Token, token_of_environ};
 
 /// What a process's initial environment claims of a Kubernetes allocation
-/// ([`crate::proto::allocation::TOKEN_ENV`], read from `/proc/<pid>/environ`: what the
+/// ([`crate::allocation::TOKEN_ENV`], read from `/proc/<pid>/environ`: what the
 /// process was started with, not what it set since).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub enum Claim {
@@ -131,8 +131,8 @@ pub fn cap_of(cfg: &AgentConfig, file: &AllocationFile, claim: &Claim) -> Option
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::allocation::{FILE_VERSION, TOKEN_ENV};
     use crate::ids::GpuId;
-    use crate::proto::allocation::{FILE_VERSION, TOKEN_ENV};
 
     fn cfg() -> AgentConfig {
         AgentConfig::parse(

@@ -6,12 +6,12 @@
 //! starts with a dot, so the file is written as `.kfdq-PID.tmp` beside it and renamed
 //! (docs/agent.md cites NFD's customization guide). Labels are in the `kfdq.io/` namespace
 //! (NFD refuses `kubernetes.io` namespaces other than its own `feature.node.kubernetes.io`).
-//! What each partition can do comes from `kfdq doctor`'s verdicts ([`crate::doctor::capabilities`]).
+//! What each partition can do comes from `kfdq doctor`'s verdicts ([`crate::capability::capabilities`]).
 
 use std::fmt::Write as _;
 use std::path::Path;
 
-use crate::doctor::{Capabilities, PartitionVerdict};
+use crate::capability::{Capabilities, PartitionVerdict};
 
 /// The labels' namespace.
 pub const PREFIX: &str = "kfdq.io/";
@@ -86,7 +86,7 @@ pub fn write(path: &Path, text: &str) -> std::io::Result<()> {
 /// Writes the labels of the node under `root` to `path`, logging the outcome (a node that
 /// cannot be labelled still runs its agent).
 pub fn publish(path: &Path, root: &crate::kfd::Root) {
-    let caps = crate::doctor::capabilities(root);
+    let caps = crate::capability::capabilities(root);
     let text = render(&caps, env!("CARGO_PKG_VERSION"));
     match write(path, &text) {
         Ok(()) => {
@@ -113,7 +113,7 @@ pub fn withdraw(path: &Path) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::doctor::LevelVerdict;
+    use crate::capability::LevelVerdict;
 
     fn part(gpu_id: u32, level3: bool) -> PartitionVerdict {
         let l = |level: &'static str, works: bool| LevelVerdict {

@@ -6,8 +6,8 @@ use std::path::PathBuf;
 
 use serde::Deserialize;
 
+use crate::allocation;
 use crate::policy::ClassRule;
-use crate::proto::allocation;
 
 /// node-feature-discovery's default directory of local feature files, and the agent's file in it.
 pub const DEFAULT_FEATURES: &str = "/etc/kubernetes/node-feature-discovery/features.d/kfdq";
@@ -123,7 +123,7 @@ mod tests {
         );
         assert_eq!(
             c.kubernetes.allocations,
-            std::path::Path::new(crate::proto::allocation::DEFAULT_PATH)
+            std::path::Path::new(crate::allocation::DEFAULT_PATH)
         );
         let c = AgentConfig::parse(
             &format!("[kubernetes]\nallocations = \"/x/a.json\"\npod_fallback_class = \"latency\"\nfeatures = \"\"\n{CLASSES}"),

@@ -6,7 +6,7 @@
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
-use crate::proto::allocation::AllocationFile;
+use crate::allocation::AllocationFile;
 
 /// What identifies a version of the file: (inode, size, mtime s, mtime ns); `None`: absent.
 type Stamp = Option<(u64, u64, i64, i64)>;
@@ -71,8 +71,8 @@ impl AllocationWatch {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::allocation::{Allocation, FILE_VERSION, Token};
     use crate::ids::GpuId;
-    use crate::proto::allocation::{Allocation, FILE_VERSION, Token};
 
     #[test]
     fn reads_on_change_only_and_a_broken_file_is_empty() {

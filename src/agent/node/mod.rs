@@ -20,9 +20,9 @@ use super::conn::ConnId;
 use super::identity::{Identity, classify};
 use super::kubernetes::cap::{Claim, cap_of};
 use super::metrics::Recorder;
+use crate::allocation::AllocationFile;
 use crate::ids::Pid;
 use crate::policy::{PartitionObs, Policy};
-use crate::proto::allocation::AllocationFile;
 use crate::proto::control::{Control, Counters, LeftAlone};
 use crate::proto::{AgentMsg, Reply};
 

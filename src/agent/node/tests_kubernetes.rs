@@ -5,9 +5,9 @@ use std::time::Instant;
 
 use super::*;
 use crate::agent::identity::{Claim, Identity};
+use crate::allocation::{Allocation, AllocationFile, FILE_VERSION, PodRef, Token};
 use crate::ids::{GpuId, Pid};
 use crate::proto::Request;
-use crate::proto::allocation::{Allocation, AllocationFile, FILE_VERSION, PodRef, Token};
 
 const CONFIG: &str = "[agent]\nhysteresis_ms = 0\n\n[kubernetes]\nfeatures = \"\"\n\n[[class]]\nname = \"latency\"\nrank = 2\npriority = 13\nmatch = { env = true }\n\n[[class]]\nname = \"normal\"\nrank = 1\npriority = 8\nmatch = { env = true }\n\n[[class]]\nname = \"batch\"\nrank = 0\npriority = 3\nmatch = { env = true }\n";
 

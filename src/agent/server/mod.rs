@@ -126,7 +126,7 @@ pub fn run(cfg: AgentConfig, opts: &Options) -> Result<(), AgentError> {
             opts.root.display()
         );
     }
-    let note = crate::doctor::priority_note(&root);
+    let note = crate::capability::priority_note(&root);
     // One agent per node (the lock), and everything that can fail before the socket exists:
     // a refused start leaves no socket behind and never says "ready".
     let lock = super::lock::acquire(&opts.root, &cfg.socket.path)?;

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
-/// Where kfdqd listens by default (the same path as `kfdq::doctor::DEFAULT_SOCKET`, which a test
+/// Where kfdqd listens by default (the same path as `kfdq::proto::DEFAULT_SOCKET`, which a test
 /// of the binary checks).
 pub const DEFAULT_SOCKET: &str = "/run/kfdq/kfdq.sock";
 

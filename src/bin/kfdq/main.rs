@@ -224,7 +224,7 @@ pub(crate) fn print_json<T: serde::Serialize>(value: &T) -> Result<(), CliError>
 mod tests {
     #[test]
     fn the_cli_default_socket_is_the_library_s() {
-        assert_eq!(super::args::DEFAULT_SOCKET, kfdq::doctor::DEFAULT_SOCKET);
+        assert_eq!(super::args::DEFAULT_SOCKET, kfdq::proto::DEFAULT_SOCKET);
     }
 
     #[test]

@@ -11,7 +11,7 @@
 #![deny(missing_debug_implementations)]
 
 mod batches;
-pub mod calibration;
+mod calibrated;
 pub mod contention;
 mod dispatch;
 mod params;
@@ -21,7 +21,6 @@ mod runlist;
 mod slots;
 mod stats;
 
-pub use calibration::{Calibration, CalibrationError};
 pub use contention::{Contention, Footprint};
 pub use dispatch::{AQL_BARRIER_BIT, Dispatch};
 pub use params::{Arbitration, Params, Shape, WAVE_SIZE, pipe_band};

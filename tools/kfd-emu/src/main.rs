@@ -258,16 +258,16 @@ fn apply_calibration(config: &mut EmuConfig, path: &std::path::Path) -> Result<(
         .into_iter()
         .map(|v| u32::try_from(v).unwrap_or(0))
         .collect();
-    let refuse = |e: gfx_model::CalibrationError| {
+    let refuse = |e: kfdq_calibration::CalibrationError| {
         EmuError::Config(format!("calibration {}: {e}", path.display()))
     };
-    let cal = gfx_model::Calibration::parse(&text).map_err(refuse)?;
+    let cal = kfdq_calibration::Calibration::parse(&text).map_err(refuse)?;
     let paired = cal.pair(&text, &targets).map_err(refuse)?;
     let base = gfx_model::Params {
         arbitration: config.effective_arbitration(),
         ..gfx_model::Params::default()
     };
-    let each: Vec<gfx_model::Params> = paired.iter().map(|p| p.apply(base)).collect();
+    let each: Vec<gfx_model::Params> = paired.iter().map(|p| base.calibrated(&p.model)).collect();
     // The flags' fields show the first partition (config.json); several partitions each
     // their own.
     if let Some(first) = each.first() {

@@ -5,8 +5,8 @@ use std::ffi::OsStr;
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 
-use gfx_model::calibration::{
-    self, Calibration, Measured, MeasuredArbitration, NodeIdentity, PartitionCalibration,
+use kfdq_calibration::{
+    Calibration, Measured, MeasuredArbitration, NodeIdentity, PartitionCalibration,
 };
 
 fn file_for(gfx_target: &str, version: u32) -> String {
@@ -23,7 +23,7 @@ fn file_for(gfx_target: &str, version: u32) -> String {
 /// A file of one partition per entry: (target, version, fixed ns, save, restore, arbitration).
 fn file_of(parts: &[(&str, u32, u64, u64, u64, MeasuredArbitration)]) -> String {
     Calibration {
-        format: calibration::FORMAT,
+        format: kfdq_calibration::FORMAT,
         partitions: parts
             .iter()
             .map(
@@ -46,7 +46,7 @@ fn file_of(parts: &[(&str, u32, u64, u64, u64, MeasuredArbitration)]) -> String 
                         save_wave_ns: save,
                         restore_wave_ns: restore,
                         arbitration,
-                        preempt_round_trip_ns: calibration::round_trip_ns(
+                        preempt_round_trip_ns: kfdq_calibration::round_trip_ns(
                             fixed, save, restore, 2560,
                         ),
                         preempt_fixed_error_ns: 0,

@@ -7,8 +7,8 @@ use std::path::Path;
 use std::process::Command;
 
 use common::*;
-use gfx_model::calibration::{
-    self, Calibration, Measured, MeasuredArbitration, NodeIdentity, PartitionCalibration,
+use kfdq_calibration::{
+    Calibration, Measured, MeasuredArbitration, NodeIdentity, PartitionCalibration,
 };
 use serde_json::Value;
 use test_support::bins::workspace_bin;
@@ -88,7 +88,7 @@ fn a_slower_measured_preempt_costs_the_lab_more_lp_throughput() {
 
 fn file_for(gfx_target: &str, version: u32) -> String {
     Calibration {
-        format: calibration::FORMAT,
+        format: kfdq_calibration::FORMAT,
         partitions: vec![PartitionCalibration {
             node: NodeIdentity {
                 gpu_name: "test".into(),
@@ -108,7 +108,7 @@ fn file_for(gfx_target: &str, version: u32) -> String {
                 save_wave_ns: 30,
                 restore_wave_ns: 30,
                 arbitration: MeasuredArbitration::None,
-                preempt_round_trip_ns: calibration::round_trip_ns(100_000, 30, 30, 3328),
+                preempt_round_trip_ns: kfdq_calibration::round_trip_ns(100_000, 30, 30, 3328),
                 preempt_fixed_error_ns: 0,
                 per_wave_error_ns: 0,
             },

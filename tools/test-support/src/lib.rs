@@ -10,7 +10,9 @@
 //! * [`wait`] — waiting on a condition with a generous deadline (never a fixed sleep).
 //! * [`output`] — reading a child's stdout lines and stderr while it runs.
 //! * [`bins`] — the workspace's binaries and libraries cargo built for this test run.
-//! * [`module_graph`] — a crate's modules import each other in one direction only.
+//! * [`module_graph`] — a crate's modules import each other in one direction only, and one
+//!   layer's modules name none of another's.
+//! * [`crate_graph`] — the crates a package links (a layer links none of another's).
 //! * [`skip_markers`] — every privileged test carries the marker that skips it visibly.
 //!
 //! The binary `kfdq-test-hold` is a process that owns KFD queues for tests to act on.
@@ -18,6 +20,7 @@
 #![deny(missing_debug_implementations)]
 
 pub mod bins;
+pub mod crate_graph;
 pub mod emu;
 pub mod emu_process;
 pub mod hold;

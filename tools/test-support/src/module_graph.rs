@@ -7,6 +7,9 @@
 //! including `use` groups (`crate::{a, b::c}`). A reference from anywhere below child `a` of
 //! module `m` to anywhere below its sibling `b` is an edge `a -> b` among `m`'s children; a
 //! strongly connected group of more than one child is a circle.
+//!
+//! The same references check a crate's layers ([`crossings`]): the modules of one layer name
+//! none of another's (kfdq's core never names the agent or the doctor).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -290,6 +293,29 @@ pub fn assert_no_circles(src: &Path, min_modules: usize) {
     );
 }
 
+/// Whether `m` is one of `roots` or lies below one.
+fn within(m: &str, roots: &[&str]) -> bool {
+    roots
+        .iter()
+        .any(|r| m == *r || m.strip_prefix(r).is_some_and(|rest| rest.starts_with("::")))
+}
+
+/// The references (module, module referred to) from the modules at or below `from` to those at
+/// or below `to`, in the crate whose sources are in `src`: each one breaks a layering rule.
+pub fn crossings(src: &Path, from: &[&str], to: &[&str]) -> Vec<(String, String)> {
+    let mods = modules(src);
+    let known: BTreeSet<String> = mods.keys().cloned().collect();
+    mods.iter()
+        .filter(|(m, _)| within(m, from))
+        .flat_map(|(m, text)| {
+            references(&known, m, text)
+                .into_iter()
+                .filter(|r| within(r, to))
+                .map(move |r| (m.clone(), r))
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -359,5 +385,24 @@ mod tests {
                 members: vec!["m::p".into(), "m::q".into()]
             }]
         );
+    }
+
+    #[test]
+    fn a_crossing_between_layers_is_reported() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let src = dir.path();
+        std::fs::create_dir_all(src.join("core")).expect("mkdir");
+        std::fs::write(src.join("lib.rs"), "mod core; mod agent; mod agents;").expect("write");
+        std::fs::write(src.join("core/mod.rs"), "mod wire;").expect("write");
+        std::fs::write(src.join("core/wire.rs"), "use crate::agent::X;").expect("write");
+        std::fs::write(src.join("agent.rs"), "use crate::core::wire::Y;").expect("write");
+        std::fs::write(src.join("agents.rs"), "").expect("write");
+        assert_eq!(
+            crossings(src, &["core"], &["agent"]),
+            vec![("core::wire".to_string(), "agent".to_string())]
+        );
+        // The other direction is allowed; a module whose name only starts alike is not below.
+        assert!(crossings(src, &["core"], &["agents"]).is_empty());
+        assert!(crossings(src, &["agent"], &["core::wire"]).len() == 1);
     }
 }

@@ -1,9 +1,12 @@
 //! No crate of the workspace has modules that import each other in a circle, at any level of
-//! its module tree (the check: tools/test-support/src/module_graph.rs).
+//! its module tree (the check: tools/test-support/src/module_graph.rs). kfdq's layers hold
+//! (docs/architecture.md, "Layering"): the core names neither the agent nor the doctor, and the
+//! shim and the device plugin link none of the agent's crates (tools/test-support/src/crate_graph.rs).
 
 use std::path::{Path, PathBuf};
 
-use test_support::module_graph::assert_no_circles;
+use test_support::crate_graph::normal_dependencies;
+use test_support::module_graph::{assert_no_circles, crossings};
 
 fn workspace() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
@@ -18,6 +21,7 @@ const CRATES: &[(&str, usize)] = &[
     ("tools/kfd-emu/src", 30),
     ("tools/fakehip/src", 1),
     ("tools/gfx-model/src", 3),
+    ("tools/calibration/src", 1),
     ("tools/preempt-lab/src", 3),
     ("tools/test-support/src", 6),
     ("tools/bench-hip/src", 2),
@@ -38,4 +42,88 @@ fn no_crate_has_an_import_circle() {
         })
         .collect();
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// kfdq's core: what the shim and the device plugin link (`default-features = false`).
+const CORE: &[&str] = &[
+    "",
+    "ids",
+    "kfd",
+    "policy",
+    "proto",
+    "allocation",
+    "chain",
+    "stats",
+    "reaction",
+    "replace",
+];
+
+#[test]
+fn kfdq_layers_refer_down_only() {
+    let src = workspace().join("src");
+    let rules: &[(&[&str], &[&str], &str)] = &[
+        (
+            CORE,
+            &["agent", "doctor", "capability"],
+            "the core (built without features, linked by the shim) names the agent, the doctor or the capability checks",
+        ),
+        (
+            &["capability"],
+            &["agent", "doctor"],
+            "the capability checks (shared by the agent and the doctor) name one of their users",
+        ),
+        (&["agent"], &["doctor"], "the agent takes from the doctor"),
+        (&["doctor"], &["agent"], "the doctor takes from the agent"),
+    ];
+    let mut broken = Vec::new();
+    for (from, to, rule) in rules {
+        let found = crossings(&src, from, to);
+        if !found.is_empty() {
+            broken.push(format!("{rule}: {found:?}"));
+        }
+    }
+    assert!(broken.is_empty(), "{}", broken.join("\n"));
+    // The check reads the layers it names.
+    assert!(!crossings(&src, &["agent"], &["proto"]).is_empty());
+}
+
+/// Crates only the agent, the doctor, the command lines or the partition model need.
+const AGENT_ONLY: &[&str] = &[
+    "gfx-model",
+    "kfdq-calibration",
+    "prometheus-client",
+    "toml",
+    "rustix",
+    "clap",
+    "tracing-subscriber",
+    "tempfile",
+];
+
+#[test]
+fn the_shim_and_the_device_plugin_link_no_agent_crate() {
+    let manifest = workspace().join("Cargo.toml");
+    let shim = normal_dependencies(&manifest, "kfdq-shim");
+    assert!(
+        shim.contains("kfdq") && shim.contains("kfd-sys"),
+        "the shim's tree: {shim:?}"
+    );
+    let linked: Vec<&&str> = AGENT_ONLY.iter().filter(|c| shim.contains(**c)).collect();
+    assert!(
+        linked.is_empty(),
+        "the shim (injected into every GPU process) links {linked:?}: depend on kfdq with default-features = false and keep these behind kfdq's `agent`/`doctor`/`cli` features"
+    );
+    let plugin = normal_dependencies(&manifest, "kfdq-device-plugin");
+    let linked: Vec<&&str> = [
+        "gfx-model",
+        "kfdq-calibration",
+        "prometheus-client",
+        "object",
+    ]
+    .iter()
+    .filter(|c| plugin.contains(**c))
+    .collect();
+    assert!(
+        plugin.contains("kfdq") && linked.is_empty(),
+        "the device plugin links {linked:?} (its tree: {plugin:?})"
+    );
 }

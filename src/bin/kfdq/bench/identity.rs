@@ -1,12 +1,12 @@
 //! The node's identity and the calibration file `kfdq bench --write` writes: every measured
-//! partition (`gfx_model::calibration`, docs/hardware.md).
+//! partition (`kfdq_calibration`, docs/hardware.md).
 
 use std::path::{Path, PathBuf};
 
-use gfx_model::calibration::{
-    self, Calibration, Measured, MeasuredArbitration, NodeIdentity, PartitionCalibration,
-};
 use kfdq::kfd::{Kfd, Node, Root};
+use kfdq_calibration::{
+    Calibration, Measured, MeasuredArbitration, NodeIdentity, PartitionCalibration,
+};
 
 use super::R;
 use super::report::PartitionReport;
@@ -77,7 +77,7 @@ pub fn identity(kfd: &Kfd, node: &Node, report: &PartitionReport) -> NodeIdentit
 /// order); refused when a partition gave no fit.
 pub fn calibration(kfd: &Kfd, measured: &[(&Node, &PartitionReport)]) -> R<Calibration> {
     Ok(Calibration {
-        format: calibration::FORMAT,
+        format: kfdq_calibration::FORMAT,
         partitions: measured
             .iter()
             .map(|(n, r)| partition(kfd, n, r))
@@ -112,7 +112,7 @@ fn partition(kfd: &Kfd, node: &Node, report: &PartitionReport) -> R<PartitionCal
             save_wave_ns: save,
             restore_wave_ns: restore,
             arbitration,
-            preempt_round_trip_ns: calibration::round_trip_ns(
+            preempt_round_trip_ns: kfdq_calibration::round_trip_ns(
                 fixed,
                 save,
                 restore,

@@ -739,7 +739,7 @@ pub(super) fn run(root: &Path, args: DemoArgs, json: bool) -> Result<(), CliErro
     let report = DemoReport {
         emulator: emu.is_some(),
         preset: emu.as_ref().map(|_| args.preset.clone()),
-        priority_note: kfdq::doctor::priority_note(&Root::new(&root_dir)),
+        priority_note: kfdq::capability::priority_note(&Root::new(&root_dir)),
         requests: args.requests,
         rate_per_s: args.rate,
         workloads: workloads_text,

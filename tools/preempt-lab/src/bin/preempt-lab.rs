@@ -507,13 +507,13 @@ const LAB_TARGET_VERSION: u32 = 90402;
 fn apply_calibration(
     sc: &mut Scenario,
     path: &std::path::Path,
-) -> Result<gfx_model::Calibration, String> {
+) -> Result<kfdq_calibration::Calibration, String> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| format!("--calibration {}: {e}", path.display()))?;
-    let cal = gfx_model::Calibration::parse(&text)
+    let cal = kfdq_calibration::Calibration::parse(&text)
         .and_then(|c| c.check_target(&text, LAB_TARGET_VERSION).map(|()| c))
         .map_err(|e| format!("--calibration {}: {e}", path.display()))?;
-    sc.params = cal.apply(sc.params);
+    sc.params = sc.params.calibrated(&cal.first().model);
     Ok(cal)
 }
 

@@ -8,7 +8,7 @@ use crate::kfd::{Kfd, Root};
 
 /// amdgpu's `sched_policy` module parameter (`drivers/gpu/drm/amd/amdgpu/amdgpu_drv.c`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum SchedPolicy {
+pub(crate) enum SchedPolicy {
     /// 0: the hardware scheduler (HWS) with oversubscription (the default).
     Hws,
     /// 1: HWS without oversubscription: CREATE_QUEUE fails past the hardware slots.
@@ -21,7 +21,7 @@ pub(super) enum SchedPolicy {
 
 /// Whether the kernel writes the KFD queue priority into the MQD's `cp_hqd_queue_priority`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum QueuePriority {
+pub(crate) enum QueuePriority {
     /// Kernels before upstream commit 73463e26f7e2 (Linux 7.0): priority 0..15 is programmed,
     /// and the CP prefers the higher queue among resident queues of a pipe.
     Programmed,
@@ -33,7 +33,7 @@ pub(super) enum QueuePriority {
 
 impl QueuePriority {
     /// Its name in node labels and docs: `queue`, `pipe` or `unknown`.
-    pub(super) fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             QueuePriority::Programmed => "queue",
             QueuePriority::PipeOnly => "pipe",
@@ -44,7 +44,7 @@ impl QueuePriority {
 
 /// What the kernel checks learnt, for the per-partition verdict.
 #[derive(Debug)]
-pub(super) struct NodeFacts {
+pub(crate) struct NodeFacts {
     /// The open KFD (none when /dev/kfd could not be opened).
     pub kfd: Option<Kfd>,
     pub sched_policy: SchedPolicy,
@@ -80,7 +80,7 @@ fn amdgpu_param(root: &Root, name: &str) -> Option<String> {
 }
 
 /// Parses `major.minor` from a kernel release string such as `6.12.48+deb13-amd64`.
-pub(super) fn release_version(release: &str) -> Option<(u32, u32)> {
+pub(crate) fn release_version(release: &str) -> Option<(u32, u32)> {
     let mut parts = release.split(|c: char| !c.is_ascii_digit());
     let major = parts.next()?.parse().ok()?;
     let minor = parts.next()?.parse().ok()?;
@@ -117,7 +117,7 @@ pub(crate) fn queue_priority(root: &Root) -> (QueuePriority, String) {
     }
 }
 
-pub(super) fn inspect(root: &Root, out: &mut Vec<Finding>) -> NodeFacts {
+pub(crate) fn inspect(root: &Root, out: &mut Vec<Finding>) -> NodeFacts {
     let kfd = open_kfd(root, out);
 
     let sched_policy = match amdgpu_param(root, "sched_policy").as_deref() {

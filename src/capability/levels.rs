@@ -49,7 +49,7 @@ fn verdict(
     }
 }
 
-pub(super) fn verdicts(facts: &NodeFacts, out: &mut Vec<Finding>) -> Vec<PartitionVerdict> {
+pub(crate) fn verdicts(facts: &NodeFacts, out: &mut Vec<Finding>) -> Vec<PartitionVerdict> {
     let Some(kfd) = &facts.kfd else {
         return Vec::new();
     };

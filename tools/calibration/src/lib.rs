@@ -2,13 +2,16 @@
 //! `kfdq bench --write FILE` and read by `kfd-emu --calibration`, `preempt-lab sim
 //! --calibration` and the agent's release rule (docs/hardware.md).
 //!
-//! Pure like the rest of the crate: [`Calibration::parse`] takes the file's text, the callers
-//! read it. A malformed file is refused with its line and reason; a file from another GPU kind
-//! with [`Calibration::check_target`].
+//! A leaf: the format and its checks only, so that the product (kfdq, kfdqd) reads the file
+//! without linking the partition model; gfx-model applies a file to its parameters
+//! (`Params::calibrated`). Pure: [`Calibration::parse`] takes the file's text, the callers read
+//! it. A malformed file is refused with its line and reason; a file from another GPU kind with
+//! [`Calibration::check_target`].
+#![forbid(unsafe_code)]
+#![deny(missing_docs)]
+#![deny(missing_debug_implementations)]
 
 use serde::{Deserialize, Serialize};
-
-use crate::{Arbitration, Params};
 
 /// The format version this crate writes: one `[[partition]]` table per measured partition.
 pub const FORMAT: u32 = 2;
@@ -109,27 +112,17 @@ pub struct Measured {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum MeasuredArbitration {
-    /// [`Arbitration::Equal`].
+    /// gfx-model's `Arbitration::Equal`.
     Equal,
-    /// [`Arbitration::PipePriority`].
+    /// gfx-model's `Arbitration::PipePriority`.
     Pipe,
-    /// [`Arbitration::StrictPriority`].
+    /// gfx-model's `Arbitration::StrictPriority`.
     Strict,
     /// None of the model's hypotheses.
     None,
 }
 
 impl MeasuredArbitration {
-    /// The model's arbitration, if the node matched one.
-    pub fn model(self) -> Option<Arbitration> {
-        match self {
-            MeasuredArbitration::Equal => Some(Arbitration::Equal),
-            MeasuredArbitration::Pipe => Some(Arbitration::PipePriority),
-            MeasuredArbitration::Strict => Some(Arbitration::StrictPriority),
-            MeasuredArbitration::None => None,
-        }
-    }
-
     /// The file's word for it.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -319,11 +312,6 @@ impl Calibration {
             })
             .collect()
     }
-
-    /// `params` with the first partition's values ([`PartitionCalibration::apply`]).
-    pub fn apply(&self, params: Params) -> Params {
-        self.first().apply(params)
-    }
 }
 
 impl PartitionCalibration {
@@ -344,17 +332,6 @@ impl PartitionCalibration {
             file_target: self.node.gfx_target.clone(),
             here: gfx_target_version,
         })
-    }
-
-    /// `params` with the measured values (the arbitration only when the node matched one).
-    pub fn apply(&self, params: Params) -> Params {
-        Params {
-            preempt_fixed_ns: self.model.preempt_fixed_ns,
-            save_wave_ns: self.model.save_wave_ns,
-            restore_wave_ns: self.model.restore_wave_ns,
-            arbitration: self.model.arbitration.model().unwrap_or(params.arbitration),
-            ..params
-        }
     }
 }
 
@@ -451,15 +428,11 @@ mod tests {
     }
 
     #[test]
-    fn a_written_file_reads_back_and_sets_the_parameters() {
+    fn a_written_file_reads_back() {
+        // Setting the model's parameters from it: gfx-model's `Params::calibrated` tests.
         let text = sample().to_toml();
         let c = Calibration::parse(&text).unwrap();
         assert_eq!(c, sample());
-        let p = c.apply(Params::default());
-        assert_eq!(p.preempt_fixed_ns, 150_000);
-        assert_eq!((p.save_wave_ns, p.restore_wave_ns), (300, 500));
-        assert_eq!(p.arbitration, Arbitration::StrictPriority);
-        assert_eq!(p.default_wg_ns, Params::default().default_wg_ns);
         c.check_target(&text, 90402).unwrap();
     }
 
