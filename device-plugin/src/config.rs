@@ -431,7 +431,7 @@ impl Config {
                         file.display(),
                         dir.display(),
                         self.allocations.display(),
-                        kfdq::proto::allocation::DEFAULT_PATH
+                        kfdq::allocation::DEFAULT_PATH
                     ),
                 ));
             }

@@ -260,7 +260,7 @@ fn tenant_a_writer_moved_to_a_class_that_preempts_nobody_raises_nobody() {
         class: "batch".into(),
     });
     assert!(matches!(r, Reply::Done { .. }), "{r:?}");
-    f.until(|m| matches!(m, AgentMsg::Edges { on: false }).then_some(()));
+    f.until(|m| matches!(m, AgentMsg::Edges { on: false, .. }).then_some(()));
     let map = seal_and_say(&mut f, &fd, board);
     // The agent read the forger's line (a status request after it is answered after it).
     agent.wait("the forger in class batch", |s| {

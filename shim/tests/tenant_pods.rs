@@ -9,8 +9,8 @@ use std::path::Path;
 use common::kfdqd::Agent;
 use common::pod::Container;
 use common::*;
+use kfdq::allocation::{Allocation, AllocationFile, FILE_VERSION, PodRef, TOKEN_ENV, Token};
 use kfdq::ids::GpuId;
-use kfdq::proto::allocation::{Allocation, AllocationFile, FILE_VERSION, PodRef, TOKEN_ENV, Token};
 
 /// Three classes anyone may ask for with KFDQ_CLASS (outside pods `latency` is granted to
 /// whoever asks); the fallback for pods is the default, the lowest (`batch`).

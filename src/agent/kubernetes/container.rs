@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use super::cap::Claim;
-use crate::proto::allocation::Token;
+use crate::allocation::Token;
 
 /// True when `cgroup` (a cgroup v2 path) is a container's cgroup made by the kubelet: one of
 /// its components is the kubelet's pod root, `kubepods` (cgroupfs driver) or a

@@ -6,8 +6,10 @@ use kfdq::policy::{ClassRule, PolicyConfig, Release};
 use kfdq::proto::Level;
 use serde::Serialize;
 
+use std::path::Path;
+
 use crate::sim::{Control, HostParams, Setup};
-use crate::trace::Trace;
+use crate::trace::{Trace, TraceError};
 use crate::workload::{Arrival, Shape, Workload};
 
 /// Built-in scenario names.
@@ -354,5 +356,19 @@ mod tests {
         assert_eq!(x.hp.alone_ns(2400), 515 * 56_000);
         assert_eq!(x.hp.arrival, Arrival::Periodic { rate: 7.0 });
         assert_eq!(x.lp.kernels, x.hp.kernels);
+    }
+}
+
+impl Scenario {
+    /// Replaces the HP and/or LP job by the dispatches of trace files (their arrival processes
+    /// stay).
+    pub fn apply_traces(&mut self, hp: Option<&Path>, lp: Option<&Path>) -> Result<(), TraceError> {
+        if let Some(p) = hp {
+            self.hp = Trace::load(p)?.workload(&p.display().to_string(), self.hp.arrival);
+        }
+        if let Some(p) = lp {
+            self.lp = Trace::load(p)?.workload(&p.display().to_string(), self.lp.arrival);
+        }
+        Ok(())
     }
 }

@@ -11,7 +11,7 @@ use kfdq::policy::{CostRelease, Release};
 use preempt_lab::scenario::{Scenario, parse_control};
 use preempt_lab::sweep::{self, Sweep, SweepReport};
 use preempt_lab::workload::Shape;
-use preempt_lab::{plot, real_run, trace};
+use preempt_lab::{plot, real_run};
 
 #[derive(Parser)]
 #[command(
@@ -418,7 +418,7 @@ fn run(cli: Cli) -> Result<(), String> {
                     c.latency_cap_permille = (cap * 1000.0).round() as u32;
                 }
             }
-            trace::apply(&mut sc, hp_trace.as_deref(), lp_trace.as_deref())
+            sc.apply_traces(hp_trace.as_deref(), lp_trace.as_deref())
                 .map_err(|e| e.to_string())?;
             let sweep = sweep
                 .as_deref()

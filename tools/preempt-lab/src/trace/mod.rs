@@ -249,22 +249,6 @@ impl Trace {
     }
 }
 
-/// Replaces the scenario's HP and/or LP job by the dispatches of trace files (their arrival
-/// processes stay).
-pub fn apply(
-    sc: &mut crate::scenario::Scenario,
-    hp: Option<&Path>,
-    lp: Option<&Path>,
-) -> Result<(), TraceError> {
-    if let Some(p) = hp {
-        sc.hp = Trace::load(p)?.workload(&p.display().to_string(), sc.hp.arrival);
-    }
-    if let Some(p) = lp {
-        sc.lp = Trace::load(p)?.workload(&p.display().to_string(), sc.lp.arrival);
-    }
-    Ok(())
-}
-
 fn dispatch(workgroups: u64, waves: u32, wg_us: f64, stream: u32, barrier: bool) -> TraceDispatch {
     TraceDispatch {
         kernel: Kernel {
