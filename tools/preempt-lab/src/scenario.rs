@@ -313,6 +313,20 @@ fn hp_rate(w: &Workload) -> f64 {
     }
 }
 
+impl Scenario {
+    /// Replaces the HP and/or LP job by the dispatches of trace files (their arrival processes
+    /// stay).
+    pub fn apply_traces(&mut self, hp: Option<&Path>, lp: Option<&Path>) -> Result<(), TraceError> {
+        if let Some(p) = hp {
+            self.hp = Trace::load(p)?.workload(&p.display().to_string(), self.hp.arrival);
+        }
+        if let Some(p) = lp {
+            self.lp = Trace::load(p)?.workload(&p.display().to_string(), self.lp.arrival);
+        }
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -356,19 +370,5 @@ mod tests {
         assert_eq!(x.hp.alone_ns(2400), 515 * 56_000);
         assert_eq!(x.hp.arrival, Arrival::Periodic { rate: 7.0 });
         assert_eq!(x.lp.kernels, x.hp.kernels);
-    }
-}
-
-impl Scenario {
-    /// Replaces the HP and/or LP job by the dispatches of trace files (their arrival processes
-    /// stay).
-    pub fn apply_traces(&mut self, hp: Option<&Path>, lp: Option<&Path>) -> Result<(), TraceError> {
-        if let Some(p) = hp {
-            self.hp = Trace::load(p)?.workload(&p.display().to_string(), self.hp.arrival);
-        }
-        if let Some(p) = lp {
-            self.lp = Trace::load(p)?.workload(&p.display().to_string(), self.lp.arrival);
-        }
-        Ok(())
     }
 }
