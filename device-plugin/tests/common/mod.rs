@@ -30,9 +30,13 @@ pub struct Agent {
 }
 
 impl Agent {
-    /// Starts kfdqd with two classes on `emu`, its socket in `dir`, and waits until it answers.
+    /// Starts kfdqd with two classes on `emu`, its socket in `dir/run` (a directory of its own,
+    /// as on a node: the plugin refuses a socket directory that holds the allocations file),
+    /// and waits until it answers.
     pub fn start(emu: &Emu, dir: &Path) -> Agent {
-        let sock = dir.join("kfdq.sock");
+        let run = dir.join("run");
+        std::fs::create_dir_all(&run).unwrap();
+        let sock = run.join("kfdq.sock");
         let config = dir.join("kfdq.toml");
         std::fs::write(
             &config,
