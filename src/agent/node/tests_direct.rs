@@ -432,3 +432,56 @@ fn without_watches_the_edge_decision_sends_what_it_sends_without_direct_edges() 
     assert!(on.counters.edge_decisions >= 3, "{:?}", on.counters);
     assert_eq!(subscribed(t0).direct.watchers, 1);
 }
+
+/// The value of the metric line that starts with `series` in a scrape.
+fn metric(text: &str, series: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
+}
+
+#[test]
+fn a_watchs_preempt_and_release_count_where_the_agents_commands_do() {
+    let t0 = Instant::now();
+    let mut n = subscribed(t0);
+    let t1 = t0 + Duration::from_millis(5);
+    busy(&mut n, true, t1);
+    assert_eq!(run_cmds(&decide(&mut n, t1), 2), 0, "left to the watch");
+    self_level(&mut n, Some(Level::Deactivate), t1);
+    let st = n.status(t1);
+    // One queue deactivated on partition A: one device-wide preempt there, none on B.
+    assert_eq!(st.counters.direct_preempts, 1);
+    assert_eq!(st.counters.preempts, 1, "{:?}", st.counters);
+    assert!(st.counters.preempts_per_s > 0.0, "{:?}", st.counters);
+    let on = |st: &crate::proto::control::NodeStatus, g: GpuId| {
+        st.partitions
+            .iter()
+            .find(|p| p.gpu_id == g)
+            .map(|p| p.preempts)
+    };
+    assert_eq!((on(&st, A), on(&st, B)), (Some(1), Some(0)));
+    let lp = st.processes.iter().find(|p| p.pid == LP).unwrap();
+    assert_eq!(lp.preemptions, 1);
+    let text = n.metrics(t1).unwrap();
+    assert_eq!(
+        metric(
+            &text,
+            r#"kfdq_preemptions_total{class="batch",level="deactivate"}"#
+        ),
+        Some(1.0),
+        "{text}"
+    );
+    // The same report again changes nothing (the level is already applied).
+    self_level(&mut n, Some(Level::Deactivate), t1);
+    assert_eq!(n.status(t1).counters.preempts, 1);
+    // Its release costs a device-wide preempt too, as the agent's release does.
+    let t2 = t1 + Duration::from_millis(30);
+    busy(&mut n, false, t2);
+    decide(&mut n, t2);
+    self_level(&mut n, None, t2);
+    let st = n.status(t2);
+    assert_eq!(st.counters.direct_releases, 1);
+    assert_eq!((st.counters.preempts, on(&st, A)), (2, Some(2)));
+    let text = n.metrics(t2).unwrap();
+    let gpu = format!(r#"kfdq_partition_device_preempts_total{{gpu="{}"}}"#, A.0);
+    assert_eq!(metric(&text, &gpu), Some(2.0), "{text}");
+}
