@@ -101,7 +101,7 @@ const LP_IN_FLIGHT: u32 = 4;
 const BATCH_CLASS: &str = "batch";
 
 /// How to get the built-in workloads when they are missing.
-const WORKLOADS_FIX: &str = "the built-in workloads are built by scripts/run.sh, which puts them beside kfdq in target/release; or give their directory with --workloads DIR (built against your ROCm on a real GPU), or your own programs with --hp-command and --lp-command";
+const WORKLOADS_FIX: &str = "the built-in workloads are built by scripts/run.sh, which puts them beside kfdq in target/debug; or give their directory with --workloads DIR (built against your ROCm on a real GPU), or your own programs with --hp-command and --lp-command";
 /// How to get kfdqd and kfd-emu when they are missing.
 const PROGRAMS_FIX: &str = "install the kfdq package, or build the workspace (cargo build --release) and run target/release/kfdq";
 
@@ -315,8 +315,8 @@ impl<'a> PhaseRun<'a> {
             .arg(&cfg)
             .arg("--root")
             .arg(self.env.root);
-        let child = Child::spawn("kfdqd", cmd, &self.log("kfdqd"))?;
-        wait_until("kfdqd listening", START_WAIT, || {
+        let mut child = Child::spawn("kfdqd", cmd, &self.log("kfdqd"))?;
+        child.wait_up("listening on its socket", START_WAIT, || {
             client::status(&self.sock).is_ok()
         })?;
         Ok(Some(child))
@@ -606,8 +606,14 @@ pub(super) fn run(root: &Path, args: DemoArgs, json: bool) -> Result<(), CliErro
         args.phases.clone()
     };
     let use_emu = args.emulator || !root.join("dev/kfd").exists();
+    // A kfd-emu mount given as --root is the emulator too (its counters, the REACT columns).
+    let existing = if use_emu {
+        None
+    } else {
+        Emulator::existing(root)
+    };
     let builtin = args.hp_command.is_none() || args.lp_command.is_none();
-    let workloads = match (&args.workloads, use_emu) {
+    let workloads = match (&args.workloads, use_emu || existing.is_some()) {
         (Some(d), _) => Some(d.clone()),
         (None, true) => None,
         (None, false) if !builtin => None,
@@ -685,7 +691,13 @@ pub(super) fn run(root: &Path, args: DemoArgs, json: bool) -> Result<(), CliErro
             &logs.join("kfd-emu.log"),
         )?)
     } else {
-        None
+        if let Some(e) = &existing {
+            eprintln!(
+                "kfdq demo: {} is a kfd-emu mount: the emulator's counters are read there",
+                e.root.display()
+            );
+        }
+        existing
     };
     let root_dir = emu
         .as_ref()
@@ -738,7 +750,11 @@ pub(super) fn run(root: &Path, args: DemoArgs, json: bool) -> Result<(), CliErro
         .collect();
     let report = DemoReport {
         emulator: emu.is_some(),
-        preset: emu.as_ref().map(|_| args.preset.clone()),
+        // The preset of a mount the demo did not make is not known (`?`).
+        preset: emu
+            .as_ref()
+            .filter(|_| use_emu)
+            .map(|_| args.preset.clone()),
         priority_note: kfdq::capability::priority_note(&Root::new(&root_dir)),
         requests: args.requests,
         rate_per_s: args.rate,
