@@ -40,7 +40,8 @@ out=$("$scratch/usr/bin/kfdqd" --version)
 [[ $out == "kfdqd ${version%-*}" ]] || die "kfdqd --version printed '$out'"
 "$scratch/usr/bin/kfdqd" --check --config "$scratch/etc/kfdq/kfdq.toml" >/dev/null ||
     die "the packaged kfdqd refused the packaged /etc/kfdq/kfdq.toml"
-"$scratch/usr/bin/kfdq-device-plugin" --check --config "$scratch/etc/kfdq/device-plugin.toml" >/dev/null ||
+"$scratch/usr/bin/kfdq-device-plugin" --check --file-only --agent-config "$scratch/etc/kfdq/kfdq.toml" \
+    --config "$scratch/etc/kfdq/device-plugin.toml" >/dev/null ||
     die "the packaged kfdq-device-plugin refused the packaged /etc/kfdq/device-plugin.toml"
 # doctor finds the shim the package installed (../lib/kfdq from the binary) and checks it.
 doctor=$("$scratch/usr/bin/kfdq" --json --root "$scratch" doctor 2>/dev/null || true)
