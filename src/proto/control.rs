@@ -269,7 +269,7 @@ pub struct ProcessStatus {
     /// device plugin does not know the container yet).
     #[serde(default)]
     pub pod: Option<crate::allocation::PodRef>,
-    /// Preempt commands sent to it.
+    /// Its preemptions: preempt commands sent to it and levels its own watches applied.
     #[serde(default)]
     pub preemptions: u64,
     /// Milliseconds it spent preempted, at any level.
