@@ -12,7 +12,7 @@
 use std::time::{Duration, Instant};
 
 use kfdq::agent::AgentConfig;
-use kfdq::agent::identity::{Claim, Identity};
+use kfdq::agent::identity::Identity;
 use kfdq::agent::node::{NodeState, Out};
 use kfdq::policy::PartitionObs;
 use kfdq::proto::{AgentMsg, QueueInfo, Registry, ShimMsg};
@@ -59,19 +59,12 @@ fn main() {
     let mut n = NodeState::new(cfg, parts, String::new(), t0).expect("a node");
     let mut out = Vec::new();
     let procs: u32 = knob("PROBE_PROCS", 64);
+    let me = Identity::of_pid(Pid::this()).expect("the bench's own identity");
     for i in 0..procs.max(2) {
         let pid = Pid(1000 + i);
         let class = if i == 0 { "serving" } else { "training" };
-        let id = Identity {
-            pid,
-            uid: 0,
-            gid: 0,
-            groups: vec![],
-            exe: format!("/bin/p{pid}"),
-            cgroup: String::new(),
-            claim: Claim::None,
-            admin_channel: false,
-        };
+        // The bench's own identity, under each process's pid (classes come from KFDQ_CLASS).
+        let id = Identity { pid, ..me.clone() };
         n.hello(
             u64::from(i) + 1,
             id,
