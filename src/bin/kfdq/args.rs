@@ -6,10 +6,6 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
-/// Where kfdqd listens by default (the same path as `kfdq::proto::DEFAULT_SOCKET`, which a test
-/// of the binary checks).
-pub const DEFAULT_SOCKET: &str = "/run/kfdq/kfdq.sock";
-
 /// kfdq — GPU queue priorities and preemption for AMD Instinct nodes.
 ///
 /// Reads and controls amdkfd user-mode queues through the upstream /dev/kfd interface. Every
