@@ -7,21 +7,13 @@
 mod common;
 
 use common::sid;
-use common::{shim_path, workspace_bin};
+use common::workspace_bin;
 
-/// `kfdq demo ARGS` with the workspace's shim and programs.
+/// `kfdq demo ARGS` with the workspace's shim and programs (the workloads' default shape).
 fn demo(args: &[&str]) -> (std::process::Output, String) {
-    let out = std::process::Command::new(workspace_bin("kfdq"))
-        .arg("demo")
-        .args(args)
-        .env("KFDQ_SHIM", shim_path())
-        .env_remove("KFDQ_ROOT")
-        .env_remove("KFDQ_SOCKET")
-        .env_remove("KFDQ_DEMO_SHAPE")
-        .output()
-        .expect("run kfdq demo");
-    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    (out, stderr)
+    common::demo::run(args, |cmd| {
+        cmd.env_remove("KFDQ_DEMO_SHAPE");
+    })
 }
 
 #[test]

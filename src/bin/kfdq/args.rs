@@ -260,8 +260,9 @@ pub enum BenchRuntime {
 /// `kfdq demo`'s options.
 #[derive(Debug, Clone, Args)]
 pub struct DemoArgs {
-    /// Requests of the latency client per phase.
-    #[arg(long, default_value_t = 60, value_name = "N")]
+    /// Requests of the latency client per phase (200: the nearest-rank P99 is then the 198th
+    /// request, not the slowest; with 100 or fewer it is the maximum).
+    #[arg(long, default_value_t = 200, value_name = "N")]
     pub requests: u32,
     /// Latency requests per second (the field's ResNet-18 service: 10-20/s).
     #[arg(long, default_value_t = 15.0, value_name = "PER_S")]
