@@ -728,7 +728,7 @@ pub(super) fn run(root: &Path, args: DemoArgs, json: bool) -> Result<(), CliErro
         .as_ref()
         .map_or_else(|| root.to_owned(), |e| e.root.clone());
     let workloads_text = match (hp.builtin, lp.builtin) {
-        (true, true) if runtime.kind == DemoRuntime::Hip => runtime::HIPWORK_TEXT.to_string(),
+        (true, true) if runtime.kind == DemoRuntime::Hip => runtime::hipwork_text().to_string(),
         (true, true) => format!(
             "HP: {HP_KERNELS} dispatches x {HP_WGS} work-groups x {} ms on the null stream per request (~8 ms alone; the field's ResNet-18: 2.65 ms, so time runs ~3x slower here). LP: dispatches of {LP_WGS} work-groups x {} ms, {LP_IN_FLIGHT} in flight (a ResNet-50 training loop).",
             HP_WG_US / 1000,
