@@ -24,7 +24,7 @@ const CRATES: &[(&str, usize)] = &[
     ("tools/calibration/src", 1),
     ("tools/preempt-lab/src", 3),
     ("tools/test-support/src", 6),
-    ("tools/bench-hip/src", 3),
+    ("tools/bench-hip/src", 2),
     ("tools/hip-workloads/src", 5),
 ];
 
