@@ -635,12 +635,7 @@ pub(super) fn run(root: &Path, args: DemoArgs, json: bool) -> Result<(), CliErro
         args.phases.clone()
     };
     let use_emu = args.emulator || !root.join("dev/kfd").exists();
-    let kfd_emu = if use_emu {
-        Some(find_exe("kfd-emu", None, PROGRAMS_FIX)?)
-    } else {
-        None
-    };
-    let runtime = Runtime::resolve(&args, kfd_emu.as_deref())?;
+    let runtime = Runtime::resolve(&args, use_emu)?;
     let builtin = args.hp_command.is_none() || args.lp_command.is_none();
     let workloads = match (&args.workloads, use_emu) {
         (Some(d), _) => Some(d.clone()),
@@ -653,7 +648,7 @@ pub(super) fn run(root: &Path, args: DemoArgs, json: bool) -> Result<(), CliErro
             )));
         }
     };
-    let [hp_hip, lp_hip] = runtime.builtin();
+    let [hp_hip, lp_hip] = runtime::builtin(runtime.kind);
     let hp = workload(
         args.hp_command.as_deref(),
         hp_hip.unwrap_or_else(|| {
@@ -689,6 +684,12 @@ pub(super) fn run(root: &Path, args: DemoArgs, json: bool) -> Result<(), CliErro
     // The programs first: an error naming a missing one leaves no directory behind.
     let shim = super::run::find_shim(None)?;
     let kfdqd = find_exe("kfdqd", None, PROGRAMS_FIX)?;
+    let kfd_emu = if use_emu {
+        Some(find_exe("kfd-emu", None, PROGRAMS_FIX)?)
+    } else {
+        None
+    };
+    let runtime = runtime.with_emulator(kfd_emu.as_deref());
     let tmp = tempfile::Builder::new()
         .prefix("kfdq-demo-")
         .tempdir()

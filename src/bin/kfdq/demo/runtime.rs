@@ -49,6 +49,37 @@ pub struct Runtime {
     sandbox: Option<(PathBuf, PathBuf)>,
 }
 
+/// hip on the emulator before kfd-emu is found: the root.
+pub struct Resolved {
+    pub kind: DemoRuntime,
+    root: Option<PathBuf>,
+}
+
+impl Resolved {
+    /// The runtime, with the emulator's program (hip on the emulator needs it).
+    pub fn with_emulator(self, kfd_emu: Option<&Path>) -> Runtime {
+        Runtime {
+            kind: self.kind,
+            sandbox: self
+                .root
+                .zip(kfd_emu.map(Path::to_owned))
+                .map(|(r, e)| (e, r)),
+        }
+    }
+}
+
+/// The built-in workloads' programs on the real runtime: (HP, LP) names and arguments
+/// (`None`: fakehip's, which the demo knows).
+pub fn builtin(kind: DemoRuntime) -> [Option<(&'static str, Vec<String>)>; 2] {
+    match kind {
+        DemoRuntime::Hip => [
+            Some((HIPWORK, vec!["latency".into()])),
+            Some((HIPWORK, vec!["batch".into()])),
+        ],
+        DemoRuntime::Fakehip => [None, None],
+    }
+}
+
 /// `$KFDQ_CACHE/sid-root`, where scripts/sid-root.sh builds the root.
 fn default_root() -> PathBuf {
     PathBuf::from(std::env::var("KFDQ_CACHE").unwrap_or_else(|_| "/var/cache/kfdq".into()))
@@ -56,9 +87,9 @@ fn default_root() -> PathBuf {
 }
 
 impl Runtime {
-    /// The runtime `args` ask for, on the emulator (`kfd_emu`) or a GPU node.
-    pub fn resolve(args: &DemoArgs, kfd_emu: Option<&Path>) -> Result<Runtime, CliError> {
-        let kind = args.runtime.unwrap_or(if kfd_emu.is_some() {
+    /// The runtime `args` ask for, on the emulator (`use_emu`) or a GPU node.
+    pub fn resolve(args: &DemoArgs, use_emu: bool) -> Result<Resolved, CliError> {
+        let kind = args.runtime.unwrap_or(if use_emu {
             DemoRuntime::Fakehip
         } else {
             DemoRuntime::Hip
@@ -68,8 +99,8 @@ impl Runtime {
                 "--hip-root is the root of the real HIP runtime: it goes with --runtime hip".into(),
             ));
         }
-        let sandbox = match (kind, kfd_emu) {
-            (DemoRuntime::Hip, Some(emu)) => {
+        let root = match (kind, use_emu) {
+            (DemoRuntime::Hip, true) => {
                 let root = args.hip_root.clone().unwrap_or_else(default_root);
                 if !root.join("usr/bin/rocminfo").is_file() {
                     return Err(CliError::Usage(format!(
@@ -77,28 +108,16 @@ impl Runtime {
                         root.display()
                     )));
                 }
-                Some((emu.to_owned(), root))
+                Some(root)
             }
-            (DemoRuntime::Hip, None) if args.hip_root.is_some() => {
+            (DemoRuntime::Hip, false) if args.hip_root.is_some() => {
                 return Err(CliError::Usage(
                     "--hip-root is for the emulator (a root whose HIP runtime the workloads use there); on a GPU node the workloads load the node's runtime".into(),
                 ));
             }
             _ => None,
         };
-        Ok(Runtime { kind, sandbox })
-    }
-
-    /// The built-in workloads' programs on the real runtime: (HP, LP) names and arguments
-    /// (`None`: fakehip's, which the demo knows).
-    pub fn builtin(&self) -> [Option<(&'static str, Vec<String>)>; 2] {
-        match self.kind {
-            DemoRuntime::Hip => [
-                Some((HIPWORK, vec!["latency".into()])),
-                Some((HIPWORK, vec!["batch".into()])),
-            ],
-            DemoRuntime::Fakehip => [None, None],
-        }
+        Ok(Resolved { kind, root })
     }
 
     /// What a phase's `runtime` says when the workloads did not print it (the fakehip ones).
