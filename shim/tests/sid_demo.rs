@@ -79,6 +79,11 @@ fn sid_the_demo_runs_on_the_real_hip_runtime_and_level_2_preempts_the_batch_job(
             "{name}: the batch job completed units: {p}"
         );
     }
+    // The emulator timed the spin kernel from its argument: a request's 145 kernels hold about
+    // 8.08 ms of work-group time (505 µs x 16), which no request alone can beat (with the
+    // emulator's default 10 µs a work-group it would take about 2 ms).
+    let alone = phase("alone")["hp"]["p50_us"].as_f64().unwrap();
+    assert!(alone >= 7_500.0, "HP alone p50 {alone} µs: the spin model");
     // No agent, nothing stopped the batch job.
     assert!(phase("uncontrolled")["reaction"].is_null());
     // Level 2: the emulator saw the batch job's queues stop during requests (UPDATE_QUEUE from
