@@ -9,22 +9,14 @@ use common::sid7;
 #[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn sid7_the_demo_runs_on_hip_7_2() {
     let root = sid7::root();
-    let root_s = root.display().to_string();
-    let (out, stderr) = common::demo::run(
+    let (out, stderr) = common::demo::run_hip(
+        &root,
         &[
-            "--json",
-            "--runtime",
-            "hip",
-            "--hip-root",
-            &root_s,
             "--requests",
             "10",
             "--phases",
             "alone,lp-alone,level2-direct",
         ],
-        |cmd| {
-            cmd.env_remove("KFDQ_DEMO_SHAPE");
-        },
     );
     assert!(
         out.status.success(),

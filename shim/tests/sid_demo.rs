@@ -24,18 +24,15 @@ fn sid_the_demo_runs_on_the_real_hip_runtime_and_level_2_preempts_the_batch_job(
         workspace_bin("kfdq-hipwork").is_file(),
         "kfdq-hipwork beside kfdq"
     );
-    let root_s = root.display().to_string();
-    let (out, stderr) = demo(&[
-        "--json",
-        "--runtime",
-        "hip",
-        "--hip-root",
-        &root_s,
-        "--requests",
-        "20",
-        "--phases",
-        "alone,lp-alone,uncontrolled,level2",
-    ]);
+    let (out, stderr) = common::demo::run_hip(
+        &root,
+        &[
+            "--requests",
+            "20",
+            "--phases",
+            "alone,lp-alone,uncontrolled,level2",
+        ],
+    );
     assert!(
         out.status.success(),
         "kfdq demo --runtime hip failed:\n{stderr}\n{}",

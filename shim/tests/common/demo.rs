@@ -19,3 +19,14 @@ pub fn run(args: &[&str], more: impl FnOnce(&mut Command)) -> (Output, String) {
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     (out, stderr)
 }
+
+/// `kfdq demo --json --runtime hip --hip-root ROOT ARGS` (the workloads'
+/// default shape): the demo on the real HIP runtime of a sid root.
+pub fn run_hip(root: &std::path::Path, args: &[&str]) -> (Output, String) {
+    let root = root.display().to_string();
+    let mut all = vec!["--json", "--runtime", "hip", "--hip-root", &root];
+    all.extend_from_slice(args);
+    run(&all, |cmd| {
+        cmd.env_remove("KFDQ_DEMO_SHAPE");
+    })
+}
