@@ -61,7 +61,7 @@ mod sysfs_topology;
 mod topology;
 mod unplug;
 
-pub use config::{EmuConfig, PartitionCosts, Preset};
+pub use config::{ArgTime, EmuConfig, PartitionCosts, Preset};
 pub use error::EmuError;
 pub use fault_spec::parse_fault;
 pub use faults::{Failure, Fault, FaultSpec, FaultStats, SpecError, When};

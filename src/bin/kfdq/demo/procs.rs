@@ -223,15 +223,19 @@ pub struct Emulator {
 }
 
 impl Emulator {
-    /// Mounts kfd-emu with `preset` at `root`.
+    /// Mounts kfd-emu with `preset` at `root` (and the kernels' times of `kernel_times`).
     pub fn mount(
         kfd_emu: &Path,
         preset: &str,
         root: &Path,
         log: &Path,
+        kernel_times: Option<&Path>,
     ) -> Result<Emulator, CliError> {
         let mut cmd = Command::new(kfd_emu);
         cmd.arg("--mount").arg(root).arg("--preset").arg(preset);
+        if let Some(k) = kernel_times {
+            cmd.arg("--kernel-times").arg(k);
+        }
         let mut child = Child::spawn("kfd-emu", cmd, log)?;
         let dev = root.join("dev/kfd");
         let up = wait_until("kfd-emu mounting", Duration::from_secs(20), || {

@@ -77,10 +77,45 @@ pub struct EmuConfig {
     /// (whose packets carry no time); kernels not listed take `default_packet_ns`.
     #[serde(default)]
     pub kernel_wg_ns: BTreeMap<String, u64>,
+    /// Work-group execution time by kernel name taken from one of the dispatch's arguments
+    /// (a spin kernel's iteration count), for kernels not in `kernel_wg_ns`: the model of a
+    /// kernel whose duration its arguments set.
+    #[serde(default)]
+    pub kernel_wg_time_by_arg: BTreeMap<String, ArgTime>,
     /// Each partition's costs, in topology order, from a calibration file of several
     /// partitions (`--calibration`); empty: every partition takes the costs above.
     #[serde(default)]
     pub partition_costs: Vec<PartitionCosts>,
+}
+
+/// A work-group time read from a kernel argument: `value x ps_per_unit` picoseconds, the
+/// value being the unsigned 64-bit (or shorter: `size`) argument at byte `offset` of the
+/// kernarg segment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ArgTime {
+    /// Byte offset of the argument in the kernarg segment.
+    pub offset: u32,
+    /// Its size in bytes (1 to 8; default 8).
+    #[serde(default = "ArgTime::default_size")]
+    pub size: u32,
+    /// Picoseconds of one work-group per unit of the argument.
+    pub ps_per_unit: u64,
+}
+
+impl ArgTime {
+    fn default_size() -> u32 {
+        8
+    }
+
+    /// The work-group time in ns for the argument's little-endian `bytes`.
+    pub fn wg_ns(&self, bytes: &[u8]) -> u64 {
+        let mut v = [0u8; 8];
+        let n = bytes.len().min(8);
+        v[..n].copy_from_slice(&bytes[..n]);
+        let units = u128::from(u64::from_le_bytes(v));
+        u64::try_from(units * u128::from(self.ps_per_unit) / 1000).unwrap_or(u64::MAX)
+    }
 }
 
 /// One partition's measured costs (a calibration's `[[partition]]`).
@@ -153,6 +188,7 @@ impl Default for EmuConfig {
             queue_priority: false,
             arbitration: None,
             kernel_wg_ns: BTreeMap::new(),
+            kernel_wg_time_by_arg: BTreeMap::new(),
             partition_costs: Vec::new(),
         }
     }
@@ -187,6 +223,19 @@ mod tests {
     use super::file::parse_topology;
     use super::nodes::{Partition, build_node};
     use super::*;
+
+    #[test]
+    fn an_argument_sets_the_work_group_time() {
+        let a = ArgTime {
+            offset: 0,
+            size: 8,
+            ps_per_unit: 30_476,
+        };
+        // 65,625 iterations of 30.476 ns: 2 ms.
+        assert_eq!(a.wg_ns(&65_625u64.to_le_bytes()), 1_999_987);
+        assert_eq!(a.wg_ns(&[]), 0);
+        assert_eq!(a.wg_ns(&u64::MAX.to_le_bytes()), u64::MAX);
+    }
 
     #[test]
     fn preset_names_round_trip() {
