@@ -7,6 +7,7 @@ pub mod agent;
 pub mod elf;
 pub mod forger;
 pub mod kfdqd;
+pub mod libs_suite;
 pub mod pod;
 pub mod prom;
 pub mod sid;
