@@ -127,15 +127,7 @@ impl Libs {
     /// The outcome of a program that ran to its end: stdout; panics with both streams (and the
     /// root's packages) when it failed.
     pub fn finished(&self, what: &str, out: Output) -> String {
-        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-        assert!(
-            out.status.success(),
-            "{what} failed ({}):\n--- stdout\n{stdout}\n--- stderr\n{stderr}\n{}",
-            out.status,
-            self.packages()
-        );
-        stdout
+        sid::finished_in(what, out, self.packages()).0
     }
 }
 
