@@ -8,6 +8,7 @@ pub mod demo;
 pub mod elf;
 pub mod forger;
 pub mod kfdqd;
+pub mod libs_suite;
 pub mod pod;
 pub mod prom;
 pub mod sid;
