@@ -298,6 +298,20 @@ pub struct DemoArgs {
     /// table shows medians and the P99 ratio's spread, --json every repetition.
     #[arg(long, default_value_t = 1, value_name = "N")]
     pub repeat: u32,
+    /// The latency client's request: `synthetic` (4 dispatches of 80 work-groups x 2 ms) or
+    /// `resnet18` (the 145 kernels of an H100 ResNet-18 batch-1 inference, scaled to the
+    /// emulator's speed); given to your workloads as $KFDQ_DEMO_SHAPE (docs/demo.md).
+    #[arg(long, value_enum, default_value_t = RequestShape::Synthetic)]
+    pub request_shape: RequestShape,
+}
+
+/// The demo latency client's request (`kfdq demo --request-shape`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum RequestShape {
+    /// A few long dispatches of large work-groups (8 ms alone on the emulator).
+    Synthetic,
+    /// Many short kernels: ResNet-18 batch 1 as traced on an H100, scaled to the emulator.
+    Resnet18,
 }
 
 /// One phase of the demo.
@@ -316,6 +330,10 @@ pub enum Phase {
     /// Level 2 by the agent's commands: the batch job's queues deactivated when the agent hears
     /// the busy edge (busy edges, the cost-aware release rule, `direct_edges = false`).
     Level2,
+    /// Level 2 as `level2` (the agent's commands), and the latency client hints each request
+    /// ($KFDQ_DEMO_HINT=1: kfdq_request_begin() a lead before its first launch, the host work
+    /// an inference server does, kfdq_request_end() after its last).
+    Level2Hinted,
     /// Level 2 as the agent runs by default (direct edges): the batch job deactivates itself on
     /// the latency launch's edge on the agent's board, without the agent's hop.
     Level2Direct,

@@ -106,6 +106,13 @@ pub struct PhaseResult {
     /// Device-wide preempts in the window, the emulator's count (per repetition).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub preempts: Option<u64>,
+    /// Request hints kfdqd took from the latency client (with an agent; summed over
+    /// repetitions).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hints: Option<u64>,
+    /// Of them, hints that expired (held `hint_timeout_ms` without work).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hint_expiries: Option<u64>,
 }
 
 /// The whole demo.
@@ -129,6 +136,11 @@ pub struct DemoReport {
     pub lp_command: Vec<String>,
     /// How many times every phase ran.
     pub repeat: u32,
+    /// The latency client's request (`--request-shape`).
+    pub request_shape: String,
+    /// How long before its first launch the latency client hints, µs (with `level2-hinted`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hint_lead_us: Option<u32>,
     /// Phases in the order run: each number the median over the repetitions.
     pub phases: Vec<PhaseResult>,
     /// Every repetition's phases, with each request's latency.
@@ -212,6 +224,11 @@ pub fn aggregate(reps: &[&PhaseResult]) -> PhaseResult {
         hp_latency_us: Vec::new(),
         lp_done: None,
         preempts: None,
+        hints: reps.iter().filter_map(|r| r.hints).reduce(|a, b| a + b),
+        hint_expiries: reps
+            .iter()
+            .filter_map(|r| r.hint_expiries)
+            .reduce(|a, b| a + b),
     }
 }
 
@@ -368,6 +385,8 @@ mod tests {
             hp_latency_us: hp.map(<[f64]>::to_vec).unwrap_or_default(),
             lp_done: None,
             preempts: None,
+            hints: None,
+            hint_expiries: None,
         }
     }
 
@@ -396,6 +415,8 @@ mod tests {
             hp_command: Vec::new(),
             lp_command: Vec::new(),
             repeat: 1,
+            request_shape: "synthetic".into(),
+            hint_lead_us: None,
             phases: vec![agent, direct],
             runs: Vec::new(),
         };
@@ -448,6 +469,8 @@ mod tests {
             hp_command: Vec::new(),
             lp_command: Vec::new(),
             repeat: 1,
+            request_shape: "synthetic".into(),
+            hint_lead_us: None,
             phases: vec![a],
             runs: Vec::new(),
         });
