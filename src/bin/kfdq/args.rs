@@ -141,7 +141,8 @@ pub enum Command {
     ///
     /// Without an AMD GPU it mounts the built-in emulator (kfd-emu, mi308x preset) and runs the
     /// workloads on fakehip; every phase runs real processes under the shim with a real kfdqd.
-    /// Phases: HP alone, LP alone, HP+LP uncontrolled, priorities only, levels 1, 2 and 3.
+    /// Phases: HP alone, LP alone, HP+LP uncontrolled, priorities only, levels 1, 2 and 3, and
+    /// level 2 with the latency client hinting its requests (level2-hinted).
     /// Prints HP P50/P99/max relative to alone, LP throughput relative to alone, preemption
     /// latency and device-wide preempts per second (--json: the same numbers).
     Demo(DemoArgs),
