@@ -210,3 +210,76 @@ fn the_traced_phase_preempts_for_a_latency_client_without_the_shim() {
         .unwrap_or_default();
     assert!(hp_chain.is_empty(), "the client stamped: {hp_chain}");
 }
+
+/// `level2-hinted` with the real-shaped request: the latency client hints its requests before
+/// its first launch (kfdq_request_begin() resolved at run time under the shim), kfdqd takes
+/// the hints, none expires, and the JSON names the shape and the lead.
+#[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
+fn the_hinted_phase_takes_the_real_shaped_clients_hints() {
+    test_support::require_root();
+    let (out, stderr) = demo(&[
+        "--json",
+        "--requests",
+        "10",
+        "--request-shape",
+        "resnet18",
+        "--phases",
+        "alone,lp-alone,level2,level2-hinted",
+    ]);
+    assert!(out.status.success(), "kfdq demo failed:\n{stderr}");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON on stdout");
+    assert_eq!(v["request_shape"], "resnet18");
+    assert_eq!(v["hint_lead_us"], 1000);
+    let argv = v["hp_command"].as_array().unwrap();
+    assert_eq!(argv[3], "--kernels", "{argv:?}");
+    assert_eq!(argv[4].as_str().unwrap().split(',').count(), 145);
+    let phase = |name: &str| {
+        v["phases"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["phase"] == name)
+            .unwrap_or_else(|| panic!("no phase {name} in {v}"))
+            .clone()
+    };
+    let hinted = phase("level2-hinted");
+    assert_eq!(hinted["hp"]["n"], 10, "{hinted}");
+    // kfdqd counts the hints its shim reported: one per begin the control thread saw open, so a
+    // loaded machine may fold a short request's begin and end into none; never more than one a
+    // request, and some in any case (the unhinted client below gets the phase refused).
+    let hints = hinted["hints"].as_u64().expect("hints counted");
+    assert!((1..=10).contains(&hints), "{hints} hints taken: {hinted}");
+    assert_eq!(hinted["hint_expiries"], 0, "{hinted}");
+    assert!(hinted["hp_p99_rel"].as_f64().is_some(), "{hinted}");
+    assert!(hinted["lp_rel"].as_f64().is_some(), "{hinted}");
+    // The unhinted phase beside it takes none.
+    assert_eq!(phase("level2")["hints"], 0);
+}
+
+/// A workload that does not hint in `level2-hinted` (here the built-in client with
+/// KFDQ_DEMO_HINT dropped from its environment) fails the phase with the rule, instead of
+/// showing an unhinted row under the hinted name.
+#[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
+fn a_client_that_does_not_hint_fails_the_hinted_phase() {
+    test_support::require_root();
+    let latency = programs().get("latency");
+    let cmd = format!(
+        "sh -c 'exec env -u KFDQ_DEMO_HINT {} \"$KFDQ_DEMO_REQUESTS\" 66 4 2000 80'",
+        latency.display()
+    );
+    let (out, stderr) = demo(&[
+        "--requests",
+        "3",
+        "--phases",
+        "level2-hinted",
+        "--hp-command",
+        &cmd,
+    ]);
+    assert!(!out.status.success(), "the demo should fail: {stderr}");
+    assert!(
+        stderr.contains("took no request hint") && stderr.contains("KFDQ_DEMO_HINT"),
+        "{stderr}"
+    );
+}

@@ -137,7 +137,8 @@ pub enum Command {
     ///
     /// Without an AMD GPU it mounts the built-in emulator (kfd-emu, mi308x preset) and runs the
     /// workloads on fakehip; every phase runs real processes under the shim with a real kfdqd.
-    /// Phases: HP alone, LP alone, HP+LP uncontrolled, priorities only, levels 1, 2 and 3.
+    /// Phases: HP alone, LP alone, HP+LP uncontrolled, priorities only, levels 1, 2 and 3, and
+    /// level 2 with the latency client hinting its requests (level2-hinted).
     /// Prints HP P50/P99/max relative to alone, LP throughput relative to alone, preemption
     /// latency and device-wide preempts per second (--json: the same numbers).
     Demo(DemoArgs),
@@ -305,6 +306,11 @@ pub struct DemoArgs {
     /// $KFDQ_CACHE/sid-root, built by scripts/sid-root.sh; ROCm 7.2: sid-rocm72-root).
     #[arg(long, value_name = "DIR")]
     pub hip_root: Option<PathBuf>,
+    /// The latency client's request: `synthetic` (4 dispatches of 80 work-groups x 2 ms) or
+    /// `resnet18` (the 145 kernels of an H100 ResNet-18 batch-1 inference, scaled to the
+    /// emulator's speed); given to your workloads as $KFDQ_DEMO_SHAPE (docs/demo.md).
+    #[arg(long, value_enum, default_value_t = RequestShape::Synthetic)]
+    pub request_shape: RequestShape,
 }
 
 /// The demo's HIP runtime.
@@ -314,6 +320,15 @@ pub enum DemoRuntime {
     Hip,
     /// kfdq's stand-in (kfdq-latency, kfdq-flood).
     Fakehip,
+}
+
+/// The demo latency client's request (`kfdq demo --request-shape`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum RequestShape {
+    /// A few long dispatches of large work-groups (8 ms alone on the emulator).
+    Synthetic,
+    /// Many short kernels: ResNet-18 batch 1 as traced on an H100, scaled to the emulator.
+    Resnet18,
 }
 
 /// One phase of the demo.
@@ -332,6 +347,10 @@ pub enum Phase {
     /// Level 2 by the agent's commands: the batch job's queues deactivated when the agent hears
     /// the busy edge (busy edges, the cost-aware release rule, `direct_edges = false`).
     Level2,
+    /// Level 2 as `level2` (the agent's commands), and the latency client hints each request
+    /// ($KFDQ_DEMO_HINT=1: kfdq_request_begin() a lead before its first launch, the host work
+    /// an inference server does, kfdq_request_end() after its last).
+    Level2Hinted,
     /// Level 2 as the agent runs by default (direct edges): the batch job deactivates itself on
     /// the latency launch's edge on the agent's board, without the agent's hop.
     Level2Direct,

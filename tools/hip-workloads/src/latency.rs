@@ -32,7 +32,11 @@ pub fn run(gpu: &Gpu) -> Result<(), WorkError> {
         .filter(|r: &f64| r.is_finite() && *r > 0.0)
         .ok_or_else(|| WorkError::Setup("$KFDQ_DEMO_RATE is not a rate above 0".into()))?;
     let go = std::path::PathBuf::from(env("KFDQ_DEMO_GO")?);
-    let launches = shape::request(gpu.shape, gpu.scale);
+    // The demo's own request when it gives one (one scale factor for both runtimes).
+    let launches = match std::env::var("KFDQ_DEMO_KERNELS") {
+        Ok(k) if !k.is_empty() => shape::from_kernels_arg(&k).map_err(WorkError::Setup)?,
+        _ => shape::request(gpu.shape, gpu.scale),
+    };
     // Warm-up: the null stream's queue exists before the first timed request.
     request(gpu, &launches[..1])?;
     say("ready")?;

@@ -9,11 +9,12 @@
 //! each iteration is one `s_sleep 1`), on kfd-emu the model's (the demo gives the emulator
 //! [`PS_PER_ITERATION`] per iteration, `--kernel-times`' `work_group_time_by_arg`).
 
-/// The one factor by which every traced kernel's work-group time is multiplied. The
-/// emulator's CP polls rings and the shim samples queue activity every 2 ms, so requests
-/// shorter than a few milliseconds would measure those periods; 16 makes the ResNet-18
-/// request's 505 µs of work-group time about 8 ms, the demo's synthetic request.
-pub const TIME_SCALE: f64 = 16.0;
+/// The one factor by which every traced kernel's work-group time is multiplied: the demo's
+/// `RESNET18_SCALE` (src/bin/kfdq/demo/shape.rs, which says why: the emulator's CP polls rings,
+/// so requests of a few hundred µs would measure the polls). The demo hands its request over in
+/// `$KFDQ_DEMO_KERNELS`, already scaled; this factor scales the batch job's training trace and a
+/// request when the workload runs on its own.
+pub const TIME_SCALE: f64 = 10.0;
 
 /// The model's time of one spin iteration, in picoseconds: `s_sleep 1` sleeps about 64 clocks
 /// (AMD CDNA3 ISA reference, S_SLEEP: "approximately 64 x SIMM16[6:0] clocks"), at the
@@ -109,6 +110,32 @@ pub fn from_trace(text: &str, scale: f64) -> Result<Vec<Launch>, String> {
     Ok(out)
 }
 
+/// The request the demo gives its workloads in `$KFDQ_DEMO_KERNELS`
+/// (`WGS:WAVES:WG_US,...`: work-groups, wave64 waves per work-group, µs per work-group as the
+/// emulator runs it; `kfdq demo`'s `shape::kernels_arg`), so that the real-runtime client runs
+/// the very request the fakehip one does, with the demo's one scale factor.
+pub fn from_kernels_arg(text: &str) -> Result<Vec<Launch>, String> {
+    let bad = |k: &str| format!("$KFDQ_DEMO_KERNELS: `{k}` is not WGS:WAVES:WG_US (docs/demo.md)");
+    let out = text
+        .split(',')
+        .map(|k| {
+            let f: Vec<&str> = k.trim().split(':').collect();
+            let [wgs, waves, wg_us] = f.as_slice() else {
+                return Err(bad(k));
+            };
+            let wgs: u32 = wgs.parse().map_err(|_| bad(k))?;
+            let waves: u32 = waves.parse().map_err(|_| bad(k))?;
+            let wg_us: f64 = wg_us
+                .parse()
+                .ok()
+                .filter(|v: &f64| v.is_finite() && *v >= 0.0)
+                .ok_or_else(|| bad(k))?;
+            Ok(Launch::timed(wgs, waves.saturating_mul(64), wg_us * 1000.0))
+        })
+        .collect::<Result<Vec<_>, String>>()?;
+    Ok(out)
+}
+
 /// One latency request.
 pub fn request(shape: Shape, scale: f64) -> Vec<Launch> {
     match shape {
@@ -144,10 +171,10 @@ mod tests {
     fn the_traces_become_spin_launches_of_their_shape() {
         let r = request(Shape::Resnet18, TIME_SCALE);
         assert_eq!(r.len(), 145, "the ResNet-18 trace's kernels");
-        // Its first kernel: 784 work-groups of 2 warps, 1.76 µs x 16 = 28.16 µs.
+        // Its first kernel: 784 work-groups of 2 warps, 1.76 µs x 10 = 17.6 µs.
         assert_eq!((r[0].groups, r[0].threads), (784, 64));
         let ns = r[0].iterations as f64 * PS_PER_ITERATION as f64 / 1000.0;
-        assert!((ns - 28_160.0).abs() < 31.0, "{ns}");
+        assert!((ns - 17_600.0).abs() < 31.0, "{ns}");
         // 32 warps: 1024 threads, HIP's largest work-group.
         assert_eq!(r[1].threads, 1024);
         let (b, unit) = batch(Shape::Resnet18, TIME_SCALE);
@@ -155,6 +182,16 @@ mod tests {
         let s = request(Shape::Synthetic, TIME_SCALE);
         assert_eq!(s.len(), 4);
         assert_eq!(s[0].iterations, 65_625, "2 ms / 30.476 ns");
+    }
+
+    #[test]
+    fn the_demos_request_runs_as_given() {
+        let r = from_kernels_arg("784:2:17.600,1:16:2000.000").unwrap();
+        assert_eq!((r[0].groups, r[0].threads), (784, 128));
+        assert_eq!((r[1].groups, r[1].threads), (1, 1024));
+        assert_eq!(r[1].iterations, 65_625, "2 ms / 30.476 ns");
+        assert!(from_kernels_arg("784:2").unwrap_err().contains("WGS:WAVES:WG_US"));
+        assert!(from_kernels_arg("1:1:-3").is_err());
     }
 
     #[test]

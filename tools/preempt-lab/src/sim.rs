@@ -68,9 +68,9 @@ pub struct HostParams {
     /// more); swept (`--sweep hint-lead`).
     pub hint_lead_ns: u64,
     /// Hinted configurations: a hint not followed by work within this expires (the product's
-    /// per-class `hint_timeout_ms`). Default 10 ms: five times the longest lead swept, so no
-    /// honest hint expires, while a hint never followed by work holds the batch job no longer
-    /// than the cost release rule's longest hold (20 ms) would after a request.
+    /// per-class `hint_timeout_ms`). Default: the product's, `kfdq::proto::DEFAULT_HINT_TIMEOUT`
+    /// (50 ms; docs/shim.md says why): the longest lead swept (2 ms) is far inside it, so no
+    /// honest hint expires at either bound, and the lab shows what the product would.
     pub hint_timeout_ns: u64,
 }
 
@@ -101,7 +101,7 @@ impl Default for HostParams {
             command_ns: 100_000,
             gpu_clock_ghz: 2.1,
             hint_lead_ns: 500_000,
-            hint_timeout_ns: 10_000_000,
+            hint_timeout_ns: kfdq::proto::DEFAULT_HINT_TIMEOUT.as_nanos() as u64,
         }
     }
 }

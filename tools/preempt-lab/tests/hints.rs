@@ -97,8 +97,9 @@ fn a_hint_never_followed_by_work_expires_and_the_batch_job_runs_again() {
         .collect();
     assert_eq!(before, [true, false], "{:?} before {first}", tl.marks);
     assert!(!preempted_at(tl, first));
-    // The same hints within the bound (the default 10 ms): none expires.
-    sc.host.hint_timeout_ns = 10_000_000;
+    // The same hints within the bound (the default, the product's 50 ms): none expires.
+    sc.host.hint_timeout_ns = sim::HostParams::default().hint_timeout_ns;
+    assert_eq!(sc.host.hint_timeout_ns, 50_000_000);
     let r = run(&sc, Control::Hinted(Level::Deactivate), 10);
     assert_eq!(r.hints_expired, 0);
     assert_eq!(launches_preempted(&r), 10);

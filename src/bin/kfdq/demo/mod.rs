@@ -8,6 +8,7 @@ mod procs;
 mod reaction;
 mod report;
 mod runtime;
+mod shape;
 mod stages;
 mod words;
 
@@ -25,13 +26,14 @@ use kfdq::proto::Level;
 use kfdq::proto::control::NodeStatus;
 
 impl Phase {
-    const ALL: [Phase; 9] = [
+    const ALL: [Phase; 10] = [
         Phase::Alone,
         Phase::LpAlone,
         Phase::Uncontrolled,
         Phase::Priority,
         Phase::Level1,
         Phase::Level2,
+        Phase::Level2Hinted,
         Phase::Level2Direct,
         Phase::Level3,
         Phase::Level3Direct,
@@ -45,6 +47,7 @@ impl Phase {
             Phase::Priority => "HP+LP priorities only",
             Phase::Level1 => "HP+LP level 1 (hold)",
             Phase::Level2 => "HP+LP level 2, agent's commands",
+            Phase::Level2Hinted => "HP+LP level 2, agent's commands, HP hinted",
             Phase::Level2Direct => "HP+LP level 2, direct (default)",
             Phase::Level2Traced => "HP+LP level 2, HP traced (no shim)",
             Phase::Level3 => "HP+LP level 3, agent's commands",
@@ -66,7 +69,7 @@ impl Phase {
             Phase::Alone | Phase::LpAlone | Phase::Uncontrolled => None,
             Phase::Priority => Some(None),
             Phase::Level1 => Some(Some(Level::Hold)),
-            Phase::Level2 | Phase::Level2Direct | Phase::Level2Traced => {
+            Phase::Level2 | Phase::Level2Hinted | Phase::Level2Direct | Phase::Level2Traced => {
                 Some(Some(Level::Deactivate))
             }
             Phase::Level3 | Phase::Level3Direct => Some(Some(Level::Suspend)),
@@ -76,6 +79,11 @@ impl Phase {
     /// The agent's defaults: direct edges on (the other edge phases turn them off).
     fn direct(self) -> bool {
         matches!(self, Phase::Level2Direct | Phase::Level3Direct)
+    }
+
+    /// The latency client hints each request ($KFDQ_DEMO_HINT=1).
+    fn hinted(self) -> bool {
+        self == Phase::Level2Hinted
     }
 
     /// The latency client without the shim, controlled by the agent's tracer.
@@ -88,12 +96,11 @@ impl Phase {
     }
 }
 
-/// The latency client's request: this many dispatches of this many work-groups (4 waves each)
-/// of this long, on the null stream. 8 ms alone on an MI308X partition — the field's
-/// ResNet-18 P99 was 2.65 ms, so the demo runs about 3x slower than the field.
-const HP_KERNELS: u32 = 4;
-const HP_WGS: u32 = 80;
-const HP_WG_US: u32 = 2000;
+/// How long before its first launch the hinted latency client hints (`level2-hinted`): a
+/// millisecond of host work, the low end of what an inference server does between knowing of a
+/// request and launching it (parsing, decoding or tokenizing, the copy; issue 51). The lab's
+/// `--sweep hint-lead` shows what shorter and longer leads buy (docs/experiments.md).
+const HINT_LEAD_US: u32 = 1000;
 /// The batch job: dispatches of 2560 work-groups of 20 ms (four rounds of the partition, 80 ms
 /// a dispatch alone), 4 in flight, like a training loop of long GEMMs.
 const LP_WGS: u32 = 2560;
@@ -197,6 +204,8 @@ struct Env<'a> {
     kfdqd: PathBuf,
     hp: Workload,
     lp: Workload,
+    /// The request's dispatches (`$KFDQ_DEMO_KERNELS`, `shape::kernels_arg`).
+    kernels: String,
     logs: &'a Path,
     emu: Option<&'a Emulator>,
     args: &'a DemoArgs,
@@ -380,7 +389,14 @@ impl<'a> PhaseRun<'a> {
         cmd.env("KFDQ_DEMO_GO", &go)
             .env("KFDQ_TEST_GO", &go)
             .env("KFDQ_DEMO_REQUESTS", args.requests.to_string())
-            .env("KFDQ_DEMO_RATE", args.rate.to_string());
+            .env("KFDQ_DEMO_RATE", args.rate.to_string())
+            .env("KFDQ_DEMO_SHAPE", args.request_shape.name())
+            .env("KFDQ_DEMO_KERNELS", &self.env.kernels)
+            .env_remove("KFDQ_DEMO_HINT");
+        if self.phase.hinted() {
+            cmd.env("KFDQ_DEMO_HINT", "1")
+                .env("KFDQ_DEMO_HINT_LEAD_US", HINT_LEAD_US.to_string());
+        }
         self.shim_env(&mut cmd, "latency", agent);
         let mut c = Child::spawn("the latency client (HP)", cmd, &self.log("hp"))?;
         c.wait_line("ready", lines::hp_ready, START_WAIT)
@@ -471,6 +487,14 @@ fn run_phase(env: &Env<'_>, phase: Phase, tag: &str) -> Result<PhaseResult, CliE
         _ => None,
     };
     let status = agent.as_ref().and_then(|_| client::status(&run.sock).ok());
+    if phase.hinted() && status.as_ref().is_some_and(|s| s.counters.hints == 0) {
+        return Err(CliError::Usage(format!(
+            "{}: kfdqd took no request hint from the latency client: with $KFDQ_DEMO_HINT=1 a workload calls kfdq_request_begin() $KFDQ_DEMO_HINT_LEAD_US µs before each request's first launch and kfdq_request_end() after it ({}; docs/shim.md, \"Request hints\"); log {}",
+            phase.label(),
+            lines::DOC,
+            run.log("hp").display()
+        )));
+    }
     let starts = hp.as_ref().and_then(|h| h.2.as_deref());
     let reactions = reactions(env.emu, status.as_ref(), starts);
     let lp_done = lp.map(|c| run.finish_lp(c, window)).transpose()?;
@@ -564,6 +588,8 @@ fn phase_result(
         lp_done: m.lp_done,
         preempts: m.preempts,
         runtime: m.runtime,
+        hints: m.status.as_ref().map(|s| s.counters.hints),
+        hint_expiries: m.status.as_ref().map(|s| s.counters.hint_expiries),
     }
 }
 
@@ -655,20 +681,16 @@ pub(super) fn run(root: &Path, args: DemoArgs, json: bool) -> Result<(), CliErro
         }
     };
     let [hp_hip, lp_hip] = runtime::builtin(runtime.kind);
+    let fakehip_hp_args: Vec<String> = [
+        args.requests.to_string(),
+        format!("{:.3}", 1000.0 / args.rate),
+    ]
+    .into_iter()
+    .chain(args.request_shape.client_args()?)
+    .collect();
     let hp = workload(
         args.hp_command.as_deref(),
-        hp_hip.unwrap_or_else(|| {
-            (
-                "kfdq-latency",
-                vec![
-                    args.requests.to_string(),
-                    format!("{:.3}", 1000.0 / args.rate),
-                    HP_KERNELS.to_string(),
-                    HP_WG_US.to_string(),
-                    HP_WGS.to_string(),
-                ],
-            )
-        }),
+        hp_hip.unwrap_or_else(|| ("kfdq-latency", fakehip_hp_args)),
         workloads.as_deref(),
         "--hp-command",
     )?;
@@ -741,10 +763,10 @@ pub(super) fn run(root: &Path, args: DemoArgs, json: bool) -> Result<(), CliErro
         .as_ref()
         .map_or_else(|| root.to_owned(), |e| e.root.clone());
     let workloads_text = match (hp.builtin, lp.builtin) {
-        (true, true) if runtime.kind == DemoRuntime::Hip => runtime::hipwork_text().to_string(),
+        (true, true) if runtime.kind == DemoRuntime::Hip => runtime::hipwork_text(args.request_shape).to_string(),
         (true, true) => format!(
-            "HP: {HP_KERNELS} dispatches x {HP_WGS} work-groups x {} ms on the null stream per request (~8 ms alone; the field's ResNet-18: 2.65 ms, so time runs ~3x slower here). LP: dispatches of {LP_WGS} work-groups x {} ms, {LP_IN_FLIGHT} in flight (a ResNet-50 training loop).",
-            HP_WG_US / 1000,
+            "HP: {}. LP: dispatches of {LP_WGS} work-groups x {} ms, {LP_IN_FLIGHT} in flight (a ResNet-50 training loop).",
+            args.request_shape.describe()?,
             LP_WG_US / 1000
         ),
         _ => format!("HP: `{}`. LP: `{}`.", hp.argv.join(" "), lp.argv.join(" ")),
@@ -755,6 +777,7 @@ pub(super) fn run(root: &Path, args: DemoArgs, json: bool) -> Result<(), CliErro
         kfdqd,
         hp,
         lp,
+        kernels: shape::kernels_arg(&args.request_shape.dispatches()?),
         logs: &logs,
         emu: emu.as_ref(),
         args: &args,
@@ -803,6 +826,8 @@ pub(super) fn run(root: &Path, args: DemoArgs, json: bool) -> Result<(), CliErro
         hp_command: env.hp.argv.clone(),
         lp_command: env.lp.argv.clone(),
         repeat: args.repeat,
+        request_shape: args.request_shape.name().into(),
+        hint_lead_us: phases.iter().any(|p| p.hinted()).then_some(HINT_LEAD_US),
         phases: phases_med,
         runs,
     };

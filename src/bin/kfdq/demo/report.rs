@@ -110,6 +110,13 @@ pub struct PhaseResult {
     /// (libamdhip64.so.6.4.43484)`), or `fakehip ...` for the built-in stand-ins; null when
     /// the workloads did not say.
     pub runtime: Option<String>,
+    /// Request hints kfdqd took from the latency client (with an agent; summed over
+    /// repetitions).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hints: Option<u64>,
+    /// Of them, hints that expired (held `hint_timeout_ms` without work).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hint_expiries: Option<u64>,
 }
 
 /// The whole demo.
@@ -135,6 +142,11 @@ pub struct DemoReport {
     pub lp_command: Vec<String>,
     /// How many times every phase ran.
     pub repeat: u32,
+    /// The latency client's request (`--request-shape`).
+    pub request_shape: String,
+    /// How long before its first launch the latency client hints, µs (with `level2-hinted`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hint_lead_us: Option<u32>,
     /// Phases in the order run: each number the median over the repetitions.
     pub phases: Vec<PhaseResult>,
     /// Every repetition's phases, with each request's latency.
@@ -218,6 +230,11 @@ pub fn aggregate(reps: &[&PhaseResult]) -> PhaseResult {
         hp_latency_us: Vec::new(),
         lp_done: None,
         preempts: None,
+        hints: reps.iter().filter_map(|r| r.hints).reduce(|a, b| a + b),
+        hint_expiries: reps
+            .iter()
+            .filter_map(|r| r.hint_expiries)
+            .reduce(|a, b| a + b),
         runtime: first.runtime.clone(),
     }
 }
@@ -392,6 +409,8 @@ mod tests {
             lp_done: None,
             preempts: None,
             runtime: None,
+            hints: None,
+            hint_expiries: None,
         }
     }
 
@@ -421,6 +440,8 @@ mod tests {
             hp_command: Vec::new(),
             lp_command: Vec::new(),
             repeat: 1,
+            request_shape: "synthetic".into(),
+            hint_lead_us: None,
             phases: vec![agent, direct],
             runs: Vec::new(),
         };
@@ -474,6 +495,8 @@ mod tests {
             hp_command: Vec::new(),
             lp_command: Vec::new(),
             repeat: 1,
+            request_shape: "synthetic".into(),
+            hint_lead_us: None,
             phases: vec![a],
             runs: Vec::new(),
         });

@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use super::super::CliError;
-use super::super::args::{DemoArgs, DemoRuntime};
+use super::super::args::{DemoArgs, DemoRuntime, RequestShape};
 
 /// The workloads' program on the real runtime.
 pub const HIPWORK: &str = "kfdq-hipwork";
@@ -23,16 +23,16 @@ pub const HIPWORK: &str = "kfdq-hipwork";
 /// `PS_PER_ITERATION`): picoseconds per iteration of its argument.
 const SPIN_PS_PER_ITERATION: u64 = 30_476;
 /// The built-in workloads on the real runtime in the traces' shapes, for the table's header.
-const HIPWORK_TRACES: &str = "HP: kfdq-hipwork latency, a ResNet-18 batch-1 inference request as its 145 measured kernels (H100 trace) of the spin kernel, work-group times x16 (~8 ms alone), on the null stream. LP: kfdq-hipwork batch, a ResNet-50 training step's 11182 kernels x16, a unit of 256, 4 units in flight. The spin kernel's time is its argument: the GPU's clock on silicon, the emulator's model here.";
-/// The same with `KFDQ_DEMO_SHAPE=synthetic`.
+const HIPWORK_TRACES: &str = "HP: kfdq-hipwork latency, a ResNet-18 batch-1 inference request as its 145 measured kernels (H100 trace) of the spin kernel, work-group times x10, on the null stream. LP: kfdq-hipwork batch, a ResNet-50 training step's 11182 kernels x10, a unit of 256, 4 units in flight. The spin kernel's time is its argument: the GPU's clock on silicon, the emulator's model here.";
+/// The same with `--request-shape synthetic`.
 const HIPWORK_SYNTHETIC: &str = "HP: kfdq-hipwork latency, 4 spin dispatches x 80 work-groups x 4 waves x 2 ms on the null stream per request (~8 ms alone). LP: kfdq-hipwork batch, spin dispatches of 2560 work-groups x 4 waves x 20 ms, 4 in flight. The spin kernel's time is its argument: the GPU's clock on silicon, the emulator's model here.";
 
-/// The built-in workloads on the real runtime, in words: the shape they take from
-/// `KFDQ_DEMO_SHAPE`, which they inherit from the demo's environment.
-pub fn hipwork_text() -> &'static str {
-    match std::env::var("KFDQ_DEMO_SHAPE").as_deref() {
-        Ok("synthetic") => HIPWORK_SYNTHETIC,
-        _ => HIPWORK_TRACES,
+/// The built-in workloads on the real runtime, in words, for the request shape the demo gives
+/// them (`$KFDQ_DEMO_SHAPE`, `$KFDQ_DEMO_KERNELS`).
+pub fn hipwork_text(shape: RequestShape) -> &'static str {
+    match shape {
+        RequestShape::Synthetic => HIPWORK_SYNTHETIC,
+        RequestShape::Resnet18 => HIPWORK_TRACES,
     }
 }
 

@@ -95,8 +95,7 @@ enum Cmd {
         #[arg(long)]
         hint_lead_us: Option<u64>,
         /// Hinted configurations: a hint not followed by work within this expires, ms (default
-        /// 10: five times the longest lead swept; a hint never followed by work then holds the
-        /// batch job no longer than the cost rule's longest hold, 20 ms).
+        /// 50: the product's per-class `hint_timeout_ms` default, docs/shim.md).
         #[arg(long)]
         hint_timeout_ms: Option<f64>,
         /// The release rule of the edge configurations: cost or hysteresis (default: the
