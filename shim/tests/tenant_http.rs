@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 
 use common::kfdqd::{Agent, text, two_classes};
 use common::prom::{free_port, get};
+use common::traced::{self, all_suspended};
 use common::*;
 use kfdq::proto::control::Control;
 use nix::sys::ptrace;
@@ -183,25 +184,13 @@ fn tenant_liveness_fails_while_the_event_loop_is_stalled_and_metrics_still_answe
     assert_eq!(agent.status().agent_pid, kfdq::Pid(agent.child.id()));
 }
 
-/// `batch` (level 3) through the tracer, leases of 500 ms.
-const TRACER: &str = "[agent]\nhysteresis_ms = 20\nmin_preempt_interval_ms = 1\nlease_ms = 500\n\n[tracer]\nscan_ms = 100\n\n[[class]]\nname = \"latency\"\nrank = 2\npriority = 13\nmatch = { env = true }\n\n[[class]]\nname = \"batch\"\nrank = 0\npriority = 3\nlevel = \"suspend\"\ncontrol = \"tracer\"\nmatch = { env = true }\n";
-
-fn all_suspended(emu: &Emu, pid: u32, want: bool) -> bool {
-    let qs = emu.queues_of(pid);
-    !qs.is_empty() && qs.iter().all(|q| q.suspended == want)
-}
-
 #[test]
 #[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn tenant_a_traced_process_is_resumed_when_a_stalled_agent_stops_renewing_its_suspension() {
     let emu = mount();
-    let agent = Agent::start(&emu, TRACER);
-    let mut l = Launch::new(programs().get("flood"))
-        .args(["2000", "64", "2"])
-        .env("KFDQ_CLASS", "batch");
-    l.preload = false;
-    let mut lp = l.start(&emu);
-    lp.wait_line("flooding");
+    // Leases of 500 ms.
+    let agent = Agent::start(&emu, &traced::config_with("lease_ms = 500\n"));
+    let lp = traced::shimless_ahead(&emu, "batch", 2);
     agent.wait(&format!("pid {} traced", lp.pid), |s| {
         s.processes.iter().any(|p| {
             p.pid == kfdq::Pid(lp.pid) && p.control == Control::Tracer && !p.queues.is_empty()
