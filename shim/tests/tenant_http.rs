@@ -71,8 +71,11 @@ fn get_within(addr: SocketAddr, path: &str, limit: Duration) -> Option<(String, 
     Some((head.lines().next()?.to_string(), body.to_string()))
 }
 
-fn metrics_config(addr: SocketAddr, base: &str) -> String {
-    format!("{base}\n[metrics]\nlisten = \"{addr}\"\n")
+/// kfdqd (two classes) serving metrics on a free loopback port.
+fn agent_with_metrics(emu: &Emu) -> (Agent, SocketAddr) {
+    let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let config = format!("{}\n[metrics]\nlisten = \"{addr}\"\n", two_classes("hold"));
+    (Agent::start(emu, &config), addr)
 }
 
 /// kfdqd's main thread, stopped (ptrace-stop) until dropped: the event loop does not turn.
@@ -103,8 +106,7 @@ impl Drop for Stalled {
 #[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn tenant_clients_that_hold_metrics_connections_delay_no_scrape_and_are_closed() {
     let emu = mount();
-    let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
-    let _agent = Agent::start(&emu, &metrics_config(addr, &two_classes("hold")));
+    let (_agent, addr) = agent_with_metrics(&emu);
 
     // One client trickles a request head, a byte a second, for as long as it is let.
     let mut trickle = connect_from("127.0.0.2", addr);
@@ -152,8 +154,7 @@ fn tenant_clients_that_hold_metrics_connections_delay_no_scrape_and_are_closed()
 #[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn tenant_liveness_fails_while_the_event_loop_is_stalled_and_metrics_still_answer() {
     let emu = mount();
-    let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
-    let agent = Agent::start(&emu, &metrics_config(addr, &two_classes("hold")));
+    let (agent, addr) = agent_with_metrics(&emu);
     let (status, body) = get(addr, "/healthz");
     assert!(status.contains("200"), "{status} {body}");
     assert!(body.contains("event loop turned"), "{body}");

@@ -8,6 +8,7 @@
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use http_body_util::Full;
@@ -20,7 +21,7 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
 
 use super::limits::{Full as CapFull, Limits};
-use super::{HEALTH_WAIT, RENDER_WAIT, Shared};
+use super::{Answers, HEALTH_WAIT, RENDER_WAIT, Shared};
 use crate::agent::metrics::CONTENT_TYPE as METRICS_TYPE;
 
 /// How long a client has to send its request head.
@@ -163,40 +164,37 @@ fn text(status: StatusCode, body: impl Into<Bytes>) -> Response<Full<Bytes>> {
 /// Asks the event loop for a scrape and waits for it (at most [`RENDER_WAIT`]); the previous
 /// one when it does not come.
 async fn scrape(shared: &Shared) -> Bytes {
-    let want = shared
-        .scrapes
-        .fetch_add(1, std::sync::atomic::Ordering::AcqRel)
-        + 1;
-    let mut rx = shared.answers.subscribe();
-    shared.wake();
-    let fresh = match tokio::time::timeout(RENDER_WAIT, rx.wait_for(|a| a.scraped >= want)).await {
-        Ok(Ok(a)) => Some(a.text.clone()),
-        _ => None,
-    };
-    fresh.unwrap_or_else(|| {
+    if !ask(shared, &shared.scrapes, RENDER_WAIT, |a| a.scraped).await {
         tracing::warn!(
             "metrics: the event loop did not render a scrape within {RENDER_WAIT:?}; serving the previous one"
         );
-        rx.borrow().text.clone()
-    })
+    }
+    shared.answers.borrow().text.clone()
 }
 
 /// Asks the event loop to turn; the milliseconds it took, or `None` after [`HEALTH_WAIT`].
 async fn turn(shared: &Shared) -> Option<u128> {
     let asked = Instant::now();
-    let want = shared
-        .probes
-        .fetch_add(1, std::sync::atomic::Ordering::AcqRel)
-        + 1;
+    if ask(shared, &shared.probes, HEALTH_WAIT, |a| a.turned).await {
+        return Some(asked.elapsed().as_millis());
+    }
+    tracing::warn!("liveness: the event loop did not turn within {HEALTH_WAIT:?} of a probe");
+    None
+}
+
+/// Counts a request in `asked`, wakes the event loop and waits at most `limit` for the count
+/// `answered` reads to reach it; true when it did.
+async fn ask(
+    shared: &Shared,
+    asked: &AtomicU64,
+    limit: Duration,
+    answered: fn(&Answers) -> u64,
+) -> bool {
+    let want = asked.fetch_add(1, Ordering::AcqRel) + 1;
     let mut rx = shared.answers.subscribe();
     shared.wake();
-    match tokio::time::timeout(HEALTH_WAIT, rx.wait_for(|a| a.turned >= want)).await {
-        Ok(Ok(_)) => Some(asked.elapsed().as_millis()),
-        _ => {
-            tracing::warn!(
-                "liveness: the event loop did not turn within {HEALTH_WAIT:?} of a probe"
-            );
-            None
-        }
-    }
+    matches!(
+        tokio::time::timeout(limit, rx.wait_for(|a| answered(a) >= want)).await,
+        Ok(Ok(_))
+    )
 }
