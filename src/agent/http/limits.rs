@@ -9,8 +9,10 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 /// Connections held at once, from every client. Each costs a descriptor and a task; the
 /// agent's own connections (shims, `kfdq`) have their descriptors counted apart
-/// (`[agent] max_connections`), and this keeps the endpoint's far below the descriptor limit.
-pub const MAX_CONNECTIONS: usize = 64;
+/// (`[agent] max_connections`), which leaves 64 descriptors for everything else
+/// (`FD_RESERVE`, `src/agent/server/peers.rs`): these 32 and the runtime's few fit in it
+/// beside the listeners, the tracer and the files.
+pub const MAX_CONNECTIONS: usize = 32;
 /// Connections held at once from one client address. Prometheus scrapes over one connection
 /// at a time; a probe, a `curl` and a second Prometheus fit beside it.
 pub const PER_CLIENT: usize = 8;
