@@ -1,31 +1,81 @@
 #!/usr/bin/env bash
 # Validates the deployment files offline: the Kubernetes manifests against the API schemas
-# (kubernetes-validate from PyPI, in a cached virtualenv) and the systemd unit with
+# (kubernetes-validate), the ConfigMap's and the example configurations with the binaries'
+# own --check (no note allowed in the ConfigMap's kfdq.toml), and the systemd unit with
 # systemd-analyze verify. Run by scripts/test.sh.
+#
+# Usage: scripts/check-deploy.sh [--offline] [MANIFEST_DIR]
+#   MANIFEST_DIR  where the manifests are (default: deploy/kubernetes beside this script)
+#   --offline     skip the schema check (it needs kubernetes-validate, from PyPI, for the
+#                 Kubernetes API schemas): said as skipped, never as passed
+# The binaries: $KFDQD and $KFDQ_DEVICE_PLUGIN if set, else this checkout's target/debug
+# ones when built, else the installed /usr/bin ones (the .deb's). The ConfigMap is read with
+# Debian's python3-yaml; nothing else is fetched.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+here=$(cd "$(dirname "$0")/.." && pwd)
+cd "$here"
 . scripts/lib.sh
 
-cache=${KFDQ_CACHE:-/var/cache/kfdq}
-venv=$cache/venv-kubernetes-validate
-if [[ ! -x $venv/bin/kubernetes-validate ]]; then
-    step "installing kubernetes-validate into $venv (once)"
-    mkdir -p "$cache"
-    /usr/bin/python3 -m venv "$venv" 2>/dev/null ||
-        die "could not create a Python virtualenv in $venv" "install Debian's python3-venv (scripts/setup.sh does) and retry"
-    "$venv/bin/pip" install --quiet kubernetes-validate ||
-        die "pip could not install kubernetes-validate" "check that PyPI is reachable"
-fi
-step "Kubernetes manifests: kubernetes-validate --strict deploy/kubernetes/*.yaml"
-"$venv/bin/kubernetes-validate" --strict --quiet deploy/kubernetes/*.yaml ||
-    die "a Kubernetes manifest does not validate (above)"
+offline=0 manifests=deploy/kubernetes
+while (($#)); do
+    case $1 in
+    --offline) offline=1 && shift ;;
+    -h | --help) sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//' && exit 0 ;;
+    -*) die "unknown option '$1'" "scripts/check-deploy.sh [--offline] [MANIFEST_DIR]" ;;
+    *) manifests=$1 && shift ;;
+    esac
+done
+daemonset=$manifests/kfdqd-daemonset.yaml
+[[ -f $daemonset ]] || die "no $daemonset" "name the directory that holds the manifests"
 
-kfdqd=$(target_dir)/debug/kfdqd
-[[ -x $kfdqd ]] || die "$kfdqd is not built" "scripts/test.sh builds the workspace first; or run 'cargo build --workspace'"
+# bin NAME ENVVAR: the binary to check with.
+bin() {
+    local v=${!2:-}
+    if [[ -n $v ]]; then
+        [[ -x $v ]] || die "$2=$v is not an executable"
+        echo "$v"
+    elif [[ -f Cargo.toml ]] && command -v cargo >/dev/null && [[ -x $(target_dir)/debug/$1 ]]; then
+        echo "$(target_dir)/debug/$1"
+    elif command -v "$1" >/dev/null; then
+        command -v "$1"
+    else
+        die "$1 is neither built here nor installed" "run 'cargo build --workspace', install the kfdq package, or set $2"
+    fi
+}
+kfdqd=$(bin kfdqd KFDQD)
+plugin=$(bin kfdq-device-plugin KFDQ_DEVICE_PLUGIN)
+
+if ((offline)); then
+    step "Kubernetes manifests: schema check SKIPPED (--offline)"
+else
+    if command -v kubernetes-validate >/dev/null; then
+        validate=$(command -v kubernetes-validate)
+    else
+        cache=${KFDQ_CACHE:-/var/cache/kfdq}
+        venv=$cache/venv-kubernetes-validate
+        validate=$venv/bin/kubernetes-validate
+        if [[ ! -x $validate ]]; then
+            step "installing kubernetes-validate into $venv (once; it carries the API schemas)"
+            mkdir -p "$cache"
+            /usr/bin/python3 -m venv "$venv" 2>/dev/null ||
+                die "could not create a Python virtualenv in $venv" "install Debian's python3-venv (scripts/setup.sh does) and retry"
+            "$venv/bin/pip" install --quiet kubernetes-validate ||
+                die "pip could not install kubernetes-validate" "check that PyPI is reachable, or run with --offline to skip the schema check"
+        fi
+    fi
+    step "Kubernetes manifests: kubernetes-validate --strict $manifests/*.yaml"
+    "$validate" --strict --quiet "$manifests"/*.yaml ||
+        die "a Kubernetes manifest does not validate (above)"
+fi
+
 # configmap_key KEY FILE: the ConfigMap's KEY (a file's text) written to FILE.
 configmap_key() {
-    "$venv/bin/python" - deploy/kubernetes/kfdqd-daemonset.yaml "$1" >"$2" <<'PY' ||
-import sys, yaml
+    /usr/bin/python3 - "$daemonset" "$1" >"$2" <<'PY' ||
+import sys
+try:
+    import yaml
+except ImportError:
+    sys.exit("python3-yaml is missing: install Debian's python3-yaml (scripts/setup.sh does)")
 for doc in yaml.safe_load_all(open(sys.argv[1])):
     if doc and doc.get("kind") == "ConfigMap" and sys.argv[2] in doc.get("data", {}):
         print(doc["data"][sys.argv[2]])
@@ -33,16 +83,17 @@ for doc in yaml.safe_load_all(open(sys.argv[1])):
 else:
     sys.exit("no ConfigMap with " + sys.argv[2])
 PY
-        die "could not read $1 from the ConfigMap in deploy/kubernetes/kfdqd-daemonset.yaml"
+        die "could not read $1 from the ConfigMap in $daemonset"
 }
 step "the ConfigMap's kfdq.toml: kfdqd --check"
 conf=$(mktemp /tmp/kfdq-configmap.XXXXXX.toml)
 configmap_key kfdq.toml "$conf"
-"$kfdqd" --check --config "$conf" || die "kfdqd refused the ConfigMap's kfdq.toml (above)"
+out=$("$kfdqd" --check --config "$conf") || die "kfdqd refused the ConfigMap's kfdq.toml (above)"
 rm -f "$conf"
+if grep -i '^ *note:' <<<"$out" >&2; then
+    die "kfdqd --check has notes on the ConfigMap's kfdq.toml (above)" "the shipped configuration follows its own advice: change it"
+fi
 
-plugin=$(target_dir)/debug/kfdq-device-plugin
-[[ -x $plugin ]] || die "$plugin is not built" "scripts/test.sh builds the workspace first; or run 'cargo build --workspace'"
 step "the ConfigMap's device-plugin.toml: kfdq-device-plugin --check"
 conf=$(mktemp /tmp/kfdq-configmap.XXXXXX.toml)
 configmap_key device-plugin.toml "$conf"

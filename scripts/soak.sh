@@ -13,25 +13,38 @@ cd "$(dirname "$0")/.."
 
 usage() {
     cat <<'USAGE'
-Usage: scripts/soak.sh [--minutes N] [--seed S] [--json]
+Usage: scripts/soak.sh [--minutes N | --seconds N] [--seed S] [--json]
 
-  --minutes N   how long to soak (default 10; the CI test runs 40 seconds)
+  --minutes N   how long to soak, in minutes, fractions allowed (default 10)
+  --seconds N   the same in whole seconds (at least 10); --seconds 40 is the CI form
   --seed S      seed of the soak's choices (default 1): the same seed makes the same choices
                 (timings still differ from run to run)
   --json        print the summary as JSON (processes, kills, faults, agent restarts, worst
                 starvation, RSS and fd drift, violations) instead of the text line
 
+A developer's tool, not an installed one: it runs from a source checkout of kfdq, needs the
+Rust toolchain (cargo), and first builds the workspace (cargo build --workspace --bins) and the
+soak test (shim/tests/soak.rs); on a node with only the .deb installed there is nothing to run.
+It soaks kfd-emu, the emulator, not the node's GPUs. Needs root (FUSE, ptrace).
 Progress goes to stderr once a minute. Exit status 0 when every invariant held.
 Example: scripts/soak.sh --minutes 10 --json > soak.json
 USAGE
 }
 
-minutes=10 seed=1 json=0
+seconds=600 seed=1 json=0
 while (($#)); do
     case $1 in
     --minutes)
-        [[ ${2:-} =~ ^[0-9]+$ && $2 -gt 0 ]] || die "--minutes needs a whole number of minutes above 0 (got '${2:-}')" "e.g. --minutes 10"
-        minutes=$2
+        [[ ${2:-} =~ ^([0-9]+)?(\.[0-9]+)?$ && -n ${2:-} && ${2:-} != . ]] ||
+            die "--minutes needs a number of minutes (got '${2:-}')" "e.g. --minutes 10, or --minutes 0.5"
+        seconds=$(awk -v m="$2" 'BEGIN { printf "%d", m * 60 + 0.5 }')
+        ((seconds >= 10)) || die "--minutes $2 is under 10 seconds: too short for a soak" "e.g. --minutes 0.5, or --seconds 40"
+        shift 2
+        ;;
+    --seconds)
+        [[ ${2:-} =~ ^[0-9]+$ ]] && (($2 >= 10)) ||
+            die "--seconds needs a whole number of seconds, 10 or more (got '${2:-}')" "e.g. --seconds 40 (the CI form)"
+        seconds=$((10#$2))
         shift 2
         ;;
     --seed)
@@ -44,7 +57,10 @@ while (($#)); do
     *) usage >&2 && die "unknown argument '$1'" "see the usage above" ;;
     esac
 done
-[[ $(id -u) -eq 0 ]] || die "the soak mounts FUSE and uses ptrace: run it as root" "sudo scripts/soak.sh --minutes $minutes"
+[[ -f Cargo.toml && -f shim/tests/soak.rs ]] ||
+    die "scripts/soak.sh runs from a source checkout of kfdq (no Cargo.toml or shim/tests/soak.rs beside it)" "clone the repository and run it there"
+command -v cargo >/dev/null || die "cargo is not installed: the soak builds the workspace first" "install the Rust toolchain (scripts/setup.sh does)"
+[[ $(id -u) -eq 0 ]] || die "the soak mounts FUSE and uses ptrace: run it as root" "sudo scripts/soak.sh --seconds $seconds"
 
 step "building the soak (shim/tests/soak.rs) and the binaries it runs" >&2
 cargo build --quiet --workspace --bins >&2 ||
@@ -54,9 +70,9 @@ cargo test --quiet -p kfdq-shim --test soak --no-run >&2 ||
 
 summary=$(mktemp /tmp/kfdq-soak.XXXXXX.json)
 log=$(mktemp /tmp/kfdq-soak.XXXXXX.log)
-step "soaking for $minutes minute(s), seed $seed (log: $log)" >&2
+step "soaking for $seconds s, seed $seed (log: $log)" >&2
 status=0
-KFDQ_SOAK_SECONDS=$((minutes * 60)) KFDQ_SOAK_SEED=$seed KFDQ_SOAK_JSON=$summary \
+KFDQ_SOAK_SECONDS=$seconds KFDQ_SOAK_SEED=$seed KFDQ_SOAK_JSON=$summary \
     cargo test --quiet -p kfdq-shim --test soak -- --nocapture soak >"$log" 2>&1 || status=$?
 grep -E '^soak(:| summary)' "$log" >&2 || true
 if [[ -s $summary ]]; then

@@ -273,20 +273,12 @@ fn refused_queue_creation_and_destruction_leave_the_registry_consistent() {
     wait_consistent(&emu, &agent);
 }
 
-/// `batch` (rank 0, level 3) taken through the agent's tracer, without the shim.
-const TRACER: &str = "[agent]\nhysteresis_ms = 20\nmin_preempt_interval_ms = 1\n\n[tracer]\nscan_ms = 100\n\n[[class]]\nname = \"latency\"\nrank = 2\npriority = 13\nmatch = { env = true }\n\n[[class]]\nname = \"batch\"\nrank = 0\npriority = 3\nlevel = \"suspend\"\ncontrol = \"tracer\"\nmatch = { env = true }\n";
-
 #[test]
 #[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn the_tracer_retries_a_refused_resume_until_it_holds() {
     let emu = mount();
-    let agent = Agent::start(&emu, TRACER);
-    let mut l = Launch::new(programs().get("flood"))
-        .args(["2000", "64", "2"])
-        .env("KFDQ_CLASS", "batch");
-    l.preload = false;
-    let mut lp = l.start(&emu);
-    lp.wait_line("flooding");
+    let agent = Agent::start(&emu, common::traced::CONFIG);
+    let lp = common::traced::shimless_ahead(&emu, "batch", 2);
     agent.wait("the batch job traced", |s| {
         s.processes
             .iter()

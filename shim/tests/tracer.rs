@@ -15,34 +15,15 @@ use nix::sys::signal::{Signal, kill};
 use nix::sys::wait::{Id, WaitPidFlag, WaitStatus, waitid};
 use nix::unistd::Pid;
 
-/// `batch` (rank 0, level 3) takes processes without the shim through the tracer; `latency`
-/// (rank 2) does not. Scans every 100 ms.
-const CONFIG: &str = "[agent]\nhysteresis_ms = 20\nmin_preempt_interval_ms = 1\n\n[tracer]\nscan_ms = 100\n\n[[class]]\nname = \"latency\"\nrank = 2\npriority = 13\nmatch = { env = true }\n\n[[class]]\nname = \"batch\"\nrank = 0\npriority = 3\nlevel = \"suspend\"\ncontrol = \"tracer\"\nmatch = { env = true }\n";
+use common::traced::{CONFIG, all_suspended, shimless_ahead};
 
 /// A flood without the shim: 2 ms work-groups, 64 per dispatch, 2 in flight.
 fn shimless(emu: &Emu, class: &str) -> App {
     shimless_ahead(emu, class, 2)
 }
 
-/// [`shimless`] with `in_flight` dispatches queued.
-fn shimless_ahead(emu: &Emu, class: &str, in_flight: u32) -> App {
-    let mut l = Launch::new(programs().get("flood"))
-        .args(["2000", "64"])
-        .arg(in_flight.to_string())
-        .env("KFDQ_CLASS", class);
-    l.preload = false;
-    let mut app = l.start(emu);
-    app.wait_line("flooding");
-    app
-}
-
 fn packets(emu: &Emu, pid: u32) -> u64 {
     emu.queues_of(pid).iter().map(|q| q.packets_done).sum()
-}
-
-fn all_suspended(emu: &Emu, pid: u32, want: bool) -> bool {
-    let qs = emu.queues_of(pid);
-    !qs.is_empty() && qs.iter().all(|q| q.suspended == want)
 }
 
 /// Waits until the agent traces `pid` with at least one queue; returns the tracer thread's tid.

@@ -14,6 +14,7 @@ pub mod prom;
 pub mod sid;
 pub mod sid7;
 pub mod sid_libs;
+pub mod traced;
 
 use kfdq::QueueId;
 use std::collections::HashMap;

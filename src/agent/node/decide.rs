@@ -164,10 +164,12 @@ impl NodeState {
         }
     }
 
-    /// Renews the leases of preempted processes every quarter lease.
+    /// Renews the leases of preempted processes every quarter lease: a shim's, and a traced
+    /// process's (the tracer thread resumes a suspension whose lease runs out, so an event loop
+    /// that stalls never leaves a traced process suspended).
     pub(super) fn renew(&mut self, now: Instant, out: &mut Vec<Out>) {
         let leased = |p: &&Proc| {
-            p.via == Control::Shim
+            matches!(p.via, Control::Shim | Control::Tracer)
                 && (p.applied != Run::Running
                     || p.pending.values().any(|c| c.preempt)
                     || !p.watches.is_empty())

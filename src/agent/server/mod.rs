@@ -84,6 +84,8 @@ pub struct Options {
     pub root: PathBuf,
     /// The configuration file given on the command line (reloaded on SIGHUP).
     pub config_path: Option<PathBuf>,
+    /// `--metrics-listen`: it overrides `[metrics] listen` of every (re)load.
+    pub metrics_listen: Option<std::net::SocketAddr>,
 }
 
 /// The GPU partitions under `root`.
@@ -455,12 +457,13 @@ fn serve(
             s.node.record_decision(written, compute);
         }
         s.reap(woke);
+        // Here, at the end of a turn: a health probe answered proves the loop turns.
         if scrape_ready
             && let Some(m) = metrics
-            && m.take_request()
+            && let Some(asked) = m.take_request()
         {
             match s.node.metrics(Instant::now()) {
-                Ok(text) => m.answer(text),
+                Ok(text) => m.answer(asked, text),
                 Err(e) => tracing::warn!("metrics: rendering a scrape failed: {e}"),
             }
         }
@@ -516,7 +519,10 @@ impl Server<'_> {
             return;
         };
         match AgentConfig::load_for_node(Some(&path), &opts.root) {
-            Ok(cfg) => {
+            Ok(mut cfg) => {
+                if let Some(a) = opts.metrics_listen {
+                    cfg.metrics = Some(a);
+                }
                 if cfg.socket != self.node.config().socket {
                     tracing::warn!(
                         "SIGHUP: the [agent] socket settings changed; they take effect at the next start"

@@ -76,6 +76,7 @@ impl Thread {
                 idle_scans: 0,
                 leaving: None,
                 owed: Owed::new(),
+                lease_end: None,
             }),
             Err(e) => {
                 if enabled && let Some(k) = &self.kfd {

@@ -25,7 +25,11 @@ impl Thread {
                 target,
                 grace_period,
                 ..
-            } => (seq, self.suspend(pid, &target, grace_period)),
+            } => {
+                let r = self.suspend(pid, &target, grace_period);
+                self.lease(pid, Instant::now());
+                (seq, r)
+            }
             // Not acknowledged: its class preempts others (or no longer does).
             AgentMsg::Edges { on, .. } => {
                 if let Some(t) = self.tracees.get_mut(&pid) {
@@ -33,19 +37,25 @@ impl Thread {
                 }
                 return;
             }
-            AgentMsg::Release { seq, target, .. } => (seq, self.resume(pid, &target)),
+            AgentMsg::Release { seq, target, .. } => {
+                let r = self.resume(pid, &target);
+                self.lease(pid, Instant::now());
+                (seq, r)
+            }
+            // The event loop turns: the suspension holds another lease (lease.rs).
+            AgentMsg::Renew {} => {
+                self.lease(pid, Instant::now());
+                return;
+            }
             // The registry every answer is preceded by is the reply.
             AgentMsg::Query { seq } => (seq, Ok("registry sent".into())),
             AgentMsg::SetPriority { seq, .. }
             | AgentMsg::SetCuMask { seq, .. }
             | AgentMsg::SetWindow { seq, .. } => (seq, Err(TracerError::NeedsShim)),
-            // A tracee's preemption is the agent's own ptrace session: no lease (a hung agent is
-            // killed by systemd's watchdog, and the kernel then drops the debug trap), and the
-            // tracer samples, it sees no launches.
+            // The tracer samples, it sees no launches.
             AgentMsg::Welcome { .. }
             | AgentMsg::Refused { .. }
             | AgentMsg::Error { .. }
-            | AgentMsg::Renew {}
             | AgentMsg::DoorbellTaken {}
             | AgentMsg::Rang {}
             | AgentMsg::BoardWriter { .. }
@@ -122,7 +132,7 @@ impl Thread {
         }
     }
 
-    fn resume(&mut self, pid: u32, target: &Target) -> Result<String, TracerError> {
+    pub(super) fn resume(&mut self, pid: u32, target: &Target) -> Result<String, TracerError> {
         let todo: Vec<QueueId> = {
             let t = self.tracees.get(&pid).ok_or(TracerError::NotTraced)?;
             targets(&t.queues, target)

@@ -6,6 +6,7 @@ use std::fs::File;
 use std::io::Write;
 use std::os::fd::AsFd;
 use std::sync::mpsc::{Receiver, Sender, channel};
+use std::time::Duration;
 
 use nix::sys::signal::{SigSet, Signal};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
@@ -27,8 +28,9 @@ pub struct Tracer {
 
 impl Tracer {
     /// Starts the thread (`SIGCHLD` must already be blocked in the calling thread, so the
-    /// thread inherits the mask and its signalfd sees every tracee stop).
-    pub fn start(root: Root, settings: TracerSettings) -> std::io::Result<Tracer> {
+    /// thread inherits the mask and its signalfd sees every tracee stop). Every suspension it
+    /// carries out holds for `lease` unless the event loop renews it (`[agent] lease_ms`).
+    pub fn start(root: Root, settings: TracerSettings, lease: Duration) -> std::io::Result<Tracer> {
         let (cmd_read, cmd_wake) = wake_pipe()?;
         let (event_fd, event_wake) = wake_pipe()?;
         let (cmds, cmd_rx) = channel();
@@ -42,6 +44,7 @@ impl Tracer {
                 let mut t = Thread {
                     root,
                     settings,
+                    lease,
                     kfd: None,
                     tracees: BTreeMap::new(),
                     cmd_read,

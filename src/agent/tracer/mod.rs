@@ -14,7 +14,8 @@
 //! the agent stops) is DBG_TRAP DISABLE, which resumes whatever was suspended, then
 //! `PTRACE_INTERRUPT` and `PTRACE_DETACH` at the stop. If the agent dies instead, the kernel
 //! does both: it drops the ptrace link, and releasing the agent's KFD context disables
-//! debugging of every process it debugged (docs/kernel-interface.md §4).
+//! debugging of every process it debugged (docs/kernel-interface.md §4). If the event loop
+//! stalls, the suspension's lease runs out and this thread resumes it (`lease.rs`).
 
 //!
 //! The files:
@@ -27,7 +28,7 @@
 //! * `sampling.rs`: activity sampling and snapshot refreshes; `periods.rs`: the sampling
 //!   decisions (the fine period, changes);
 //! * `executor.rs`: level-3 commands through DBG_TRAP, with the invalid-queue retry and owed
-//!   resumes;
+//!   resumes; `lease.rs`: the suspensions' leases (resumed when the event loop stops renewing);
 //! * `tracee.rs`: one traced process; `registry.rs`: the registry it shows the node;
 //! * `error.rs`: [`TracerError`]. `[tracer]` of the configuration is parsed beside this folder,
 //!   in `src/agent/tracer_settings.rs` (re-exported here).
@@ -37,6 +38,7 @@ mod channel;
 mod error;
 mod executor;
 mod handle;
+mod lease;
 mod periods;
 mod registry;
 mod sampling;

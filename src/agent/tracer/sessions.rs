@@ -170,7 +170,7 @@ impl Sessions {
                 continue;
             };
             if self.tracer.is_none() {
-                match Tracer::start(root.clone(), node.config().tracer) {
+                match Tracer::start(root.clone(), node.config().tracer, node.config().lease) {
                     Ok(t) => self.tracer = Some(t),
                     Err(e) => {
                         tracing::error!("the tracer thread could not start: {e}");

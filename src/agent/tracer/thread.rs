@@ -26,6 +26,8 @@ use crate::proto::ShimMsg;
 pub(super) struct Thread {
     pub(super) root: Root,
     pub(super) settings: TracerSettings,
+    /// How long a suspension holds without a renewal (`lease.rs`).
+    pub(super) lease: Duration,
     pub(super) kfd: Option<Kfd>,
     pub(super) tracees: BTreeMap<u32, Tracee>,
     pub(super) cmd_read: File,
@@ -75,7 +77,8 @@ impl Thread {
                 let due = next_sample
                     .min(next_scan)
                     .min(retry)
-                    .min(next_fine.unwrap_or(next_scan));
+                    .min(next_fine.unwrap_or(next_scan))
+                    .min(self.next_lapse().unwrap_or(next_scan));
                 TimeSpec::from_duration(
                     due.saturating_duration_since(Instant::now())
                         .min(Duration::from_secs(1)),
@@ -109,6 +112,7 @@ impl Thread {
             self.stops();
             self.retry_resumes();
             let now = Instant::now();
+            self.lapse(now);
             if now >= next_sample {
                 self.sample(false);
                 next_sample = now + self.settings.activity;

@@ -26,6 +26,8 @@ pub(super) struct Tracee {
     pub(super) leaving: Option<String>,
     /// Resumes the kernel refused, retried until they hold.
     pub(super) owed: Owed,
+    /// While queues are suspended: when the suspension's lease runs out (`lease.rs`).
+    pub(super) lease_end: Option<std::time::Instant>,
 }
 
 impl Tracee {

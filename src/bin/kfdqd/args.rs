@@ -28,6 +28,11 @@ pub struct Args {
     /// Override the configuration's socket path.
     #[arg(long, value_name = "PATH")]
     pub socket: Option<PathBuf>,
+    /// Override `[metrics] listen`: the address and port that serve /metrics and /healthz. In
+    /// Kubernetes, the pod's own address from the downward API (`$(POD_IP):9464`), so the
+    /// endpoint is not on every interface.
+    #[arg(long, env = "KFDQ_METRICS_LISTEN", value_name = "ADDR:PORT")]
+    pub metrics_listen: Option<std::net::SocketAddr>,
     /// Root prefix for the GPU topology (a kfd-emu mount point on machines without a GPU).
     #[arg(long, env = "KFDQ_ROOT", value_name = "DIR", default_value = "/")]
     pub root: PathBuf,

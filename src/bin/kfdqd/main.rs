@@ -22,6 +22,9 @@ fn main() -> ExitCode {
     if let Some(s) = args.socket {
         cfg.socket.path = s;
     }
+    if let Some(a) = args.metrics_listen {
+        cfg.metrics = Some(a);
+    }
     if args.check {
         // What startup checks beyond the file (the socket, the metrics port, another agent),
         // before a word on stdout: "configuration ok" means startup would take it.
@@ -54,7 +57,13 @@ fn main() -> ExitCode {
             }
             Some(a) => {
                 println!("metrics on http://{a}/metrics");
-                if !a.ip().is_loopback() {
+                if a.ip().is_unspecified() {
+                    println!(
+                        "  note: {} serves on every interface: any pod or host that reaches the node reads which processes use the GPUs; \
+                         listen on the node's or the pod's address (--metrics-listen \"$(POD_IP):9464\") or loopback (docs/kubernetes.md)",
+                        a.ip()
+                    );
+                } else if !a.ip().is_loopback() {
                     println!(
                         "  note: {} is not a loopback address: anyone who reaches it reads which processes use the GPUs",
                         a.ip()
@@ -129,6 +138,7 @@ fn main() -> ExitCode {
     let opts = agent::Options {
         root: args.root,
         config_path: args.config,
+        metrics_listen: args.metrics_listen,
     };
     match agent::run(cfg, &opts) {
         Ok(()) => ExitCode::SUCCESS,
