@@ -38,6 +38,7 @@ pub(super) const TRAINING: Pid = Pid(200);
 fn identity(pid: Pid) -> Identity {
     Identity {
         pid,
+        start: 0,
         uid: 0,
         gid: 0,
         groups: vec![],

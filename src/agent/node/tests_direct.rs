@@ -38,6 +38,7 @@ fn connect(n: &mut NodeState, conn: u64, pid: Pid, class: &str, gpu: GpuId, t: I
     let mut out = Vec::new();
     let id = Identity {
         pid,
+        start: 0,
         uid: 0,
         gid: 0,
         groups: vec![],

@@ -110,6 +110,7 @@ fn node_with(
         let class = CLASSES[s.class];
         let id = Identity {
             pid: pid(i),
+            start: 0,
             uid: 0,
             gid: 0,
             groups: vec![],
@@ -160,6 +161,7 @@ fn node_with(
 fn admin() -> Identity {
     Identity {
         pid: Pid(1),
+        start: 0,
         uid: 0,
         gid: 0,
         groups: vec![],

@@ -14,6 +14,7 @@ const CONFIG: &str = "[agent]\nhysteresis_ms = 0\n\n[kubernetes]\nfeatures = \"\
 fn id(pid: u32, claim: Claim) -> Identity {
     Identity {
         pid: Pid(pid),
+        start: 0,
         uid: 0,
         gid: 0,
         groups: vec![],
