@@ -5,13 +5,9 @@
 
 mod common;
 
-use common::kfdqd::Agent;
+use common::kfdqd::{Agent, TRACER_CONFIG as CONFIG};
 use common::*;
 use kfdq::proto::control::Control;
-
-/// `batch` (rank 0, level 3) takes processes without the shim through the tracer. Scans every
-/// 100 ms.
-const CONFIG: &str = "[agent]\nhysteresis_ms = 20\nmin_preempt_interval_ms = 1\n\n[tracer]\nscan_ms = 100\n\n[[class]]\nname = \"latency\"\nrank = 2\npriority = 13\nmatch = { env = true }\n\n[[class]]\nname = \"batch\"\nrank = 0\npriority = 3\nlevel = \"suspend\"\ncontrol = \"tracer\"\nmatch = { env = true }\n";
 
 #[test]
 #[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]

@@ -7,17 +7,13 @@ mod common;
 
 use std::process::Command;
 
-use common::kfdqd::{Agent, text};
+use common::kfdqd::{Agent, TRACER_CONFIG as CONFIG, text};
 use common::*;
 use kfdq::kfd::ptrace::tracer_of;
 use kfdq::proto::control::Control;
 use nix::sys::signal::{Signal, kill};
 use nix::sys::wait::{Id, WaitPidFlag, WaitStatus, waitid};
 use nix::unistd::Pid;
-
-/// `batch` (rank 0, level 3) takes processes without the shim through the tracer; `latency`
-/// (rank 2) does not. Scans every 100 ms.
-const CONFIG: &str = "[agent]\nhysteresis_ms = 20\nmin_preempt_interval_ms = 1\n\n[tracer]\nscan_ms = 100\n\n[[class]]\nname = \"latency\"\nrank = 2\npriority = 13\nmatch = { env = true }\n\n[[class]]\nname = \"batch\"\nrank = 0\npriority = 3\nlevel = \"suspend\"\ncontrol = \"tracer\"\nmatch = { env = true }\n";
 
 /// A flood without the shim: 2 ms work-groups, 64 per dispatch, 2 in flight.
 fn shimless(emu: &Emu, class: &str) -> App {

@@ -16,6 +16,10 @@ use kfdq::proto::{LineReader, Reply, Request, encode};
 
 use super::{App, Emu, Launch, WAIT_LIMIT, programs, workspace_bin};
 
+/// `batch` (rank 0, level 3) takes processes without the shim through the tracer; `latency`
+/// (rank 2) does not. Scans every 100 ms.
+pub const TRACER_CONFIG: &str = "[agent]\nhysteresis_ms = 20\nmin_preempt_interval_ms = 1\n\n[tracer]\nscan_ms = 100\n\n[[class]]\nname = \"latency\"\nrank = 2\npriority = 13\nmatch = { env = true }\n\n[[class]]\nname = \"batch\"\nrank = 0\npriority = 3\nlevel = \"suspend\"\ncontrol = \"tracer\"\nmatch = { env = true }\n";
+
 /// Two classes: `latency` (rank 2, never preempted) above `batch` (rank 0) preempted at
 /// `level`; both selectable with KFDQ_CLASS; 20 ms hysteresis.
 pub fn two_classes(level: &str) -> String {
