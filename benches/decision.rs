@@ -25,12 +25,13 @@ use std::process::{Command, Stdio};
 use std::sync::mpsc::channel;
 use std::time::{Duration, Instant};
 
-use kfdq::proto::{AgentMsg, LineReader, QueueInfo, Registry, Reply, Request, ShimMsg, encode};
-use kfdq::{GpuId, Pid};
+use kfdq::GpuId;
+use kfdq::proto::{AgentMsg, LineReader, Reply, Request, ShimMsg, encode};
+use test_support::fake_shim::{FakeShim, Hello};
 use test_support::wait::wait_state;
 
 const CLIENTS: usize = 64;
-const QUEUES: u32 = 8;
+const QUEUES: usize = 8;
 const TOGGLES: usize = 400;
 
 fn mono_ns() -> u64 {
@@ -41,70 +42,26 @@ fn mono_ns() -> u64 {
 /// Child mode: `decision --client SOCK CLASS GPU ARRIVALS ROOT`. Its queues are real ones on
 /// the emulator at ROOT (the agent counts only the queues the kernel lists for a process).
 fn client(sock: &str, class: &str, gpu: u32, arrivals: &str, root: &str) {
-    // Leaked: the queues borrow it, and live as long as the client.
-    let kfd: &'static kfdq::kfd::Kfd = Box::leak(Box::new(
-        kfdq::kfd::Kfd::open(&kfdq::kfd::Root::new(root)).expect("open the emulator's kfd"),
-    ));
-    let real: Vec<kfdq::kfd::Queue<'static>> = (1..=QUEUES)
-        .map(|_| {
-            kfd.create_queue(kfdq::kfd::QueueSpec::aql(GpuId(gpu)))
-                .expect("a queue on the emulator")
-        })
-        .collect();
-    let first = real[0].id();
-    let s = UnixStream::connect(sock).expect("connect");
-    let mut w = s.try_clone().unwrap();
-    let mut r = LineReader::new(BufReader::new(s));
-    let pid = Pid::this();
-    w.write_all(&encode(&ShimMsg::Hello {
-        version: kfdq::proto::VERSION,
-        pid,
-        exe: "bench".into(),
-        class: Some(class.into()),
-        priority: None,
-    }))
-    .unwrap();
-    assert!(matches!(r.next::<AgentMsg>(), Ok(AgentMsg::Welcome { .. })));
-    let queues = real
-        .iter()
-        .map(|q| QueueInfo {
-            queue_id: q.id(),
-            gpu_id: GpuId(gpu),
-            requested_priority: 7,
-            effective_priority: if class == "latency" { 13 } else { 3 },
-            ring_base: 0,
-            ring_size: 4096,
-            streams: vec![],
-            deactivated: false,
-            suspended: false,
-            busy: false,
-            window_waits: 0,
-            window_stalls: 0,
-        })
-        .collect();
-    w.write_all(&encode(&ShimMsg::Registry(Registry {
-        pid,
-        class: Some(class.into()),
-        streams: vec![],
-        queues,
-        warnings: vec![],
-        window: None,
-        lease_expiries: 0,
-        release_failures: 0,
-    })))
-    .unwrap();
-    // Kept for the client's life (the kernel lists them while they live).
-    std::mem::forget(real);
+    let hello = Hello {
+        class,
+        exe: "bench",
+        queues: QUEUES,
+        effective_priority: if class == "latency" { 13 } else { 3 },
+    };
+    let mut shim = FakeShim::connect_as(
+        std::path::Path::new(sock),
+        &hello,
+        std::path::Path::new(root),
+        GpuId(gpu),
+    );
+    let first = shim.queue.queue_id;
     let mut out = std::io::stdout().lock();
     writeln!(out, "ready").unwrap();
     out.flush().unwrap();
     if class == "latency" {
         // Toggle on each stdin line; print when the activity was sent.
-        std::thread::spawn(move || {
-            let mut reader =
-                LineReader::new(BufReader::new(r.get_ref().get_ref().try_clone().unwrap()));
-            while reader.next::<AgentMsg>().is_ok() {}
-        });
+        let w = shim.s.try_clone().expect("the connection's writer");
+        std::thread::spawn(move || while shim.try_next().is_some() {});
         // While busy it says so again every RENEW (as a shim does every BUSY_RENEW_PERIOD;
         // sparser, so that a toggle of the usual length has no renewal warming the agent
         // before its idle edge, and within BUSY_STALE, so that no toggle finds it stale).
@@ -169,7 +126,7 @@ fn client(sock: &str, class: &str, gpu: u32, arrivals: &str, root: &str) {
     // One datagram per command, after its ack: the bench paces the toggles on them without
     // asking the agent anything (a status request would warm the agent's caches).
     let tell = UnixDatagram::unbound().expect("datagram socket");
-    while let Ok(m) = r.next::<AgentMsg>() {
+    while let Some(m) = shim.try_next() {
         let t = mono_ns();
         let (seq, command) = match m {
             AgentMsg::Preempt { seq, .. } | AgentMsg::Release { seq, .. } => {
@@ -179,12 +136,11 @@ fn client(sock: &str, class: &str, gpu: u32, arrivals: &str, root: &str) {
             AgentMsg::SetPriority { seq, .. } | AgentMsg::Query { seq } => (seq, false),
             _ => continue,
         };
-        w.write_all(&encode(&ShimMsg::Ack {
+        shim.send(&ShimMsg::Ack {
             seq,
             ok: true,
             detail: "bench".into(),
-        }))
-        .unwrap();
+        });
         if command {
             tell.send_to(&[1], arrivals).expect("tell the bench");
         }

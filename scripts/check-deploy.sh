@@ -46,11 +46,11 @@ plugin=$(target_dir)/debug/kfdq-device-plugin
 step "the ConfigMap's device-plugin.toml: kfdq-device-plugin --check"
 conf=$(mktemp /tmp/kfdq-configmap.XXXXXX.toml)
 configmap_key device-plugin.toml "$conf"
-"$plugin" --check --config "$conf" >/dev/null ||
+"$plugin" --check --file-only --config "$conf" >/dev/null ||
     die "kfdq-device-plugin refused the ConfigMap's device-plugin.toml (above)"
 rm -f "$conf"
 step "the example plugin configuration: kfdq-device-plugin --check deploy/device-plugin.toml"
-"$plugin" --check --config deploy/device-plugin.toml >/dev/null ||
+"$plugin" --check --file-only --agent-config deploy/kfdq.toml --config deploy/device-plugin.toml >/dev/null ||
     die "kfdq-device-plugin refused deploy/device-plugin.toml (above)"
 
 step "the example configuration: kfdqd --check deploy/kfdq.toml"

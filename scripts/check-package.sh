@@ -16,7 +16,7 @@ for field in Package Version Architecture Depends Description; do
     [[ -n $(dpkg-deb --field "$deb" "$field") ]] || die "the package has no $field field"
 done
 contents=$(dpkg-deb --contents "$deb")
-for f in ./usr/bin/kfdq ./usr/bin/kfdqd ./usr/bin/kfdq-bench-hip ./usr/bin/kfdq-device-plugin ./etc/kfdq/device-plugin.toml ./usr/lib/kfdq/libkfdq_shim.so ./lib/systemd/system/kfdqd.service \
+for f in ./usr/bin/kfdq ./usr/bin/kfdqd ./usr/bin/kfdq-bench-hip ./usr/bin/kfdq-hipwork ./usr/bin/kfdq-device-plugin ./etc/kfdq/device-plugin.toml ./usr/lib/kfdq/libkfdq_shim.so ./lib/systemd/system/kfdqd.service \
     ./etc/kfdq/kfdq.toml ./usr/share/man/man1/kfdq.1.gz ./usr/share/man/man1/kfdq-suspend.1.gz \
     ./usr/share/man/man8/kfdqd.8.gz ./usr/share/bash-completion/completions/kfdq \
     ./usr/share/zsh/vendor-completions/_kfdq ./usr/share/fish/vendor_completions.d/kfdq.fish \
@@ -40,7 +40,8 @@ out=$("$scratch/usr/bin/kfdqd" --version)
 [[ $out == "kfdqd ${version%-*}" ]] || die "kfdqd --version printed '$out'"
 "$scratch/usr/bin/kfdqd" --check --config "$scratch/etc/kfdq/kfdq.toml" >/dev/null ||
     die "the packaged kfdqd refused the packaged /etc/kfdq/kfdq.toml"
-"$scratch/usr/bin/kfdq-device-plugin" --check --config "$scratch/etc/kfdq/device-plugin.toml" >/dev/null ||
+"$scratch/usr/bin/kfdq-device-plugin" --check --file-only --agent-config "$scratch/etc/kfdq/kfdq.toml" \
+    --config "$scratch/etc/kfdq/device-plugin.toml" >/dev/null ||
     die "the packaged kfdq-device-plugin refused the packaged /etc/kfdq/device-plugin.toml"
 # doctor finds the shim the package installed (../lib/kfdq from the binary) and checks it.
 doctor=$("$scratch/usr/bin/kfdq" --json --root "$scratch" doctor 2>/dev/null || true)

@@ -45,7 +45,7 @@ build_workspace() {
             "fakehip's build script needs a C compiler (Debian package gcc): run scripts/setup.sh as root"
     BIN=$(target_dir)/debug
     local exe
-    for exe in kfdq kfdqd kfd-emu kfdq-selftest libkfdq_shim.so; do
+    for exe in kfdq kfdqd kfd-emu kfdq-selftest kfdq-hipwork libkfdq_shim.so; do
         [[ -e $BIN/$exe ]] || die "the build did not produce $BIN/$exe" "run 'cargo build --workspace' to see why"
     done
 }

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds the Debian package of kfdq: kfdq and kfdqd (release), kfdq-bench-hip (kfdq bench's
-# helper on the node's HIP runtime, beside kfdq where the bench finds it), libkfdq_shim.so, the systemd
+# helper on the node's HIP runtime, beside kfdq where the bench finds it), kfdq-hipwork (kfdq demo's
+# workloads on the node's HIP runtime, beside kfdq likewise), libkfdq_shim.so, the systemd
 # unit, an example /etc/kfdq/kfdq.toml (a conffile), the man pages and the bash, zsh and fish
 # completions build.rs renders. Writes target/debian/kfdq_<version>-1_<arch>.deb, prints its
 # path and its file list. Install it with: apt install ./target/debian/kfdq_*.deb
@@ -26,6 +27,8 @@ cargo build --quiet --release --locked -p kfdq --bin kfdq --bin kfdqd ||
     die "cargo build --release of kfdq failed (errors above)"
 cargo build --quiet --release --locked -p kfdq-bench-hip --bin kfdq-bench-hip ||
     die "cargo build --release of kfdq-bench-hip failed (errors above)"
+cargo build --quiet --release --locked -p kfdq-hip-workloads --bin kfdq-hipwork ||
+    die "cargo build --release of kfdq-hipwork failed (errors above)"
 cargo build --quiet --release --locked -p kfdq-shim --lib ||
     die "cargo build --release of the shim failed (errors above)"
 cargo build --quiet --release --locked -p kfdq-device-plugin --bin kfdq-device-plugin ||
@@ -47,10 +50,11 @@ step "staging $stage"
 install -D -m 0755 "$rel/kfdq" "$stage/usr/bin/kfdq"
 install -D -m 0755 "$rel/kfdqd" "$stage/usr/bin/kfdqd"
 install -D -m 0755 "$rel/kfdq-bench-hip" "$stage/usr/bin/kfdq-bench-hip"
+install -D -m 0755 "$rel/kfdq-hipwork" "$stage/usr/bin/kfdq-hipwork"
 install -D -m 0755 "$rel/kfdq-device-plugin" "$stage/usr/bin/kfdq-device-plugin"
 install -D -m 0644 "$rel/libkfdq_shim.so" "$stage/usr/lib/kfdq/libkfdq_shim.so"
 strip --strip-debug "$stage/usr/bin/kfdq" "$stage/usr/bin/kfdqd" "$stage/usr/bin/kfdq-device-plugin" \
-    "$stage/usr/bin/kfdq-bench-hip" \
+    "$stage/usr/bin/kfdq-bench-hip" "$stage/usr/bin/kfdq-hipwork" \
     "$stage/usr/lib/kfdq/libkfdq_shim.so"
 install -D -m 0644 deploy/systemd/kfdqd.service "$stage/lib/systemd/system/kfdqd.service"
 install -D -m 0644 deploy/kfdq.toml "$stage/etc/kfdq/kfdq.toml"
@@ -82,7 +86,7 @@ COPYRIGHT
 
 # The highest glibc symbol version the binaries need is the package's libc6 dependency.
 glibc=$(objdump -T "$stage/usr/bin/kfdq" "$stage/usr/bin/kfdqd" "$stage/usr/bin/kfdq-device-plugin" \
-    "$stage/usr/bin/kfdq-bench-hip" \
+    "$stage/usr/bin/kfdq-bench-hip" "$stage/usr/bin/kfdq-hipwork" \
     "$stage/usr/lib/kfdq/libkfdq_shim.so" |
     grep -o 'GLIBC_[0-9.]*' | sed 's/GLIBC_//' | sort -V | tail -n 1)
 [[ -n $glibc ]] || die "no glibc symbol versions found in the binaries"

@@ -21,7 +21,8 @@
 #                                  plus Debian experimental's ROCm 7.2.4 (HIP 7.2, libamdhip64.so.7,
 #                                  ROCr 7.2.4, hipcc 7.2.4 with clang 22, rocm-smi 7.2.4), the
 #                                  versions pinned below; with --libs also rocBLAS, hipBLAS,
-#                                  hipBLASLt, MIOpen, rocSOLVER and RCCL 7.2.4, for shim/tests/sid7_*.rs
+#                                  hipBLASLt and MIOpen 7.2.4 with their headers, rocSOLVER
+#                                  7.2.4 (hipBLAS needs it) and amd-smi, for shim/tests/sid7_*.rs
 #
 # A cached root that lacks packages this script now lists (it was built by an older version) gets
 # them installed into it with apt, without a rebuild.
@@ -74,13 +75,17 @@ if [[ ${1:-} == --libs && -n $flag ]]; then
     flag+=" --libs"
     name=sid-rocm72-libs-root
     expected=tests/sid/rocm72-libs-versions.txt
-    lib=7.2.4-1~exp1 libd=7.2.4+dfsg-1~exp1
-    include+=("librocblas5=$lib" "libhipblas3=$lib" "libhipblaslt1=$libd" "libmiopen1=7.2.4+dfsg-1"
-        "librocsolver0=7.2.4-1~exp1+b1" "librccl1=7.2.4-1~exp3" "libroctx64-4=$lib"
-        "libmiopen-tests-data=7.2.4+dfsg-1")
-    recorded+=(librocblas5 libhipblas3 libhipblaslt1 libmiopen1 librocsolver0 librccl1 libroctx64-4)
+    # The libraries and their headers (shim/tests/sid7_libs.rs compiles against them); hipBLAS
+    # needs rocSOLVER, MIOpen its test data package and rocTX, all from experimental; amd-smi
+    # (sid's: experimental has none) beside rocm-smi 7.2.4.
+    lib=7.2.4-1~exp1 libd=7.2.4+dfsg-1~exp1 miopen=7.2.4+dfsg-1
+    include+=("librocblas5=$lib" "librocblas-dev=$lib" "libhipblas3=$lib" "libhipblas-dev=$lib"
+        "libhipblaslt1=$libd" "libhipblaslt-dev=$libd" "libmiopen1=$miopen" "libmiopen-dev=$miopen"
+        "librocsolver0=7.2.4-1~exp1+b1" "libroctx64-4=$lib" "libmiopen-tests-data=$miopen" amd-smi)
+    recorded+=(librocblas5 librocblas-dev libhipblas3 libhipblas-dev libhipblaslt1 libhipblaslt-dev
+        libmiopen1 libmiopen-dev librocsolver0 libroctx64-4 amd-smi libamd-smi27)
     ready=usr/lib/x86_64-linux-gnu/libMIOpen.so.1
-    cost="several minutes, about 2.1 GB to download"
+    cost="about 2 minutes, 1.6 GB to download and 4.6 GB"
 elif [[ ${1:-} == --libs ]]; then
     shift
     flag=" --libs"

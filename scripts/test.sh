@@ -17,6 +17,9 @@ scripts/sid-root.sh --libs --versions
 step "the ROCm 7.2 root with Debian experimental's ROCm 7.2.4 (built once, cached: scripts/sid-root.sh --rocm72)"
 scripts/sid-root.sh --rocm72 >/dev/null
 scripts/sid-root.sh --rocm72 --versions
+step "the ROCm 7.2 libraries' root: rocBLAS, hipBLAS, hipBLASLt, MIOpen 7.2.4 and amd-smi (built once, cached: scripts/sid-root.sh --rocm72 --libs)"
+scripts/sid-root.sh --rocm72 --libs >/dev/null
+scripts/sid-root.sh --rocm72 --libs --versions
 step "kfdq bench's spin code objects match kernels/spin.hip (built by the sid root's hipcc)"
 scripts/kernels.sh --check
 

@@ -66,7 +66,30 @@ fn the_cost_rule_takes_c_from_the_calibration() {
         Release::Cost(r) => assert_eq!(r.round_trip_ns, 1_112_000),
         Release::Hysteresis => panic!("the cost rule is the default"),
     }
-    assert_eq!(c.calibration, Some(("node.toml".into(), 90402)));
+    let cal = c.calibration.as_ref().unwrap();
+    assert_eq!(
+        (
+            &cal.file,
+            cal.line,
+            cal.gfx_target_version,
+            cal.round_trip_ns
+        ),
+        (&"node.toml".into(), 2, 90402, 1_112_000)
+    );
+    // Its round trip is its fit's (2 x 300 µs + 200 ns x 2560): nothing to say.
+    assert_eq!(cal.warning, None);
+    // One other than the fit's is said, with its line and both numbers; the file's is used.
+    std::fs::write(dir.path().join("node.toml"), file_for(90402, 500_000)).unwrap();
+    let c = AgentConfig::load(&conf).unwrap();
+    let w = c.calibration.as_ref().and_then(|c| c.warning.clone());
+    assert!(
+        w.as_deref()
+            .is_some_and(|w| w.contains("preempt_round_trip_ns = 500000")
+                && w.contains("= 1112000 ns")
+                && w.contains("line ")),
+        "{w:?}"
+    );
+    std::fs::write(dir.path().join("node.toml"), file_for(90402, 1_112_000)).unwrap();
 
     std::fs::write(
         &conf,
@@ -100,6 +123,11 @@ fn kfdqd_refuses_a_calibration_from_another_gpu_kind() {
         e.contains("90402") && e.contains("90010") && e.contains("kfdq bench"),
         "{e}"
     );
+    // The configuration's line, and the kinds by name.
+    assert!(
+        e.contains("kfdq.toml:2:") && e.contains("gfx942") && e.contains("gfx90a"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -124,6 +152,24 @@ fn a_reload_refuses_a_calibration_that_startup_refuses() {
     let log_text = || std::fs::read_to_string(&log).unwrap_or_default();
     let st = agent_status(&sock).expect("kfdqd answers");
     assert_eq!(st.counters.reload_failures, 0, "{}", log_text());
+    // The calibration in effect is in the status (`kfdq status`, table and JSON), with the
+    // warning its round trip earns (500 µs, its fit's 1112 µs), which the log says too.
+    let cal = st
+        .calibration
+        .as_ref()
+        .expect("the calibration in the status");
+    assert_eq!(
+        (cal.file.as_str(), cal.round_trip_ns),
+        ("node.toml", 500_000)
+    );
+    assert!(
+        cal.warning
+            .as_deref()
+            .is_some_and(|w| w.contains("disagrees")),
+        "{cal:?}"
+    );
+    assert!(st.release.contains("C 500 µs"), "{}", st.release);
+    assert!(log_text().contains("disagrees"), "{}", log_text());
 
     // The file rewritten by a bench on another GPU kind: startup and --check refuse it...
     std::fs::write(&node, file_for(90402, 500_000)).unwrap();

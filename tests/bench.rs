@@ -367,7 +367,11 @@ fn the_calibration_file_holds_every_partition() {
         ..EmuConfig::default()
     });
     let file = dir.path().join("node.toml");
-    let v = json(&bench(&emu, &["--write", file.to_str().unwrap()]));
+    let out = bench(&emu, &["--write", file.to_str().unwrap()]);
+    let v = json(&out);
+    // Beside --json too, the write is said on stderr (stdout is the JSON).
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("wrote the calibration of gpu"), "{err}");
     assert_eq!(v.as_array().unwrap().len(), 2);
     let text = std::fs::read_to_string(&file).unwrap();
     let c = kfdq_calibration::Calibration::parse(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));

@@ -99,6 +99,17 @@ fn ps_json_lists_another_process_queues() {
         table.contains("kfdq-test-hold") && table.contains("65536"),
         "{table}"
     );
+    // Its PRIO and STATE are `?` (no shim): a footnote says why, and --json the same.
+    assert!(
+        table.contains(&format!("?: pid {}: no shim", holder.pid)),
+        "{table}"
+    );
+    assert!(
+        p["unknown"]
+            .as_str()
+            .is_some_and(|w| w.starts_with("no shim")),
+        "{p}"
+    );
     let pid = holder.pid;
     assert!(holder.finish().success());
     // Its KFD state goes away with it.
@@ -252,7 +263,9 @@ fn demo_without_its_workloads_names_the_option_that_gives_them() {
     assert!(!out.status.success(), "{err}");
     assert!(err.contains("kfdq-latency not found"), "{err}");
     assert!(
-        err.contains("--workloads DIR") && err.contains("scripts/run.sh"),
+        err.contains("--workloads DIR")
+            && err.contains("scripts/run.sh")
+            && err.contains("target/debug"),
         "{err}"
     );
     let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
@@ -325,4 +338,39 @@ fn status_json_prints_no_negative_zero() {
     let rate = v["counters"]["preempts_per_s"].as_f64().unwrap();
     assert!(rate == 0.0 && rate.is_sign_positive(), "{out}");
     assert!(!out.contains("-0.0"), "{out}");
+}
+
+/// `kfdq demo --root MOUNT` on a kfd-emu mount where another kfdqd already runs: the demo
+/// takes the mount for the emulator, and when its own kfdqd refuses to start (the other holds
+/// the lock for that root) it says so at once, with kfdqd's reason, instead of waiting for a
+/// socket that never comes.
+#[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
+fn demo_says_why_its_kfdqd_could_not_start() {
+    let emu = mount_preset(Preset::Mi308x);
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("kfdq.sock");
+    let conf = dir.path().join("kfdq.toml");
+    std::fs::write(&conf, format!("[agent]\nsocket = \"{}\"\n", sock.display())).unwrap();
+    let mut agent = start_kfdqd(emu.root(), &conf, &sock, &dir.path().join("kfdqd.log"));
+    let out = Command::new(env!("CARGO_BIN_EXE_kfdq"))
+        .arg("--root")
+        .arg(emu.root())
+        .args(["demo", "--phases", "priority", "--requests", "2"])
+        .args(["--hp-command", "sleep 60", "--lp-command", "sleep 60"])
+        .arg("--log-dir")
+        .arg(dir.path().join("logs"))
+        .env_remove("KFDQ_SOCKET")
+        .output()
+        .unwrap();
+    signal(&agent, nix::sys::signal::Signal::SIGTERM);
+    let _ = agent.wait();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(err.contains("is a kfd-emu mount"), "{err}");
+    assert!(
+        err.contains("kfdqd exited") && err.contains("another kfdqd"),
+        "{err}"
+    );
+    assert!(!err.contains("not within"), "{err}");
 }

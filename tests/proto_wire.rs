@@ -181,11 +181,13 @@ fn the_status_carries_pid_queue_and_gpu_ids_as_numbers() {
             reason: "traced".into(),
         }],
         counters: Counters::default(),
+        release: String::new(),
+        calibration: None,
     };
     let reply = Reply::Status(Box::new(status));
     check(
         &reply,
-        r#"{"type":"status","agent_pid":17,"version":"0.1.0","config":null,"uptime_s":1.5,"priority_note":"","partitions":[{"gpu_id":45472,"resident_slots":24,"cus":80,"queues":1,"busy_queues":1,"preempts":2}],"classes":[],"processes":[{"pid":4242,"control":"shim","uid":1000,"exe":"/usr/bin/app","class":"latency","class_reason":"env","state":"running","level":null,"reason":"free","manual":null,"priority_override":null,"queues":[{"queue_id":3,"gpu_id":45472,"priority":13,"busy":true,"preempted":null}],"warnings":[],"pod":null,"preemptions":0,"preempted_ms":0,"busy_ms":0}],"left_alone":[{"pid":99,"exe":"/usr/bin/other","class":"batch","reason":"traced"}],"counters":{"decisions":0,"commands":0,"command_failures":0,"preempts":0,"preempts_per_s":0.0,"bad_messages":0,"tracer_scans":0,"connections":0,"decision_us_p50":0.0,"decision_us_p99":0.0,"decide_us_p50":0.0,"decide_us_p99":0.0,"ack_us_p50":0.0,"ack_us_max":0.0,"reloads":0,"reload_failures":0,"lease_expiries":0,"busy_edges":0,"doorbells":0,"doorbell_edges":0,"doorbell_ignored":0,"stale_busy":0,"release_failures":0,"edge_decisions":0,"direct_preempts":0,"direct_releases":0,"direct_cleared":0,"direct_subscriptions":0,"direct_forged":0,"unlisted_queues":0,"hints":0,"hints_ignored":0,"hint_expiries":0}}"#,
+        r#"{"type":"status","agent_pid":17,"version":"0.1.0","config":null,"uptime_s":1.5,"priority_note":"","partitions":[{"gpu_id":45472,"resident_slots":24,"cus":80,"queues":1,"busy_queues":1,"preempts":2}],"classes":[],"processes":[{"pid":4242,"control":"shim","uid":1000,"exe":"/usr/bin/app","class":"latency","class_reason":"env","state":"running","level":null,"reason":"free","manual":null,"priority_override":null,"queues":[{"queue_id":3,"gpu_id":45472,"priority":13,"busy":true,"preempted":null}],"warnings":[],"pod":null,"preemptions":0,"preempted_ms":0,"busy_ms":0}],"left_alone":[{"pid":99,"exe":"/usr/bin/other","class":"batch","reason":"traced"}],"counters":{"decisions":0,"commands":0,"command_failures":0,"preempts":0,"preempts_per_s":0.0,"bad_messages":0,"tracer_scans":0,"connections":0,"decision_us_p50":0.0,"decision_us_p99":0.0,"decide_us_p50":0.0,"decide_us_p99":0.0,"ack_us_p50":0.0,"ack_us_max":0.0,"reloads":0,"reload_failures":0,"lease_expiries":0,"busy_edges":0,"doorbells":0,"doorbell_edges":0,"doorbell_ignored":0,"stale_busy":0,"release_failures":0,"edge_decisions":0,"direct_preempts":0,"direct_releases":0,"direct_cleared":0,"direct_subscriptions":0,"direct_forged":0,"unlisted_queues":0,"hints":0,"hints_ignored":0,"hint_expiries":0},"release":""}"#,
     );
     // A status from an agent before the per-process pod and times decodes with their defaults.
     assert_eq!(

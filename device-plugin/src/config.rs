@@ -81,14 +81,7 @@ impl Config {
             path: path.to_owned(),
             source,
         })?;
-        Config::parse(&text).map_err(|e| match e {
-            ConfigError::Invalid { line, rule, .. } => ConfigError::Invalid {
-                path: path.to_owned(),
-                line,
-                rule,
-            },
-            other => other,
-        })
+        Config::parse(&text).map_err(|e| e.at(path))
     }
 
     /// Validates the text of a configuration file.
@@ -122,15 +115,33 @@ pub enum ConfigError {
         source: std::io::Error,
     },
     /// A value breaks a rule.
-    #[error("{}line {line}: {rule}", if path.as_os_str().is_empty() { String::new() } else { format!("{}: ", path.display()) })]
+    #[error(
+        "{}{}{rule}",
+        if path.as_os_str().is_empty() { String::new() } else { format!("{}: ", path.display()) },
+        if *line == 0 { String::new() } else { format!("line {line}: ") }
+    )]
     Invalid {
         /// The file (empty for text).
         path: PathBuf,
-        /// 1-based; 0 when the whole file is at fault.
+        /// 1-based; 0 when the whole file is at fault (then no line is named).
         line: usize,
         /// The rule and the fix.
         rule: String,
     },
+}
+
+impl ConfigError {
+    /// The error of the text as the error of the file `path`.
+    pub fn at(self, path: &Path) -> ConfigError {
+        match self {
+            ConfigError::Invalid { line, rule, .. } => ConfigError::Invalid {
+                path: path.to_owned(),
+                line,
+                rule,
+            },
+            other => other,
+        }
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -211,6 +222,10 @@ fn rule_at(text: &str, offset: Option<usize>) -> String {
     let offset = offset.min(text.len());
     let start = text[..offset].rfind('\n').map_or(0, |i| i + 1);
     let line = text[start..].lines().next().unwrap_or("");
+    // A class written as one table, as kfdqd's configuration explains it.
+    if line.trim() == "[class]" {
+        return "[class]: each class is an array-of-tables entry, written [[class]] (double brackets), one per class".into();
+    }
     let key = line.split('=').next().unwrap_or("").trim();
     match takes(key) {
         Some(rule) => format!("{key} takes {rule}"),
@@ -229,6 +244,15 @@ fn key_line(text: &str, key: &str, nth: usize) -> usize {
         })
         .nth(nth)
         .map_or(0, |(i, _)| i + 1)
+}
+
+/// [`invalid`] for the checks of other files (`crate::host`): the `nth` `key` of `text`.
+pub(crate) fn invalid_at(text: &str, key: &str, nth: usize, why: String) -> ConfigError {
+    ConfigError::Invalid {
+        path: PathBuf::new(),
+        line: key_line(text, key, nth),
+        rule: format!("{key}: {why}"),
+    }
 }
 
 fn invalid(text: &str, key: &str, nth: usize, why: String) -> ConfigError {
@@ -501,7 +525,11 @@ mod tests {
             e.starts_with("line 2:") && e.contains("unknown field"),
             "{e}"
         );
-        assert!(err("[plugin]\n").contains("no [[class]]"));
+        let e = err("[plugin]\n");
+        assert!(e.starts_with("no [[class]]"), "no line 0: {e}");
+        // One bracket: explained as kfdqd explains it.
+        let e = err("[class]\nname = \"latency\"\nshares = 1\n");
+        assert!(e.contains("written [[class]] (double brackets)"), "{e}");
         let e = err(&format!("[plugin]\nroot = \"emu\"\n{}", &GOOD[9..]));
         assert!(e.starts_with("line 2: root: emu is relative"), "{e}");
     }

@@ -19,8 +19,8 @@ pub const KUBELET_SOCKET: &str = "kubelet.sock";
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum KubeletError {
-    /// No connection.
-    #[error("connecting to {path}: {source}")]
+    /// No connection (with the transport error's causes: "transport error" alone names none).
+    #[error("connecting to {path}: {}", causes(source))]
     Connect {
         /// The socket.
         path: PathBuf,
@@ -41,6 +41,22 @@ pub enum KubeletError {
         /// The kubelet's answer.
         status: Box<tonic::Status>,
     },
+}
+
+/// `e` and each of its sources, joined with ": " (tonic's transport error says only
+/// "transport error"; the cause, e.g. "No such file or directory", is in its sources).
+fn causes(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut next = e.source();
+    while let Some(s) = next {
+        let t = s.to_string();
+        if !text.ends_with(&t) {
+            text.push_str(": ");
+            text.push_str(&t);
+        }
+        next = s.source();
+    }
+    text
 }
 
 /// How long a call to the kubelet may take: it answers Register and List from memory; a

@@ -10,6 +10,7 @@ pub mod allocate;
 pub mod config;
 pub mod grants;
 pub mod health;
+pub mod host;
 pub mod kubelet;
 pub mod podresources;
 pub mod run;

@@ -5,6 +5,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use kfdq_device_plugin::config::{Config, DEFAULT_CONFIG};
+use kfdq_device_plugin::host::AgentClasses;
 use kfdq_device_plugin::run;
 
 /// Shares each AMD GPU partition of this node among pods of different kfdq classes.
@@ -36,12 +37,23 @@ struct Args {
     /// With --check: print the result as JSON.
     #[arg(long, requires = "check")]
     json: bool,
+    /// With --check: kfdqd's configuration, whose classes every [[class]] must be (default:
+    /// kfdqd's own, /etc/kfdq/kfdq.toml, else its built-in classes).
+    #[arg(long, requires = "check", value_name = "PATH")]
+    agent_config: Option<PathBuf>,
+    /// With --check: the file alone (and kfdqd's classes), not the paths on this node: for a
+    /// file checked off the node (CI, a package build).
+    #[arg(long, requires = "check")]
+    file_only: bool,
 }
 
 fn main() -> ExitCode {
     let args = Args::parse();
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
+        // Colour only for a person at a terminal (a journal or a pod log gets plain text, as
+        // kfdqd's).
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("KFDQ_LOG")
                 .unwrap_or_else(|_| "info".into()),
@@ -55,6 +67,26 @@ fn main() -> ExitCode {
         }
     };
     if args.check {
+        // What the node must give the file: kfdqd's classes, the paths it names.
+        let classes = match AgentClasses::read(args.agent_config.as_deref()) {
+            Ok(c) => c,
+            Err(e) => {
+                eprintln!("kfdq-device-plugin: kfdqd's configuration: {e}");
+                return ExitCode::from(2);
+            }
+        };
+        let text = std::fs::read_to_string(&args.config).unwrap_or_default();
+        let checked = config.check_classes(&text, &classes).and_then(|()| {
+            if args.file_only {
+                Ok(())
+            } else {
+                config.check_paths(&text)
+            }
+        });
+        if let Err(e) = checked {
+            eprintln!("kfdq-device-plugin: {}", e.at(&args.config));
+            return ExitCode::from(2);
+        }
         let resources: Vec<serde_json::Value> = config
             .classes
             .iter()

@@ -212,9 +212,15 @@ async fn supervise(p: Arc<Plugin>) {
                 }
             }
             let Some(kino) = kubelet_ino else {
-                if c.registered.take().is_some() {
-                    tracing::info!(class = %c.name, "the kubelet's socket is gone; registering when it is back");
-                }
+                c.registered = None;
+                // Logged once (until another error), as a registration's failure is.
+                note(
+                    c,
+                    format!(
+                        "registering: no kubelet socket at {}: the kubelet is not running, or device_plugins_dir is not its device-plugins directory; registering when it appears",
+                        kubelet.display()
+                    ),
+                );
                 continue;
             };
             let due = match c.registered {

@@ -292,6 +292,23 @@ fn a_restarted_or_vanished_kubelet_gets_registrations_again() {
         dir.join("kfdq-latency.sock").exists() && dir.join("kfdq-batch.sock").exists()
     });
     n.assert_plugin_alive();
+    // Without the kubelet the log says why (once per class), and PodResources' error names
+    // its cause, not only "transport error".
+    wait_for(
+        "the missing kubelet socket and PodResources' cause in the log",
+        || {
+            let log = n.log_text();
+            log.contains("no kubelet socket at") && log.contains("No such file or directory")
+        },
+    );
+    let log = n.log_text();
+    assert_eq!(
+        log.matches("no kubelet socket at").count(),
+        2,
+        "once per class:\n{log}"
+    );
+    // Not a terminal: no colour codes in the log.
+    assert!(!log.contains('\u{1b}'), "{log}");
     n.kubelet = Kubelet::start(&dir, &pr);
     n.wait_registrations(LATENCY, 1);
     n.wait_registrations(BATCH, 1);
@@ -314,12 +331,69 @@ fn a_malformed_configuration_is_refused_with_its_line() {
         "[45704]",
     );
     std::fs::write(&path, &good).unwrap();
-    let out = std::process::Command::new(plugin_bin())
-        .arg("--check")
-        .arg("--config")
-        .arg(&path)
-        .output()
-        .unwrap();
+    // --check asks the node for what the file names: kfdqd's classes, the paths.
+    let check = |agent_config: &std::path::Path| {
+        std::process::Command::new(plugin_bin())
+            .arg("--check")
+            .arg("--config")
+            .arg(&path)
+            .arg("--agent-config")
+            .arg(agent_config)
+            .output()
+            .unwrap()
+    };
+    let agent_conf = dir.path().join("kfdq.toml");
+    let classes = "[[class]]\nname = \"latency\"\nrank = 2\npriority = 13\nmatch = { env = true }\n\n[[class]]\nname = \"batch\"\nrank = 0\npriority = 3\nmatch = { env = true }\n";
+    std::fs::write(&agent_conf, classes).unwrap();
+    let out = check(&agent_conf);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    let line = |key: &str| good.lines().position(|l| l.starts_with(key)).unwrap() + 1;
+    assert!(
+        err.contains(&format!(
+            "line {}: device_plugins_dir:",
+            line("device_plugins_dir")
+        )) && err.contains("is not there"),
+        "{err}"
+    );
+    std::fs::create_dir_all(dir.path().join("device-plugins")).unwrap();
+    let out = check(&agent_conf);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains(&format!("line {}: shim:", line("shim"))),
+        "{err}"
+    );
+    let shim = dir.path().join("lib/libkfdq_shim.so");
+    std::fs::create_dir_all(shim.parent().unwrap()).unwrap();
+    std::fs::write(&shim, "").unwrap();
+    let sock = dir.path().join("run/kfdq.sock");
+    let good = good
+        .replace("/var/lib/kfdq/lib/libkfdq_shim.so", shim.to_str().unwrap())
+        .replace("/run/kfdq/kfdq.sock", sock.to_str().unwrap());
+    std::fs::write(&path, &good).unwrap();
+    let out = check(&agent_conf);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success()
+            && err.contains(&format!("line {}: agent_socket:", line("agent_socket"))),
+        "{err}"
+    );
+    std::fs::create_dir_all(sock.parent().unwrap()).unwrap();
+    let _listener = std::os::unix::net::UnixListener::bind(&sock).unwrap();
+    // A class kfdqd does not define would fall back silently: refused, naming kfdqd's.
+    std::fs::write(&agent_conf, classes.replace("\"batch\"", "\"training\"")).unwrap();
+    let out = check(&agent_conf);
+    let err = String::from_utf8_lossy(&out.stderr);
+    let batch_line = good.lines().position(|l| l == "name = \"batch\"").unwrap() + 1;
+    assert!(
+        !out.status.success()
+            && err.contains(&format!("line {batch_line}: name: kfdqd's configuration"))
+            && err.contains("defines no class \"batch\"")
+            && err.contains("latency, training"),
+        "{err}"
+    );
+    std::fs::write(&agent_conf, classes).unwrap();
+    let out = check(&agent_conf);
     assert!(
         out.status.success(),
         "{}",

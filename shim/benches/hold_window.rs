@@ -19,7 +19,7 @@ use std::time::Instant;
 
 use common::kfdqd::{Agent, batch_far_ahead, two_classes_with_window};
 use common::*;
-use kfd_emu::{EmuConfig, Preset};
+use test_support::emu::{Arbitration, EmuConfig, Preset};
 
 /// The latency client: 30 requests, 100 ms apart, of 4 dispatches x 80 work-groups x 2 ms
 /// (8 ms alone). Returns (mean, P99) in µs.
@@ -60,7 +60,7 @@ fn main() {
     // `equal` arbitration: priority buys nothing, so what the hold is worth shows alone.
     let emu = mount_with(EmuConfig {
         preset: Preset::Mi308x,
-        arbitration: Some(gfx_model::Arbitration::Equal),
+        arbitration: Some(Arbitration::Equal),
         ..EmuConfig::default()
     });
     let (alone_mean, alone) = latency(&emu, None);

@@ -15,7 +15,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use kfd_emu::{EmuConfig, MountedEmu, Preset};
+use test_support::emu::{EmuConfig, MountedEmu, Preset};
 
 fn shim() -> PathBuf {
     let exe = std::env::current_exe().expect("current_exe");

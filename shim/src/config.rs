@@ -20,7 +20,11 @@ use kfdq::proto::peer::{AGENT_UID_ENV, AgentTrust};
 /// them, and ranks in other processes may not be held at all.
 pub const DEFAULT_PASSTHROUGH: &[&str] = &["librccl"];
 
-/// `DEBUG_HIP_DYNAMIC_QUEUES` unless the user chose: 2 gives the null stream a queue of its own.
+/// `DEBUG_HIP_DYNAMIC_QUEUES` unless the user chose. A boolean in HIP 6.4.3 and 7.2.4 (CLR's
+/// `rocclr/utils/flags.hpp`: `release(bool, ..., false, ...)`, read as on for any non-zero
+/// number), so 2 turns dynamic queue management on there, as 1 would; later CLR makes it a number
+/// whose default is 2 (queue depth plus pipe distribution). It gives the null stream no queue of
+/// its own (docs/shim.md, "Environment").
 pub const DEFAULT_DYNAMIC_QUEUES: &str = "2";
 
 static CONFIG: OnceLock<Config> = OnceLock::new();

@@ -45,20 +45,14 @@ fn setup(lib: bool, extra_env: &[(&'static str, &str)]) -> Setup {
     app.wait_line("READY");
     let q = app.queues();
     let want = if lib { 5 } else { 3 };
-    let reg = conn.wait_registry("all streams mapped", |r| {
-        r.streams.iter().filter(|s| s.queue_id.is_some()).count() >= want
-    });
+    let reg = conn.wait_registry("all streams mapped", |r| mapped(r) >= want);
     let mut streams = std::collections::HashMap::new();
     for name in ["hi", "lo"] {
         let s = stream_by_handle(&reg, q[name].handle);
         assert_eq!(s.queue_id, Some(QueueId(q[name].queue_id)));
         streams.insert(name.to_string(), (s.stream_id, q[name].queue_id));
     }
-    let null = reg
-        .streams
-        .iter()
-        .find(|s| s.kind == StreamKind::Null)
-        .expect("null stream");
+    let null = stream_of_kind(&reg, StreamKind::Null);
     assert_eq!(null.queue_id, Some(QueueId(q["null"].queue_id)));
     streams.insert("null".into(), (null.stream_id, q["null"].queue_id));
     if lib {
@@ -593,9 +587,7 @@ fn a_refusing_agent_stops_control_but_not_the_app() {
     );
     let q = app.queues();
     let pid = app.pid;
-    let reg = app.wait_registry(pid, "streams mapped", |r| {
-        r.streams.iter().filter(|s| s.queue_id.is_some()).count() >= 6
-    });
+    let reg = app.wait_registry(pid, "streams mapped", |r| mapped(r) >= 6);
     assert_eq!(
         effective(&reg, q["high"].queue_id),
         15,
@@ -652,18 +644,11 @@ fn level1_holds_stream_ordered_work_but_not_synchronisation() {
     app.wait_line("READY");
     let q = app.queues();
     let pid = app.pid;
-    let reg = conn.wait_registry("a, b and the null stream mapped", |r| {
-        r.streams.iter().filter(|s| s.queue_id.is_some()).count() >= 3
-    });
+    let reg = conn.wait_registry("a, b and the null stream mapped", |r| mapped(r) >= 3);
     let a = stream_by_handle(&reg, q["a"].handle);
     assert_eq!(a.queue_id, Some(QueueId(q["a"].queue_id)));
     let a_sid = a.stream_id;
-    let null = reg
-        .streams
-        .iter()
-        .find(|s| s.kind == StreamKind::Null)
-        .expect("null stream");
-    assert_eq!(null.queue_id, Some(QueueId(q["null"].queue_id)));
+    assert_kind_maps(&reg, StreamKind::Null, q["null"].queue_id);
     conn.ok(|seq| AgentMsg::Preempt {
         seq,
         level: Level::Hold,

@@ -13,18 +13,9 @@ fn demo(args: &[&str]) -> (std::process::Output, String) {
     for (name, program) in [("kfdq-latency", "latency"), ("kfdq-flood", "flood")] {
         std::os::unix::fs::symlink(programs().get(program), dir.path().join(name)).unwrap();
     }
-    let out = std::process::Command::new(workspace_bin("kfdq"))
-        .arg("demo")
-        .args(args)
-        .arg("--workloads")
-        .arg(dir.path())
-        .env("KFDQ_SHIM", shim_path())
-        .env_remove("KFDQ_ROOT")
-        .env_remove("KFDQ_SOCKET")
-        .output()
-        .expect("run kfdq demo");
-    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    (out, stderr)
+    common::demo::run(args, |cmd| {
+        cmd.arg("--workloads").arg(dir.path());
+    })
 }
 
 #[test]

@@ -137,9 +137,8 @@ fn renewals_keep_a_preemption_past_its_lease() {
 // With the real agent.
 
 use common::kfdqd::{Agent, batch_flood, two_classes};
-use kfdq::proto::{LineReader, QueueInfo, Registry, ShimMsg, encode};
 use nix::sys::signal::Signal;
-use std::io::{BufReader, Write};
+use test_support::fake_shim::{FakeShim, Hello};
 
 fn total_preempts(emu: &Emu) -> u64 {
     emu.stats().partitions.iter().map(|p| p.preempts).sum()
@@ -194,100 +193,13 @@ fn short_requests_preempt_the_batch_job_although_the_sampling_period_is_longer()
     lp.finish();
 }
 
-/// A process that speaks the shim's protocol itself (no shim): hello as `class`, one queue on
-/// `gpu`, then whatever the test sends.
-struct ForgedShim {
-    w: std::os::unix::net::UnixStream,
-    _r: LineReader<BufReader<std::os::unix::net::UnixStream>>,
-    /// Its one real queue (the agent counts only the queues the kernel lists).
-    queue: kfdq::kfd::Queue<'static>,
-}
-
-impl ForgedShim {
-    fn connect(sock: &std::path::Path, class: &str, emu: &Emu, gpu: GpuId) -> ForgedShim {
-        // Leaked: the queue borrows it, and lives as long as the forger (a test process).
-        let kfd: &'static kfdq::kfd::Kfd = Box::leak(Box::new(
-            kfdq::kfd::Kfd::open(&kfdq::kfd::Root::new(emu.root())).unwrap(),
-        ));
-        let queue = kfd.create_queue(kfdq::kfd::QueueSpec::aql(gpu)).unwrap();
-        let s = std::os::unix::net::UnixStream::connect(sock).unwrap();
-        let mut w = s.try_clone().unwrap();
-        let mut r = LineReader::new(BufReader::new(s));
-        let pid = Pid::this();
-        w.write_all(&encode(&ShimMsg::Hello {
-            version: kfdq::proto::VERSION,
-            pid,
-            exe: "forger".into(),
-            class: Some(class.into()),
-            priority: None,
-        }))
-        .unwrap();
-        assert!(matches!(r.next::<AgentMsg>(), Ok(AgentMsg::Welcome { .. })));
-        let q = QueueInfo {
-            queue_id: queue.id(),
-            gpu_id: gpu,
-            requested_priority: 7,
-            effective_priority: 3,
-            ring_base: 0,
-            ring_size: 4096,
-            streams: vec![],
-            deactivated: false,
-            suspended: false,
-            busy: false,
-            window_waits: 0,
-            window_stalls: 0,
-        };
-        w.write_all(&encode(&ShimMsg::Registry(Registry {
-            pid,
-            class: Some(class.into()),
-            queues: vec![q],
-            ..Registry::default()
-        })))
-        .unwrap();
-        ForgedShim { w, _r: r, queue }
-    }
-
-    /// Passes a doorbell as a shim does (`SCM_RIGHTS` with the doorbell line), waits for the
-    /// agent to take it, and returns the end that rings.
-    fn doorbell(&mut self) -> std::os::fd::OwnedFd {
-        use nix::sys::socket::{
-            AddressFamily, ControlMessage, MsgFlags, SockFlag, SockType, sendmsg, socketpair,
-        };
-        use std::os::fd::AsRawFd;
-        let (mine, theirs) = socketpair(
-            AddressFamily::Unix,
-            SockType::SeqPacket,
-            None,
-            SockFlag::SOCK_CLOEXEC,
-        )
-        .unwrap();
-        let line = encode(&ShimMsg::Doorbell {});
-        let sent = sendmsg::<()>(
-            self.w.as_raw_fd(),
-            &[std::io::IoSlice::new(&line)],
-            &[ControlMessage::ScmRights(&[theirs.as_raw_fd()])],
-            MsgFlags::empty(),
-            None,
-        )
-        .unwrap();
-        assert_eq!(sent, line.len());
-        loop {
-            match self._r.next::<AgentMsg>() {
-                Ok(AgentMsg::DoorbellTaken {}) => return mine,
-                Ok(_) => {}
-                Err(e) => panic!("no DoorbellTaken: {e}"),
-            }
-        }
-    }
-
-    fn busy(&mut self) {
-        self.w
-            .write_all(&encode(&ShimMsg::Activity {
-                queue_id: self.queue.id(),
-                busy: true,
-            }))
-            .unwrap();
-    }
+/// A batch job that speaks the shim's protocol itself (no shim): one queue on `gpu`.
+fn forged_shim(sock: &std::path::Path, class: &str, emu: &Emu, gpu: GpuId) -> FakeShim {
+    let hello = Hello {
+        effective_priority: 3,
+        ..Hello::forger(class)
+    };
+    FakeShim::connect_as(sock, &hello, emu.root(), gpu)
 }
 
 /// latency > normal (level 1) > batch (level 2).
@@ -311,7 +223,7 @@ fn a_batch_process_that_forges_busy_edges_preempts_nobody() {
     let agent = Agent::start(&emu, LATENCY_NORMAL_BATCH);
     let (normal, q) = batch_flood(&emu, &agent, "normal");
     let gpu = agent.process(normal.pid).unwrap().queues[0].gpu_id;
-    let mut forger = ForgedShim::connect(&agent.sock, "batch", &emu, gpu);
+    let mut forger = forged_shim(&agent.sock, "batch", &emu, gpu);
     forger.busy();
     // The agent decides on the forged edge before it answers a later status request.
     let st = agent.wait("the forged busy queue seen", |s| {
@@ -334,7 +246,7 @@ fn a_batch_process_that_rings_a_doorbell_preempts_nobody() {
     let agent = Agent::start(&emu, LATENCY_NORMAL_BATCH);
     let (normal, q) = batch_flood(&emu, &agent, "normal");
     let gpu = agent.process(normal.pid).unwrap().queues[0].gpu_id;
-    let mut forger = ForgedShim::connect(&agent.sock, "batch", &emu, gpu);
+    let mut forger = forged_shim(&agent.sock, "batch", &emu, gpu);
     let bell = forger.doorbell();
     let ignored = agent.status().counters.doorbell_ignored;
     nix::sys::socket::send(

@@ -35,7 +35,8 @@ fn inject(emu: &Emu, spec: &str) {
 
 /// Failed calls of the faults in effect.
 fn failed_calls(emu: &Emu) -> u64 {
-    let f: kfd_emu::FaultsFile = serde_json::from_str(&emu.read("kfd-emu/faults")).unwrap();
+    let f: test_support::emu::FaultsFile =
+        serde_json::from_str(&emu.read("kfd-emu/faults")).unwrap();
     f.faults.iter().map(|f| f.failed).sum()
 }
 

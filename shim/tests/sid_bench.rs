@@ -1,5 +1,5 @@
-//! `kfdq bench`'s reaction chain on the real HIP runtime (ROCm 6.4 in the sid root) on
-//! kfd-emu: the bench runs inside the root, a real kfdqd on the host; its helpers are
+//! `kfdq bench`'s reaction chain on the real HIP runtime (ROCm 6.4 in the sid root, and HIP 7.2
+//! in the ROCm 7.2 root, where the helper loads `libamdhip64.so.7`) on kfd-emu: the bench runs inside the root, a real kfdqd on the host; its helpers are
 //! `kfdq-bench-hip` under `kfdq run` and the shim, launching the committed spin kernel through
 //! `hipModuleLaunchKernel` (docs/hardware.md, "Two paths"), with the batch class at levels 1-3.
 
@@ -10,10 +10,10 @@ use std::path::Path;
 use std::process::Stdio;
 
 use common::kfdqd::{Agent, two_classes_with_window};
-use common::sid;
 use common::{
     Emu, EmuConfig, Preset, WAIT_LIMIT, mount_with, read_output, shim_path, wait_for, workspace_bin,
 };
+use common::{sid, sid7};
 use test_support::output::lines_until_eof;
 use test_support::wait::wait_until;
 
@@ -30,7 +30,12 @@ fn emu_with_spin_times() -> Emu {
 /// `kfdq --json bench --reaction-only --runtime hip` inside the root against `agent`: its
 /// report, and whether a process other than the bench (a helper) dispatched `kfdq_spin`
 /// while it ran.
-fn bench_in_root(emu: &Emu, root: &Path, agent: &Agent) -> (serde_json::Value, bool) {
+fn bench_in_root(
+    emu: &Emu,
+    root: &Path,
+    packages: &str,
+    agent: &Agent,
+) -> (serde_json::Value, bool) {
     let bin = workspace_bin("kfdq");
     let helper = workspace_bin("kfdq-bench-hip");
     assert_eq!(helper.parent(), bin.parent(), "the helper lies beside kfdq");
@@ -101,7 +106,7 @@ fn bench_in_root(emu: &Emu, root: &Path, agent: &Agent) -> (serde_json::Value, b
             "did not end".into()
         },
         agent.log_text(),
-        sid::packages()
+        packages
     );
     let v = serde_json::from_str(&stdout).unwrap_or_else(|e| {
         panic!(
@@ -115,13 +120,32 @@ fn bench_in_root(emu: &Emu, root: &Path, agent: &Agent) -> (serde_json::Value, b
 #[test]
 #[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn sid_the_reaction_chain_runs_on_the_hip_runtime_under_the_shim() {
-    let root = sid::root();
+    reaction_chain(&sid::root(), sid::packages());
+}
+
+/// The same with HIP 7.2 (`libamdhip64.so.7`) and ROCr 7.2.4, the spin code object unchanged.
+#[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
+fn sid7_the_reaction_chain_runs_on_hip_7_2_under_the_shim() {
+    let root = sid7::root();
+    // The bench loads the first of libamdhip64.so.7/6/5 it finds: in this root only HIP 7.2's.
+    for old in ["libamdhip64.so.6", "libamdhip64.so.5"] {
+        let path = root.join("usr/lib/x86_64-linux-gnu").join(old);
+        assert!(!path.exists(), "{} in the ROCm 7.2 root", path.display());
+    }
+    reaction_chain(&root, sid7::packages());
+}
+
+/// `kfdq bench --runtime hip` in `root` (whose package versions `packages` lists) at levels
+/// 1-3: a helper ran the committed spin kernel through the root's HIP runtime and the chain's
+/// rows are the HIP ones, within bounds.
+fn reaction_chain(root: &Path, packages: &str) {
     let emu = emu_with_spin_times();
     // Level 1 holds new launches only: the batch class's window (2 in flight, as the built-in
     // class) keeps the helper's stream in the shim's wrapper, so a hold stops it.
     for (level, window) in [("deactivate", None), ("suspend", None), ("hold", Some(2))] {
         let agent = Agent::start(&emu, &two_classes_with_window(level, window));
-        let (v, helper_spun) = bench_in_root(&emu, &root, &agent);
+        let (v, helper_spun) = bench_in_root(&emu, root, packages, &agent);
         // A helper ran the committed spin kernel through the real runtime.
         assert!(
             helper_spun,
@@ -134,7 +158,7 @@ fn sid_the_reaction_chain_runs_on_the_hip_runtime_under_the_shim() {
             "the row says which runtime: {p:#}"
         );
         let u = p["unavailable"].as_array().expect("unavailable");
-        assert!(u.is_empty(), "{level}: {u:#?}\n{}", sid::packages());
+        assert!(u.is_empty(), "{level}: {u:#?}\n{packages}");
         let row = |name: &str| {
             p["rows"]
                 .as_array()

@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use common::kfdqd::{Agent, two_classes_with_hysteresis};
 use common::sid::{self, Running};
-use common::sid_libs::{self as libs, Shimmed};
+use common::sid_libs::{self as libs, Libs, Shimmed};
 use common::{Emu, EmuConfig, Preset, mount_with, shim_path};
 
 /// How long a benchmark may take to run to its end: rocblas-bench loads every Tensile code
@@ -194,22 +194,13 @@ fn stopped_at_hold(emu: &Emu, state: &Path, pid: u32, level: &str) -> bool {
 /// real agent at `level` and released when the client ends: same exit status and lines as
 /// alone, and nothing of it runs while it is held.
 fn held(emu: &Emu, root: &Path, bench: &Bench, level: &str, expected: &(ExitStatus, Vec<String>)) {
-    let built = libs::built(emu, root);
+    let built = libs::ROCM64.built(emu, root);
     // 1 s hysteresis: a starved latency client does not release the hold during the window.
     let agent = Agent::start(emu, &two_classes_with_hysteresis(level, 1000));
     let Shimmed {
-        p: mut latency,
+        p: latency,
         state: _ls,
-    } = libs::under_kfdq(
-        emu,
-        root,
-        built,
-        &agent,
-        "latency",
-        &[],
-        &["./hip_check", "--busy"],
-    );
-    latency.wait_line("hip_check: busy");
+    } = libs::busy_latency(emu, root, built, &agent);
     let Shimmed {
         p: mut batch,
         state: bs,
@@ -271,7 +262,7 @@ fn held(emu: &Emu, root: &Path, bench: &Bench, level: &str, expected: &(ExitStat
 }
 
 fn bench_alone_and_held(bench: &Bench) {
-    let root = libs::root();
+    let root = libs::ROCM64.root();
     let emu = libs::mount();
     let expected = alone(&emu, &root, bench);
     for level in ["hold", "deactivate", "suspend"] {
@@ -283,7 +274,7 @@ fn bench_alone_and_held(bench: &Bench) {
 #[test]
 #[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn sid_tools_rocblas_bench_alone_and_under_the_shim() {
-    let root = libs::root();
+    let root = libs::ROCM64.root();
     let emu = libs::mount();
     let expected = alone(&emu, &root, &ROCBLAS);
     let shimmed = alone_or_preloaded(&emu, &root, &ROCBLAS, true);
@@ -307,29 +298,45 @@ fn sid_tools_hipblaslt_bench_alone_and_held_at_levels_1_to_3() {
     bench_alone_and_held(&HIPBLASLT);
 }
 
-/// `argv` in the libraries' root on `emu`, to its end; its stdout.
-fn output(emu: &Emu, root: &Path, argv: &[&str]) -> String {
+/// `argv` in the libraries' root `l` on `emu`, to its end; its stdout.
+fn output(l: &Libs, emu: &Emu, root: &Path, argv: &[&str]) -> String {
     let out = sid::command(emu, root, &[], Path::new("/tmp"), argv)
         .env("HOME", "/tmp")
         .output()
         .expect("run in the root");
-    libs::finished(&argv.join(" "), out)
+    l.finished(&argv.join(" "), out)
 }
 
 #[test]
 #[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn sid_tools_rocm_smi_and_amd_smi_list_the_emulated_gpus() {
-    let root = libs::root();
+    smi_lists_the_emulated_gpus(&libs::ROCM64, "N/A,");
+}
+
+/// rocm-smi 7.2.4 (Debian experimental) and amd-smi in the ROCm 7.2 libraries' root.
+#[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
+fn sid7_tools_rocm_smi_7_2_and_amd_smi_list_the_emulated_gpus() {
+    // rocm-smi 7.2.4 shows the device id on every partition of a CPX GPU, where 6.4.1 shows N/A
+    // for all but the first: a change of the tool, the emulator's files are the same.
+    smi_lists_the_emulated_gpus(&libs::ROCM72, "0x74a1,");
+}
+
+/// rocm-smi and amd-smi of the root `l` list one MI210, two MI300X in SPX mode and one MI300X in
+/// CPX mode, whose partitions after the first show `partition_did` as their device id.
+fn smi_lists_the_emulated_gpus(l: &Libs, partition_did: &str) {
+    let root = l.root();
     // One MI210.
     let emu = libs::mount();
-    let text = output(&emu, &root, &["rocm-smi"]);
+    let text = output(l, &emu, &root, &["rocm-smi"]);
     let rows: Vec<&str> = text
         .lines()
-        .filter(|l| l.split_whitespace().nth(2) == Some("0x740f,"))
+        .filter(|r| r.split_whitespace().nth(2) == Some("0x740f,"))
         .collect();
     assert_eq!(rows.len(), 1, "rocm-smi lists the MI210 once:\n{text}");
     assert!(!text.contains("ERROR"), "{text}");
     let text = output(
+        l,
         &emu,
         &root,
         &["rocm-smi", "--showbus", "--showmeminfo", "vram"],
@@ -346,29 +353,30 @@ fn sid_tools_rocm_smi_and_amd_smi_list_the_emulated_gpus() {
         gpus: 2,
         ..EmuConfig::default()
     });
-    let text = output(&emu, &root, &["rocm-smi"]);
-    let rows: Vec<&str> = text.lines().filter(|l| l.contains("0x74a1,")).collect();
+    let text = output(l, &emu, &root, &["rocm-smi"]);
+    let rows: Vec<&str> = text.lines().filter(|r| r.contains("0x74a1,")).collect();
     assert_eq!(rows.len(), 2, "rocm-smi lists both GPUs:\n{text}");
     assert!(
         rows.iter().all(|r| r.contains("NPS1, SPX")),
         "their memory and compute partitions:\n{text}"
     );
-    let text = output(&emu, &root, &["amd-smi", "list"]);
+    let text = output(l, &emu, &root, &["amd-smi", "list"]);
     assert_eq!(
         text.matches("BDF:").count(),
         2,
         "amd-smi lists both GPUs:\n{text}"
     );
     drop(emu);
-    cpx_partitions_listed(&root);
+    cpx_partitions_listed(l, &root, partition_did);
 }
 
 /// One MI300X in CPX mode: 8 partitions, each on its own KFD node with its own gpu_id (GUID) and
 /// partition id, as ROCm SMI 6.4.1 maps them (KFD nodes by `location_id`, devices by
-/// `renderD<drm_render_minor>`). Only the first partition, the PCI function, shows the device id
-/// and the partition modes: amdgpu's `amdgpu_xcp_<n>` devices hold no such files, and
-/// rocm_smi_lib's changelog for 6.4.1 shows real CPX output with N/A in those columns.
-fn cpx_partitions_listed(root: &Path) {
+/// `renderD<drm_render_minor>`). Only the first partition, the PCI function, shows the partition
+/// modes (and with ROCm SMI 6.4.1 the device id; the others show `partition_did`): amdgpu's
+/// `amdgpu_xcp_<n>` devices hold no such files, and rocm_smi_lib's changelog for 6.4.1 shows real
+/// CPX output with N/A in those columns.
+fn cpx_partitions_listed(l: &Libs, root: &Path, partition_did: &str) {
     let emu = mount_with(EmuConfig {
         preset: Preset::Mi300xCpx,
         ..EmuConfig::default()
@@ -377,12 +385,12 @@ fn cpx_partitions_listed(root: &Path) {
         .output()
         .expect("run rocm-smi in the root");
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    let text = libs::finished("rocm-smi", out);
+    let text = l.finished("rocm-smi", out);
     assert_eq!(stderr, "", "rocm-smi wrote to stderr:\n{text}");
     // Device, Node, DID, GUID, Temp, Power, then the partitions: Mem, Compute, ID.
     let rows: Vec<Vec<&str>> = text
         .lines()
-        .map(|l| l.split_whitespace().collect::<Vec<_>>())
+        .map(|r| r.split_whitespace().collect::<Vec<_>>())
         .filter(|f| f.len() > 8 && f[0].parse::<u32>().is_ok())
         .collect();
     assert_eq!(rows.len(), 8, "rocm-smi lists 8 partitions:\n{text}");
@@ -399,7 +407,7 @@ fn cpx_partitions_listed(root: &Path) {
         let (did, mem, compute) = if k == 0 {
             ("0x74a1,", "NPS1,", "CPX,")
         } else {
-            ("N/A,", "N/A,", "N/A,")
+            (partition_did, "N/A,", "N/A,")
         };
         let want = [did, mem, compute, &k.to_string()].map(str::to_string);
         let got = [row[2], row[6], row[7], row[8]].map(str::to_string);
@@ -408,7 +416,7 @@ fn cpx_partitions_listed(root: &Path) {
             "device {k}: DID, partitions, partition id:\n{text}"
         );
     }
-    let text = output(&emu, root, &["amd-smi", "list"]);
+    let text = output(l, &emu, root, &["amd-smi", "list"]);
     for k in 0..8 {
         for want in [
             format!("GPU: {k}\n    BDF: 0000:0c:00.{k}\n"),

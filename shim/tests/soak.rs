@@ -173,7 +173,7 @@ fn signal(pid: u32, sig: Signal) {
 }
 
 fn injected_failures(emu: &Emu) -> u64 {
-    serde_json::from_str::<kfd_emu::FaultsFile>(&emu.read("kfd-emu/faults"))
+    serde_json::from_str::<test_support::emu::FaultsFile>(&emu.read("kfd-emu/faults"))
         .map(|f| f.faults.iter().map(|f| f.failed).sum())
         .unwrap_or(0)
 }

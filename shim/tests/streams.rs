@@ -48,11 +48,7 @@ fn null_stream_pytorch_style() {
             .iter()
             .any(|s| s.kind == StreamKind::Null && s.queue_id.is_some())
     });
-    let s = reg
-        .streams
-        .iter()
-        .find(|s| s.kind == StreamKind::Null)
-        .unwrap();
+    let s = stream_of_kind(&reg, StreamKind::Null);
     assert_eq!(s.stream_id, 0);
     assert_eq!(
         s.queue_id,
@@ -104,9 +100,7 @@ fn run_priorities(
     app.wait_line("CHECKPOINT");
     let q = app.queues();
     let pid = app.pid;
-    let reg = app.wait_registry(pid, "six streams mapped", |r| {
-        r.streams.iter().filter(|s| s.queue_id.is_some()).count() >= 6
-    });
+    let reg = app.wait_registry(pid, "six streams mapped", |r| mapped(r) >= 6);
     for (name, pq) in &q {
         let s = stream_by_handle(&reg, pq.handle);
         assert_eq!(s.kind, StreamKind::Created);
@@ -296,9 +290,7 @@ fn hip_get_proc_address_returns_the_wrappers() {
     );
     let q = app.queues();
     let pid = app.pid;
-    let reg = app.wait_registry(pid, "three streams mapped", |r| {
-        r.streams.iter().filter(|s| s.queue_id.is_some()).count() == 3
-    });
+    let reg = app.wait_registry(pid, "three streams mapped", |r| mapped(r) == 3);
     let created = stream_by_handle(&reg, q["procaddr-high"].handle);
     assert_eq!(created.queue_id, Some(QueueId(q["procaddr-high"].queue_id)));
     assert_eq!(created.hip_priority, Some(-1));
@@ -307,18 +299,8 @@ fn hip_get_proc_address_returns_the_wrappers() {
         15,
         "latency class, high stream"
     );
-    let null = reg
-        .streams
-        .iter()
-        .find(|s| s.kind == StreamKind::Null)
-        .expect("null stream");
-    assert_eq!(null.queue_id, Some(QueueId(q["null"].queue_id)));
-    let spt = reg
-        .streams
-        .iter()
-        .find(|s| s.kind == StreamKind::PerThread)
-        .expect("per-thread stream");
-    assert_eq!(spt.queue_id, Some(QueueId(q["spt"].queue_id)));
+    assert_kind_maps(&reg, StreamKind::Null, q["null"].queue_id);
+    assert_kind_maps(&reg, StreamKind::PerThread, q["spt"].queue_id);
     assert_emulator_agrees(&emu, pid, &reg);
     app.go();
     app.finish();
@@ -336,9 +318,7 @@ fn library_streams_are_attributed_to_the_library() {
     app.wait_line("CHECKPOINT");
     let q = app.queues();
     let pid = app.pid;
-    let reg = app.wait_registry(pid, "four streams mapped", |r| {
-        r.streams.iter().filter(|s| s.queue_id.is_some()).count() == 4
-    });
+    let reg = app.wait_registry(pid, "four streams mapped", |r| mapped(r) == 4);
     for (name, hip, prio) in [("lib-high", -1, 10), ("lib-low", 1, 7)] {
         let s = stream_by_handle(&reg, q[name].handle);
         assert_eq!(s.queue_id, Some(QueueId(q[name].queue_id)), "{name}");
@@ -357,12 +337,7 @@ fn library_streams_are_attributed_to_the_library() {
     let app_stream = stream_by_handle(&reg, q["app"].handle);
     assert_eq!(app_stream.creator, None);
     assert_eq!(app_stream.queue_id, Some(QueueId(q["app"].queue_id)));
-    let null = reg
-        .streams
-        .iter()
-        .find(|s| s.kind == StreamKind::Null)
-        .expect("null stream used by the library");
-    assert_eq!(null.queue_id, Some(QueueId(q["null"].queue_id)));
+    assert_kind_maps(&reg, StreamKind::Null, q["null"].queue_id);
     assert_emulator_agrees(&emu, pid, &reg);
     // The library's launches (hipLaunchKernel, hipModuleLaunchKernel, the mangled
     // hipExtModuleLaunchKernel) ran on its queues.
@@ -389,9 +364,7 @@ fn streams_sharing_a_queue_are_found_and_reported() {
             .all(|n| q[*n].queue_id == shared),
         "GPU_MAX_HW_QUEUES=1 (the user's) makes fakehip share: {q:?}"
     );
-    let reg = app.wait_registry(pid, "three streams mapped", |r| {
-        r.streams.iter().filter(|s| s.queue_id.is_some()).count() == 3
-    });
+    let reg = app.wait_registry(pid, "three streams mapped", |r| mapped(r) == 3);
     for n in ["shared0", "shared1", "shared2"] {
         assert_eq!(
             stream_by_handle(&reg, q[n].handle).queue_id,
@@ -445,20 +418,13 @@ fn fork_child_starts_empty_and_registers_its_own_queues() {
             .any(|s| s.kind == StreamKind::Null && s.queue_id.is_some())
     });
     assert_eq!(parent.streams.len(), 1);
-    let child = app.wait_registry(child_pid, "child streams", |r| {
-        r.streams.iter().filter(|s| s.queue_id.is_some()).count() == 2
-    });
+    let child = app.wait_registry(child_pid, "child streams", |r| mapped(r) == 2);
     assert_eq!(child.pid, Pid(child_pid));
     assert_eq!(
         stream_by_handle(&child, q["child-high"].handle).queue_id,
         Some(QueueId(q["child-high"].queue_id))
     );
-    let cnull = child
-        .streams
-        .iter()
-        .find(|s| s.kind == StreamKind::Null)
-        .expect("child null stream");
-    assert_eq!(cnull.queue_id, Some(QueueId(q["child-null"].queue_id)));
+    assert_kind_maps(&child, StreamKind::Null, q["child-null"].queue_id);
     // The child's registry holds only its own queues, which the emulator lists under its pid.
     assert_emulator_agrees(&emu, child_pid, &child);
     assert_emulator_agrees(&emu, parent_pid, &parent);
@@ -601,20 +567,10 @@ fn hip_get_proc_address_returns_the_stream_work_wrappers() {
     let q = app.queues();
     let pid = app.pid;
     let reg = app.wait_registry(pid, "null and per-thread streams mapped", |r| {
-        r.streams.iter().filter(|s| s.queue_id.is_some()).count() == 2
+        mapped(r) == 2
     });
-    let null = reg
-        .streams
-        .iter()
-        .find(|s| s.kind == StreamKind::Null)
-        .expect("null stream");
-    assert_eq!(null.queue_id, Some(QueueId(q["null"].queue_id)));
-    let spt = reg
-        .streams
-        .iter()
-        .find(|s| s.kind == StreamKind::PerThread)
-        .expect("per-thread stream");
-    assert_eq!(spt.queue_id, Some(QueueId(q["spt"].queue_id)));
+    assert_kind_maps(&reg, StreamKind::Null, q["null"].queue_id);
+    assert_kind_maps(&reg, StreamKind::PerThread, q["spt"].queue_id);
     assert_ne!(q["null"].queue_id, q["spt"].queue_id);
     assert_emulator_agrees(&emu, pid, &reg);
     app.go();

@@ -142,7 +142,8 @@ pub struct Recorder {
     period_start: BTreeMap<String, Instant>,
     busy_periods: Family<ClassLabel, Histogram>,
     preempted: TimeIn,
-    /// Preempt commands per class, per level (hold, deactivate, suspend).
+    /// Preemptions per class, per level (hold, deactivate, suspend): the agent's commands
+    /// and the levels the processes' own watches applied.
     preemptions: BTreeMap<String, [u64; 3]>,
     preempt_latency: Family<LevelLabel, Histogram>,
     decision_latency: Histogram,
@@ -212,7 +213,7 @@ impl Recorder {
         self.preempted.total(class)
     }
 
-    /// A preempt command sent to a process of `class`.
+    /// A process of `class` preempted at `level` (by the agent's command or its own watch).
     pub fn preempted(&mut self, class: &str, level: Level) {
         let i = level_number(Some(level)) as usize - 1;
         // No allocation on the decision's path once the class is known.
@@ -361,7 +362,7 @@ pub fn render(status: &NodeStatus, rec: &Recorder) -> Result<String, std::fmt::E
     }
     r.register(
         "preemptions",
-        "Preempt commands sent to processes, by the process's class and the level",
+        "Preemptions of processes (the agent's preempt commands and the levels their own watches of the edge boards applied), by the process's class and the level",
         pre,
     );
     r.register_with_unit(
@@ -544,7 +545,7 @@ pub fn render(status: &NodeStatus, rec: &Recorder) -> Result<String, std::fmt::E
     }
     r.register(
         "process_preemptions",
-        "Preempt commands sent to the process (per pod: sum by namespace, pod)",
+        "Preemptions of the process: the agent's preempt commands and the levels its own watches of the edge boards applied (per pod: sum by namespace, pod)",
         pre,
     );
     let held = Family::<ProcessLabels, Counter<f64, std::sync::atomic::AtomicU64>>::default();

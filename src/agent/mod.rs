@@ -32,7 +32,7 @@ mod socket;
 pub mod tracer;
 mod tracer_settings;
 
-pub use config::{AgentConfig, ConfigError};
+pub use config::{AgentConfig, CalibrationInUse, ConfigError};
 pub use http::EndpointError;
 pub use preflight::preflight;
 pub use server::{Options, run};

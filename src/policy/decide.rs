@@ -205,19 +205,6 @@ impl Policy {
         self.procs.get(pid, 0).map(|p| p.run)
     }
 
-    /// When the rate limit (`min_preempt_interval_ns`) lets a preempt through on every
-    /// partition: the latest preempt counted on any partition plus the interval, on the
-    /// observations' clock (0 when none was counted). A decision before then that would
-    /// preempt is held back (the edge decision declines it to the full one).
-    pub fn preempts_free_at_ns(&self) -> u64 {
-        let interval = self.config.min_preempt_interval_ns;
-        self.last_preempt
-            .values()
-            .map(|t| t.saturating_add(interval))
-            .max()
-            .unwrap_or(0)
-    }
-
     /// Forgets a process that exited.
     pub fn forget(&mut self, pid: Pid) {
         self.procs.remove(pid);

@@ -118,6 +118,27 @@ pub struct NodeStatus {
     pub left_alone: Vec<LeftAlone>,
     /// Counters since start.
     pub counters: Counters,
+    /// The release rule in effect, in words (the cost rule with its C; empty from an agent
+    /// before this field).
+    #[serde(default)]
+    pub release: String,
+    /// `[agent] calibration` in effect (`None`: C is the configuration's or the default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub calibration: Option<CalibrationStatus>,
+}
+
+/// The calibration file the cost rule's C comes from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CalibrationStatus {
+    /// The file, as the configuration names it.
+    pub file: String,
+    /// The GPU kind it was measured on (`gfx942`).
+    pub gfx_target: String,
+    /// Its `preempt_round_trip_ns`: the cost rule's C.
+    pub round_trip_ns: u64,
+    /// Why its round trip disagrees with its own fit, if it does.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub warning: Option<String>,
 }
 
 /// One GPU partition.
@@ -133,8 +154,8 @@ pub struct PartitionStatus {
     pub queues: u32,
     /// Of those, busy at the last report.
     pub busy_queues: u32,
-    /// Device-wide preempts kfdq's commands caused on it (an estimate: one per level-3
-    /// command, one per queue for level 2).
+    /// Device-wide preempts kfdq caused on it, by the agent's commands and the processes'
+    /// own watches (an estimate: one per level-3 preempt or release, one per queue for level 2).
     pub preempts: u64,
 }
 
@@ -248,7 +269,7 @@ pub struct ProcessStatus {
     /// device plugin does not know the container yet).
     #[serde(default)]
     pub pod: Option<crate::allocation::PodRef>,
-    /// Preempt commands sent to it.
+    /// Its preemptions: preempt commands sent to it and levels its own watches applied.
     #[serde(default)]
     pub preemptions: u64,
     /// Milliseconds it spent preempted, at any level.

@@ -83,6 +83,33 @@ pub struct QueueInfo {
     pub window_stalls: u64,
 }
 
+impl QueueInfo {
+    /// Queue `queue_id` on `gpu_id` at these priorities, as a registry shows a queue that
+    /// was just created: no ring known (address and size 0), no streams, nothing applied,
+    /// idle, no window waits. Set the other fields with struct update syntax.
+    pub fn new(
+        queue_id: QueueId,
+        gpu_id: GpuId,
+        requested_priority: u32,
+        effective_priority: u32,
+    ) -> QueueInfo {
+        QueueInfo {
+            queue_id,
+            gpu_id,
+            requested_priority,
+            effective_priority,
+            ring_base: 0,
+            ring_size: 0,
+            streams: Vec::new(),
+            deactivated: false,
+            suspended: false,
+            busy: false,
+            window_waits: 0,
+            window_stalls: 0,
+        }
+    }
+}
+
 /// The shim's whole view of its process.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
 pub struct Registry {

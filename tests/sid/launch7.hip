@@ -13,6 +13,9 @@
 //                     spin-gfx942.co (kernels/), loaded with hipModuleLoad
 //       graph         hipGraphLaunch of a graph captured from the stream (one kernel)
 //       entry-point   hipModuleLaunchKernel through the pointer hipGetDriverEntryPoint hands out
+//       shared        hipLaunchKernel on the created stream and on the null stream in turn
+//                     (two normal-priority streams: under HIP's dynamic queues with one
+//                     hardware queue per priority they share one queue)
 //       escape        no launch: hipMemset, hipDeviceSynchronize, then the synchronous
 //                     hipMemcpyHtoD (4 KiB, a blit kernel on the null stream's queue), which
 //                     the shim does not wrap
@@ -107,7 +110,8 @@ int main(int argc, char** argv) {
         hipLaunchKernelGGL(add_one, dim3(n / 256), dim3(256), 0, s, d, n);
         CHECK(hipStreamEndCapture(s, &g));
         CHECK(hipGraphInstantiate(&exec, g, nullptr, nullptr, 0));
-    } else if (std::strcmp(path, "ex") != 0 && std::strcmp(path, "escape") != 0) {
+    } else if (std::strcmp(path, "ex") != 0 && std::strcmp(path, "escape") != 0 &&
+               std::strcmp(path, "shared") != 0) {
         std::printf("FAIL unknown path %s\n", path);
         return 1;
     }
@@ -121,6 +125,11 @@ int main(int argc, char** argv) {
             CHECK(hipModuleLaunchKernel(f, 1, 1, 1, 64, 1, 1, 0, s, spin_args, nullptr));
         } else if (std::strcmp(path, "entry-point") == 0) {
             CHECK(launch_ptr(f, 1, 1, 1, 64, 1, 1, 0, s, spin_args, nullptr));
+        } else if (std::strcmp(path, "shared") == 0) {
+            hipLaunchKernelGGL(add_one, dim3(n / 256), dim3(256), 0, s, d, n);
+            CHECK(hipGetLastError());
+            hipLaunchKernelGGL(add_one, dim3(n / 256), dim3(256), 0, nullptr, d, n);
+            CHECK(hipGetLastError());
         } else if (std::strcmp(path, "escape") == 0) {
             static int host[1024];
             CHECK(hipMemset(d, 0, n * sizeof(int)));

@@ -4,9 +4,11 @@
 #![allow(dead_code, unused_imports)]
 
 pub mod agent;
+pub mod demo;
 pub mod elf;
 pub mod forger;
 pub mod kfdqd;
+pub mod libs_suite;
 pub mod pod;
 pub mod prom;
 pub mod sid;
@@ -464,6 +466,25 @@ pub fn stream_by_handle(reg: &Registry, h: u64) -> &StreamInfo {
         .iter()
         .find(|s| s.handle == h)
         .unwrap_or_else(|| panic!("registry has no stream with handle {h:#x}: {reg:#?}"))
+}
+
+/// The (first) stream of `kind` in `reg`.
+pub fn stream_of_kind(reg: &Registry, kind: StreamKind) -> &StreamInfo {
+    reg.streams
+        .iter()
+        .find(|s| s.kind == kind)
+        .unwrap_or_else(|| panic!("registry has no {kind:?} stream: {reg:#?}"))
+}
+
+/// Asserts that the stream of `kind` in `reg` maps to queue `queue_id`.
+pub fn assert_kind_maps(reg: &Registry, kind: StreamKind, queue_id: u32) {
+    let s = stream_of_kind(reg, kind);
+    assert_eq!(s.queue_id, Some(QueueId(queue_id)), "the {kind:?} stream");
+}
+
+/// How many streams of `reg` are mapped to a queue.
+pub fn mapped(reg: &Registry) -> usize {
+    reg.streams.iter().filter(|s| s.queue_id.is_some()).count()
 }
 
 /// Effective KFD priority of queue `qid` in `reg`.

@@ -291,13 +291,17 @@ pub fn under_kfdq(
 /// The outcome of a program that ran to its end: (stdout, stderr); panics with both (and the
 /// packages) when it failed.
 pub fn finished(what: &str, out: Output) -> (String, String) {
+    finished_in(what, out, packages())
+}
+
+/// [`finished`] for a program of a root whose package versions `packages` lists.
+pub fn finished_in(what: &str, out: Output, packages: &str) -> (String, String) {
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     assert!(
         out.status.success(),
-        "{what} failed ({}):\n--- stdout\n{stdout}\n--- stderr\n{stderr}\n{}",
+        "{what} failed ({}):\n--- stdout\n{stdout}\n--- stderr\n{stderr}\n{packages}",
         out.status,
-        packages()
     );
     (stdout, stderr)
 }

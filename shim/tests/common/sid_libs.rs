@@ -1,7 +1,10 @@
-//! The second sid root, `sid-libs-root` (`scripts/sid-root.sh --libs`): the base root plus
-//! rocBLAS, hipBLAS, hipBLASLt and MIOpen with their headers. Their kernels are for gfx90a, so
-//! the emulator runs the `mi210` preset. The programs (libs_check, the libsext CPython
-//! extension, hip_check for gfx90a as the latency job) are compiled once per test binary.
+//! The libraries' roots: `sid-libs-root` (`scripts/sid-root.sh --libs`: the 6.4 root plus
+//! rocBLAS, hipBLAS, hipBLASLt and MIOpen with their headers) and `sid-rocm72-libs-root`
+//! (`--rocm72 --libs`: the same libraries at 7.2.4 from Debian experimental). Their kernels are
+//! for gfx90a (neither hipBLASLt ships gfx942 kernels), so the emulator runs the `mi210` preset.
+//! The programs (libs_check, the libsext CPython extension, hip_check for gfx90a as the latency
+//! job) are compiled once per test binary and root. [`ROCM64`] and [`ROCM72`] name a root; the
+//! tests are shared (`super::libs_suite`).
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
@@ -13,25 +16,119 @@ use super::sid::{self, Running};
 pub use super::sid::{Built, Shimmed};
 use super::{Emu, EmuConfig, Preset, mount_with, workspace_bin};
 
-/// The libraries' root. Missing: the test fails and says how to build it.
-pub fn root() -> PathBuf {
-    test_support::require_root();
-    let root = sid::cache_dir().join("sid-libs-root");
-    assert!(
-        root.join("usr/include/miopen/miopen.h").is_file(),
-        "{}: the Debian sid root with the ROCm math libraries is missing at {}: build it with \
-         `scripts/sid-root.sh --libs` as root (about 100 s, 690 MB download, 5.5 GB), or set \
-         KFDQ_SKIP_PRIVILEGED=1 to skip",
-        test_support::privileged::current_test(),
-        root.display()
-    );
-    root
+/// One of the libraries' roots.
+pub struct Libs {
+    /// Its directory in the cache.
+    pub name: &'static str,
+    /// What `scripts/sid-root.sh` is given to build it (then `--versions` lists its packages).
+    pub flags: &'static [&'static str],
+    /// A file that is there once the libraries' headers are (the programs compile against them).
+    pub ready: &'static str,
+    /// What building it costs (for the message when it is missing).
+    pub cost: &'static str,
+    /// The libraries' sonames: rocBLAS, hipBLAS, hipBLASLt, MIOpen.
+    pub libraries: [&'static str; 4],
+    /// The newest HIP version node the runtime the libraries were built against has: none of
+    /// their imports may name a newer one.
+    pub newest_node: (u32, u32),
+    packages: OnceLock<String>,
+    built: OnceLock<Built>,
 }
 
-/// The package versions the root holds and what moved (`scripts/sid-root.sh --libs --versions`).
-pub fn packages() -> &'static str {
-    static TEXT: OnceLock<String> = OnceLock::new();
-    TEXT.get_or_init(|| sid::versions_text("sid-libs-root", &["--libs", "--versions"]))
+/// ROCm 6.4 (Debian sid): rocBLAS 6.4.4, hipBLAS 6.4.4, hipBLASLt 7.1.1 (built against HIP
+/// 6.4.3), MIOpen 6.4.3.
+pub static ROCM64: Libs = Libs {
+    name: "sid-libs-root",
+    flags: &["--libs"],
+    ready: "usr/include/miopen/miopen.h",
+    cost: "about 100 s, 690 MB download, 5.5 GB",
+    libraries: [
+        "librocblas.so.4",
+        "libhipblas.so.2",
+        "libhipblaslt.so.1",
+        "libMIOpen.so.1",
+    ],
+    newest_node: (6, 4),
+    packages: OnceLock::new(),
+    built: OnceLock::new(),
+};
+
+/// ROCm 7.2.4 (Debian experimental on sid): rocBLAS 5 and hipBLAS 3 (7.2.4), hipBLASLt and MIOpen
+/// 7.2.4 on HIP 7.2.
+pub static ROCM72: Libs = Libs {
+    name: "sid-rocm72-libs-root",
+    flags: &["--rocm72", "--libs"],
+    ready: "usr/include/miopen/miopen.h",
+    cost: "about 130 s, 1.6 GB download, 4.6 GB",
+    libraries: [
+        "librocblas.so.5",
+        "libhipblas.so.3",
+        "libhipblaslt.so.1",
+        "libMIOpen.so.1",
+    ],
+    newest_node: (7, 2),
+    packages: OnceLock::new(),
+    built: OnceLock::new(),
+};
+
+impl Libs {
+    /// The root. Missing: the test fails and says how to build it.
+    pub fn root(&self) -> PathBuf {
+        test_support::require_root();
+        let root = sid::cache_dir().join(self.name);
+        assert!(
+            root.join(self.ready).is_file(),
+            "{}: the Debian root with the ROCm math libraries is missing at {}: build it with \
+             `scripts/sid-root.sh {}` as root ({}; scripts/test.sh does), or set \
+             KFDQ_SKIP_PRIVILEGED=1 to skip",
+            test_support::privileged::current_test(),
+            root.display(),
+            self.flags.join(" "),
+            self.cost,
+        );
+        root
+    }
+
+    /// The package versions the root holds and what moved (`scripts/sid-root.sh FLAGS
+    /// --versions`).
+    pub fn packages(&self) -> &str {
+        self.packages.get_or_init(|| {
+            let mut args = self.flags.to_vec();
+            args.push("--versions");
+            sid::versions_text(self.name, &args)
+        })
+    }
+
+    /// Compiles libs_check, the libsext extension and hip_check (gfx90a) in `root` (once).
+    pub fn built(&self, emu: &Emu, root: &Path) -> &Built {
+        self.built.get_or_init(|| {
+            let script = "set -e; L='-lrocblas -lhipblas -lhipblaslt -lMIOpen -lpthread'; \
+                hipcc -O1 -o libs_check libs_check.cpp $L; \
+                hipcc -O1 -shared -fPIC $(python3-config --includes) \
+                  -o libsext$(python3-config --extension-suffix) libsext.cpp $L; \
+                hipcc --offload-arch=gfx90a -O2 -o hip_check hip_check.hip";
+            Built {
+                dir: sid::compile_in_root(
+                    emu,
+                    root,
+                    &[
+                        "libs_check.cpp",
+                        "libsext.cpp",
+                        "libsext_check.py",
+                        "hip_check.hip",
+                    ],
+                    script,
+                    self.packages(),
+                ),
+            }
+        })
+    }
+
+    /// The outcome of a program that ran to its end: stdout; panics with both streams (and the
+    /// root's packages) when it failed.
+    pub fn finished(&self, what: &str, out: Output) -> String {
+        sid::finished_in(what, out, self.packages()).0
+    }
 }
 
 /// An emulated MI210 (gfx90a).
@@ -56,32 +153,6 @@ pub const ENV: [(&str, &str); 5] = [
     ("MIOPEN_DEBUG_CONV_FFT", "0"),
 ];
 
-/// Compiles libs_check, the libsext extension and hip_check (gfx90a) in the root (once).
-pub fn built(emu: &Emu, root: &Path) -> &'static Built {
-    static BUILT: OnceLock<Built> = OnceLock::new();
-    BUILT.get_or_init(|| {
-        let script = "set -e; L='-lrocblas -lhipblas -lhipblaslt -lMIOpen -lpthread'; \
-            hipcc -O1 -o libs_check libs_check.cpp $L; \
-            hipcc -O1 -shared -fPIC $(python3-config --includes) \
-              -o libsext$(python3-config --extension-suffix) libsext.cpp $L; \
-            hipcc --offload-arch=gfx90a -O2 -o hip_check hip_check.hip";
-        Built {
-            dir: sid::compile_in_root(
-                emu,
-                root,
-                &[
-                    "libs_check.cpp",
-                    "libsext.cpp",
-                    "libsext_check.py",
-                    "hip_check.hip",
-                ],
-                script,
-                packages(),
-            ),
-        }
-    })
-}
-
 /// `argv` in the root, the programs' directory as `/work` (the working directory), with [`ENV`].
 pub fn in_work(emu: &Emu, root: &Path, built: &Built, argv: &[&str]) -> Command {
     let mut cmd = sid::command(
@@ -93,19 +164,6 @@ pub fn in_work(emu: &Emu, root: &Path, built: &Built, argv: &[&str]) -> Command 
     );
     cmd.envs(ENV);
     cmd
-}
-
-/// The outcome of a program that ran to its end: stdout; panics with both streams when it failed.
-pub fn finished(what: &str, out: Output) -> String {
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert!(
-        out.status.success(),
-        "{what} failed ({}):\n--- stdout\n{stdout}\n--- stderr\n{stderr}\n{}",
-        out.status,
-        packages()
-    );
-    stdout
 }
 
 /// The "status <step> <value>" lines of an output, in order (with several threads, sorted: the
@@ -136,6 +194,22 @@ pub fn under_kfdq(
 ) -> Shimmed {
     let all: Vec<(&str, &str)> = ENV.iter().chain(env).copied().collect();
     sid::under_kfdq(emu, root, built.dir.path(), agent, class, &all, argv)
+}
+
+/// `hip_check --busy` (gfx90a) under `kfdq run --class latency`, reaching `agent`, once it is
+/// busy: the latency job beside the libraries' batch jobs.
+pub fn busy_latency(emu: &Emu, root: &Path, built: &Built, agent: &Agent) -> Shimmed {
+    let mut l = under_kfdq(
+        emu,
+        root,
+        built,
+        agent,
+        "latency",
+        &[],
+        &["./hip_check", "--busy"],
+    );
+    l.p.wait_line("hip_check: busy");
+    l
 }
 
 pub use super::sid::ps_entry;

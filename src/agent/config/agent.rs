@@ -94,12 +94,13 @@ pub(super) fn apply(
     }
     cfg.policy.release = super::release::release(a).map_err(|e| at_agent(e.to_string()))?;
     if let Some(file) = &a.calibration {
-        let (round_trip_ns, target) = super::calibration::read(a, file.get_ref(), doc.path)
-            .map_err(|e| doc.invalid(doc.line(file.span()), format!("[agent]: {e}")))?;
+        let line = doc.line(file.span());
+        let cal = super::calibration::read(a, file.get_ref(), line, doc.path)
+            .map_err(|e| doc.invalid(line, format!("[agent]: {e}")))?;
         if let Release::Cost(c) = &mut cfg.policy.release {
-            c.round_trip_ns = round_trip_ns;
+            c.round_trip_ns = cal.round_trip_ns;
         }
-        cfg.calibration = Some((file.get_ref().clone(), target));
+        cfg.calibration = Some(cal);
     }
     if let Some(v) = a.hysteresis_ms {
         cfg.policy.hysteresis_ns = ms(v, "hysteresis_ms").map_err(|e| at_agent(e.to_string()))?;

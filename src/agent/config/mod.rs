@@ -29,6 +29,7 @@ use crate::proto::control::Control;
 
 mod agent;
 mod calibration;
+pub use calibration::CalibrationInUse;
 mod class;
 mod lookup;
 mod release;
@@ -139,9 +140,9 @@ pub struct AgentConfig {
     /// The policy's part.
     pub policy: PolicyConfig,
     /// `[agent] calibration`: the node's calibration file (`kfdq bench --write`), whose round
-    /// trip is the cost rule's C, and the `gfx_target_version` it was measured on (kfdqd
-    /// refuses it on another GPU kind, [`AgentConfig::load_for_node`]).
-    pub calibration: Option<(PathBuf, u32)>,
+    /// trip is the cost rule's C, and the GPU kind it was measured on (kfdqd refuses it on
+    /// another GPU kind, [`AgentConfig::load_for_node`]).
+    pub calibration: Option<CalibrationInUse>,
     /// `[kubernetes]`: the device plugin's allocations, the fallback class for pods, the node
     /// feature file.
     pub kubernetes: KubernetesConfig,
@@ -166,14 +167,6 @@ pub enum ConfigError {
         path: PathBuf,
         /// 1-based line (0 when not known).
         line: usize,
-        /// The rule and the fix.
-        message: String,
-    },
-    /// The file does not fit this node (a calibration measured on another GPU kind).
-    #[error("{path}: {message}")]
-    Node {
-        /// The file.
-        path: PathBuf,
         /// The rule and the fix.
         message: String,
     },

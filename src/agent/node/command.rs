@@ -84,9 +84,22 @@ impl Command {
     /// skips the others; each SET_CU_MASK is an UPDATE_QUEUE in amdkfd, one per queue; holds,
     /// priorities and windows cost none here. Allocates nothing (a process has a few queues:
     /// each partition is counted from its first queue on).
-    pub(super) fn cost(&self, reg: &Registry, mut f: impl FnMut(GpuId, u32)) {
+    pub(super) fn cost(&self, reg: &Registry, f: impl FnMut(GpuId, u32)) {
+        self.cost_of(reg, false, f);
+    }
+
+    /// What a process's own watch of an edge board cost when it applied (or undid) this
+    /// level (`ShimMsg::SelfLevel`): as [`Command::cost`], every queue of the process counted,
+    /// since the watch applies the level to all of them and its report may reach the agent
+    /// after the registry already shows them at the level.
+    pub(super) fn watch_cost(&self, reg: &Registry, f: impl FnMut(GpuId, u32)) {
+        self.cost_of(reg, true, f);
+    }
+
+    fn cost_of(&self, reg: &Registry, every_queue: bool, mut f: impl FnMut(GpuId, u32)) {
         let counts: &dyn Fn(&crate::proto::QueueInfo) -> bool = match self {
             Command::Preempt(Level::Hold) | Command::Release(Level::Hold) => return,
+            Command::Preempt(_) | Command::Release(_) if every_queue => &|_| true,
             Command::Preempt(Level::Deactivate) => &|q| !q.deactivated,
             Command::Release(Level::Deactivate) => &|q| q.deactivated,
             Command::Preempt(Level::Suspend) => &|q| !q.suspended,
@@ -113,8 +126,8 @@ impl Command {
     }
 }
 
-/// Device-wide preempts the agent's commands caused: in all, per partition, and over the last
-/// [`RATE_WINDOW`] for the rate.
+/// Device-wide preempts the agent's commands and the processes' own watches of the edge
+/// boards caused: in all, per partition, and over the last [`RATE_WINDOW`] for the rate.
 #[derive(Debug, Default)]
 pub(super) struct Preempts {
     total: u64,

@@ -22,6 +22,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
+use super::command::Command;
 use super::process::Proc;
 use super::why::Why;
 use super::{NodeState, Out};
@@ -368,7 +369,14 @@ impl NodeState {
             (Some(l), true) => {
                 if p.applied != Run::Preempted(l) {
                     p.applied = Run::Preempted(l);
+                    // Counted as the agent's own preempt is (`count_sent`): for the process,
+                    // its class, and the device-wide preempts it cost.
                     p.preemptions += 1;
+                    self.rec.preempted(p.class(), l);
+                    let preempts = &mut self.preempts;
+                    Command::Preempt(l).watch_cost(&p.registry, |gpu, c| {
+                        preempts.count(gpu, c, now);
+                    });
                 }
                 p.self_applied = true;
                 p.awaiting_self = None;
@@ -385,6 +393,12 @@ impl NodeState {
             (None, true) => {
                 if p.self_applied {
                     p.self_applied = false;
+                    if let Run::Preempted(l) = p.applied {
+                        let preempts = &mut self.preempts;
+                        Command::Release(l).watch_cost(&p.registry, |gpu, c| {
+                            preempts.count(gpu, c, now);
+                        });
+                    }
                     p.applied = Run::Running;
                     self.counters.direct_releases += 1;
                 }

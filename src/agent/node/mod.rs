@@ -32,6 +32,8 @@ mod decide;
 mod direct;
 mod doorbell;
 mod edge;
+#[cfg(test)]
+mod fixture;
 mod hint;
 mod process;
 mod reconcile;

@@ -127,7 +127,7 @@ pub(super) struct Proc {
     pub(super) activity_dropped: bool,
     pub(super) priority_override: Option<u32>,
     pub(super) warnings: VecDeque<String>,
-    /// Preempt commands sent to it.
+    /// Its preemptions: preempt commands sent to it and levels its own watches applied.
     pub(super) preemptions: u64,
     /// Seconds it spent preempted, up to [`Proc::accounted`].
     pub(super) preempted_s: f64,

@@ -7,7 +7,7 @@ use crate::ids::Pid;
 use crate::policy::Run;
 use crate::proto::Level;
 use crate::proto::control::{
-    ClassStatus, NodeStatus, PartitionStatus, ProcessQueue, ProcessStatus,
+    CalibrationStatus, ClassStatus, NodeStatus, PartitionStatus, ProcessQueue, ProcessStatus,
 };
 
 /// A run state in words.
@@ -184,6 +184,17 @@ impl NodeState {
             processes,
             left_alone: self.left_alone.values().cloned().collect(),
             counters,
+            release: self
+                .cfg
+                .policy
+                .release
+                .describe(self.cfg.policy.hysteresis_ns),
+            calibration: self.cfg.calibration.as_ref().map(|c| CalibrationStatus {
+                file: c.file.display().to_string(),
+                gfx_target: c.gfx_target.clone(),
+                round_trip_ns: c.round_trip_ns,
+                warning: c.warning.clone(),
+            }),
         }
     }
 }

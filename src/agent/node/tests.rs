@@ -5,81 +5,38 @@ use std::time::{Duration, Instant};
 use super::command::Command;
 use super::reconcile::{RETRY_AFTER, Want, reconcile};
 use super::*;
-use crate::agent::identity::Identity;
 use crate::ids::{GpuId, Pid, QueueId};
 use crate::policy::Run;
 use crate::proto::{Level, QueueInfo, Registry, Request, ShimMsg, Target};
 
-// The agent's own commands (direct edges, on by default, are tested in `tests_direct.rs`).
-pub(super) const CONFIG: &str = r#"
-[agent]
-direct_edges = false
-hysteresis_ms = 0
-min_preempt_interval_ms = 0
+use super::fixture::{agent_file, connect, identity, node_on};
+pub(super) use super::fixture::{registry, step};
 
-[[class]]
-name = "serving"
-rank = 2
-priority = 13
-match = { env = true }
-
-[[class]]
-name = "training"
-rank = 0
-priority = 3
-level = "deactivate"
-match = { env = true }
-"#;
+/// The agent's own commands (direct edges, on by default, are tested in `tests_direct.rs`): a
+/// serving class over a training class preempted at level 2.
+pub(super) fn config() -> String {
+    agent_file(
+        "direct_edges = false\nhysteresis_ms = 0\nmin_preempt_interval_ms = 0\n",
+        &[
+            ("serving", 2, 13, None),
+            ("training", 0, 3, Some("deactivate")),
+        ],
+    )
+}
 
 const GPU: GpuId = GpuId(0x1000);
 pub(super) const SERVING: Pid = Pid(100);
 pub(super) const TRAINING: Pid = Pid(200);
 
-fn identity(pid: Pid) -> Identity {
-    Identity {
-        pid,
-        start: 0,
-        uid: 0,
-        gid: 0,
-        groups: vec![],
-        exe: format!("/bin/p{pid}"),
-        cgroup: String::new(),
-        claim: crate::agent::identity::Claim::None,
-        admin_channel: false,
-    }
-}
-
 /// A queue on the test partition with this effective priority.
 pub(super) fn queue(queue_id: u32, priority: u32) -> QueueInfo {
-    QueueInfo {
-        queue_id: QueueId(queue_id),
-        gpu_id: GPU,
-        requested_priority: 7,
-        effective_priority: priority,
-        ring_base: 0,
-        ring_size: 4096,
-        streams: vec![],
-        deactivated: false,
-        suspended: false,
-        busy: false,
-        window_waits: 0,
-        window_stalls: 0,
-    }
-}
-
-pub(super) fn registry(pid: Pid, class: &str, queues: Vec<QueueInfo>) -> ShimMsg {
-    ShimMsg::Registry(Registry {
-        pid,
-        class: Some(class.into()),
-        queues,
-        ..Registry::default()
-    })
+    QueueInfo::new(QueueId(queue_id), GPU, 7, priority)
 }
 
 /// A node with a serving process (conn 1, one queue) and a training process (conn 2, two
 /// queues), both registered at `t0`, and the first decision taken.
 pub(super) fn node(t0: Instant) -> NodeState {
-    node_with(CONFIG, t0)
+    node_with(&config(), t0)
 }
 
 /// [`node`] with another agent file.
@@ -93,28 +50,13 @@ pub(super) fn node_with_edges(
     t0: Instant,
     hint_timeout_ms: Option<u32>,
 ) -> NodeState {
-    let cfg = AgentConfig::parse(config, None).unwrap();
-    let parts = vec![PartitionObs {
-        gpu_id: GPU,
-        resident_slots: 32,
-        cus: 80,
-    }];
-    let mut n = NodeState::new(cfg, parts, String::new(), t0).unwrap();
+    let mut n = node_on(config, &[GPU], 32, t0);
     let mut out = Vec::new();
     for (conn, pid, class, queues) in [
         (1, SERVING, "serving", vec![queue(1, 13)]),
         (2, TRAINING, "training", vec![queue(1, 3), queue(2, 3)]),
     ] {
-        n.hello(
-            conn,
-            identity(pid),
-            crate::proto::VERSION,
-            Some(class.into()),
-            pid,
-            &mut out,
-        )
-        .unwrap();
-        n.shim_message(pid, registry(pid, class, queues), t0, &mut out);
+        connect(&mut n, conn, identity(pid), class, queues, t0, &mut out);
     }
     n.decide(t0, &mut out);
     // The serving class preempts the training class: its shim is asked for busy edges.
@@ -130,15 +72,6 @@ pub(super) fn node_with_edges(
         "nothing else to do while everything is idle"
     );
     n
-}
-
-/// Sends `msg` from `pid` at `now`, decides if it asks for it, and returns the commands.
-pub(super) fn step(n: &mut NodeState, pid: Pid, msg: ShimMsg, now: Instant) -> Vec<Out> {
-    let mut out = Vec::new();
-    if n.shim_message(pid, msg, now, &mut out) {
-        n.decide(now, &mut out);
-    }
-    out
 }
 
 pub(super) fn busy(b: bool) -> ShimMsg {
@@ -211,7 +144,7 @@ fn a_lease_that_ran_out_is_not_preempted_again_by_a_hold_alone() {
     // class still preempts it.
     let t0 = Instant::now();
     let mut n = node_with(
-        &CONFIG.replace("hysteresis_ms = 0", "hysteresis_ms = 20"),
+        &config().replace("hysteresis_ms = 0", "hysteresis_ms = 20"),
         t0,
     );
     assert_eq!(step(&mut n, SERVING, busy(true), t0), [preempt(1)]);
@@ -414,162 +347,6 @@ fn one_step_releases_the_old_level_before_preempting_at_the_new() {
     // Sent: the same want again sends nothing (the preempt is in flight, and the registry is
     // not newer than it).
     assert_eq!(reconcile(p, want, t0).commands().count(), 0);
-}
-
-/// Timing probe (not a test of behaviour): `cargo test --release -p kfdq --lib timing_probe --
-/// --ignored --nocapture`. Knobs (below): `PROBE_N` decisions, `PROBE_COLD` caches,
-/// `PROBE_SLEEP` and `PROBE_GAP_US` a pause before each decision, `PROBE_FLOOR` only the
-/// commands' sending in place of the decision, `PROBE_PROCS` the number of processes.
-#[test]
-#[ignore = "a timing probe, run by hand"]
-fn timing_probe() {
-    let t0 = Instant::now();
-    let cfg = AgentConfig::parse(
-        &CONFIG.replace("level = \"deactivate\"", "level = \"hold\""),
-        None,
-    )
-    .unwrap();
-    let parts = vec![PartitionObs {
-        gpu_id: GPU,
-        resident_slots: 1024,
-        cus: 80,
-    }];
-    let mut n = NodeState::new(cfg, parts, String::new(), t0).unwrap();
-    let mut out = Vec::new();
-    // PROBE_PROCS: how many processes (default 64: one serving, the rest training).
-    let procs: u32 = std::env::var("PROBE_PROCS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(64);
-    for i in 0..procs.max(2) {
-        let pid = Pid(1000 + i);
-        let class = if i == 0 { "serving" } else { "training" };
-        n.hello(
-            u64::from(i) + 1,
-            identity(pid),
-            crate::proto::VERSION,
-            Some(class.into()),
-            pid,
-            &mut out,
-        )
-        .unwrap();
-        let qs = (1..=8).map(|q| queue(q, 3)).collect();
-        n.shim_message(pid, registry(pid, class, qs), t0, &mut out);
-    }
-    n.decide(t0, &mut out);
-    let (mut times, mut after) = (Vec::new(), Vec::new());
-    // PROBE_COLD=1: 64 MiB are written between toggles, so each decision starts with cold
-    // caches (as in the agent, after the 63 clients it woke ran on the same CPUs).
-    let mut evict = match std::env::var_os("PROBE_COLD") {
-        Some(_) => vec![0u8; 64 << 20],
-        None => Vec::new(),
-    };
-    // PROBE_SLEEP=1: asleep before each decision, as the agent between toggles (its CPU
-    // idle, or another's), without touching any memory; PROBE_SLEEP=spin: spinning on the
-    // clock instead (the CPU never idles). For PROBE_GAP_US µs (default 20000, the bench's
-    // pause).
-    let sleep = std::env::var("PROBE_SLEEP").ok();
-    let gap = Duration::from_micros(
-        std::env::var("PROBE_GAP_US")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(20_000),
-    );
-    let floor: Vec<(Pid, crate::agent::conn::ConnId)> = match std::env::var_os("PROBE_FLOOR") {
-        Some(_) => n
-            .procs
-            .iter()
-            .filter(|(pid, _)| **pid != Pid(1000))
-            .map(|(pid, p)| (*pid, p.conn))
-            .collect(),
-        None => Vec::new(),
-    };
-    // The commands of the last toggle, acknowledged after it: both buffers keep their
-    // capacity, as the server's outbox does.
-    let mut sent = Vec::new();
-    let toggles: u32 = std::env::var("PROBE_N")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(400);
-    for t in 0..toggles {
-        out.clear();
-        let now = t0 + Duration::from_millis(u64::from(t) * 20 + 20);
-        n.shim_message(
-            Pid(1000),
-            ShimMsg::Activity {
-                queue_id: QueueId(1),
-                busy: t % 2 == 0,
-            },
-            now,
-            &mut out,
-        );
-        for (i, b) in evict.iter_mut().enumerate().step_by(64) {
-            *b = b.wrapping_add(i as u8);
-        }
-        std::hint::black_box(&evict);
-        match sleep.as_deref() {
-            Some("spin") => {
-                let until = Instant::now() + gap;
-                while Instant::now() < until {
-                    std::hint::spin_loop();
-                }
-            }
-            Some(_) => std::thread::sleep(gap),
-            None => {}
-        }
-        // As the server: the commands timed, the times accounted after.
-        let s = Instant::now();
-        if floor.is_empty() {
-            n.decide_commands(now, &mut out);
-        } else {
-            // PROBE_FLOOR: only the commands' part of today's decision, the 63 commands
-            // numbered, built and logged by the real `send_to` (no policy, no reconcile).
-            let cmd = if t % 2 == 0 {
-                Command::Preempt(Level::Hold)
-            } else {
-                Command::Release(Level::Hold)
-            };
-            for &(pid, conn) in &floor {
-                n.send_to(pid, conn, cmd.clone(), now, &mut out);
-            }
-        }
-        times.push(s.elapsed().as_secs_f64() * 1e6);
-        let s = Instant::now();
-        n.after_write(now, &mut out);
-        after.push(s.elapsed().as_secs_f64() * 1e6);
-        // acks
-        std::mem::swap(&mut out, &mut sent);
-        for o in sent.drain(..) {
-            if let Out::Shim(conn, m) = o {
-                let seq = match m {
-                    crate::proto::AgentMsg::Preempt { seq, .. }
-                    | crate::proto::AgentMsg::Release { seq, .. } => seq,
-                    _ => continue,
-                };
-                let pid = Pid(1000 + conn as u32 - 1);
-                n.shim_message(
-                    pid,
-                    ShimMsg::Ack {
-                        seq,
-                        ok: true,
-                        detail: String::new(),
-                    },
-                    now,
-                    &mut out,
-                );
-            }
-        }
-    }
-    times.sort_by(f64::total_cmp);
-    after.sort_by(f64::total_cmp);
-    let n = times.len();
-    eprintln!(
-        "decide p50 {:.1} p99 {:.1} us; after the write p50 {:.1} p99 {:.1} us",
-        times[n / 2],
-        times[n * 99 / 100],
-        after[n / 2],
-        after[n * 99 / 100]
-    );
 }
 
 #[test]

@@ -3,30 +3,21 @@
 
 use std::time::{Duration, Instant};
 
+use super::fixture::{agent_file, connect, decide, identity, node_on};
 use super::*;
-use crate::agent::identity::Identity;
 use crate::ids::{GpuId, Pid, QueueId};
-use crate::proto::{Level, QueueInfo, Registry, ShimMsg};
+use crate::proto::{Level, QueueInfo, ShimMsg};
 
-const CONFIG: &str = r#"
-[agent]
-direct_edges = true
-hysteresis_ms = 20
-min_preempt_interval_ms = 0
-
-[[class]]
-name = "latency"
-rank = 2
-priority = 13
-match = { env = true }
-
-[[class]]
-name = "batch"
-rank = 0
-priority = 3
-level = "deactivate"
-match = { env = true }
-"#;
+/// A latency class over a batch class that preempts itself at level 2 on the board.
+fn config() -> String {
+    agent_file(
+        "direct_edges = true\nhysteresis_ms = 20\nmin_preempt_interval_ms = 0\n",
+        &[
+            ("latency", 2, 13, None),
+            ("batch", 0, 3, Some("deactivate")),
+        ],
+    )
+}
 
 const A: GpuId = GpuId(0x1000);
 const B: GpuId = GpuId(0x2000);
@@ -34,72 +25,19 @@ const HP: Pid = Pid(100);
 const LP: Pid = Pid(101);
 const LP_OTHER: Pid = Pid(102);
 
-fn connect(n: &mut NodeState, conn: u64, pid: Pid, class: &str, gpu: GpuId, t: Instant) {
-    let mut out = Vec::new();
-    let id = Identity {
-        pid,
-        start: 0,
-        uid: 0,
-        gid: 0,
-        groups: vec![],
-        exe: format!("/bin/{class}"),
-        cgroup: String::new(),
-        claim: crate::agent::identity::Claim::None,
-        admin_channel: false,
-    };
-    n.hello(
-        conn,
-        id,
-        crate::proto::VERSION,
-        Some(class.into()),
-        pid,
-        &mut out,
-    )
-    .unwrap();
-    let q = QueueInfo {
-        queue_id: QueueId(1),
-        gpu_id: gpu,
-        requested_priority: 7,
-        effective_priority: if class == "latency" { 13 } else { 3 },
-        ring_base: 0,
-        ring_size: 4096,
-        streams: vec![],
-        deactivated: false,
-        suspended: false,
-        busy: false,
-        window_waits: 0,
-        window_stalls: 0,
-    };
-    let reg = Registry {
-        pid,
-        class: Some(class.into()),
-        queues: vec![q],
-        ..Registry::default()
-    };
-    n.shim_message(pid, ShimMsg::Registry(reg), t, &mut out);
+/// Connection `conn`: `pid` in `class` with queue 1 on `gpu`.
+fn join(n: &mut NodeState, conn: u64, pid: Pid, class: &str, gpu: GpuId, t: Instant) {
+    let effective = if class == "latency" { 13 } else { 3 };
+    let queues = vec![QueueInfo::new(QueueId(1), gpu, 7, effective)];
+    connect(n, conn, identity(pid), class, queues, t, &mut Vec::new());
 }
 
 fn node(t0: Instant) -> NodeState {
-    let cfg = AgentConfig::parse(CONFIG, None).unwrap();
-    let parts = [A, B]
-        .iter()
-        .map(|&gpu_id| PartitionObs {
-            gpu_id,
-            resident_slots: 64,
-            cus: 80,
-        })
-        .collect();
-    let mut n = NodeState::new(cfg, parts, String::new(), t0).unwrap();
-    connect(&mut n, 1, HP, "latency", A, t0);
-    connect(&mut n, 2, LP, "batch", A, t0);
-    connect(&mut n, 3, LP_OTHER, "batch", B, t0);
+    let mut n = node_on(&config(), &[A, B], 64, t0);
+    join(&mut n, 1, HP, "latency", A, t0);
+    join(&mut n, 2, LP, "batch", A, t0);
+    join(&mut n, 3, LP_OTHER, "batch", B, t0);
     n
-}
-
-fn decide(n: &mut NodeState, t: Instant) -> Vec<Out> {
-    let mut out = Vec::new();
-    n.decide(t, &mut out);
-    out
 }
 
 fn msg(n: &mut NodeState, pid: Pid, m: ShimMsg, t: Instant) {
@@ -280,7 +218,7 @@ fn a_writer_that_goes_has_its_slot_cleared_and_the_watchers_told() {
 fn direct_edges_off_hands_out_no_board() {
     let t0 = Instant::now();
     let cfg = AgentConfig::parse(
-        &CONFIG.replace("direct_edges = true", "direct_edges = false"),
+        &config().replace("direct_edges = true", "direct_edges = false"),
         None,
     )
     .unwrap();
@@ -297,8 +235,12 @@ fn direct_edges_off_hands_out_no_board() {
 
 #[test]
 fn direct_edges_are_on_by_default() {
-    let unset = CONFIG.replace("direct_edges = true\n", "");
-    assert_ne!(unset, CONFIG, "the test's configuration sets direct_edges");
+    let unset = config().replace("direct_edges = true\n", "");
+    assert_ne!(
+        unset,
+        config(),
+        "the test's configuration sets direct_edges"
+    );
     assert!(AgentConfig::parse(&unset, None).unwrap().direct_edges);
 }
 
@@ -306,7 +248,7 @@ fn direct_edges_are_on_by_default() {
 fn edges_false_is_refused_with_the_fix_and_edges_true_is_ignored() {
     // The activity-samples-only mode is gone: asking for it is an error naming the fix.
     let e = AgentConfig::parse(
-        &CONFIG.replace("[agent]\n", "[agent]\nedges = false\n"),
+        &config().replace("[agent]\n", "[agent]\nedges = false\n"),
         None,
     )
     .unwrap_err()
@@ -318,7 +260,7 @@ fn edges_false_is_refused_with_the_fix_and_edges_true_is_ignored() {
     // What `edges = true` asked for is how the agent runs: an old configuration still loads,
     // with its other settings.
     let cfg = AgentConfig::parse(
-        &CONFIG.replace("[agent]\n", "[agent]\nedges = true\n"),
+        &config().replace("[agent]\n", "[agent]\nedges = true\n"),
         None,
     )
     .unwrap();
@@ -331,7 +273,7 @@ fn an_edge_the_watch_cannot_see_gets_the_agents_preempt_at_once() {
     let mut n = subscribed(t0);
     // A second latency process on the batch job's partition: not in its watch yet.
     let t1 = t0 + Duration::from_millis(5);
-    connect(&mut n, 4, Pid(103), "latency", A, t1);
+    join(&mut n, 4, Pid(103), "latency", A, t1);
     msg(
         &mut n,
         Pid(103),
@@ -372,7 +314,7 @@ fn a_level_3_class_watches_at_level_3_and_a_level_1_class_not_at_all() {
     let t0 = Instant::now();
     let watch_level = |level: &str| {
         let cfg = AgentConfig::parse(
-            &CONFIG.replace("\"deactivate\"", &format!("\"{level}\"")),
+            &config().replace("\"deactivate\"", &format!("\"{level}\"")),
             None,
         )
         .unwrap();
@@ -400,7 +342,7 @@ fn a_level_3_class_watches_at_level_3_and_a_level_1_class_not_at_all() {
 fn without_watches_the_edge_decision_sends_what_it_sends_without_direct_edges() {
     let t0 = Instant::now();
     let hold = |direct: bool| {
-        let cfg = CONFIG
+        let cfg = config()
             .replace("\"deactivate\"", "\"hold\"")
             .replace("hysteresis_ms = 20", "hysteresis_ms = 0")
             .replace("direct_edges = true", &format!("direct_edges = {direct}"));
@@ -432,4 +374,57 @@ fn without_watches_the_edge_decision_sends_what_it_sends_without_direct_edges() 
     }
     assert!(on.counters.edge_decisions >= 3, "{:?}", on.counters);
     assert_eq!(subscribed(t0).direct.watchers, 1);
+}
+
+/// The value of the metric line that starts with `series` in a scrape.
+fn metric(text: &str, series: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
+}
+
+#[test]
+fn a_watchs_preempt_and_release_count_where_the_agents_commands_do() {
+    let t0 = Instant::now();
+    let mut n = subscribed(t0);
+    let t1 = t0 + Duration::from_millis(5);
+    busy(&mut n, true, t1);
+    assert_eq!(run_cmds(&decide(&mut n, t1), 2), 0, "left to the watch");
+    self_level(&mut n, Some(Level::Deactivate), t1);
+    let st = n.status(t1);
+    // One queue deactivated on partition A: one device-wide preempt there, none on B.
+    assert_eq!(st.counters.direct_preempts, 1);
+    assert_eq!(st.counters.preempts, 1, "{:?}", st.counters);
+    assert!(st.counters.preempts_per_s > 0.0, "{:?}", st.counters);
+    let on = |st: &crate::proto::control::NodeStatus, g: GpuId| {
+        st.partitions
+            .iter()
+            .find(|p| p.gpu_id == g)
+            .map(|p| p.preempts)
+    };
+    assert_eq!((on(&st, A), on(&st, B)), (Some(1), Some(0)));
+    let lp = st.processes.iter().find(|p| p.pid == LP).unwrap();
+    assert_eq!(lp.preemptions, 1);
+    let text = n.metrics(t1).unwrap();
+    assert_eq!(
+        metric(
+            &text,
+            r#"kfdq_preemptions_total{class="batch",level="deactivate"}"#
+        ),
+        Some(1.0),
+        "{text}"
+    );
+    // The same report again changes nothing (the level is already applied).
+    self_level(&mut n, Some(Level::Deactivate), t1);
+    assert_eq!(n.status(t1).counters.preempts, 1);
+    // Its release costs a device-wide preempt too, as the agent's release does.
+    let t2 = t1 + Duration::from_millis(30);
+    busy(&mut n, false, t2);
+    decide(&mut n, t2);
+    self_level(&mut n, None, t2);
+    let st = n.status(t2);
+    assert_eq!(st.counters.direct_releases, 1);
+    assert_eq!((st.counters.preempts, on(&st, A)), (2, Some(2)));
+    let text = n.metrics(t2).unwrap();
+    let gpu = format!(r#"kfdq_partition_device_preempts_total{{gpu="{}"}}"#, A.0);
+    assert_eq!(metric(&text, &gpu), Some(2.0), "{text}");
 }

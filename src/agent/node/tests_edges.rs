@@ -9,38 +9,12 @@ use std::time::{Duration, Instant};
 
 use proptest::prelude::*;
 
+use super::fixture::{agent_file, connect, identity, node_on};
 use super::*;
 use crate::agent::identity::Identity;
 use crate::ids::{GpuId, Pid, QueueId};
 use crate::policy::Run;
-use crate::proto::{Level, QueueInfo, Registry, ShimMsg};
-
-const CONFIG: &str = r#"
-[agent]
-hysteresis_ms = HYSTERESIS
-direct_edges = DIRECT
-min_preempt_interval_ms = INTERVAL
-
-[[class]]
-name = "serving"
-rank = 2
-priority = 13
-match = { env = true }
-
-[[class]]
-name = "batch"
-rank = 1
-priority = 7
-level = "hold"
-match = { env = true }
-
-[[class]]
-name = "training"
-rank = 0
-priority = 3
-level = "deactivate"
-match = { env = true }
-"#;
+use crate::proto::{Level, QueueInfo, ShimMsg};
 
 const CLASSES: [&str; 3] = ["serving", "batch", "training"];
 const GPUS: [GpuId; 2] = [GpuId(0x1000), GpuId(0x2000)];
@@ -89,86 +63,41 @@ fn node_with(
     t0: Instant,
     out: &mut Vec<Out>,
 ) -> NodeState {
-    let cfg = AgentConfig::parse(
-        &CONFIG
-            .replace("HYSTERESIS", &hysteresis_ms.to_string())
-            .replace("DIRECT", &direct.to_string())
-            .replace("INTERVAL", &interval_ms.to_string()),
-        None,
-    )
-    .unwrap();
-    let parts = GPUS
-        .iter()
-        .map(|&gpu_id| PartitionObs {
-            gpu_id,
-            resident_slots: 64,
-            cus: 80,
-        })
-        .collect();
-    let mut n = NodeState::new(cfg, parts, String::new(), t0).unwrap();
+    let agent = format!(
+        "hysteresis_ms = {hysteresis_ms}\ndirect_edges = {direct}\nmin_preempt_interval_ms = {interval_ms}\n"
+    );
+    let classes = [
+        (CLASSES[0], 2, 13, None),
+        (CLASSES[1], 1, 7, Some("hold")),
+        (CLASSES[2], 0, 3, Some("deactivate")),
+    ];
+    let mut n = node_on(&agent_file(&agent, &classes), &GPUS, 64, t0);
     for (i, s) in specs.iter().enumerate() {
         let class = CLASSES[s.class];
-        let id = Identity {
-            pid: pid(i),
-            start: 0,
-            uid: 0,
-            gid: 0,
-            groups: vec![],
-            exe: format!("/bin/p{i}"),
-            cgroup: String::new(),
-            claim: crate::agent::identity::Claim::None,
-            admin_channel: false,
-        };
-        n.hello(
-            i as u64 + 1,
-            id,
-            crate::proto::VERSION,
-            Some(class.into()),
-            pid(i),
-            out,
-        )
-        .unwrap();
         // Queues 1 (and 3) on the first partition, 2 on the second.
         let queues = [(0, 1), (1, 2), (0, 3)]
             .into_iter()
             .filter(|(g, _)| s.on[*g])
-            .map(|(g, q)| QueueInfo {
-                queue_id: QueueId(q),
-                gpu_id: GPUS[g],
-                requested_priority: 7,
-                effective_priority: [13, 7, 3][s.class],
-                ring_base: 0,
-                ring_size: 4096,
-                streams: vec![],
-                deactivated: false,
-                suspended: false,
-                busy: false,
-                window_waits: 0,
-                window_stalls: 0,
-            })
+            .map(|(g, q)| QueueInfo::new(QueueId(q), GPUS[g], 7, [13, 7, 3][s.class]))
             .collect();
-        let reg = ShimMsg::Registry(Registry {
-            pid: pid(i),
-            class: Some(class.into()),
+        connect(
+            &mut n,
+            i as u64 + 1,
+            identity(pid(i)),
+            class,
             queues,
-            ..Registry::default()
-        });
-        n.shim_message(pid(i), reg, t0, out);
+            t0,
+            out,
+        );
     }
     n
 }
 
+/// `kfdq` run by root.
 fn admin() -> Identity {
     Identity {
-        pid: Pid(1),
-        start: 0,
-        uid: 0,
-        gid: 0,
-        groups: vec![],
         exe: "/usr/bin/kfdq".into(),
-        cgroup: String::new(),
-        claim: crate::agent::identity::Claim::None,
-        admin_channel: false,
+        ..identity(Pid(1))
     }
 }
 

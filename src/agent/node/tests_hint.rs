@@ -4,6 +4,7 @@
 
 use std::time::{Duration, Instant};
 
+use super::fixture::decide as at;
 use super::tests::{SERVING, TRAINING, ack, busy, node, preempt, registry, release, step};
 use super::*;
 use crate::ids::Pid;
@@ -25,13 +26,6 @@ fn state(n: &NodeState, pid: Pid, now: Instant) -> String {
         .unwrap()
         .state
         .clone()
-}
-
-/// Decides at `now` (the timer the last decision set), returning the commands.
-fn at(n: &mut NodeState, now: Instant) -> Vec<Out> {
-    let mut out = Vec::new();
-    n.decide(now, &mut out);
-    out
 }
 
 #[test]
@@ -175,14 +169,14 @@ fn a_queue_created_under_a_hint_is_busy_with_it() {
 fn the_class_sets_the_bound_and_a_bad_one_is_refused_naming_the_rule() {
     let t0 = Instant::now();
     let config =
-        super::tests::CONFIG.replace("priority = 13\n", "priority = 13\nhint_timeout_ms = 5\n");
+        super::tests::config().replace("priority = 13\n", "priority = 13\nhint_timeout_ms = 5\n");
     let mut n = super::tests::node_with_edges(&config, t0, Some(5));
     assert_eq!(step(&mut n, SERVING, hint(true), t0), [preempt(1)]);
     step(&mut n, TRAINING, ack(1, true), t0);
     assert_eq!(at(&mut n, ms(t0, 4)), []);
     assert_eq!(at(&mut n, ms(t0, 5)), [release(2)]);
     for bad in ["0", "60001"] {
-        let c = super::tests::CONFIG.replace(
+        let c = super::tests::config().replace(
             "priority = 13\n",
             &format!("priority = 13\nhint_timeout_ms = {bad}\n"),
         );

@@ -3,6 +3,7 @@
 
 use std::time::Instant;
 
+use super::fixture::identity;
 use super::*;
 use crate::agent::identity::{Claim, Identity};
 use crate::allocation::{Allocation, AllocationFile, FILE_VERSION, PodRef, Token};
@@ -13,15 +14,9 @@ const CONFIG: &str = "[agent]\nhysteresis_ms = 0\n\n[kubernetes]\nfeatures = \"\
 
 fn id(pid: u32, claim: Claim) -> Identity {
     Identity {
-        pid: Pid(pid),
-        start: 0,
-        uid: 0,
-        gid: 0,
-        groups: vec![],
         exe: "/bin/p".into(),
-        cgroup: String::new(),
         claim,
-        admin_channel: false,
+        ..identity(Pid(pid))
     }
 }
 

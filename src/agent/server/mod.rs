@@ -104,6 +104,9 @@ pub fn partitions(root: &Root) -> Result<Vec<PartitionObs>, AgentError> {
 /// Runs the agent until SIGTERM or SIGINT: binds the socket, tells systemd it is ready, serves,
 /// and at the end releases every process it preempted.
 pub fn run(cfg: AgentConfig, opts: &Options) -> Result<(), AgentError> {
+    if let Some(w) = cfg.calibration.as_ref().and_then(|c| c.warning.as_ref()) {
+        tracing::warn!("{w}");
+    }
     let mut mask = SigSet::empty();
     for s in [Signal::SIGHUP, Signal::SIGTERM, Signal::SIGINT] {
         mask.add(s);
@@ -546,6 +549,15 @@ impl Server<'_> {
                             features::publish(f, &self.root);
                         }
                         tracing::info!("SIGHUP: reloaded {}", path.display());
+                        if let Some(w) = self
+                            .node
+                            .config()
+                            .calibration
+                            .as_ref()
+                            .and_then(|c| c.warning.as_ref())
+                        {
+                            tracing::warn!("{w}");
+                        }
                         notify("READY=1\nSTATUS=configuration reloaded");
                     }
                     Err(e) => {

@@ -24,18 +24,12 @@ pub(super) fn registry(
         queues: queues
             .iter()
             .map(|q| QueueInfo {
-                queue_id: q.queue_id,
-                gpu_id: q.gpu_id,
-                requested_priority: 0,
-                effective_priority: 0,
                 ring_base: q.ring_base_address,
                 ring_size: q.ring_size,
-                streams: Vec::new(),
-                deactivated: false,
                 suspended: suspended.contains(&q.queue_id.0),
                 busy: busy.get(&q.queue_id.0).copied().unwrap_or(false),
-                window_waits: 0,
-                window_stalls: 0,
+                // no priorities: neither can be read from outside the process
+                ..QueueInfo::new(q.queue_id, q.gpu_id, 0, 0)
             })
             .collect(),
         warnings: Vec::new(),

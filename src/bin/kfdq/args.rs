@@ -6,10 +6,6 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
-/// Where kfdqd listens by default (the same path as `kfdq::proto::DEFAULT_SOCKET`, which a test
-/// of the binary checks).
-pub const DEFAULT_SOCKET: &str = "/run/kfdq/kfdq.sock";
-
 /// kfdq — GPU queue priorities and preemption for AMD Instinct nodes.
 ///
 /// Reads and controls amdkfd user-mode queues through the upstream /dev/kfd interface. Every
@@ -260,8 +256,9 @@ pub enum BenchRuntime {
 /// `kfdq demo`'s options.
 #[derive(Debug, Clone, Args)]
 pub struct DemoArgs {
-    /// Requests of the latency client per phase.
-    #[arg(long, default_value_t = 60, value_name = "N")]
+    /// Requests of the latency client per phase (200: the nearest-rank P99 is then the 198th
+    /// request, not the slowest; with 100 or fewer it is the maximum).
+    #[arg(long, default_value_t = 200, value_name = "N")]
     pub requests: u32,
     /// Latency requests per second (the field's ResNet-18 service: 10-20/s).
     #[arg(long, default_value_t = 15.0, value_name = "PER_S")]
@@ -298,6 +295,25 @@ pub struct DemoArgs {
     /// table shows medians and the P99 ratio's spread, --json every repetition.
     #[arg(long, default_value_t = 1, value_name = "N")]
     pub repeat: u32,
+    /// The HIP runtime the built-in workloads run on: hip (the real one: kfdq-hipwork loads
+    /// libamdhip64.so.7 or .so.6; on the emulator the ROCm of a Debian sid root, through
+    /// kfd-emu run) or fakehip (kfdq's stand-in, emulator only, fast). Default: hip on a GPU
+    /// node, fakehip on the emulator; scripts/run.sh passes hip.
+    #[arg(long, value_enum)]
+    pub runtime: Option<DemoRuntime>,
+    /// With --runtime hip on the emulator: the root holding the HIP runtime (default
+    /// $KFDQ_CACHE/sid-root, built by scripts/sid-root.sh; ROCm 7.2: sid-rocm72-root).
+    #[arg(long, value_name = "DIR")]
+    pub hip_root: Option<PathBuf>,
+}
+
+/// The demo's HIP runtime.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum DemoRuntime {
+    /// The real HIP runtime (kfdq-hipwork).
+    Hip,
+    /// kfdq's stand-in (kfdq-latency, kfdq-flood).
+    Fakehip,
 }
 
 /// One phase of the demo.

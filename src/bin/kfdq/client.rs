@@ -20,7 +20,7 @@ pub fn socket_path(arg: Option<&Path>) -> PathBuf {
                 .filter(|s| !s.is_empty())
                 .map(PathBuf::from)
         })
-        .unwrap_or_else(|| PathBuf::from(super::args::DEFAULT_SOCKET))
+        .unwrap_or_else(|| PathBuf::from(kfdq::proto::DEFAULT_SOCKET))
 }
 
 /// Where the agent's admin socket is when `[agent] admin_socket` is the documented one.

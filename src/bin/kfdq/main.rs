@@ -223,11 +223,6 @@ pub(crate) fn print_json<T: serde::Serialize>(value: &T) -> Result<(), CliError>
 #[cfg(test)]
 mod tests {
     #[test]
-    fn the_cli_default_socket_is_the_library_s() {
-        assert_eq!(super::args::DEFAULT_SOCKET, kfdq::proto::DEFAULT_SOCKET);
-    }
-
-    #[test]
     fn the_cli_definition_is_consistent() {
         use clap::CommandFactory;
         super::args::Cli::command().debug_assert();

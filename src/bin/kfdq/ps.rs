@@ -41,6 +41,30 @@ struct ProcessView<'a> {
     warnings: &'a [String],
     /// The agent's view (class, state, why), when an agent answers.
     agent: Option<&'a ProcessStatus>,
+    /// Why its queues' priority and state show `?` (no shim registry was found for it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    unknown: Option<&'static str>,
+}
+
+/// Why `kfdq ps` cannot show a process's queue priorities and states (`?`): it found no
+/// registry of the shim's for `pid` in the state directories it searches.
+fn why_unknown(pid: u32, agent: Option<&ProcessStatus>) -> &'static str {
+    const ELSEWHERE: &str = "its shim writes its state in another directory than the ones kfdq ps searches ($KFDQ_STATE_DIR, /run/kfdq, /tmp/kfdq-<uid>): run kfdq ps with the process's KFDQ_STATE_DIR";
+    if agent.is_some_and(|a| a.control == Control::Shim) {
+        return ELSEWHERE;
+    }
+    match std::fs::read_to_string(format!("/proc/{pid}/maps")) {
+        Ok(maps) if maps.contains("libkfdq_shim") => ELSEWHERE,
+        Ok(_) if agent.is_some_and(|a| a.control == Control::Tracer) => {
+            "no shim: the agent's tracer controls it, and amdkfd shows no queue's priority"
+        }
+        Ok(_) => {
+            "no shim: amdkfd shows no queue's priority or state to other processes (run it under kfdq run to see them)"
+        }
+        Err(_) => {
+            "no access to its /proc/<pid>/maps (another user's process: run kfdq ps as root) and no shim state found for it"
+        }
+    }
 }
 
 /// `WINDOW`: the window and how many launches waited at it (and gave up on a stalled queue).
@@ -143,6 +167,8 @@ pub(super) fn run(root: &Root, agent: &std::path::Path, json: bool) -> Result<()
             window: reg.as_ref().and_then(|r| r.window),
             warnings: reg.as_ref().map(|r| r.warnings.as_slice()).unwrap_or(&[]),
             agent: agent_view(p.pid),
+            unknown: (reg.is_none() && !p.queues.is_empty())
+                .then(|| why_unknown(p.pid, agent_view(p.pid))),
         })
         .collect();
     if json {
@@ -259,6 +285,11 @@ pub(super) fn run(root: &Root, agent: &std::path::Path, json: bool) -> Result<()
     for p in &views {
         for w in p.warnings {
             println!("warning: pid {}: {w}", p.pid);
+        }
+    }
+    for p in views.iter().filter(|p| !p.is_agent) {
+        if let Some(why) = p.unknown {
+            println!("?: pid {}: {why}", p.pid);
         }
     }
     let nq: usize = views.iter().map(|p| p.queues.len()).sum();

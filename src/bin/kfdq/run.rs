@@ -67,7 +67,7 @@ pub struct RunOptions<'a> {
 /// The agent's socket for the command: the one given, else the default one if it exists.
 fn agent_socket(given: Option<&Path>) -> Option<PathBuf> {
     given.map(Path::to_owned).or_else(|| {
-        let d = Path::new(super::args::DEFAULT_SOCKET);
+        let d = Path::new(kfdq::proto::DEFAULT_SOCKET);
         d.exists().then(|| d.to_owned())
     })
 }
@@ -171,20 +171,20 @@ pub(super) fn run(root: &Root, o: RunOptions<'_>) -> Result<(), CliError> {
                 let b = Class::parse(c).map_err(|_| {
                     CliError::Usage(format!(
                         "--class {c:?}: no agent to ask (none at {}; give its socket with --agent PATH or KFDQ_SOCKET), and without one only the built-in classes work: {}",
-                        super::args::DEFAULT_SOCKET,
+                        kfdq::proto::DEFAULT_SOCKET,
                         Class::ALL.map(Class::name).join(", ")
                     ))
                 })?;
                 eprintln!(
                     "kfdq run: warning: no agent (none at {}; --agent PATH or KFDQ_SOCKET names one): the command runs uncontrolled; its queues get the built-in class {b}'s band (KFD {}..={}) and nothing preempts for them",
-                    super::args::DEFAULT_SOCKET,
+                    kfdq::proto::DEFAULT_SOCKET,
                     b.band().lo,
                     b.band().hi
                 );
             } else {
                 eprintln!(
                     "kfdq run: warning: no agent (none at {}; --agent PATH or KFDQ_SOCKET names one): the command runs uncontrolled",
-                    super::args::DEFAULT_SOCKET
+                    kfdq::proto::DEFAULT_SOCKET
                 );
             }
             None

@@ -155,6 +155,20 @@ pub fn render(s: &NodeStatus) -> String {
         c.lease_expiries,
         c.release_failures
     );
+    if !s.release.is_empty() {
+        out += &format!("release: {}\n", s.release);
+    }
+    if let Some(cal) = &s.calibration {
+        out += &format!(
+            "calibration: {} (measured on {}): C {} µs\n",
+            cal.file,
+            cal.gfx_target,
+            cal.round_trip_ns as f64 / 1e3
+        );
+        if let Some(w) = &cal.warning {
+            out += &format!("warning: {w}\n");
+        }
+    }
     if c.hints + c.hints_ignored > 0 {
         out += &format!(
             "request hints: {} taken, {} ignored (class preempts nobody), {} expired (no work within hint_timeout_ms)\n",

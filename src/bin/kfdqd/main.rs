@@ -110,6 +110,17 @@ fn main() -> ExitCode {
             "release: {}",
             cfg.policy.release.describe(cfg.policy.hysteresis_ns)
         );
+        if let Some(c) = &cfg.calibration {
+            println!(
+                "calibration: {} (measured on {}): C {} µs",
+                c.file.display(),
+                c.gfx_target,
+                c.round_trip_ns as f64 / 1e3
+            );
+            if let Some(w) = &c.warning {
+                println!("note: {w}");
+            }
+        }
         for n in notes {
             println!("note: {n}");
         }

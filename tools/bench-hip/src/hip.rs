@@ -57,6 +57,7 @@ type HandleFn = unsafe extern "C" fn(Handle) -> c_int;
 type CreateFlagsFn = unsafe extern "C" fn(*mut Handle, c_uint) -> c_int;
 type RecordFn = unsafe extern "C" fn(Handle, Handle) -> c_int;
 type ErrorStringFn = unsafe extern "C" fn(c_int) -> *const c_char;
+type VersionFn = unsafe extern "C" fn(*mut c_int) -> c_int;
 
 /// The entry points, resolved once.
 pub struct Hip {
@@ -70,7 +71,11 @@ pub struct Hip {
     event_record: RecordFn,
     event_query: HandleFn,
     event_destroy: HandleFn,
+    event_synchronize: HandleFn,
     get_error_string: ErrorStringFn,
+    runtime_get_version: VersionFn,
+    /// The file the runtime was loaded from (resolved: the versioned name).
+    path: std::path::PathBuf,
 }
 
 /// A kernel of a loaded module.
@@ -147,8 +152,44 @@ impl Hip {
             event_record: entry!("hipEventRecord", RecordFn),
             event_query: entry!("hipEventQuery", HandleFn),
             event_destroy: entry!("hipEventDestroy", HandleFn),
+            event_synchronize: entry!("hipEventSynchronize", HandleFn),
             get_error_string: entry!("hipGetErrorString", ErrorStringFn),
+            runtime_get_version: entry!("hipRuntimeGetVersion", VersionFn),
+            path: std::fs::canonicalize(path).unwrap_or_else(|_| path.to_owned()),
         })
+    }
+
+    /// The file the runtime was loaded from, links resolved (`libamdhip64.so.6.4.43483`).
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// hipRuntimeGetVersion: `HIP_VERSION`, major * 10^7 + minor * 10^5 + patch.
+    pub fn runtime_version(&self) -> Result<u32, HipError> {
+        let mut v: c_int = 0;
+        // SAFETY: a valid out-pointer to a c_int.
+        let code = unsafe { (self.runtime_get_version)(&mut v) };
+        self.check("hipRuntimeGetVersion", code)?;
+        Ok(u32::try_from(v).unwrap_or(0))
+    }
+
+    /// "HIP 6.4.43483 (libamdhip64.so.6.4.43483)": the runtime's name and version, as the
+    /// demo's `runtime` field shows it.
+    pub fn describe(&self) -> String {
+        let file = self
+            .path
+            .file_name()
+            .map(|f| f.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        match self.runtime_version() {
+            Ok(v) => format!(
+                "HIP {}.{}.{} ({file})",
+                v / 10_000_000,
+                v / 100_000 % 100,
+                v % 100_000
+            ),
+            Err(_) => format!("HIP ({file})"),
+        }
     }
 
     fn check(&self, call: &'static str, code: c_int) -> Result<(), HipError> {
@@ -190,6 +231,11 @@ impl Hip {
         Ok(Function(f))
     }
 
+    /// The null stream (the device's default stream).
+    pub fn null_stream(&self) -> Stream {
+        Stream(std::ptr::null_mut())
+    }
+
     /// hipStreamCreate.
     pub fn stream(&self) -> Result<Stream, HipError> {
         let mut s: Handle = std::ptr::null_mut();
@@ -211,7 +257,8 @@ impl Hip {
     ) -> Result<(), HipError> {
         let mut arg = arg;
         let mut params = [(&raw mut arg).cast::<c_void>()];
-        // SAFETY: `f` and `stream` came from the runtime; `params` holds one pointer to a live
+        // SAFETY: `f` came from the runtime and `stream` too, or is the null stream (HIP's
+        // default stream, a valid argument); `params` holds one pointer to a live
         // u64, the kernel's only explicit argument, read by the runtime during the call; no
         // `extra`.
         let code = unsafe {
@@ -234,7 +281,7 @@ impl Hip {
 
     /// hipStreamSynchronize.
     pub fn synchronize(&self, stream: Stream) -> Result<(), HipError> {
-        // SAFETY: a stream the runtime returned.
+        // SAFETY: a stream the runtime returned, or the null stream (the default stream).
         self.check("hipStreamSynchronize", unsafe {
             (self.stream_synchronize)(stream.0)
         })
@@ -246,7 +293,7 @@ impl Hip {
         // SAFETY: valid out-pointer, a documented flag.
         let code = unsafe { (self.event_create_with_flags)(&mut e, EVENT_DISABLE_TIMING) };
         self.check("hipEventCreateWithFlags", code)?;
-        // SAFETY: an event and a stream the runtime returned.
+        // SAFETY: an event the runtime returned, and a stream it returned or the null stream.
         let code = unsafe { (self.event_record)(e, stream.0) };
         self.check("hipEventRecord", code)?;
         Ok(Event(e))
@@ -259,6 +306,14 @@ impl Hip {
             NOT_READY => Ok(false),
             code => self.check("hipEventQuery", code).map(|()| true),
         }
+    }
+
+    /// hipEventSynchronize: waits until the work before `e` completed.
+    pub fn wait(&self, e: &Event) -> Result<(), HipError> {
+        // SAFETY: an event the runtime returned, not yet destroyed (destroy takes it by value).
+        self.check("hipEventSynchronize", unsafe {
+            (self.event_synchronize)(e.0)
+        })
     }
 
     /// hipEventDestroy.

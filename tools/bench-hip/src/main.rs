@@ -6,8 +6,6 @@
 //! helper's work is what the agent preempts. The protocol on stdin/stdout is the raw helpers'
 //! (`kfdq::reaction`); the batch helper reads its completions from one event per packet.
 
-mod hip;
-
 use std::io::{BufRead, Write};
 use std::path::PathBuf;
 use std::sync::mpsc;
@@ -15,15 +13,8 @@ use std::sync::mpsc;
 use clap::Parser;
 use kfdq::reaction::{self, BATCH_PACKETS, LATENCY_PACKETS, PACKET_NS, WAVES};
 
-use hip::{Event, Function, Hip, HipError, Stream};
-
-/// The committed spin code objects (scripts/kernels.sh).
-const GFX942: &[u8] = include_bytes!("../../../kernels/spin-gfx942.co");
-const GFX90A: &[u8] = include_bytes!("../../../kernels/spin-gfx90a.co");
-/// The spin kernel's name in them.
-const KERNEL: &str = "kfdq_spin";
-/// Threads per work-group: one wave64 (gfx90a and gfx942).
-const WAVE_SIZE: u32 = 64;
+use kfdq_bench_hip::hip::{Event, Function, Hip, HipError, Stream};
+use kfdq_bench_hip::{KERNEL, WAVE_SIZE, spin_code_object};
 
 /// A helper of `kfdq bench`'s reaction chain on the node's HIP runtime (started by the bench,
 /// not by hand: it reads the bench's requests on stdin, docs/hardware.md).
@@ -88,11 +79,8 @@ fn iterations(words: &[&str]) -> u64 {
 }
 
 fn run(args: &Args) -> Result<(), HelperError> {
-    let image = match args.target.as_str() {
-        "gfx942" => GFX942,
-        "gfx90a" => GFX90A,
-        t => return Err(HelperError::Target(t.to_string())),
-    };
+    let image =
+        spin_code_object(&args.target).ok_or_else(|| HelperError::Target(args.target.clone()))?;
     let hip = Hip::load(&args.hip_runtime)?;
     hip.set_device(args.device)?;
     let f = hip.load_function(image, KERNEL)?;

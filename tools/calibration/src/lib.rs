@@ -335,6 +335,40 @@ impl PartitionCalibration {
     }
 }
 
+/// How far a file's `preempt_round_trip_ns` may be from its own fit's before a reader warns:
+/// 1 %. `kfdq bench --write` writes exactly [`round_trip_ns`] of the fit; the margin only
+/// forgives another tool's rounding. Not a measured number.
+pub const ROUND_TRIP_TOLERANCE: f64 = 0.01;
+
+impl PartitionCalibration {
+    /// Why this partition's (the `index`th of the file `text`) `preempt_round_trip_ns`, the
+    /// cost rule's C, is not what its own fit gives (edited by hand, or written by another
+    /// tool): its line and both numbers, for a reader to warn of; `None` when they agree
+    /// within [`ROUND_TRIP_TOLERANCE`]. The file's value is still the one used.
+    pub fn round_trip_disagreement(&self, text: &str, index: usize) -> Option<String> {
+        let m = &self.model;
+        let fit = round_trip_ns(
+            m.preempt_fixed_ns,
+            m.save_wave_ns,
+            m.restore_wave_ns,
+            self.node.wave_slots,
+        );
+        let off = m.preempt_round_trip_ns.abs_diff(fit) as f64;
+        if off <= fit as f64 * ROUND_TRIP_TOLERANCE {
+            return None;
+        }
+        Some(format!(
+            "line {}: preempt_round_trip_ns = {} disagrees with the file's own fit: 2 x preempt_fixed_ns {} + (save_wave_ns {} + restore_wave_ns {}) x wave_slots {} = {fit} ns; the file's value is used as C (edited by hand? `kfdq bench --write` writes the fit's)",
+            key_line(text, "preempt_round_trip_ns", index),
+            m.preempt_round_trip_ns,
+            m.preempt_fixed_ns,
+            m.save_wave_ns,
+            m.restore_wave_ns,
+            self.node.wave_slots
+        ))
+    }
+}
+
 /// The cost rule's `C` for a partition of `wave_slots`: two device-wide preempts plus the save
 /// and the restore of every wave slot (docs/policy.md, "Release").
 pub fn round_trip_ns(fixed_ns: u64, save_ns: u64, restore_ns: u64, wave_slots: u32) -> u64 {
@@ -451,6 +485,30 @@ mod tests {
             "{e}"
         );
         assert!(e.to_string().contains("gfx942"), "{e}");
+    }
+
+    #[test]
+    fn a_round_trip_other_than_the_fits_is_named_with_its_line() {
+        let text = sample().to_toml();
+        let parsed = Calibration::parse(&text).unwrap();
+        assert_eq!(parsed.first().round_trip_disagreement(&text, 0), None);
+        let fit = parsed.first().model.preempt_round_trip_ns;
+        let edited = text.replace(
+            &format!("preempt_round_trip_ns = {fit}"),
+            "preempt_round_trip_ns = 5000",
+        );
+        let parsed = Calibration::parse(&edited).unwrap();
+        let w = parsed.first().round_trip_disagreement(&edited, 0).unwrap();
+        let line = edited
+            .lines()
+            .position(|l| l.starts_with("preempt_round_trip_ns"))
+            .unwrap()
+            + 1;
+        assert!(w.starts_with(&format!("line {line}: ")), "{w}");
+        assert!(
+            w.contains("5000") && w.contains(&format!("= {fit} ns")),
+            "{w}"
+        );
     }
 
     #[test]

@@ -75,6 +75,8 @@ struct FetchedPacket {
     bytes: [u8; 64],
     kernel: Option<Arc<Kernel>>,
     effect: Option<KernelEffect>,
+    /// The work-group time one of its arguments set (`kernel_wg_time_by_arg`).
+    arg_wg_ns: Option<u64>,
 }
 
 fn collect_jobs(state: &State) -> Vec<Job> {
@@ -114,18 +116,21 @@ fn packet_u64(p: &[u8; 64], at: usize) -> u64 {
 /// The model's view of an AQL packet: a kernel dispatch's grid, work-group size and
 /// per-work-group time (`reserved2`, 0 = the configured default); anything else runs no
 /// work-groups. The header's barrier bit carries over.
-fn to_dispatch(emu: &Emu, index: u64, p: &[u8; 64], kernel: Option<&Kernel>) -> Dispatch {
+fn to_dispatch(emu: &Emu, index: u64, fp: &FetchedPacket) -> Dispatch {
+    let (p, kernel) = (&fp.bytes, fp.kernel.as_deref());
     let header = packet_u16(p, 0);
     if (header & 0xff) as u8 != PKT_KERNEL_DISPATCH {
         return Dispatch::empty(index, header & gfx_model::AQL_BARRIER_BIT != 0);
     }
     // A real code object's packet carries no time (reserved2 is 0): use the kernel's time from
-    // the configuration when it is listed.
+    // the configuration when it is listed, else the time its argument set.
     let mut wg_ns = packet_u64(p, 48);
-    if wg_ns == 0
-        && let Some(ns) = kernel.and_then(|k| emu.config.kernel_wg_ns.get(&k.name))
-    {
-        wg_ns = *ns;
+    if wg_ns == 0 {
+        if let Some(ns) = kernel.and_then(|k| emu.config.kernel_wg_ns.get(&k.name)) {
+            wg_ns = *ns;
+        } else if let Some(ns) = fp.arg_wg_ns {
+            wg_ns = ns;
+        }
     }
     Dispatch::from_aql(
         index,
@@ -166,16 +171,17 @@ fn fetch(emu: &Emu, job: &Job) -> Fetched {
             if signal != 0 {
                 let _ = client_mem::read_u64(pid, signal.wrapping_add(8));
             }
-            let (kernel, effect) = if p[0] == PKT_KERNEL_DISPATCH {
+            let (kernel, effect, arg_wg_ns) = if p[0] == PKT_KERNEL_DISPATCH {
                 identify(emu, job, &p)
             } else {
-                (None, None)
+                (None, None, None)
             };
             packets.push(FetchedPacket {
                 index: idx,
                 bytes: p,
                 kernel,
                 effect,
+                arg_wg_ns,
             });
             idx += 1;
         }
@@ -188,9 +194,14 @@ fn fetch(emu: &Emu, job: &Job) -> Fetched {
     }
 }
 
-/// The kernel a dispatch runs (from its loaded code object) and what it does to memory when
-/// it is one of the runtime's copy kernels.
-fn identify(emu: &Emu, job: &Job, p: &[u8; 64]) -> (Option<Arc<Kernel>>, Option<KernelEffect>) {
+/// What [`identify`] found: the kernel, its effect on memory, the work-group time its
+/// argument set.
+type Identified = (Option<Arc<Kernel>>, Option<KernelEffect>, Option<u64>);
+
+/// The kernel a dispatch runs (from its loaded code object), what it does to memory when it is
+/// one of the runtime's copy kernels, and its work-group time when the configuration models it
+/// by an argument (`kernel_wg_time_by_arg`).
+fn identify(emu: &Emu, job: &Job, p: &[u8; 64]) -> Identified {
     let vm = Vm {
         emu,
         tgid: job.key.0,
@@ -211,8 +222,17 @@ fn identify(emu: &Emu, job: &Job, p: &[u8; 64]) -> (Option<Arc<Kernel>>, Option<
             ?effect,
             "dispatch of a kernel outside an ELF code object"
         );
-        return (None, effect);
+        return (None, effect, None);
     };
+    let arg_wg_ns = emu
+        .config
+        .kernel_wg_time_by_arg
+        .get(&kernel.name)
+        .and_then(|a| {
+            let mut v = vec![0u8; a.size.clamp(1, 8) as usize];
+            let at = packet_u64(p, 40).wrapping_add(u64::from(a.offset));
+            vm.read(at, &mut v).is_ok().then(|| a.wg_ns(&v))
+        });
     let len = blit::kernarg_len(&kernel);
     let mut kernarg = vec![0u8; len];
     let effect = if len > 0 && vm.read(packet_u64(p, 40), &mut kernarg).is_ok() {
@@ -220,7 +240,7 @@ fn identify(emu: &Emu, job: &Job, p: &[u8; 64]) -> (Option<Arc<Kernel>>, Option<
     } else {
         None
     };
-    (Some(kernel), effect)
+    (Some(kernel), effect, arg_wg_ns)
 }
 
 /// Hands what was fetched to the models (at the current model time) for queues that are still
@@ -252,6 +272,7 @@ fn apply(emu: &Emu, state: &mut State, fetched: Vec<Fetched>) -> bool {
             if let Some(k) = &fp.kernel {
                 names.push(k.name.clone());
             }
+            let dispatch = to_dispatch(emu, fp.index, &fp);
             q.pending.insert(
                 fp.index,
                 Pending {
@@ -261,7 +282,7 @@ fn apply(emu: &Emu, state: &mut State, fetched: Vec<Fetched>) -> bool {
                 },
             );
             q.fetch_index += 1;
-            new.push(to_dispatch(emu, fp.index, &fp.bytes, fp.kernel.as_deref()));
+            new.push(dispatch);
         }
         if new.is_empty() {
             continue;

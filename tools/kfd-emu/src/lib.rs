@@ -61,11 +61,13 @@ mod sysfs_topology;
 mod topology;
 mod unplug;
 
-pub use config::{EmuConfig, PartitionCosts, Preset};
+pub use config::{ArgTime, EmuConfig, PartitionCosts, Preset};
 pub use error::EmuError;
 pub use fault_spec::parse_fault;
 pub use faults::{Failure, Fault, FaultSpec, FaultStats, SpecError, When};
 pub use faults_file::FaultsFile;
+/// The dispatcher arbitration of [`EmuConfig::arbitration`], the partition model's type.
+pub use gfx_model::Arbitration;
 pub use mount::{MountedEmu, SessionEnd, unmount_path};
 pub use sandbox::{Sandbox, run as run_sandboxed};
 pub use stats::{PartitionStats, ProcessStats, QueueStats, Stats};

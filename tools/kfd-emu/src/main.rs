@@ -193,8 +193,9 @@ struct ServeArgs {
     #[arg(long, value_name = "MODE", value_parser = parse_arbitration)]
     arbitration: Option<gfx_model::Arbitration>,
     /// TOML file with work-group times of real kernels by name, for dispatches whose packet
-    /// carries no time: a [work_group_ns] table, e.g. "_Z7add_onePim" = 5000 (others take
-    /// --packet-us)
+    /// carries no time: a [work_group_ns] table, e.g. "_Z7add_onePim" = 5000, and a
+    /// [work_group_time_by_arg] table for kernels whose time an argument sets, e.g. kfdq_spin =
+    /// { offset = 0, ps_per_unit = 30476 } (others take --packet-us)
     #[arg(long, value_name = "FILE")]
     kernel_times: Option<PathBuf>,
     /// Inject a failure from the start (repeatable): IOCTL=FAILURE[,every=N|,p=P[,seed=S]][,times=K],
@@ -225,23 +226,34 @@ struct ServeArgs {
 #[derive(serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 struct KernelTimes {
+    #[serde(default)]
     work_group_ns: std::collections::BTreeMap<String, u64>,
+    #[serde(default)]
+    work_group_time_by_arg: std::collections::BTreeMap<String, kfd_emu::ArgTime>,
 }
 
-fn load_kernel_times(
-    path: &std::path::Path,
-) -> Result<std::collections::BTreeMap<String, u64>, EmuError> {
+fn load_kernel_times(path: &std::path::Path) -> Result<KernelTimes, EmuError> {
     let text = std::fs::read_to_string(path).map_err(|source| EmuError::Io {
         context: format!("read kernel times {}", path.display()),
         source,
     })?;
     let t: KernelTimes = toml::from_str(&text).map_err(|e| {
         EmuError::Config(format!(
-            "kernel times {}: {e}; expected a [work_group_ns] table of \"kernel name\" = nanoseconds",
+            "kernel times {}: {e}; expected a [work_group_ns] table of \"kernel name\" = nanoseconds and a [work_group_time_by_arg] table of \"kernel name\" = {{ offset = BYTES, ps_per_unit = PS }}",
             path.display()
         ))
     })?;
-    Ok(t.work_group_ns)
+    if let Some((k, _)) = t
+        .work_group_time_by_arg
+        .iter()
+        .find(|(_, a)| !(1..=8).contains(&a.size))
+    {
+        return Err(EmuError::Config(format!(
+            "kernel times {}: {k:?}: size must be 1 to 8 bytes",
+            path.display()
+        )));
+    }
+    Ok(t)
 }
 
 /// `--calibration FILE`: the measured parameters, paired with the GPU nodes the emulator
@@ -320,12 +332,15 @@ fn config_from_flags(args: &ServeArgs) -> Result<EmuConfig, EmuError> {
         quantum_us: args.quantum_us,
         queue_priority: args.queue_priority,
         arbitration: args.arbitration,
-        kernel_wg_ns: match &args.kernel_times {
-            Some(path) => load_kernel_times(path)?,
-            None => Default::default(),
-        },
+        kernel_wg_ns: Default::default(),
+        kernel_wg_time_by_arg: Default::default(),
         partition_costs: Vec::new(),
     };
+    if let Some(path) = &args.kernel_times {
+        let t = load_kernel_times(path)?;
+        config.kernel_wg_ns = t.work_group_ns;
+        config.kernel_wg_time_by_arg = t.work_group_time_by_arg;
+    }
     if let Some(path) = &args.calibration {
         apply_calibration(&mut config, path)?;
     }

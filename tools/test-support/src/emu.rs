@@ -4,7 +4,9 @@
 
 use std::path::{Path, PathBuf};
 
-pub use kfd_emu::{EmuConfig, MountedEmu, PartitionStats, Preset, QueueStats, Stats};
+pub use kfd_emu::{
+    Arbitration, EmuConfig, FaultsFile, MountedEmu, PartitionStats, Preset, QueueStats, Stats,
+};
 
 use crate::emu_process::EmuProcess;
 use crate::privileged::require_root;

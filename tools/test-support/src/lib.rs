@@ -7,6 +7,8 @@
 //! * [`emu`] — a private kfd-emu mount per test, and its statistics; [`emu_process`] — the
 //!   `kfd-emu` process that serves it.
 //! * [`hold`] — a separate process owning KFD queues, and a witness that the CP ran.
+//! * [`fake_shim`] — a process that speaks the shim's protocol itself (a forger, a bench
+//!   client), with real queues on the emulator.
 //! * [`wait`] — waiting on a condition with a generous deadline (never a fixed sleep).
 //! * [`output`] — reading a child's stdout lines and stderr while it runs.
 //! * [`bins`] — the workspace's binaries and libraries cargo built for this test run.
@@ -23,6 +25,7 @@ pub mod bins;
 pub mod crate_graph;
 pub mod emu;
 pub mod emu_process;
+pub mod fake_shim;
 pub mod hold;
 pub mod module_graph;
 pub mod output;

@@ -25,6 +25,7 @@ const CRATES: &[(&str, usize)] = &[
     ("tools/preempt-lab/src", 3),
     ("tools/test-support/src", 6),
     ("tools/bench-hip/src", 2),
+    ("tools/hip-workloads/src", 5),
 ];
 
 #[test]

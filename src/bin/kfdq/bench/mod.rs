@@ -141,7 +141,8 @@ pub fn run(root: &Root, socket: &Path, args: BenchArgs, json: bool) -> R<()> {
     if let Some(Err(e)) = written {
         return Err(e);
     }
-    if let (Some(path), false) = (&args.write, json) {
+    // On stderr, also beside --json (stdout is the JSON).
+    if let Some(path) = &args.write {
         let gpus: Vec<String> = reports.iter().map(|r| r.gpu_id.to_string()).collect();
         eprintln!(
             "kfdq bench: wrote the calibration of gpu {} to {}",
@@ -311,7 +312,9 @@ fn measure(
         bystander_waves: plan.bystander_wgs,
         victim_waves: plan.victim_waves.clone(),
         samples_per_measurement: plan.repeat,
-        discarded_samples: plan.discarded.get(),
+        discarded_samples: plan.discarded_late.get() + plan.discarded_victim.get(),
+        discarded_late: plan.discarded_late.get(),
+        discarded_victim: plan.discarded_victim.get(),
         spin_ns_per_iteration: spin.as_ref().map(|s| s.ns_per_iteration.get()),
         rows: report::rows(&samples),
         fit,

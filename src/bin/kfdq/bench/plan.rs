@@ -33,8 +33,11 @@ pub struct Plan<'k> {
     pub baseline_ns: Cell<f64>,
     /// Print progress on stderr.
     pub quiet: bool,
-    /// Samples discarded because the host was too slow to place a call inside the window.
-    pub discarded: Cell<u32>,
+    /// Bystander-side samples discarded: the host's call returned too late in the window.
+    pub discarded_late: Cell<u32>,
+    /// Victim-side tries discarded: the preempted queue's stream did not complete on both
+    /// sides of the preempt in time.
+    pub discarded_victim: Cell<u32>,
 }
 
 impl<'k> Plan<'k> {
@@ -64,7 +67,8 @@ impl<'k> Plan<'k> {
             victim_waves,
             baseline_ns: Cell::new(0.0),
             quiet,
-            discarded: Cell::new(0),
+            discarded_late: Cell::new(0),
+            discarded_victim: Cell::new(0),
         }
     }
 
@@ -98,7 +102,7 @@ impl<'k> Plan<'k> {
                         out.call(rows.1, w, resume);
                         got += 1;
                     }
-                    None => self.discarded.set(self.discarded.get() + 1),
+                    None => self.discarded_victim.set(self.discarded_victim.get() + 1),
                 }
             }
         }
@@ -119,7 +123,7 @@ impl<'k> Plan<'k> {
         let late = called.duration_since(bystander.started_at).as_nanos() as f64
             > self.window_ns as f64 * 0.8;
         if late {
-            self.discarded.set(self.discarded.get() + 1);
+            self.discarded_late.set(self.discarded_late.get() + 1);
             return Ok(None);
         }
         Ok(Some((e - s) as f64 - self.baseline_ns.get()))

@@ -165,8 +165,14 @@ pub struct PartitionReport {
     /// The spin kernel's time per iteration from its run alone (None: no spin kernel for the
     /// target; kfd-emu times work by `reserved2`, so 1).
     pub spin_ns_per_iteration: Option<f64>,
-    /// Samples discarded because the host placed a call too late in the bystander's window.
+    /// Samples discarded, both sides (`discarded_late` + `discarded_victim`).
     pub discarded_samples: u32,
+    /// Bystander-side samples discarded: the host's call returned after 80 % of the
+    /// bystander's window.
+    pub discarded_late: u32,
+    /// Victim-side tries discarded: the preempted queue's stream did not complete on both
+    /// sides of the preempt in time (each tried again, up to 3 x `--repeat` tries).
+    pub discarded_victim: u32,
     pub rows: Vec<Row>,
     /// `stall = fixed + save x saved waves + restore x restored waves` over every stall.
     pub fit: Option<Fit>,
@@ -206,18 +212,40 @@ pub fn rows(samples: &Samples) -> Vec<Row> {
         .collect()
 }
 
+/// Whether `r` measures the reaction chain through the agent (the only rows of
+/// `--reaction-only`).
+fn through_agent(r: &Row) -> bool {
+    r.name.starts_with("agent_")
+}
+
+/// A level in words.
+fn level_words(l: kfdq::policy::Level) -> &'static str {
+    match l {
+        kfdq::policy::Level::Hold => "level 1 (hold)",
+        kfdq::policy::Level::Deactivate => "level 2 (deactivate)",
+        kfdq::policy::Level::Suspend => "level 3 (suspend)",
+    }
+}
+
 /// The report of one partition as text.
 pub fn render(p: &PartitionReport) -> String {
-    let mut out = format!(
-        "gpu {} ({}, {} CUs, {} wave slots): bystander {} waves, busy queues of {:?} waves, {} samples each\n\n",
-        p.gpu_id,
-        p.gfx_target,
-        p.cus,
-        p.wave_slots,
-        p.bystander_waves,
-        p.victim_waves,
-        p.samples_per_measurement
+    let shape = format!(
+        "gpu {} ({}, {} CUs, {} wave slots)",
+        p.gpu_id, p.gfx_target, p.cus, p.wave_slots
     );
+    // A header only for what was measured: `--reaction-only` placed no bystander and no busy
+    // queue of the partition's own.
+    let mut out = if p.rows.iter().all(through_agent) {
+        format!(
+            "{shape}: the reaction chain through the agent only, {} samples each\n\n",
+            p.samples_per_measurement
+        )
+    } else {
+        format!(
+            "{shape}: bystander {} waves, busy queues of {:?} waves, {} samples each\n\n",
+            p.bystander_waves, p.victim_waves, p.samples_per_measurement
+        )
+    };
     let mut t = Table::new(&[
         "MEASUREMENT",
         ">WAVES",
@@ -227,7 +255,15 @@ pub fn render(p: &PartitionReport) -> String {
         ">SPREAD_US",
         ">N",
     ]);
+    let mut short = false;
     for r in &p.rows {
+        let asked = p.samples_per_measurement as usize;
+        let n = if r.us.n < asked {
+            short = true;
+            format!("{} of {asked}*", r.us.n)
+        } else {
+            r.us.n.to_string()
+        };
         t.row(vec![
             r.what.to_string(),
             r.busy_waves.map_or("-".into(), |w| w.to_string()),
@@ -235,14 +271,26 @@ pub fn render(p: &PartitionReport) -> String {
             format!("{:.1}", r.us.p50),
             format!("{:.1}", r.us.p99),
             format!("{:.1}", r.us.spread),
-            r.us.n.to_string(),
+            n,
         ]);
     }
     out.push_str(&t.render());
-    if p.discarded_samples > 0 {
+    if short {
         out.push_str(&format!(
-            "({} samples discarded: the host called too late in the bystander's window; a busy host, or raise --window-ms)\n",
-            p.discarded_samples
+            "(* fewer samples than the {} asked: the rest were discarded or did not complete; its P99 is its largest sample, and one sample gives no spread: raise --repeat)\n",
+            p.samples_per_measurement
+        ));
+    }
+    if p.discarded_late > 0 {
+        out.push_str(&format!(
+            "({} bystander-side samples discarded: the host's call returned after 80 % of the bystander's window; a busy host, or raise --window-ms)\n",
+            p.discarded_late
+        ));
+    }
+    if p.discarded_victim > 0 {
+        out.push_str(&format!(
+            "({} victim-side tries discarded: the preempted queue's work did not complete on both sides of the preempt in time, each tried again up to 3 x --repeat tries; a busy host: measure on an idle one)\n",
+            p.discarded_victim
         ));
     }
     if let Some(f) = &p.fit {
@@ -258,9 +306,15 @@ pub fn render(p: &PartitionReport) -> String {
             a.verdict, a.across_bands.p50, a.inside_band.p50, a.discarded
         ));
     }
-    if let (Some(level), Some(runtime)) = (&p.agent_level, p.agent_runtime) {
+    // Only where the chain gave samples.
+    if let (Some(level), Some(runtime), true) = (
+        p.agent_level,
+        p.agent_runtime,
+        p.rows.iter().any(through_agent),
+    ) {
         out.push_str(&format!(
-            "\nreaction chain: class batch at {level:?}, helpers on the {runtime} runtime\n"
+            "\nreaction chain: the agent's class batch at {}, helpers on the {runtime} runtime\n",
+            level_words(level)
         ));
     }
     for u in &p.unavailable {
@@ -270,4 +324,83 @@ pub fn render(p: &PartitionReport) -> String {
         ));
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(name: &'static str, n: usize) -> Row {
+        let (_, clock, what) = *MEASUREMENTS.iter().find(|m| m.0 == name).unwrap();
+        Row {
+            name,
+            clock,
+            what,
+            busy_waves: None,
+            us: Summary::of(&vec![10.0; n]).unwrap(),
+        }
+    }
+
+    fn report(rows: Vec<Row>, late: u32, victim: u32) -> PartitionReport {
+        PartitionReport {
+            gpu_id: 1,
+            gfx_target: "gfx942".into(),
+            cus: 80,
+            wave_slots: 2560,
+            bystander_waves: 32,
+            victim_waves: vec![10, 30],
+            samples_per_measurement: 5,
+            spin_ns_per_iteration: None,
+            discarded_samples: late + victim,
+            discarded_late: late,
+            discarded_victim: victim,
+            rows,
+            fit: None,
+            arbitration: None,
+            agent_level: Some(kfdq::policy::Level::Deactivate),
+            agent_runtime: Some("raw"),
+            unavailable: vec![],
+        }
+    }
+
+    #[test]
+    fn discards_are_told_by_side_and_a_short_row_is_marked() {
+        let text = render(&report(
+            vec![row("bystander_alone", 5), row("l2_victim_stop", 1)],
+            0,
+            14,
+        ));
+        assert!(text.contains("14 victim-side tries discarded"), "{text}");
+        assert!(!text.contains("--window-ms"), "{text}");
+        assert!(text.contains("1 of 5*"), "{text}");
+        assert!(text.contains("fewer samples than the 5 asked"), "{text}");
+        let text = render(&report(vec![row("bystander_alone", 5)], 3, 0));
+        assert!(
+            text.contains("3 bystander-side samples discarded"),
+            "{text}"
+        );
+        assert!(text.contains("--window-ms"), "{text}");
+        assert!(!text.contains("victim-side"), "{text}");
+        assert!(!text.contains('*'), "{text}");
+    }
+
+    #[test]
+    fn the_reaction_chain_alone_is_said_as_such() {
+        let text = render(&report(vec![row("agent_reaction", 5)], 0, 0));
+        assert!(
+            text.contains("the reaction chain through the agent only"),
+            "{text}"
+        );
+        assert!(!text.contains("bystander"), "{text}");
+        assert!(
+            text.contains("class batch at level 2 (deactivate)"),
+            "{text}"
+        );
+        // No chain samples: no line about the chain's class.
+        let mut r = report(vec![row("bystander_alone", 5)], 0, 0);
+        r.rows.push(row("l2_idle_deactivate_call", 5));
+        let text = render(&r);
+        assert!(!text.contains("reaction chain"), "{text}");
+        assert!(text.contains("bystander 32 waves"), "{text}");
+    }
 }

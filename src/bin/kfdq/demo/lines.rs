@@ -10,6 +10,8 @@
 //!                                reaction columns
 //!   window <start_us> <end_us>   optional: the timed span on CLOCK_MONOTONIC (default: from
 //!                                the go file to its exit, on the demo's clock)
+//!   runtime <name version>       optional, either workload: the HIP runtime it runs on
+//!                                (the `runtime` field of --json)
 //! The batch (LP) workload:
 //!   ready                        its work is queued
 //!   done <t_us>                  one per unit of work completed (a dispatch, a training
@@ -85,6 +87,15 @@ pub fn parse_hp(lines: &[String]) -> Result<HpOutput, String> {
     Ok(out)
 }
 
+/// The `runtime <name and version>` line a workload printed first (kfdq-hipwork does), if any.
+pub fn runtime(lines: &[String]) -> Option<String> {
+    lines.iter().find_map(|l| {
+        l.strip_prefix("runtime ")
+            .map(|r| r.trim().to_string())
+            .filter(|r| !r.is_empty())
+    })
+}
+
 /// Parses an LP workload's stdout: the completion times of its `done` lines, µs.
 pub fn parse_lp(lines: &[String]) -> Result<Vec<f64>, String> {
     let mut done = Vec::new();
@@ -121,6 +132,15 @@ mod tests {
         assert_eq!(hp.starts_us, [None, Some(123456789.0)]);
         assert_eq!(hp.window, Some((100.0, 2100.0)));
         assert_eq!(parse_hp(&v(&["hello"])).unwrap().latencies_us, [0.0; 0]);
+        assert_eq!(
+            runtime(&v(&[
+                "ready",
+                "runtime HIP 6.4.43484 (libamdhip64.so.6.4.43484)"
+            ]))
+            .as_deref(),
+            Some("HIP 6.4.43484 (libamdhip64.so.6.4.43484)")
+        );
+        assert_eq!(runtime(&v(&["runtime ", "ready"])), None);
         assert_eq!(
             parse_lp(&v(&["flooding", "done 5", "done 7", "flood dispatches 2"])).unwrap(),
             [5.0, 7.0]

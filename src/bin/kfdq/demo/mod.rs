@@ -7,6 +7,7 @@ mod lines;
 mod procs;
 mod reaction;
 mod report;
+mod runtime;
 mod stages;
 mod words;
 
@@ -16,7 +17,8 @@ use std::time::{Duration, Instant};
 
 use self::procs::{Child, Emulator, wait_until};
 use self::report::{DemoReport, Latency, PhaseResult, aggregate, relate, render};
-use super::args::{DemoArgs, Phase};
+use self::runtime::Runtime;
+use super::args::{DemoArgs, DemoRuntime, Phase};
 use super::{CliError, client, print_json};
 use kfdq::kfd::Root;
 use kfdq::proto::Level;
@@ -101,7 +103,7 @@ const LP_IN_FLIGHT: u32 = 4;
 const BATCH_CLASS: &str = "batch";
 
 /// How to get the built-in workloads when they are missing.
-const WORKLOADS_FIX: &str = "the built-in workloads are built by scripts/run.sh, which puts them beside kfdq in target/release; or give their directory with --workloads DIR (built against your ROCm on a real GPU), or your own programs with --hp-command and --lp-command";
+const WORKLOADS_FIX: &str = "the built-in workloads are built by scripts/run.sh, which puts them beside kfdq in target/debug; or give their directory with --workloads DIR (built against your ROCm on a real GPU), or your own programs with --hp-command and --lp-command";
 /// How to get kfdqd and kfd-emu when they are missing.
 const PROGRAMS_FIX: &str = "install the kfdq package, or build the workspace (cargo build --release) and run target/release/kfdq";
 
@@ -178,10 +180,14 @@ struct Workload {
 }
 
 impl Workload {
-    fn command(&self) -> Command {
-        let mut cmd = Command::new(&self.argv[0]);
-        cmd.args(&self.argv[1..]);
-        cmd
+    /// Its command on the phase's runtime; `dir` is the phase's directory.
+    fn command(&self, env: &Env<'_>, dir: &Path) -> Command {
+        let program = Path::new(&self.argv[0]);
+        let mut binds = vec![dir, env.logs];
+        binds.extend(env.shim.parent());
+        binds.extend(program.parent().filter(|_| program.is_absolute()));
+        env.runtime
+            .command(&self.argv, env.emu.map(|e| e.root.as_path()), &binds)
     }
 }
 
@@ -194,6 +200,7 @@ struct Env<'a> {
     logs: &'a Path,
     emu: Option<&'a Emulator>,
     args: &'a DemoArgs,
+    runtime: Runtime,
 }
 
 /// The agent sees a process of `class` with queues (the workload may be a process tree: a
@@ -255,6 +262,8 @@ struct PhaseRun<'a> {
     /// The reaction chain's timestamps (kfdq::chain), with an agent: one file per side (latency
     /// shim, kfdqd, batch shim).
     traces: Option<(PathBuf, PathBuf, PathBuf)>,
+    /// The HIP runtime a workload said it runs on (its `runtime` line).
+    runtime: std::cell::RefCell<Option<String>>,
 }
 
 /// How long a phase's processes may take to start and connect.
@@ -278,6 +287,7 @@ impl<'a> PhaseRun<'a> {
             dir,
             sock,
             traces: None,
+            runtime: Default::default(),
         };
         run.traces = phase
             .agent()
@@ -315,8 +325,8 @@ impl<'a> PhaseRun<'a> {
             .arg(&cfg)
             .arg("--root")
             .arg(self.env.root);
-        let child = Child::spawn("kfdqd", cmd, &self.log("kfdqd"))?;
-        wait_until("kfdqd listening", START_WAIT, || {
+        let mut child = Child::spawn("kfdqd", cmd, &self.log("kfdqd"))?;
+        child.wait_up("listening on its socket", START_WAIT, || {
             client::status(&self.sock).is_ok()
         })?;
         Ok(Some(child))
@@ -324,12 +334,12 @@ impl<'a> PhaseRun<'a> {
 
     /// A workload's environment: the shim, its class, the chain trace and the agent's socket.
     fn shim_env(&self, cmd: &mut Command, class: &str, agent: bool) {
-        cmd.env("KFDQ_ROOT", self.env.root);
+        cmd.env("KFDQ_ROOT", self.env.runtime.workload_root(self.env.root));
         // The traced phase's latency client runs without the shim (its class is read from
         // its environment by the agent's scan).
         if !(self.phase.traced() && class != BATCH_CLASS) {
-            cmd.env("LD_PRELOAD", &self.env.shim)
-                .env("KFDQ_STATE_DIR", self.dir.path());
+            self.env.runtime.preload(cmd, &self.env.shim);
+            cmd.env("KFDQ_STATE_DIR", self.dir.path());
         }
         if let Some((hp, _, lp)) = &self.traces {
             cmd.env(kfdq::chain::ENV, if class == BATCH_CLASS { lp } else { hp });
@@ -345,7 +355,7 @@ impl<'a> PhaseRun<'a> {
     /// The batch job, once ready (and connected, with an agent).
     fn start_lp(&self, agent: bool) -> Result<Child, CliError> {
         let stop = self.dir.path().join("stop");
-        let mut cmd = self.env.lp.command();
+        let mut cmd = self.env.lp.command(self.env, self.dir.path());
         cmd.env("KFDQ_DEMO_STOP", &stop)
             .env("KFDQ_TEST_STOP", &stop)
             .env("KFDQ_FLOOD_PROGRESS", "1");
@@ -366,7 +376,7 @@ impl<'a> PhaseRun<'a> {
     fn run_hp(&self, agent: bool) -> Result<((f64, f64), HpOutcome), CliError> {
         let go = self.dir.path().join("go");
         let args = self.env.args;
-        let mut cmd = self.env.hp.command();
+        let mut cmd = self.env.hp.command(self.env, self.dir.path());
         cmd.env("KFDQ_DEMO_GO", &go)
             .env("KFDQ_TEST_GO", &go)
             .env("KFDQ_DEMO_REQUESTS", args.requests.to_string())
@@ -389,6 +399,7 @@ impl<'a> PhaseRun<'a> {
         let end_us = monotonic_us();
         let hp = lines::parse_hp(&out)
             .map_err(|e| CliError::Usage(format!("the latency client (HP): {e}")))?;
+        self.note_runtime(&out);
         if hp.latencies_us.is_empty() {
             return Err(CliError::Usage(format!(
                 "the latency client (HP) printed no `request <i> <latency_us>` line: an HP workload prints one per timed request ({}); its stdout had {} lines (log {})",
@@ -405,10 +416,19 @@ impl<'a> PhaseRun<'a> {
         ))
     }
 
+    /// Keeps the first `runtime` line a workload printed.
+    fn note_runtime(&self, out: &[String]) {
+        let mut r = self.runtime.borrow_mut();
+        if r.is_none() {
+            *r = lines::runtime(out);
+        }
+    }
+
     /// Stops the batch job; the units of work it completed inside `window`.
     fn finish_lp(&self, c: Child, window: (f64, f64)) -> Result<u64, CliError> {
         write_file(&self.dir.path().join("stop"))?;
         let out = c.finish(Duration::from_secs(120))?;
+        self.note_runtime(&out);
         let done = lines::parse_lp(&out)
             .map_err(|e| CliError::Usage(format!("the batch job (LP): {e}")))?
             .into_iter()
@@ -457,6 +477,11 @@ fn run_phase(env: &Env<'_>, phase: Phase, tag: &str) -> Result<PhaseResult, CliE
     if let Some(mut a) = agent {
         a.terminate();
     }
+    let runtime = run
+        .runtime
+        .borrow_mut()
+        .take()
+        .or_else(|| env.runtime.fallback_label(env.hp.builtin || env.lp.builtin));
     let stage_samples = match (&reactions, &run.traces) {
         (Some(r), Some((hp, agent, lp))) => {
             stages::samples(&r.pairs, &stages::Traces::read(hp, agent, lp))
@@ -473,6 +498,7 @@ fn run_phase(env: &Env<'_>, phase: Phase, tag: &str) -> Result<PhaseResult, CliE
             stage_samples,
             lp_done,
             preempts,
+            runtime,
         },
     ))
 }
@@ -487,6 +513,8 @@ struct Measured {
     lp_done: Option<u64>,
     /// Device-wide preempts inside the window (the emulator's counters).
     preempts: Option<u64>,
+    /// The HIP runtime the workloads ran on.
+    runtime: Option<String>,
 }
 
 /// The phase's row from what it measured.
@@ -535,6 +563,7 @@ fn phase_result(
         hp_latency_us,
         lp_done: m.lp_done,
         preempts: m.preempts,
+        runtime: m.runtime,
     }
 }
 
@@ -606,11 +635,18 @@ pub(super) fn run(root: &Path, args: DemoArgs, json: bool) -> Result<(), CliErro
         args.phases.clone()
     };
     let use_emu = args.emulator || !root.join("dev/kfd").exists();
+    // A kfd-emu mount given as --root is the emulator too (its counters, the REACT columns).
+    let existing = if use_emu {
+        None
+    } else {
+        Emulator::existing(root)
+    };
+    let runtime = Runtime::resolve(&args, use_emu || existing.is_some())?;
     let builtin = args.hp_command.is_none() || args.lp_command.is_none();
-    let workloads = match (&args.workloads, use_emu) {
+    let workloads = match (&args.workloads, use_emu || existing.is_some()) {
         (Some(d), _) => Some(d.clone()),
         (None, true) => None,
-        (None, false) if !builtin => None,
+        (None, false) if !builtin || runtime.kind == DemoRuntime::Hip => None,
         (None, false) => {
             return Err(CliError::Usage(format!(
                 "{} has a /dev/kfd: on a real GPU the demo needs workloads built for it: give --hp-command and --lp-command (docs/demo.md, \"Your own workloads\"), or --workloads DIR with kfdq-latency and kfdq-flood built against your ROCm, or --emulator to run on the built-in emulator",
@@ -618,31 +654,36 @@ pub(super) fn run(root: &Path, args: DemoArgs, json: bool) -> Result<(), CliErro
             )));
         }
     };
+    let [hp_hip, lp_hip] = runtime::builtin(runtime.kind);
     let hp = workload(
         args.hp_command.as_deref(),
-        (
-            "kfdq-latency",
-            vec![
-                args.requests.to_string(),
-                format!("{:.3}", 1000.0 / args.rate),
-                HP_KERNELS.to_string(),
-                HP_WG_US.to_string(),
-                HP_WGS.to_string(),
-            ],
-        ),
+        hp_hip.unwrap_or_else(|| {
+            (
+                "kfdq-latency",
+                vec![
+                    args.requests.to_string(),
+                    format!("{:.3}", 1000.0 / args.rate),
+                    HP_KERNELS.to_string(),
+                    HP_WG_US.to_string(),
+                    HP_WGS.to_string(),
+                ],
+            )
+        }),
         workloads.as_deref(),
         "--hp-command",
     )?;
     let lp = workload(
         args.lp_command.as_deref(),
-        (
-            "kfdq-flood",
-            vec![
-                LP_WG_US.to_string(),
-                LP_WGS.to_string(),
-                LP_IN_FLIGHT.to_string(),
-            ],
-        ),
+        lp_hip.unwrap_or_else(|| {
+            (
+                "kfdq-flood",
+                vec![
+                    LP_WG_US.to_string(),
+                    LP_WGS.to_string(),
+                    LP_IN_FLIGHT.to_string(),
+                ],
+            )
+        }),
         workloads.as_deref(),
         "--lp-command",
     )?;
@@ -654,6 +695,7 @@ pub(super) fn run(root: &Path, args: DemoArgs, json: bool) -> Result<(), CliErro
     } else {
         None
     };
+    let runtime = runtime.with_emulator(kfd_emu.as_deref());
     let tmp = tempfile::Builder::new()
         .prefix("kfdq-demo-")
         .tempdir()
@@ -678,19 +720,28 @@ pub(super) fn run(root: &Path, args: DemoArgs, json: bool) -> Result<(), CliErro
             args.preset,
             mnt.display()
         );
+        let kernel_times = runtime.kernel_times(&tmp_path)?;
         Some(Emulator::mount(
             &kfd_emu,
             &args.preset,
             &mnt,
             &logs.join("kfd-emu.log"),
+            kernel_times.as_deref(),
         )?)
     } else {
-        None
+        if let Some(e) = &existing {
+            eprintln!(
+                "kfdq demo: {} is a kfd-emu mount: the emulator's counters are read there",
+                e.root.display()
+            );
+        }
+        existing
     };
     let root_dir = emu
         .as_ref()
         .map_or_else(|| root.to_owned(), |e| e.root.clone());
     let workloads_text = match (hp.builtin, lp.builtin) {
+        (true, true) if runtime.kind == DemoRuntime::Hip => runtime::hipwork_text().to_string(),
         (true, true) => format!(
             "HP: {HP_KERNELS} dispatches x {HP_WGS} work-groups x {} ms on the null stream per request (~8 ms alone; the field's ResNet-18: 2.65 ms, so time runs ~3x slower here). LP: dispatches of {LP_WGS} work-groups x {} ms, {LP_IN_FLIGHT} in flight (a ResNet-50 training loop).",
             HP_WG_US / 1000,
@@ -707,6 +758,7 @@ pub(super) fn run(root: &Path, args: DemoArgs, json: bool) -> Result<(), CliErro
         logs: &logs,
         emu: emu.as_ref(),
         args: &args,
+        runtime,
     };
     let total = phases.len() * args.repeat as usize;
     let mut runs = Vec::new();
@@ -738,11 +790,16 @@ pub(super) fn run(root: &Path, args: DemoArgs, json: bool) -> Result<(), CliErro
         .collect();
     let report = DemoReport {
         emulator: emu.is_some(),
-        preset: emu.as_ref().map(|_| args.preset.clone()),
+        // The preset of a mount the demo did not make is not known (`?`).
+        preset: emu
+            .as_ref()
+            .filter(|_| use_emu)
+            .map(|_| args.preset.clone()),
         priority_note: kfdq::capability::priority_note(&Root::new(&root_dir)),
         requests: args.requests,
         rate_per_s: args.rate,
         workloads: workloads_text,
+        runtime: env.runtime.describe(),
         hp_command: env.hp.argv.clone(),
         lp_command: env.lp.argv.clone(),
         repeat: args.repeat,

@@ -146,6 +146,34 @@ impl Child {
         Ok(std::mem::take(&mut self.seen))
     }
 
+    /// Waits until `cond` holds while it runs: fails at once when it exits first (kfdqd
+    /// refusing to start: another agent holds the lock for its root, a bad configuration) and
+    /// after `timeout`, either way with its stderr's tail, where it says why.
+    pub fn wait_up(
+        &mut self,
+        what: &str,
+        timeout: Duration,
+        mut cond: impl FnMut() -> bool,
+    ) -> Result<(), CliError> {
+        let mut exited = None;
+        let up = wait_until(what, timeout, || {
+            if cond() {
+                return true;
+            }
+            exited = self.child.try_wait().ok().flatten();
+            exited.is_some()
+        });
+        match (up, exited) {
+            (Ok(()), None) => Ok(()),
+            (Ok(()), Some(status)) => Err(fail(format!(
+                "{} exited ({status}) before {what}; {}",
+                self.name,
+                self.stderr_tail()
+            ))),
+            (Err(e), _) => Err(fail(format!("{e}; {}", self.stderr_tail()))),
+        }
+    }
+
     /// SIGTERM, then wait (SIGKILL after 5 s).
     pub fn terminate(&mut self) {
         if let Ok(None) = self.child.try_wait() {
@@ -185,24 +213,29 @@ pub fn wait_until(
     Ok(())
 }
 
-/// A kfd-emu mount, unmounted when dropped.
+/// A kfd-emu mount: the demo's own (unmounted when dropped) or one it was given (`--root` of
+/// a mount already there, left as it is).
 pub struct Emulator {
-    child: Child,
-    kfd_emu: PathBuf,
+    /// kfd-emu and its path, for the demo's own mount.
+    own: Option<(Child, PathBuf)>,
     /// The mount point (the root for everything else).
     pub root: PathBuf,
 }
 
 impl Emulator {
-    /// Mounts kfd-emu with `preset` at `root`.
+    /// Mounts kfd-emu with `preset` at `root` (and the kernels' times of `kernel_times`).
     pub fn mount(
         kfd_emu: &Path,
         preset: &str,
         root: &Path,
         log: &Path,
+        kernel_times: Option<&Path>,
     ) -> Result<Emulator, CliError> {
         let mut cmd = Command::new(kfd_emu);
         cmd.arg("--mount").arg(root).arg("--preset").arg(preset);
+        if let Some(k) = kernel_times {
+            cmd.arg("--kernel-times").arg(k);
+        }
         let mut child = Child::spawn("kfd-emu", cmd, log)?;
         let dev = root.join("dev/kfd");
         let up = wait_until("kfd-emu mounting", Duration::from_secs(20), || {
@@ -217,10 +250,19 @@ impl Emulator {
             )));
         }
         Ok(Emulator {
-            child,
-            kfd_emu: kfd_emu.to_owned(),
+            own: Some((child, kfd_emu.to_owned())),
             root: root.to_owned(),
         })
+    }
+
+    /// The kfd-emu mount at `root`, when it is one (it serves the emulator's statistics
+    /// file): the demo reads its counters as from its own mount, and leaves it mounted.
+    pub fn existing(root: &Path) -> Option<Emulator> {
+        let e = Emulator {
+            own: None,
+            root: root.to_owned(),
+        };
+        (root.join("dev/kfd").exists() && e.stats().is_some()).then_some(e)
     }
 
     fn stats(&self) -> Option<serde_json::Value> {
@@ -277,8 +319,11 @@ impl Emulator {
 
 impl Drop for Emulator {
     fn drop(&mut self) {
-        self.child.terminate();
-        let _ = Command::new(&self.kfd_emu)
+        let Some((child, kfd_emu)) = &mut self.own else {
+            return;
+        };
+        child.terminate();
+        let _ = Command::new(kfd_emu)
             .arg("unmount")
             .arg(&self.root)
             .stdout(Stdio::null())

@@ -106,6 +106,10 @@ pub struct PhaseResult {
     /// Device-wide preempts in the window, the emulator's count (per repetition).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub preempts: Option<u64>,
+    /// The HIP runtime the workloads ran on, as they said (`HIP 6.4.43484
+    /// (libamdhip64.so.6.4.43484)`), or `fakehip ...` for the built-in stand-ins; null when
+    /// the workloads did not say.
+    pub runtime: Option<String>,
 }
 
 /// The whole demo.
@@ -123,6 +127,8 @@ pub struct DemoReport {
     pub rate_per_s: f64,
     /// The workloads, in words.
     pub workloads: String,
+    /// The runtime the workloads ran on, in words (each phase's `runtime` names its version).
+    pub runtime: String,
     /// The HP workload's command line as run.
     pub hp_command: Vec<String>,
     /// The LP workload's command line as run.
@@ -212,6 +218,22 @@ pub fn aggregate(reps: &[&PhaseResult]) -> PhaseResult {
         hp_latency_us: Vec::new(),
         lp_done: None,
         preempts: None,
+        runtime: first.runtime.clone(),
+    }
+}
+
+/// The header's runtime: the words, and the versions the phases' workloads named.
+fn runtime_line(r: &DemoReport) -> String {
+    let mut named: Vec<&str> = r
+        .phases
+        .iter()
+        .filter_map(|p| p.runtime.as_deref())
+        .collect();
+    named.dedup();
+    if named.is_empty() {
+        r.runtime.clone()
+    } else {
+        format!("{} ({})", r.runtime, named.join("; "))
     }
 }
 
@@ -272,7 +294,7 @@ pub fn render(r: &DemoReport) -> String {
         t.row(row);
     }
     let mut out = format!(
-        "kfdq demo{}: {} latency requests per phase at {}/s{}\n{}\npriorities: {}\n\n",
+        "kfdq demo{}: {} latency requests per phase at {}/s{}\n{}\nruntime: {}\npriorities: {}\n\n",
         if r.emulator {
             format!(
                 " on the built-in emulator ({})",
@@ -289,6 +311,7 @@ pub fn render(r: &DemoReport) -> String {
             String::new()
         },
         r.workloads,
+        runtime_line(r),
         r.priority_note
     );
     out += &t.render();
@@ -368,6 +391,7 @@ mod tests {
             hp_latency_us: hp.map(<[f64]>::to_vec).unwrap_or_default(),
             lp_done: None,
             preempts: None,
+            runtime: None,
         }
     }
 
@@ -393,6 +417,7 @@ mod tests {
             requests: 3,
             rate_per_s: 1.0,
             workloads: String::new(),
+            runtime: String::new(),
             hp_command: Vec::new(),
             lp_command: Vec::new(),
             repeat: 1,
@@ -445,6 +470,7 @@ mod tests {
             requests: 2,
             rate_per_s: 1.0,
             workloads: String::new(),
+            runtime: String::new(),
             hp_command: Vec::new(),
             lp_command: Vec::new(),
             repeat: 1,

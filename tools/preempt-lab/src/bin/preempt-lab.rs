@@ -511,9 +511,42 @@ fn apply_calibration(
     let text = std::fs::read_to_string(path)
         .map_err(|e| format!("--calibration {}: {e}", path.display()))?;
     let cal = kfdq_calibration::Calibration::parse(&text)
-        .and_then(|c| c.check_target(&text, LAB_TARGET_VERSION).map(|()| c))
         .map_err(|e| format!("--calibration {}: {e}", path.display()))?;
-    sc.params = sc.params.calibrated(&cal.first().model);
+    for (i, p) in cal.partitions.iter().enumerate() {
+        if let Err(kfdq_calibration::CalibrationError::OtherGpu { line, .. }) =
+            p.check_target(&text, i, LAB_TARGET_VERSION)
+        {
+            // Not "measure on a node of this kind": the lab models gfx942 partitions only.
+            return Err(format!(
+                "--calibration {}: line {line}: gfx_target_version = {}: the file was measured on {}, and the lab models gfx942 partitions only (gfx_target_version {LAB_TARGET_VERSION}): another kind's costs would be read as a gfx942's. Replay the file on the emulator of its kind instead (kfd-emu --preset mi210 --calibration FILE for gfx90a, docs/kfd-emulator.md), or give the lab its round trip by hand (sim --round-trip-us {:.0}), knowing the partition shape stays gfx942's",
+                path.display(),
+                p.node.gfx_target_version,
+                p.node.gfx_target,
+                p.model.preempt_round_trip_ns as f64 / 1e3
+            ));
+        }
+    }
+    let first = cal.first();
+    sc.params = sc.params.calibrated(&first.model);
+    // Say what was taken from the file (on stderr: stdout is the result).
+    eprintln!(
+        "preempt-lab: --calibration {}: {} ({}, {}), preempt_fixed_ns {}, save_wave_ns {}, restore_wave_ns {}, arbitration {}, C {} µs",
+        path.display(),
+        first.node.gpu_name,
+        first.node.gfx_target,
+        first.node.measured_with,
+        first.model.preempt_fixed_ns,
+        first.model.save_wave_ns,
+        first.model.restore_wave_ns,
+        first.model.arbitration.as_str(),
+        first.model.preempt_round_trip_ns as f64 / 1e3
+    );
+    if let Some(w) = first.round_trip_disagreement(&text, 0) {
+        eprintln!(
+            "preempt-lab: warning: --calibration {}: {w}",
+            path.display()
+        );
+    }
     Ok(cal)
 }
 
