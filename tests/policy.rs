@@ -1,55 +1,13 @@
 //! The preemption policy, rule by rule, on an injected clock (pure logic: no emulator needed).
 
+mod common;
+
+use common::policy::{GPU, MS, builtin, decide, part, proc};
+use kfdq::Pid;
 use kfdq::policy::{
-    ClassRule, Observation, PartitionObs, Policy, PolicyConfig, PolicyError, ProcessObs, QueueObs,
-    Reason, Release, Run, Starvation,
+    ClassRule, Policy, PolicyConfig, PolicyError, ProcessObs, Reason, Release, Run, Starvation,
 };
 use kfdq::proto::Level;
-use kfdq::{GpuId, Pid, QueueId};
-
-const MS: u64 = 1_000_000;
-const GPU: GpuId = GpuId(0xb1a0);
-
-fn part(slots: u32) -> Vec<PartitionObs> {
-    vec![PartitionObs {
-        gpu_id: GPU,
-        resident_slots: slots,
-        cus: 80,
-    }]
-}
-
-fn proc(pid: u32, class: &str, busy: &[bool]) -> ProcessObs {
-    ProcessObs {
-        pid: Pid(pid),
-        class: class.into(),
-        queues: busy
-            .iter()
-            .enumerate()
-            .map(|(i, &busy)| QueueObs {
-                queue_id: QueueId(i as u32),
-                gpu_id: GPU,
-                busy,
-            })
-            .collect(),
-    }
-}
-
-fn decide(
-    p: &mut Policy,
-    now_ns: u64,
-    parts: &[PartitionObs],
-    procs: &[ProcessObs],
-) -> kfdq::policy::Decision {
-    p.decide(&Observation {
-        now_ns,
-        partitions: parts,
-        processes: procs,
-    })
-}
-
-fn builtin() -> Policy {
-    Policy::new(PolicyConfig::builtin()).unwrap()
-}
 
 #[test]
 fn a_busy_higher_class_preempts_lower_classes_at_their_levels() {

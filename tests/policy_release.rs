@@ -2,32 +2,16 @@
 //! a preempt costs, when lower classes resume. Pure logic on an injected clock, through
 //! `Policy::decide` as the agent and the lab call it.
 
+mod common;
+
+use common::policy::{MS, part, proc};
+use kfdq::Pid;
 use kfdq::policy::{
-    CostRelease, Decision, Observation, PartitionObs, Policy, PolicyConfig, PolicyError,
-    ProcessObs, QueueObs, Reason, Release, Run,
+    CostRelease, Decision, Observation, Policy, PolicyConfig, PolicyError, Reason, Release, Run,
 };
-use kfdq::{GpuId, Pid, QueueId};
 
 const US: u64 = 1_000;
-const MS: u64 = 1_000_000;
-const GPU: GpuId = GpuId(7);
 const BATCH: Pid = Pid(30);
-
-fn proc(pid: Pid, class: &str, busy: &[bool]) -> ProcessObs {
-    ProcessObs {
-        pid,
-        class: class.into(),
-        queues: busy
-            .iter()
-            .enumerate()
-            .map(|(i, &busy)| QueueObs {
-                queue_id: QueueId(i as u32),
-                gpu_id: GPU,
-                busy,
-            })
-            .collect(),
-    }
-}
 
 /// The built-in classes (latency; normal at level 1; batch at level 2) with cost rule `c`, and
 /// two processes: a latency one and one of class `class` with `batch_queues` busy queues.
@@ -54,14 +38,10 @@ impl Lab {
     }
 
     fn decide(&mut self, now_ns: u64, latency_busy: bool) -> Decision {
-        let parts = [PartitionObs {
-            gpu_id: GPU,
-            resident_slots: 24,
-            cus: 80,
-        }];
+        let parts = part(24);
         let procs = [
-            proc(Pid(10), "latency", &[latency_busy]),
-            proc(BATCH, self.class, &vec![true; self.batch_queues]),
+            proc(10, "latency", &[latency_busy]),
+            proc(BATCH.0, self.class, &vec![true; self.batch_queues]),
         ];
         self.policy.decide(&Observation {
             now_ns,
@@ -225,21 +205,17 @@ fn a_higher_class_that_exits_while_busy_releases_by_the_rule() {
     // Its processes gone, the class is idle from that observation on.
     let mut lab = Lab::new(CostRelease::default());
     lab.decide(0, true);
-    let parts = [PartitionObs {
-        gpu_id: GPU,
-        resident_slots: 24,
-        cus: 80,
-    }];
+    let parts = part(24);
     let d = lab.policy.decide(&Observation {
         now_ns: 5 * MS,
         partitions: &parts,
-        processes: &[proc(BATCH, "batch", &[true])],
+        processes: &[proc(BATCH.0, "batch", &[true])],
     });
     assert_eq!(d.next_ns, Some(5 * MS + 800 * US), "cold start hold");
     lab.policy.decide(&Observation {
         now_ns: 5 * MS + 800 * US,
         partitions: &parts,
-        processes: &[proc(BATCH, "batch", &[true])],
+        processes: &[proc(BATCH.0, "batch", &[true])],
     });
     assert_eq!(lab.batch(), Some(Run::Running));
 }

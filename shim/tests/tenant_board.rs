@@ -12,7 +12,7 @@ use std::os::unix::fs::FileExt;
 use std::time::Duration;
 
 use common::forger::Forger;
-use common::kfdqd::{Agent, two_classes};
+use common::kfdqd::{Agent, batch_flood, two_classes};
 use common::*;
 use kfdq::kfd::board::{BoardMap, seal_writes};
 use kfdq::proto::board::SLOTS;
@@ -27,19 +27,6 @@ const NOTHING_FOR: Duration = Duration::from_millis(500);
 
 fn config() -> String {
     two_classes("deactivate").replacen("[agent]\n", "[agent]\ndirect_edges = true\n", 1)
-}
-
-/// A batch flood (one stream) under the agent; returns it with its queue id.
-fn flood(emu: &Emu, agent: &Agent, class: &str) -> (App, u32) {
-    let mut app = Launch::new(programs().get("flood"))
-        .args(["20000", "2560", "2", "1"])
-        .env("KFDQ_CLASS", class)
-        .env("KFDQ_SOCKET", agent.sock.display().to_string())
-        .start(emu);
-    app.wait_line("flooding");
-    agent.wait_connected(app.pid, 1);
-    let q = app.queues().values().next().unwrap().queue_id;
-    (app, q)
 }
 
 /// The idle latency client (`programs/latency.c`), a writer of its own board, waiting at
@@ -106,7 +93,7 @@ fn batch_preempted(emu: &Emu, pid: u32, q: u32) -> bool {
 fn tenant_a_writer_can_neither_resize_its_board_nor_raise_another_writers_slot() {
     let emu = mount();
     let agent = Agent::start(&emu, &config());
-    let (mut lp, q) = flood(&emu, &agent, "batch");
+    let (mut lp, q) = batch_flood(&emu, &agent, "batch");
     let mut hp = idle_latency(&emu, &agent);
     let gpu = gpu_of(&agent, lp.pid);
     let (mut f, fd, board, slot) = forging_writer(&emu, &agent, gpu);
@@ -155,7 +142,7 @@ fn tenant_a_writer_can_neither_resize_its_board_nor_raise_another_writers_slot()
 fn tenant_a_root_watcher_cannot_make_its_read_only_board_writable() {
     let emu = mount();
     let agent = Agent::start(&emu, &config());
-    let (lp, q) = flood(&emu, &agent, "batch");
+    let (lp, q) = batch_flood(&emu, &agent, "batch");
     let hp = idle_latency(&emu, &agent);
     let gpu = gpu_of(&agent, lp.pid);
     // A batch forger (root: the tests run as root) watches the latency client's board.
@@ -205,7 +192,7 @@ fn tenant_a_root_watcher_cannot_make_its_read_only_board_writable() {
 fn tenant_a_forged_busy_slot_is_cleared_and_the_watcher_runs_again() {
     let emu = mount();
     let agent = Agent::start(&emu, &config());
-    let (lp, q) = flood(&emu, &agent, "batch");
+    let (lp, q) = batch_flood(&emu, &agent, "batch");
     let gpu = gpu_of(&agent, lp.pid);
     let (mut f, fd, board, slot) = forging_writer(&emu, &agent, gpu);
     let map = seal_and_say(&mut f, &fd, board);
@@ -243,7 +230,7 @@ fn tenant_a_forged_busy_slot_is_cleared_and_the_watcher_runs_again() {
 fn tenant_a_writer_moved_to_a_class_that_preempts_nobody_raises_nobody() {
     let emu = mount();
     let agent = Agent::start(&emu, &config());
-    let (lp, q) = flood(&emu, &agent, "batch");
+    let (lp, q) = batch_flood(&emu, &agent, "batch");
     let hp = idle_latency(&emu, &agent);
     let gpu = gpu_of(&agent, lp.pid);
     agent.wait("the batch job subscribed", |s| {
@@ -285,17 +272,14 @@ fn tenant_a_writer_moved_to_a_class_that_preempts_nobody_raises_nobody() {
 fn tenant_after_an_agent_restart_the_watch_maps_the_new_board() {
     let emu = mount();
     let mut agent = Agent::start(&emu, &config());
-    let (lp, q) = flood(&emu, &agent, "batch");
+    let (lp, q) = batch_flood(&emu, &agent, "batch");
     // Five requests: a watch thread starved past the agent's grace on a loaded host costs one.
     let mut hp = latency_client(&emu, &agent, "5");
     agent.wait("the batch job subscribed", |s| {
         s.counters.direct_subscriptions >= 1
     });
     // The agent killed and started again: every board is new, numbered from the start again.
-    let _ = nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(agent.child.id() as i32),
-        nix::sys::signal::Signal::SIGKILL,
-    );
+    agent.signal(nix::sys::signal::Signal::SIGKILL);
     agent.restart();
     agent.wait_connected(lp.pid, 1);
     agent.wait_connected(hp.pid, 1);

@@ -1,6 +1,8 @@
 //! One non-blocking connection: bytes in, split into protocol lines with the size limit; bytes
 //! out, buffered until the socket takes them. Nothing a peer sends can block the agent or make
-//! it buffer more than [`MAX_LINE`] of input or [`MAX_OUTPUT`] of output for it.
+//! it buffer more than its line limit ([`FIRST_LINE`] until it is a shim, then [`MAX_LINE`])
+//! of input or [`MAX_OUTPUT`] of output for it, and all connections together hold at most
+//! their [`Budget`] ([`TOTAL_BUFFERED`]) beyond a small allowance each ([`FREE_PER_CONN`]).
 
 use std::io::{self, IoSliceMut, Write};
 use std::mem::MaybeUninit;
@@ -22,6 +24,64 @@ pub const MAX_OUTPUT: usize = 4 << 20;
 /// Bytes read from one peer per wake-up (others are served in between).
 const READ_BUDGET: usize = 256 << 10;
 
+/// The longest line a peer may send before the agent knows it for a shim: a hello or a
+/// control request (a few hundred bytes, an executable's path at most 4 KiB; the shim waits
+/// for its welcome before it sends its registry).
+pub const FIRST_LINE: usize = 16 << 10;
+
+/// Buffer capacity each connection holds uncharged, for input and for output each: a hello,
+/// a request, an Activity line, a status reply of a small node. So a full [`Budget`] stops
+/// no peer's ordinary lines; all connections together hold at most
+/// `TOTAL_BUFFERED + 2 * FREE_PER_CONN * max_connections`.
+pub const FREE_PER_CONN: usize = 4 << 10;
+
+/// Bytes all connections together may buffer (partial input lines and unwritten output).
+/// Named, not measured: kfdqd's DaemonSet limit is 128 MiB and the agent itself needs some
+/// 20 MiB; the rest is for buffers. A peer whose bytes do not fit gets its line dropped
+/// ([`Frame::OverBudget`]) or, for output, is dropped as a slow reader is.
+pub const TOTAL_BUFFERED: usize = 64 << 20;
+
+/// Output capacity kept after a connection's output drained (more is given back).
+const KEEP_CAPACITY: usize = 64 << 10;
+
+/// The bytes all connections buffer, against their limit (shared by the server's
+/// connections; one thread).
+#[derive(Debug, Clone)]
+pub struct Budget {
+    used: std::rc::Rc<std::cell::Cell<usize>>,
+    limit: usize,
+}
+
+impl Budget {
+    /// Nothing buffered yet, at most `limit` bytes.
+    pub fn new(limit: usize) -> Budget {
+        Budget {
+            used: Default::default(),
+            limit,
+        }
+    }
+
+    /// Bytes buffered now (capacity held, not length).
+    #[cfg(test)]
+    fn used(&self) -> usize {
+        self.used.get()
+    }
+
+    /// Takes `n` bytes: false (nothing taken) when they do not fit.
+    fn take(&self, n: usize) -> bool {
+        let u = self.used.get();
+        if u + n > self.limit {
+            return false;
+        }
+        self.used.set(u + n);
+        true
+    }
+
+    fn give(&self, n: usize) {
+        self.used.set(self.used.get().saturating_sub(n));
+    }
+}
+
 /// Descriptors a peer may have sent (`SCM_RIGHTS`) and not claimed yet; more are closed.
 const MAX_FDS: usize = 2;
 
@@ -34,6 +94,9 @@ pub enum Frame {
     TooLong,
     /// The peer closed the connection in the middle of a line.
     Truncated,
+    /// A line that did not fit the agent's buffers ([`TOTAL_BUFFERED`]); its bytes were
+    /// dropped up to its newline.
+    OverBudget,
 }
 
 /// A peer's connection.
@@ -54,11 +117,22 @@ pub struct Conn {
     /// Descriptors to send (`SCM_RIGHTS`) with the output byte at this offset of `wbuf` (the
     /// first byte of the line that carries them), in offset order.
     out_fds: std::collections::VecDeque<(usize, OwnedFd)>,
+    /// The longest line taken ([`FIRST_LINE`], then [`MAX_LINE`] once it is a shim).
+    max_line: usize,
+    /// What all connections buffer; this one's share is `charged`.
+    budget: Budget,
+    charged: usize,
+}
+
+impl Drop for Conn {
+    fn drop(&mut self) {
+        self.budget.give(self.charged);
+    }
 }
 
 impl Conn {
-    /// Wraps an accepted socket (made non-blocking).
-    pub fn new(stream: UnixStream) -> io::Result<Conn> {
+    /// Wraps an accepted socket (made non-blocking), its buffers charged to `budget`.
+    pub fn new(stream: UnixStream, budget: &Budget) -> io::Result<Conn> {
         stream.set_nonblocking(true)?;
         Ok(Conn {
             stream,
@@ -69,7 +143,31 @@ impl Conn {
             closing: false,
             fds: Vec::new(),
             out_fds: std::collections::VecDeque::new(),
+            max_line: FIRST_LINE,
+            budget: budget.clone(),
+            charged: 0,
         })
+    }
+
+    /// The peer is a shim: its lines (registries) may be up to [`MAX_LINE`] long.
+    pub fn shim_lines(&mut self) {
+        self.max_line = MAX_LINE;
+    }
+
+    /// Charges the buffers' capacity to the budget: false (nothing changed) when the growth
+    /// does not fit.
+    fn charge(&mut self) -> bool {
+        let now = self.rbuf.capacity().saturating_sub(FREE_PER_CONN)
+            + self.wbuf.capacity().saturating_sub(FREE_PER_CONN);
+        if now > self.charged {
+            if !self.budget.take(now - self.charged) {
+                return false;
+            }
+        } else {
+            self.budget.give(self.charged - now);
+        }
+        self.charged = now;
+        true
     }
 
     /// Reads what the socket has (up to a budget) and appends complete frames to `out`.
@@ -84,7 +182,8 @@ impl Conn {
                     if !self.rbuf.is_empty() && !self.discarding {
                         out.push(Frame::Truncated);
                     }
-                    self.rbuf.clear();
+                    self.rbuf = Vec::new();
+                    self.charge();
                 }
                 Ok(n) => {
                     budget = budget.saturating_sub(n);
@@ -129,9 +228,13 @@ impl Conn {
                 if nl.is_some() {
                     self.discarding = false;
                 }
-            } else if self.rbuf.len() + take > MAX_LINE {
-                self.rbuf.clear();
+            } else if self.rbuf.len() + take > self.max_line {
+                self.rbuf = Vec::new();
                 out.push(Frame::TooLong);
+                self.discarding = nl.is_none();
+            } else if !self.reserve(take) {
+                self.rbuf = Vec::new();
+                out.push(Frame::OverBudget);
                 self.discarding = nl.is_none();
             } else {
                 self.rbuf.extend_from_slice(&data[..take]);
@@ -141,17 +244,35 @@ impl Conn {
                     out.push(Frame::Line(line));
                 }
             }
+            self.charge();
             data = &data[take..];
         }
     }
 
+    /// Room for `n` more input bytes in the budget (the input buffer grown to hold them).
+    fn reserve(&mut self, n: usize) -> bool {
+        if self.rbuf.capacity() - self.rbuf.len() >= n {
+            return true;
+        }
+        let before = self.rbuf.capacity();
+        self.rbuf.reserve(n);
+        if self.charge() {
+            return true;
+        }
+        self.rbuf.shrink_to(before);
+        false
+    }
+
     /// Queues `msg`, encoded straight into the output buffer (no buffer per message). False
-    /// when the peer has left too much unread (drop it); then nothing was queued.
+    /// when the peer has left too much unread, or the agent's buffers are full (drop it);
+    /// then nothing was queued.
     pub fn queue_msg<T: serde::Serialize>(&mut self, msg: &T) -> bool {
         let start = self.wbuf.len();
         crate::proto::encode_into(msg, &mut self.wbuf);
-        if self.wbuf.len() > MAX_OUTPUT {
+        if self.wbuf.len() > MAX_OUTPUT || !self.charge() {
             self.wbuf.truncate(start);
+            self.wbuf.shrink_to(KEEP_CAPACITY.max(start));
+            self.charge();
             return false;
         }
         true
@@ -213,6 +334,10 @@ impl Conn {
                 Err(e) => return Err(e),
             }
         }
+        if self.wbuf.is_empty() && self.wbuf.capacity() > KEEP_CAPACITY {
+            self.wbuf = Vec::new();
+            self.charge();
+        }
         Ok(())
     }
 
@@ -235,7 +360,7 @@ mod tests {
 
     fn conn() -> (Conn, UnixStream) {
         let (a, b) = UnixStream::pair().unwrap();
-        (Conn::new(a).unwrap(), b)
+        (Conn::new(a, &Budget::new(TOTAL_BUFFERED)).unwrap(), b)
     }
 
     #[test]
@@ -276,6 +401,43 @@ mod tests {
                 Frame::Truncated
             ]
         );
+    }
+
+    #[test]
+    fn all_connections_together_buffer_within_their_budget() {
+        let budget = Budget::new(100 << 10);
+        let pair = || {
+            let (a, b) = UnixStream::pair().unwrap();
+            (Conn::new(a, &budget).unwrap(), b)
+        };
+        let (mut c1, mut p1) = pair();
+        let (mut c2, mut p2) = pair();
+        let mut out = Vec::new();
+        // Two partial lines of 60 KiB (shims' lines, within the limit): the second does not fit.
+        c1.shim_lines();
+        c2.shim_lines();
+        p1.write_all(&[b'x'; 60 << 10]).unwrap();
+        p2.write_all(&[b'y'; 60 << 10]).unwrap();
+        c1.read_frames(&mut out).unwrap();
+        assert!(out.is_empty(), "{out:?}");
+        c2.read_frames(&mut out).unwrap();
+        assert_eq!(out, [Frame::OverBudget]);
+        assert!(budget.used() <= 100 << 10, "{}", budget.used());
+        // The first line ends; its bytes are given back, and the second peer's next line fits.
+        p1.write_all(b"\n").unwrap();
+        out.clear();
+        c1.read_frames(&mut out).unwrap();
+        assert!(matches!(&out[..], [Frame::Line(l)] if l.len() == 60 << 10));
+        p2.write_all(b"\nok\n").unwrap();
+        out.clear();
+        c2.read_frames(&mut out).unwrap();
+        assert_eq!(out, [Frame::Line(b"ok".to_vec())]);
+        // Output is charged too, and given back when the peer goes.
+        let big = "z".repeat(120 << 10);
+        assert!(!c2.queue_msg(&big), "over the budget");
+        assert!(c1.queue_msg(&"small"));
+        drop((c1, c2));
+        assert_eq!(budget.used(), 0);
     }
 
     use proptest::prelude::*;

@@ -83,6 +83,7 @@ mod tests {
         let id = |pid| Found {
             id: Identity {
                 pid,
+                start: 0,
                 uid: 0,
                 gid: 0,
                 groups: vec![],

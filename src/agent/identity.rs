@@ -14,6 +14,10 @@ use crate::ids::Pid;
 pub struct Identity {
     /// Process id in the agent's pid namespace.
     pub pid: Pid,
+    /// Its start time (`/proc/<pid>/stat` field 22, clock ticks after boot): with the pid, the
+    /// process itself — a pid reused by another process has another start time
+    /// ([`Identity::is_current`]).
+    pub start: u64,
     /// Its user id.
     pub uid: u32,
     /// Its primary group id.
@@ -58,9 +62,11 @@ impl Identity {
     }
 
     /// The identity of `pid`, whose credentials the kernel gave as `uid`/`gid`; an error when
-    /// any of `/proc/<pid>/{status,exe,cgroup,environ}` cannot be read.
+    /// any of `/proc/<pid>/{stat,status,exe,cgroup,environ}` cannot be read, or when the pid
+    /// named another process (another start time) after the reads than before them.
     pub fn of_process(pid: Pid, uid: u32, gid: u32) -> std::io::Result<Identity> {
         let proc_dir = format!("/proc/{pid}");
+        let start = start_time(pid)?;
         let groups = std::fs::read_to_string(format!("{proc_dir}/status"))?
             .lines()
             .find_map(|l| l.strip_prefix("Groups:"))
@@ -75,8 +81,14 @@ impl Identity {
             .to_string();
         let cgroup = cgroup_of(pid.0)?;
         let claim = claim_of(pid, &cgroup)?;
+        if start_time(pid)? != start {
+            return Err(std::io::Error::other(format!(
+                "pid {pid} was reused by another process while its identity was read"
+            )));
+        }
         Ok(Identity {
             pid,
+            start,
             uid,
             gid,
             groups,
@@ -85,6 +97,34 @@ impl Identity {
             claim,
             admin_channel: false,
         })
+    }
+
+    /// True while the process this identity was read from still runs under its pid (same
+    /// start time): false once it exited, even when another process took the pid since.
+    pub fn is_current(&self) -> bool {
+        start_time(self.pid).is_ok_and(|s| s == self.start)
+    }
+
+    /// The process made itself non-dumpable (`prctl(PR_SET_DUMPABLE, 0)`, or a set-id
+    /// program): the kernel then gives the files in its `/proc/<pid>` to root although its
+    /// effective uid is another (proc(5), "/proc/pid"; the directory itself stays the
+    /// user's). Such a process asked not to be traced or read; the
+    /// tracer leaves it alone. Not seen for a process whose effective uid is 0 (its entry is
+    /// root's either way); `None` when it could not be read.
+    pub fn non_dumpable(&self) -> Option<bool> {
+        use std::os::unix::fs::MetadataExt;
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid)).ok()?;
+        let euid: u32 = status
+            .lines()
+            .find_map(|l| l.strip_prefix("Uid:"))?
+            .split_whitespace()
+            .nth(1)?
+            .parse()
+            .ok()?;
+        let owner = std::fs::metadata(format!("/proc/{}/status", self.pid))
+            .ok()?
+            .uid();
+        Some(euid != 0 && owner == 0)
     }
 
     /// A node admin: whoever connected through the admin socket; on the public socket, root
@@ -191,15 +231,23 @@ fn claim_of(pid: Pid, cgroup: &str) -> std::io::Result<Claim> {
     Ok(top)
 }
 
-/// The parent pid of `pid` (`/proc/<pid>/stat`'s fourth field, after the command in parentheses).
+/// Field `n` (numbered from 1, as proc(5) does; `n >= 3`) of `/proc/<pid>/stat`, counted
+/// after the command in parentheses (which may hold spaces and parentheses itself).
+fn stat_field(pid: u32, n: usize) -> std::io::Result<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    stat.rsplit_once(')')
+        .and_then(|(_, rest)| rest.split_whitespace().nth(n - 3)?.parse().ok())
+        .ok_or_else(|| std::io::Error::other(format!("/proc/{pid}/stat: no field {n}")))
+}
+
+/// The parent pid of `pid` (`/proc/<pid>/stat`'s fourth field).
 fn parent_of(pid: u32) -> Option<u32> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    stat.rsplit_once(')')?
-        .1
-        .split_whitespace()
-        .nth(1)?
-        .parse()
-        .ok()
+    stat_field(pid, 4).ok().and_then(|p| u32::try_from(p).ok())
+}
+
+/// `pid`'s start time, in clock ticks after boot (`/proc/<pid>/stat`'s field 22, proc(5)).
+pub fn start_time(pid: Pid) -> std::io::Result<u64> {
+    stat_field(pid.0, 22)
 }
 
 /// A process's class and why.
@@ -412,6 +460,7 @@ mod tests {
     fn id(uid: u32) -> Identity {
         Identity {
             pid: Pid(1),
+            start: 0,
             uid,
             gid: uid,
             groups: vec![],
@@ -452,9 +501,23 @@ match = { env = true }
         let me = std::process::id();
         assert_eq!(parent_of(me), Some(nix::unistd::getppid().as_raw() as u32));
         assert_eq!(parent_of(u32::MAX / 2), None);
+        // The start time is this process's, and stays: the identity is current.
+        let start = start_time(Pid(me)).unwrap();
+        assert!(start > 0);
+        assert_eq!(start_time(Pid(me)).unwrap(), start);
         // No token here or above in this cgroup (the test runs outside pods).
         let me = Identity::of_process(Pid(me), 0, 0).unwrap();
         assert_eq!(me.claim, Claim::None);
+        assert_eq!(me.start, start);
+        assert!(me.is_current());
+        assert!(
+            !Identity {
+                start: start + 1,
+                ..me
+            }
+            .is_current(),
+            "another process's pid"
+        );
     }
 
     #[test]

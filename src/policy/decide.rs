@@ -227,6 +227,29 @@ impl Policy {
         }
     }
 
+    /// `pid` preempted itself at `now_ns` (a watch of the edge board, docs/agent.md "Direct
+    /// edges"), whatever the policy decided for it: the time counts toward its class's
+    /// starvation guard from then, as a preemption the policy decided does. So a process kept
+    /// preempting itself — by a writer's busy slot the agent cannot see through, or over and
+    /// over — is let run its share (target `Running`, reason
+    /// [`Reason::StarvationGuard`]: the agent takes its watches away meanwhile). A process
+    /// the policy has not decided yet is left alone.
+    pub fn preempted_outside(&mut self, pid: Pid, now_ns: u64) {
+        if let Some(st) = self.procs.get_mut(pid, 0)
+            && st.self_since.is_none()
+        {
+            st.self_since = Some(now_ns);
+            self.incremental_ok = false;
+        }
+    }
+
+    /// `pid` undid the level it applied itself ([`Policy::preempted_outside`]).
+    pub fn released_itself(&mut self, pid: Pid) {
+        if let Some(st) = self.procs.get_mut(pid, 0) {
+            st.self_since = None;
+        }
+    }
+
     /// Decides what every process should be now.
     pub fn decide(&mut self, obs: &Observation<'_>) -> Decision {
         let now = obs.now_ns;
@@ -261,7 +284,7 @@ impl Policy {
                 continue;
             };
             let Some((reason, until)) = self.blocker(i, p, None, rule, level, now) else {
-                wanted.push((Run::Running, Reason::Free));
+                wanted.push(self.free(i, p.pid, rule, now, &mut next));
                 continue;
             };
             if let Some(until) = until {
@@ -417,6 +440,7 @@ impl Policy {
                 run,
                 since_ns: now,
                 granted_until: None,
+                self_since: None,
             },
         );
         if entry.run != run {
@@ -438,6 +462,29 @@ impl Policy {
         });
     }
 
+    /// What a process no higher class blocks is: running — under its starvation guard's
+    /// grant when it preempted itself long enough ([`Policy::preempted_outside`]) or a grant
+    /// holds, so its watches are taken away meanwhile. Shared by the full and the edge
+    /// decision.
+    pub(super) fn free(
+        &mut self,
+        i: usize,
+        pid: Pid,
+        rule: &ClassRule,
+        now: u64,
+        next: &mut Option<u64>,
+    ) -> (Run, Reason) {
+        let guarded = self
+            .procs
+            .get(pid, i)
+            .is_some_and(|st| st.self_since.is_some() || st.granted_until.is_some());
+        if guarded && self.starved(i, pid, rule, now, next) {
+            (Run::Running, Reason::StarvationGuard)
+        } else {
+            (Run::Running, Reason::Free)
+        }
+    }
+
     /// The starvation guard of a process its class's rule would preempt: true while it lets it
     /// run (granted when it has been preempted `after_ns`, for `run_ns`). Keeps `next` at the
     /// guard's next time.
@@ -452,19 +499,27 @@ impl Policy {
         let (Some(s), Some(st)) = (rule.starvation, self.procs.get_mut(pid, i)) else {
             return false;
         };
+        // Preempted since: by the policy's decision, or by itself, whichever came first.
+        let decided = matches!(st.run, Run::Preempted(_)).then_some(st.since_ns);
+        let since = match (decided, st.self_since) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
         if let Some(until) = st.granted_until {
             if now < until {
                 *next = later(*next, until);
                 return true;
             }
             st.granted_until = None;
-        } else if matches!(st.run, Run::Preempted(_)) {
-            if now >= st.since_ns.saturating_add(s.after_ns) {
+        } else if let Some(since) = since {
+            if now >= since.saturating_add(s.after_ns) {
                 st.granted_until = Some(now + s.run_ns);
+                // It runs its share: what it applied itself is undone (its watches go).
+                st.self_since = None;
                 *next = later(*next, now + s.run_ns);
                 return true;
             }
-            *next = later(*next, st.since_ns + s.after_ns);
+            *next = later(*next, since + s.after_ns);
         }
         false
     }

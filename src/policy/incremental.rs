@@ -153,7 +153,7 @@ impl Policy {
                 continue;
             }
             let (run, reason) = match self.blocker(i, p, one, rule, level, now) {
-                None => (Run::Running, Reason::Free),
+                None => self.free(i, p.pid, rule, now, &mut next),
                 Some((reason, until)) => {
                     if let Some(until) = until {
                         next = later(next, until);

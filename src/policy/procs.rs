@@ -16,6 +16,10 @@ pub(super) struct ProcState {
     pub(super) since_ns: u64,
     /// The starvation guard lets it run until then.
     pub(super) granted_until: Option<u64>,
+    /// Preempted by itself (direct edges, [`super::Policy::preempted_outside`]) since then,
+    /// whatever `run` says: counted toward the starvation guard as a preemption the policy
+    /// decided is.
+    pub(super) self_since: Option<u64>,
 }
 
 /// Every process's [`ProcState`], sorted by pid.
@@ -81,6 +85,7 @@ mod tests {
             run: Run::Running,
             since_ns,
             granted_until: None,
+            self_since: None,
         }
     }
 

@@ -385,6 +385,18 @@ pub struct Counters {
     /// Queues the shims reported that the kernel does not list for their process (ignored).
     #[serde(default)]
     pub unlisted_queues: u64,
+    /// Shim sessions ended by a second hello for the same pid (a reconnect over an open
+    /// connection, or a reused pid): the earlier connection closed, its board slot freed.
+    #[serde(default)]
+    pub replaced_sessions: u64,
+    /// Activity reports dropped: for a queue id beyond what the process's registry lists and
+    /// the few unregistered ids the agent keeps for it (docs/agent.md, "The agent's
+    /// resources").
+    #[serde(default)]
+    pub activity_dropped: u64,
+    /// Connections refused at accept: their uid held `[agent] max_connections_per_uid`.
+    #[serde(default)]
+    pub uid_connections_refused: u64,
     /// Request hints taken (`ShimMsg::Hint` from a process whose class preempts others;
     /// docs/shim.md, "Request hints").
     #[serde(default)]

@@ -2,6 +2,8 @@
 //! private kfd-emu mount per test, waiting on conditions), and kfdq's view of a mount.
 #![allow(dead_code, unused_imports)]
 
+pub mod policy;
+
 pub use test_support::bins::workspace_bin;
 pub use test_support::emu::{Emu, EmuConfig, MountedEmu, Preset, Stats, mount, mount_preset};
 pub use test_support::hold::Holder;

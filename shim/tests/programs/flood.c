@@ -7,10 +7,12 @@
  * queued, with $KFDQ_FLOOD_PROGRESS set `done <t_us>` (CLOCK_MONOTONIC) as each dispatch is
  * seen complete, and at the end `flood dispatches <completed> seconds <elapsed>`. A SIGUSR1 prints
  * `signal USR1` from its handler (the tracer tests check that a traced process gets its signals).
+ * With $KFDQ_FLOOD_NODUMP set it makes itself non-dumpable first (prctl PR_SET_DUMPABLE 0).
  */
 #include "common.h"
 
 #include <signal.h>
+#include <sys/prctl.h>
 
 static void on_usr1(int sig)
 {
@@ -49,6 +51,8 @@ int main(int argc, char **argv)
 	if (in_flight < 1 || in_flight > MAX_IN_FLIGHT || streams < 1 || streams > MAX_STREAMS)
 		return 2;
 	signal(SIGUSR1, on_usr1);
+	if (getenv("KFDQ_FLOOD_NODUMP") && prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0)
+		return 2;
 	for (int j = 0; j < streams; j++) {
 		char name[32];
 

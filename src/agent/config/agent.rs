@@ -133,6 +133,14 @@ pub(super) fn apply(
         }
         cfg.max_connections = v;
     }
+    if let Some(v) = a.max_connections_per_uid {
+        if v == 0 {
+            return Err(at_agent(
+                "max_connections_per_uid must be at least 1 (each process under the shim holds one connection)".into(),
+            ));
+        }
+        cfg.max_connections_per_uid = v;
+    }
     if let Some(v) = a.control_requests_per_s {
         if !(v.is_finite() && v > 0.0) {
             return Err(at_agent(format!(

@@ -126,6 +126,9 @@ pub struct AgentConfig {
     pub lease: std::time::Duration,
     /// Connections beyond this are closed at once.
     pub max_connections: usize,
+    /// Connections one uid may hold at once on the agent's socket (the admin socket's are not
+    /// counted); more are closed at once.
+    pub max_connections_per_uid: usize,
     /// Control requests per second and peer (a burst of as many is allowed).
     pub control_rate: f64,
     /// Where Prometheus metrics are served (`[metrics] listen`; `None`: not served).
@@ -203,6 +206,7 @@ struct FileAgent {
     prepared_edges: Option<toml::Spanned<bool>>,
     lease_ms: Option<u32>,
     max_connections: Option<usize>,
+    max_connections_per_uid: Option<usize>,
     control_requests_per_s: Option<f64>,
 }
 
@@ -290,6 +294,7 @@ impl AgentConfig {
             direct_edges: true,
             lease: crate::proto::DEFAULT_LEASE,
             max_connections: 4096,
+            max_connections_per_uid: 1024,
             control_rate: 50.0,
             metrics: None,
             tracer: TracerSettings::default(),

@@ -29,7 +29,7 @@ fn takes(key: &str) -> Option<&'static str> {
         "grace_period" => "an integer (units of 1K GPU clocks)",
         "edges" | "direct_edges" | "prepared_edges" | "env" => "true or false, without quotes",
         "lease_ms" => "an integer 100..=60000",
-        "max_connections" => "an integer of at least 1",
+        "max_connections" | "max_connections_per_uid" => "an integer of at least 1",
         "control_requests_per_s" => "a number above 0",
         "listen" => "an address and port in quotes, e.g. listen = \"127.0.0.1:9464\"",
         "allocations" => {

@@ -361,6 +361,7 @@ impl NodeState {
         detail: String,
         now: Instant,
     ) -> bool {
+        let now_ns = self.now_ns(now);
         let Some(p) = self.procs.get_mut(&pid) else {
             return false;
         };
@@ -379,6 +380,8 @@ impl NodeState {
                 }
                 p.self_applied = true;
                 p.awaiting_self = None;
+                // Its own preemption counts toward its starvation guard.
+                self.policy.preempted_outside(pid, now_ns);
                 // As a preempt sent now: the registries before it do not show the level yet
                 // (no preempt again for them).
                 p.preempt_gen = p.registry_gen;
@@ -399,6 +402,7 @@ impl NodeState {
                     p.applied = Run::Running;
                     self.counters.direct_releases += 1;
                 }
+                self.policy.released_itself(pid);
             }
             (l, false) => {
                 self.counters.command_failures += 1;

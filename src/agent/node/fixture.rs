@@ -34,6 +34,7 @@ pub(super) fn agent_file(agent: &str, classes: &[Class<'_>]) -> String {
 pub(super) fn identity(pid: Pid) -> Identity {
     Identity {
         pid,
+        start: 0,
         uid: 0,
         gid: 0,
         groups: vec![],

@@ -58,6 +58,7 @@ use command::Preempts;
 pub use control::ControlError;
 use process::Proc;
 use samples::Samples;
+pub use shim::UNREGISTERED_ACTIVITY;
 pub use waiters::ACK_TIMEOUT;
 use waiters::Waiters;
 
@@ -327,6 +328,18 @@ impl NodeState {
             .map(|(pid, _)| *pid)
     }
 
+    /// A connection was refused at accept: its uid held `[agent] max_connections_per_uid`.
+    /// Returns how many were, so far.
+    pub fn uid_connection_refused(&mut self) -> u64 {
+        self.counters.uid_connections_refused += 1;
+        self.counters.uid_connections_refused
+    }
+
+    /// The connection of `pid`'s session (its shim's or the tracer's).
+    pub fn conn_of(&self, pid: Pid) -> Option<ConnId> {
+        self.procs.get(&pid).map(|p| p.conn)
+    }
+
     /// A shim said hello on `conn`. `Err` is the refusal to send. A process the tracer
     /// controls is handed to its shim (the shim wins): `out` gets the [`Out::Untrace`].
     pub fn hello(
@@ -351,13 +364,26 @@ impl NodeState {
                 "the shim's pid differs from SO_PEERCRED's (another pid namespace); using SO_PEERCRED's"
             );
         }
-        if let Some(old) = self.procs.get(&id.pid)
-            && old.via == Control::Tracer
-        {
-            out.push(Out::Untrace(
+        match self.procs.get(&id.pid) {
+            Some(old) if old.via == Control::Tracer => out.push(Out::Untrace(
                 old.conn,
                 "its shim connected to the agent (the shim controls it from now on)".into(),
-            ));
+            )),
+            // An earlier session of this pid (a reconnect whose old connection is still
+            // open, or a process that exited and whose pid was reused): it ends here, as if
+            // its connection had closed — its board slot freed, its waiters told — and the
+            // server closes that connection (`Server::hello`).
+            Some(old) if old.conn != conn => {
+                let (old_conn, same) = (old.conn, old.id.start == id.start);
+                self.counters.replaced_sessions += 1;
+                tracing::warn!(
+                    pid = %id.pid,
+                    "a second hello for this pid ({}): the earlier session (connection {old_conn}) is closed",
+                    if same { "the same process" } else { "another process since" }
+                );
+                self.gone(old_conn, out);
+            }
+            _ => {}
         }
         self.insert(conn, Control::Shim, id, class);
         Ok(())
@@ -458,4 +484,13 @@ pub enum HelloError {
     /// SO_PEERCRED gave no pid.
     #[error("the agent cannot tell which process this is (SO_PEERCRED gave no pid)")]
     NoPid,
+    /// The process that opened the connection exited before it said hello (its pid may
+    /// name another process now): nobody's session.
+    #[error(
+        "the process that connected (pid {pid}) exited before this hello (the pid is free or another process's now): connect from the process itself"
+    )]
+    Exited {
+        /// The connecting process's pid.
+        pid: Pid,
+    },
 }

@@ -123,6 +123,8 @@ pub(super) struct Proc {
     /// In-flight window last sent (`Some(None)`: unbounded was sent).
     pub(super) window_sent: Option<Option<u32>>,
     pub(super) busy: BTreeMap<QueueId, bool>,
+    /// Activity on unregistered queue ids was dropped (warned once).
+    pub(super) activity_dropped: bool,
     pub(super) priority_override: Option<u32>,
     pub(super) warnings: VecDeque<String>,
     /// Its preemptions: preempt commands sent to it and levels its own watches applied.
@@ -206,6 +208,7 @@ impl Proc {
             cu_sent: None,
             window_sent: None,
             busy: BTreeMap::new(),
+            activity_dropped: false,
             applied: Run::Running,
             manual: None,
             priority_override: None,

@@ -7,6 +7,12 @@ use crate::ids::Pid;
 use crate::policy::Run;
 use crate::proto::{AgentMsg, ShimMsg};
 
+/// Queue ids a process's Activity reports may name beyond its registry's (a queue reported
+/// busy before the registry that lists it arrives); reports on more are dropped, so the agent
+/// keeps at most this many entries more than the process has queues. The shim sends its
+/// registry right after it creates a queue, so one or two is the most seen in practice.
+pub const UNREGISTERED_ACTIVITY: usize = 16;
+
 impl NodeState {
     /// A message from the shim of `pid`. Returns whether a decision is due.
     pub fn shim_message(
@@ -68,6 +74,21 @@ impl NodeState {
                     p.refresh_busy();
                     self.full_due = true;
                     true
+                }
+                ShimMsg::Activity { queue_id, busy: _ }
+                    if !p.busy.contains_key(&queue_id)
+                        && !p.registry.queues.iter().any(|q| q.queue_id == queue_id)
+                        && p.busy.len() >= p.registry.queues.len() + UNREGISTERED_ACTIVITY =>
+                {
+                    // A queue id its registry does not list, beyond the few kept until the
+                    // registry catches up: a flood of made-up ids grows nothing.
+                    self.counters.activity_dropped += 1;
+                    if !std::mem::replace(&mut p.activity_dropped, true) {
+                        p.warn(format!(
+                            "its shim reported activity on more than {UNREGISTERED_ACTIVITY} queues its registry does not list: such reports are dropped"
+                        ));
+                    }
+                    false
                 }
                 ShimMsg::Activity { queue_id, busy } => {
                     let prev = p.busy.insert(queue_id, busy);

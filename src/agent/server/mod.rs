@@ -18,7 +18,7 @@ use nix::sys::signalfd::{SfdFlags, SignalFd};
 
 use super::board::Boards;
 use super::config::AgentConfig;
-use super::conn::{Conn, ConnId};
+use super::conn::{Budget, Conn, ConnId, TOTAL_BUFFERED};
 use super::doorbell::Doorbells;
 use super::http::Endpoint;
 use super::identity::Identity;
@@ -218,6 +218,8 @@ struct Server<'a> {
     boards: Boards,
     /// The shims' queues checked against the kernel's list (`kernel_queues.rs`).
     kernel_queues: super::kernel_queues::KernelQueues,
+    /// What all connections may buffer together (`conn.rs`).
+    budget: Budget,
 }
 
 fn serve(
@@ -262,6 +264,7 @@ fn serve(
         doorbells: Doorbells::default(),
         boards: Boards::default(),
         kernel_queues: Default::default(),
+        budget: Budget::new(TOTAL_BUFFERED),
     };
     let mut stopping: Option<Instant> = None;
     let mut tracer_told = false;

@@ -9,7 +9,7 @@ use super::{ALLOCATIONS_CHECK, Bucket, Peer, Role, Server};
 use crate::agent::conn::{Conn, ConnId, Frame};
 use crate::agent::doorbell::Ring;
 use crate::agent::identity::{Claim, Identity};
-use crate::agent::node::Out;
+use crate::agent::node::{HelloError, Out};
 use crate::chain::Stage;
 use crate::proto::{self, AgentMsg, Reply, Request, ShimMsg};
 
@@ -54,9 +54,21 @@ impl Server<'_> {
                     continue;
                 }
             };
+            // Node admins (on the admin socket, or root and the admin group outside pods)
+            // are not capped per uid; tenants are.
+            if !admin
+                && !id.is_admin(self.node.config())
+                && let Err(e) = self.uid_room(id.uid)
+            {
+                // Logged at the 1st, 2nd, 4th, ... refusal: a flood does not flood the log.
+                if self.node.uid_connection_refused().is_power_of_two() {
+                    tracing::warn!("connection refused: {e}");
+                }
+                continue;
+            }
             id.claim = self.grants.resolve(&id.cgroup, id.claim);
             id.admin_channel = admin;
-            let conn = match Conn::new(stream) {
+            let conn = match Conn::new(stream, &self.budget) {
                 Ok(c) => c,
                 Err(e) => {
                     tracing::warn!("socket: {e}");
@@ -76,6 +88,23 @@ impl Server<'_> {
                 },
             );
         }
+    }
+
+    /// Whether `uid` (a tenant's, on the agent's socket) may hold one more connection: an
+    /// error naming the rule when it holds `[agent] max_connections_per_uid`.
+    fn uid_room(&mut self, uid: u32) -> Result<(), String> {
+        let cap = self.node.config().max_connections_per_uid;
+        let held = self
+            .peers
+            .values()
+            .filter(|p| p.id.uid == uid && !p.id.admin_channel)
+            .count();
+        if held < cap {
+            return Ok(());
+        }
+        Err(format!(
+            "uid {uid} holds {held} connections already ([agent] max_connections_per_uid = {cap})"
+        ))
     }
 
     /// Reads and handles what `cid` sent; true when a decision is due.
@@ -131,6 +160,17 @@ impl Server<'_> {
                     format!(
                         "message longer than {} bytes: dropped (one JSON object per line)",
                         proto::MAX_LINE
+                    ),
+                );
+                return false;
+            }
+            Frame::OverBudget => {
+                self.error_to(
+                    cid,
+                    role,
+                    format!(
+                        "message dropped: the agent's connections buffer {} MiB at most, and that is in use now; send it again",
+                        crate::agent::conn::TOTAL_BUFFERED >> 20
                     ),
                 );
                 return false;
@@ -295,16 +335,44 @@ impl Server<'_> {
             );
             return false;
         }
+        // The process that connected must be the one that says hello: a connection parked
+        // before hello (passed to a child, say) whose process exited speaks for nobody, even
+        // when its pid now names another process.
+        if !id.is_current() {
+            tracing::warn!(
+                conn = cid,
+                pid = %id.pid,
+                "refused a hello: the process that connected exited (its pid is free or another process's)"
+            );
+            self.refuse(cid, HelloError::Exited { pid: id.pid });
+            return false;
+        }
         if id.claim != Claim::None {
             self.check_allocations(Instant::now());
         }
+        // An earlier session of this pid that the hello ends (`NodeState::hello`).
+        let replaced = self
+            .node
+            .conn_of(id.pid)
+            .filter(|c| *c != cid && !self.tracer.owns(*c));
         let res = self.node.hello(cid, id, version, class, pid, &mut self.out);
+        if res.is_ok()
+            && let Some(old) = replaced
+            && let Some(p) = self.peers.get_mut(&old)
+        {
+            p.conn.queue_msg(&AgentMsg::Error {
+                detail: "another connection of this process said hello: this session is closed"
+                    .into(),
+            });
+            p.conn.closing = true;
+        }
         let Some(peer) = self.peers.get_mut(&cid) else {
             return false;
         };
         match res {
             Ok(()) => {
                 peer.role = Role::Shim;
+                peer.conn.shim_lines();
                 self.out.push(Out::Shim(
                     cid,
                     AgentMsg::Welcome {
@@ -316,15 +384,22 @@ impl Server<'_> {
             }
             Err(e) => {
                 tracing::warn!(conn = cid, "refused a shim: {e}");
-                self.out.push(Out::Shim(
-                    cid,
-                    AgentMsg::Refused {
-                        reason: e.to_string(),
-                    },
-                ));
-                peer.conn.closing = true;
+                self.refuse(cid, e);
                 false
             }
+        }
+    }
+
+    /// Refuses `cid`'s hello with `e` and closes the connection once that is written.
+    fn refuse(&mut self, cid: ConnId, e: HelloError) {
+        self.out.push(Out::Shim(
+            cid,
+            AgentMsg::Refused {
+                reason: e.to_string(),
+            },
+        ));
+        if let Some(p) = self.peers.get_mut(&cid) {
+            p.conn.closing = true;
         }
     }
 

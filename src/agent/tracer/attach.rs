@@ -26,7 +26,15 @@ fn comm(pid: u32) -> String {
 }
 
 impl Thread {
-    pub(super) fn seize(&mut self, pid: u32, conn: ConnId) -> Result<Tracee, TracerError> {
+    /// Takes `pid`, found by discovery with start time `start`: once seized, the process is
+    /// checked to be that one (a pid reused between discovery and `PTRACE_SEIZE` names
+    /// another process, which is detached at once and left alone).
+    pub(super) fn seize(
+        &mut self,
+        pid: u32,
+        conn: ConnId,
+        start: u64,
+    ) -> Result<Tracee, TracerError> {
         match ptrace::tracer_of(pid) {
             None => return Err(TracerError::Exited),
             Some(0) => {}
@@ -48,6 +56,12 @@ impl Thread {
         // what that shim suspended behind its back. Found by the soak.)
         let mut enabled = false;
         let attached = (|| {
+            // Seized: the pid cannot change hands now. Is it still the process discovered?
+            match crate::agent::identity::start_time(Pid(pid)) {
+                Ok(s) if s == start => {}
+                Ok(_) => return Err(TracerError::Reused),
+                Err(_) => return Err(TracerError::Exited),
+            }
             let kfd = self.kfd()?;
             let att = kfd
                 .dbg_enable(pid, 0)

@@ -17,6 +17,9 @@ pub enum Cmd {
         pid: Pid,
         /// Its connection id.
         conn: ConnId,
+        /// Its start time when discovery found it (`Identity::start`): a process found
+        /// under the pid with another is not the one discovered, and is left alone.
+        start: u64,
     },
     /// An executor command for a tracee.
     Command {

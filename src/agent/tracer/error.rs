@@ -21,6 +21,12 @@ pub enum TracerError {
     /// The process is gone.
     #[error("it exited")]
     Exited,
+    /// The pid named another process at `PTRACE_SEIZE` than at discovery (another start
+    /// time): the discovered process exited and its pid was reused.
+    #[error(
+        "its pid was reused by another process between discovery and PTRACE_SEIZE; the new process is looked at again by the next scans"
+    )]
+    Reused,
     /// Another tracer holds it.
     #[error(
         "it is already traced by pid {tracer} ({comm}): a debugger or strace is attached, and a process has one tracer; kfdqd leaves it alone and takes it once that tracer detaches"

@@ -169,6 +169,15 @@ impl Sessions {
             let Some(class) = node.tracer_class(&f.id, f.requested.as_deref()) else {
                 continue;
             };
+            if f.id.non_dumpable() != Some(false) {
+                node.left_alone(
+                    &f.id,
+                    class,
+                    "it is not dumpable (prctl PR_SET_DUMPABLE 0, or a set-id program): it asked not to be traced; run it under the shim (`kfdq run`)".into(),
+                );
+                self.retry.insert(f.id.pid, now + RETRY_LEFT_ALONE);
+                continue;
+            }
             if self.tracer.is_none() {
                 match Tracer::start(root.clone(), node.config().tracer, node.config().lease) {
                     Ok(t) => self.tracer = Some(t),
@@ -180,10 +189,10 @@ impl Sessions {
             }
             let conn = *next_id;
             *next_id += 1;
-            let pid = f.id.pid;
+            let (pid, start) = (f.id.pid, f.id.start);
             self.seizing.insert(pid, (f, class));
             if let Some(t) = &mut self.tracer {
-                t.send(Cmd::Seize { pid, conn });
+                t.send(Cmd::Seize { pid, conn, start });
             }
         }
     }

@@ -132,7 +132,8 @@ impl Thread {
             Cmd::Seize {
                 pid: Pid(pid),
                 conn,
-            } => match self.seize(pid, conn) {
+                start,
+            } => match self.seize(pid, conn, start) {
                 Ok(t) => {
                     let reg = t.registry(pid);
                     self.tracees.insert(pid, t);
