@@ -127,9 +127,22 @@ fn a_class_window_bounds_the_batch_jobs_queued_dispatches() {
             None => wait_for("the batch job 32+ dispatches ahead", || outstanding() >= 32),
             Some(w) => {
                 // What the job queued before its class reached it drains first; then it is
-                // watched over 20 completed dispatches (about 160 ms of the model).
-                wait_for("the backlog drained to the window", || {
-                    outstanding() <= u64::from(w)
+                // watched over 20 completed dispatches (about 160 ms of the model). kfd-emu's
+                // write index is what its command processor last polled from the ring (it
+                // cannot see doorbells, tools/kfd-emu/src/cp.rs), so on a loaded host it can lag
+                // the ring and show a backlog not yet fetched as drained, then the whole backlog
+                // at once (seen: "up to 62 dispatches queued" while the shim's own reads of the
+                // ring never passed the window once drained). So: first a launch waited at the
+                // window (every earlier launch is in the ring), then the emulator's write index
+                // moved after that (a poll that saw the whole backlog), then the drain.
+                b.wait_registry(pid, "a launch waiting at the window", |r| {
+                    r.queues
+                        .iter()
+                        .any(|x| x.queue_id == QueueId(q) && x.window_waits > 0)
+                });
+                let seen = emu.queue(pid, q).write_index;
+                wait_for("the backlog fetched and drained to the window", || {
+                    emu.queue(pid, q).write_index > seen && outstanding() <= u64::from(w)
                 });
                 let done0 = emu.queue(pid, q).packets_done;
                 let mut most = 0;

@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 
 use kfdq::kfd::{GpuId, Kfd, Root, Signal};
 use kfdq::policy::Level;
+use kfdq::proto::control::ProcessStatus;
 use kfdq::proto::{Reply, Request};
 use kfdq::reaction::{BATCH_PACKETS, LATENCY_PACKETS, PACKET_NS, WAVES};
 
@@ -151,6 +152,9 @@ pub fn run(
         if a != "ready" {
             return Err(CliError::Refused(format!("reaction-chain helper: {a}")));
         }
+        // Before any work: the agent must know the helper and its queue, or the batch
+        // stream may run out before the agent hears of it (docs/hardware.md).
+        wait_registered(socket, h.pid())?;
     }
     let mut missed = 0;
     for i in 0..repeat {
@@ -161,9 +165,8 @@ pub fn run(
                 i + 1
             );
         }
-        expect(batch.ask(&format!("stream {ns_per_iteration}"))?, "running")?;
         // The agent learns that the batch job is busy from its shim's activity samples.
-        wait_busy(socket, batch.pid())?;
+        stream_seen_busy(&mut batch, socket, ns_per_iteration, quiet)?;
         let done = latency.ask(&format!("go {ns_per_iteration}"))?;
         let times: Vec<u64> = done
             .strip_prefix("done ")
@@ -216,18 +219,83 @@ fn expect(answer: String, want: &str) -> R<()> {
     }
 }
 
-/// Waits until the agent shows `pid` with a busy queue (its shim's activity sample). A timeout
-/// says what the agent showed at the last look (or why it did not answer), so a failure can be told apart:
-/// the helper unknown to the agent, its queues idle in the agent's view, or no status at all.
-fn wait_busy(socket: &Path, pid: u32) -> R<()> {
+/// How long after the batch helper said `running` the agent may take to show it busy before
+/// the stream is taken as gone unseen and started again. Named guess: the stream is 80 ms of
+/// work ([`BATCH_PACKETS`] x [`PACKET_NS`]); on a loaded host the shim's sampling thread and
+/// the bench can both be descheduled for that long (seen: 80 ms without a sample beside two
+/// busy loops), so the whole stream can run between two samples and the agent, rightly, never
+/// shows it busy. Ten times the stream is no hang and rarely a needless restart (which costs
+/// only the time to drain the old stream: the helper waits for that).
+const STREAM_SEEN_WITHIN: Duration = Duration::from_secs(1);
+
+/// Starts the batch helper's stream and waits until the agent shows the helper busy; a stream
+/// the agent did not show busy within [`STREAM_SEEN_WITHIN`] is ended (`report 0 0`: no
+/// latency request, so no sample) and started again, until [`WAIT`] has passed.
+fn stream_seen_busy(
+    batch: &mut Helper,
+    socket: &Path,
+    ns_per_iteration: f64,
+    quiet: bool,
+) -> R<()> {
     let deadline = Instant::now() + WAIT;
+    loop {
+        expect(batch.ask(&format!("stream {ns_per_iteration}"))?, "running")?;
+        let until = deadline.min(Instant::now() + STREAM_SEEN_WITHIN);
+        let busy = |p: &ProcessStatus| p.queues.iter().any(|q| q.busy);
+        let last = match wait_view(socket, batch.pid(), busy, until) {
+            Ok(()) => return Ok(()),
+            Err(last) => last,
+        };
+        if Instant::now() >= deadline {
+            return Err(not_seen(batch.pid(), "busy", &last));
+        }
+        if !quiet {
+            eprintln!(
+                "kfdq bench: the agent did not show the batch helper busy within {} ms of its stream's start ({last}); the stream ran unseen (a loaded host), starting it again",
+                STREAM_SEEN_WITHIN.as_millis()
+            );
+        }
+        let answer = batch.ask("report 0 0")?;
+        if !answer.starts_with("reaction") {
+            return Err(CliError::Refused(format!("batch helper: {answer}")));
+        }
+    }
+}
+
+/// Waits until the agent shows `pid` with its queue: its shim connected and reported its
+/// registry. A helper says `ready` once its queue exists, while its shim's control thread may
+/// still be connecting (on a loaded host, for longer than the batch stream runs): work started
+/// before that is work the agent never had a chance to see.
+fn wait_registered(socket: &Path, pid: u32) -> R<()> {
+    wait_view(socket, pid, |p| !p.queues.is_empty(), Instant::now() + WAIT)
+        .map_err(|last| not_seen(pid, "registered with its queue", &last))
+}
+
+/// The bench's error when the agent never showed helper `pid` `what` within [`WAIT`].
+fn not_seen(pid: u32, what: &str, last: &str) -> CliError {
+    CliError::Refused(format!(
+        "the agent did not see the helper (pid {pid}) {what} within {} s ({last}): is it connected (`kfdq status`)?",
+        WAIT.as_secs()
+    ))
+}
+
+/// Waits until the agent's view of `pid` satisfies `want`, or `deadline`: then `Err` says what
+/// the agent showed at the last look (or why it did not answer), so a failure can be told
+/// apart: the helper unknown to the agent, its queues idle in the agent's view, or no status at
+/// all.
+fn wait_view(
+    socket: &Path,
+    pid: u32,
+    want: impl Fn(&ProcessStatus) -> bool,
+    deadline: Instant,
+) -> Result<(), String> {
     // What the agent showed at the last status it answered: a refusal (the rate limit) says
     // nothing about the helper, so it does not replace a view.
     let mut last = String::from("no status yet");
     loop {
         let now = match crate::client::ask(socket, &Request::Status) {
             Ok(Reply::Status(s)) => match s.processes.iter().find(|p| p.pid.0 == pid) {
-                Some(p) if p.queues.iter().any(|q| q.busy) => return Ok(()),
+                Some(p) if want(p) => return Ok(()),
                 Some(p) => {
                     let queues: Vec<String> = p
                         .queues
@@ -251,14 +319,12 @@ fn wait_busy(socket: &Path, pid: u32) -> R<()> {
         if !now.contains("rate limit") || last == "no status yet" {
             last = now;
         }
-        if Instant::now() > deadline {
-            return Err(CliError::Refused(format!(
-                "the agent did not see the batch helper (pid {pid}) busy within {} s ({last}): is it connected (`kfdq status`)?",
-                WAIT.as_secs()
-            )));
+        if Instant::now() >= deadline {
+            return Err(last);
         }
-        // Under the agent's control-request rate limit (50/s by default) with room to spare
-        // for the bench's other requests.
+        // A client of the agent keeps under its control-request rate limit (50/s by
+        // default), with room to spare for the bench's other requests: a faster poll only
+        // collects refusals.
         std::thread::sleep(Duration::from_millis(25));
     }
 }
@@ -321,7 +387,8 @@ pub fn helper(root: &Root, gpu: GpuId, role: &str) -> R<()> {
                 }
                 let watch = Watch::default();
                 let (changes, request) = std::thread::scope(|scope| {
-                    let watcher = scope.spawn(|| watch.run(&progress));
+                    let watcher =
+                        scope.spawn(|| watch.run_from(&progress, i64::from(BATCH_PACKETS)));
                     let started = watch.wait_change_after(1);
                     let request = if started {
                         say(&mut out, "running").map(|()| lines.next())

@@ -121,7 +121,15 @@ pub struct Watch {
 impl Watch {
     /// Polls `s` until [`Watch::stop`]; the CLOCK_MONOTONIC time of every change it saw.
     pub fn run(&self, s: &Signal<'_>) -> Vec<u64> {
-        let mut seen = s.value().unwrap_or(0);
+        self.run_from(s, s.value().unwrap_or(0))
+    }
+
+    /// [`Watch::run`] for a signal set to `from` before its work was submitted: a watcher that
+    /// starts late (a loaded host) sees what completed meanwhile as one change at its first look,
+    /// and a signal already drained as the work having run out, instead of waiting for a change
+    /// that already happened.
+    pub fn run_from(&self, s: &Signal<'_>, from: i64) -> Vec<u64> {
+        let mut seen = from;
         let mut changes = Vec::new();
         let mut spins = 0u32;
         while !self.stop.load(Ordering::Acquire) {
