@@ -120,8 +120,8 @@ pub(super) struct Proc {
     pub(super) priority_sent: Option<(u32, u64)>,
     /// CU masks last sent, and the queues they were sent for.
     pub(super) cu_sent: Option<(Vec<CuMask>, Vec<QueueId>)>,
-    /// In-flight window last sent (`Some(None)`: unbounded was sent).
-    pub(super) window_sent: Option<Option<u32>>,
+    /// In-flight window last sent (`None` in it: unbounded), and `registry_gen` then.
+    pub(super) window_sent: Option<(Option<u32>, u64)>,
     pub(super) busy: BTreeMap<QueueId, bool>,
     /// Activity on unregistered queue ids was dropped (warned once).
     pub(super) activity_dropped: bool,

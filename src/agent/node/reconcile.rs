@@ -195,16 +195,18 @@ fn priority(p: &mut Proc, want: u32) -> Option<Command> {
     Some(Command::SetPriority(want))
 }
 
-/// The class's in-flight window, sent once per process and whenever it changes; a shim that
-/// never had one needs no "unbounded".
+/// The class's in-flight window, sent whenever the shim's registry shows another one than the
+/// class's: once per registry (re-sent only for a newer registry that still shows it missing,
+/// as after a lease expiry, when the shim fails open and drops the agent's window with
+/// everything else). A shim that never had one needs no "unbounded".
 fn window(p: &mut Proc, want: Option<u32>) -> Option<Command> {
-    if p.registry_gen == 0 || p.via != Control::Shim {
+    if p.registry_gen == 0 || p.via != Control::Shim || p.registry.window == want {
         return None;
     }
-    if p.window_sent.unwrap_or(p.registry.window) == want {
+    if p.window_sent == Some((want, p.registry_gen)) {
         return None;
     }
-    p.window_sent = Some(want);
+    p.window_sent = Some((want, p.registry_gen));
     Some(Command::SetWindow(want))
 }
 

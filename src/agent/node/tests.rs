@@ -9,7 +9,7 @@ use crate::ids::{GpuId, Pid, QueueId};
 use crate::policy::Run;
 use crate::proto::{Level, QueueInfo, Registry, Request, ShimMsg, Target};
 
-use super::fixture::{agent_file, connect, identity, node_on};
+use super::fixture::{agent_file, connect, decide, identity, node_on};
 pub(super) use super::fixture::{registry, step};
 
 /// The agent's own commands (direct edges, on by default, are tested in `tests_direct.rs`): a
@@ -371,4 +371,66 @@ fn a_serving_process_that_says_nothing_while_busy_goes_stale_and_releases() {
     let later = stale + Duration::from_millis(50);
     n.decide(later, &mut out);
     assert!(out.contains(&release(2)), "{out:?}");
+}
+
+/// A shim whose lease ran out fails open, and the agent's window goes with it (its registry then
+/// shows none): the agent sends the window again for that newer registry, not only once per
+/// process, so the batch job does not run unbounded for the rest of its session.
+#[test]
+fn a_window_the_shim_dropped_when_its_lease_ran_out_is_sent_again() {
+    let t0 = Instant::now();
+    let cfg = config().replace(
+        "level = \"deactivate\"\n",
+        "level = \"deactivate\"\nwindow = 4\n",
+    );
+    let mut n = node_on(&cfg, &[GPU], 32, t0);
+    let mut out = Vec::new();
+    connect(
+        &mut n,
+        2,
+        identity(TRAINING),
+        "training",
+        vec![queue(1, 3)],
+        t0,
+        &mut out,
+    );
+    n.decide(t0, &mut out);
+    let windows = |out: &[Out]| {
+        out.iter()
+            .filter(|o| {
+                matches!(
+                    o,
+                    Out::Shim(
+                        2,
+                        crate::proto::AgentMsg::SetWindow {
+                            dispatches: Some(4),
+                            ..
+                        }
+                    )
+                )
+            })
+            .count()
+    };
+    assert_eq!(windows(&out), 1, "the class's window, once: {out:?}");
+    let with_window = |window| {
+        ShimMsg::Registry(Registry {
+            pid: TRAINING,
+            class: Some("training".into()),
+            queues: vec![queue(1, 3)],
+            window,
+            ..Registry::default()
+        })
+    };
+    let t1 = t0 + Duration::from_millis(10);
+    let mut out = step(&mut n, TRAINING, with_window(Some(4)), t1);
+    out.extend(decide(&mut n, t1));
+    assert_eq!(windows(&out), 0, "applied: nothing to send: {out:?}");
+    // The lease ran out: the shim released everything, its window included.
+    let t2 = t1 + Duration::from_millis(10);
+    let mut out = step(&mut n, TRAINING, with_window(None), t2);
+    out.extend(decide(&mut n, t2));
+    assert_eq!(windows(&out), 1, "the window again: {out:?}");
+    // Sent for that registry: not again until a newer one shows it still missing.
+    let t3 = t2 + Duration::from_millis(10);
+    assert_eq!(windows(&decide(&mut n, t3)), 0);
 }

@@ -190,7 +190,11 @@ mod tests {
         assert_eq!((r[0].groups, r[0].threads), (784, 128));
         assert_eq!((r[1].groups, r[1].threads), (1, 1024));
         assert_eq!(r[1].iterations, 65_625, "2 ms / 30.476 ns");
-        assert!(from_kernels_arg("784:2").unwrap_err().contains("WGS:WAVES:WG_US"));
+        assert!(
+            from_kernels_arg("784:2")
+                .unwrap_err()
+                .contains("WGS:WAVES:WG_US")
+        );
         assert!(from_kernels_arg("1:1:-3").is_err());
     }
 

@@ -763,7 +763,9 @@ pub(super) fn run(root: &Path, args: DemoArgs, json: bool) -> Result<(), CliErro
         .as_ref()
         .map_or_else(|| root.to_owned(), |e| e.root.clone());
     let workloads_text = match (hp.builtin, lp.builtin) {
-        (true, true) if runtime.kind == DemoRuntime::Hip => runtime::hipwork_text(args.request_shape).to_string(),
+        (true, true) if runtime.kind == DemoRuntime::Hip => {
+            runtime::hipwork_text(args.request_shape).to_string()
+        }
         (true, true) => format!(
             "HP: {}. LP: dispatches of {LP_WGS} work-groups x {} ms, {LP_IN_FLIGHT} in flight (a ResNet-50 training loop).",
             args.request_shape.describe()?,
