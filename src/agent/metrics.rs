@@ -405,6 +405,24 @@ pub fn render(status: &NodeStatus, rec: &Recorder) -> Result<String, std::fmt::E
         "Queues shims reported that the kernel does not list for their process (ignored)",
         k.unlisted_queues,
     );
+    counter(
+        &mut r,
+        "replaced_sessions",
+        "Shim sessions ended by a second hello for the same process (the earlier connection closed)",
+        k.replaced_sessions,
+    );
+    counter(
+        &mut r,
+        "activity_dropped",
+        "Activity reports dropped: queue ids beyond the process's registry and the few unregistered ids kept",
+        k.activity_dropped,
+    );
+    counter(
+        &mut r,
+        "uid_connections_refused",
+        "Connections refused at accept: their uid held max_connections_per_uid",
+        k.uid_connections_refused,
+    );
     r.register_with_unit(
         "decision_latency",
         "From the wake-up that led to commands to the commands written",

@@ -191,6 +191,12 @@ pub fn render(s: &NodeStatus) -> String {
             c.unlisted_queues
         );
     }
+    if c.replaced_sessions + c.activity_dropped + c.uid_connections_refused > 0 {
+        out += &format!(
+            "tenant bounds: {} session(s) replaced by a second hello, {} activity report(s) dropped, {} connection(s) refused (max_connections_per_uid)\n",
+            c.replaced_sessions, c.activity_dropped, c.uid_connections_refused
+        );
+    }
     out
 }
 
