@@ -15,7 +15,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use test_support::emu::{EmuConfig, MountedEmu, Preset};
+use test_support::emu::{EmuConfig, Preset};
 
 fn shim() -> PathBuf {
     let exe = std::env::current_exe().expect("current_exe");
@@ -90,16 +90,11 @@ fn main() {
         &["-O2"],
     )
     .unwrap_or_else(|e| panic!("{e}"));
-    let mnt = work.path().join("emu");
-    std::fs::create_dir_all(&mnt).unwrap();
-    let emu = MountedEmu::mount(
-        &mnt,
-        EmuConfig {
-            preset: Preset::Mi308x,
-            ..EmuConfig::default()
-        },
-    )
-    .expect("mount kfd-emu");
+    // The emulator in a process of its own, as the tests run it (test_support::emu_process).
+    let emu = test_support::emu::mount(EmuConfig {
+        preset: Preset::Mi308x,
+        ..EmuConfig::default()
+    });
     let shim = shim();
     let calls = std::env::var("KFDQ_BENCH_CALLS").unwrap_or_else(|_| "2000000".into());
     let baseline = std::env::var_os("KFDQ_BENCH_BASELINE_SHIM").map(PathBuf::from);

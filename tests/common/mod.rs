@@ -2,8 +2,9 @@
 //! private kfd-emu mount per test, waiting on conditions), and kfdq's view of a mount.
 #![allow(dead_code, unused_imports)]
 
+pub use kfd_emu::MountedEmu;
 pub use test_support::bins::workspace_bin;
-pub use test_support::emu::{Emu, EmuConfig, MountedEmu, Preset, Stats, mount, mount_preset};
+pub use test_support::emu::{Emu, EmuConfig, Preset, Stats, mount, mount_preset};
 pub use test_support::hold::Holder;
 pub use test_support::wait::WAIT_LIMIT;
 pub use test_support::wait_for;

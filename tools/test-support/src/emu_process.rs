@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc;
 
-use kfd_emu::{EmuConfig, FaultSpec, FaultStats, FaultsFile, Stats};
+use kfd_emu_api::{EmuConfig, FaultSpec, FaultStats, FaultsFile, Stats};
 
 use crate::wait::WAIT_LIMIT;
 
