@@ -5,6 +5,7 @@
 //! suites' dev-dependencies included) holds neither the simulator nor an agent-only crate
 //! (tools/test-support/src/crate_graph.rs).
 
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 use test_support::crate_graph::{all_dependencies, normal_dependencies};
@@ -103,6 +104,15 @@ const AGENT_ONLY: &[&str] = &[
     "tempfile",
 ];
 
+/// Those of `crates` that `tree` holds.
+fn held<'a>(tree: &BTreeSet<String>, crates: &[&'a str]) -> Vec<&'a str> {
+    crates
+        .iter()
+        .copied()
+        .filter(|c| tree.contains(*c))
+        .collect()
+}
+
 #[test]
 fn the_shim_and_the_device_plugin_link_no_agent_crate() {
     let manifest = workspace().join("Cargo.toml");
@@ -111,21 +121,21 @@ fn the_shim_and_the_device_plugin_link_no_agent_crate() {
         shim.contains("kfdq") && shim.contains("kfd-sys"),
         "the shim's tree: {shim:?}"
     );
-    let linked: Vec<&&str> = AGENT_ONLY.iter().filter(|c| shim.contains(**c)).collect();
+    let linked = held(&shim, AGENT_ONLY);
     assert!(
         linked.is_empty(),
         "the shim (injected into every GPU process) links {linked:?}: depend on kfdq with default-features = false and keep these behind kfdq's `agent`/`doctor`/`cli` features"
     );
     let plugin = normal_dependencies(&manifest, "kfdq-device-plugin");
-    let linked: Vec<&&str> = [
-        "gfx-model",
-        "kfdq-calibration",
-        "prometheus-client",
-        "object",
-    ]
-    .iter()
-    .filter(|c| plugin.contains(**c))
-    .collect();
+    let linked = held(
+        &plugin,
+        &[
+            "gfx-model",
+            "kfdq-calibration",
+            "prometheus-client",
+            "object",
+        ],
+    );
     assert!(
         plugin.contains("kfdq") && linked.is_empty(),
         "the device plugin links {linked:?} (its tree: {plugin:?})"
@@ -145,13 +155,10 @@ fn the_shims_whole_tree_holds_neither_the_simulator_nor_the_agents_parsers() {
         tree.contains("kfdq-test-support") && tree.contains("kfd-emu-api"),
         "`cargo tree -p kfdq-shim` should list the suites' dev-dependencies: {tree:?}"
     );
-    let held: Vec<&&str> = NOT_IN_THE_SHIMS_TREE
-        .iter()
-        .filter(|c| tree.contains(**c))
-        .collect();
+    let listed = held(&tree, NOT_IN_THE_SHIMS_TREE);
     assert!(
-        held.is_empty(),
-        "`cargo tree -p kfdq-shim` lists {held:?}: the shim's dev-dependencies (kfdq-test-support) \
+        listed.is_empty(),
+        "`cargo tree -p kfdq-shim` lists {listed:?}: the shim's dev-dependencies (kfdq-test-support) \
          name the emulator's types from kfd-emu-api and run the `kfd-emu` binary as a process; \
          see `cargo tree -p kfdq-shim -i CRATE` for the path that brings each in"
     );
