@@ -1,7 +1,8 @@
 //! Added cost of the shim per un-held `hipLaunchKernel` and per non-KFD `ioctl`.
 //!
-//! `cargo bench -p kfdq-shim` (as root: it mounts kfd-emu so that fakehip can create the
-//! stream's queue). Compiles `launch_overhead.c` against fakehip, runs it twice in this one
+//! `cargo build --release -p kfd-emu --bin kfd-emu && cargo bench -p kfdq-shim` (as root: it
+//! mounts kfd-emu, the binary in a process of its own, so that fakehip can create the stream's
+//! queue). Compiles `launch_overhead.c` against fakehip, runs it twice in this one
 //! run — without and with `LD_PRELOAD=libkfdq_shim.so` — with `FAKEHIP_NOOP_LAUNCH=1` (fakehip's
 //! launch only validates its arguments), and prints ns/call and the ratio. Repeats the pair
 //! `KFDQ_BENCH_ROUNDS` times (default 3) and reports each. The ioctl is measured twice: as is,
