@@ -1,7 +1,8 @@
 //! Added cost of the shim per un-held `hipLaunchKernel` and per non-KFD `ioctl`.
 //!
-//! `cargo bench -p kfdq-shim` (as root: it mounts kfd-emu so that fakehip can create the
-//! stream's queue). Compiles `launch_overhead.c` against fakehip, runs it twice in this one
+//! `cargo build --release -p kfd-emu --bin kfd-emu && cargo bench -p kfdq-shim` (as root: it
+//! mounts kfd-emu, the binary in a process of its own, so that fakehip can create the stream's
+//! queue). Compiles `launch_overhead.c` against fakehip, runs it twice in this one
 //! run — without and with `LD_PRELOAD=libkfdq_shim.so` — with `FAKEHIP_NOOP_LAUNCH=1` (fakehip's
 //! launch only validates its arguments), and prints ns/call and the ratio. Repeats the pair
 //! `KFDQ_BENCH_ROUNDS` times (default 3) and reports each. The ioctl is measured twice: as is,
@@ -15,7 +16,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use test_support::emu::{EmuConfig, MountedEmu, Preset};
+use test_support::emu::{EmuConfig, Preset};
 
 fn shim() -> PathBuf {
     let exe = std::env::current_exe().expect("current_exe");
@@ -90,16 +91,11 @@ fn main() {
         &["-O2"],
     )
     .unwrap_or_else(|e| panic!("{e}"));
-    let mnt = work.path().join("emu");
-    std::fs::create_dir_all(&mnt).unwrap();
-    let emu = MountedEmu::mount(
-        &mnt,
-        EmuConfig {
-            preset: Preset::Mi308x,
-            ..EmuConfig::default()
-        },
-    )
-    .expect("mount kfd-emu");
+    // The emulator in a process of its own, as the tests run it (test_support::emu_process).
+    let emu = test_support::emu::mount(EmuConfig {
+        preset: Preset::Mi308x,
+        ..EmuConfig::default()
+    });
     let shim = shim();
     let calls = std::env::var("KFDQ_BENCH_CALLS").unwrap_or_else(|_| "2000000".into());
     let baseline = std::env::var_os("KFDQ_BENCH_BASELINE_SHIM").map(PathBuf::from);

@@ -4,8 +4,9 @@
 
 pub mod policy;
 
+pub use kfd_emu::MountedEmu;
 pub use test_support::bins::workspace_bin;
-pub use test_support::emu::{Emu, EmuConfig, MountedEmu, Preset, Stats, mount, mount_preset};
+pub use test_support::emu::{Emu, EmuConfig, Preset, Stats, mount, mount_preset};
 pub use test_support::hold::Holder;
 pub use test_support::wait::WAIT_LIMIT;
 pub use test_support::wait_for;

@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 pub use kfdq::proto::{Registry, StreamInfo, StreamKind};
 
 pub use test_support::bins::{shim_path, workspace_bin};
-pub use test_support::emu::{Emu, EmuConfig, MountedEmu, Preset, QueueStats, Stats};
+pub use test_support::emu::{Emu, EmuConfig, Preset, QueueStats, Stats};
 pub use test_support::output::read_output;
 pub use test_support::wait::WAIT_LIMIT;
 pub use test_support::{mount as mount_with, mount_with_slots, wait_for};

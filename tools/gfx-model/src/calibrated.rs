@@ -5,15 +5,13 @@ use kfdq_calibration::{Measured, MeasuredArbitration};
 
 use crate::{Arbitration, Params};
 
-impl Arbitration {
-    /// The model's arbitration for what a node showed, if it matched one.
-    pub fn measured(m: MeasuredArbitration) -> Option<Arbitration> {
-        match m {
-            MeasuredArbitration::Equal => Some(Arbitration::Equal),
-            MeasuredArbitration::Pipe => Some(Arbitration::PipePriority),
-            MeasuredArbitration::Strict => Some(Arbitration::StrictPriority),
-            MeasuredArbitration::None => None,
-        }
+/// The model's arbitration for what a node showed, if it matched one.
+pub fn measured_arbitration(m: MeasuredArbitration) -> Option<Arbitration> {
+    match m {
+        MeasuredArbitration::Equal => Some(Arbitration::Equal),
+        MeasuredArbitration::Pipe => Some(Arbitration::PipePriority),
+        MeasuredArbitration::Strict => Some(Arbitration::StrictPriority),
+        MeasuredArbitration::None => None,
     }
 }
 
@@ -25,7 +23,7 @@ impl Params {
             preempt_fixed_ns: m.preempt_fixed_ns,
             save_wave_ns: m.save_wave_ns,
             restore_wave_ns: m.restore_wave_ns,
-            arbitration: Arbitration::measured(m.arbitration).unwrap_or(self.arbitration),
+            arbitration: measured_arbitration(m.arbitration).unwrap_or(self.arbitration),
             ..self
         }
     }

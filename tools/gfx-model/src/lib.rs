@@ -21,6 +21,7 @@ mod runlist;
 mod slots;
 mod stats;
 
+pub use calibrated::measured_arbitration;
 pub use contention::{Contention, Footprint};
 pub use dispatch::{AQL_BARRIER_BIT, Dispatch};
 pub use params::{Arbitration, Params, Shape, WAVE_SIZE, pipe_band};

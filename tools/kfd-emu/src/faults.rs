@@ -11,47 +11,9 @@
 
 use std::sync::Mutex;
 
+pub use kfd_emu_api::{Failure, Fault, FaultSpec, FaultStats, FaultsFile, SpecError, When};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use serde::{Deserialize, Serialize};
-
-pub use crate::fault_spec::{Failure, FaultSpec, SpecError, When};
-
-/// One injected failure: every `every`-th call of `ioctl` (1 = every call) on `dev/kfd` fails
-/// with `errno` instead of running.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Fault {
-    /// The request, as the kernel header names it (`kfd_sys::AMDKFD_IOC_DESTROY_QUEUE`);
-    /// matched by its number (`_IOC_NR`), as the kernel dispatches.
-    pub ioctl: u32,
-    /// The errno the call fails with (`libc::EBUSY`).
-    pub errno: i32,
-    /// Fail one call in `every` (the `every`-th, `2 * every`-th, ...); 0 and 1 fail every call.
-    pub every: u32,
-}
-
-impl Fault {
-    /// `ioctl` fails with `errno` on every call.
-    pub fn always(ioctl: u32, errno: i32) -> Fault {
-        Fault {
-            ioctl,
-            errno,
-            every: 1,
-        }
-    }
-}
-
-impl From<Fault> for FaultSpec {
-    fn from(f: Fault) -> FaultSpec {
-        FaultSpec {
-            ioctl: f.ioctl,
-            dbg_op: None,
-            failure: Failure::Errno(f.errno),
-            when: When::Every(f.every),
-            times: None,
-        }
-    }
-}
 
 /// One failure in effect: its spec, the matching calls it has seen and failed, and its random
 /// stream (probability faults).
@@ -61,17 +23,6 @@ struct Active {
     calls: u64,
     failed: u64,
     rng: ChaCha8Rng,
-}
-
-/// What `kfd-emu/faults` shows of one failure in effect.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct FaultStats {
-    /// The spec, in its text form.
-    pub spec: String,
-    /// Matching calls seen.
-    pub calls: u64,
-    /// Calls it failed.
-    pub failed: u64,
 }
 
 /// The failures in effect, with the calls each has seen, and why the control file's last

@@ -7,20 +7,8 @@
 //!   effect); the reason shows in the file's `refused` until the next good write, and in the
 //!   emulator's log.
 
-use serde::{Deserialize, Serialize};
-
-use crate::fault_spec::SpecError;
-use crate::faults::{FaultSpec, FaultStats};
+use crate::faults::{FaultSpec, FaultsFile, SpecError};
 use crate::state::Emu;
-
-/// What reading `kfd-emu/faults` gives.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct FaultsFile {
-    /// The failures in effect, in the order they were added.
-    pub faults: Vec<FaultStats>,
-    /// Why the last refused write was refused (the rule and the fix); `None` after a good one.
-    pub refused: Option<String>,
-}
 
 /// The file's content now.
 pub(crate) fn render(emu: &Emu) -> Vec<u8> {

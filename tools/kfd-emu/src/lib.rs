@@ -31,7 +31,6 @@ mod drm;
 mod effects;
 mod error;
 mod events;
-mod fault_spec;
 mod faults;
 mod faults_file;
 mod fs;
@@ -61,13 +60,12 @@ mod sysfs_topology;
 mod topology;
 mod unplug;
 
-pub use config::{ArgTime, EmuConfig, PartitionCosts, Preset};
+pub use config::{ArgTime, EmuConfig, PartitionCosts, Preset, gfx_target_versions};
 pub use error::EmuError;
-pub use fault_spec::parse_fault;
-pub use faults::{Failure, Fault, FaultSpec, FaultStats, SpecError, When};
-pub use faults_file::FaultsFile;
-/// The dispatcher arbitration of [`EmuConfig::arbitration`], the partition model's type.
-pub use gfx_model::Arbitration;
+pub use faults::{Failure, Fault, FaultSpec, FaultStats, FaultsFile, SpecError, When};
+/// The dispatcher arbitration of [`EmuConfig::arbitration`] (`kfd-emu-api`'s; gfx-model's too).
+pub use kfd_emu_api::Arbitration;
+pub use kfd_emu_api::{UnknownPreset, parse_fault};
 pub use mount::{MountedEmu, SessionEnd, unmount_path};
 pub use sandbox::{Sandbox, run as run_sandboxed};
 pub use stats::{PartitionStats, ProcessStats, QueueStats, Stats};

@@ -265,8 +265,7 @@ fn apply_calibration(config: &mut EmuConfig, path: &std::path::Path) -> Result<(
         context: format!("read calibration {}", path.display()),
         source,
     })?;
-    let targets: Vec<u32> = config
-        .gfx_target_versions()?
+    let targets: Vec<u32> = kfd_emu::gfx_target_versions(config)?
         .into_iter()
         .map(|v| u32::try_from(v).unwrap_or(0))
         .collect();

@@ -4,8 +4,8 @@
 
 use std::path::{Path, PathBuf};
 
-pub use kfd_emu::{
-    Arbitration, EmuConfig, FaultsFile, MountedEmu, PartitionStats, Preset, QueueStats, Stats,
+pub use kfd_emu_api::{
+    Arbitration, EmuConfig, FaultsFile, PartitionStats, Preset, QueueStats, Stats,
 };
 
 use crate::emu_process::EmuProcess;

@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc;
 
-use kfd_emu::{EmuConfig, FaultSpec, FaultStats, FaultsFile, Stats};
+use kfd_emu_api::{EmuConfig, FaultSpec, FaultStats, FaultsFile, Stats};
 
 use crate::wait::WAIT_LIMIT;
 
@@ -36,13 +36,18 @@ pub struct EmuProcess {
 }
 
 /// The `kfd-emu` binary of this build: the one cargo built next to the running test, checked
-/// to be newer than every source file of kfd-emu (a binary left from an earlier build would run
-/// old code: `cargo test -p` of another package does not rebuild it).
+/// to be newer than every source file of kfd-emu and of kfd-emu-api, whose configuration it
+/// reads (a binary left from an earlier build would run old code: `cargo test -p` of another
+/// package does not rebuild it).
 pub fn kfd_emu_bin() -> PathBuf {
     let bin = crate::bins::workspace_bin("kfd-emu");
     let built = std::fs::metadata(&bin).and_then(|m| m.modified());
-    let sources = Path::new(env!("CARGO_MANIFEST_DIR")).join("../kfd-emu");
-    if let (Ok(built), Some((newest, path))) = (built, newest_source(&sources)) {
+    let tools = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let newest = ["kfd-emu", "kfd-emu-api"]
+        .iter()
+        .filter_map(|c| newest_source(&tools.join(c)))
+        .max_by_key(|(t, _)| *t);
+    if let (Ok(built), Some((newest, path))) = (built, newest) {
         assert!(
             built >= newest,
             "{} is older than {}: build it again (`cargo build -p kfd-emu --bin kfd-emu`, or \

@@ -1,11 +1,14 @@
 //! No crate of the workspace has modules that import each other in a circle, at any level of
 //! its module tree (the check: tools/test-support/src/module_graph.rs). kfdq's layers hold
 //! (docs/architecture.md, "Layering"): the core names neither the agent nor the doctor, and the
-//! shim and the device plugin link none of the agent's crates (tools/test-support/src/crate_graph.rs).
+//! shim and the device plugin link none of the agent's crates, and the shim's whole tree (its
+//! suites' dev-dependencies included) holds neither the simulator nor an agent-only crate
+//! (tools/test-support/src/crate_graph.rs).
 
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
-use test_support::crate_graph::normal_dependencies;
+use test_support::crate_graph::{all_dependencies, normal_dependencies};
 use test_support::module_graph::{assert_no_circles, crossings};
 
 fn workspace() -> PathBuf {
@@ -19,6 +22,7 @@ const CRATES: &[(&str, usize)] = &[
     ("device-plugin/src", 8),
     ("kfd-sys/src", 1),
     ("tools/kfd-emu/src", 30),
+    ("tools/kfd-emu-api/src", 5),
     ("tools/fakehip/src", 1),
     ("tools/gfx-model/src", 3),
     ("tools/calibration/src", 1),
@@ -100,6 +104,15 @@ const AGENT_ONLY: &[&str] = &[
     "tempfile",
 ];
 
+/// Those of `crates` that `tree` holds.
+fn held<'a>(tree: &BTreeSet<String>, crates: &[&'a str]) -> Vec<&'a str> {
+    crates
+        .iter()
+        .copied()
+        .filter(|c| tree.contains(*c))
+        .collect()
+}
+
 #[test]
 fn the_shim_and_the_device_plugin_link_no_agent_crate() {
     let manifest = workspace().join("Cargo.toml");
@@ -108,23 +121,45 @@ fn the_shim_and_the_device_plugin_link_no_agent_crate() {
         shim.contains("kfdq") && shim.contains("kfd-sys"),
         "the shim's tree: {shim:?}"
     );
-    let linked: Vec<&&str> = AGENT_ONLY.iter().filter(|c| shim.contains(**c)).collect();
+    let linked = held(&shim, AGENT_ONLY);
     assert!(
         linked.is_empty(),
         "the shim (injected into every GPU process) links {linked:?}: depend on kfdq with default-features = false and keep these behind kfdq's `agent`/`doctor`/`cli` features"
     );
     let plugin = normal_dependencies(&manifest, "kfdq-device-plugin");
-    let linked: Vec<&&str> = [
-        "gfx-model",
-        "kfdq-calibration",
-        "prometheus-client",
-        "object",
-    ]
-    .iter()
-    .filter(|c| plugin.contains(**c))
-    .collect();
+    let linked = held(
+        &plugin,
+        &[
+            "gfx-model",
+            "kfdq-calibration",
+            "prometheus-client",
+            "object",
+        ],
+    );
     assert!(
         plugin.contains("kfdq") && linked.is_empty(),
         "the device plugin links {linked:?} (its tree: {plugin:?})"
+    );
+}
+
+/// Crates the shim's plain `cargo tree` (dev-dependencies included) must not hold: the emulator
+/// and the partition model (the shim's suites run the `kfd-emu` binary as a process and name its
+/// types from `kfd-emu-api`), and the agent's metrics and configuration parsers (issue 54).
+const NOT_IN_THE_SHIMS_TREE: &[&str] = &["kfd-emu", "gfx-model", "prometheus-client", "toml"];
+
+#[test]
+fn the_shims_whole_tree_holds_neither_the_simulator_nor_the_agents_parsers() {
+    let manifest = workspace().join("Cargo.toml");
+    let tree = all_dependencies(&manifest, "kfdq-shim");
+    assert!(
+        tree.contains("kfdq-test-support") && tree.contains("kfd-emu-api"),
+        "`cargo tree -p kfdq-shim` should list the suites' dev-dependencies: {tree:?}"
+    );
+    let listed = held(&tree, NOT_IN_THE_SHIMS_TREE);
+    assert!(
+        listed.is_empty(),
+        "`cargo tree -p kfdq-shim` lists {listed:?}: the shim's dev-dependencies (kfdq-test-support) \
+         name the emulator's types from kfd-emu-api and run the `kfd-emu` binary as a process; \
+         see `cargo tree -p kfdq-shim -i CRATE` for the path that brings each in"
     );
 }

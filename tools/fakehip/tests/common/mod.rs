@@ -16,7 +16,8 @@ use std::sync::OnceLock;
 use std::sync::mpsc::RecvTimeoutError;
 use std::time::{Duration, Instant};
 
-pub use test_support::emu::{EmuConfig, MountedEmu, Preset, QueueStats, Stats};
+pub use kfd_emu::MountedEmu;
+pub use test_support::emu::{EmuConfig, Preset, QueueStats, Stats};
 
 /// How long a program may run before the test kills it and fails.
 pub const PROGRAM_LIMIT: Duration = Duration::from_secs(120);

@@ -47,7 +47,7 @@ pub(super) enum TopologyError {
     #[error("{0}")]
     Toml(#[from] toml::de::Error),
     #[error("{0}")]
-    Preset(EmuError),
+    Preset(kfd_emu_api::UnknownPreset),
     #[error("no [[node]] entries")]
     NoNodes,
     #[error(

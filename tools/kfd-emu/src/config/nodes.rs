@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use super::file::{NodeSpec, load_topology_file};
 use super::{
-    CPU_NAME, EOP_BUFFER_SIZE, EmuConfig, GPU_ID_BASE, HIVE_ID, Preset, RENDER_MINOR_BASE,
+    CPU_NAME, EOP_BUFFER_SIZE, EmuConfig, GPU_ID_BASE, HIVE_ID, Preset, PresetHw, RENDER_MINOR_BASE,
 };
 use crate::error::EmuError;
 use crate::topology::{self, CwsrSizes};
@@ -53,7 +53,7 @@ pub(crate) fn model_shape(g: &GpuNode) -> gfx_model::Shape {
 pub(crate) const GPU_COUNTER_HZ: u64 = 100_000_000;
 
 impl GpuNode {
-    /// VRAM of the node in bytes (its `mem_banks/0` size, `Preset::vram_bytes`).
+    /// VRAM of the node in bytes (its `mem_banks/0` size, `PresetHw::vram_bytes`).
     pub fn vram_bytes(&self) -> u64 {
         self.vram
     }
@@ -79,11 +79,11 @@ pub(crate) struct Topology {
     pub nodes_per_gpu: u32,
     /// Physical GPUs (`--gpus`).
     pub physical_gpus: u32,
-    /// The preset's [`Preset::has_aids`].
+    /// The preset's `PresetHw::has_aids`.
     pub has_aids: bool,
-    /// The preset's [`Preset::pcie_max_mbytes`].
+    /// The preset's `PresetHw::pcie_max_mbytes`.
     pub pcie_max_mbytes: u32,
-    /// The preset's [`Preset::xgmi_links_per_peer`].
+    /// The preset's `PresetHw::xgmi_links_per_peer`.
     pub xgmi_links_per_peer: u32,
     /// The preset's [`Preset::marketing_name`].
     pub marketing_name: &'static str,

@@ -1,89 +1,67 @@
-//! The machine layouts the emulator knows, and each one's node property template.
+//! The hardware facts of each machine layout ([`Preset`], named in `kfd-emu-api`) and its node
+//! property template.
 
 use std::collections::BTreeMap;
-use std::fmt;
-use std::str::FromStr;
-
-use serde::{Deserialize, Serialize};
 
 use super::{HIVE_ID, RENDER_MINOR_BASE};
-use crate::error::EmuError;
+pub use kfd_emu_api::Preset;
 
-/// A machine layout the emulator knows.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub enum Preset {
-    /// MI300X in SPX mode: one node with 8 XCCs, 304 CUs.
-    #[serde(rename = "mi300x-spx")]
-    Mi300xSpx,
-    /// MI300X in CPX mode: 8 nodes of 1 XCC, 38 CUs each.
-    #[serde(rename = "mi300x-cpx")]
-    Mi300xCpx,
-    /// MI308X: one node with 4 XCCs, 80 CUs (layout ASSUMED: 4 XCDs x 20 CUs, unverified).
-    #[serde(rename = "mi308x")]
-    Mi308x,
-    /// MI210 (gfx90a, Aldebaran, MI200 class): one node with one XCC, 104 CUs, 64 GiB HBM2e.
-    /// The gfx target Debian's rocBLAS, hipBLASLt and MIOpen ship kernels for (not gfx942).
-    #[serde(rename = "mi210")]
-    Mi210,
+/// What the emulator knows of a preset's machine.
+pub(crate) trait PresetHw {
+    /// Topology nodes (partitions) per physical GPU.
+    fn nodes_per_gpu(self) -> u32;
+    /// HBM of one GPU: 192 GiB of HBM3 on MI300X and MI308X (in CPX mode with NPS1 every
+    /// partition sees the whole memory), 64 GiB of HBM2e on MI210.
+    fn vram_bytes(self) -> u64;
+    /// The fastest PCIe link to the CPU in MB/s, as `amdgpu_amdkfd_get_pcie_bandwidth_mbytes`
+    /// computes it from the widest width and fastest speed of the link (x16 lanes, 8 bits a
+    /// byte): PCIe 5.0 (32 GT/s) for MI300X and MI308X, PCIe 4.0 (16 GT/s) for MI210 (AMD's
+    /// specifications; ASSUMED: the host's root port is as fast).
+    fn pcie_max_mbytes(self) -> u32;
+    /// XGMI links between two GPUs of a hive, which the kernel takes from the XGMI firmware's
+    /// topology (`amdgpu_xgmi_get_num_links`). ASSUMED 1: an 8-GPU MI300X platform connects
+    /// every pair by one of each GPU's 7 links; MI210 bridges vary.
+    fn xgmi_links_per_peer(self) -> u32;
+    /// The board's marketing name (libdrm's `amdgpu.ids` for the device id; sysfs
+    /// `product_name`, which the kernel reads from the board's FRU).
+    fn marketing_name(self) -> &'static str;
+    /// Whether the GPU is built of AIDs (GC 9.4.3: MI300X, MI308X), one of the conditions of
+    /// the kernel's per-peer recommended SDMA engines.
+    fn has_aids(self) -> bool;
+    /// The PCI revision the render node's DEV_INFO reports: libdrm's `amdgpu.ids` names a
+    /// device by (device id, revision), and lists 0x740F only with revision 02 (MI210).
+    fn pci_rev(self) -> u32;
+    /// Properties of one node of this preset, without the per-node identifiers.
+    fn template(self) -> BTreeMap<String, u64>;
 }
 
-impl Preset {
-    /// Every preset, in `--help` order.
-    pub const ALL: [Preset; 4] = [
-        Preset::Mi300xSpx,
-        Preset::Mi300xCpx,
-        Preset::Mi308x,
-        Preset::Mi210,
-    ];
-
-    /// The name used on the command line and in `config.json`.
-    pub fn name(self) -> &'static str {
-        match self {
-            Preset::Mi300xSpx => "mi300x-spx",
-            Preset::Mi300xCpx => "mi300x-cpx",
-            Preset::Mi308x => "mi308x",
-            Preset::Mi210 => "mi210",
-        }
-    }
-
-    /// Topology nodes (partitions) per physical GPU.
-    pub fn nodes_per_gpu(self) -> u32 {
+impl PresetHw for Preset {
+    fn nodes_per_gpu(self) -> u32 {
         match self {
             Preset::Mi300xSpx | Preset::Mi308x | Preset::Mi210 => 1,
             Preset::Mi300xCpx => 8,
         }
     }
 
-    /// HBM of one GPU: 192 GiB of HBM3 on MI300X and MI308X (in CPX mode with NPS1 every
-    /// partition sees the whole memory), 64 GiB of HBM2e on MI210.
-    pub fn vram_bytes(self) -> u64 {
+    fn vram_bytes(self) -> u64 {
         match self {
             Preset::Mi300xSpx | Preset::Mi300xCpx | Preset::Mi308x => 192 << 30,
             Preset::Mi210 => 64 << 30,
         }
     }
 
-    /// The fastest PCIe link to the CPU in MB/s, as `amdgpu_amdkfd_get_pcie_bandwidth_mbytes`
-    /// computes it from the widest width and fastest speed of the link (x16 lanes, 8 bits a
-    /// byte): PCIe 5.0 (32 GT/s) for MI300X and MI308X, PCIe 4.0 (16 GT/s) for MI210 (AMD's
-    /// specifications; ASSUMED: the host's root port is as fast).
-    pub fn pcie_max_mbytes(self) -> u32 {
+    fn pcie_max_mbytes(self) -> u32 {
         match self {
             Preset::Mi300xSpx | Preset::Mi300xCpx | Preset::Mi308x => 16 * 32_000 / 8,
             Preset::Mi210 => 16 * 16_000 / 8,
         }
     }
 
-    /// XGMI links between two GPUs of a hive, which the kernel takes from the XGMI firmware's
-    /// topology (`amdgpu_xgmi_get_num_links`). ASSUMED 1: an 8-GPU MI300X platform connects
-    /// every pair by one of each GPU's 7 links; MI210 bridges vary.
-    pub fn xgmi_links_per_peer(self) -> u32 {
+    fn xgmi_links_per_peer(self) -> u32 {
         1
     }
 
-    /// The board's marketing name (libdrm's `amdgpu.ids` for the device id; sysfs
-    /// `product_name`, which the kernel reads from the board's FRU).
-    pub fn marketing_name(self) -> &'static str {
+    fn marketing_name(self) -> &'static str {
         match self {
             Preset::Mi300xSpx | Preset::Mi300xCpx => "AMD Instinct MI300X",
             Preset::Mi308x => "AMD Instinct MI308X",
@@ -91,28 +69,18 @@ impl Preset {
         }
     }
 
-    /// Whether the GPU is built of AIDs (GC 9.4.3: MI300X, MI308X), one of the conditions of
-    /// the kernel's per-peer recommended SDMA engines.
-    pub fn has_aids(self) -> bool {
+    fn has_aids(self) -> bool {
         !matches!(self, Preset::Mi210)
     }
 
-    /// The PCI revision the render node's DEV_INFO reports: libdrm's `amdgpu.ids` names a
-    /// device by (device id, revision), and lists 0x740F only with revision 02 (MI210).
-    pub fn pci_rev(self) -> u32 {
+    fn pci_rev(self) -> u32 {
         match self {
             Preset::Mi210 => 2,
             _ => 0,
         }
     }
 
-    /// The preset's `gfx_target_version` (gfx942: 90402, gfx90a: 90010).
-    pub fn gfx_target_version(self) -> u64 {
-        self.template()["gfx_target_version"]
-    }
-
-    /// Properties of one node of this preset, without the per-node identifiers.
-    pub(super) fn template(self) -> BTreeMap<String, u64> {
+    fn template(self) -> BTreeMap<String, u64> {
         // (simd_count, array_count, cu_per_simd_array, device_id, num_xcc)
         let (simd_count, array_count, cu_per_simd_array, device_id, num_xcc) = match self {
             Preset::Mi300xSpx => (1216, 32, 10, 0x74a1, 8),
@@ -165,7 +133,7 @@ impl Preset {
             ("num_sdma_queues_per_engine", 8),
             ("num_cp_queues", 24),
             ("max_engine_clk_fcompute", fcompute),
-            // The kernel prints 0 here since memory moved to mem_banks/ (see Preset::vram_bytes).
+            // The kernel prints 0 here since memory moved to mem_banks/ (see PresetHw::vram_bytes).
             ("local_mem_size", 0),
             ("fw_version", fw_version),
             // QUEUE_SIZE_POW2 | WATCH_POINTS_SUPPORTED | 4 watch bits | doorbell type 2.0
@@ -186,28 +154,5 @@ impl Preset {
         map.insert("unique_id".into(), 0);
         map.insert("max_engine_clk_ccompute".into(), 3700);
         map
-    }
-}
-
-impl fmt::Display for Preset {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-impl FromStr for Preset {
-    type Err = EmuError;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Preset::ALL
-            .into_iter()
-            .find(|p| p.name() == s)
-            .ok_or_else(|| {
-                let names: Vec<&str> = Preset::ALL.iter().map(|p| p.name()).collect();
-                EmuError::Config(format!(
-                    "unknown preset {s:?}; expected one of {}",
-                    names.join(", ")
-                ))
-            })
     }
 }

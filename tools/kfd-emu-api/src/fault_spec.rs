@@ -9,8 +9,8 @@
 //!   operation) or one DBG_TRAP operation: `dbg_trap/suspend_queues`, `dbg_trap/resume_queues`
 //!   (case does not matter; an `AMDKFD_IOC_` prefix may be kept).
 //! * `FAILURE`: an errno name (`EBUSY`, `EIO`, ...) or number, or `preempt-timeout`: amdkfd's HWS
-//!   preemption timeout (the call fails with `ETIME` and the partition is reset:
-//!   [`crate::reset`]).
+//!   preemption timeout (the call fails with `ETIME` and the partition is reset: kfd-emu's
+//!   `reset.rs`).
 //! * `every=N`: the N-th, 2N-th, ... matching call fails (default 1: every call).
 //! * `p=P`: each matching call fails with probability P (0 < P <= 1), drawn from a ChaCha8
 //!   stream seeded with `seed=S` (default 0), so a run is reproducible.
