@@ -344,33 +344,112 @@ fn status_json_prints_no_negative_zero() {
 /// takes the mount for the emulator, and when its own kfdqd refuses to start (the other holds
 /// the lock for that root) it says so at once, with kfdqd's reason, instead of waiting for a
 /// socket that never comes.
+/// `kfdq demo` on GPUs it did not mount (here a kfd-emu mount given as --root: the same
+/// preflight as a node's /dev/kfd) with its own workloads, whose stderr is returned; `env` is
+/// added to its environment, `exe` replaces this build's kfdq.
+fn demo_on(
+    root: &std::path::Path,
+    phases: &str,
+    exe: Option<&std::path::Path>,
+    env: &[(&str, &std::ffi::OsStr)],
+) -> (bool, String) {
+    let out = Command::new(exe.unwrap_or(std::path::Path::new(env!("CARGO_BIN_EXE_kfdq"))))
+        .arg("--root")
+        .arg(root)
+        .args(["demo", "--phases", phases, "--requests", "2"])
+        .args(["--hp-command", "sleep 60", "--lp-command", "sleep 60"])
+        .env_remove("KFDQ_SOCKET")
+        .env_remove("KFDQ_SHIM")
+        .envs(env.iter().copied())
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Refused up front: the reason and the fix, and no phase started (no `[1/N]` line, no
+/// process on the emulator).
+fn refused_up_front(emu: &Emu, ok: bool, err: &str, what: &str, fix: &str) {
+    assert!(!ok, "{err}");
+    assert!(
+        err.contains("demo refuses to start") && err.contains(what),
+        "{err}"
+    );
+    assert!(err.contains(&format!("fix: {fix}")), "{err}");
+    assert!(!err.contains("[1/"), "a phase started: {err}");
+    let procs = std::fs::read_dir(emu.root().join("sys/class/kfd/kfd/proc"))
+        .map(|d| d.count())
+        .unwrap_or(0);
+    assert_eq!(procs, 0, "no process opened the emulator's /dev/kfd");
+}
+
 #[test]
 #[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
-fn demo_says_why_its_kfdqd_could_not_start() {
+fn demo_refuses_a_partition_another_kfdqd_serves_up_front() {
     let emu = mount_preset(Preset::Mi308x);
     let dir = tempfile::tempdir().unwrap();
     let sock = dir.path().join("kfdq.sock");
     let conf = dir.path().join("kfdq.toml");
     std::fs::write(&conf, format!("[agent]\nsocket = \"{}\"\n", sock.display())).unwrap();
     let mut agent = start_kfdqd(emu.root(), &conf, &sock, &dir.path().join("kfdqd.log"));
-    let out = Command::new(env!("CARGO_BIN_EXE_kfdq"))
-        .arg("--root")
-        .arg(emu.root())
-        .args(["demo", "--phases", "priority", "--requests", "2"])
-        .args(["--hp-command", "sleep 60", "--lp-command", "sleep 60"])
-        .arg("--log-dir")
-        .arg(dir.path().join("logs"))
-        .env_remove("KFDQ_SOCKET")
-        .output()
-        .unwrap();
+    let (ok, err) = demo_on(emu.root(), "priority", None, &[]);
     signal(&agent, nix::sys::signal::Signal::SIGTERM);
     let _ = agent.wait();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "{err}");
-    assert!(err.contains("is a kfd-emu mount"), "{err}");
     assert!(
-        err.contains("kfdqd exited") && err.contains("another kfdqd"),
+        err.contains(&format!("another kfdqd (pid {})", agent.id()))
+            && err.contains(&sock.display().to_string()),
         "{err}"
     );
-    assert!(!err.contains("not within"), "{err}");
+    refused_up_front(&emu, ok, &err, "a partition in use", "stop it");
+}
+
+#[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
+fn demo_on_a_node_without_its_shim_says_where_it_looked_and_how_to_give_it() {
+    let emu = mount_preset(Preset::Mi308x);
+    let dir = tempfile::tempdir().unwrap();
+    let kfdq = dir.path().join("kfdq");
+    std::fs::copy(env!("CARGO_BIN_EXE_kfdq"), &kfdq).unwrap();
+    let (ok, err) = demo_on(emu.root(), "priority", Some(&kfdq), &[]);
+    assert!(err.contains(&dir.path().display().to_string()), "{err}");
+    refused_up_front(&emu, ok, &err, "no shim path", "install kfdq's package");
+    assert!(err.contains("KFDQ_SHIM="), "{err}");
+}
+
+#[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
+fn demo_without_a_writable_socket_directory_names_tmpdir() {
+    let emu = mount_preset(Preset::Mi308x);
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("no-such-dir");
+    let (ok, err) = demo_on(
+        emu.root(),
+        "priority",
+        None,
+        &[("TMPDIR", missing.as_os_str())],
+    );
+    refused_up_front(&emu, ok, &err, "no agent rights", "set TMPDIR");
+}
+
+/// A KFD without the debugger API: the level-3 phases are refused with the doctor's reason,
+/// and the fix names the phases that can run.
+#[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
+fn demo_refuses_level_3_where_the_node_has_no_debugger_api() {
+    let emu = mount(EmuConfig {
+        kfd_minor: 11,
+        ..EmuConfig::default()
+    });
+    let (ok, err) = demo_on(emu.root(), "alone,level2,level3,level3-direct", None, &[]);
+    assert!(err.contains("no debugger API"), "{err}");
+    refused_up_front(
+        &emu,
+        ok,
+        &err,
+        "level3 (gpu",
+        "fix the node as `kfdq doctor` says, or leave them out: --phases alone,level2",
+    );
+    assert!(err.contains("level3-direct (gpu"), "{err}");
 }

@@ -4,6 +4,7 @@
 //! workloads, the phases and every column.
 
 mod lines;
+mod preflight;
 mod procs;
 mod reaction;
 mod report;
@@ -635,6 +636,10 @@ pub(super) fn run(root: &Path, args: DemoArgs, json: bool) -> Result<(), CliErro
         args.phases.clone()
     };
     let use_emu = args.emulator || !root.join("dev/kfd").exists();
+    // GPUs the demo does not mount: what they cannot do is refused before anything starts.
+    if !use_emu {
+        preflight::check(root, &phases)?;
+    }
     // A kfd-emu mount given as --root is the emulator too (its counters, the REACT columns).
     let existing = if use_emu {
         None
