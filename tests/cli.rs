@@ -453,3 +453,71 @@ fn demo_refuses_level_3_where_the_node_has_no_debugger_api() {
     );
     assert!(err.contains("level3-direct (gpu"), "{err}");
 }
+
+/// The processes `pid` started (`/proc/PID/task/*/children`).
+fn children_of(pid: u32) -> Vec<u32> {
+    let mut out = Vec::new();
+    for t in std::fs::read_dir(format!("/proc/{pid}/task"))
+        .into_iter()
+        .flatten()
+    {
+        let p = t.unwrap().path().join("children");
+        let text = std::fs::read_to_string(p).unwrap_or_default();
+        out.extend(
+            text.split_whitespace()
+                .filter_map(|c| c.parse::<u32>().ok()),
+        );
+    }
+    out
+}
+
+/// SIGINT to kfdq alone (`kill -INT`, not the terminal's whole group) in the middle of a
+/// controlled phase: it says so, and the kfdqd and the batch job it started are stopped (and
+/// reaped) before it exits — nothing of the demo stays on the GPU, so nothing stays preempted.
+/// Without the handler kfdq died at once and left both running.
+#[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
+fn an_interrupted_demo_stops_every_process_it_started() {
+    let emu = mount_preset(Preset::Mi308x);
+    let logs = tempfile::tempdir().unwrap();
+    let mut demo = Command::new(env!("CARGO_BIN_EXE_kfdq"))
+        .arg("--root")
+        .arg(emu.root())
+        .args(["demo", "--phases", "priority", "--requests", "2"])
+        .args(["--hp-command", "sh -c 'echo ready; exec sleep 600'"])
+        .args(["--lp-command", "sh -c 'echo ready; exec sleep 601'"])
+        .arg("--log-dir")
+        .arg(logs.path())
+        .env_remove("KFDQ_SOCKET")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // kfdqd and the batch job (which never connects: the demo waits for it).
+    let kids = test_support::wait::wait_value("kfdqd and the batch job", WAIT_LIMIT, || {
+        let k = children_of(demo.id());
+        (k.len() == 2).then_some(k)
+    });
+    signal(&demo, nix::sys::signal::Signal::SIGINT);
+    let exited =
+        test_support::wait::wait_until(WAIT_LIMIT, || matches!(demo.try_wait(), Ok(Some(_))));
+    if !exited {
+        let _ = demo.kill();
+    }
+    let out = demo.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    let alive: Vec<u32> = kids
+        .into_iter()
+        .filter(|p| std::path::Path::new(&format!("/proc/{p}")).exists())
+        .collect();
+    for p in &alive {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(*p as i32),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    }
+    assert!(alive.is_empty(), "left running: {alive:?}; {err}");
+    assert!(exited, "kfdq did not exit after SIGINT: {err}");
+    assert!(!out.status.success(), "{err}");
+    assert!(err.contains("interrupted (SIGINT)"), "{err}");
+}

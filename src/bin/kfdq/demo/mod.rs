@@ -3,6 +3,7 @@
 //! the shim — on the built-in emulator when the node has no AMD GPU. docs/demo.md explains the
 //! workloads, the phases and every column.
 
+mod interrupt;
 mod lines;
 mod preflight;
 mod procs;
@@ -462,9 +463,9 @@ fn run_phase(env: &Env<'_>, phase: Phase, tag: &str) -> Result<PhaseResult, CliE
     } else {
         // The batch job alone, over as long as a latency phase takes.
         let start = monotonic_us();
-        std::thread::sleep(Duration::from_secs_f64(
+        procs::pause(Duration::from_secs_f64(
             f64::from(env.args.requests) / env.args.rate,
-        ));
+        ))?;
         ((start, monotonic_us()), None)
     };
     let preempts = match (preempts0, env.emu.and_then(Emulator::preempts)) {
@@ -612,6 +613,7 @@ fn workload(
 
 /// Runs the demo.
 pub(super) fn run(root: &Path, args: DemoArgs, json: bool) -> Result<(), CliError> {
+    interrupt::install();
     if args.requests < 2 {
         return Err(CliError::Usage(format!(
             "--requests {} is too few: at least 2 (P99 of fewer than 100 requests is close to the maximum)",

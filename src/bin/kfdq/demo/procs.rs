@@ -11,7 +11,11 @@ use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
 use super::super::CliError;
+use super::interrupt;
 use super::reaction::QueueTimes;
+
+/// How often a wait looks whether the demo was interrupted.
+const TICK: Duration = Duration::from_millis(100);
 
 /// A child process with its stdout as lines and its stderr in a log file.
 pub struct Child {
@@ -83,8 +87,9 @@ impl Child {
         }
         let deadline = Instant::now() + timeout;
         loop {
+            interrupt::check()?;
             let left = deadline.saturating_duration_since(Instant::now());
-            match self.lines.recv_timeout(left) {
+            match self.lines.recv_timeout(left.min(TICK)) {
                 Ok(l) => {
                     let hit = is(&l);
                     self.seen.push(l.clone());
@@ -92,6 +97,7 @@ impl Child {
                         return Ok(l);
                     }
                 }
+                Err(RecvTimeoutError::Timeout) if Instant::now() < deadline => {}
                 Err(RecvTimeoutError::Timeout) => {
                     return Err(fail(format!(
                         "{} printed no `{what}` line within {} s; {}",
@@ -116,12 +122,14 @@ impl Child {
     pub fn finish(mut self, timeout: Duration) -> Result<Vec<String>, CliError> {
         let deadline = Instant::now() + timeout;
         loop {
+            interrupt::check()?;
             match self
                 .lines
-                .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+                .recv_timeout(deadline.saturating_duration_since(Instant::now()).min(TICK))
             {
                 Ok(l) => self.seen.push(l),
                 Err(RecvTimeoutError::Disconnected) => break,
+                Err(RecvTimeoutError::Timeout) if Instant::now() < deadline => {}
                 Err(RecvTimeoutError::Timeout) => {
                     return Err(fail(format!(
                         "{} did not finish within {} s; {}",
@@ -197,6 +205,16 @@ impl Drop for Child {
     }
 }
 
+/// Waits `d`, ending early (with the error) when the demo is interrupted.
+pub fn pause(d: Duration) -> Result<(), CliError> {
+    let deadline = Instant::now() + d;
+    while Instant::now() < deadline {
+        interrupt::check()?;
+        std::thread::sleep(deadline.saturating_duration_since(Instant::now()).min(TICK));
+    }
+    Ok(())
+}
+
 /// Polls `cond` every 10 ms until it holds, or fails with `what` after `timeout`.
 pub fn wait_until(
     what: &str,
@@ -205,6 +223,7 @@ pub fn wait_until(
 ) -> Result<(), CliError> {
     let deadline = Instant::now() + timeout;
     while !cond() {
+        interrupt::check()?;
         if Instant::now() >= deadline {
             return Err(fail(format!("{what}: not within {} s", timeout.as_secs())));
         }
