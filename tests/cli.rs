@@ -454,27 +454,29 @@ fn demo_refuses_level_3_where_the_node_has_no_debugger_api() {
     assert!(err.contains("level3-direct (gpu"), "{err}");
 }
 
-/// The processes `pid` started (`/proc/PID/task/*/children`).
-fn children_of(pid: u32) -> Vec<u32> {
+/// The processes `pid` started, and theirs (`/proc/PID/task/*/children`).
+fn descendants_of(pid: u32) -> Vec<u32> {
     let mut out = Vec::new();
-    for t in std::fs::read_dir(format!("/proc/{pid}/task"))
-        .into_iter()
-        .flatten()
-    {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task"));
+    for t in tasks.into_iter().flatten() {
         let p = t.unwrap().path().join("children");
         let text = std::fs::read_to_string(p).unwrap_or_default();
-        out.extend(
-            text.split_whitespace()
-                .filter_map(|c| c.parse::<u32>().ok()),
-        );
+        for c in text
+            .split_whitespace()
+            .filter_map(|c| c.parse::<u32>().ok())
+        {
+            out.push(c);
+            out.extend(descendants_of(c));
+        }
     }
     out
 }
 
 /// SIGINT to kfdq alone (`kill -INT`, not the terminal's whole group) in the middle of a
-/// controlled phase: it says so, and the kfdqd and the batch job it started are stopped (and
-/// reaped) before it exits — nothing of the demo stays on the GPU, so nothing stays preempted.
-/// Without the handler kfdq died at once and left both running.
+/// controlled phase: it says so, and the kfdqd and the batch job it started — a shell and the
+/// process it started, as a launcher's — are stopped before it exits: nothing of the demo stays
+/// on the GPU, so nothing stays preempted. Without the handler kfdq died at once and left them
+/// all running; without the process group, the shell's child stayed.
 #[test]
 #[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn an_interrupted_demo_stops_every_process_it_started() {
@@ -485,7 +487,7 @@ fn an_interrupted_demo_stops_every_process_it_started() {
         .arg(emu.root())
         .args(["demo", "--phases", "priority", "--requests", "2"])
         .args(["--hp-command", "sh -c 'echo ready; exec sleep 600'"])
-        .args(["--lp-command", "sh -c 'echo ready; exec sleep 601'"])
+        .args(["--lp-command", "sh -c 'sleep 601 & echo ready; wait'"])
         .arg("--log-dir")
         .arg(logs.path())
         .env_remove("KFDQ_SOCKET")
@@ -493,10 +495,11 @@ fn an_interrupted_demo_stops_every_process_it_started() {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    // kfdqd and the batch job (which never connects: the demo waits for it).
+    // kfdqd and the batch job, a shell with its own child (it never connects: the demo waits
+    // for it).
     let kids = test_support::wait::wait_value("kfdqd and the batch job", WAIT_LIMIT, || {
-        let k = children_of(demo.id());
-        (k.len() == 2).then_some(k)
+        let k = descendants_of(demo.id());
+        (k.len() == 3).then_some(k)
     });
     signal(&demo, nix::sys::signal::Signal::SIGINT);
     let exited =
@@ -506,10 +509,17 @@ fn an_interrupted_demo_stops_every_process_it_started() {
     }
     let out = demo.wait_with_output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
-    let alive: Vec<u32> = kids
-        .into_iter()
-        .filter(|p| std::path::Path::new(&format!("/proc/{p}")).exists())
-        .collect();
+    // Stopped: gone, or dead and not yet reaped by init (a zombie runs nothing).
+    let running = |p: &u32| {
+        std::fs::read_to_string(format!("/proc/{p}/stat")).is_ok_and(|st| {
+            st.rsplit(')')
+                .next()
+                .and_then(|r| r.split_whitespace().next())
+                != Some("Z")
+        })
+    };
+    test_support::wait::wait_until(WAIT_LIMIT, || !kids.iter().any(running));
+    let alive: Vec<u32> = kids.into_iter().filter(running).collect();
     for p in &alive {
         let _ = nix::sys::signal::kill(
             nix::unistd::Pid::from_raw(*p as i32),

@@ -2,12 +2,13 @@
 //! emulator's mount, the agent — each stopped and cleaned up when dropped.
 
 use std::io::{BufRead, BufReader};
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, channel};
 use std::time::{Duration, Instant};
 
-use nix::sys::signal::{Signal, kill};
+use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 
 use super::super::CliError;
@@ -38,7 +39,10 @@ impl Child {
             .map_err(|e| fail(format!("creating {}: {e}", log.display())))?;
         cmd.stdin(Stdio::null())
             .stdout(Stdio::piped())
-            .stderr(Stdio::from(err));
+            .stderr(Stdio::from(err))
+            // Its own process group, so that stopping it stops what it started too (a
+            // workload that is a shell or a launcher; `terminate`).
+            .process_group(0);
         let mut child = cmd.spawn().map_err(|e| {
             fail(format!(
                 "starting {name} ({}): {e}",
@@ -182,10 +186,13 @@ impl Child {
         }
     }
 
-    /// SIGTERM, then wait (SIGKILL after 5 s).
+    /// SIGTERM to its process group while it runs, then wait (SIGKILL after 5 s): a process it
+    /// started (the GPU process under a shell) goes with it, never left running with its
+    /// queues preempted.
     pub fn terminate(&mut self) {
         if let Ok(None) = self.child.try_wait() {
-            let _ = kill(Pid::from_raw(self.child.id() as i32), Signal::SIGTERM);
+            let group = Pid::from_raw(self.child.id() as i32);
+            let _ = killpg(group, Signal::SIGTERM);
             let deadline = Instant::now() + Duration::from_secs(5);
             while Instant::now() < deadline {
                 if let Ok(Some(_)) = self.child.try_wait() {
@@ -193,7 +200,7 @@ impl Child {
                 }
                 std::thread::sleep(Duration::from_millis(10));
             }
-            let _ = self.child.kill();
+            let _ = killpg(group, Signal::SIGKILL);
             let _ = self.child.wait();
         }
     }
