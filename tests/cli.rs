@@ -344,33 +344,190 @@ fn status_json_prints_no_negative_zero() {
 /// takes the mount for the emulator, and when its own kfdqd refuses to start (the other holds
 /// the lock for that root) it says so at once, with kfdqd's reason, instead of waiting for a
 /// socket that never comes.
+/// `kfdq demo` on GPUs it did not mount (here a kfd-emu mount given as --root: the same
+/// preflight as a node's /dev/kfd) with its own workloads, whose stderr is returned; `env` is
+/// added to its environment, `exe` replaces this build's kfdq.
+fn demo_on(
+    root: &std::path::Path,
+    phases: &str,
+    exe: Option<&std::path::Path>,
+    env: &[(&str, &std::ffi::OsStr)],
+) -> (bool, String) {
+    let out = Command::new(exe.unwrap_or(std::path::Path::new(env!("CARGO_BIN_EXE_kfdq"))))
+        .arg("--root")
+        .arg(root)
+        .args(["demo", "--phases", phases, "--requests", "2"])
+        .args(["--hp-command", "sleep 60", "--lp-command", "sleep 60"])
+        .env_remove("KFDQ_SOCKET")
+        .env_remove("KFDQ_SHIM")
+        .envs(env.iter().copied())
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Refused up front: the reason and the fix, and no phase started (no `[1/N]` line, no
+/// process on the emulator).
+fn refused_up_front(emu: &Emu, ok: bool, err: &str, what: &str, fix: &str) {
+    assert!(!ok, "{err}");
+    assert!(
+        err.contains("demo refuses to start") && err.contains(what),
+        "{err}"
+    );
+    assert!(err.contains(&format!("fix: {fix}")), "{err}");
+    assert!(!err.contains("[1/"), "a phase started: {err}");
+    let procs = std::fs::read_dir(emu.root().join("sys/class/kfd/kfd/proc"))
+        .map(|d| d.count())
+        .unwrap_or(0);
+    assert_eq!(procs, 0, "no process opened the emulator's /dev/kfd");
+}
+
 #[test]
 #[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
-fn demo_says_why_its_kfdqd_could_not_start() {
+fn demo_refuses_a_partition_another_kfdqd_serves_up_front() {
     let emu = mount_preset(Preset::Mi308x);
     let dir = tempfile::tempdir().unwrap();
     let sock = dir.path().join("kfdq.sock");
     let conf = dir.path().join("kfdq.toml");
     std::fs::write(&conf, format!("[agent]\nsocket = \"{}\"\n", sock.display())).unwrap();
     let mut agent = start_kfdqd(emu.root(), &conf, &sock, &dir.path().join("kfdqd.log"));
-    let out = Command::new(env!("CARGO_BIN_EXE_kfdq"))
+    let (ok, err) = demo_on(emu.root(), "priority", None, &[]);
+    signal(&agent, nix::sys::signal::Signal::SIGTERM);
+    let _ = agent.wait();
+    assert!(
+        err.contains(&format!("another kfdqd (pid {})", agent.id()))
+            && err.contains(&sock.display().to_string()),
+        "{err}"
+    );
+    refused_up_front(&emu, ok, &err, "a partition in use", "stop it");
+}
+
+#[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
+fn demo_on_a_node_without_its_shim_says_where_it_looked_and_how_to_give_it() {
+    let emu = mount_preset(Preset::Mi308x);
+    let dir = tempfile::tempdir().unwrap();
+    let kfdq = dir.path().join("kfdq");
+    std::fs::copy(env!("CARGO_BIN_EXE_kfdq"), &kfdq).unwrap();
+    let (ok, err) = demo_on(emu.root(), "priority", Some(&kfdq), &[]);
+    assert!(err.contains(&dir.path().display().to_string()), "{err}");
+    refused_up_front(&emu, ok, &err, "no shim path", "install kfdq's package");
+    assert!(err.contains("KFDQ_SHIM="), "{err}");
+}
+
+#[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
+fn demo_without_a_writable_socket_directory_names_tmpdir() {
+    let emu = mount_preset(Preset::Mi308x);
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("no-such-dir");
+    let (ok, err) = demo_on(
+        emu.root(),
+        "priority",
+        None,
+        &[("TMPDIR", missing.as_os_str())],
+    );
+    refused_up_front(&emu, ok, &err, "no agent rights", "set TMPDIR");
+}
+
+/// A KFD without the debugger API: the level-3 phases are refused with the doctor's reason,
+/// and the fix names the phases that can run.
+#[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
+fn demo_refuses_level_3_where_the_node_has_no_debugger_api() {
+    let emu = mount(EmuConfig {
+        kfd_minor: 11,
+        ..EmuConfig::default()
+    });
+    let (ok, err) = demo_on(emu.root(), "alone,level2,level3,level3-direct", None, &[]);
+    assert!(err.contains("no debugger API"), "{err}");
+    refused_up_front(
+        &emu,
+        ok,
+        &err,
+        "level3 (gpu",
+        "fix the node as `kfdq doctor` says, or leave them out: --phases alone,level2",
+    );
+    assert!(err.contains("level3-direct (gpu"), "{err}");
+}
+
+/// The processes `pid` started, and theirs (`/proc/PID/task/*/children`).
+fn descendants_of(pid: u32) -> Vec<u32> {
+    let mut out = Vec::new();
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task"));
+    for t in tasks.into_iter().flatten() {
+        let p = t.unwrap().path().join("children");
+        let text = std::fs::read_to_string(p).unwrap_or_default();
+        for c in text
+            .split_whitespace()
+            .filter_map(|c| c.parse::<u32>().ok())
+        {
+            out.push(c);
+            out.extend(descendants_of(c));
+        }
+    }
+    out
+}
+
+/// SIGINT to kfdq alone (`kill -INT`, not the terminal's whole group) in the middle of a
+/// controlled phase: it says so, and the kfdqd and the batch job it started — a shell and the
+/// process it started, as a launcher's — are stopped before it exits: nothing of the demo stays
+/// on the GPU, so nothing stays preempted. Without the handler kfdq died at once and left them
+/// all running; without the process group, the shell's child stayed.
+#[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
+fn an_interrupted_demo_stops_every_process_it_started() {
+    let emu = mount_preset(Preset::Mi308x);
+    let logs = tempfile::tempdir().unwrap();
+    let mut demo = Command::new(env!("CARGO_BIN_EXE_kfdq"))
         .arg("--root")
         .arg(emu.root())
         .args(["demo", "--phases", "priority", "--requests", "2"])
-        .args(["--hp-command", "sleep 60", "--lp-command", "sleep 60"])
+        .args(["--hp-command", "sh -c 'echo ready; exec sleep 600'"])
+        .args(["--lp-command", "sh -c 'sleep 601 & echo ready; wait'"])
         .arg("--log-dir")
-        .arg(dir.path().join("logs"))
+        .arg(logs.path())
         .env_remove("KFDQ_SOCKET")
-        .output()
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
         .unwrap();
-    signal(&agent, nix::sys::signal::Signal::SIGTERM);
-    let _ = agent.wait();
+    // kfdqd and the batch job, a shell with its own child (it never connects: the demo waits
+    // for it).
+    let kids = test_support::wait::wait_value("kfdqd and the batch job", WAIT_LIMIT, || {
+        let k = descendants_of(demo.id());
+        (k.len() == 3).then_some(k)
+    });
+    signal(&demo, nix::sys::signal::Signal::SIGINT);
+    let exited =
+        test_support::wait::wait_until(WAIT_LIMIT, || matches!(demo.try_wait(), Ok(Some(_))));
+    if !exited {
+        let _ = demo.kill();
+    }
+    let out = demo.wait_with_output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
+    // Stopped: gone, or dead and not yet reaped by init (a zombie runs nothing).
+    let running = |p: &u32| {
+        std::fs::read_to_string(format!("/proc/{p}/stat")).is_ok_and(|st| {
+            st.rsplit(')')
+                .next()
+                .and_then(|r| r.split_whitespace().next())
+                != Some("Z")
+        })
+    };
+    test_support::wait::wait_until(WAIT_LIMIT, || !kids.iter().any(running));
+    let alive: Vec<u32> = kids.into_iter().filter(running).collect();
+    for p in &alive {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(*p as i32),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    }
+    assert!(alive.is_empty(), "left running: {alive:?}; {err}");
+    assert!(exited, "kfdq did not exit after SIGINT: {err}");
     assert!(!out.status.success(), "{err}");
-    assert!(err.contains("is a kfd-emu mount"), "{err}");
-    assert!(
-        err.contains("kfdqd exited") && err.contains("another kfdqd"),
-        "{err}"
-    );
-    assert!(!err.contains("not within"), "{err}");
+    assert!(err.contains("interrupted (SIGINT)"), "{err}");
 }

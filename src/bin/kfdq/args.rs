@@ -205,6 +205,46 @@ pub enum Command {
         #[arg(long, value_name = "PATH")]
         shim: Option<PathBuf>,
     },
+    /// Write one archive to send with a question or a result: versions, doctor, topology, and
+    /// optionally the bench, the demo's output and the agent's configuration, nothing secret.
+    ///
+    /// What: a .tar.gz with versions.json (kernel, amdgpu and its firmware where sysfs or
+    /// debugfs shows them, the HIP runtime found as `kfdq doctor` finds it, ROCm's version file,
+    /// kfdq), `kfdq --json doctor`, `kfdq --json topology`, with --bench `kfdq --json bench` and
+    /// its calibration, with --demo-json the demo's output, and the agent's configuration
+    /// (--agent-config, default /etc/kfdq/kfdq.toml) without comments and with secret-named keys
+    /// redacted; MANIFEST.txt lists it all, and what was left out with why. The same list is
+    /// printed. Why: the project (or a vendor) can read what this node did and why without a
+    /// login to it. Nothing secret: no environment is archived, any value of this process's
+    /// environment found in a part is replaced by its name (<$NAME>), and allocation tokens
+    /// (KFDQ_ALLOCATION, the allocations file) are never read and any token-shaped string is
+    /// replaced. How to send: attach the file to an issue of the project (docs/hardware.md,
+    /// "Sharing results") with what else ran on the node. Example: `kfdq --json demo >
+    /// demo.json; sudo kfdq report --bench --demo-json demo.json`.
+    Report(ReportArgs),
+}
+
+/// `kfdq report`'s options.
+#[derive(Debug, Clone, Args)]
+pub struct ReportArgs {
+    /// The archive to write (default: kfdq-report-<UNIX_TIME>.tar.gz here). An existing file
+    /// is refused, before anything runs.
+    #[arg(long, short, value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    /// Also run `kfdq bench --write` and add its JSON and calibration: minutes, root, an idle
+    /// node (it preempts every partition hundreds of times); its progress is shown.
+    #[arg(long, overrides_with = "no_bench")]
+    pub bench: bool,
+    /// Do not run the bench (the default; the last of --bench and --no-bench wins).
+    #[arg(long, overrides_with = "bench")]
+    pub no_bench: bool,
+    /// The demo's output to add: the file `kfdq --json demo > FILE` wrote (or the table of
+    /// `kfdq demo > FILE`, kept as text).
+    #[arg(long, value_name = "FILE")]
+    pub demo_json: Option<PathBuf>,
+    /// kfdqd's configuration file (default /etc/kfdq/kfdq.toml; not there: left out, said so).
+    #[arg(long, value_name = "FILE")]
+    pub agent_config: Option<PathBuf>,
 }
 
 /// `kfdq bench`'s options.

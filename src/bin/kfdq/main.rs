@@ -7,6 +7,7 @@ mod client;
 mod demo;
 mod doctor;
 mod ps;
+mod report;
 mod run;
 mod status;
 mod table;
@@ -100,6 +101,7 @@ fn main() -> ExitCode {
                 command: &command,
             },
         ),
+        Command::Report(args) => report::run(&root, cli.agent.as_deref(), args, cli.json),
         Command::Doctor { hip_runtime, shim } => doctor::run(
             &root,
             doctor::DoctorOptions {

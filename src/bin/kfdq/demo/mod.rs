@@ -3,7 +3,9 @@
 //! the shim — on the built-in emulator when the node has no AMD GPU. docs/demo.md explains the
 //! workloads, the phases and every column.
 
+mod interrupt;
 mod lines;
+mod preflight;
 mod procs;
 mod reaction;
 mod report;
@@ -477,9 +479,9 @@ fn run_phase(env: &Env<'_>, phase: Phase, tag: &str) -> Result<PhaseResult, CliE
     } else {
         // The batch job alone, over as long as a latency phase takes.
         let start = monotonic_us();
-        std::thread::sleep(Duration::from_secs_f64(
+        procs::pause(Duration::from_secs_f64(
             f64::from(env.args.requests) / env.args.rate,
-        ));
+        ))?;
         ((start, monotonic_us()), None)
     };
     let preempts = match (preempts0, env.emu.and_then(Emulator::preempts)) {
@@ -637,6 +639,7 @@ fn workload(
 
 /// Runs the demo.
 pub(super) fn run(root: &Path, args: DemoArgs, json: bool) -> Result<(), CliError> {
+    interrupt::install();
     if args.requests < 2 {
         return Err(CliError::Usage(format!(
             "--requests {} is too few: at least 2 (P99 of fewer than 100 requests is close to the maximum)",
@@ -661,6 +664,10 @@ pub(super) fn run(root: &Path, args: DemoArgs, json: bool) -> Result<(), CliErro
         args.phases.clone()
     };
     let use_emu = args.emulator || !root.join("dev/kfd").exists();
+    // GPUs the demo does not mount: what they cannot do is refused before anything starts.
+    if !use_emu {
+        preflight::check(root, &phases)?;
+    }
     // A kfd-emu mount given as --root is the emulator too (its counters, the REACT columns).
     let existing = if use_emu {
         None

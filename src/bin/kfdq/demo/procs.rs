@@ -2,16 +2,21 @@
 //! emulator's mount, the agent — each stopped and cleaned up when dropped.
 
 use std::io::{BufRead, BufReader};
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, channel};
 use std::time::{Duration, Instant};
 
-use nix::sys::signal::{Signal, kill};
+use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 
 use super::super::CliError;
+use super::interrupt;
 use super::reaction::QueueTimes;
+
+/// How often a wait looks whether the demo was interrupted.
+const TICK: Duration = Duration::from_millis(100);
 
 /// A child process with its stdout as lines and its stderr in a log file.
 pub struct Child {
@@ -34,7 +39,10 @@ impl Child {
             .map_err(|e| fail(format!("creating {}: {e}", log.display())))?;
         cmd.stdin(Stdio::null())
             .stdout(Stdio::piped())
-            .stderr(Stdio::from(err));
+            .stderr(Stdio::from(err))
+            // Its own process group, so that stopping it stops what it started too (a
+            // workload that is a shell or a launcher; `terminate`).
+            .process_group(0);
         let mut child = cmd.spawn().map_err(|e| {
             fail(format!(
                 "starting {name} ({}): {e}",
@@ -83,8 +91,9 @@ impl Child {
         }
         let deadline = Instant::now() + timeout;
         loop {
+            interrupt::check()?;
             let left = deadline.saturating_duration_since(Instant::now());
-            match self.lines.recv_timeout(left) {
+            match self.lines.recv_timeout(left.min(TICK)) {
                 Ok(l) => {
                     let hit = is(&l);
                     self.seen.push(l.clone());
@@ -92,6 +101,7 @@ impl Child {
                         return Ok(l);
                     }
                 }
+                Err(RecvTimeoutError::Timeout) if Instant::now() < deadline => {}
                 Err(RecvTimeoutError::Timeout) => {
                     return Err(fail(format!(
                         "{} printed no `{what}` line within {} s; {}",
@@ -116,12 +126,14 @@ impl Child {
     pub fn finish(mut self, timeout: Duration) -> Result<Vec<String>, CliError> {
         let deadline = Instant::now() + timeout;
         loop {
+            interrupt::check()?;
             match self
                 .lines
-                .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+                .recv_timeout(deadline.saturating_duration_since(Instant::now()).min(TICK))
             {
                 Ok(l) => self.seen.push(l),
                 Err(RecvTimeoutError::Disconnected) => break,
+                Err(RecvTimeoutError::Timeout) if Instant::now() < deadline => {}
                 Err(RecvTimeoutError::Timeout) => {
                     return Err(fail(format!(
                         "{} did not finish within {} s; {}",
@@ -174,10 +186,13 @@ impl Child {
         }
     }
 
-    /// SIGTERM, then wait (SIGKILL after 5 s).
+    /// SIGTERM to its process group while it runs, then wait (SIGKILL after 5 s): a process it
+    /// started (the GPU process under a shell) goes with it, never left running with its
+    /// queues preempted.
     pub fn terminate(&mut self) {
         if let Ok(None) = self.child.try_wait() {
-            let _ = kill(Pid::from_raw(self.child.id() as i32), Signal::SIGTERM);
+            let group = Pid::from_raw(self.child.id() as i32);
+            let _ = killpg(group, Signal::SIGTERM);
             let deadline = Instant::now() + Duration::from_secs(5);
             while Instant::now() < deadline {
                 if let Ok(Some(_)) = self.child.try_wait() {
@@ -185,7 +200,7 @@ impl Child {
                 }
                 std::thread::sleep(Duration::from_millis(10));
             }
-            let _ = self.child.kill();
+            let _ = killpg(group, Signal::SIGKILL);
             let _ = self.child.wait();
         }
     }
@@ -197,6 +212,16 @@ impl Drop for Child {
     }
 }
 
+/// Waits `d`, ending early (with the error) when the demo is interrupted.
+pub fn pause(d: Duration) -> Result<(), CliError> {
+    let deadline = Instant::now() + d;
+    while Instant::now() < deadline {
+        interrupt::check()?;
+        std::thread::sleep(deadline.saturating_duration_since(Instant::now()).min(TICK));
+    }
+    Ok(())
+}
+
 /// Polls `cond` every 10 ms until it holds, or fails with `what` after `timeout`.
 pub fn wait_until(
     what: &str,
@@ -205,6 +230,7 @@ pub fn wait_until(
 ) -> Result<(), CliError> {
     let deadline = Instant::now() + timeout;
     while !cond() {
+        interrupt::check()?;
         if Instant::now() >= deadline {
             return Err(fail(format!("{what}: not within {} s", timeout.as_secs())));
         }
