@@ -61,6 +61,8 @@ scripts/check-deploy.sh
 step "the Debian package: build it, then check it unpacked in a scratch root"
 scripts/package.sh >/dev/null
 scripts/check-package.sh
+step "the container image: built from the package (cached base), its layout checked, its entry points run chrooted"
+scripts/check-image.sh
 
 step "cargo fmt --check"
 cargo fmt --all -- --check || die "code is not formatted" "run 'cargo fmt --all' and commit the result"
