@@ -697,7 +697,7 @@ pub(super) fn run(root: &Path, args: DemoArgs, json: bool) -> Result<(), CliErro
     .collect();
     let hp = workload(
         args.hp_command.as_deref(),
-        hp_hip.unwrap_or_else(|| ("kfdq-latency", fakehip_hp_args)),
+        hp_hip.unwrap_or(("kfdq-latency", fakehip_hp_args)),
         workloads.as_deref(),
         "--hp-command",
     )?;
