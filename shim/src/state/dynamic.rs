@@ -21,15 +21,17 @@ const CLR_DEFAULT_MAX_HW_QUEUES: u32 = 4;
 impl State {
     /// Whether the runtime may move a stream to another of this process's queues with no
     /// CREATE_QUEUE, given the runtime's `cap` of hardware queues per priority: streams share a
-    /// queue already (a pool at its cap), or one GPU has more live compute queues of one
+    /// queue already (a pool at its cap), or one GPU has more live stream queues of one
     /// requested priority than `cap` — CLR's condition for handing an idle stream's queue back.
-    /// Queues of the runtime's own (ROCr's utility queues) count too: at worst launches compare
-    /// write indices when the runtime would move nothing (cost, never a wrong attribution).
+    /// A stream queue is a compute queue some stream was ever attributed to (`claimed`): CLR's
+    /// pool queues, not ROCr's own utility queues, which would only make launches compare write
+    /// indices where the runtime moves nothing.
     pub fn streams_may_move(&self, cap: u32) -> bool {
         let live = || self.queues().iter().filter(|q| q.compute && !q.dying);
+        let pool = || live().filter(|q| q.claimed);
         live().any(|q| q.streams.len() > 1)
-            || live().any(|q| {
-                live()
+            || pool().any(|q| {
+                pool()
                     .filter(|o| o.gpu_id == q.gpu_id && o.requested == q.requested)
                     .count()
                     > cap as usize

@@ -184,6 +184,10 @@ fn streams_may_move_once_a_priority_has_more_queues_than_the_runtimes_cap() {
     st.attribute(NULL_STREAM_ID, 1);
     assert!(!st.streams_may_move(1), "one queue at the cap");
     st.queues.push_for_tests(queue(2));
+    assert!(
+        !st.streams_may_move(1),
+        "a queue no stream ran on (the runtime's own) is no pool queue"
+    );
     st.register_stream(5, StreamKind::Created, 0x50, None, None);
     st.attribute(5, 2);
     assert!(st.streams_may_move(1), "two normal queues, cap 1");
