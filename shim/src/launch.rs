@@ -4,8 +4,9 @@
 //!
 //! Three kinds of stream calls:
 //!
-//! * [`launch`]: kernel and graph launches. Gate, attribution context, and (while the stream's
-//!   queue is unknown) the write-index comparison, counted towards [`MAX_ATTEMPTS`].
+//! * [`launch`]: kernel and graph launches. Gate, attribution context, and the write-index
+//!   comparison: while the stream's queue is unknown (counted towards [`MAX_ATTEMPTS`]), and on
+//!   every launch while HIP's dynamic queues may move streams ([`F_REPROBE`]).
 //! * [`work`]: other stream-ordered work (async copies and fills, host functions, event
 //!   records, stream waits). The same gate and attribution context, no write-index comparison
 //!   (such a call may enqueue nothing, or enqueue on a copy engine, or run host code that
@@ -15,7 +16,7 @@
 //!   runtime created a queue for during the call is registered afterwards.
 
 use std::cell::Cell;
-use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use kfdq::policy::class::clamp_hip_priority;
@@ -25,8 +26,8 @@ use crate::context::{CTX, NO_STREAM, SPT};
 use crate::escapes::Call;
 use crate::guard::guarded;
 use crate::state::{
-    F_CREATED_PENDING, F_DISABLED, F_EDGES, F_HOLDS, F_NULL_PENDING, F_READY, F_WINDOW, FLAGS,
-    FORK_GEN, MAX_ATTEMPTS, NULL_STREAM_ID, QUEUES_CREATED, STATE, State,
+    F_CREATED_PENDING, F_DISABLED, F_EDGES, F_HOLDS, F_NULL_PENDING, F_READY, F_REPROBE, F_WINDOW,
+    FLAGS, FORK_GEN, MAX_ATTEMPTS, NULL_STREAM_ID, QUEUES_CREATED, STATE, State,
 };
 
 /// `hipStreamLegacy`.
@@ -115,14 +116,14 @@ fn ordered<const PROBE: bool>(s: StreamRef, call: impl FnOnce() -> i32) -> i32 {
     if f & F_DISABLED != 0 {
         return call();
     }
-    // With HIP's dynamic queues, once streams share the pool's queues a launch may land on
-    // another queue than the stream's last: then every launch takes the slow path, which
-    // compares write indices (docs/shim.md, "HIP 7.2").
-    let reprobe = PROBE && reprobing();
-    if f & (F_READY | slow | F_WINDOW | F_EDGES) == F_READY && spt_ok && !reprobe {
+    // Where HIP's dynamic queues may move a stream to another queue, a launch takes the slow
+    // path, which compares write indices (`F_REPROBE`; docs/shim.md, "HIP 7.2"). A constant
+    // bit of the same mask: the fast path stays one load.
+    let slow = if PROBE { slow | F_REPROBE } else { slow };
+    if f & (F_READY | slow | F_WINDOW | F_EDGES) == F_READY && spt_ok {
         return call();
     }
-    if f & (F_READY | slow) == F_READY && spt_ok && !reprobe {
+    if f & (F_READY | slow) == F_READY && spt_ok {
         // Only the window or edges: no lock, no registration.
         if f & F_WINDOW != 0 {
             crate::window::gate(s.key(), || window_target(s));
@@ -162,48 +163,6 @@ fn sync_counted(s: StreamRef, call: impl FnOnce() -> i32) -> i32 {
         return call();
     }
     sync_slow(s, call)
-}
-
-/// Set (under the state lock) once two streams of this process share a KFD queue.
-static SHARING: AtomicBool = AtomicBool::new(false);
-
-/// Whether launches compare write indices even on streams whose queue is known: HIP's dynamic
-/// queues are on and streams share queues (below the pool's cap each stream keeps its queue).
-#[inline(always)]
-fn reprobing() -> bool {
-    SHARING.load(Ordering::Relaxed) && dynamic_queues()
-}
-
-/// Records whether streams share a queue now (called with the state lock held, after
-/// attribution). Never cleared: a pool once full may fill again.
-fn note_sharing(st: &State) {
-    if !SHARING.load(Ordering::Relaxed) && st.queues().iter().any(|q| q.streams.len() > 1) {
-        SHARING.store(true, Ordering::Relaxed);
-    }
-}
-
-/// Whether HIP's dynamic queue management is on for this process (`DEBUG_HIP_DYNAMIC_QUEUES`
-/// set to a non-zero number — the shim's own default is 2 — which Debian's HIP 6.4.3 and 7.2.4
-/// read as a boolean: CLR then hands an idle normal-priority stream's queue back to the pool
-/// when there are more normal queues than `GPU_MAX_HW_QUEUES`, and gives the stream the
-/// least-loaded one at its next command). Read once.
-#[inline(always)]
-fn dynamic_queues() -> bool {
-    const UNKNOWN: u8 = 0;
-    const OFF: u8 = 1;
-    const ON: u8 = 2;
-    static DYNAMIC: AtomicU8 = AtomicU8::new(UNKNOWN);
-    match DYNAMIC.load(Ordering::Relaxed) {
-        UNKNOWN => {
-            let on = std::env::var("DEBUG_HIP_DYNAMIC_QUEUES")
-                .ok()
-                .and_then(|v| v.trim().parse::<u64>().ok())
-                .is_some_and(|v| v != 0);
-            DYNAMIC.store(if on { ON } else { OFF }, Ordering::Relaxed);
-            on
-        }
-        v => v == ON,
-    }
 }
 
 #[inline(always)]
@@ -358,17 +317,29 @@ fn prepare(s: StreamRef, probe: bool) -> Prep {
         }
         st = STATE.lock();
     }
-    let before = if probe && (reprobing() || st.stream(sid).is_some_and(|x| x.queue.is_none())) {
-        let b = st
-            .queues()
-            .iter()
-            .filter(|q| !q.dying && q.compute)
-            .map(|q| (q.id, st.indices(q.id).0))
-            .collect();
-        st.forget_unmapped();
-        b
-    } else {
-        Vec::new()
+    let reprobe = probe && FLAGS.load(Ordering::Relaxed) & F_REPROBE != 0;
+    // Under re-probing a stream whose last launch moved its own queue compares only that queue
+    // (one read before, one after); one whose queue did not move (`strayed`), or whose queue is
+    // unknown, compares all compute queues.
+    let own = st
+        .stream(sid)
+        .filter(|x| !x.strayed)
+        .and_then(|x| x.queue)
+        .filter(|q| st.queue(*q).is_some_and(|q| q.compute && !q.dying));
+    let unknown = st.stream(sid).is_some_and(|x| x.queue.is_none());
+    let before = match own {
+        Some(q) if reprobe => vec![(q, st.indices(q).0)],
+        _ if reprobe || (probe && unknown) => {
+            let b = st
+                .queues()
+                .iter()
+                .filter(|q| !q.dying && q.compute)
+                .map(|q| (q.id, st.indices(q.id).0))
+                .collect();
+            st.forget_unmapped();
+            b
+        }
+        _ => Vec::new(),
     };
     Prep {
         sid,
@@ -447,10 +418,11 @@ fn finish(p: Prep, result: i32, probe: bool) {
         st.remove_stream(p.sid);
         return;
     }
-    if !p.before.is_empty() {
+    if !p.before.is_empty() && result == 0 {
         // No CREATE_QUEUE during the call: the stream went onto an existing queue (the
         // runtime's pool cap, or under dynamic queues a pool queue it was handed again). The
-        // queue whose write index moved is the one.
+        // queue whose write index moved is the one (a failed call enqueued nothing: another
+        // thread's packet may have moved a queue meanwhile).
         let advanced: Vec<u32> = p
             .before
             .iter()
@@ -466,7 +438,11 @@ fn finish(p: Prep, result: i32, probe: bool) {
         {
             crate::log::debug(|| format!("stream {} -> queue {qid} (write index moved)", p.sid));
             st.attribute(p.sid, qid);
-            note_sharing(&st);
+        }
+        if let Some(s) = st.stream_mut(p.sid)
+            && let Some(q) = s.queue
+        {
+            s.strayed = !advanced.contains(&q);
         }
     }
     if let Some(s) = st.streams.iter_mut().find(|s| s.id == p.sid)
@@ -520,7 +496,6 @@ pub fn create(out: *mut usize, hip_priority: Option<i32>, call: impl FnOnce() ->
                 // the application passed for exactly that.
                 let handle = unsafe { out.read() };
                 st.register_stream(sid, StreamKind::Created, handle, prio, creator);
-                note_sharing(&st);
                 let q = st.stream(sid).and_then(|s| s.queue);
                 crate::log::debug(|| {
                     format!(

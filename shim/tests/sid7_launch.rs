@@ -305,12 +305,11 @@ fn sid7_with_dynamic_queues_a_hold_stops_only_the_held_process() {
 /// Under HIP's dynamic queues HIP 7.2.4 first gives the created stream and the null stream a
 /// queue each, then (more normal queues than `GPU_MAX_HW_QUEUES`) hands the created stream the
 /// null stream's queue: the registry must show both streams on that queue with the shared-queue
-/// warning. It does not yet: the shim re-attributes launches only once it has seen two streams
-/// on one queue, so the moved stream stays attributed to its first, now idle, queue
-/// (docs/shim.md, "HIP 7.2").
+/// warning, and the created stream on that queue alone, not on its first, now idle, one. Before
+/// the fix the shim re-attributed launches only once it had seen two streams on one queue, so
+/// the moved stream stayed on its first queue (docs/shim.md, "HIP 7.2").
 #[test]
-#[ignore = "known gap (docs/shim.md, HIP 7.2): a stream HIP 7.2.4 moves onto another stream's \
-            queue before any queue is seen shared is not re-attributed"]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn sid7_with_dynamic_queues_a_shared_queue_is_reported_with_both_streams() {
     let (emu, root, built) = sid7::setup();
     let agent = Agent::start(&emu, &two_classes("hold"));
@@ -338,6 +337,36 @@ fn sid7_with_dynamic_queues_a_shared_queue_is_reported_with_both_streams() {
             .iter()
             .any(|w| w.starts_with("streams share KFD queues")),
         "the shared queue is reported: {r:#?}"
+    );
+    let q = r.queues.iter().find(|q| q.streams.len() >= 2);
+    let q = q.expect("the shared queue");
+    let created = r
+        .streams
+        .iter()
+        .find(|s| s.kind == kfdq::proto::StreamKind::Created)
+        .expect("the created stream");
+    assert!(
+        q.streams.contains(&0) && q.streams.contains(&created.stream_id),
+        "the null and the created stream share the queue: {r:#?}"
+    );
+    assert_eq!(created.queue_id, Some(q.queue_id), "{r:#?}");
+    assert!(
+        r.queues
+            .iter()
+            .filter(|o| o.queue_id != q.queue_id)
+            .all(|o| !o.streams.contains(&created.stream_id)),
+        "the created stream left its first queue: {r:#?}"
+    );
+    // The case under test: the runtime moved the stream (its first queue still exists), not
+    // a pool at its cap that never gave it a queue of its own.
+    let compute = emu
+        .queues_of(pid)
+        .iter()
+        .filter(|q| q.queue_type == "compute_aql")
+        .count();
+    assert!(
+        compute >= 2,
+        "{compute} compute queue(s): the runtime gave the created stream none of its own: {r:#?}"
     );
     let lines = batch.finish();
     assert_eq!(lines.last().map(String::as_str), Some("launch7: done"));

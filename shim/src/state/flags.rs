@@ -21,6 +21,9 @@ pub const F_WINDOW: u32 = 32;
 /// `FLAGS` bit: the agent asked for busy edges (`edges.rs`): stream-ordered calls report the
 /// launch that makes the process busy.
 pub const F_EDGES: u32 = 64;
+/// `FLAGS` bit: HIP's dynamic queues may move a stream to another queue (`dynamic.rs`), so
+/// every launch compares write indices, which attributes it to the queue its packet lands on.
+pub const F_REPROBE: u32 = 128;
 
 /// Fast-path flags: one relaxed load decides whether a launch needs the slow path.
 pub static FLAGS: AtomicU32 = AtomicU32::new(0);
@@ -58,7 +61,10 @@ impl State {
         if self.edges {
             set |= F_EDGES;
         }
-        let mask = F_HOLDS | F_NULL_PENDING | F_CREATED_PENDING | F_WINDOW | F_EDGES;
+        if super::dynamic::reprobe(self) {
+            set |= F_REPROBE;
+        }
+        let mask = F_HOLDS | F_NULL_PENDING | F_CREATED_PENDING | F_WINDOW | F_EDGES | F_REPROBE;
         let cur = FLAGS.load(Ordering::Relaxed);
         if cur & F_DISABLED != 0 {
             return;

@@ -10,6 +10,7 @@
 //! * `flags.rs`: the fast-path flags, the count of created queues and the fork generation;
 //! * `streams.rs`: streams, registered and looked up; `attribution.rs`: which stream runs on
 //!   which queue;
+//! * `dynamic.rs`: when HIP's dynamic queues may move a stream, so launches re-attribute;
 //! * `activity.rs`: busy samples, unclaimed work and unmapped queues, from the indices;
 //! * `warnings.rs`: warnings, reported once; `wire.rs`: the registry in protocol form;
 //! * `tests.rs`: the unit tests.
@@ -24,6 +25,7 @@ use crate::pmutex::PMutex;
 
 mod activity;
 mod attribution;
+mod dynamic;
 mod flags;
 mod queue;
 mod streams;
@@ -33,8 +35,8 @@ mod warnings;
 mod wire;
 
 pub use flags::{
-    F_CREATED_PENDING, F_DISABLED, F_EDGES, F_HOLDS, F_NULL_PENDING, F_READY, F_WINDOW, FLAGS,
-    FORK_GEN, QUEUES_CREATED,
+    F_CREATED_PENDING, F_DISABLED, F_EDGES, F_HOLDS, F_NULL_PENDING, F_READY, F_REPROBE, F_WINDOW,
+    FLAGS, FORK_GEN, QUEUES_CREATED,
 };
 pub use queue::{CreatedQueue, Queue, Queues};
 pub use streams::{MAX_ATTEMPTS, NULL_STREAM_ID, Stream};

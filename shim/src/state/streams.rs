@@ -30,6 +30,10 @@ pub struct Stream {
     pub attempts: u32,
     /// Attribution gave up (see [`MAX_ATTEMPTS`]): the stream no longer keeps the slow path.
     pub gave_up: bool,
+    /// A launch compared write indices ([`F_REPROBE`](super::F_REPROBE)) and the stream's
+    /// queue did not move: the runtime may have moved the stream, so its next launch compares
+    /// all compute queues, not just its own.
+    pub strayed: bool,
 }
 
 /// Launches after which attribution of a stream gives up (the write-index comparison stayed
@@ -80,6 +84,7 @@ impl State {
         self.streams.push(Stream {
             attempts: 0,
             gave_up: false,
+            strayed: false,
             id,
             kind,
             handle,

@@ -171,3 +171,62 @@ fn new_streams_start_held_when_asked() {
     assert!(st.stream(4).unwrap().held);
     assert_eq!(st.held_count(), 1);
 }
+
+/// HIP 7.2.4 with dynamic queues and `GPU_MAX_HW_QUEUES=1` gives the null stream and a created
+/// stream a queue each, then moves the created stream onto the null stream's queue without a
+/// CREATE_QUEUE: two queues of one priority on one GPU, more than the cap, is the condition
+/// under which launches must re-attribute (before any sharing shows in the registry).
+#[test]
+fn streams_may_move_once_a_priority_has_more_queues_than_the_runtimes_cap() {
+    let mut st = State::new();
+    st.queues.push_for_tests(queue(1));
+    st.register_stream(NULL_STREAM_ID, StreamKind::Null, 0, None, None);
+    st.attribute(NULL_STREAM_ID, 1);
+    assert!(!st.streams_may_move(1), "one queue at the cap");
+    st.queues.push_for_tests(queue(2));
+    assert!(
+        !st.streams_may_move(1),
+        "a queue no stream ran on (the runtime's own) is no pool queue"
+    );
+    st.register_stream(5, StreamKind::Created, 0x50, None, None);
+    st.attribute(5, 2);
+    assert!(st.streams_may_move(1), "two normal queues, cap 1");
+    assert!(!st.streams_may_move(2), "two normal queues, cap 2");
+    // Another priority is another pool; another GPU another device.
+    st.queue_mut(2).unwrap().requested = 11;
+    assert!(!st.streams_may_move(1), "one queue per priority");
+    st.queue_mut(2).unwrap().requested = 7;
+    st.queue_mut(2).unwrap().gpu_id = 2;
+    assert!(!st.streams_may_move(1), "one queue per GPU");
+    st.queue_mut(2).unwrap().gpu_id = 1;
+    // Copy engines and queues being destroyed are no pool queues.
+    st.queue_mut(2).unwrap().compute = false;
+    assert!(!st.streams_may_move(1), "an SDMA queue");
+    st.queue_mut(2).unwrap().compute = true;
+    st.queue_mut(2).unwrap().dying = true;
+    assert!(!st.streams_may_move(1), "a dying queue");
+    st.queue_mut(2).unwrap().dying = false;
+    assert!(st.streams_may_move(1));
+    // The moved stream, seen by a launch's write index: now sharing, whatever the cap.
+    st.attribute(5, 1);
+    assert_eq!(st.queue(1).unwrap().streams, vec![NULL_STREAM_ID, 5]);
+    assert!(
+        st.queue(2).unwrap().streams.is_empty(),
+        "the old queue lost it"
+    );
+    st.remove_queue(2);
+    assert!(st.streams_may_move(8), "two streams share queue 1");
+}
+
+#[test]
+fn dynamic_queues_is_read_as_clr_reads_a_boolean_flag() {
+    for on in ["1", "2", "true", " 3", "+1", "-1", "10x"] {
+        assert!(super::dynamic::clr_bool(on), "{on:?} is on");
+    }
+    for off in ["0", "", "false", "TRUE", "x1", "-0", " 00"] {
+        assert!(!super::dynamic::clr_bool(off), "{off:?} is off");
+    }
+    for (v, n) in [("4", 4), (" 12q", 12), ("-3", -3), ("q4", 0), ("", 0)] {
+        assert_eq!(super::dynamic::atoi(v), n, "atoi({v:?})");
+    }
+}
