@@ -31,13 +31,14 @@ cargo build --quiet --workspace --all-targets ||
 step "cargo test --workspace (privileged tests need root; KFDQ_SKIP_PRIVILEGED=1 skips them)"
 # The real-ROCm tests (named sid_*) run next, on their own: each runs the real runtime, the shim
 # and the agent, and their load would disturb the timing of the emulator tests beside them.
-cargo test --workspace -- --test-threads="${KFDQ_TEST_THREADS:-4}" --skip sid_ --skip sid7_
+# --no-fail-fast: every test binary runs, so one run names every failure (the step still fails).
+cargo test --workspace --no-fail-fast -- --test-threads="${KFDQ_TEST_THREADS:-4}" --skip sid_ --skip sid7_
 
 step "the real ROCm 6.4 user space on the emulator (tests named sid_*, docs/real-rocm.md)"
-cargo test --workspace -- --test-threads=2 sid_
+cargo test --workspace --no-fail-fast -- --test-threads=2 sid_
 
 step "ROCm 7.2 on the emulator and HIP 7.2's launch paths under the shim (tests named sid7_*, docs/real-rocm.md)"
-cargo test --workspace -- --test-threads=2 sid7_
+cargo test --workspace --no-fail-fast -- --test-threads=2 sid7_
 
 step "the Python package (python/): pip install ./python into a fresh venv, then its own tests"
 # A fresh venv each run (python3-venv, scripts/setup.sh); the package's build backend is in the

@@ -252,7 +252,7 @@ fn run_refuses_bad_class_and_priority() {
 fn demo_without_its_workloads_names_the_option_that_gives_them() {
     let dir = tempfile::tempdir().unwrap();
     let kfdq = dir.path().join("kfdq");
-    std::fs::copy(env!("CARGO_BIN_EXE_kfdq"), &kfdq).unwrap();
+    test_support::bins::copy_program(std::path::Path::new(env!("CARGO_BIN_EXE_kfdq")), &kfdq);
     let out = Command::new(&kfdq)
         .args(["demo", "--emulator"])
         .env("PATH", dir.path().join("nothing-here"))
@@ -340,10 +340,6 @@ fn status_json_prints_no_negative_zero() {
     assert!(!out.contains("-0.0"), "{out}");
 }
 
-/// `kfdq demo --root MOUNT` on a kfd-emu mount where another kfdqd already runs: the demo
-/// takes the mount for the emulator, and when its own kfdqd refuses to start (the other holds
-/// the lock for that root) it says so at once, with kfdqd's reason, instead of waiting for a
-/// socket that never comes.
 /// `kfdq demo` on GPUs it did not mount (here a kfd-emu mount given as --root: the same
 /// preflight as a node's /dev/kfd) with its own workloads, whose stderr is returned; `env` is
 /// added to its environment, `exe` replaces this build's kfdq.
@@ -411,7 +407,7 @@ fn demo_on_a_node_without_its_shim_says_where_it_looked_and_how_to_give_it() {
     let emu = mount_preset(Preset::Mi308x);
     let dir = tempfile::tempdir().unwrap();
     let kfdq = dir.path().join("kfdq");
-    std::fs::copy(env!("CARGO_BIN_EXE_kfdq"), &kfdq).unwrap();
+    test_support::bins::copy_program(std::path::Path::new(env!("CARGO_BIN_EXE_kfdq")), &kfdq);
     let (ok, err) = demo_on(emu.root(), "priority", Some(&kfdq), &[]);
     assert!(err.contains(&dir.path().display().to_string()), "{err}");
     refused_up_front(&emu, ok, &err, "no shim path", "install kfdq's package");

@@ -38,3 +38,18 @@ pub fn shim_path() -> PathBuf {
     );
     p
 }
+
+/// Copies the program `src` to `dst` for a test to run it from there, through `cp` in a child
+/// process: a copy written by this process holds a writable descriptor of `dst` for a moment,
+/// and a test thread that forks meanwhile (any `Command::spawn` of another test) keeps it open
+/// in its child until that child's exec, so running `dst` then fails with ETXTBSY ("Text file
+/// busy"). The child's descriptor is gone once `cp` has exited.
+pub fn copy_program(src: &Path, dst: &Path) {
+    let st = std::process::Command::new("cp")
+        .arg("--")
+        .arg(src)
+        .arg(dst)
+        .status()
+        .expect("run cp");
+    assert!(st.success(), "cp {} {}: {st}", src.display(), dst.display());
+}
