@@ -244,10 +244,14 @@ mod tests {
     fn freed_memory_reads_as_an_idle_queue() {
         let page = crate::self_mem::test_page();
         let p = page as usize;
-        // SAFETY: the page mapped above, unused from here on.
-        assert_eq!(unsafe { libc::munmap(page, 4096) }, 0);
+        // Inaccessible rather than unmapped, so that no other test thread's mapping takes the
+        // range before the read; the kernel answers a freed and an inaccessible page alike.
+        // SAFETY: the page mapped above, unused from here on but by the read below.
+        assert_eq!(unsafe { libc::mprotect(page, 4096, libc::PROT_NONE) }, 0);
         let now = WINDOW_GEN.load(Ordering::SeqCst);
         let got = read(p, p + 8, now);
         assert!(matches!(got, Read::Indices(0, 0) | Read::Stale), "{got:?}");
+        // SAFETY: the page mapped above; nothing refers to it any more.
+        assert_eq!(unsafe { libc::munmap(page, 4096) }, 0);
     }
 }

@@ -136,10 +136,14 @@ mod tests {
         let page = test_page();
         let p = page as u64;
         assert_eq!(read_pair(p, p + 8), Words::Read(0, 0));
-        // SAFETY: the page mapped above, unused from here on.
-        assert_eq!(unsafe { libc::munmap(page, 4096) }, 0);
+        // Inaccessible rather than unmapped, so that no other test thread's mapping takes the
+        // range before the reads; the kernel answers EFAULT for both alike.
+        // SAFETY: the page mapped above, unused from here on but by the reads below.
+        assert_eq!(unsafe { libc::mprotect(page, 4096, libc::PROT_NONE) }, 0);
         assert_eq!(read_pair(p, p + 8), Words::Unmapped);
         assert_eq!(read_pair(a, p), Words::Unmapped, "one of the two");
+        // SAFETY: the page mapped above; nothing refers to it any more.
+        assert_eq!(unsafe { libc::munmap(page, 4096) }, 0);
     }
 
     #[test]
@@ -152,10 +156,15 @@ mod tests {
         assert_eq!(pipe_read_pair(a, b), Words::Read(7, 9));
         let page = test_page();
         let p = page as u64;
-        // SAFETY: the page mapped above, unused from here on.
-        assert_eq!(unsafe { libc::munmap(page, 4096) }, 0);
+        // The page made inaccessible rather than unmapped: an unmapped range may be mapped again
+        // by another test thread of this process before the reads (it was, beside two busy
+        // loops: the read found zeros). The kernel answers EFAULT for both alike.
+        // SAFETY: the page mapped above, unused from here on but by the reads below.
+        assert_eq!(unsafe { libc::mprotect(page, 4096, libc::PROT_NONE) }, 0);
         assert_eq!(pipe_read_pair(p, p + 8), Words::Unmapped);
         assert_eq!(pipe_read_pair(a, p), Words::Unmapped, "one of the two");
         assert_eq!(pipe_read_pair(0, 0), Words::Unmapped, "address 0");
+        // SAFETY: the page mapped above; nothing refers to it any more.
+        assert_eq!(unsafe { libc::munmap(page, 4096) }, 0);
     }
 }
