@@ -1,7 +1,7 @@
 //! Tenants who do not cooperate, at identity (issue 50 item 10; docs/agent.md "Threat model:
 //! identity, the socket and the agent's resources"): a process's session is bound to the
-//! process — its pid and its start time (`/proc/<pid>/stat` field 22) read at accept — not to
-//! whatever holds the connection. A second hello from the same process ends the first
+//! process — the peer's pidfd (`SO_PEERPIDFD`) taken at accept, and its pid and start time
+//! (`/proc/<pid>/stat` field 22) — not to whatever holds the connection. A second hello from the same process ends the first
 //! session (its board slot freed, its connection closed) instead of leaving it behind; a hello
 //! parked on a connection whose process exited, its pid reused by another process, is refused
 //! and takes nothing from the process that has the pid now. Real processes: the forger
@@ -82,8 +82,35 @@ fn tenant_a_second_hello_from_the_same_process_ends_the_first_session() {
 #[test]
 #[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn tenant_a_pid_reused_after_a_parked_hello_gets_nothing() {
+    parked_hello(Gap::AfterAccept);
+}
+
+/// The race of stop 57's CI, made certain: the agent is stopped (SIGSTOP) while the parked
+/// connection's process connects, exits and has its pid taken, so the agent's first look at
+/// `/proc/<pid>` is at the victim. Only the peer's pidfd (`SO_PEERPIDFD`) tells them apart;
+/// the start time read at accept is the victim's.
+#[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
+fn tenant_a_pid_reused_before_the_agent_reads_the_connecting_process_gets_nothing() {
+    parked_hello(Gap::BeforeAccept);
+}
+
+/// When the connecting process exits and its pid is reused.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Gap {
+    /// After the agent accepted the connection (and read the process's identity).
+    AfterAccept,
+    /// Before the agent accepted it: the agent is stopped meanwhile.
+    BeforeAccept,
+}
+
+fn parked_hello(gap: Gap) {
+    use nix::sys::signal::{Signal, kill};
+    use nix::unistd::Pid as NixPid;
+
     let emu = mount();
     let agent = Agent::start(&emu, &two_classes("deactivate"));
+    let agent_pid = NixPid::from_raw(agent.child.id() as i32);
     let mut l = Launch::new(programs().get("parked"))
         .arg(agent.sock.display().to_string())
         .arg(kfdq::proto::VERSION.to_string())
@@ -101,16 +128,21 @@ fn tenant_a_pid_reused_after_a_parked_hello_gets_nothing() {
             .unwrap_or(0)
     };
     let fds = agent_fds();
+    if gap == Gap::BeforeAccept {
+        kill(agent_pid, Signal::SIGSTOP).expect("stop the agent");
+    }
     let mut app = l.start(&emu);
     app.wait_line("connected ");
-    // The agent accepted it (and read the connecting process's identity then): one more
-    // descriptor. Then the connecting process exits, its connection kept by its child.
-    test_support::wait::wait_state(
-        "the agent to accept the parked connection",
-        WAIT_LIMIT,
-        agent_fds,
-        |n| *n > fds,
-    );
+    if gap == Gap::AfterAccept {
+        // The agent accepted it (and read the connecting process's identity then): one more
+        // descriptor. Then the connecting process exits, its connection kept by its child.
+        test_support::wait::wait_state(
+            "the agent to accept the parked connection",
+            WAIT_LIMIT,
+            agent_fds,
+            |n| *n > fds,
+        );
+    }
     app.release("exit");
     let num = |l: String| -> u32 { l.split_whitespace().nth(1).unwrap().parse().unwrap() };
     let parked = num(app.wait_line("parked "));
@@ -120,6 +152,10 @@ fn tenant_a_pid_reused_after_a_parked_hello_gets_nothing() {
         victim, parked,
         "clone3 set_tid gave the victim the parked pid"
     );
+    if gap == Gap::BeforeAccept {
+        // The victim runs under the pid before the agent has looked at the connection.
+        kill(agent_pid, Signal::SIGCONT).expect("resume the agent");
+    }
     // The victim under the pid that connected first: its own shim's session.
     let before = agent.wait_connected(victim, 1);
     assert_eq!(before.class, "batch");
@@ -142,10 +178,7 @@ fn tenant_a_pid_reused_after_a_parked_hello_gets_nothing() {
         "{after:?}"
     );
     assert!(after.exe.ends_with("/flood"), "{after:?}");
-    let _ = nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(victim as i32),
-        nix::sys::signal::Signal::SIGKILL,
-    );
+    let _ = kill(NixPid::from_raw(victim as i32), Signal::SIGKILL);
     app.release("end");
     app.finish();
 }

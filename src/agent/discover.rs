@@ -91,6 +91,7 @@ mod tests {
                 cgroup: String::new(),
                 claim: crate::agent::identity::Claim::None,
                 admin_channel: false,
+                liveness: Default::default(),
             },
             requested: None,
         };

@@ -7,6 +7,7 @@ use super::config::AgentConfig;
 use super::kubernetes::cap::Cap;
 pub use super::kubernetes::cap::Claim;
 use super::kubernetes::container::is_pod_cgroup;
+pub use super::liveness::Liveness;
 use crate::ids::Pid;
 
 /// A peer's identity.
@@ -34,15 +35,24 @@ pub struct Identity {
     /// Connected through the admin socket (`[agent] admin_socket`, root-only, never mounted
     /// into pods): a node admin whatever its cgroup.
     pub admin_channel: bool,
+    /// How [`Identity::is_current`] tells the process still runs (a pidfd for a connection's
+    /// peer where the kernel gives one, else the start time).
+    pub liveness: Liveness,
 }
 
 impl Identity {
     /// The identity of the peer of a connected Unix socket. An error when the kernel's view of
     /// it could not be read whole (the peer exited, or the agent is out of descriptors): the
-    /// connection is then refused, never classified from empty values.
+    /// connection is then refused, never classified from empty values. The peer's pidfd
+    /// (`SO_PEERPIDFD`) is taken first and checked after the `/proc` reads: a process that
+    /// exited before or during them (its pid perhaps another's now) gives an identity that is
+    /// never current ([`Liveness::Exited`]), whose hello is refused.
     pub fn of_peer(sock: &impl AsFd) -> std::io::Result<Identity> {
         let c = crate::proto::peer::peer_cred(sock)?;
-        Identity::of_process(c.pid, c.uid, c.gid)
+        let pidfd = crate::proto::peer::peer_pidfd(sock);
+        let mut id = Identity::of_process(c.pid, c.uid, c.gid)?;
+        id.liveness = Liveness::of_peer(pidfd)?;
+        Ok(id)
     }
 
     /// The identity of a process found without a connection (real uid and gid from
@@ -96,13 +106,19 @@ impl Identity {
             cgroup,
             claim,
             admin_channel: false,
+            liveness: Liveness::StartTime,
         })
     }
 
-    /// True while the process this identity was read from still runs under its pid (same
-    /// start time): false once it exited, even when another process took the pid since.
+    /// True while the process this identity was read from still runs under its pid (its
+    /// pidfd not exited, else the same start time): false once it exited, even when another
+    /// process took the pid since.
     pub fn is_current(&self) -> bool {
-        start_time(self.pid).is_ok_and(|s| s == self.start)
+        match &self.liveness {
+            Liveness::Exited => false,
+            Liveness::Pidfd(fd) => !super::liveness::exited(fd),
+            Liveness::StartTime => start_time(self.pid).is_ok_and(|s| s == self.start),
+        }
     }
 
     /// The process made itself non-dumpable (`prctl(PR_SET_DUMPABLE, 0)`, or a set-id
@@ -468,6 +484,7 @@ mod tests {
             cgroup: "/system.slice/app/c1".into(),
             claim: Claim::None,
             admin_channel: false,
+            liveness: Liveness::StartTime,
         }
     }
 

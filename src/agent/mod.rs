@@ -21,6 +21,7 @@ mod http;
 pub mod identity;
 mod kernel_queues;
 pub mod kubernetes;
+mod liveness;
 pub mod lock;
 pub mod metrics;
 pub mod node;

@@ -8,9 +8,12 @@
 //! `KFDQ_AGENT_UID`. That variable is part of the controlled process's own environment — it
 //! widens the process's trust, never another tenant's. Nothing the peer *says* is trusted.
 
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, OwnedFd};
 
-use nix::sys::socket::{getsockopt, sockopt::PeerCredentials};
+use nix::sys::socket::{
+    getsockopt,
+    sockopt::{PeerCredentials, PeerPidfd},
+};
 
 use crate::ids::Pid;
 
@@ -36,6 +39,18 @@ pub fn peer_cred(sock: &impl AsFd) -> std::io::Result<PeerCred> {
         uid: c.uid(),
         gid: c.gid(),
     })
+}
+
+/// `SO_PEERPIDFD` of a connected Unix socket (Linux 6.5): a pidfd of the process that
+/// connected, which names that process whatever its pid names later. `Ok(None)` on a kernel
+/// without the option (`ENOPROTOOPT`); an `ESRCH` error when the process is already gone
+/// (kernels before 6.16 hand out no pidfd for a reaped process).
+pub fn peer_pidfd(sock: &impl AsFd) -> std::io::Result<Option<OwnedFd>> {
+    match getsockopt(sock, PeerPidfd) {
+        Ok(fd) => Ok(Some(fd)),
+        Err(nix::errno::Errno::ENOPROTOOPT) => Ok(None),
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// The uids whose agent the shim obeys.

@@ -42,6 +42,7 @@ pub(super) fn identity(pid: Pid) -> Identity {
         cgroup: String::new(),
         claim: Claim::None,
         admin_channel: false,
+        liveness: Default::default(),
     }
 }
 

@@ -440,9 +440,13 @@ fn cgroup_exists(cgroup: &str) -> bool {
 /// metrics endpoint, the tracer, files, `/proc` reads.
 const FD_RESERVE: u64 = 64;
 
+/// Descriptors one connection may hold: its socket, its peer's pidfd (`SO_PEERPIDFD`, the
+/// identity's [`Liveness`](crate::agent::identity::Liveness)) and its doorbell.
+const FDS_PER_CONNECTION: u64 = 3;
+
 /// How many connections the agent takes at most: `wanted` (`[agent] max_connections`), less
 /// when the descriptor limit is lower (`/proc/self/limits`' soft "Max open files"; each
-/// connection may hold two descriptors, its socket and its doorbell), so `accept` never
+/// connection may hold three descriptors: its socket, its peer's pidfd and its doorbell), so `accept` never
 /// runs out first. A limit that does not fit is logged with the fix (`LimitNOFILE=` in the
 /// unit, deploy/systemd/kfdqd.service).
 pub(super) fn connection_room(wanted: usize) -> usize {
@@ -456,7 +460,8 @@ pub(super) fn connection_room(wanted: usize) -> usize {
     let Some(soft) = soft else {
         return wanted;
     };
-    let room = usize::try_from(soft.saturating_sub(FD_RESERVE) / 2).unwrap_or(usize::MAX);
+    let room =
+        usize::try_from(soft.saturating_sub(FD_RESERVE) / FDS_PER_CONNECTION).unwrap_or(usize::MAX);
     if room < wanted {
         tracing::warn!(
             "[agent] max_connections = {wanted} does not fit the descriptor limit {soft}: taking at most {room} connections (raise LimitNOFILE= in the unit)"
