@@ -1,6 +1,6 @@
 //! What is wrong with a trace file.
 
-use super::{CSV_HEADER, CSV_OPTIONAL};
+use crate::{CSV_HEADER, CSV_OPTIONAL};
 
 /// What is wrong with a trace file: each names the file and, where there is one, the line, the
 /// field and its rule.
@@ -42,6 +42,16 @@ pub enum TraceError {
         expected: usize,
         /// The header's columns.
         columns: String,
+    },
+    /// CSV the reader cannot split into records.
+    #[error("{name}:{line}: {message}")]
+    Csv {
+        /// The file.
+        name: String,
+        /// Its line.
+        line: usize,
+        /// What is wrong.
+        message: String,
     },
     /// A CSV field breaks its rule.
     #[error("{name}:{line}: field {field}: {rule}")]
