@@ -3,6 +3,8 @@
 //! starting with `#` are skipped; fields are trimmed; no quoting. Read with the `csv` crate,
 //! which gives each record's line for the errors.
 
+use std::str::FromStr;
+
 use csv::{ReaderBuilder, StringRecord, Trim};
 
 use crate::record::{Dispatch, Footprint};
@@ -72,44 +74,25 @@ pub(crate) fn read(name: &str, text: &str) -> Result<Vec<Dispatch>, TraceError> 
 
 /// One record's dispatch, or the field that breaks its rule and the rule.
 fn dispatch(cells: &StringRecord, footprint: bool) -> Result<Dispatch, (&'static str, String)> {
-    let cell = |i: usize| &cells[i];
-    let workgroups = cell(0)
-        .parse::<u64>()
-        .ok()
-        .filter(|n| *n >= 1)
-        .ok_or_else(|| ("workgroups", rules::workgroups(cell(0))))?;
-    let waves_per_wg = cell(1)
-        .parse::<u32>()
-        .ok()
-        .filter(|n| rules::waves_ok(*n))
-        .ok_or_else(|| ("waves_per_wg", rules::waves(cell(1))))?;
-    let wg_us = cell(2)
-        .parse::<f64>()
-        .ok()
-        .filter(|x| rules::wg_us_ok(*x))
-        .ok_or_else(|| ("wg_us", rules::wg_us(cell(2))))?;
-    let stream = cell(3)
-        .parse::<u32>()
-        .map_err(|_| ("stream", rules::stream(cell(3))))?;
-    let barrier = match cell(4) {
+    // In column order: the first bad field is the one named.
+    let workgroups = field(&cells[0], "workgroups", |n| n >= 1, rules::workgroups)?;
+    let waves_per_wg = field(&cells[1], "waves_per_wg", rules::waves_ok, rules::waves)?;
+    let wg_us = field(&cells[2], "wg_us", rules::wg_us_ok, rules::wg_us)?;
+    let stream = field(&cells[3], "stream", |_| true, rules::stream)?;
+    let barrier = match &cells[4] {
         "1" | "true" => true,
         "0" | "false" => false,
         other => return Err(("barrier", rules::barrier(other))),
     };
     let footprint = if footprint {
-        let cu_util = cell(5)
-            .parse::<f64>()
-            .ok()
-            .filter(|x| rules::cu_util_ok(*x))
-            .ok_or_else(|| ("cu_util", rules::cu_util(cell(5))))?;
-        let dram_bytes = cell(6)
-            .parse::<f64>()
-            .ok()
-            .filter(|x| rules::dram_bytes_ok(*x))
-            .ok_or_else(|| ("dram_bytes", rules::dram_bytes(cell(6))))?;
         Some(Footprint {
-            cu_util,
-            dram_bytes,
+            cu_util: field(&cells[5], "cu_util", rules::cu_util_ok, rules::cu_util)?,
+            dram_bytes: field(
+                &cells[6],
+                "dram_bytes",
+                rules::dram_bytes_ok,
+                rules::dram_bytes,
+            )?,
         })
     } else {
         None
@@ -122,4 +105,17 @@ fn dispatch(cells: &StringRecord, footprint: bool) -> Result<Dispatch, (&'static
         barrier,
         footprint,
     })
+}
+
+/// The value of `cell` if it parses and passes `ok`, else the field and its rule.
+fn field<T: FromStr + Copy>(
+    cell: &str,
+    name: &'static str,
+    ok: impl Fn(T) -> bool,
+    rule: fn(&str) -> String,
+) -> Result<T, (&'static str, String)> {
+    cell.parse::<T>()
+        .ok()
+        .filter(|v| ok(*v))
+        .ok_or_else(|| (name, rule(cell)))
 }

@@ -124,6 +124,8 @@ fn bad_csv_names_line_field_and_rule() {
         ),
         (&format!("{h}64,4,nan,0,0\n"), "t:2: field wg_us"),
         (&format!("{h}64,4,40,x,0\n"), "t:2: field stream"),
+        // Two bad fields: the first in column order is named.
+        (&format!("{h}0,99,40,0,maybe\n"), "t:2: field workgroups"),
         (
             &format!("{h}64,4,40,0,yes\n"),
             "t:2: field barrier: \"yes\"",
