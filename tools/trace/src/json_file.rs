@@ -55,10 +55,15 @@ struct JsonDispatch {
     wg_us: WgUs,
     stream: u32,
     barrier: bool,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "present")]
     cu_util: Option<CuUtil>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "present")]
     dram_bytes: Option<DramBytes>,
+}
+
+/// An optional field that, where present, is a value (`null` is refused, not read as absent).
+fn present<'de, D: Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<Option<T>, D::Error> {
+    T::deserialize(d).map(Some)
 }
 
 struct Workgroups(u64);

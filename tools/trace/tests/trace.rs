@@ -172,6 +172,13 @@ fn bad_json_names_line_field_and_rule() {
             "field cu_util: \"2\" is not a number in 0..=1",
         ),
         (
+            d(
+                r#"{"workgroups": 1, "waves_per_wg": 1, "wg_us": 1, "stream": 0, "barrier": true, "dram_bytes": null}"#,
+            ),
+            "t:2:",
+            "invalid type: null",
+        ),
+        (
             d(r#"{"workgroups": 1, "waves_per_wg": 1, "wg_us": 1, "stream": 0}"#),
             "t:2:",
             "missing field `barrier`",
