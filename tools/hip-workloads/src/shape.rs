@@ -4,7 +4,7 @@
 //! A trace kernel (`tools/preempt-lab/examples/traces/*.csv`, read by kfdq-trace: work-groups,
 //! a work-group's wave-slot footprint in waves of 64 threads, µs per work-group on an H100)
 //! becomes one launch of the spin kernel with the same work-groups, the HIP work-group of that
-//! footprint (`Dispatch::hip_threads`: 64 threads a wave, at most 1024) and an iteration count
+//! footprint (`HipLaunch::threads`: 64 threads a wave, at most 1024) and an iteration count
 //! for its work-group time times the `--scale` factor (default
 //! [`kfdq_trace::EMULATOR_TIME_SCALE`], which says why). The count is the kernel's only
 //! argument: on a GPU the kernel takes its own time for it (the GPU's clock: each iteration is
@@ -70,21 +70,13 @@ const RESNET50_TRAIN: (&str, &str) = (
 /// The launches of the trace `text` (the file `name`): its kernels in order, each work-group
 /// time scaled by `scale`.
 pub fn from_trace(name: &str, text: &str, scale: f64) -> Result<Vec<Launch>, String> {
-    let trace = Trace::from_csv(name, text).map_err(|e| e.to_string())?;
-    trace
-        .dispatches
+    let launches = Trace::from_csv(name, text)
+        .and_then(|t| t.hip_launches(name))
+        .map_err(|e| e.to_string())?;
+    Ok(launches
         .iter()
-        .map(|d| {
-            let groups = u32::try_from(d.workgroups).map_err(|_| {
-                format!("{name}: {} work-groups: at most {}", d.workgroups, u32::MAX)
-            })?;
-            Ok(Launch::timed(
-                groups,
-                d.hip_threads(),
-                d.wg_us * 1000.0 * scale,
-            ))
-        })
-        .collect()
+        .map(|l| Launch::timed(l.workgroups, l.threads(), l.wg_us * 1000.0 * scale))
+        .collect())
 }
 
 /// The request the demo gives its workloads in `$KFDQ_DEMO_KERNELS`

@@ -86,6 +86,19 @@ pub enum TraceError {
         /// The file.
         name: String,
     },
+    /// A dispatch whose grid a HIP launch cannot take.
+    #[error(
+        "{name}: dispatch {dispatch}: {workgroups} work-groups: a HIP launch takes at most {}",
+        u32::MAX
+    )]
+    Grid {
+        /// The file.
+        name: String,
+        /// The dispatch, from 1 in file order.
+        dispatch: usize,
+        /// Its work-groups.
+        workgroups: u64,
+    },
     /// A file without a dispatch.
     #[error("{name}: no dispatches: a trace needs at least one")]
     NoDispatches {

@@ -10,8 +10,8 @@
 //!
 //! | column | meaning | rule | read as |
 //! |---|---|---|---|
-//! | `workgroups` | work-groups in the grid | integer, at least 1 | the grid |
-//! | `waves_per_wg` | wave-slot footprint of one work-group in waves of 64 threads: its own waves, more where registers or LDS let fewer share a CU (an H100 SM's 2048 threads are 32 slots) | integer 1..=32 | the model: slots as given; a HIP launch: [`Dispatch::hip_waves`] (at most 16, 1024 threads) |
+//! | `workgroups` | work-groups in the grid | integer, at least 1 | the grid (a HIP launch: at most `u32::MAX`) |
+//! | `waves_per_wg` | wave-slot footprint of one work-group in waves of 64 threads: its own waves, more where registers or LDS let fewer share a CU (an H100 SM's 2048 threads are 32 slots) | integer 1..=32 | the model: slots as given; a HIP launch: [`Dispatch::hip_waves`] (at most 16, 1024 threads; [`Trace::hip_launches`]) |
 //! | `wg_us` | time of one work-group once it has its slots, µs (with `cu_util`: alone on its CU) | number above 0 | [`Dispatch::wg_ns`] |
 //! | `stream` | the HIP stream it was launched on | integer, at least 0 | |
 //! | `barrier` | the host waits for it: it ends a request | `true`/`false`/`1`/`0` | [`Trace::request_ends`] |
@@ -29,7 +29,7 @@ mod rules;
 use std::path::Path;
 
 pub use error::TraceError;
-pub use record::{Dispatch, Footprint, HIP_MAX_WAVES, MAX_WAVES_PER_WG, WAVE_THREADS};
+pub use record::{Dispatch, Footprint, HIP_MAX_WAVES, HipLaunch, MAX_WAVES_PER_WG, WAVE_THREADS};
 
 /// The CSV header, in this order; [`CSV_OPTIONAL`] may follow it.
 pub const CSV_HEADER: [&str; 5] = ["workgroups", "waves_per_wg", "wg_us", "stream", "barrier"];
@@ -104,6 +104,22 @@ impl Trace {
             ends.push(self.dispatches.len());
         }
         ends
+    }
+
+    /// The dispatches as HIP launches ([`Dispatch::hip_launch`]), in order; `name` names the
+    /// file in the error for a grid a HIP launch cannot take.
+    pub fn hip_launches(&self, name: &str) -> Result<Vec<HipLaunch>, TraceError> {
+        self.dispatches
+            .iter()
+            .enumerate()
+            .map(|(i, d)| {
+                d.hip_launch().ok_or_else(|| TraceError::Grid {
+                    name: name.into(),
+                    dispatch: i + 1,
+                    workgroups: d.workgroups,
+                })
+            })
+            .collect()
     }
 
     /// The streams used.

@@ -44,6 +44,25 @@ pub struct Footprint {
     pub dram_bytes: f64,
 }
 
+/// A dispatch as a HIP launch runs it (`kfdq demo`'s request, `kfdq-hipwork`): its grid, the
+/// waves of its work-group ([`Dispatch::hip_waves`]) and its work-group time.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct HipLaunch {
+    /// Work-groups in the grid.
+    pub workgroups: u32,
+    /// Waves of [`WAVE_THREADS`] threads per work-group, at most [`HIP_MAX_WAVES`].
+    pub waves: u32,
+    /// µs of one work-group, as traced.
+    pub wg_us: f64,
+}
+
+impl HipLaunch {
+    /// Its work-group's threads.
+    pub fn threads(&self) -> u32 {
+        self.waves * WAVE_THREADS
+    }
+}
+
 impl Dispatch {
     /// One work-group's time in whole nanoseconds (`wg_us` x 1000, rounded, at least 1).
     pub fn wg_ns(&self) -> u64 {
@@ -68,9 +87,14 @@ impl Dispatch {
         self.waves_per_wg.min(HIP_MAX_WAVES)
     }
 
-    /// The threads of that work-group: [`Dispatch::hip_waves`] x [`WAVE_THREADS`].
-    pub fn hip_threads(&self) -> u32 {
-        self.hip_waves() * WAVE_THREADS
+    /// The dispatch as a HIP launch; `None` if its grid is more work-groups than a HIP launch
+    /// takes (`u32`).
+    pub fn hip_launch(&self) -> Option<HipLaunch> {
+        Some(HipLaunch {
+            workgroups: u32::try_from(self.workgroups).ok()?,
+            waves: self.hip_waves(),
+            wg_us: self.wg_us,
+        })
     }
 }
 
@@ -93,15 +117,34 @@ mod tests {
     fn waves_per_wg_is_in_waves_of_64_threads_and_a_hip_work_group_holds_16() {
         // A traced block of 128 threads is 2 waves: 128 threads here, not 2 x 32.
         assert_eq!(
-            (d(2, 1.0, None).hip_waves(), d(2, 1.0, None).hip_threads()),
+            (
+                d(2, 1.0, None).hip_waves(),
+                d(2, 1.0, None).hip_launch().unwrap().threads()
+            ),
             (2, 128)
         );
-        assert_eq!(d(16, 1.0, None).hip_threads(), 1024);
+        assert_eq!(d(16, 1.0, None).hip_launch().unwrap().threads(), 1024);
         // A footprint of a whole SM (32 slots) launches as HIP's largest work-group.
         assert_eq!(
-            (d(32, 1.0, None).hip_waves(), d(32, 1.0, None).hip_threads()),
+            (
+                d(32, 1.0, None).hip_waves(),
+                d(32, 1.0, None).hip_launch().unwrap().threads()
+            ),
             (16, 1024)
         );
+    }
+
+    #[test]
+    fn a_hip_launch_is_the_grid_the_capped_waves_and_the_traced_time() {
+        let mut k = d(32, 11.616, None);
+        k.workgroups = 37;
+        let l = k.hip_launch().unwrap();
+        assert_eq!(
+            (l.workgroups, l.waves, l.threads(), l.wg_us),
+            (37, 16, 1024, 11.616)
+        );
+        k.workgroups = u64::from(u32::MAX) + 1;
+        assert_eq!(k.hip_launch(), None);
     }
 
     #[test]

@@ -43,9 +43,14 @@ fn each_column_means_one_thing() {
         }
     );
     // waves_per_wg: waves of 64 threads; a HIP launch holds at most 16 of them.
-    assert_eq!((a.hip_waves(), a.hip_threads()), (2, 128));
-    assert_eq!((b.hip_waves(), b.hip_threads()), (16, 1024));
-    assert_eq!((b.waves_per_wg, c.hip_threads()), (32, 1024));
+    let hip = t.hip_launches("columns.csv").unwrap();
+    assert_eq!((hip[0].waves, hip[0].threads()), (2, 128));
+    assert_eq!(
+        (b.waves_per_wg, hip[1].waves, hip[1].threads()),
+        (32, 16, 1024)
+    );
+    assert_eq!((hip[2].waves, hip[2].threads()), (16, 1024));
+    assert_eq!((hip[1].workgroups, hip[1].wg_us), (37, 11.616));
     // wg_us: µs of one work-group, in whole ns, at least 1.
     assert_eq!((a.wg_ns(), b.wg_ns(), c.wg_ns()), (1760, 11_616, 1));
     // cu_util in permille, dram_bytes rounded.
@@ -55,6 +60,18 @@ fn each_column_means_one_thing() {
     assert_eq!((b.stream, b.barrier, c.barrier), (1, true, false));
     assert_eq!(t.request_ends(), vec![2, 3]);
     assert_eq!(t.streams(), 2);
+}
+
+#[test]
+fn a_grid_a_hip_launch_cannot_take_is_refused_with_its_dispatch() {
+    let h = "workgroups,waves_per_wg,wg_us,stream,barrier";
+    let t = Trace::from_csv("t.csv", &format!("{h}\n1,1,1,0,0\n4294967296,1,1,0,0\n")).unwrap();
+    assert_eq!(t.dispatches[1].workgroups, 1 << 32, "the model takes it");
+    let e = t.hip_launches("t.csv").unwrap_err().to_string();
+    assert!(
+        e.starts_with("t.csv: dispatch 2: 4294967296 work-groups"),
+        "{e}"
+    );
 }
 
 #[test]

@@ -35,24 +35,21 @@ pub struct Dispatch {
 
 /// The dispatches of a trace (read by kfdq-trace, tools/trace), each work-group's time
 /// multiplied by `scale`. Each runs as a HIP work-group of the trace's `waves_per_wg`, at most
-/// 16 waves ([`kfdq_trace::Dispatch::hip_waves`]): ResNet-18 has 20 kernels whose footprint is
+/// 16 waves ([`kfdq_trace::Dispatch::hip_launch`]): ResNet-18 has 20 kernels whose footprint is
 /// a whole H100 SM (82 µs of its 505 µs block time), which run here as 16 waves, two
 /// work-groups to a CU where the H100 ran one to an SM.
 fn from_trace(name: &str, text: &str, scale: f64) -> Result<Vec<Dispatch>, String> {
-    let trace = kfdq_trace::Trace::from_csv(name, text).map_err(|e| e.to_string())?;
-    trace
-        .dispatches
+    let launches = kfdq_trace::Trace::from_csv(name, text)
+        .and_then(|t| t.hip_launches(name))
+        .map_err(|e| e.to_string())?;
+    Ok(launches
         .iter()
-        .map(|d| {
-            Ok(Dispatch {
-                wgs: u32::try_from(d.workgroups).map_err(|_| {
-                    format!("{name}: {} work-groups: at most {}", d.workgroups, u32::MAX)
-                })?,
-                waves: d.hip_waves(),
-                wg_us: d.wg_us * scale,
-            })
+        .map(|l| Dispatch {
+            wgs: l.workgroups,
+            waves: l.waves,
+            wg_us: l.wg_us * scale,
         })
-        .collect()
+        .collect())
 }
 
 impl RequestShape {
