@@ -10,8 +10,13 @@
 //! has threads; the shim's control thread alone makes a single-threaded program pay the kernel's
 //! multi-threaded syscall cost). With `KFDQ_BENCH_BASELINE_SHIM=/path/to/libkfdq_shim.so` (an
 //! earlier build), each round also runs the launches under that shim and prints this shim's
-//! launch cost against it (the before/after of a change, in one run). Numbers go to
-//! docs/performance.md; nothing here asserts a wall-clock threshold.
+//! launch cost against it (the before/after of a change, in one run). Each round also runs the
+//! launches while HIP's dynamic queues may move streams (`GPU_MAX_HW_QUEUES=0`: the stream's one
+//! queue is over the runtime's cap, so the shim re-probes), with `KFDQ_REPROBE_EVERY=1` (a
+//! write-index comparison at every launch, the behaviour before sampling), 4, the shim's default
+//! and 64,
+//! `KFDQ_BENCH_MOVE_CALLS` calls each (default 200000), and prints each against the first.
+//! Numbers go to docs/performance.md; nothing here asserts a wall-clock threshold.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -36,8 +41,12 @@ fn run(
     calls: &str,
     helper_thread: bool,
     window: Option<&str>,
+    env: &[(&str, &str)],
 ) -> (f64, f64) {
     let mut cmd = Command::new(program);
+    cmd.env_remove("GPU_MAX_HW_QUEUES")
+        .env_remove("KFDQ_REPROBE_EVERY")
+        .envs(env.iter().copied());
     match window {
         Some(w) => cmd.env("KFDQ_WINDOW", w),
         None => cmd.env_remove("KFDQ_WINDOW"),
@@ -98,6 +107,7 @@ fn main() {
     });
     let shim = shim();
     let calls = std::env::var("KFDQ_BENCH_CALLS").unwrap_or_else(|_| "2000000".into());
+    let move_calls = std::env::var("KFDQ_BENCH_MOVE_CALLS").unwrap_or_else(|_| "200000".into());
     let baseline = std::env::var_os("KFDQ_BENCH_BASELINE_SHIM").map(PathBuf::from);
     let rounds: usize = std::env::var("KFDQ_BENCH_ROUNDS")
         .ok()
@@ -117,13 +127,21 @@ fn main() {
         "round", "call", "direct ns", "shim ns", "added ns", "ratio"
     );
     for round in 1..=rounds {
-        let (l0, i0) = run(&program, emu.root(), None, &calls, false, None);
-        let (l1, i1) = run(&program, emu.root(), Some(&shim), &calls, false, None);
+        let (l0, i0) = run(&program, emu.root(), None, &calls, false, None, &[]);
+        let (l1, i1) = run(&program, emu.root(), Some(&shim), &calls, false, None, &[]);
         // A window in effect (FAKEHIP_NOOP_LAUNCH writes no packet: the queue is never at its
         // window, so this is the cost of checking it).
-        let (w1, _) = run(&program, emu.root(), Some(&shim), &calls, false, Some("4"));
-        let (_, t0) = run(&program, emu.root(), None, &calls, true, None);
-        let (_, t1) = run(&program, emu.root(), Some(&shim), &calls, true, None);
+        let (w1, _) = run(
+            &program,
+            emu.root(),
+            Some(&shim),
+            &calls,
+            false,
+            Some("4"),
+            &[],
+        );
+        let (_, t0) = run(&program, emu.root(), None, &calls, true, None, &[]);
+        let (_, t1) = run(&program, emu.root(), Some(&shim), &calls, true, None, &[]);
         for (name, a, b) in [
             ("hipLaunchKernel (un-held)", l0, l1),
             ("hipLaunchKernel (window 4)", l0, w1),
@@ -136,9 +154,36 @@ fn main() {
                 b / a
             );
         }
+        // Streams may move: a comparison at every launch (as before sampling) against sampled
+        // (`None`: the shim's default).
+        let moving = |every: Option<&str>| {
+            let mut env = vec![("GPU_MAX_HW_QUEUES", "0")];
+            env.extend(every.map(|e| ("KFDQ_REPROBE_EVERY", e)));
+            run(
+                &program,
+                emu.root(),
+                Some(&shim),
+                &move_calls,
+                false,
+                None,
+                &env,
+            )
+            .0
+        };
+        let every_launch = moving(Some("1"));
+        for every in [Some("4"), None, Some("64")] {
+            let m = moving(every);
+            println!(
+                "{round:<6} {:<28} {every_launch:>12.2} {m:>12.2} {:>10.2} {:>8.3}  (every launch -> every {})",
+                "hipLaunchKernel (may move)",
+                m - every_launch,
+                m / every_launch,
+                every.unwrap_or("(default)")
+            );
+        }
         if let Some(b) = &baseline {
-            let (lb, _) = run(&program, emu.root(), Some(b), &calls, false, None);
-            let (wb, _) = run(&program, emu.root(), Some(b), &calls, false, Some("4"));
+            let (lb, _) = run(&program, emu.root(), Some(b), &calls, false, None, &[]);
+            let (wb, _) = run(&program, emu.root(), Some(b), &calls, false, Some("4"), &[]);
             for (name, before, after) in [
                 ("hipLaunchKernel (un-held)", lb, l1),
                 ("hipLaunchKernel (window 4)", wb, w1),

@@ -147,6 +147,7 @@ pub fn sync(s: StreamRef, call: impl FnOnce() -> i32) -> i32 {
         let _counted = Call::enter();
         sync_counted(s, call)
     };
+    crate::state::move_chance();
     crate::escapes::note();
     r
 }
@@ -273,8 +274,11 @@ struct Prep {
     kind: Which,
     /// The stream was first seen by this call (a handle no wrapped creation call returned).
     new_handle: bool,
-    /// Write indices of the known queues before the call, when the stream's queue is unknown.
+    /// Write indices of the known queues before the call, when the stream's queue is unknown
+    /// (or, under re-probing, of its own queue or of all).
     before: Vec<(u32, u64)>,
+    /// `before` holds the stream's own queue only.
+    own_only: bool,
 }
 
 fn stream_id_for(st: &mut State, s: StreamRef) -> (u64, bool) {
@@ -317,16 +321,22 @@ fn prepare(s: StreamRef, probe: bool) -> Prep {
         }
         st = STATE.lock();
     }
-    let reprobe = probe && FLAGS.load(Ordering::Relaxed) & F_REPROBE != 0;
-    // Under re-probing a stream whose last launch moved its own queue compares only that queue
-    // (one read before, one after); one whose queue did not move (`strayed`), or whose queue is
-    // unknown, compares all compute queues.
+    let unknown = st.stream(sid).is_some_and(|x| x.queue.is_none());
+    // Under re-probing a stream whose queue is known compares when its sampling says so
+    // (`state/dynamic.rs`, `Sampling`: a chance to move it, a follow-up, every Nth launch).
+    let reprobe = probe
+        && !unknown
+        && FLAGS.load(Ordering::Relaxed) & F_REPROBE != 0
+        && st.stream_mut(sid).is_some_and(|x| x.sampling.due());
+    // A stream whose last comparison moved its own queue compares only that queue (one read
+    // before, one after); one whose queue did not move (`strayed`), or whose queue is unknown,
+    // compares all compute queues.
     let own = st
         .stream(sid)
         .filter(|x| !x.strayed)
         .and_then(|x| x.queue)
         .filter(|q| st.queue(*q).is_some_and(|q| q.compute && !q.dying));
-    let unknown = st.stream(sid).is_some_and(|x| x.queue.is_none());
+    let own_only = reprobe && own.is_some();
     let before = match own {
         Some(q) if reprobe => vec![(q, st.indices(q).0)],
         _ if reprobe || (probe && unknown) => {
@@ -346,6 +356,7 @@ fn prepare(s: StreamRef, probe: bool) -> Prep {
         kind: s.which(),
         new_handle,
         before,
+        own_only,
     }
 }
 
@@ -443,6 +454,7 @@ fn finish(p: Prep, result: i32, probe: bool) {
             && let Some(q) = s.queue
         {
             s.strayed = !advanced.contains(&q);
+            s.sampling.compared(p.own_only, s.strayed);
         }
     }
     if let Some(s) = st.streams.iter_mut().find(|s| s.id == p.sid)
@@ -488,6 +500,7 @@ pub fn create(out: *mut usize, hip_priority: Option<i32>, call: impl FnOnce() ->
     let prev = CTX.with(|c| c.replace(prep.as_ref().map_or(NO_STREAM, |p| p.0)));
     let r = call();
     CTX.with(|c| c.set(prev));
+    crate::state::move_chance();
     if let Some((sid, prio, creator)) = prep {
         guarded(|| {
             let mut st = STATE.lock();
@@ -517,6 +530,7 @@ pub fn destroy(handle: usize, call: impl FnOnce() -> i32) -> i32 {
         let _counted = Call::enter();
         call()
     };
+    crate::state::move_chance();
     if r == 0 && FLAGS.load(Ordering::Relaxed) & F_DISABLED == 0 {
         guarded(|| {
             let mut st = STATE.lock();

@@ -74,3 +74,76 @@ fn sid7_libs_every_hip_entry_point_the_libraries_import_that_the_shim_wraps_bind
 fn sid7_libs_every_launch_entry_point_the_libraries_import_is_wrapped() {
     suite::every_launch_entry_point_the_libraries_import_is_wrapped(&ROCM72);
 }
+
+/// MIOpen 7.2.4 builds a convolution kernel at run time (its naive direct convolution, a HIP
+/// kernel it compiles with hiprtc: Debian ships no kernel database) and runs it, with the same
+/// statuses with and without the shim, and the emulator dispatches the built kernel in both.
+/// Without `MIOPEN_DEBUG_GCN_ASM_KERNELS=0` find fails (status 7) with or without the shim:
+/// Debian's libMIOpen lacks the sources of its assembly solvers' kernels
+/// (`Failed to load kernel source: igemm_fwd_gtcx2_nhwc_fp32_....s`; docs/real-rocm.md, "ROCm
+/// 7.2.4's libraries"). `MIOPEN_DEBUG_CONV_GEMM=0` keeps rocBLAS out of it (the GEMM solvers
+/// need no kernel MIOpen builds).
+#[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
+fn sid7_libs_miopen_builds_a_kernel_at_run_time_with_and_without_the_shim() {
+    use common::sid::{self, Running};
+    use common::{shim_path, sid_libs};
+    use std::path::Path;
+    let root = ROCM72.root();
+    let emu = sid_libs::mount();
+    let built = ROCM72.built(&emu, &root);
+    let shim = shim_path();
+    let dir = shim.parent().unwrap().to_path_buf();
+    let run = |preload: bool| {
+        let mut binds = vec![(built.dir.path(), Path::new("/work"))];
+        if preload {
+            binds.push((&dir, &dir));
+        }
+        let mut cmd = sid::command(
+            &emu,
+            &root,
+            &binds,
+            Path::new("/work"),
+            &["./libs_check", "--only", "miopen", "--hold"],
+        );
+        cmd.env("MIOPEN_DEBUG_CONV_GEMM", "0")
+            .env("MIOPEN_DEBUG_GCN_ASM_KERNELS", "0");
+        if preload {
+            cmd.env("LD_PRELOAD", &shim).env("KFDQ_PASSTHROUGH", "");
+        }
+        let mut p = Running::start(cmd);
+        p.wait_line("libs_check: holding");
+        let st = emu.stats();
+        let by = st
+            .processes
+            .iter()
+            .find(|x| x.pid == p.pid)
+            .map(|x| x.dispatches_by_kernel.clone())
+            .unwrap_or_default();
+        let built_kernel: u64 = by
+            .iter()
+            .filter(|(k, _)| k.starts_with("naive_conv_"))
+            .map(|(_, n)| *n)
+            .sum();
+        assert!(
+            built_kernel >= 1,
+            "shim {preload}: MIOpen's run-time-built naive_conv kernel among the dispatches {by:#?}\n{}",
+            ROCM72.packages()
+        );
+        let lines = p.finish();
+        assert_eq!(lines.last().map(String::as_str), Some("libs_check: done"));
+        sid_libs::statuses(&lines)
+    };
+    let plain = run(false);
+    assert!(
+        plain
+            .iter()
+            .any(|l| l == "status miopenFindConvolutionForwardAlgorithm 0")
+            && plain
+                .iter()
+                .any(|l| l == "status miopenConvolutionForward 0"),
+        "{plain:#?}\n{}",
+        ROCM72.packages()
+    );
+    assert_eq!(run(true), plain, "the statuses under the shim");
+}

@@ -7,9 +7,13 @@
 //! stream the least-loaded active queue of the pool at its next command — no CREATE_QUEUE, so
 //! nothing but the write indices tells the shim (docs/shim.md, "HIP 7.2").
 //!
+//! Comparing write indices costs kernel copies (`process_vm_readv`, about 1.7 µs each on the
+//! test VM), so a launch of a stream whose queue is known does not compare at every launch: see
+//! [`Sampling`] for when it does, and the staleness that allows.
+//!
 //! [`F_REPROBE`]: super::F_REPROBE
 
-use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicU32, AtomicU64, Ordering};
 
 use super::State;
 
@@ -36,6 +40,117 @@ impl State {
                     .count()
                     > cap as usize
             })
+    }
+}
+
+/// Wrapped calls after which the runtime may have handed a stream's queue back to its pool:
+/// synchronising calls (`hipStreamSynchronize`, `hipDeviceSynchronize`, `hipStreamQuery`, ...,
+/// where CLR's `HostQueue::finish` calls `ReleaseAllHwQueues`, and later CLR's
+/// `hipStreamQuery` calls `ReleaseHwQueue`), stream creation (the `HostQueue` constructor
+/// releases the new stream's queue until its first command) and destruction. Bumped after each;
+/// a stream whose last comparison saw another value compares at its next launch.
+static MOVE_CHANCES: AtomicU64 = AtomicU64::new(0);
+
+/// A wrapped call at which the runtime may have moved streams returned (see [`MOVE_CHANCES`]).
+#[inline(always)]
+pub fn move_chance() {
+    MOVE_CHANCES.fetch_add(1, Ordering::Relaxed);
+}
+
+/// How many launches of a stream may pass without a comparison when nothing the shim saw gave
+/// the runtime a chance to move it: the staleness bound for moves at release points the shim
+/// does not wrap (`HostQueue::finish` from `hipFree`, a blocking copy, a module unload, ...).
+/// A named guess (no public source fixes it): 16 makes the comparisons' cost a sixteenth of
+/// their cost at every launch (docs/performance.md) while the launches of a stream moved
+/// unseen go unattributed (past its in-flight window, beside its level-2/3 target) for at most
+/// 17; `KFDQ_REPROBE_EVERY` sets it (1: every launch, the behaviour before sampling).
+pub const DEFAULT_REPROBE_EVERY: u32 = 16;
+
+/// `KFDQ_REPROBE_EVERY` (a number from 1 to 65536), else [`DEFAULT_REPROBE_EVERY`]; a bad
+/// value is reported once and changes nothing. Read once.
+pub(super) fn reprobe_every() -> u32 {
+    static EVERY: AtomicU32 = AtomicU32::new(0);
+    match EVERY.load(Ordering::Relaxed) {
+        0 => {
+            let n = std::env::var("KFDQ_REPROBE_EVERY")
+                .ok()
+                .map_or(DEFAULT_REPROBE_EVERY, |v| parse_every(&v));
+            EVERY.store(n, Ordering::Relaxed);
+            n
+        }
+        n => n,
+    }
+}
+
+/// A `KFDQ_REPROBE_EVERY` value: a whole number from 1 to 65536; anything else warns and gives
+/// [`DEFAULT_REPROBE_EVERY`].
+pub(super) fn parse_every(v: &str) -> u32 {
+    match v.trim().parse::<u32>() {
+        Ok(n @ 1..=65536) => n,
+        _ => {
+            crate::log::warn_always(&format!(
+                "KFDQ_REPROBE_EVERY={v:?} ignored: it must be a whole number of launches from 1 \
+                 to 65536 (1 compares write indices at every launch); using \
+                 {DEFAULT_REPROBE_EVERY}"
+            ));
+            DEFAULT_REPROBE_EVERY
+        }
+    }
+}
+
+/// When a launch of a stream whose queue is known compares write indices while streams may
+/// move ([`F_REPROBE`](super::F_REPROBE)): at the stream's first launch, at its first launch
+/// after a [`move_chance`], at the launch after a comparison that found its own queue did not
+/// move (which then compares all compute queues and attributes the stream to the one that
+/// moved), and otherwise every [`reprobe_every`]th launch. CLR moves a stream only after
+/// releasing its idle queue, and releases queues only in `HostQueue::finish`, the `HostQueue`
+/// constructor and (later CLR) `hipStreamQuery`: after a release the shim wraps, the registry
+/// follows the stream by its second launch (as when every launch compared); after one it does
+/// not wrap, by its `reprobe_every() + 1`th.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Sampling {
+    /// [`MOVE_CHANCES`] when the stream last compared (`u64::MAX`: never).
+    at: u64,
+    /// Launches since it last compared.
+    since: u32,
+    /// Its last comparison looked at its own queue only and found it did not move.
+    follow_up: bool,
+}
+
+impl Default for Sampling {
+    fn default() -> Sampling {
+        Sampling {
+            at: u64::MAX,
+            since: 0,
+            follow_up: false,
+        }
+    }
+}
+
+impl Sampling {
+    /// Whether this launch compares (and, if so, starts counting from it).
+    pub fn due(&mut self) -> bool {
+        self.due_at(MOVE_CHANCES.load(Ordering::Relaxed), reprobe_every())
+    }
+
+    /// [`Self::due`] at `chances` and `every`.
+    pub(super) fn due_at(&mut self, chances: u64, every: u32) -> bool {
+        self.since = self.since.saturating_add(1);
+        if self.follow_up || self.at != chances || self.since >= every {
+            *self = Sampling {
+                at: chances,
+                since: 0,
+                follow_up: false,
+            };
+            return true;
+        }
+        false
+    }
+
+    /// A comparison ended: `own_only` if it looked at the stream's own queue only, `strayed` if
+    /// that queue did not move.
+    pub fn compared(&mut self, own_only: bool, strayed: bool) {
+        self.follow_up = own_only && strayed;
     }
 }
 

@@ -34,6 +34,7 @@ mod tests;
 mod warnings;
 mod wire;
 
+pub use dynamic::{Sampling, move_chance};
 pub use flags::{
     F_CREATED_PENDING, F_DISABLED, F_EDGES, F_HOLDS, F_NULL_PENDING, F_READY, F_REPROBE, F_WINDOW,
     FLAGS, FORK_GEN, QUEUES_CREATED,

@@ -34,6 +34,8 @@ pub struct Stream {
     /// queue did not move: the runtime may have moved the stream, so its next launch compares
     /// all compute queues, not just its own.
     pub strayed: bool,
+    /// When its launches compare write indices while streams may move.
+    pub sampling: super::Sampling,
 }
 
 /// Launches after which attribution of a stream gives up (the write-index comparison stayed
@@ -85,6 +87,7 @@ impl State {
             attempts: 0,
             gave_up: false,
             strayed: false,
+            sampling: super::Sampling::default(),
             id,
             kind,
             handle,

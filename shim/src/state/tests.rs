@@ -230,3 +230,75 @@ fn dynamic_queues_is_read_as_clr_reads_a_boolean_flag() {
         assert_eq!(super::dynamic::atoi(v), n, "atoi({v:?})");
     }
 }
+
+/// While streams may move, a stream whose queue is known compares write indices at its first
+/// launch, after every chance the runtime had to move it, at the follow-up of a comparison that
+/// found its own queue idle, and otherwise every `every`th launch: never more than `every`
+/// launches apart, whatever the pattern.
+#[test]
+fn a_stream_compares_when_it_may_have_moved_and_at_least_every_nth_launch() {
+    let every = 4;
+    let mut s = Sampling::default();
+    let launch = |s: &mut Sampling, chances: u64| s.due_at(chances, every);
+    assert!(launch(&mut s, 7), "the first launch compares");
+    s.compared(true, false);
+    // Nothing happened: launches 2..4 skip, the 4th after the comparison compares.
+    assert_eq!(
+        (0..every).map(|_| launch(&mut s, 7)).collect::<Vec<_>>(),
+        [false, false, false, true]
+    );
+    s.compared(true, false);
+    // A synchronising call (a chance to move): the next launch compares, once.
+    assert!(!launch(&mut s, 7));
+    assert!(launch(&mut s, 8), "after a chance to move");
+    s.compared(true, false);
+    assert!(!launch(&mut s, 8));
+    // Its own queue did not move: the next launch follows up (comparing all queues) ...
+    for _ in 0..2 {
+        assert!(!launch(&mut s, 8));
+    }
+    assert!(launch(&mut s, 8));
+    s.compared(true, true);
+    assert!(
+        launch(&mut s, 8),
+        "the follow-up of a comparison that found the queue idle"
+    );
+    // ... and a full comparison that stayed ambiguous waits for the next due launch.
+    s.compared(false, true);
+    assert_eq!(
+        (0..every).map(|_| launch(&mut s, 8)).collect::<Vec<_>>(),
+        [false, false, false, true]
+    );
+    // Every 1: every launch, as before sampling.
+    let mut one = Sampling::default();
+    for _ in 0..5 {
+        assert!(one.due_at(0, 1));
+        one.compared(true, false);
+    }
+    // Never more than `every` launches without a comparison, for any chances pattern.
+    let mut s = Sampling::default();
+    let mut gap = 0;
+    for i in 0u64..200 {
+        if s.due_at(i / 7, every) {
+            s.compared(i % 3 == 0, i % 5 == 0);
+            gap = 0;
+        } else {
+            gap += 1;
+            assert!(
+                gap < every,
+                "launch {i}: {gap} launches without a comparison"
+            );
+        }
+    }
+}
+
+#[test]
+fn reprobe_every_takes_whole_numbers_from_1_and_else_the_default() {
+    use super::dynamic::{DEFAULT_REPROBE_EVERY, parse_every};
+    assert_eq!(parse_every("1"), 1);
+    assert_eq!(parse_every(" 64 "), 64);
+    assert_eq!(parse_every("65536"), 65536);
+    for bad in ["0", "-3", "", "x", "16k", "65537", "99999999999"] {
+        assert_eq!(parse_every(bad), DEFAULT_REPROBE_EVERY, "{bad:?}");
+    }
+}
