@@ -97,6 +97,53 @@ fn sid_the_demo_runs_on_the_real_hip_runtime_and_level_2_preempts_the_batch_job(
     );
 }
 
+/// `level2-hinted` on the real runtime: `kfdq-hipwork latency` hints each request
+/// `--hint-lead-us` before its first launch, so the batch job's queues are already stopped
+/// (the emulator's queue state) when the request starts. Before the client honoured
+/// `$KFDQ_DEMO_HINT_LEAD_US` it hinted at its first launch: every request waited for the
+/// reaction, as unhinted ones do, and none found the batch job stopped. The lead (30 ms) is
+/// below the hint's bound (50 ms) and far above the reaction (a few ms on a loaded machine).
+#[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
+fn sid_a_hinted_request_finds_the_batch_job_stopped_at_its_first_launch() {
+    let root = sid::root();
+    let (out, stderr) = common::demo::run_hip(
+        &root,
+        &[
+            "--requests",
+            "12",
+            "--request-shape",
+            "resnet18",
+            "--hint-lead-us",
+            "30000",
+            "--phases",
+            "alone,lp-alone,level2-hinted",
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "kfdq demo --runtime hip failed:\n{stderr}\n{}",
+        sid::packages()
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON on stdout");
+    assert_eq!(v["hint_lead_us"], 30000, "{v}");
+    let hinted = v["phases"]
+        .as_array()
+        .expect("phases")
+        .iter()
+        .find(|p| p["phase"] == "level2-hinted")
+        .unwrap_or_else(|| panic!("no level2-hinted in {v}"))
+        .clone();
+    assert_eq!(hinted["hp"]["n"], 12, "{hinted}");
+    assert_eq!(hinted["hint_expiries"], 0, "{hinted}");
+    let found = hinted["reaction_found_stopped"].as_u64().unwrap_or(0);
+    let waited = hinted["reaction"]["n"].as_u64().unwrap_or(0);
+    assert!(
+        found > waited && found >= 6,
+        "{found} requests found the batch job stopped at their first launch, {waited} waited for it: the hint did not come before the launches\n{hinted}\n{stderr}"
+    );
+}
+
 #[test]
 fn the_hip_runtime_without_its_root_is_refused_with_the_fix() {
     let (out, stderr) = demo(&[

@@ -4,6 +4,7 @@
 //! workloads, the phases and every column.
 
 mod interrupt;
+mod lead;
 mod lines;
 mod preflight;
 mod procs;
@@ -98,11 +99,6 @@ impl Phase {
     }
 }
 
-/// How long before its first launch the hinted latency client hints (`level2-hinted`): a
-/// millisecond of host work, the low end of what an inference server does between knowing of a
-/// request and launching it (parsing, decoding or tokenizing, the copy; issue 51). The lab's
-/// `--sweep hint-lead` shows what shorter and longer leads buy (docs/experiments.md).
-const HINT_LEAD_US: u32 = 1000;
 /// The batch job: dispatches of 2560 work-groups of 20 ms (four rounds of the partition, 80 ms
 /// a dispatch alone), 4 in flight, like a training loop of long GEMMs.
 const LP_WGS: u32 = 2560;
@@ -212,6 +208,8 @@ struct Env<'a> {
     emu: Option<&'a Emulator>,
     args: &'a DemoArgs,
     runtime: Runtime,
+    /// `level2-hinted`: µs between a request's hint and its first launch (`lead.rs`).
+    hint_lead_us: u32,
 }
 
 /// The agent sees a process of `class` with queues (the workload may be a process tree: a
@@ -397,7 +395,7 @@ impl<'a> PhaseRun<'a> {
             .env_remove("KFDQ_DEMO_HINT");
         if self.phase.hinted() {
             cmd.env("KFDQ_DEMO_HINT", "1")
-                .env("KFDQ_DEMO_HINT_LEAD_US", HINT_LEAD_US.to_string());
+                .env("KFDQ_DEMO_HINT_LEAD_US", self.env.hint_lead_us.to_string());
         }
         self.shim_env(&mut cmd, "latency", agent);
         let mut c = Child::spawn("the latency client (HP)", cmd, &self.log("hp"))?;
@@ -658,6 +656,7 @@ pub(super) fn run(root: &Path, args: DemoArgs, json: bool) -> Result<(), CliErro
             args.repeat
         )));
     }
+    let hint_lead_us = lead::lead_us(args.request_shape, args.hint_lead_us)?;
     let phases: Vec<Phase> = if args.phases.is_empty() {
         Phase::ALL.to_vec()
     } else {
@@ -791,6 +790,7 @@ pub(super) fn run(root: &Path, args: DemoArgs, json: bool) -> Result<(), CliErro
         emu: emu.as_ref(),
         args: &args,
         runtime,
+        hint_lead_us,
     };
     let total = phases.len() * args.repeat as usize;
     let mut runs = Vec::new();
@@ -836,7 +836,7 @@ pub(super) fn run(root: &Path, args: DemoArgs, json: bool) -> Result<(), CliErro
         lp_command: env.lp.argv.clone(),
         repeat: args.repeat,
         request_shape: args.request_shape.name().into(),
-        hint_lead_us: phases.iter().any(|p| p.hinted()).then_some(HINT_LEAD_US),
+        hint_lead_us: phases.iter().any(|p| p.hinted()).then_some(hint_lead_us),
         phases: phases_med,
         runs,
     };
