@@ -16,6 +16,18 @@ fn demo(args: &[&str]) -> (std::process::Output, String) {
     })
 }
 
+/// `kfdq demo --runtime hip ARGS` on `root`, which must succeed: its JSON and its stderr.
+fn hip_demo(root: &std::path::Path, args: &[&str]) -> (serde_json::Value, String) {
+    let (out, stderr) = common::demo::run_hip(root, args);
+    assert!(
+        out.status.success(),
+        "kfdq demo --runtime hip failed:\n{stderr}\n{}",
+        sid::packages()
+    );
+    let v = serde_json::from_slice(&out.stdout).expect("JSON on stdout");
+    (v, stderr)
+}
+
 #[test]
 #[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn sid_the_demo_runs_on_the_real_hip_runtime_and_level_2_preempts_the_batch_job() {
@@ -24,7 +36,7 @@ fn sid_the_demo_runs_on_the_real_hip_runtime_and_level_2_preempts_the_batch_job(
         workspace_bin("kfdq-hipwork").is_file(),
         "kfdq-hipwork beside kfdq"
     );
-    let (out, stderr) = common::demo::run_hip(
+    let (v, stderr) = hip_demo(
         &root,
         &[
             "--requests",
@@ -33,12 +45,6 @@ fn sid_the_demo_runs_on_the_real_hip_runtime_and_level_2_preempts_the_batch_job(
             "alone,lp-alone,uncontrolled,level2",
         ],
     );
-    assert!(
-        out.status.success(),
-        "kfdq demo --runtime hip failed:\n{stderr}\n{}",
-        sid::packages()
-    );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON on stdout");
     assert_eq!(v["emulator"], true);
     assert!(
         v["hp_command"][0]
@@ -107,7 +113,7 @@ fn sid_the_demo_runs_on_the_real_hip_runtime_and_level_2_preempts_the_batch_job(
 #[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn sid_a_hinted_request_finds_the_batch_job_stopped_at_its_first_launch() {
     let root = sid::root();
-    let (out, stderr) = common::demo::run_hip(
+    let (v, stderr) = hip_demo(
         &root,
         &[
             "--requests",
@@ -120,12 +126,6 @@ fn sid_a_hinted_request_finds_the_batch_job_stopped_at_its_first_launch() {
             "alone,lp-alone,level2-hinted",
         ],
     );
-    assert!(
-        out.status.success(),
-        "kfdq demo --runtime hip failed:\n{stderr}\n{}",
-        sid::packages()
-    );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON on stdout");
     assert_eq!(v["hint_lead_us"], 30000, "{v}");
     let hinted = v["phases"]
         .as_array()
