@@ -21,6 +21,14 @@ pub const PACKET_NS: u64 = 200_000;
 pub const LATENCY_PACKETS: u32 = 100;
 /// Waves (one-wave work-groups) of each helper packet.
 pub const WAVES: u32 = 64;
+/// The spin kernel's (`kernels/spin.hip`, whose argument is an iteration count) time per
+/// iteration in the emulator's model, picoseconds: `s_sleep 1` sleeps about 64 clocks (AMD CDNA3
+/// ISA reference, S_SLEEP: "approximately 64 x SIMM16[6:0] clocks") at the MI300X's peak engine
+/// clock of 2100 MHz (AMD Instinct MI300X data sheet): 30.476 ns. The loop's own few
+/// instructions are not counted (an assumption; on silicon the kernel takes what it takes, which
+/// `kfdq bench`'s calibration measures). `kfdq demo` gives it to kfd-emu
+/// (`work_group_time_by_arg`) and `kfdq-hipwork` turns work-group times into iterations with it.
+pub const SPIN_PS_PER_ITERATION: u64 = 30_476;
 /// A gap of this many packets without a completion is the batch job stopped.
 pub const GAP_PACKETS: u64 = 4;
 

@@ -42,8 +42,9 @@ struct Args {
     /// The GPU's target, gfx942 or gfx90a (default: the device's, from the KFD topology).
     #[arg(long, global = true)]
     target: Option<String>,
-    /// The factor applied to every traced kernel's work-group time (see `shape.rs`).
-    #[arg(long, global = true, default_value_t = shape::TIME_SCALE)]
+    /// The factor applied to every traced kernel's work-group time (default: the emulator's
+    /// time scale for traces, kfdq_trace::EMULATOR_TIME_SCALE; see `shape.rs`).
+    #[arg(long, global = true, default_value_t = kfdq_trace::EMULATOR_TIME_SCALE)]
     scale: f64,
 }
 

@@ -1,30 +1,19 @@
 //! What the workloads launch: the spin kernel (`kernels/spin.hip`) in the shapes of measured
 //! traces, or the demo's synthetic shapes.
 //!
-//! A trace kernel (`tools/preempt-lab/examples/traces/*.csv`: work-groups, warps per
-//! work-group, µs per work-group on an H100) becomes one launch of the spin kernel with the
-//! same work-groups, the same threads per work-group (warps x 32, at most 1024: wave64s on
-//! gfx9) and an iteration count for its work-group time times [`TIME_SCALE`]. The count is
-//! the kernel's only argument: on a GPU the kernel takes its own time for it (the GPU's clock:
-//! each iteration is one `s_sleep 1`), on kfd-emu the model's (the demo gives the emulator
-//! [`PS_PER_ITERATION`] per iteration, `--kernel-times`' `work_group_time_by_arg`).
+//! A trace kernel (`tools/preempt-lab/examples/traces/*.csv`, read by kfdq-trace: work-groups,
+//! a work-group's wave-slot footprint in waves of 64 threads, µs per work-group on an H100)
+//! becomes one launch of the spin kernel with the same work-groups, the HIP work-group of that
+//! footprint (`HipLaunch::threads`: 64 threads a wave, at most 1024) and an iteration count
+//! for its work-group time times the `--scale` factor (default
+//! [`kfdq_trace::EMULATOR_TIME_SCALE`], which says why). The count is the kernel's only
+//! argument: on a GPU the kernel takes its own time for it (the GPU's clock: each iteration is
+//! one `s_sleep 1`), on kfd-emu the model's ([`SPIN_PS_PER_ITERATION`] per iteration, which the
+//! demo gives the emulator as `--kernel-times`' `work_group_time_by_arg`).
 
-/// The one factor by which every traced kernel's work-group time is multiplied: the demo's
-/// `RESNET18_SCALE` (src/bin/kfdq/demo/shape.rs, which says why: the emulator's CP polls rings,
-/// so requests of a few hundred µs would measure the polls). The demo hands its request over in
-/// `$KFDQ_DEMO_KERNELS`, already scaled; this factor scales the batch job's training trace and a
-/// request when the workload runs on its own.
-pub const TIME_SCALE: f64 = 10.0;
+use kfdq::reaction::SPIN_PS_PER_ITERATION;
+use kfdq_trace::{Trace, WAVE_THREADS};
 
-/// The model's time of one spin iteration, in picoseconds: `s_sleep 1` sleeps about 64 clocks
-/// (AMD CDNA3 ISA reference, S_SLEEP: "approximately 64 x SIMM16[6:0] clocks"), at the
-/// MI300X's peak engine clock of 2100 MHz (AMD Instinct MI300X data sheet): 30.476 ns. The loop's
-/// own few instructions are not counted (an assumption; on silicon the kernel takes what it
-/// takes, which `kfdq bench`'s calibration measures).
-pub const PS_PER_ITERATION: u64 = 30_476;
-
-/// Threads per warp in the traces (NVIDIA H100).
-const TRACE_WARP: u32 = 32;
 /// HIP's largest work-group.
 const MAX_THREADS: u32 = 1024;
 
@@ -42,7 +31,7 @@ impl Launch {
         Launch {
             groups: groups.max(1),
             threads: threads.clamp(1, MAX_THREADS),
-            iterations: ((wg_ns * 1000.0 / PS_PER_ITERATION as f64).round() as u64).max(1),
+            iterations: ((wg_ns * 1000.0 / SPIN_PS_PER_ITERATION as f64).round() as u64).max(1),
         }
     }
 }
@@ -69,45 +58,25 @@ impl Shape {
     }
 }
 
-const RESNET18: &str = include_str!("../../preempt-lab/examples/traces/h100-resnet18-b1.csv");
-const RESNET50_TRAIN: &str =
-    include_str!("../../preempt-lab/examples/traces/h100-resnet50-train.csv");
+const RESNET18: (&str, &str) = (
+    "tools/preempt-lab/examples/traces/h100-resnet18-b1.csv",
+    include_str!("../../preempt-lab/examples/traces/h100-resnet18-b1.csv"),
+);
+const RESNET50_TRAIN: (&str, &str) = (
+    "tools/preempt-lab/examples/traces/h100-resnet50-train.csv",
+    include_str!("../../preempt-lab/examples/traces/h100-resnet50-train.csv"),
+);
 
-/// The launches of a trace: its kernels in order, each work-group time scaled by `scale`.
-pub fn from_trace(text: &str, scale: f64) -> Result<Vec<Launch>, String> {
-    let mut out = Vec::new();
-    let mut header = None;
-    for (n, line) in text.lines().enumerate() {
-        let line = line.trim();
-        if line.is_empty() || line.starts_with('#') {
-            continue;
-        }
-        let cols: Vec<&str> = line.split(',').collect();
-        let Some(h) = &header else {
-            header = Some(cols.iter().map(|c| c.to_string()).collect::<Vec<_>>());
-            continue;
-        };
-        let col = |name: &str| -> Result<f64, String> {
-            let i = h
-                .iter()
-                .position(|c| c == name)
-                .ok_or_else(|| format!("the trace has no {name} column"))?;
-            cols.get(i)
-                .and_then(|v| v.parse::<f64>().ok())
-                .filter(|v| v.is_finite() && *v >= 0.0)
-                .ok_or_else(|| format!("line {}: {name} is not a number", n + 1))
-        };
-        let threads = (col("waves_per_wg")? as u32).saturating_mul(TRACE_WARP);
-        out.push(Launch::timed(
-            col("workgroups")? as u32,
-            threads,
-            col("wg_us")? * 1000.0 * scale,
-        ));
-    }
-    if out.is_empty() {
-        return Err("the trace has no kernels".into());
-    }
-    Ok(out)
+/// The launches of the trace `text` (the file `name`): its kernels in order, each work-group
+/// time scaled by `scale`.
+pub fn from_trace(name: &str, text: &str, scale: f64) -> Result<Vec<Launch>, String> {
+    let launches = Trace::from_csv(name, text)
+        .and_then(|t| t.hip_launches(name))
+        .map_err(|e| e.to_string())?;
+    Ok(launches
+        .iter()
+        .map(|l| Launch::timed(l.workgroups, l.threads(), l.wg_us * 1000.0 * scale))
+        .collect())
 }
 
 /// The request the demo gives its workloads in `$KFDQ_DEMO_KERNELS`
@@ -130,7 +99,11 @@ pub fn from_kernels_arg(text: &str) -> Result<Vec<Launch>, String> {
                 .ok()
                 .filter(|v: &f64| v.is_finite() && *v >= 0.0)
                 .ok_or_else(|| bad(k))?;
-            Ok(Launch::timed(wgs, waves.saturating_mul(64), wg_us * 1000.0))
+            Ok(Launch::timed(
+                wgs,
+                waves.saturating_mul(WAVE_THREADS),
+                wg_us * 1000.0,
+            ))
         })
         .collect::<Result<Vec<_>, String>>()?;
     Ok(out)
@@ -141,7 +114,9 @@ pub fn request(shape: Shape, scale: f64) -> Vec<Launch> {
     match shape {
         // 4 dispatches x 80 work-groups x 4 waves x 2 ms: the demo's kfdq-latency.
         Shape::Synthetic => vec![Launch::timed(80, 256, 2e6); 4],
-        Shape::Resnet18 => from_trace(RESNET18, scale).expect("the committed trace parses"),
+        Shape::Resnet18 => {
+            from_trace(RESNET18.0, RESNET18.1, scale).expect("the committed trace parses")
+        }
     }
 }
 
@@ -154,7 +129,8 @@ pub fn batch(shape: Shape, scale: f64) -> (Vec<Launch>, usize) {
         // A training step of 11182 kernels; a unit is 256 of them (about 44 a step), so that
         // the demo's window holds enough units to count.
         Shape::Resnet18 => (
-            from_trace(RESNET50_TRAIN, scale).expect("the committed trace parses"),
+            from_trace(RESNET50_TRAIN.0, RESNET50_TRAIN.1, scale)
+                .expect("the committed trace parses"),
             BATCH_UNIT_KERNELS,
         ),
     }
@@ -165,23 +141,36 @@ pub const BATCH_UNIT_KERNELS: usize = 256;
 
 #[cfg(test)]
 mod tests {
+    use kfdq_trace::EMULATOR_TIME_SCALE;
+
     use super::*;
 
     #[test]
     fn the_traces_become_spin_launches_of_their_shape() {
-        let r = request(Shape::Resnet18, TIME_SCALE);
+        let r = request(Shape::Resnet18, EMULATOR_TIME_SCALE);
         assert_eq!(r.len(), 145, "the ResNet-18 trace's kernels");
-        // Its first kernel: 784 work-groups of 2 warps, 1.76 µs x 10 = 17.6 µs.
-        assert_eq!((r[0].groups, r[0].threads), (784, 64));
-        let ns = r[0].iterations as f64 * PS_PER_ITERATION as f64 / 1000.0;
+        // Its first kernel: 784 work-groups of 2 waves (128 threads), 1.76 µs x 10 = 17.6 µs.
+        assert_eq!((r[0].groups, r[0].threads), (784, 128));
+        let ns = r[0].iterations as f64 * SPIN_PS_PER_ITERATION as f64 / 1000.0;
         assert!((ns - 17_600.0).abs() < 31.0, "{ns}");
-        // 32 warps: 1024 threads, HIP's largest work-group.
+        // A footprint of 32 slots (a whole H100 SM): 1024 threads, HIP's largest work-group.
         assert_eq!(r[1].threads, 1024);
-        let (b, unit) = batch(Shape::Resnet18, TIME_SCALE);
+        let (b, unit) = batch(Shape::Resnet18, EMULATOR_TIME_SCALE);
         assert_eq!((b.len(), unit), (11182, 256));
-        let s = request(Shape::Synthetic, TIME_SCALE);
+        // The training step's first kernels: 2 waves, then a whole SM's footprint.
+        assert_eq!((b[0].threads, b[1].threads), (128, 1024));
+        let s = request(Shape::Synthetic, EMULATOR_TIME_SCALE);
         assert_eq!(s.len(), 4);
         assert_eq!(s[0].iterations, 65_625, "2 ms / 30.476 ns");
+    }
+
+    #[test]
+    fn the_request_run_alone_is_the_one_the_demo_hands_over() {
+        // The demo's `$KFDQ_DEMO_KERNELS` for the ResNet-18 request at the same scale: the
+        // same trace read the same way gives the same launches.
+        let demo = "784:2:17.600,37:16:116.160,196:8:119.680";
+        let alone = request(Shape::Resnet18, EMULATOR_TIME_SCALE);
+        assert_eq!(from_kernels_arg(demo).unwrap(), alone[..3]);
     }
 
     #[test]
@@ -200,16 +189,13 @@ mod tests {
 
     #[test]
     fn a_bad_trace_or_shape_is_refused_with_the_rule() {
-        assert!(
-            from_trace("workgroups,waves_per_wg\n1,2\n", 1.0)
-                .unwrap_err()
-                .contains("wg_us")
-        );
-        assert!(
-            from_trace("# nothing\n", 1.0)
-                .unwrap_err()
-                .contains("no kernels")
-        );
+        let e = from_trace("t.csv", "workgroups,waves_per_wg\n1,2\n", 1.0).unwrap_err();
+        assert!(e.starts_with("t.csv:1: the header must be"), "{e}");
+        let h = "workgroups,waves_per_wg,wg_us,stream,barrier";
+        let e = from_trace("t.csv", &format!("{h}\n1,2,x,0,0\n"), 1.0).unwrap_err();
+        assert!(e.starts_with("t.csv:2: field wg_us"), "{e}");
+        let e = from_trace("t.csv", "# nothing\n", 1.0).unwrap_err();
+        assert!(e.contains("t.csv: empty"), "{e}");
         assert!(
             Shape::parse(Some("bert"))
                 .unwrap_err()

@@ -9,7 +9,7 @@ use serde::Serialize;
 use std::path::Path;
 
 use crate::sim::{Control, HostParams, Setup};
-use crate::trace::{Trace, TraceError};
+use crate::trace::{self, Trace, TraceError};
 use crate::workload::{Arrival, Shape, Workload};
 
 /// Built-in scenario names.
@@ -55,9 +55,9 @@ const RESNET50_TRAIN: (&str, &str) = (
 
 /// A built-in trace as a job arriving as `arrival`.
 fn builtin_trace((name, text): (&str, &str), arrival: Arrival) -> Workload {
-    Trace::from_csv(name, text)
-        .unwrap_or_else(|e| panic!("the built-in trace {name} does not parse: {e}"))
-        .workload(name, arrival)
+    let t = Trace::from_csv(name, text)
+        .unwrap_or_else(|e| panic!("the built-in trace {name} does not parse: {e}"));
+    trace::workload(&t, name, arrival)
 }
 
 /// A configuration name [`parse_control`] does not know.
@@ -318,10 +318,10 @@ impl Scenario {
     /// stay).
     pub fn apply_traces(&mut self, hp: Option<&Path>, lp: Option<&Path>) -> Result<(), TraceError> {
         if let Some(p) = hp {
-            self.hp = Trace::load(p)?.workload(&p.display().to_string(), self.hp.arrival);
+            self.hp = trace::workload(&Trace::load(p)?, &p.display().to_string(), self.hp.arrival);
         }
         if let Some(p) = lp {
-            self.lp = Trace::load(p)?.workload(&p.display().to_string(), self.lp.arrival);
+            self.lp = trace::workload(&Trace::load(p)?, &p.display().to_string(), self.lp.arrival);
         }
         Ok(())
     }

@@ -14,7 +14,7 @@ use gfx_model::{Arbitration, Contention, Dispatch, Edit, Params, Partition, Shap
 use serde::Deserialize;
 
 use crate::sim::footprint;
-use crate::trace::{Trace, TraceError};
+use crate::trace::{self, Trace, TraceError};
 use crate::workload::Kernel;
 use kfdq::stats::nearest_rank;
 
@@ -325,8 +325,7 @@ pub enum ValidateError {
 }
 
 fn load_kernels(traces: &Path, file: &str) -> Result<Vec<Kernel>, ValidateError> {
-    let t = Trace::load(&traces.join(file))?;
-    Ok(t.dispatches.iter().map(|d| d.kernel).collect())
+    Ok(trace::kernels(&Trace::load(&traces.join(file))?))
 }
 
 /// Runs the validation from colocate.py's `results` and the `traces` folder. `progress` is

@@ -26,6 +26,7 @@ const CRATES: &[(&str, usize)] = &[
     ("tools/fakehip/src", 1),
     ("tools/gfx-model/src", 3),
     ("tools/calibration/src", 1),
+    ("tools/trace/src", 6),
     ("tools/preempt-lab/src", 3),
     ("tools/test-support/src", 6),
     ("tools/bench-hip/src", 2),
@@ -96,6 +97,8 @@ fn kfdq_layers_refer_down_only() {
 const AGENT_ONLY: &[&str] = &[
     "gfx-model",
     "kfdq-calibration",
+    "kfdq-trace",
+    "csv",
     "prometheus-client",
     "toml",
     "rustix",

@@ -10,7 +10,7 @@
 
 use super::super::CliError;
 use super::super::args::RequestShape;
-use super::shape::RESNET18_SCALE;
+use kfdq_trace::EMULATOR_TIME_SCALE;
 
 /// The lead issue 51's target assumes at the field's speed, µs.
 const FIELD_LEAD_US: f64 = 500.0;
@@ -23,7 +23,7 @@ const SYNTHETIC_SCALE: f64 = 3.0;
 fn scale(shape: RequestShape) -> f64 {
     match shape {
         RequestShape::Synthetic => SYNTHETIC_SCALE,
-        RequestShape::Resnet18 => RESNET18_SCALE,
+        RequestShape::Resnet18 => EMULATOR_TIME_SCALE,
     }
 }
 

@@ -14,14 +14,13 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use kfdq::reaction::SPIN_PS_PER_ITERATION;
+
 use super::super::CliError;
 use super::super::args::{DemoArgs, DemoRuntime, RequestShape};
 
 /// The workloads' program on the real runtime.
 pub const HIPWORK: &str = "kfdq-hipwork";
-/// The emulator's model of the spin kernel (tools/hip-workloads/src/shape.rs,
-/// `PS_PER_ITERATION`): picoseconds per iteration of its argument.
-const SPIN_PS_PER_ITERATION: u64 = 30_476;
 /// The built-in workloads on the real runtime in the traces' shapes, for the table's header.
 const HIPWORK_TRACES: &str = "HP: kfdq-hipwork latency, a ResNet-18 batch-1 inference request as its 145 measured kernels (H100 trace) of the spin kernel, work-group times x10, on the null stream. LP: kfdq-hipwork batch, a ResNet-50 training step's 11182 kernels x10, a unit of 256, 4 units in flight. The spin kernel's time is its argument: the GPU's clock on silicon, the emulator's model here.";
 /// The same with `--request-shape synthetic`.

@@ -1,23 +1,19 @@
 //! The latency client's request (`kfdq demo --request-shape`): the synthetic one (a few long
 //! dispatches) or a real-shaped one (ResNet-18 batch 1 as traced on an H100: many short
-//! kernels), scaled to the emulator's speed. docs/demo.md, "What runs", says why the scale.
+//! kernels), its work-group times x [`EMULATOR_TIME_SCALE`] (the one factor for traces on the
+//! emulator; it and docs/demo.md, "What runs", say why).
+
+use kfdq_trace::EMULATOR_TIME_SCALE;
 
 use super::super::CliError;
 use super::super::args::RequestShape;
 
+/// The ResNet-18 trace's path, naming it in errors.
+const RESNET18_NAME: &str = "tools/preempt-lab/examples/traces/h100-resnet18-b1.csv";
 /// ResNet-18 inference, batch 1, as traced on an H100 (docs/experiments.md, "The model against
 /// an H100"): 145 kernels, 505 µs of block time, 0.56 ms alone there.
 const RESNET18_TRACE: &str =
     include_str!("../../../../tools/preempt-lab/examples/traces/h100-resnet18-b1.csv");
-
-/// Emulator time per H100 time for the `resnet18` request. The emulator's CP looks at rings
-/// every 200 µs while work is in flight and every 1.6 ms while idle (docs/kfd-emulator.md), so
-/// a request's first kernel waits up to a poll before it starts and a 0.56 ms request alone
-/// would measure the polls, not the GPU. At 10x the trace's 505 µs of block time is ~5 ms, a
-/// request's reaction and save are the same fraction of it as on the H100 only if they scale
-/// too — they do not (the agent's ~300 µs is host time), so the scaled request is, relative to
-/// its reaction, 10x easier to protect than the H100's; docs/demo.md states the measurement.
-pub const RESNET18_SCALE: f64 = 10.0;
 
 /// The synthetic request: this many dispatches of this many work-groups (4 waves each) of
 /// this long, on the null stream. 8 ms alone on an MI308X partition — the field's ResNet-18 P99
@@ -37,41 +33,23 @@ pub struct Dispatch {
     pub wg_us: f64,
 }
 
-/// The most waves a HIP work-group has (1024 threads of 64). A trace's `waves_per_wg` is a
-/// wave-slot footprint on the H100 (up to an SM's 32 where registers or shared memory let one
-/// block hold a whole SM); ResNet-18 has 20 such kernels (82 µs of its 505 µs block time), which
-/// run here as 16 waves, two work-groups to a CU where the H100 ran one to an SM.
-const MAX_WAVES: u32 = 16;
-
-/// The dispatches of a preempt-lab trace (`workgroups,waves_per_wg,wg_us,...`, `#` comments),
-/// each work-group's time multiplied by `scale`.
-fn parse_trace(text: &str, scale: f64) -> Result<Vec<Dispatch>, String> {
-    let mut out = Vec::new();
-    let mut header = false;
-    for (i, line) in text.lines().enumerate() {
-        let line = line.trim();
-        if line.is_empty() || line.starts_with('#') {
-            continue;
-        }
-        if !header {
-            header = true;
-            if !line.starts_with("workgroups,waves_per_wg,wg_us") {
-                return Err(format!("line {}: header `{line}`", i + 1));
-            }
-            continue;
-        }
-        let f: Vec<&str> = line.split(',').collect();
-        let bad = || format!("line {}: `{line}`", i + 1);
-        let (Some(w), Some(v), Some(u)) = (f.first(), f.get(1), f.get(2)) else {
-            return Err(bad());
-        };
-        out.push(Dispatch {
-            wgs: w.parse().map_err(|_| bad())?,
-            waves: v.parse::<u32>().map_err(|_| bad())?.min(MAX_WAVES),
-            wg_us: u.parse::<f64>().map_err(|_| bad())? * scale,
-        });
-    }
-    Ok(out)
+/// The dispatches of a trace (read by kfdq-trace, tools/trace), each work-group's time
+/// multiplied by `scale`. Each runs as a HIP work-group of the trace's `waves_per_wg`, at most
+/// 16 waves ([`kfdq_trace::Dispatch::hip_launch`]): ResNet-18 has 20 kernels whose footprint is
+/// a whole H100 SM (82 µs of its 505 µs block time), which run here as 16 waves, two
+/// work-groups to a CU where the H100 ran one to an SM.
+fn from_trace(name: &str, text: &str, scale: f64) -> Result<Vec<Dispatch>, String> {
+    let launches = kfdq_trace::Trace::from_csv(name, text)
+        .and_then(|t| t.hip_launches(name))
+        .map_err(|e| e.to_string())?;
+    Ok(launches
+        .iter()
+        .map(|l| Dispatch {
+            wgs: l.workgroups,
+            waves: l.waves,
+            wg_us: l.wg_us * scale,
+        })
+        .collect())
 }
 
 impl RequestShape {
@@ -94,8 +72,10 @@ impl RequestShape {
                 };
                 SYNTH_KERNELS as usize
             ]),
-            RequestShape::Resnet18 => parse_trace(RESNET18_TRACE, RESNET18_SCALE)
-                .map_err(|e| CliError::Output(format!("the built-in ResNet-18 trace: {e}"))),
+            RequestShape::Resnet18 => {
+                from_trace(RESNET18_NAME, RESNET18_TRACE, EMULATOR_TIME_SCALE)
+                    .map_err(|e| CliError::Output(format!("the built-in ResNet-18 trace: {e}")))
+            }
         }
     }
 
@@ -121,7 +101,7 @@ impl RequestShape {
                 SYNTH_WG_US / 1000
             ),
             RequestShape::Resnet18 => format!(
-                "ResNet-18 batch 1 as traced on an H100, {} kernels on the null stream per request, each work-group {RESNET18_SCALE}x its H100 time ({block_ms:.1} ms of block time; 0.56 ms alone on the H100)",
+                "ResNet-18 batch 1 as traced on an H100, {} kernels on the null stream per request, each work-group {EMULATOR_TIME_SCALE}x its H100 time ({block_ms:.1} ms of block time; 0.56 ms alone on the H100)",
                 d.len()
             ),
         })
@@ -145,7 +125,7 @@ mod tests {
     fn the_resnet18_request_is_the_trace_scaled() {
         let d = RequestShape::Resnet18.dispatches().unwrap();
         assert_eq!(d.len(), 145, "the trace's kernel count");
-        let unscaled: f64 = parse_trace(RESNET18_TRACE, 1.0)
+        let unscaled: f64 = from_trace(RESNET18_NAME, RESNET18_TRACE, 1.0)
             .unwrap()
             .iter()
             .map(|k| k.wg_us)
@@ -153,17 +133,32 @@ mod tests {
         assert!((unscaled - 504.934).abs() < 0.01, "{unscaled}");
         assert_eq!(d[0].wgs, 784);
         assert_eq!(d[0].waves, 2);
-        assert!((d[0].wg_us - 1.76 * RESNET18_SCALE).abs() < 1e-9);
+        assert!((d[0].wg_us - 1.76 * EMULATOR_TIME_SCALE).abs() < 1e-9);
         let arg = kernels_arg(&d);
         assert_eq!(arg.split(',').count(), 145);
-        assert!(arg.starts_with(&format!("784:2:{:.3},", 1.76 * RESNET18_SCALE)));
+        assert!(arg.starts_with(&format!("784:2:{:.3},", 1.76 * EMULATOR_TIME_SCALE)));
     }
 
     #[test]
     fn a_trace_line_that_is_not_numbers_is_refused_with_its_line() {
-        let e = parse_trace("# c\nworkgroups,waves_per_wg,wg_us\n1,2,x\n", 1.0).unwrap_err();
-        assert!(e.contains("line 3"), "{e}");
-        assert!(parse_trace("a,b\n", 1.0).unwrap_err().contains("header"));
+        let h = "workgroups,waves_per_wg,wg_us,stream,barrier";
+        let e = from_trace("t.csv", &format!("# c\n{h}\n1,2,x,0,0\n"), 1.0).unwrap_err();
+        assert!(e.starts_with("t.csv:3: field wg_us"), "{e}");
+        let e = from_trace("t.csv", "a,b\n", 1.0).unwrap_err();
+        assert!(e.contains("header"), "{e}");
+    }
+
+    #[test]
+    fn a_footprint_of_a_whole_sm_runs_as_16_waves() {
+        let h = "workgroups,waves_per_wg,wg_us,stream,barrier";
+        let d = from_trace("t.csv", &format!("{h}\n37,32,11.616,0,0\n"), 2.0).unwrap();
+        assert_eq!((d[0].wgs, d[0].waves, d[0].wg_us), (37, 16, 23.232));
+        let n = RequestShape::Resnet18.dispatches().unwrap();
+        assert_eq!(
+            n.iter().filter(|k| k.waves == 16).count(),
+            20,
+            "ResNet-18's whole-SM kernels"
+        );
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! What is wrong with a trace file.
 
-use super::{CSV_HEADER, CSV_OPTIONAL};
+use crate::{CSV_HEADER, CSV_OPTIONAL};
 
 /// What is wrong with a trace file: each names the file and, where there is one, the line, the
 /// field and its rule.
@@ -43,6 +43,16 @@ pub enum TraceError {
         /// The header's columns.
         columns: String,
     },
+    /// CSV the reader cannot split into records.
+    #[error("{name}:{line}: {message}")]
+    Csv {
+        /// The file.
+        name: String,
+        /// Its line.
+        line: usize,
+        /// What is wrong.
+        message: String,
+    },
     /// A CSV field breaks its rule.
     #[error("{name}:{line}: field {field}: {rule}")]
     Field {
@@ -75,6 +85,19 @@ pub enum TraceError {
     Empty {
         /// The file.
         name: String,
+    },
+    /// A dispatch whose grid a HIP launch cannot take.
+    #[error(
+        "{name}: dispatch {dispatch}: {workgroups} work-groups: a HIP launch takes at most {}",
+        u32::MAX
+    )]
+    Grid {
+        /// The file.
+        name: String,
+        /// The dispatch, from 1 in file order.
+        dispatch: usize,
+        /// Its work-groups.
+        workgroups: u64,
     },
     /// A file without a dispatch.
     #[error("{name}: no dispatches: a trace needs at least one")]
