@@ -40,6 +40,9 @@ pub fn start() {
     let spawned = std::thread::Builder::new()
         .name("kfdq-shim-ctl".into())
         .spawn(|| {
+            // Its wake-ups carry the agent's commands and the edges it samples: they should
+            // preempt whatever runs on its CPU, as the watcher's do (`slice.rs`).
+            crate::slice::request_slice(crate::slice::WATCHER_SLICE);
             guarded(main);
         });
     if let Err(e) = spawned {

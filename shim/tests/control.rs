@@ -140,6 +140,51 @@ impl Setup {
     }
 }
 
+/// `se.slice` (ns) of each of `pid`'s threads named `name`, from /proc's scheduler debug file.
+fn slices_of(pid: u32, name: &str) -> Vec<u64> {
+    let mut out = Vec::new();
+    for t in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap() {
+        let dir = t.unwrap().path();
+        let comm = std::fs::read_to_string(dir.join("comm")).unwrap_or_default();
+        if comm.trim() != name {
+            continue;
+        }
+        let sched = std::fs::read_to_string(dir.join("sched")).unwrap_or_default();
+        let slice = sched
+            .lines()
+            .find(|l| l.starts_with("se.slice"))
+            .and_then(|l| l.split(':').nth(1))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or_else(|| {
+                panic!(
+                    "no se.slice in {}: the kernel (6.6+) shows it",
+                    dir.display()
+                )
+            });
+        out.push(slice);
+    }
+    out
+}
+
+/// The control thread asks for the watcher's 100 µs slice (`shim/src/slice.rs`), so that the
+/// agent's commands and its sampled edges do not wait for a running thread's slice on a busy
+/// CPU; the application's threads keep theirs. Needs Linux 6.12+ (custom slices).
+#[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
+fn the_control_thread_takes_a_short_slice_and_the_application_keeps_its_own() {
+    let s = setup(false, &[]);
+    let pid = s.app.pid;
+    let ctl = slices_of(pid, "kfdq-shim-ctl");
+    assert_eq!(ctl, [100_000], "the control thread's slice (ns)");
+    let main = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap();
+    let app = slices_of(pid, main.trim());
+    assert!(
+        !app.is_empty() && app.iter().all(|s| *s != 100_000),
+        "the application's threads keep the default slice: {app:?}"
+    );
+    s.finish();
+}
+
 #[test]
 #[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn level1_hold_and_release_one_stream() {

@@ -230,7 +230,8 @@ fn the_hinted_phase_takes_the_real_shaped_clients_hints() {
     assert!(out.status.success(), "kfdq demo failed:\n{stderr}");
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON on stdout");
     assert_eq!(v["request_shape"], "resnet18");
-    assert_eq!(v["hint_lead_us"], 1000);
+    // The default lead: the field's 500 µs on the request's scale (x10).
+    assert_eq!(v["hint_lead_us"], 5000);
     let argv = v["hp_command"].as_array().unwrap();
     assert_eq!(argv[3], "--kernels", "{argv:?}");
     assert_eq!(argv[4].as_str().unwrap().split(',').count(), 145);

@@ -16,6 +16,18 @@ fn demo(args: &[&str]) -> (std::process::Output, String) {
     })
 }
 
+/// `kfdq demo --runtime hip ARGS` on `root`, which must succeed: its JSON and its stderr.
+fn hip_demo(root: &std::path::Path, args: &[&str]) -> (serde_json::Value, String) {
+    let (out, stderr) = common::demo::run_hip(root, args);
+    assert!(
+        out.status.success(),
+        "kfdq demo --runtime hip failed:\n{stderr}\n{}",
+        sid::packages()
+    );
+    let v = serde_json::from_slice(&out.stdout).expect("JSON on stdout");
+    (v, stderr)
+}
+
 #[test]
 #[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn sid_the_demo_runs_on_the_real_hip_runtime_and_level_2_preempts_the_batch_job() {
@@ -24,7 +36,7 @@ fn sid_the_demo_runs_on_the_real_hip_runtime_and_level_2_preempts_the_batch_job(
         workspace_bin("kfdq-hipwork").is_file(),
         "kfdq-hipwork beside kfdq"
     );
-    let (out, stderr) = common::demo::run_hip(
+    let (v, stderr) = hip_demo(
         &root,
         &[
             "--requests",
@@ -33,12 +45,6 @@ fn sid_the_demo_runs_on_the_real_hip_runtime_and_level_2_preempts_the_batch_job(
             "alone,lp-alone,uncontrolled,level2",
         ],
     );
-    assert!(
-        out.status.success(),
-        "kfdq demo --runtime hip failed:\n{stderr}\n{}",
-        sid::packages()
-    );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON on stdout");
     assert_eq!(v["emulator"], true);
     assert!(
         v["hp_command"][0]
@@ -94,6 +100,47 @@ fn sid_the_demo_runs_on_the_real_hip_runtime_and_level_2_preempts_the_batch_job(
     assert!(
         l2["preempts_per_s"].as_f64().unwrap_or(0.0) > 0.0,
         "level 2: the emulator counted no preempt: {l2}"
+    );
+}
+
+/// `level2-hinted` on the real runtime: `kfdq-hipwork latency` hints each request
+/// `--hint-lead-us` before its first launch, so the batch job's queues are already stopped
+/// (the emulator's queue state) when the request starts. Before the client honoured
+/// `$KFDQ_DEMO_HINT_LEAD_US` it hinted at its first launch: every request waited for the
+/// reaction, as unhinted ones do, and none found the batch job stopped. The lead (30 ms) is
+/// below the hint's bound (50 ms) and far above the reaction (a few ms on a loaded machine).
+#[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
+fn sid_a_hinted_request_finds_the_batch_job_stopped_at_its_first_launch() {
+    let root = sid::root();
+    let (v, stderr) = hip_demo(
+        &root,
+        &[
+            "--requests",
+            "12",
+            "--request-shape",
+            "resnet18",
+            "--hint-lead-us",
+            "30000",
+            "--phases",
+            "alone,lp-alone,level2-hinted",
+        ],
+    );
+    assert_eq!(v["hint_lead_us"], 30000, "{v}");
+    let hinted = v["phases"]
+        .as_array()
+        .expect("phases")
+        .iter()
+        .find(|p| p["phase"] == "level2-hinted")
+        .unwrap_or_else(|| panic!("no level2-hinted in {v}"))
+        .clone();
+    assert_eq!(hinted["hp"]["n"], 12, "{hinted}");
+    assert_eq!(hinted["hint_expiries"], 0, "{hinted}");
+    let found = hinted["reaction_found_stopped"].as_u64().unwrap_or(0);
+    let waited = hinted["reaction"]["n"].as_u64().unwrap_or(0);
+    assert!(
+        found > waited && found >= 6,
+        "{found} requests found the batch job stopped at their first launch, {waited} waited for it: the hint did not come before the launches\n{hinted}\n{stderr}"
     );
 }
 

@@ -351,6 +351,11 @@ pub struct DemoArgs {
     /// emulator's speed); given to your workloads as $KFDQ_DEMO_SHAPE (docs/demo.md).
     #[arg(long, value_enum, default_value_t = RequestShape::Synthetic)]
     pub request_shape: RequestShape,
+    /// In level2-hinted: µs of host work between a request's kfdq_request_begin() and its
+    /// first launch ($KFDQ_DEMO_HINT_LEAD_US). Default: the field's 500 µs on the request's
+    /// time scale (resnet18: x10 = 5000; synthetic: x3 = 1500; docs/demo.md).
+    #[arg(long, value_name = "US")]
+    pub hint_lead_us: Option<u32>,
 }
 
 /// The demo's HIP runtime.

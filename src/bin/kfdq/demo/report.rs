@@ -337,8 +337,26 @@ pub fn render(r: &DemoReport) -> String {
             count; on hardware the agent's estimate). REACT: an HP request's start -> the last batch queue\n\
             stopped (the emulator's time; requests that found the batch job running). docs/demo.md explains\n\
             every column.\n";
+    if let Some(lead) = r.hint_lead_us {
+        out += &hinted_line(r, lead);
+    }
     out += &render_stages(r);
     out
+}
+
+/// The hinted phases' lead, and how many of their requests found the batch job already
+/// stopped at their first launch (the hint's effect) against those that waited for it.
+fn hinted_line(r: &DemoReport, lead: u32) -> String {
+    let mut out =
+        format!("HP hinted: kfdq_request_begin() {lead} µs before each request's first launch");
+    for p in r.phases.iter().filter(|p| p.phase == Phase::Level2Hinted) {
+        if let (Some(found), Some(waited)) = (p.reaction_found_stopped, p.reaction.map(|h| h.n)) {
+            out += &format!(
+                "; {found} requests found the batch job stopped at their first launch, {waited} waited for it"
+            );
+        }
+    }
+    out + ".\n"
 }
 
 /// Where the reactions' time went: a row per stage, each phase's p50 / p99 (µs).
