@@ -101,9 +101,20 @@ fn first(ev: &[(Stage, f64)], stage: Stage, after: f64, before: f64) -> Option<(
 /// One request's points (NaN: a point its chain does not have), or `None` when a side recorded
 /// no step of it.
 fn chain(p: &Paired, tr: &Traces) -> Option<[f64; POINTS]> {
-    agent_chain(p, tr)
+    let c = agent_chain(p, tr)
         .or_else(|| direct_chain(p, tr))
-        .or_else(|| traced_chain(p, tr))
+        .or_else(|| traced_chain(p, tr))?;
+    causal(&c).then_some(c)
+}
+
+/// Every stage of the chain ends no earlier than it starts. A chain found by the searches that
+/// is not (under load: the batch job was stopped by an earlier command, whose ioctl came before
+/// this request's start, and the search took a later command's ioctl) is not this request's
+/// chain and is left out, as an incomplete one is.
+fn causal(c: &[f64; POINTS]) -> bool {
+    SPANS
+        .iter()
+        .all(|s| !(c[s.to as usize] < c[s.from as usize]))
 }
 
 /// A latency client without the shim (`level2-traced`): it stamps nothing, so the chain starts
@@ -347,6 +358,31 @@ mod tests {
         let f = figures(&pool([s.as_slice(), s.as_slice()].into_iter()));
         let cmd = f.iter().find(|x| x.stage == "command").unwrap();
         assert_eq!((cmd.n, cmd.min_us, cmd.max_us), (4, 32.0, 100.0));
+    }
+
+    #[test]
+    fn a_chain_whose_stop_came_before_its_ioctl_is_left_out() {
+        // The first request's stop (at 150) precedes the ioctl its chain found (180): the
+        // batch job was stopped by another command. The second request's chain is whole.
+        let pairs = [
+            Paired {
+                start_us: 100.0,
+                stopped_us: 150.0,
+                next_us: 1000.0,
+            },
+            Paired {
+                start_us: 1000.0,
+                stopped_us: 1080.0,
+                next_us: 2000.0,
+            },
+        ];
+        let s = samples(&pairs, &traces());
+        for (name, v) in &s {
+            assert!(v.iter().all(|d| *d >= 0.0), "{name}: {v:?}");
+        }
+        let get = |n: &str| s.iter().find(|(k, _)| *k == n).map(|(_, v)| v.clone());
+        assert_eq!(get("ioctl_to_stop"), Some(vec![20.0]));
+        assert_eq!(get("edge_to_agent"), Some(vec![18.0]));
     }
 
     #[test]
