@@ -112,9 +112,9 @@ fn chain(p: &Paired, tr: &Traces) -> Option<[f64; POINTS]> {
 /// this request's start, and the search took a later command's ioctl) is not this request's
 /// chain and is left out, as an incomplete one is.
 fn causal(c: &[f64; POINTS]) -> bool {
-    SPANS
-        .iter()
-        .all(|s| !(c[s.to as usize] < c[s.from as usize]))
+    SPANS.iter().all(|s| {
+        c[s.to as usize].partial_cmp(&c[s.from as usize]) != Some(std::cmp::Ordering::Less)
+    })
 }
 
 /// A latency client without the shim (`level2-traced`): it stamps nothing, so the chain starts
