@@ -4,6 +4,7 @@
 #![allow(dead_code, unused_imports)]
 
 pub mod agent;
+pub mod controlled;
 pub mod demo;
 pub mod elf;
 pub mod forger;
