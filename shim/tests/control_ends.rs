@@ -8,7 +8,7 @@ use std::os::fd::OwnedFd;
 use std::process::{Command, Stdio};
 
 use common::agent::*;
-use common::controlled::{Setup, setup};
+use common::controlled::setup;
 use common::*;
 use kfdq::QueueId;
 use kfdq::proto::{self, AgentMsg, Level, LineReader, ShimMsg, Target};
@@ -38,26 +38,12 @@ fn closing_the_socket_releases_every_level() {
         grace_period: 0,
     });
     s.assert_progress(&["lo", "null", "hi"], &[]);
-    let Setup {
-        emu,
-        app,
-        conn,
-        listener,
-        _sock_dir,
-        streams,
-    } = s;
-    drop(conn);
-    wait_for("every queue active again", || {
-        emu.queues_of(pid).iter().all(|q| q.active && !q.suspended)
+    let s = s.reconnect(|conn, emu| {
+        drop(conn);
+        wait_for("every queue active again", || {
+            emu.queues_of(pid).iter().all(|q| q.active && !q.suspended)
+        });
     });
-    let s = Setup {
-        emu,
-        app,
-        conn: accept(&listener),
-        listener,
-        _sock_dir,
-        streams,
-    };
     s.assert_progress(&[], &["lo", "null", "hi"]);
     let reg = s.app.registry_of(pid).expect("registry file");
     assert!(
@@ -89,41 +75,27 @@ fn a_killed_agent_never_leaves_the_app_held() {
     s.assert_progress(&["lo", "hi", "null"], &[]);
     // Hand the only remaining reference to the agent's end of the connection to another
     // process, then SIGKILL that process.
-    let Setup {
-        emu,
-        app,
-        conn,
-        listener,
-        _sock_dir,
-        streams,
-    } = s;
-    let fd: OwnedFd = conn.w.try_clone().unwrap().into();
-    let mut peer = Command::new("sleep")
-        .arg("600")
-        .stdin(Stdio::from(fd))
-        .stdout(Stdio::null())
-        .spawn()
-        .expect("spawn peer");
-    drop(conn);
-    // The window: the app's own threads and a witness process run meanwhile.
-    test_support::hold::cp_witness(&emu, 20, 1000);
-    assert!(
-        emu.queue(pid, lo).suspended,
-        "still suspended while the peer holds the socket"
-    );
-    peer.kill().expect("SIGKILL the peer");
-    peer.wait().unwrap();
-    wait_for("every queue running again", || {
-        emu.queues_of(pid).iter().all(|q| q.active && !q.suspended)
+    let s = s.reconnect(|conn, emu| {
+        let fd: OwnedFd = conn.w.try_clone().unwrap().into();
+        let mut peer = Command::new("sleep")
+            .arg("600")
+            .stdin(Stdio::from(fd))
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("spawn peer");
+        drop(conn);
+        // The window: the app's own threads and a witness process run meanwhile.
+        test_support::hold::cp_witness(emu, 20, 1000);
+        assert!(
+            emu.queue(pid, lo).suspended,
+            "still suspended while the peer holds the socket"
+        );
+        peer.kill().expect("SIGKILL the peer");
+        peer.wait().unwrap();
+        wait_for("every queue running again", || {
+            emu.queues_of(pid).iter().all(|q| q.active && !q.suspended)
+        });
     });
-    let s = Setup {
-        emu,
-        app,
-        conn: accept(&listener),
-        listener,
-        _sock_dir,
-        streams,
-    };
     s.assert_progress(&[], &["lo", "hi", "null"]);
     s.finish();
 }

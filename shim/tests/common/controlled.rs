@@ -123,6 +123,28 @@ impl Setup {
         }
     }
 
+    /// Ends the agent's connection with `end` (handed the connection and the emulator), then
+    /// accepts the worker's next connection.
+    pub fn reconnect(self, end: impl FnOnce(Conn, &Emu)) -> Setup {
+        let Setup {
+            emu,
+            app,
+            conn,
+            listener,
+            _sock_dir,
+            streams,
+        } = self;
+        end(conn, &emu);
+        Setup {
+            conn: accept(&listener),
+            emu,
+            app,
+            listener,
+            _sock_dir,
+            streams,
+        }
+    }
+
     pub fn finish(self) {
         self.app.stop();
         let (lines, _) = self.app.finish();

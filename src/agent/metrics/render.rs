@@ -45,34 +45,52 @@ fn counter(registry: &mut Registry, name: &str, help: &str, total: u64) {
     registry.register(name, help, c);
 }
 
-fn gauge_family<L>(
+/// A label set the families here take.
+trait Labels:
+    Clone + std::fmt::Debug + std::hash::Hash + Eq + EncodeLabelSet + Send + Sync + 'static
+{
+}
+
+impl<L> Labels for L where
+    L: Clone + std::fmt::Debug + std::hash::Hash + Eq + EncodeLabelSet + Send + Sync + 'static
+{
+}
+
+/// A family with one metric per label set, each given its value by `set`.
+fn family<L: Labels, M: Default, V>(
+    values: impl IntoIterator<Item = (L, V)>,
+    set: impl Fn(&M, V),
+) -> Family<L, M> {
+    let f = Family::<L, M>::default();
+    for (l, v) in values {
+        set(&f.get_or_create(&l), v);
+    }
+    f
+}
+
+/// A family of gauges, one per label set.
+fn gauge_family<L: Labels>(
     registry: &mut Registry,
     name: &str,
     help: &str,
     values: impl IntoIterator<Item = (L, i64)>,
-) where
-    L: Clone + std::fmt::Debug + std::hash::Hash + Eq + EncodeLabelSet + Send + Sync + 'static,
-{
-    let f = Family::<L, Gauge>::default();
-    for (l, v) in values {
-        f.get_or_create(&l).set(v);
-    }
+) {
+    let f = family(values, |g: &Gauge, v| {
+        g.set(v);
+    });
     registry.register(name, help, f);
 }
 
 /// A family of seconds counters, one per label set, registered with the seconds unit.
-fn seconds_family<L>(
+fn seconds_family<L: Labels>(
     registry: &mut Registry,
     name: &str,
     help: &str,
     values: impl IntoIterator<Item = (L, f64)>,
-) where
-    L: Clone + std::fmt::Debug + std::hash::Hash + Eq + EncodeLabelSet + Send + Sync + 'static,
-{
-    let f = Family::<L, SecondsCounter>::default();
-    for (l, v) in values {
-        f.get_or_create(&l).inc_by(v);
-    }
+) {
+    let f = family(values, |c: &SecondsCounter, v| {
+        c.inc_by(v);
+    });
     registry.register_with_unit(name, help, Unit::Seconds, f);
 }
 
