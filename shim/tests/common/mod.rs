@@ -10,6 +10,7 @@ pub mod elf;
 pub mod forger;
 pub mod kfdqd;
 pub mod libs_suite;
+pub mod operator;
 pub mod pod;
 pub mod prom;
 pub mod sid;
