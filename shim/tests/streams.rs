@@ -2,79 +2,17 @@
 //! stream (null, per-thread, created by the program, created by a dlopen'ed library, created
 //! through hipGetProcAddress pointers) to the KFD queue fakehip put it on, with the intended
 //! priority, and the emulator agrees.
+//!
+//! A stream's first operation being a copy or fill is in `streams_first_op.rs`; the fixture in
+//! `common/streams.rs`.
 
 mod common;
 
 use std::collections::HashMap;
 
+use common::streams::{assert_emulator_agrees, program, stop_at};
 use common::*;
 use kfdq::{Pid, QueueId};
-
-/// Asserts registry and emulator agree on every queue of `pid`: same ids, and the emulator's
-/// priority is the registry's effective priority.
-fn assert_emulator_agrees(emu: &Emu, pid: u32, reg: &Registry) {
-    let emu_q = emu.queues_of(pid);
-    for q in &reg.queues {
-        let e = emu_q
-            .iter()
-            .find(|e| e.queue_id == q.queue_id.0)
-            .unwrap_or_else(|| {
-                panic!("emulator lacks queue {} of {pid}: {emu_q:#?}", q.queue_id.0)
-            });
-        assert_eq!(
-            e.priority, q.effective_priority,
-            "queue {}: emulator priority vs registry effective priority",
-            q.queue_id.0
-        );
-        assert_eq!(e.gpu_id, q.gpu_id.0);
-    }
-    assert_eq!(
-        emu_q.len(),
-        reg.queues.len(),
-        "registry and emulator list the same queues of {pid}: {emu_q:#?} vs {reg:#?}"
-    );
-}
-
-/// A program of this suite stopped at its checkpoint: the queues it printed and its registry.
-struct Stopped {
-    app: App,
-    pid: u32,
-    q: HashMap<String, ProgQueue>,
-    reg: Registry,
-}
-
-/// Starts `launch`, waits for the line `checkpoint`, then for a registry of which `ready`
-/// (described by `what`) holds.
-fn stop_at(
-    emu: &Emu,
-    launch: Launch,
-    checkpoint: &str,
-    what: &str,
-    ready: impl Fn(&Registry) -> bool,
-) -> Stopped {
-    let mut app = launch.start(emu);
-    app.wait_line(checkpoint);
-    let q = app.queues();
-    let pid = app.pid;
-    let reg = app.wait_registry(pid, what, ready);
-    Stopped { app, pid, q, reg }
-}
-
-impl Stopped {
-    /// Asserts the emulator agrees with the registry, lets the program go on to its exit and
-    /// returns its stderr.
-    fn finish(self, emu: &Emu) -> String {
-        assert_emulator_agrees(emu, self.pid, &self.reg);
-        self.app.go();
-        self.app.finish().1
-    }
-}
-
-/// A launch of one of the suite's programs with `args`.
-fn program(name: &str, args: &[&str]) -> Launch<'static> {
-    args.iter()
-        .fold(Launch::new(programs().get(name)), |l, a| l.arg(*a))
-}
 
 #[test]
 #[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
@@ -511,116 +449,4 @@ fn exec_registers_the_new_image_once() {
     assert_emulator_agrees(&emu, pid, &after);
     app.go();
     app.finish();
-}
-
-/// Runs `ordered first <op>` (class latency): synchronisation and queries before any work
-/// create and register nothing; then `op`, the stream's very first operation, gets the queue
-/// the runtime creates during it attributed to its stream. Returns nothing: asserts.
-fn first_operation_attributes(emu: &Emu, op: &str, name: &str, kind: StreamKind) {
-    let mut app = Launch::new(programs().get("ordered"))
-        .arg("first")
-        .arg(op)
-        .env("KFDQ_CLASS", "latency")
-        .start(emu);
-    app.wait_line("CHECKPOINT synced");
-    let pid = app.pid;
-    assert!(
-        emu.queues_of(pid).is_empty(),
-        "{op}: synchronising and querying before any work creates no queue"
-    );
-    app.release("synced");
-    app.wait_line(&format!("first {op} ok"));
-    app.wait_line("CHECKPOINT first");
-    let want = app.queues()[name];
-    let reg = app.wait_registry(pid, &format!("{op}: the {name} stream mapped"), |r| {
-        r.streams
-            .iter()
-            .any(|s| s.kind == kind && s.queue_id.is_some())
-    });
-    assert_eq!(
-        reg.streams.len(),
-        1,
-        "{op}: only the stream that did work is registered (the earlier synchronisation \
-         calls on the null and per-thread streams register nothing): {reg:#?}"
-    );
-    let s = &reg.streams[0];
-    assert_eq!(s.kind, kind, "{op}");
-    if kind == StreamKind::Null {
-        assert_eq!(s.stream_id, 0, "{op}: the null stream is stream 0");
-    }
-    assert_eq!(
-        s.queue_id,
-        Some(QueueId(want.queue_id)),
-        "{op}: the queue created during the stream's first operation (a copy/fill, no launch \
-         in this program) is attributed to it"
-    );
-    assert_eq!(reg.queues.len(), 1, "{op}: {reg:#?}");
-    assert_eq!(
-        effective(&reg, want.queue_id),
-        13,
-        "{op}: latency class, normal-priority stream (ROCr 7) -> 13"
-    );
-    assert_emulator_agrees(emu, pid, &reg);
-    assert!(
-        emu.queue(pid, want.queue_id).packets_done >= 1,
-        "{op}: the operation's packet ran on that queue"
-    );
-    app.go();
-    app.finish();
-}
-
-/// One test per row: `name: op, stream name, stream kind`; every row runs
-/// [`first_operation_attributes`].
-macro_rules! first_operation_cases {
-    ($($name:ident: $op:literal, $stream:literal, $kind:expr;)*) => {$(
-        #[test]
-        #[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
-        fn $name() {
-            first_operation_attributes(&mount(), $op, $stream, $kind);
-        }
-    )*};
-}
-
-first_operation_cases! {
-    first_operation_memcpy_attributes_the_null_stream: "memcpy", "null", StreamKind::Null;
-    first_operation_memset_attributes_the_null_stream: "memset", "null", StreamKind::Null;
-    first_operation_legacy_memcpy_attributes_the_null_stream: "memcpy-legacy", "null", StreamKind::Null;
-    first_operation_sync_memcpy_attributes_the_null_stream: "memcpy-sync", "null", StreamKind::Null;
-    first_operation_fill_attributes_the_per_thread_stream: "memset-spt", "spt", StreamKind::PerThread;
-}
-
-#[test]
-#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
-fn hip_get_proc_address_returns_the_stream_work_wrappers() {
-    let emu = mount();
-    let s = stop_at(
-        &emu,
-        program("ordered", &["procaddr"]),
-        "CHECKPOINT procaddr",
-        "null and per-thread streams mapped",
-        |r| mapped(r) == 2,
-    );
-    let lines: Vec<String> = s
-        .app
-        .seen
-        .iter()
-        .filter(|l| l.starts_with("procaddr "))
-        .cloned()
-        .collect();
-    assert_eq!(lines.len(), 13 + 5 + 4, "{lines:#?}");
-    for l in &lines {
-        assert!(
-            l.ends_with(" libkfdq_shim.so"),
-            "hipGetProcAddress must hand out the shim's wrapper: {l}"
-        );
-    }
-    // The pointers behave as the wrappers of the right entry point: hipMemsetAsync on NULL is
-    // the null stream, hipMemcpyAsync obtained with the per-thread flag (the runtime hands out
-    // hipMemcpyAsync_spt, the shim its _spt wrapper) on NULL is the per-thread stream; each
-    // was that stream's first operation.
-    let (q, reg) = (&s.q, &s.reg);
-    assert_kind_maps(reg, StreamKind::Null, q["null"].queue_id);
-    assert_kind_maps(reg, StreamKind::PerThread, q["spt"].queue_id);
-    assert_ne!(q["null"].queue_id, q["spt"].queue_id);
-    s.finish(&emu);
 }

@@ -16,6 +16,7 @@ pub mod prom;
 pub mod sid;
 pub mod sid7;
 pub mod sid_libs;
+pub mod streams;
 pub mod traced;
 
 use kfdq::QueueId;
