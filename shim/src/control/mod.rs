@@ -3,7 +3,7 @@
 //! The thread connects to `KFDQ_SOCKET` (if set), checks that the listener belongs to a uid it
 //! trusts (`kfdq::proto::peer`; otherwise one warning and no control, ever), and speaks
 //! `kfdq::proto`, answering the agent's messages (`commands.rs`, which executes the levels in
-//! `levels.rs`); when the agent goes
+//! `levels/`); when the agent goes
 //! away (EOF, error, overlong line) everything is released (fail open) and it reconnects with
 //! backoff. It also samples queue activity every activity period (`KFDQ_ACTIVITY_US`, default 2 ms)
 //! and publishes the registry as JSON for
