@@ -2,56 +2,38 @@
 //! stream (null, per-thread, created by the program, created by a dlopen'ed library, created
 //! through hipGetProcAddress pointers) to the KFD queue fakehip put it on, with the intended
 //! priority, and the emulator agrees.
+//!
+//! A stream's first operation being a copy or fill is in `streams_first_op.rs`; the fixture in
+//! `common/streams.rs`.
 
 mod common;
 
+use std::collections::HashMap;
+
+use common::streams::{assert_emulator_agrees, program, stop_at};
 use common::*;
 use kfdq::{Pid, QueueId};
-
-/// Asserts registry and emulator agree on every queue of `pid`: same ids, and the emulator's
-/// priority is the registry's effective priority.
-fn assert_emulator_agrees(emu: &Emu, pid: u32, reg: &Registry) {
-    let emu_q = emu.queues_of(pid);
-    for q in &reg.queues {
-        let e = emu_q
-            .iter()
-            .find(|e| e.queue_id == q.queue_id.0)
-            .unwrap_or_else(|| {
-                panic!("emulator lacks queue {} of {pid}: {emu_q:#?}", q.queue_id.0)
-            });
-        assert_eq!(
-            e.priority, q.effective_priority,
-            "queue {}: emulator priority vs registry effective priority",
-            q.queue_id.0
-        );
-        assert_eq!(e.gpu_id, q.gpu_id.0);
-    }
-    assert_eq!(
-        emu_q.len(),
-        reg.queues.len(),
-        "registry and emulator list the same queues of {pid}: {emu_q:#?} vs {reg:#?}"
-    );
-}
 
 #[test]
 #[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn null_stream_pytorch_style() {
     let emu = mount();
-    let mut app = Launch::new(programs().get("streams"))
-        .arg("null")
-        .start(&emu);
-    app.wait_line("CHECKPOINT");
-    let null = app.queues()["null"];
-    let pid = app.pid;
-    let reg = app.wait_registry(pid, "the null stream mapped", |r| {
-        r.streams
-            .iter()
-            .any(|s| s.kind == StreamKind::Null && s.queue_id.is_some())
-    });
-    let s = stream_of_kind(&reg, StreamKind::Null);
-    assert_eq!(s.stream_id, 0);
+    let mut s = stop_at(
+        &emu,
+        program("streams", &["null"]),
+        "CHECKPOINT",
+        "the null stream mapped",
+        |r| {
+            r.streams
+                .iter()
+                .any(|s| s.kind == StreamKind::Null && s.queue_id.is_some())
+        },
+    );
+    let (null, pid, reg) = (s.q["null"], s.pid, &s.reg);
+    let st = stream_of_kind(reg, StreamKind::Null);
+    assert_eq!(st.stream_id, 0);
     assert_eq!(
-        s.queue_id,
+        st.queue_id,
         Some(QueueId(null.queue_id)),
         "registry maps the null stream to fakehip's null-stream queue"
     );
@@ -61,8 +43,7 @@ fn null_stream_pytorch_style() {
         "hipStreamLegacy and the <<<>>> path are the same null stream: {reg:#?}"
     );
     // No class: the runtime's own priority (ROCr normal = 7) stays.
-    assert_eq!(effective(&reg, null.queue_id), 7);
-    assert_emulator_agrees(&emu, pid, &reg);
+    assert_eq!(effective(reg, null.queue_id), 7);
     let done = emu.queue(pid, null.queue_id).packets_done;
     assert!(
         done >= 13,
@@ -70,58 +51,70 @@ fn null_stream_pytorch_style() {
     );
     // Keep the state directory alive past `finish` (which drops the app). The file must exist
     // while the program waits at its checkpoint (checked before letting it go on and exit).
-    let state_dir = std::mem::replace(&mut app.state_dir, tempfile::tempdir().unwrap());
+    let state_dir = std::mem::replace(&mut s.app.state_dir, tempfile::tempdir().unwrap());
     assert!(state_dir.path().join(format!("shim-{pid}.json")).exists());
-    app.go();
-    app.finish();
+    s.finish(&emu);
     assert!(
         !state_dir.path().join(format!("shim-{pid}.json")).exists(),
         "the registry file is removed at exit"
     );
 }
 
+/// Runs `streams priorities` under `class` (`KFDQ_CLASS`) and `forced` (`KFDQ_PRIORITY`):
+/// six created streams, each mapped to fakehip's queue and attributed to the main program.
 fn run_priorities(
     emu: &Emu,
     class: Option<&str>,
     forced: Option<&str>,
-) -> (
-    Registry,
-    std::collections::HashMap<String, ProgQueue>,
-    String,
-) {
-    let mut l = Launch::new(programs().get("streams")).arg("priorities");
+) -> (Registry, HashMap<String, ProgQueue>, String) {
+    let mut l = program("streams", &["priorities"]);
     if let Some(c) = class {
         l = l.env("KFDQ_CLASS", c);
     }
     if let Some(p) = forced {
         l = l.env("KFDQ_PRIORITY", p);
     }
-    let mut app = l.start(emu);
-    app.wait_line("CHECKPOINT");
-    let q = app.queues();
-    let pid = app.pid;
-    let reg = app.wait_registry(pid, "six streams mapped", |r| mapped(r) >= 6);
-    for (name, pq) in &q {
-        let s = stream_by_handle(&reg, pq.handle);
-        assert_eq!(s.kind, StreamKind::Created);
+    let s = stop_at(emu, l, "CHECKPOINT", "six streams mapped", |r| {
+        mapped(r) >= 6
+    });
+    for (name, pq) in &s.q {
+        let st = stream_by_handle(&s.reg, pq.handle);
+        assert_eq!(st.kind, StreamKind::Created);
         assert_eq!(
-            s.queue_id,
+            st.queue_id,
             Some(QueueId(pq.queue_id)),
             "stream {name}: registry vs fakehip"
         );
-        assert_eq!(s.creator, None, "created by the main program");
+        assert_eq!(st.creator, None, "created by the main program");
     }
-    assert_emulator_agrees(emu, pid, &reg);
-    app.go();
-    let (_, stderr) = app.finish();
+    let (reg, q) = (s.reg.clone(), s.q.clone());
+    let stderr = s.finish(emu);
     (reg, q, stderr)
 }
 
-#[test]
-#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
-fn stream_priorities_default_class_and_clamping() {
-    let emu = mount();
-    let (reg, q, stderr) = run_priorities(&emu, None, None);
+/// One test per row: `name: class, forced priority => check`; every row runs
+/// [`run_priorities`] and hands its registry, queues and stderr to `check`.
+macro_rules! priority_cases {
+    ($($name:ident: $class:expr, $forced:expr => $check:ident;)*) => {$(
+        #[test]
+        #[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
+        fn $name() {
+            let emu = mount();
+            let (reg, q, stderr) = run_priorities(&emu, $class, $forced);
+            $check(&reg, &q, &stderr);
+        }
+    )*};
+}
+
+priority_cases! {
+    stream_priorities_default_class_and_clamping: None, None => default_class_and_clamping;
+    stream_priorities_latency_class: Some("latency"), None => latency_class;
+    stream_priorities_batch_class: Some("batch"), None => batch_class;
+    forced_priority_applies_to_every_queue: Some("batch"), Some("12") => forced_12;
+    invalid_class_and_priority_are_reported: Some("gold"), Some("16") => invalid_gold_16;
+}
+
+fn default_class_and_clamping(reg: &Registry, q: &HashMap<String, ProgQueue>, stderr: &str) {
     // ROCr mapping, unchanged without a class: high 11, normal 7, low 0; 3 and -12 are clamped
     // by HIP to low and high.
     let want = [
@@ -133,8 +126,8 @@ fn stream_priorities_default_class_and_clamping() {
         ("plain", 7, i32::MIN),
     ];
     for (name, prio, hip) in want {
-        let s = stream_by_handle(&reg, q[name].handle);
-        assert_eq!(effective(&reg, q[name].queue_id), prio, "stream {name}");
+        let s = stream_by_handle(reg, q[name].handle);
+        assert_eq!(effective(reg, q[name].queue_id), prio, "stream {name}");
         if hip != i32::MIN {
             assert_eq!(
                 s.hip_priority,
@@ -156,15 +149,11 @@ fn stream_priorities_default_class_and_clamping() {
     }
 }
 
-#[test]
-#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
-fn stream_priorities_latency_and_batch_classes() {
-    let emu = mount();
-    let (reg, q, _) = run_priorities(&emu, Some("latency"), None);
+fn latency_class(reg: &Registry, q: &HashMap<String, ProgQueue>, _: &str) {
     assert_eq!(reg.class.as_deref(), Some("latency"));
     for (name, prio) in [("high", 15), ("normal", 13), ("low", 11), ("plain", 13)] {
         assert_eq!(
-            effective(&reg, q[name].queue_id),
+            effective(reg, q[name].queue_id),
             prio,
             "latency class, stream {name}"
         );
@@ -175,32 +164,32 @@ fn stream_priorities_latency_and_batch_classes() {
             "the runtime's request is recorded: {qi:?}"
         );
     }
-    let (reg, q, _) = run_priorities(&emu, Some("batch"), None);
+}
+
+fn batch_class(reg: &Registry, q: &HashMap<String, ProgQueue>, _: &str) {
     for (name, prio) in [("high", 6), ("normal", 3), ("low", 0)] {
         assert_eq!(
-            effective(&reg, q[name].queue_id),
+            effective(reg, q[name].queue_id),
             prio,
             "batch class, stream {name}"
         );
     }
 }
 
-#[test]
-#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
-fn forced_priority_and_invalid_values_are_reported() {
-    let emu = mount();
-    let (reg, q, _) = run_priorities(&emu, Some("batch"), Some("12"));
+fn forced_12(reg: &Registry, q: &HashMap<String, ProgQueue>, _: &str) {
     for name in ["high", "normal", "low", "plain"] {
         assert_eq!(
-            effective(&reg, q[name].queue_id),
+            effective(reg, q[name].queue_id),
             12,
             "KFDQ_PRIORITY=12 forces every queue"
         );
     }
-    let (reg, q, stderr) = run_priorities(&emu, Some("gold"), Some("16"));
+}
+
+fn invalid_gold_16(reg: &Registry, q: &HashMap<String, ProgQueue>, stderr: &str) {
     for name in ["high", "low"] {
         assert_eq!(
-            effective(&reg, q[name].queue_id),
+            effective(reg, q[name].queue_id),
             15,
             "KFDQ_PRIORITY=16 is clamped to 15"
         );
@@ -224,20 +213,21 @@ fn forced_priority_and_invalid_values_are_reported() {
 #[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn per_thread_default_streams() {
     let emu = mount();
-    let mut app = Launch::new(programs().get("streams"))
-        .arg("spt")
-        .start(&emu);
-    app.wait_line("CHECKPOINT");
-    let q = app.queues();
-    let pid = app.pid;
-    let reg = app.wait_registry(pid, "three per-thread streams mapped", |r| {
-        r.streams
-            .iter()
-            .filter(|s| s.kind == StreamKind::PerThread && s.queue_id.is_some())
-            .count()
-            == 3
-    });
-    let mut mapped: Vec<u32> = reg
+    let s = stop_at(
+        &emu,
+        program("streams", &["spt"]),
+        "CHECKPOINT",
+        "three per-thread streams mapped",
+        |r| {
+            r.streams
+                .iter()
+                .filter(|s| s.kind == StreamKind::PerThread && s.queue_id.is_some())
+                .count()
+                == 3
+        },
+    );
+    let mut mapped: Vec<u32> = s
+        .reg
         .streams
         .iter()
         .filter(|s| s.kind == StreamKind::PerThread)
@@ -246,7 +236,7 @@ fn per_thread_default_streams() {
         .collect();
     let mut want: Vec<u32> = ["spt0", "spt1", "spt2"]
         .iter()
-        .map(|n| q[*n].queue_id)
+        .map(|n| s.q[*n].queue_id)
         .collect();
     mapped.sort();
     want.sort();
@@ -255,108 +245,104 @@ fn per_thread_default_streams() {
         "each thread's per-thread stream maps to its own queue (both _spt and hipStreamPerThread launches)"
     );
     assert!(
-        !reg.streams.iter().any(|s| s.kind == StreamKind::Null),
-        "no null-stream use here: {reg:#?}"
+        !s.reg.streams.iter().any(|s| s.kind == StreamKind::Null),
+        "no null-stream use here: {:#?}",
+        s.reg
     );
-    assert_emulator_agrees(&emu, pid, &reg);
-    app.go();
-    app.finish();
+    s.finish(&emu);
 }
 
 #[test]
 #[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn hip_get_proc_address_returns_the_wrappers() {
     let emu = mount();
-    let mut app = Launch::new(programs().get("streams"))
-        .arg("procaddr")
-        .env("KFDQ_CLASS", "latency")
-        .start(&emu);
-    app.wait_line("CHECKPOINT");
+    let mut s = stop_at(
+        &emu,
+        program("streams", &["procaddr"]).env("KFDQ_CLASS", "latency"),
+        "CHECKPOINT",
+        "three streams mapped",
+        |r| mapped(r) == 3,
+    );
     for sym in [
         "hipLaunchKernel",
         "hipLaunchKernel+spt",
         "hipStreamCreateWithPriority",
     ] {
-        let line = app.wait_line(&format!("procaddr {sym} "));
+        let line = s.app.wait_line(&format!("procaddr {sym} "));
         assert!(
             line.ends_with("libkfdq_shim.so"),
             "hipGetProcAddress({sym}) must hand out the shim's wrapper: {line}"
         );
     }
-    let line = app.wait_line("procaddr hipMalloc ");
+    let line = s.app.wait_line("procaddr hipMalloc ");
     assert!(
         line.ends_with("libamdhip64.so.6"),
         "functions the shim does not wrap stay the runtime's: {line}"
     );
-    let q = app.queues();
-    let pid = app.pid;
-    let reg = app.wait_registry(pid, "three streams mapped", |r| mapped(r) == 3);
-    let created = stream_by_handle(&reg, q["procaddr-high"].handle);
+    let (q, reg) = (&s.q, &s.reg);
+    let created = stream_by_handle(reg, q["procaddr-high"].handle);
     assert_eq!(created.queue_id, Some(QueueId(q["procaddr-high"].queue_id)));
     assert_eq!(created.hip_priority, Some(-1));
     assert_eq!(
-        effective(&reg, q["procaddr-high"].queue_id),
+        effective(reg, q["procaddr-high"].queue_id),
         15,
         "latency class, high stream"
     );
-    assert_kind_maps(&reg, StreamKind::Null, q["null"].queue_id);
-    assert_kind_maps(&reg, StreamKind::PerThread, q["spt"].queue_id);
-    assert_emulator_agrees(&emu, pid, &reg);
-    app.go();
-    app.finish();
+    assert_kind_maps(reg, StreamKind::Null, q["null"].queue_id);
+    assert_kind_maps(reg, StreamKind::PerThread, q["spt"].queue_id);
+    s.finish(&emu);
 }
 
 #[test]
 #[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn library_streams_are_attributed_to_the_library() {
     let emu = mount();
-    let lib = programs().lib();
-    let mut app = Launch::new(programs().get("uselib"))
-        .arg(lib.display().to_string())
-        .env("KFDQ_CLASS", "normal")
-        .start(&emu);
-    app.wait_line("CHECKPOINT");
-    let q = app.queues();
-    let pid = app.pid;
-    let reg = app.wait_registry(pid, "four streams mapped", |r| mapped(r) == 4);
+    let lib = programs().lib().display().to_string();
+    let s = stop_at(
+        &emu,
+        program("uselib", &[lib.as_str()]).env("KFDQ_CLASS", "normal"),
+        "CHECKPOINT",
+        "four streams mapped",
+        |r| mapped(r) == 4,
+    );
+    let (q, reg) = (&s.q, &s.reg);
     for (name, hip, prio) in [("lib-high", -1, 10), ("lib-low", 1, 7)] {
-        let s = stream_by_handle(&reg, q[name].handle);
-        assert_eq!(s.queue_id, Some(QueueId(q[name].queue_id)), "{name}");
+        let st = stream_by_handle(reg, q[name].handle);
+        assert_eq!(st.queue_id, Some(QueueId(q[name].queue_id)), "{name}");
         assert_eq!(
-            s.creator.as_deref(),
+            st.creator.as_deref(),
             Some("libkfdqtest_streams.so"),
             "{name} was created by the library"
         );
-        assert_eq!(s.hip_priority, Some(hip));
+        assert_eq!(st.hip_priority, Some(hip));
         assert_eq!(
-            effective(&reg, q[name].queue_id),
+            effective(reg, q[name].queue_id),
             prio,
             "normal class, {name}"
         );
     }
-    let app_stream = stream_by_handle(&reg, q["app"].handle);
+    let app_stream = stream_by_handle(reg, q["app"].handle);
     assert_eq!(app_stream.creator, None);
     assert_eq!(app_stream.queue_id, Some(QueueId(q["app"].queue_id)));
-    assert_kind_maps(&reg, StreamKind::Null, q["null"].queue_id);
-    assert_emulator_agrees(&emu, pid, &reg);
+    assert_kind_maps(reg, StreamKind::Null, q["null"].queue_id);
     // The library's launches (hipLaunchKernel, hipModuleLaunchKernel, the mangled
     // hipExtModuleLaunchKernel) ran on its queues.
-    assert!(emu.queue(pid, q["lib-low"].queue_id).packets_done >= 2);
-    app.go();
-    app.finish();
+    assert!(emu.queue(s.pid, q["lib-low"].queue_id).packets_done >= 2);
+    s.finish(&emu);
 }
 
 #[test]
 #[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn streams_sharing_a_queue_are_found_and_reported() {
     let emu = mount();
-    let mut app = Launch::new(programs().get("streams"))
-        .arg("shared")
-        .env("GPU_MAX_HW_QUEUES", "1")
-        .start(&emu);
-    app.wait_line("CHECKPOINT");
-    let q = app.queues();
-    let pid = app.pid;
+    let s = stop_at(
+        &emu,
+        program("streams", &["shared"]).env("GPU_MAX_HW_QUEUES", "1"),
+        "CHECKPOINT",
+        "three streams mapped",
+        |r| mapped(r) == 3,
+    );
+    let (q, reg) = (&s.q, &s.reg);
     let shared = q["shared0"].queue_id;
     assert!(
         ["shared1", "shared2"]
@@ -364,10 +350,9 @@ fn streams_sharing_a_queue_are_found_and_reported() {
             .all(|n| q[*n].queue_id == shared),
         "GPU_MAX_HW_QUEUES=1 (the user's) makes fakehip share: {q:?}"
     );
-    let reg = app.wait_registry(pid, "three streams mapped", |r| mapped(r) == 3);
     for n in ["shared0", "shared1", "shared2"] {
         assert_eq!(
-            stream_by_handle(&reg, q[n].handle).queue_id,
+            stream_by_handle(reg, q[n].handle).queue_id,
             Some(QueueId(shared)),
             "{n} found through the write index of the shared queue"
         );
@@ -390,8 +375,7 @@ fn streams_sharing_a_queue_are_found_and_reported() {
         "{}",
         sharing[0]
     );
-    app.go();
-    let (_, stderr) = app.finish();
+    let stderr = s.finish(&emu);
     assert_eq!(
         stderr.matches("streams share KFD queues").count(),
         1,
@@ -463,116 +447,6 @@ fn exec_registers_the_new_image_once() {
         "the new image registers once, with its own state: {after:#?}"
     );
     assert_emulator_agrees(&emu, pid, &after);
-    app.go();
-    app.finish();
-}
-
-/// Runs `ordered first <op>` (class latency): synchronisation and queries before any work
-/// create and register nothing; then `op`, the stream's very first operation, gets the queue
-/// the runtime creates during it attributed to its stream. Returns nothing: asserts.
-fn first_operation_attributes(emu: &Emu, op: &str, name: &str, kind: StreamKind) {
-    let mut app = Launch::new(programs().get("ordered"))
-        .arg("first")
-        .arg(op)
-        .env("KFDQ_CLASS", "latency")
-        .start(emu);
-    app.wait_line("CHECKPOINT synced");
-    let pid = app.pid;
-    assert!(
-        emu.queues_of(pid).is_empty(),
-        "{op}: synchronising and querying before any work creates no queue"
-    );
-    app.release("synced");
-    app.wait_line(&format!("first {op} ok"));
-    app.wait_line("CHECKPOINT first");
-    let want = app.queues()[name];
-    let reg = app.wait_registry(pid, &format!("{op}: the {name} stream mapped"), |r| {
-        r.streams
-            .iter()
-            .any(|s| s.kind == kind && s.queue_id.is_some())
-    });
-    assert_eq!(
-        reg.streams.len(),
-        1,
-        "{op}: only the stream that did work is registered (the earlier synchronisation \
-         calls on the null and per-thread streams register nothing): {reg:#?}"
-    );
-    let s = &reg.streams[0];
-    assert_eq!(s.kind, kind, "{op}");
-    if kind == StreamKind::Null {
-        assert_eq!(s.stream_id, 0, "{op}: the null stream is stream 0");
-    }
-    assert_eq!(
-        s.queue_id,
-        Some(QueueId(want.queue_id)),
-        "{op}: the queue created during the stream's first operation (a copy/fill, no launch \
-         in this program) is attributed to it"
-    );
-    assert_eq!(reg.queues.len(), 1, "{op}: {reg:#?}");
-    assert_eq!(
-        effective(&reg, want.queue_id),
-        13,
-        "{op}: latency class, normal-priority stream (ROCr 7) -> 13"
-    );
-    assert_emulator_agrees(emu, pid, &reg);
-    assert!(
-        emu.queue(pid, want.queue_id).packets_done >= 1,
-        "{op}: the operation's packet ran on that queue"
-    );
-    app.go();
-    app.finish();
-}
-
-#[test]
-#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
-fn first_operation_copy_or_fill_attributes_the_null_stream() {
-    let emu = mount();
-    for op in ["memcpy", "memset", "memcpy-legacy", "memcpy-sync"] {
-        first_operation_attributes(&emu, op, "null", StreamKind::Null);
-    }
-}
-
-#[test]
-#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
-fn first_operation_fill_attributes_the_per_thread_stream() {
-    let emu = mount();
-    first_operation_attributes(&emu, "memset-spt", "spt", StreamKind::PerThread);
-}
-
-#[test]
-#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
-fn hip_get_proc_address_returns_the_stream_work_wrappers() {
-    let emu = mount();
-    let mut app = Launch::new(programs().get("ordered"))
-        .arg("procaddr")
-        .start(&emu);
-    app.wait_line("CHECKPOINT procaddr");
-    let lines: Vec<String> = app
-        .seen
-        .iter()
-        .filter(|l| l.starts_with("procaddr "))
-        .cloned()
-        .collect();
-    assert_eq!(lines.len(), 13 + 5 + 4, "{lines:#?}");
-    for l in &lines {
-        assert!(
-            l.ends_with(" libkfdq_shim.so"),
-            "hipGetProcAddress must hand out the shim's wrapper: {l}"
-        );
-    }
-    // The pointers behave as the wrappers of the right entry point: hipMemsetAsync on NULL is
-    // the null stream, hipMemcpyAsync obtained with the per-thread flag (the runtime hands out
-    // hipMemcpyAsync_spt, the shim its _spt wrapper) on NULL is the per-thread stream; each
-    // was that stream's first operation.
-    let q = app.queues();
-    let pid = app.pid;
-    let reg = app.wait_registry(pid, "null and per-thread streams mapped", |r| {
-        mapped(r) == 2
-    });
-    assert_kind_maps(&reg, StreamKind::Null, q["null"].queue_id);
-    assert_kind_maps(&reg, StreamKind::PerThread, q["spt"].queue_id);
-    assert_ne!(q["null"].queue_id, q["spt"].queue_id);
-    assert_emulator_agrees(&emu, pid, &reg);
     app.go();
     app.finish();
 }

@@ -4,16 +4,19 @@
 #![allow(dead_code, unused_imports)]
 
 pub mod agent;
+pub mod controlled;
 pub mod demo;
 pub mod elf;
 pub mod forger;
 pub mod kfdqd;
 pub mod libs_suite;
+pub mod operator;
 pub mod pod;
 pub mod prom;
 pub mod sid;
 pub mod sid7;
 pub mod sid_libs;
+pub mod streams;
 pub mod traced;
 
 use kfdq::QueueId;

@@ -9,6 +9,8 @@
 //! kernel interface.
 #![allow(dead_code, unused_imports)]
 
+use std::collections::{BTreeMap, BTreeSet};
+use std::fs;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
@@ -337,4 +339,46 @@ pub fn field(stdout: &str, prefix: &str) -> Vec<String> {
                 .map(|rest| rest.split_whitespace().map(String::from).collect())
         })
         .unwrap_or_else(|| panic!("no line starting with {prefix:?} in:\n{stdout}"))
+}
+
+// ---------------------------------------------------------------------------------------
+// the emulator's stats and the programs' output
+// ---------------------------------------------------------------------------------------
+
+/// The queue with id `qid` among `qs`.
+pub fn queue(qs: &[QueueStats], qid: u32) -> &QueueStats {
+    qs.iter()
+        .find(|q| q.queue_id == qid)
+        .unwrap_or_else(|| panic!("the emulator has no queue {qid}: {qs:#?}"))
+}
+
+pub fn qids(qs: &[QueueStats]) -> BTreeSet<u32> {
+    qs.iter().map(|q| q.queue_id).collect()
+}
+
+pub fn sorted_priorities(qs: &[QueueStats]) -> Vec<u32> {
+    let mut p: Vec<u32> = qs.iter().map(|q| q.priority).collect();
+    p.sort_unstable();
+    p
+}
+
+pub fn packets_done(qs: &[QueueStats]) -> u64 {
+    qs.iter().map(|q| q.packets_done).sum()
+}
+
+pub fn num<T: std::str::FromStr>(s: &str) -> T {
+    s.parse()
+        .unwrap_or_else(|_| panic!("{s:?} is not a number of the expected kind"))
+}
+
+pub const TOPOLOGY: &str = "sys/class/kfd/kfd/topology";
+
+/// The `properties` of topology node `node` under `root`, as (key, value) pairs.
+pub fn node_properties(root: &Path, node: u32) -> BTreeMap<String, u64> {
+    let path = root.join(TOPOLOGY).join(format!("nodes/{node}/properties"));
+    let text = fs::read_to_string(&path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
+    text.lines()
+        .filter_map(|l| l.split_once(' '))
+        .filter_map(|(k, v)| Some((k.to_string(), v.parse().ok()?)))
+        .collect()
 }
