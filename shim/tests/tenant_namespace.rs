@@ -6,24 +6,51 @@
 
 mod common;
 
-use std::process::{Command, Output};
+use std::process::{Command, Output, Stdio};
 
 use common::kfdqd::{text, two_classes};
 use common::*;
 
 /// kfdqd with `args`, in a new pid namespace (with its own /proc when `own_proc`, else the
-/// host's), as a container without `hostPID: true` runs it.
-fn in_new_pid_namespace(args: &[&std::ffi::OsStr], own_proc: bool) -> Output {
+/// host's), as a container without `hostPID: true` runs it; `Err` with what it said when it
+/// started serving `sock` instead of exiting (it is killed then).
+fn in_new_pid_namespace(
+    args: &[&std::ffi::OsStr],
+    own_proc: bool,
+    sock: &std::path::Path,
+) -> Result<Output, String> {
     let mut cmd = Command::new("unshare");
-    cmd.args(["--pid", "--fork"]);
+    cmd.args(["--pid", "--fork", "--kill-child"]);
     if own_proc {
         cmd.arg("--mount-proc");
     }
-    cmd.arg(workspace_bin("kfdqd"))
+    let mut child = cmd
+        .arg(workspace_bin("kfdqd"))
         .args(args)
         .env_remove("KFDQ_SOCKET")
-        .output()
-        .expect("run unshare(1)")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run unshare(1)");
+    // Until it exits or serves; one still running at the limit counts as started.
+    let deadline = std::time::Instant::now() + WAIT_LIMIT;
+    let started = loop {
+        if child.try_wait().unwrap().is_some() {
+            break false;
+        }
+        if sock.exists() || std::time::Instant::now() > deadline {
+            break true;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    };
+    if started {
+        let _ = child.kill();
+    }
+    let out = child.wait_with_output().unwrap();
+    if started {
+        return Err(text(&out));
+    }
+    Ok(out)
 }
 
 #[test]
@@ -61,7 +88,8 @@ fn tenant_a_kfdqd_in_another_pid_namespace_refuses_to_start() {
         .unwrap();
     assert!(ok.status.success(), "{}", text(&ok));
     for own_proc in [true, false] {
-        let run = in_new_pid_namespace(&args(false), own_proc);
+        let run = in_new_pid_namespace(&args(false), own_proc, &sock)
+            .unwrap_or_else(|t| panic!("it started in another pid namespace: {t}"));
         let t = text(&run);
         assert!(!run.status.success(), "it started: {t}");
         assert!(
@@ -69,7 +97,7 @@ fn tenant_a_kfdqd_in_another_pid_namespace_refuses_to_start() {
             "own /proc {own_proc}: {t}"
         );
         assert!(!sock.exists(), "a refused start left its socket");
-        let check = in_new_pid_namespace(&args(true), own_proc);
+        let check = in_new_pid_namespace(&args(true), own_proc, &sock).unwrap();
         let t = text(&check);
         assert_eq!(check.status.code(), Some(2), "{t}");
         assert!(
