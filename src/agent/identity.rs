@@ -122,13 +122,17 @@ impl Identity {
     }
 
     /// The process made itself non-dumpable (`prctl(PR_SET_DUMPABLE, 0)`, or a set-id
-    /// program): the kernel then gives the files in its `/proc/<pid>` to root although its
-    /// effective uid is another (proc(5), "/proc/pid"; the directory itself stays the
-    /// user's). Such a process asked not to be traced or read; the
-    /// tracer leaves it alone. Not seen for a process whose effective uid is 0 (its entry is
-    /// root's either way); `None` when it could not be read.
+    /// program): such a process asked not to be traced or read; the tracer leaves it alone.
+    /// The kernel says so through a pidfd (`PIDFD_GET_INFO`, Linux 6.16, `kfd::pidfd`) for
+    /// every uid; where it does not, the files in the process's `/proc/<pid>` tell it, being
+    /// root's although its effective uid is another (proc(5), "/proc/pid"; the directory itself
+    /// stays the user's), which cannot be seen for a process whose effective uid is 0 (its
+    /// entry is root's either way). `None` when it could not be read.
     pub fn non_dumpable(&self) -> Option<bool> {
         use std::os::unix::fs::MetadataExt;
+        if let Some(d) = self.dumpable_by_pidfd() {
+            return Some(d != crate::kfd::pidfd::Dumpable::User);
+        }
         let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid)).ok()?;
         let euid: u32 = status
             .lines()
@@ -141,6 +145,22 @@ impl Identity {
             .ok()?
             .uid();
         Some(euid != 0 && owner == 0)
+    }
+
+    /// The kernel's word on the process's dumpable mode, by its connection's pidfd or one
+    /// opened by pid (then checked to be this identity's process by its start time, read
+    /// once the pidfd holds the process); `None` where the kernel does not say.
+    fn dumpable_by_pidfd(&self) -> Option<crate::kfd::pidfd::Dumpable> {
+        use crate::kfd::pidfd;
+        match &self.liveness {
+            Liveness::Pidfd(fd) => pidfd::dumpable(fd),
+            Liveness::Exited => None,
+            Liveness::StartTime => {
+                let fd = pidfd::open(self.pid.0).ok()?;
+                let d = pidfd::dumpable(&fd)?;
+                (start_time(self.pid).ok()? == self.start).then_some(d)
+            }
+        }
     }
 
     /// A node admin: whoever connected through the admin socket; on the public socket, root

@@ -26,6 +26,7 @@ pub mod lock;
 pub mod metrics;
 pub mod node;
 mod notify;
+pub mod pid_namespace;
 mod preflight;
 pub mod server;
 mod setting;
@@ -59,6 +60,9 @@ pub enum AgentError {
     /// The metrics endpoint.
     #[error("metrics: {0}")]
     Metrics(#[from] EndpointError),
+    /// The agent runs in another pid namespace than KFD's.
+    #[error("{0}")]
+    PidNamespace(#[from] pid_namespace::PidNamespaceError),
     /// Signal handling.
     #[error("signals: {0}")]
     Signals(nix::errno::Errno),

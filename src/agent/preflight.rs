@@ -1,5 +1,5 @@
-//! `kfdqd --check` beyond the file: what startup would refuse — the socket's directory and
-//! path, the metrics port, another agent's lock — checked without creating or binding
+//! `kfdqd --check` beyond the file: what startup would refuse — the pid namespace, the
+//! socket's directory and path, the metrics port, another agent's lock — checked without creating or binding
 //! anything that stays. An agent already running on this node (the one a changed file is
 //! meant for) turns "in use" into a note.
 
@@ -11,6 +11,7 @@ use super::{AgentError, lock, socket};
 
 /// The notes of a configuration startup would accept, or the error that startup would stop at.
 pub fn preflight(cfg: &AgentConfig, root: &Path) -> Result<Vec<String>, AgentError> {
+    super::pid_namespace::check()?;
     let mut notes = socket::check(&cfg.socket)?;
     let holder = lock::held_by(root);
     if let Some(h) = &holder {

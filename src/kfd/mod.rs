@@ -15,6 +15,7 @@
 //! | AQL packets, completion signals | `aql.rs` |
 //! | debugger API (RUNTIME_ENABLE, DBG_TRAP) | `debug.rs` |
 //! | being the ptrace tracer DBG_TRAP on another process needs | `ptrace.rs` |
+//! | another process's dumpable mode, by pidfd (`PIDFD_GET_INFO`) | `pidfd.rs` |
 //! | typed values, errors, paths | `types.rs`, `error.rs`, `paths.rs` |
 //!
 //! ```no_run
@@ -44,6 +45,7 @@ pub mod ioctl;
 pub mod leak;
 pub mod memory;
 pub mod paths;
+pub mod pidfd;
 pub mod procfs;
 pub mod ptrace;
 pub mod queue;

@@ -66,7 +66,7 @@ pub fn programs() -> &'static Programs {
         let src = Path::new(PROGRAMS);
         for name in [
             "streams", "uselib", "forkexec", "worker", "ordered", "latency", "flood", "deps",
-            "window", "deepbind", "unmapped", "parked", "hold",
+            "window", "deepbind", "unmapped", "parked", "hold", "reuse",
         ] {
             fakehip::compile_program(
                 &src.join(format!("{name}.c")),

@@ -22,6 +22,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "set_tid.h"
+
 static void wait_go(const char *tag)
 {
 	const char *go = getenv("KFDQ_TEST_GO");
@@ -117,25 +119,13 @@ int main(int argc, char **argv)
 	fflush(stdout);
 	/* The victim, under A's pid. */
 	{
-		pid_t tid[1] = {a};
-		struct clone_args ca;
-		long v;
+		pid_t v = fork_as(a);
 
-		memset(&ca, 0, sizeof(ca));
-		ca.exit_signal = SIGCHLD;
-		ca.set_tid = (uint64_t)(uintptr_t)tid;
-		ca.set_tid_size = 1;
-		v = syscall(SYS_clone3, &ca, sizeof(ca));
-		if (v < 0) {
-			printf("clone3 %s\n", strerror(errno));
-			fflush(stdout);
-			return 3;
-		}
 		if (v == 0) {
 			execvp(argv[3], argv + 3);
 			_exit(127);
 		}
-		printf("victim %ld\n", v);
+		printf("victim %d\n", (int)v);
 		fflush(stdout);
 	}
 	/* B is A's child, reparented: not ours to wait for; the test reads its reply line. */

@@ -106,6 +106,9 @@ pub fn partitions(root: &Root) -> Result<Vec<PartitionObs>, AgentError> {
 /// Runs the agent until SIGTERM or SIGINT: binds the socket, tells systemd it is ready, serves,
 /// and at the end releases every process it preempted.
 pub fn run(cfg: AgentConfig, opts: &Options) -> Result<(), AgentError> {
+    // Before anything else: in another pid namespace than KFD's every pid would name another
+    // process (docs/agent.md "The pid namespace").
+    super::pid_namespace::check()?;
     if let Some(w) = cfg.calibration.as_ref().and_then(|c| c.warning.as_ref()) {
         tracing::warn!("{w}");
     }

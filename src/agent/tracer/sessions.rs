@@ -190,6 +190,7 @@ impl Sessions {
             let conn = *next_id;
             *next_id += 1;
             let (pid, start) = (f.id.pid, f.id.start);
+            tracing::debug!(pid = pid.0, start, "tracer: seizing");
             self.seizing.insert(pid, (f, class));
             if let Some(t) = &mut self.tracer {
                 t.send(Cmd::Seize { pid, conn, start });
