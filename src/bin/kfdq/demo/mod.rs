@@ -12,6 +12,7 @@ mod procs;
 mod reaction;
 mod report;
 mod runtime;
+mod setup;
 mod shape;
 mod stages;
 mod words;
@@ -21,9 +22,10 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use self::procs::{Emulator, wait_until};
-use self::report::{DemoReport, aggregate, relate, render};
+use self::report::{DemoReport, PhaseResult, aggregate, relate, render};
 use self::runtime::Runtime;
-use super::args::{DemoArgs, DemoRuntime, Phase};
+use self::setup::{Programs, check_args, emulator, programs, workloads_text};
+use super::args::{DemoArgs, Phase};
 use super::{CliError, client, print_json};
 use kfdq::kfd::Root;
 use kfdq::proto::Level;
@@ -107,42 +109,6 @@ const LP_WG_US: u32 = 20000;
 const LP_IN_FLIGHT: u32 = 4;
 /// The batch job's class in the demo's agent configuration.
 const BATCH_CLASS: &str = "batch";
-
-/// How to get the built-in workloads when they are missing.
-const WORKLOADS_FIX: &str = "the built-in workloads are built by scripts/run.sh, which puts them beside kfdq in target/debug; or give their directory with --workloads DIR (built against your ROCm on a real GPU), or your own programs with --hp-command and --lp-command";
-/// How to get kfdqd and kfd-emu when they are missing.
-const PROGRAMS_FIX: &str = "install the kfdq package, or build the workspace (cargo build --release) and run target/release/kfdq";
-
-/// Finds `name` in `dir`, else beside this `kfdq` and on `PATH`; `fix` says how to get it.
-fn find_exe(name: &str, dir: Option<&Path>, fix: &str) -> Result<PathBuf, CliError> {
-    let mut tried = Vec::new();
-    let mut dirs: Vec<PathBuf> = Vec::new();
-    match dir {
-        Some(d) => dirs.push(d.to_owned()),
-        None => {
-            if let Some(d) = std::env::current_exe()
-                .ok()
-                .and_then(|e| e.parent().map(Path::to_owned))
-            {
-                dirs.push(d);
-            }
-            if let Some(path) = std::env::var_os("PATH") {
-                dirs.extend(std::env::split_paths(&path));
-            }
-        }
-    }
-    for d in dirs {
-        let p = d.join(name);
-        if p.is_file() {
-            return Ok(p);
-        }
-        tried.push(d.display().to_string());
-    }
-    Err(CliError::Usage(format!(
-        "{name} not found (looked in {}); {fix}",
-        tried.join(", ")
-    )))
-}
 
 fn monotonic_us() -> f64 {
     nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC)
@@ -249,51 +215,10 @@ fn traced(sock: &Path, wait: Duration) -> Result<(), CliError> {
     }
 }
 
-/// A workload from `--hp-command` / `--lp-command`, or the built-in `name` with `args`.
-fn workload(
-    given: Option<&str>,
-    (name, args): (&str, Vec<String>),
-    dir: Option<&Path>,
-    flag: &str,
-) -> Result<Workload, CliError> {
-    match given {
-        Some(line) => {
-            let argv = words::split(line).map_err(|e| CliError::Usage(format!("{flag}: {e}")))?;
-            Ok(Workload {
-                argv,
-                builtin: false,
-            })
-        }
-        None => Ok(Workload {
-            argv: std::iter::once(find_exe(name, dir, WORKLOADS_FIX)?.display().to_string())
-                .chain(args)
-                .collect(),
-            builtin: true,
-        }),
-    }
-}
-
 /// Runs the demo.
 pub(super) fn run(root: &Path, args: DemoArgs, json: bool) -> Result<(), CliError> {
     interrupt::install();
-    if args.requests < 2 {
-        return Err(CliError::Usage(format!(
-            "--requests {} is too few: at least 2 (P99 of fewer than 100 requests is close to the maximum)",
-            args.requests
-        )));
-    }
-    if !(args.rate.is_finite() && args.rate > 0.0 && args.rate <= 200.0) {
-        return Err(CliError::Usage(format!(
-            "--rate {} is out of range: above 0 and at most 200 requests per second",
-            args.rate
-        )));
-    }
-    if !(1..=100).contains(&args.repeat) {
-        return Err(CliError::Usage(format!(
-            "--repeat {} is out of range: 1 to 100 repetitions of every phase",
-            args.repeat
-        )));
-    }
+    check_args(&args)?;
     let hint_lead_us = lead::lead_us(args.request_shape, args.hint_lead_us)?;
     let phases: Vec<Phase> = if args.phases.is_empty() {
         Phase::ALL.to_vec()
@@ -311,57 +236,14 @@ pub(super) fn run(root: &Path, args: DemoArgs, json: bool) -> Result<(), CliErro
     } else {
         Emulator::existing(root)
     };
-    let runtime = Runtime::resolve(&args, use_emu || existing.is_some())?;
-    let builtin = args.hp_command.is_none() || args.lp_command.is_none();
-    let workloads = match (&args.workloads, use_emu || existing.is_some()) {
-        (Some(d), _) => Some(d.clone()),
-        (None, true) => None,
-        (None, false) if !builtin || runtime.kind == DemoRuntime::Hip => None,
-        (None, false) => {
-            return Err(CliError::Usage(format!(
-                "{} has a /dev/kfd: on a real GPU the demo needs workloads built for it: give --hp-command and --lp-command (docs/demo.md, \"Your own workloads\"), or --workloads DIR with kfdq-latency and kfdq-flood built against your ROCm, or --emulator to run on the built-in emulator",
-                root.display()
-            )));
-        }
-    };
-    let [hp_hip, lp_hip] = runtime::builtin(runtime.kind);
-    let fakehip_hp_args: Vec<String> = [
-        args.requests.to_string(),
-        format!("{:.3}", 1000.0 / args.rate),
-    ]
-    .into_iter()
-    .chain(args.request_shape.client_args()?)
-    .collect();
-    let hp = workload(
-        args.hp_command.as_deref(),
-        hp_hip.unwrap_or(("kfdq-latency", fakehip_hp_args)),
-        workloads.as_deref(),
-        "--hp-command",
-    )?;
-    let lp = workload(
-        args.lp_command.as_deref(),
-        lp_hip.unwrap_or_else(|| {
-            (
-                "kfdq-flood",
-                vec![
-                    LP_WG_US.to_string(),
-                    LP_WGS.to_string(),
-                    LP_IN_FLIGHT.to_string(),
-                ],
-            )
-        }),
-        workloads.as_deref(),
-        "--lp-command",
-    )?;
-    // The programs first: an error naming a missing one leaves no directory behind.
-    let shim = super::run::find_shim(None)?;
-    let kfdqd = find_exe("kfdqd", None, PROGRAMS_FIX)?;
-    let kfd_emu = if use_emu {
-        Some(find_exe("kfd-emu", None, PROGRAMS_FIX)?)
-    } else {
-        None
-    };
-    let runtime = runtime.with_emulator(kfd_emu.as_deref());
+    let Programs {
+        runtime,
+        hp,
+        lp,
+        shim,
+        kfdqd,
+        kfd_emu,
+    } = programs(root, &args, use_emu, existing.is_some())?;
     let tmp = tempfile::Builder::new()
         .prefix("kfdq-demo-")
         .tempdir()
@@ -379,44 +261,11 @@ pub(super) fn run(root: &Path, args: DemoArgs, json: bool) -> Result<(), CliErro
         }
         None => tmp_path.clone(),
     };
-    let emu = if let Some(kfd_emu) = kfd_emu {
-        let mnt = tmp_path.join("emu");
-        eprintln!(
-            "kfdq demo: mounting the emulator ({}) at {}",
-            args.preset,
-            mnt.display()
-        );
-        let kernel_times = runtime.kernel_times(&tmp_path)?;
-        Some(Emulator::mount(
-            &kfd_emu,
-            &args.preset,
-            &mnt,
-            &logs.join("kfd-emu.log"),
-            kernel_times.as_deref(),
-        )?)
-    } else {
-        if let Some(e) = &existing {
-            eprintln!(
-                "kfdq demo: {} is a kfd-emu mount: the emulator's counters are read there",
-                e.root.display()
-            );
-        }
-        existing
-    };
+    let emu = emulator(kfd_emu, existing, &runtime, &args, &tmp_path, &logs)?;
     let root_dir = emu
         .as_ref()
         .map_or_else(|| root.to_owned(), |e| e.root.clone());
-    let workloads_text = match (hp.builtin, lp.builtin) {
-        (true, true) if runtime.kind == DemoRuntime::Hip => {
-            runtime::hipwork_text(args.request_shape).to_string()
-        }
-        (true, true) => format!(
-            "HP: {}. LP: dispatches of {LP_WGS} work-groups x {} ms, {LP_IN_FLIGHT} in flight (a ResNet-50 training loop).",
-            args.request_shape.describe()?,
-            LP_WG_US / 1000
-        ),
-        _ => format!("HP: `{}`. LP: `{}`.", hp.argv.join(" "), lp.argv.join(" ")),
-    };
+    let workloads_text = workloads_text(&hp, &lp, &runtime, &args)?;
     let env = Env {
         root: &root_dir,
         shim,
@@ -430,6 +279,23 @@ pub(super) fn run(root: &Path, args: DemoArgs, json: bool) -> Result<(), CliErro
         runtime,
         hint_lead_us,
     };
+    let runs = run_phases(&env, &phases)?;
+    let report = demo_report(&env, &phases, runs, use_emu, workloads_text);
+    drop(emu);
+    // It worked: the temporary logs are not needed.
+    tmp.keep = false;
+    if json {
+        print_json(&report)
+    } else {
+        print!("{}", render(&report));
+        Ok(())
+    }
+}
+
+/// Every phase, `--repeat` times, with progress on stderr; each repetition's results related to
+/// its own alone runs.
+fn run_phases(env: &Env<'_>, phases: &[Phase]) -> Result<Vec<Vec<PhaseResult>>, CliError> {
+    let args = env.args;
     let total = phases.len() * args.repeat as usize;
     let mut runs = Vec::new();
     for rep in 1..=args.repeat {
@@ -443,7 +309,7 @@ pub(super) fn run(root: &Path, args: DemoArgs, json: bool) -> Result<(), CliErro
             } else {
                 (i + 1).to_string()
             };
-            let r = phase::run_phase(&env, *phase, &tag).inspect_err(|_| eprintln!("failed"))?;
+            let r = phase::run_phase(env, *phase, &tag).inspect_err(|_| eprintln!("failed"))?;
             eprintln!(
                 "{:.1} s{}",
                 t.elapsed().as_secs_f64(),
@@ -455,37 +321,40 @@ pub(super) fn run(root: &Path, args: DemoArgs, json: bool) -> Result<(), CliErro
         relate(&mut results);
         runs.push(results);
     }
+    Ok(runs)
+}
+
+/// The report: each phase's medians over the repetitions, and every repetition's results.
+fn demo_report(
+    env: &Env<'_>,
+    phases: &[Phase],
+    runs: Vec<Vec<PhaseResult>>,
+    use_emu: bool,
+    workloads: String,
+) -> DemoReport {
+    let args = env.args;
     let phases_med = (0..phases.len())
         .map(|i| aggregate(&runs.iter().map(|r| &r[i]).collect::<Vec<_>>()))
         .collect();
-    let report = DemoReport {
-        emulator: emu.is_some(),
+    DemoReport {
+        emulator: env.emu.is_some(),
         // The preset of a mount the demo did not make is not known (`?`).
-        preset: emu
-            .as_ref()
-            .filter(|_| use_emu)
-            .map(|_| args.preset.clone()),
-        priority_note: kfdq::capability::priority_note(&Root::new(&root_dir)),
+        preset: env.emu.filter(|_| use_emu).map(|_| args.preset.clone()),
+        priority_note: kfdq::capability::priority_note(&Root::new(env.root)),
         requests: args.requests,
         rate_per_s: args.rate,
-        workloads: workloads_text,
+        workloads,
         runtime: env.runtime.describe(),
         hp_command: env.hp.argv.clone(),
         lp_command: env.lp.argv.clone(),
         repeat: args.repeat,
         request_shape: args.request_shape.name().into(),
-        hint_lead_us: phases.iter().any(|p| p.hinted()).then_some(hint_lead_us),
+        hint_lead_us: phases
+            .iter()
+            .any(|p| p.hinted())
+            .then_some(env.hint_lead_us),
         phases: phases_med,
         runs,
-    };
-    drop(emu);
-    // It worked: the temporary logs are not needed.
-    tmp.keep = false;
-    if json {
-        print_json(&report)
-    } else {
-        print!("{}", render(&report));
-        Ok(())
     }
 }
 
