@@ -9,6 +9,7 @@ pub mod demo;
 pub mod elf;
 pub mod forger;
 pub mod kfdqd;
+pub mod kubernetes;
 pub mod libs_suite;
 pub mod operator;
 pub mod pod;
