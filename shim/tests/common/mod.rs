@@ -17,6 +17,7 @@ pub mod prom;
 pub mod sid;
 pub mod sid7;
 pub mod sid_libs;
+pub mod soak;
 pub mod streams;
 pub mod traced;
 
