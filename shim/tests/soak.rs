@@ -31,9 +31,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use common::kfdqd::Agent;
-use common::soak::{
-    Proc, Tally, agent_resources, by_fault, event, injected_failures, output_ok, signal, spawn,
-};
+use common::soak::{Proc, Tally, agent_resources, event, injected_failures, signal, spawn};
 use common::*;
 use nix::sys::signal::Signal;
 use rand::{Rng, SeedableRng};
@@ -201,15 +199,12 @@ impl<'e> Soak<'e> {
                 None => live.push(p),
                 Some((status, lines, stderr)) => {
                     event(t, start, format!("pid {pid} ({class}) exited {status}"));
-                    if status.success() && output_ok(class, &lines) {
-                        t.exited_well += 1;
-                    } else if by_fault(&stderr, self.last_fault_activity) {
-                        t.failed_by_fault += 1;
-                    } else {
-                        t.violations.push(format!(
-                            "pid {pid} ({class}, asked to stop: {asked}) exited {status}: {lines:?} {stderr}"
-                        ));
-                    }
+                    t.exit(
+                        class,
+                        (status, &lines, &stderr),
+                        self.last_fault_activity,
+                        format!("pid {pid} ({class}, asked to stop: {asked}) exited"),
+                    );
                 }
             }
         }

@@ -1,6 +1,7 @@
 //! The soak's processes and probes (`soak.rs`): the kinds of process it starts and how, what a
 //! program's good output is, its tally, and what it reads of the agent and the emulator.
 
+use std::process::ExitStatus;
 use std::time::{Duration, Instant};
 
 use kfdq::proto::control::NodeStatus;
@@ -91,6 +92,27 @@ pub fn spawn(emu: &Emu, agent: &Agent, rng: &mut ChaCha8Rng) -> Proc {
         stopped_until: None,
         continued: None,
         asked_to_stop: false,
+    }
+}
+
+impl Tally {
+    /// Counts a program's exit (`status`, stdout lines, stderr): well with its output, failed
+    /// by an injected fault, or a violation, `what` followed by the exit.
+    pub fn exit(
+        &mut self,
+        class: &str,
+        (status, lines, stderr): (ExitStatus, &[String], &str),
+        last_fault_activity: Instant,
+        what: String,
+    ) {
+        if status.success() && output_ok(class, lines) {
+            self.exited_well += 1;
+        } else if by_fault(stderr, last_fault_activity) {
+            self.failed_by_fault += 1;
+        } else {
+            self.violations
+                .push(format!("{what} {status}: {lines:?} {stderr}"));
+        }
     }
 }
 

@@ -5,7 +5,7 @@ use std::time::Duration;
 use nix::sys::signal::Signal;
 
 use super::Soak;
-use super::common::soak::{by_fault, cli_status, output_ok, signal};
+use super::common::soak::{cli_status, signal};
 use super::common::wait_for;
 
 impl Soak<'_> {
@@ -36,15 +36,12 @@ impl Soak<'_> {
             let Some((status, lines, stderr)) = app.try_finish() else {
                 unreachable!("exited")
             };
-            if status.success() && output_ok(class, &lines) {
-                t.exited_well += 1;
-            } else if by_fault(&stderr, self.last_fault_activity) {
-                t.failed_by_fault += 1;
-            } else {
-                t.violations.push(format!(
-                    "pid {pid} ({class}) at the end: {status}: {lines:?} {stderr}"
-                ));
-            }
+            t.exit(
+                class,
+                (status, &lines, &stderr),
+                self.last_fault_activity,
+                format!("pid {pid} ({class}) at the end:"),
+            );
         }
         let (agent, emu) = (&self.agent, self.emu);
         wait_for(
