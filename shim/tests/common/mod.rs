@@ -9,6 +9,7 @@ pub mod demo;
 pub mod elf;
 pub mod forger;
 pub mod kfdqd;
+pub mod kubernetes;
 pub mod libs_suite;
 pub mod operator;
 pub mod pod;
@@ -16,6 +17,7 @@ pub mod prom;
 pub mod sid;
 pub mod sid7;
 pub mod sid_libs;
+pub mod soak;
 pub mod streams;
 pub mod traced;
 
