@@ -1,5 +1,5 @@
 //! The agent's messages, answered: targets resolved to the streams (level 1) or queues
-//! (levels 0, 2, 3) they name, each command executed under the registry lock (`levels.rs`), and
+//! (levels 0, 2, 3) they name, each command executed under the registry lock (`levels/`), and
 //! the replies (acknowledgements, the registry) to send back.
 
 use kfdq::Pid;
@@ -30,7 +30,7 @@ pub fn handle(msg: AgentMsg) -> Vec<ShimMsg> {
     let mut st = STATE.lock();
     let out = match msg {
         AgentMsg::Welcome { .. } => vec![],
-        // The control thread's lease (control.rs) took it.
+        // The control thread's lease (`control/`) took it.
         AgentMsg::Renew {} => vec![],
         AgentMsg::Edges {
             on,
@@ -47,7 +47,7 @@ pub fn handle(msg: AgentMsg) -> Vec<ShimMsg> {
             crate::edges::taken();
             vec![]
         }
-        // The control thread (control.rs) reports every queue's state after it.
+        // The control thread (`control/`) reports every queue's state after it.
         AgentMsg::Rang {} => vec![],
         // The control thread hands these to `watch.rs` (they need no registry lock).
         AgentMsg::BoardWriter { .. }

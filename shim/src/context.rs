@@ -1,6 +1,6 @@
 //! A thread's stream context: the stream whose call it is forwarding right now (the ioctl hook
 //! gives a CREATE_QUEUE it sees meanwhile to that stream) and its per-thread default stream.
-//! Written by the wrappers' slow paths (`launch.rs`), reset in a fork child.
+//! Written by the wrappers' slow paths (`launch/`), reset in a fork child.
 
 use std::cell::Cell;
 

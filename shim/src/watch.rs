@@ -1,7 +1,7 @@
 //! Watches of edge boards (`AgentMsg::Watch`, docs/shim.md "Direct edges"): a thread per
 //! watched board blocks on the board's counter (`FUTEX_WAIT`); when a watched slot is busy the
 //! process preempts all its queues itself at the watch's level (2: deactivate, 3: suspend; the
-//! code of the agent's `Preempt`, `levels.rs`), and once every watched slot of every board is
+//! code of the agent's `Preempt`, `levels/`), and once every watched slot of every board is
 //! idle it undoes that by the
 //! policy's release rule (`kfdq::policy::release`, the code the agent runs), never changing its
 //! level twice within the policy's minimum interval. What it did goes to the agent

@@ -43,7 +43,7 @@ const NAP_MAX: Duration = Duration::from_micros(250);
 /// address), and the `WINDOW_GEN` generation read before they were looked up. Addresses 0: the
 /// stream has no known compute queue (never windowed).
 ///
-/// Made only by the registry's lookup (`launch.rs`) under the rule of `index_reads.rs`, or as
+/// Made only by the registry's lookup (`launch/`) under the rule of `index_reads.rs`, or as
 /// [`QueueIndices::none`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct QueueIndices {

@@ -92,7 +92,7 @@ impl Queue {
     /// The addresses (not the values) of the 64-bit write and read indices, as the runtime gave
     /// them to CREATE_QUEUE (0: none). Reading the memory they name is [`State::indices`](super::State::indices)'s
     /// business, or the in-flight window's, which reads them under the rule of `index_reads.rs`
-    /// (its lookup, in `launch.rs`, is the only caller).
+    /// (its lookup, in `launch/`, is the only caller).
     pub fn index_addresses(&self) -> (u64, u64) {
         (self.wptr, self.rptr)
     }
