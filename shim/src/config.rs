@@ -54,6 +54,10 @@ pub struct Config {
     pub activity_period: Duration,
     /// Whose agent this process obeys (root, itself, `KFDQ_AGENT_UID`).
     pub agent_trust: AgentTrust,
+    /// `KFDQ_REPROBE_EVERY`: while HIP may move streams, the most launches of a stream between
+    /// two comparisons of write indices when no wrapped call gave the runtime a chance to move
+    /// it ([`DEFAULT_REPROBE_EVERY`]).
+    pub reprobe_every: u32,
     /// `KFDQ_LOG` set: log decisions to stderr.
     pub log: bool,
     /// `KFDQ_CHAIN_TRACE`: the file the control thread appends reaction-chain timestamps to
@@ -102,9 +106,17 @@ impl Config {
                 DEFAULT_ACTIVITY_PERIOD
             }
         };
+        let reprobe_every = match parse_reprobe_every(var(REPROBE_ENV).as_deref()) {
+            Ok(n) => n,
+            Err(w) => {
+                warnings.push(w.to_string());
+                DEFAULT_REPROBE_EVERY
+            }
+        };
         Config {
             policy,
             activity_period,
+            reprobe_every,
             class,
             socket,
             passthrough: passthrough_list(var("KFDQ_PASSTHROUGH").as_deref()),
@@ -174,6 +186,37 @@ pub fn parse_window(value: Option<&str>) -> Result<Option<u32>, BadSetting> {
             var: "KFDQ_WINDOW",
             value: v.to_string(),
             rule: format!("a number of dispatches 1..={MAX_WINDOW}, or 0 / unbounded for none"),
+        }),
+    }
+}
+
+/// Names the re-probe sampling period.
+pub const REPROBE_ENV: &str = "KFDQ_REPROBE_EVERY";
+
+/// How many launches of a stream may pass without a comparison of write indices when nothing
+/// the shim saw gave the runtime a chance to move it: the staleness bound for moves at release
+/// points the shim does not wrap (`HostQueue::finish` from `hipFree`, a blocking copy, a module
+/// unload, ...; `state/dynamic.rs`). A named guess (no public source fixes it): 16 makes the
+/// comparisons' cost a sixteenth of their cost at every launch (docs/performance.md) while the
+/// launches of a stream moved unseen go unattributed (past its in-flight window, beside its
+/// level-2/3 target) for at most 17; `KFDQ_REPROBE_EVERY` sets it (1: every launch, the
+/// behaviour before sampling).
+pub const DEFAULT_REPROBE_EVERY: u32 = 16;
+
+/// A `KFDQ_REPROBE_EVERY` value: unset = [`DEFAULT_REPROBE_EVERY`]; else a whole number of
+/// launches from 1 to 65536.
+pub fn parse_reprobe_every(value: Option<&str>) -> Result<u32, BadSetting> {
+    let Some(v) = value else {
+        return Ok(DEFAULT_REPROBE_EVERY);
+    };
+    match v.trim().parse::<u32>() {
+        Ok(n @ 1..=65536) => Ok(n),
+        _ => Err(BadSetting {
+            var: REPROBE_ENV,
+            value: v.trim().to_string(),
+            rule: format!(
+                "a whole number of launches from 1 to 65536 (1 compares write indices at every launch); using {DEFAULT_REPROBE_EVERY}"
+            ),
         }),
     }
 }

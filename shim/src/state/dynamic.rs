@@ -13,7 +13,7 @@
 //!
 //! [`F_REPROBE`]: super::F_REPROBE
 
-use std::sync::atomic::{AtomicU8, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 
 use super::State;
 
@@ -57,45 +57,11 @@ pub fn move_chance() {
     MOVE_CHANCES.fetch_add(1, Ordering::Relaxed);
 }
 
-/// How many launches of a stream may pass without a comparison when nothing the shim saw gave
-/// the runtime a chance to move it: the staleness bound for moves at release points the shim
-/// does not wrap (`HostQueue::finish` from `hipFree`, a blocking copy, a module unload, ...).
-/// A named guess (no public source fixes it): 16 makes the comparisons' cost a sixteenth of
-/// their cost at every launch (docs/performance.md) while the launches of a stream moved
-/// unseen go unattributed (past its in-flight window, beside its level-2/3 target) for at most
-/// 17; `KFDQ_REPROBE_EVERY` sets it (1: every launch, the behaviour before sampling).
-pub const DEFAULT_REPROBE_EVERY: u32 = 16;
-
-/// `KFDQ_REPROBE_EVERY` (a number from 1 to 65536), else [`DEFAULT_REPROBE_EVERY`]; a bad
-/// value is reported once and changes nothing. Read once.
-pub(super) fn reprobe_every() -> u32 {
-    static EVERY: AtomicU32 = AtomicU32::new(0);
-    match EVERY.load(Ordering::Relaxed) {
-        0 => {
-            let n = std::env::var("KFDQ_REPROBE_EVERY")
-                .ok()
-                .map_or(DEFAULT_REPROBE_EVERY, |v| parse_every(&v));
-            EVERY.store(n, Ordering::Relaxed);
-            n
-        }
-        n => n,
-    }
-}
-
-/// A `KFDQ_REPROBE_EVERY` value: a whole number from 1 to 65536; anything else warns and gives
-/// [`DEFAULT_REPROBE_EVERY`].
-pub(super) fn parse_every(v: &str) -> u32 {
-    match v.trim().parse::<u32>() {
-        Ok(n @ 1..=65536) => n,
-        _ => {
-            crate::log::warn_always(&format!(
-                "KFDQ_REPROBE_EVERY={v:?} ignored: it must be a whole number of launches from 1 \
-                 to 65536 (1 compares write indices at every launch); using \
-                 {DEFAULT_REPROBE_EVERY}"
-            ));
-            DEFAULT_REPROBE_EVERY
-        }
-    }
+/// How many launches of a stream may pass without a comparison (`KFDQ_REPROBE_EVERY`, read with
+/// the rest of the shim's environment: [`crate::config::DEFAULT_REPROBE_EVERY`] says why 16).
+#[inline(always)]
+fn reprobe_every() -> u32 {
+    crate::config::config().reprobe_every
 }
 
 /// When a launch of a stream whose queue is known compares write indices while streams may

@@ -294,11 +294,18 @@ fn a_stream_compares_when_it_may_have_moved_and_at_least_every_nth_launch() {
 
 #[test]
 fn reprobe_every_takes_whole_numbers_from_1_and_else_the_default() {
-    use super::dynamic::{DEFAULT_REPROBE_EVERY, parse_every};
+    use crate::config::{Config, DEFAULT_REPROBE_EVERY, REPROBE_ENV};
+    let parse_every = |v: &str| {
+        Config::from_lookup(0, |k| (k == REPROBE_ENV).then(|| v.to_string())).reprobe_every
+    };
     assert_eq!(parse_every("1"), 1);
     assert_eq!(parse_every(" 64 "), 64);
     assert_eq!(parse_every("65536"), 65536);
     for bad in ["0", "-3", "", "x", "16k", "65537", "99999999999"] {
         assert_eq!(parse_every(bad), DEFAULT_REPROBE_EVERY, "{bad:?}");
     }
+    assert_eq!(
+        Config::from_lookup(0, |_| None).reprobe_every,
+        DEFAULT_REPROBE_EVERY
+    );
 }
