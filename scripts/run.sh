@@ -60,7 +60,7 @@ given --requests || demo_args+=(--requests 200)
 # gives the few long dispatches of earlier tables.
 given --request-shape || demo_args+=(--request-shape resnet18)
 
-step "kfdq demo (about three minutes: 10 phases of 200 requests)"
+step "kfdq demo (about three minutes: 11 phases of 200 requests)"
 "$BIN/kfdq" demo "${demo_args[@]}" "$@"
 echo
 echo "run: ok"

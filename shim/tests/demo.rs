@@ -284,3 +284,38 @@ fn a_client_that_does_not_hint_fails_the_hinted_phase() {
         "{stderr}"
     );
 }
+
+/// `level2-held` deactivates the batch job by hand before the latency client's first request
+/// and keeps it off until its last: the batch job completes no work inside the window, every
+/// request finds it stopped, and it runs again after (the demo stops it cleanly).
+#[test]
+#[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
+fn the_held_phase_keeps_the_batch_job_off_throughout() {
+    test_support::require_root();
+    let (out, stderr) = demo(&[
+        "--json",
+        "--requests",
+        "10",
+        "--request-shape",
+        "resnet18",
+        "--phases",
+        "lp-alone,level2-held",
+    ]);
+    assert!(out.status.success(), "kfdq demo failed:\n{stderr}");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON on stdout");
+    let held = v["phases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["phase"] == "level2-held")
+        .unwrap_or_else(|| panic!("no phase level2-held in {v}"))
+        .clone();
+    assert_eq!(held["hp"]["n"], 10, "{held}");
+    assert_eq!(
+        held["lp_dispatches_per_s"].as_f64(),
+        Some(0.0),
+        "the batch job worked while held: {held}"
+    );
+    assert_eq!(held["reaction_not_stopped"], 0, "{held}");
+    assert_eq!(held["reaction_found_stopped"], 10, "{held}");
+}

@@ -396,6 +396,10 @@ pub enum Phase {
     /// ($KFDQ_DEMO_HINT=1: kfdq_request_begin() a lead before its first launch, the host work
     /// an inference server does, kfdq_request_end() after its last).
     Level2Hinted,
+    /// Level 2 with the batch job held off throughout (`kfdq suspend --level 2` before the
+    /// latency client starts, resumed after it): the latency client with the GPU to itself
+    /// beside the batch job's process, the floor the host sets for every controlled row.
+    Level2Held,
     /// Level 2 as the agent runs by default (direct edges): the batch job deactivates itself on
     /// the latency launch's edge on the agent's board, without the agent's hop.
     Level2Direct,

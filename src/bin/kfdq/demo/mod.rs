@@ -3,6 +3,7 @@
 //! the shim — on the built-in emulator when the node has no AMD GPU. docs/demo.md explains the
 //! workloads, the phases and every column.
 
+mod held;
 mod interrupt;
 mod lead;
 mod lines;
@@ -32,7 +33,7 @@ use kfdq::proto::Level;
 use kfdq::proto::control::NodeStatus;
 
 impl Phase {
-    const ALL: [Phase; 10] = [
+    const ALL: [Phase; 11] = [
         Phase::Alone,
         Phase::LpAlone,
         Phase::Uncontrolled,
@@ -40,6 +41,7 @@ impl Phase {
         Phase::Level1,
         Phase::Level2,
         Phase::Level2Hinted,
+        Phase::Level2Held,
         Phase::Level2Direct,
         Phase::Level3,
         Phase::Level3Direct,
@@ -54,6 +56,7 @@ impl Phase {
             Phase::Level1 => "HP+LP level 1 (hold)",
             Phase::Level2 => "HP+LP level 2, agent's commands",
             Phase::Level2Hinted => "HP+LP level 2, agent's commands, HP hinted",
+            Phase::Level2Held => "HP+LP level 2, LP held off throughout",
             Phase::Level2Direct => "HP+LP level 2, direct (default)",
             Phase::Level2Traced => "HP+LP level 2, HP traced (no shim)",
             Phase::Level3 => "HP+LP level 3, agent's commands",
@@ -75,9 +78,11 @@ impl Phase {
             Phase::Alone | Phase::LpAlone | Phase::Uncontrolled => None,
             Phase::Priority => Some(None),
             Phase::Level1 => Some(Some(Level::Hold)),
-            Phase::Level2 | Phase::Level2Hinted | Phase::Level2Direct | Phase::Level2Traced => {
-                Some(Some(Level::Deactivate))
-            }
+            Phase::Level2
+            | Phase::Level2Hinted
+            | Phase::Level2Held
+            | Phase::Level2Direct
+            | Phase::Level2Traced => Some(Some(Level::Deactivate)),
             Phase::Level3 | Phase::Level3Direct => Some(Some(Level::Suspend)),
         }
     }
@@ -90,6 +95,11 @@ impl Phase {
     /// The latency client hints each request ($KFDQ_DEMO_HINT=1).
     fn hinted(self) -> bool {
         self == Phase::Level2Hinted
+    }
+
+    /// The batch job deactivated by hand throughout the latency client's run (`held.rs`).
+    fn held(self) -> bool {
+        self == Phase::Level2Held
     }
 
     /// The latency client without the shim, controlled by the agent's tracer.

@@ -11,8 +11,8 @@ use super::super::{CliError, client};
 use super::procs::{Child, Emulator, wait_until};
 use super::report::{Latency, PhaseResult};
 use super::{
-    BATCH_CLASS, Env, Phase, agent_config, connected, lines, monotonic_us, procs, reaction, stages,
-    traced,
+    BATCH_CLASS, Env, Phase, agent_config, connected, held, lines, monotonic_us, procs, reaction,
+    stages, traced,
 };
 use kfdq::proto::control::NodeStatus;
 
@@ -238,6 +238,10 @@ pub(super) fn run_phase(env: &Env<'_>, phase: Phase, tag: &str) -> Result<PhaseR
     } else {
         None
     };
+    let held = match (&agent, phase.held()) {
+        (Some(_), true) => Some(held::hold(&run.sock)?),
+        _ => None,
+    };
     let preempts0 = env.emu.and_then(Emulator::preempts);
     let (window, hp) = if phase.hp() {
         let (window, hp) = run.run_hp(agent.is_some())?;
@@ -265,6 +269,9 @@ pub(super) fn run_phase(env: &Env<'_>, phase: Phase, tag: &str) -> Result<PhaseR
     }
     let starts = hp.as_ref().and_then(|h| h.2.as_deref());
     let reactions = reactions(env.emu, status.as_ref(), starts);
+    if let Some(pid) = held {
+        held::release(&run.sock, pid)?;
+    }
     let lp_done = lp.map(|c| run.finish_lp(c, window)).transpose()?;
     if let Some(mut a) = agent {
         a.terminate();
