@@ -24,12 +24,16 @@ fn bench(emu: &Emu, extra: &[&str]) -> Output {
         .expect("run kfdq bench")
 }
 
-fn json(out: &Output) -> serde_json::Value {
+/// The bench's JSON; on failure the test fails with the bench's stderr, the emulator's log
+/// and its statistics (a bench that waited in vain says what the partition held).
+fn json(emu: &Emu, out: &Output) -> serde_json::Value {
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),
-        "kfdq bench failed: {}\n{text}",
-        String::from_utf8_lossy(&out.stderr)
+        "kfdq bench failed: {}\n{text}\nkfd-emu's log:\n{}\nkfd-emu's statistics:\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        emu.emu.log_text(),
+        std::fs::read_to_string(emu.path("kfd-emu/stats.json")).unwrap_or_default()
     );
     serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"))
 }
@@ -63,7 +67,7 @@ fn the_bench_recovers_the_emulators_parameters() {
     ];
     for (fixed_us, save, restore, arbitration, word) in cases {
         let emu = mount(config(fixed_us, save, restore, arbitration));
-        let v = json(&bench(&emu, &[]));
+        let v = json(&emu, &bench(&emu, &[]));
         let p = &v[0];
         let fit = &p["fit"];
         within(
@@ -123,7 +127,7 @@ fn the_calibration_file_carries_the_fit_and_the_node() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("node.toml");
     let out = bench(&emu, &["--write", file.to_str().unwrap()]);
-    json(&out);
+    json(&emu, &out);
     let text = std::fs::read_to_string(&file).unwrap();
     let file =
         kfdq_calibration::Calibration::parse(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
@@ -162,7 +166,7 @@ fn without_the_debugger_api_level_3_is_named_with_its_fix() {
         kfd_minor: 11,
         ..EmuConfig::default()
     });
-    let v = json(&bench(&emu, &[]));
+    let v = json(&emu, &bench(&emu, &[]));
     let p = &v[0];
     let u: Vec<_> = p["unavailable"]
         .as_array()
@@ -208,7 +212,7 @@ fn a_partition_in_use_is_refused_unless_forced() {
         "a refused bench changed the partition"
     );
     // With --force it measures (the other process's queue is idle: the fit is still exact).
-    let v = json(&bench(&emu, &["--force"]));
+    let v = json(&emu, &bench(&emu, &["--force"]));
     within(
         v[0]["fit"]["fixed_ns"].as_f64().unwrap(),
         50_000.0,
@@ -275,7 +279,7 @@ fn the_bench_dispatches_its_spin_kernel_for_gfx942_and_gfx90a() {
             }
             std::thread::sleep(std::time::Duration::from_millis(5));
         };
-        let v = json(&Output {
+        let v = json(&emu, &Output {
             status,
             stdout: reader.join().unwrap(),
             stderr: Vec::new(),
@@ -319,7 +323,7 @@ fn the_victims_side_shows_when_its_work_stops_and_resumes() {
     // W waves and the rest of its saved packet (half of one on average).
     let (fixed_us, restore) = (200_000, 40);
     let emu = mount(config(fixed_us, 20, restore, Arbitration::PipePriority));
-    let v = json(&bench(&emu, &["--window-ms", "700"]));
+    let v = json(&emu, &bench(&emu, &["--window-ms", "700"]));
     let p = &v[0];
     for level in ["l2", "l3"] {
         let stops = p50s(p, &format!("{level}_victim_stop"));
@@ -368,7 +372,7 @@ fn the_calibration_file_holds_every_partition() {
     });
     let file = dir.path().join("node.toml");
     let out = bench(&emu, &["--write", file.to_str().unwrap()]);
-    let v = json(&out);
+    let v = json(&emu, &out);
     // Beside --json too, the write is said on stderr (stdout is the JSON).
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("wrote the calibration of gpu"), "{err}");
@@ -461,7 +465,7 @@ fn the_reaction_chain_runs_through_a_running_agent() {
             .env("KFDQ_STATE_DIR", &agent.state)
             .output()
             .expect("run kfdq bench");
-        let v = json(&out);
+        let v = json(&emu, &out);
         let p = &v[0];
         assert_eq!(p["agent_level"], level, "{p:#}");
         let u = p["unavailable"].as_array().unwrap();
@@ -517,7 +521,7 @@ fn the_hip_helpers_are_refused_with_their_reason_and_raw_is_said() {
     let out = bench(&emu, &["--reaction-only"]);
     let err = String::from_utf8_lossy(&out.stderr).into_owned();
     assert!(err.contains("raw queue layer, not HIP"), "{err}");
-    let v = json(&out);
+    let v = json(&emu, &out);
     let u = v[0]["unavailable"].as_array().unwrap();
     assert!(
         u.iter().any(|x| x["measurement"]
