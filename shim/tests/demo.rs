@@ -287,7 +287,8 @@ fn a_client_that_does_not_hint_fails_the_hinted_phase() {
 
 /// `level2-held` deactivates the batch job by hand before the latency client's first request
 /// and keeps it off until its last: the batch job completes no work inside the window, every
-/// request finds it stopped, and it runs again after (the demo stops it cleanly).
+/// request finds it stopped, and it runs again after (the demo stops it cleanly); the phase
+/// says the host CPU its processes used.
 #[test]
 #[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn the_held_phase_keeps_the_batch_job_off_throughout() {
@@ -318,4 +319,11 @@ fn the_held_phase_keeps_the_batch_job_off_throughout() {
     );
     assert_eq!(held["reaction_not_stopped"], 0, "{held}");
     assert_eq!(held["reaction_found_stopped"], 10, "{held}");
+    // Whose host work the requests shared the machine with: the three groups measured, and
+    // the emulator, which ran every request's dispatches, used some.
+    let cpu = &held["host_cpu"];
+    for k in ["lp", "kfdqd", "emulator"] {
+        assert!(cpu[k].as_f64().is_some_and(|c| c >= 0.0), "{k}: {held}");
+    }
+    assert!(cpu["emulator"].as_f64().unwrap() > 0.0, "{held}");
 }

@@ -3,6 +3,7 @@
 //! the shim — on the built-in emulator when the node has no AMD GPU. docs/demo.md explains the
 //! workloads, the phases and every column.
 
+mod cpu;
 mod held;
 mod interrupt;
 mod lead;

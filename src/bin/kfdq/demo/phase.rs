@@ -11,8 +11,8 @@ use super::super::{CliError, client};
 use super::procs::{Child, Emulator, wait_until};
 use super::report::{Latency, PhaseResult};
 use super::{
-    BATCH_CLASS, Env, Phase, agent_config, connected, held, lines, monotonic_us, procs, reaction,
-    stages, traced,
+    BATCH_CLASS, Env, Phase, agent_config, connected, cpu, held, lines, monotonic_us, procs,
+    reaction, stages, traced,
 };
 use kfdq::proto::control::NodeStatus;
 
@@ -150,7 +150,11 @@ impl<'a> PhaseRun<'a> {
 
     /// The latency client from its start to its end: the window it measured (CLOCK_MONOTONIC
     /// µs) and its requests.
-    fn run_hp(&self, agent: bool) -> Result<((f64, f64), HpOutcome), CliError> {
+    fn run_hp(
+        &self,
+        agent: bool,
+        groups: &[cpu::Group],
+    ) -> Result<((f64, f64), HpOutcome, cpu::HostCpu), CliError> {
         let go = self.dir.path().join("go");
         let args = self.env.args;
         let mut cmd = self.env.hp.command(self.env, self.dir.path());
@@ -176,11 +180,13 @@ impl<'a> PhaseRun<'a> {
                 connected(&self.sock, "latency")
             })?;
         }
+        let cpu0 = cpu::sample(groups);
         let go_us = monotonic_us();
         write_file(&go)?;
         let budget = Duration::from_secs_f64(60.0 + 10.0 * f64::from(args.requests) / args.rate);
         let out = c.finish(budget)?;
         let end_us = monotonic_us();
+        let host_cpu = cpu::between(&cpu0, &cpu::sample(groups), (end_us - go_us) / 1e6);
         let hp = lines::parse_hp(&out)
             .map_err(|e| CliError::Usage(format!("the latency client (HP): {e}")))?;
         self.note_runtime(&out);
@@ -197,6 +203,7 @@ impl<'a> PhaseRun<'a> {
         Ok((
             hp.window.unwrap_or((go_us, end_us)),
             (lat, hp.latencies_us, starts),
+            host_cpu,
         ))
     }
 
@@ -243,16 +250,27 @@ pub(super) fn run_phase(env: &Env<'_>, phase: Phase, tag: &str) -> Result<PhaseR
         _ => None,
     };
     let preempts0 = env.emu.and_then(Emulator::preempts);
-    let (window, hp) = if phase.hp() {
-        let (window, hp) = run.run_hp(agent.is_some())?;
-        (window, Some(hp))
+    let groups: Vec<cpu::Group> = [
+        lp.as_ref().map(|c| (cpu::LP, c.pid())),
+        agent.as_ref().map(|c| (cpu::KFDQD, c.pid())),
+        env.emu.and_then(Emulator::pid).map(|p| (cpu::EMULATOR, p)),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    let (window, hp, host_cpu) = if phase.hp() {
+        let (window, hp, host_cpu) = run.run_hp(agent.is_some(), &groups)?;
+        (window, Some(hp), host_cpu)
     } else {
         // The batch job alone, over as long as a latency phase takes.
+        let cpu0 = cpu::sample(&groups);
         let start = monotonic_us();
         procs::pause(Duration::from_secs_f64(
             f64::from(env.args.requests) / env.args.rate,
         ))?;
-        ((start, monotonic_us()), None)
+        let end = monotonic_us();
+        let host_cpu = cpu::between(&cpu0, &cpu::sample(&groups), (end - start) / 1e6);
+        ((start, end), None, host_cpu)
     };
     let preempts = match (preempts0, env.emu.and_then(Emulator::preempts)) {
         (Some(a), Some(b)) => Some(b.saturating_sub(a)),
@@ -298,6 +316,7 @@ pub(super) fn run_phase(env: &Env<'_>, phase: Phase, tag: &str) -> Result<PhaseR
             lp_done,
             preempts,
             runtime,
+            host_cpu,
         },
     ))
 }
@@ -314,6 +333,8 @@ struct Measured {
     preempts: Option<u64>,
     /// The HIP runtime the workloads ran on.
     runtime: Option<String>,
+    /// Cores the batch job, kfdqd and kfd-emu used in the window.
+    host_cpu: cpu::HostCpu,
 }
 
 /// The phase's row from what it measured.
@@ -365,6 +386,7 @@ fn phase_result(
         runtime: m.runtime,
         hints: m.status.as_ref().map(|s| s.counters.hints),
         hint_expiries: m.status.as_ref().map(|s| s.counters.hint_expiries),
+        host_cpu: m.host_cpu,
     }
 }
 

@@ -33,6 +33,11 @@ fn fail(msg: String) -> CliError {
 }
 
 impl Child {
+    /// Its process id, which is also its process group's (`spawn`).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// Starts `cmd`; its stderr goes to `log`.
     pub fn spawn(name: &str, mut cmd: Command, log: &Path) -> Result<Child, CliError> {
         let err = std::fs::File::create(log)
@@ -294,6 +299,11 @@ impl Emulator {
     fn stats(&self) -> Option<serde_json::Value> {
         let text = std::fs::read_to_string(self.root.join("kfd-emu/stats.json")).ok()?;
         serde_json::from_str(&text).ok()
+    }
+
+    /// The emulator's process (group), when the demo mounted it.
+    pub fn pid(&self) -> Option<u32> {
+        self.own.as_ref().map(|(c, _)| c.pid())
     }
 
     /// Device-wide preempts the emulator's HWS model counted so far (all partitions).

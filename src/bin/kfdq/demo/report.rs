@@ -5,6 +5,7 @@ use serde::{Serialize, Serializer};
 
 use super::super::args::Phase;
 use super::super::table::Table;
+use super::cpu::HostCpu;
 use super::stages::{self, StageFigures, pool};
 use clap::ValueEnum;
 use kfdq::stats::{nearest_rank, nearest_rank_sorted};
@@ -117,6 +118,9 @@ pub struct PhaseResult {
     /// Of them, hints that expired (held `hint_timeout_ms` without work).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub hint_expiries: Option<u64>,
+    /// Cores of this machine the batch job, kfdqd and kfd-emu used in the window (`cpu.rs`;
+    /// docs/demo.md, "Host CPU"); medians over repetitions.
+    pub host_cpu: HostCpu,
 }
 
 /// The whole demo.
@@ -236,6 +240,11 @@ pub fn aggregate(reps: &[&PhaseResult]) -> PhaseResult {
             .filter_map(|r| r.hint_expiries)
             .reduce(|a, b| a + b),
         runtime: first.runtime.clone(),
+        host_cpu: HostCpu {
+            lp: med(&|r| r.host_cpu.lp),
+            kfdqd: med(&|r| r.host_cpu.kfdqd),
+            emulator: med(&|r| r.host_cpu.emulator),
+        },
     }
 }
 
@@ -340,7 +349,27 @@ pub fn render(r: &DemoReport) -> String {
     if let Some(lead) = r.hint_lead_us {
         out += &hinted_line(r, lead);
     }
+    out += &render_host_cpu(r);
     out += &render_stages(r);
+    out
+}
+
+/// Whose host work the latency client shared the machine with: a line per phase.
+fn render_host_cpu(r: &DemoReport) -> String {
+    let cores = |v: Option<f64>| v.map_or_else(|| "-".into(), |c| format!("{c:.2}"));
+    let mut out = String::from(
+        "\nHost CPU in each window, cores of this machine (the batch job / kfdqd / kfd-emu; docs/demo.md, \"Host CPU\"):\n",
+    );
+    for p in &r.phases {
+        let c = &p.host_cpu;
+        out += &format!(
+            "  {}: {} / {} / {}\n",
+            p.label,
+            cores(c.lp),
+            cores(c.kfdqd),
+            cores(c.emulator)
+        );
+    }
     out
 }
 
@@ -429,6 +458,7 @@ mod tests {
             runtime: None,
             hints: None,
             hint_expiries: None,
+            host_cpu: HostCpu::default(),
         }
     }
 
