@@ -279,11 +279,14 @@ fn the_bench_dispatches_its_spin_kernel_for_gfx942_and_gfx90a() {
             }
             std::thread::sleep(std::time::Duration::from_millis(5));
         };
-        let v = json(&emu, &Output {
-            status,
-            stdout: reader.join().unwrap(),
-            stderr: Vec::new(),
-        });
+        let v = json(
+            &emu,
+            &Output {
+                status,
+                stdout: reader.join().unwrap(),
+                stderr: Vec::new(),
+            },
+        );
         assert!(
             seen.contains("kfdq_spin"),
             "{preset:?}: kernels seen {seen:?}"
