@@ -18,6 +18,32 @@ fn demo(args: &[&str]) -> (std::process::Output, String) {
     })
 }
 
+/// `kfdq demo --json` of 10 ResNet-18-shaped requests through `phases`, which must succeed.
+fn resnet18_demo(phases: &str) -> serde_json::Value {
+    let (out, stderr) = demo(&[
+        "--json",
+        "--requests",
+        "10",
+        "--request-shape",
+        "resnet18",
+        "--phases",
+        phases,
+    ]);
+    assert!(out.status.success(), "kfdq demo failed:\n{stderr}");
+    serde_json::from_slice(&out.stdout).expect("JSON on stdout")
+}
+
+/// The phase `name` of a demo's JSON.
+fn phase_named(v: &serde_json::Value, name: &str) -> serde_json::Value {
+    v["phases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["phase"] == name)
+        .unwrap_or_else(|| panic!("no phase {name} in {v}"))
+        .clone()
+}
+
 #[test]
 #[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn the_demo_reports_every_number_and_level_2_beats_no_control() {
@@ -170,12 +196,7 @@ fn the_traced_phase_preempts_for_a_latency_client_without_the_shim() {
     ]);
     assert!(out.status.success(), "kfdq demo failed:\n{stderr}");
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON on stdout");
-    let p = v["phases"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|p| p["phase"] == "level2-traced")
-        .unwrap_or_else(|| panic!("no level2-traced phase in {v}"));
+    let p = &phase_named(&v, "level2-traced");
     assert_eq!(p["hp"]["n"], 12, "{p}");
     assert!(p["preempts_per_s"].as_f64().unwrap() > 0.0, "{p}");
     assert!(p["reaction"]["n"].as_u64().unwrap() >= 1, "{p}");
@@ -218,32 +239,14 @@ fn the_traced_phase_preempts_for_a_latency_client_without_the_shim() {
 #[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn the_hinted_phase_takes_the_real_shaped_clients_hints() {
     test_support::require_root();
-    let (out, stderr) = demo(&[
-        "--json",
-        "--requests",
-        "10",
-        "--request-shape",
-        "resnet18",
-        "--phases",
-        "alone,lp-alone,level2,level2-hinted",
-    ]);
-    assert!(out.status.success(), "kfdq demo failed:\n{stderr}");
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON on stdout");
+    let v = resnet18_demo("alone,lp-alone,level2,level2-hinted");
     assert_eq!(v["request_shape"], "resnet18");
     // The default lead: the field's 500 µs on the request's scale (x10).
     assert_eq!(v["hint_lead_us"], 5000);
     let argv = v["hp_command"].as_array().unwrap();
     assert_eq!(argv[3], "--kernels", "{argv:?}");
     assert_eq!(argv[4].as_str().unwrap().split(',').count(), 145);
-    let phase = |name: &str| {
-        v["phases"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|p| p["phase"] == name)
-            .unwrap_or_else(|| panic!("no phase {name} in {v}"))
-            .clone()
-    };
+    let phase = |name: &str| phase_named(&v, name);
     let hinted = phase("level2-hinted");
     assert_eq!(hinted["hp"]["n"], 10, "{hinted}");
     // kfdqd counts the hints its shim reported: one per begin the control thread saw open, so a
@@ -293,24 +296,8 @@ fn a_client_that_does_not_hint_fails_the_hinted_phase() {
 #[cfg_attr(kfdq_skip_privileged, ignore = "needs root (KFDQ_SKIP_PRIVILEGED=1)")]
 fn the_held_phase_keeps_the_batch_job_off_throughout() {
     test_support::require_root();
-    let (out, stderr) = demo(&[
-        "--json",
-        "--requests",
-        "10",
-        "--request-shape",
-        "resnet18",
-        "--phases",
-        "lp-alone,level2-held",
-    ]);
-    assert!(out.status.success(), "kfdq demo failed:\n{stderr}");
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON on stdout");
-    let held = v["phases"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|p| p["phase"] == "level2-held")
-        .unwrap_or_else(|| panic!("no phase level2-held in {v}"))
-        .clone();
+    let v = resnet18_demo("lp-alone,level2-held");
+    let held = phase_named(&v, "level2-held");
     assert_eq!(held["hp"]["n"], 10, "{held}");
     assert_eq!(
         held["lp_dispatches_per_s"].as_f64(),
