@@ -16,6 +16,7 @@ use kfd_emu::{EmuConfig, Preset};
 use kfd_sys::*;
 
 use common::debug::{enable_self, me, pipe};
+use common::events::{event_data, wait_events};
 use common::uffd::{Uffd, blocked_in_ioctl, gettid, reader_serves};
 use common::*;
 
@@ -362,16 +363,8 @@ fn while_the_fast_path_is_held_suspends_go_to_the_workers_and_interrupts_still_e
     let s3 = s.clone();
     std::thread::spawn(move || {
         let _ = thread_tx.send(own_thread());
-        let mut data = [0u8; 48];
-        data[40..44].copy_from_slice(&id.to_ne_bytes());
-        let mut a = kfd_ioctl_wait_events_args {
-            events_ptr: data.as_mut_ptr() as u64,
-            num_events: 1,
-            wait_for_all: 0,
-            timeout: u32::MAX,
-            wait_result: 0,
-        };
-        let _ = tx.send(s3.kfd.ioctl(AMDKFD_IOC_WAIT_EVENTS, &mut a));
+        let w = wait_events(&s3.kfd, &[event_data(id, 0)], false, u32::MAX);
+        let _ = tx.send(w.result);
     });
     let waiter = thread_rx.recv().expect("the waiting thread");
     assert!(

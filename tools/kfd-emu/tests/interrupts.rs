@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 use kfd_emu::Preset;
 use kfd_sys::*;
 
+use common::events::{Waited, event_data, wait_events};
 use common::*;
 
 /// Set in the environment of the child that aborts while it waits: the mount's root.
@@ -42,21 +43,10 @@ fn set_event(kfd: &Kfd, id: u32) {
     kfd.ioctl(AMDKFD_IOC_SET_EVENT, &mut a).expect("SET_EVENT");
 }
 
-/// WAIT_EVENTS (ages not tracked); returns (result, wait_result, timeout written back).
-fn wait(kfd: &Kfd, ids: &[u32], all: bool, timeout_ms: u32) -> (Result<i32, i32>, u32, u32) {
-    let mut data = vec![0u8; ids.len() * 48];
-    for (i, id) in ids.iter().enumerate() {
-        data[i * 48 + 40..i * 48 + 44].copy_from_slice(&id.to_ne_bytes());
-    }
-    let mut a = kfd_ioctl_wait_events_args {
-        events_ptr: data.as_mut_ptr() as u64,
-        num_events: ids.len() as u32,
-        wait_for_all: u32::from(all),
-        timeout: timeout_ms,
-        wait_result: 99,
-    };
-    let r = kfd.ioctl(AMDKFD_IOC_WAIT_EVENTS, &mut a);
-    (r, a.wait_result, a.timeout)
+/// WAIT_EVENTS on the events `ids` (ages not tracked).
+fn wait(kfd: &Kfd, ids: &[u32], all: bool, timeout_ms: u32) -> Waited {
+    let events: Vec<[u8; 48]> = ids.iter().map(|id| event_data(*id, 0)).collect();
+    wait_events(kfd, &events, all, timeout_ms)
 }
 
 /// WAIT_EVENTS calls of process `pid` the emulator holds now.
@@ -221,9 +211,9 @@ fn a_signal_with_sa_restart_restarts_the_wait() {
         "the wait returned instead of restarting"
     );
     set_event(&kfd, id);
-    let (r, result, _) = waiter.join().unwrap();
-    assert_eq!(r, Ok(0));
-    assert_eq!(result, KFD_IOC_WAIT_RESULT_COMPLETE);
+    let w = waiter.join().unwrap();
+    assert_eq!(w.result, Ok(0));
+    assert_eq!(w.wait_result, KFD_IOC_WAIT_RESULT_COMPLETE);
 }
 
 #[test]
@@ -249,17 +239,21 @@ fn a_signal_without_sa_restart_ends_the_wait_with_eintr() {
     assert!(wait_until(PROMPT, || blocked(&emu, pid) == 1));
     let sent = Instant::now();
     signal_thread(thread, libc::SIGUSR2);
-    let (r, result, left) = waiter.join().unwrap();
+    let w = waiter.join().unwrap();
+    let left = w.timeout_left;
     assert!(sent.elapsed() < PROMPT);
     assert_eq!(EINTR_HANDLED.load(Ordering::SeqCst), 1);
-    assert_eq!(r, Err(libc::EINTR));
-    assert_eq!(result, KFD_IOC_WAIT_RESULT_FAIL);
+    assert_eq!(w.result, Err(libc::EINTR));
+    assert_eq!(w.wait_result, KFD_IOC_WAIT_RESULT_FAIL);
     assert!(
         left < 60_000 && left > 60_000 - PROMPT.as_millis() as u32,
         "the remaining timeout is written back: {left}"
     );
     assert_eq!(blocked(&emu, pid), 0);
     // The interrupted wait gave back the signal it had taken.
-    let (r, result, _) = wait(&kfd, &[taken], false, 0);
-    assert_eq!((r, result), (Ok(0), KFD_IOC_WAIT_RESULT_COMPLETE));
+    let w = wait(&kfd, &[taken], false, 0);
+    assert_eq!(
+        (w.result, w.wait_result),
+        (Ok(0), KFD_IOC_WAIT_RESULT_COMPLETE)
+    );
 }

@@ -10,6 +10,7 @@ use std::sync::atomic::Ordering;
 use kfd_emu::Preset;
 use kfd_sys::*;
 
+use common::events::{event_data, wait_events};
 use common::*;
 
 const SIGNAL: u32 = KFD_IOC_EVENT_SIGNAL;
@@ -26,39 +27,6 @@ fn create_event(
         ..Default::default()
     };
     kfd.ioctl(AMDKFD_IOC_CREATE_EVENT, &mut a).map(|_| a)
-}
-
-/// One `struct kfd_event_data` (48 bytes): the age at 0, the id at 40.
-fn event_data(id: u32, age: u64) -> [u8; 48] {
-    assert_eq!(size_of::<kfd_event_data>(), 48);
-    assert_eq!(std::mem::offset_of!(kfd_event_data, event_id), 40);
-    let mut d = [0u8; 48];
-    d[..8].copy_from_slice(&age.to_ne_bytes());
-    d[40..44].copy_from_slice(&id.to_ne_bytes());
-    d
-}
-
-/// WAIT_EVENTS on `events`; returns (ioctl result, wait_result, ages written back).
-fn wait(
-    kfd: &Kfd,
-    events: &[[u8; 48]],
-    all: bool,
-    timeout_ms: u32,
-) -> (Result<i32, i32>, u32, Vec<u64>) {
-    let mut data: Vec<u8> = events.iter().flatten().copied().collect();
-    let mut a = kfd_ioctl_wait_events_args {
-        events_ptr: data.as_mut_ptr() as u64,
-        num_events: events.len() as u32,
-        wait_for_all: u32::from(all),
-        timeout: timeout_ms,
-        wait_result: 99,
-    };
-    let r = kfd.ioctl(AMDKFD_IOC_WAIT_EVENTS, &mut a);
-    let ages = data
-        .chunks_exact(48)
-        .map(|c| u64::from_ne_bytes(c[..8].try_into().unwrap()))
-        .collect();
-    (r, a.wait_result, ages)
 }
 
 fn id_arg<T: Default>(f: impl FnOnce(&mut T)) -> T {
@@ -93,29 +61,32 @@ fn events_set_wait_age_and_destroy() {
 
     // Nothing signalled: a poll and a bounded wait time out.
     assert_eq!(
-        wait(&s.kfd, &[event_data(id, 0)], false, 0).1,
+        wait_events(&s.kfd, &[event_data(id, 0)], false, 0).wait_result,
         KFD_IOC_WAIT_RESULT_TIMEOUT
     );
     assert_eq!(
-        wait(&s.kfd, &[event_data(id, 0)], false, 30).1,
+        wait_events(&s.kfd, &[event_data(id, 0)], false, 30).wait_result,
         KFD_IOC_WAIT_RESULT_TIMEOUT
     );
     // Set, then wait: complete; the auto-reset event is consumed by that wait.
     let mut set = id_arg(|a: &mut kfd_ioctl_set_event_args| a.event_id = id);
     s.kfd.ioctl(AMDKFD_IOC_SET_EVENT, &mut set).unwrap();
-    let (r, res, ages) = wait(&s.kfd, &[event_data(id, 1)], false, 0);
-    assert_eq!((r, res), (Ok(0), KFD_IOC_WAIT_RESULT_COMPLETE));
+    let w = wait_events(&s.kfd, &[event_data(id, 1)], false, 0);
     assert_eq!(
-        ages[0], 2,
+        (w.result, w.wait_result),
+        (Ok(0), KFD_IOC_WAIT_RESULT_COMPLETE)
+    );
+    assert_eq!(
+        w.ages[0], 2,
         "the age advanced with the set and is written back"
     );
     assert_eq!(
-        wait(&s.kfd, &[event_data(id, 0)], false, 0).1,
+        wait_events(&s.kfd, &[event_data(id, 0)], false, 0).wait_result,
         KFD_IOC_WAIT_RESULT_TIMEOUT
     );
     // An age older than the event's: signalled since the caller looked, even though consumed.
     assert_eq!(
-        wait(&s.kfd, &[event_data(id, 1)], false, 0).1,
+        wait_events(&s.kfd, &[event_data(id, 1)], false, 0).wait_result,
         KFD_IOC_WAIT_RESULT_COMPLETE
     );
     // Wait for all of two: only one set.
@@ -123,21 +94,24 @@ fn events_set_wait_age_and_destroy() {
     let mut set_m = id_arg(|a: &mut kfd_ioctl_set_event_args| a.event_id = mid);
     s.kfd.ioctl(AMDKFD_IOC_SET_EVENT, &mut set_m).unwrap();
     let both = [event_data(id, 0), event_data(mid, 0)];
-    assert_eq!(wait(&s.kfd, &both, true, 0).1, KFD_IOC_WAIT_RESULT_TIMEOUT);
     assert_eq!(
-        wait(&s.kfd, &both, false, 0).1,
+        wait_events(&s.kfd, &both, true, 0).wait_result,
+        KFD_IOC_WAIT_RESULT_TIMEOUT
+    );
+    assert_eq!(
+        wait_events(&s.kfd, &both, false, 0).wait_result,
         KFD_IOC_WAIT_RESULT_COMPLETE
     );
     // RESET clears a manual-reset event.
     let mut reset = id_arg(|a: &mut kfd_ioctl_reset_event_args| a.event_id = mid);
     s.kfd.ioctl(AMDKFD_IOC_RESET_EVENT, &mut reset).unwrap();
     assert_eq!(
-        wait(&s.kfd, &[event_data(mid, 0)], false, 0).1,
+        wait_events(&s.kfd, &[event_data(mid, 0)], false, 0).wait_result,
         KFD_IOC_WAIT_RESULT_TIMEOUT
     );
     // Unknown ids.
     assert_eq!(
-        wait(&s.kfd, &[event_data(77, 0)], false, 0).0,
+        wait_events(&s.kfd, &[event_data(77, 0)], false, 0).result,
         Err(libc::EINVAL)
     );
     let mut bad = id_arg(|a: &mut kfd_ioctl_set_event_args| a.event_id = 77);
@@ -148,25 +122,28 @@ fn events_set_wait_age_and_destroy() {
 
     // A blocked wait is answered by a set from another thread...
     std::thread::scope(|sc| {
-        let waiter = sc.spawn(|| wait(&s.kfd, &[event_data(id, 0)], false, u32::MAX));
+        let waiter = sc.spawn(|| wait_events(&s.kfd, &[event_data(id, 0)], false, u32::MAX));
         assert!(wait_until(WAIT_LIMIT, || t.stats().processes[0]
             .blocked_waits
             == 1));
         let mut set = id_arg(|a: &mut kfd_ioctl_set_event_args| a.event_id = id);
         s.kfd.ioctl(AMDKFD_IOC_SET_EVENT, &mut set).unwrap();
-        let (r, res, _) = waiter.join().unwrap();
-        assert_eq!((r, res), (Ok(0), KFD_IOC_WAIT_RESULT_COMPLETE));
+        let w = waiter.join().unwrap();
+        assert_eq!(
+            (w.result, w.wait_result),
+            (Ok(0), KFD_IOC_WAIT_RESULT_COMPLETE)
+        );
     });
     assert_eq!(t.stats().processes[0].blocked_waits, 0);
     // ... and fails with EIO when its event is destroyed.
     std::thread::scope(|sc| {
-        let waiter = sc.spawn(|| wait(&s.kfd, &[event_data(id, 0)], false, u32::MAX));
+        let waiter = sc.spawn(|| wait_events(&s.kfd, &[event_data(id, 0)], false, u32::MAX));
         assert!(wait_until(WAIT_LIMIT, || t.stats().processes[0]
             .blocked_waits
             == 1));
         let mut d = id_arg(|a: &mut kfd_ioctl_destroy_event_args| a.event_id = id);
         s.kfd.ioctl(AMDKFD_IOC_DESTROY_EVENT, &mut d).unwrap();
-        assert_eq!(waiter.join().unwrap().0, Err(libc::EIO));
+        assert_eq!(waiter.join().unwrap().result, Err(libc::EIO));
     });
     let mut d = id_arg(|a: &mut kfd_ioctl_destroy_event_args| a.event_id = id);
     assert_eq!(
@@ -194,13 +171,17 @@ fn end_of_kernel_interrupt_fires_the_signal_event() {
         .store(page.addr() + 8 * u64::from(ev.event_id), Ordering::Release);
     signal.write(0x18, &ev.event_id.to_ne_bytes());
     std::thread::scope(|sc| {
-        let waiter = sc.spawn(|| wait(&s.kfd, &[event_data(ev.event_id, 0)], false, u32::MAX));
+        let waiter =
+            sc.spawn(|| wait_events(&s.kfd, &[event_data(ev.event_id, 0)], false, u32::MAX));
         assert!(wait_until(WAIT_LIMIT, || t.stats().processes[0]
             .blocked_waits
             == 1));
         submit(&bufs, 0, &[dispatch_packet(1_000_000, signal.addr())]);
-        let (r, res, _) = waiter.join().unwrap();
-        assert_eq!((r, res), (Ok(0), KFD_IOC_WAIT_RESULT_COMPLETE));
+        let w = waiter.join().unwrap();
+        assert_eq!(
+            (w.result, w.wait_result),
+            (Ok(0), KFD_IOC_WAIT_RESULT_COMPLETE)
+        );
     });
     assert_eq!(signal.i64_at(8).load(Ordering::Acquire), 0);
     // The slot is acknowledged (rewritten unsignalled) once the emulator has released its lock,
@@ -287,12 +268,16 @@ fn sdma_queue_copies_fences_decrements_and_traps() {
     let bytes: Vec<u8> = p.iter().flat_map(|w| w.to_ne_bytes()).collect();
     ring.write(0, &bytes);
     std::thread::scope(|sc| {
-        let waiter = sc.spawn(|| wait(&s.kfd, &[event_data(ev.event_id, 0)], false, u32::MAX));
+        let waiter =
+            sc.spawn(|| wait_events(&s.kfd, &[event_data(ev.event_id, 0)], false, u32::MAX));
         assert!(wait_until(WAIT_LIMIT, || t.stats().processes[0]
             .blocked_waits
             == 1));
         ptrs.u64_at(0).store(bytes.len() as u64, Ordering::Release);
-        assert_eq!(waiter.join().unwrap().1, KFD_IOC_WAIT_RESULT_COMPLETE);
+        assert_eq!(
+            waiter.join().unwrap().wait_result,
+            KFD_IOC_WAIT_RESULT_COMPLETE
+        );
     });
     assert_eq!(
         ptrs.u64_at(8).load(Ordering::Acquire),

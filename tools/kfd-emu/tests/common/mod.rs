@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 use kfd_sys::*;
 
 pub mod debug;
+pub mod events;
 pub mod uffd;
 
 pub use test_support::emu::{Emu as TestEmu, mount, mount_preset, mount_with_env};
