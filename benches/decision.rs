@@ -158,10 +158,9 @@ fn status(sock: &std::path::Path) -> kfdq::proto::control::NodeStatus {
 
 fn cpu_ticks(pid: u32) -> u64 {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
-    let after = &stat[stat.rfind(')').unwrap() + 2..];
-    let f: Vec<&str> = after.split_whitespace().collect();
-    // Fields 14 and 15 (utime, stime) are 12 and 13 after the command.
-    f[11].parse::<u64>().unwrap() + f[12].parse::<u64>().unwrap()
+    // utime, stime.
+    let [u, s] = kfdq::procfs::stat_fields(&stat, [14, 15]).unwrap();
+    u + s
 }
 
 fn q(v: &mut [f64], p: f64) -> f64 {

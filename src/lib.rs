@@ -12,11 +12,12 @@
 //! * [`stats`] — the nearest-rank quantile every report uses.
 //! * [`chain`] — reaction-chain timestamps (`KFDQ_CHAIN_TRACE`).
 //! * [`replace`] — atomic file replacement, and directories of this user's own.
+//! * [`procfs`] — `/proc/<pid>/stat`'s fields.
 //!
 //! The command lines (`kfdq`, `kfdqd`) live in `src/bin/` on top of this library.
 //!
 //! Layering (docs/architecture.md): the core (`ids`, `kfd`, `policy`, `proto`, `allocation`,
-//! `chain`, `stats`, `reaction`) is what the shim and the device plugin link, with
+//! `chain`, `stats`, `reaction`, `procfs`) is what the shim and the device plugin link, with
 //! `default-features = false`; it never names `agent`, `doctor` or `capability`
 //! (tools/test-support/tests/module_graph.rs checks it, and that the shim's dependency tree has
 //! none of the agent's crates).
@@ -35,6 +36,7 @@ pub mod doctor;
 pub mod ids;
 pub mod kfd;
 pub mod policy;
+pub mod procfs;
 pub mod proto;
 pub mod reaction;
 pub mod replace;

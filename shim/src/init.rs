@@ -58,10 +58,7 @@ static ENV_NOT_SET: AtomicBool = AtomicBool::new(false);
 /// The number of threads of this process (`/proc/self/stat`, field 20), when it can be read.
 fn threads() -> Option<u64> {
     let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
-    // Fields after the command name, which may itself hold spaces and parentheses: state (3),
-    // ..., num_threads (20).
-    let rest = &stat[stat.rfind(')')? + 1..];
-    rest.split_whitespace().nth(17)?.parse().ok()
+    kfdq::procfs::stat_fields(&stat, [20]).map(|[n]| n)
 }
 
 #[cfg_attr(test, allow(dead_code))]

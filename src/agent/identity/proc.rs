@@ -17,12 +17,11 @@ pub(super) fn gone(e: &std::io::Error) -> bool {
     e.kind() == std::io::ErrorKind::NotFound || e.raw_os_error() == Some(nix::libc::ESRCH)
 }
 
-/// Field `n` (numbered from 1, as proc(5) does; `n >= 3`) of `/proc/<pid>/stat`, counted
-/// after the command in parentheses (which may hold spaces and parentheses itself).
+/// Field `n` (numbered from 1, as proc(5) does; a numeric one) of `/proc/<pid>/stat`.
 fn stat_field(pid: u32, n: usize) -> std::io::Result<u64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
-    stat.rsplit_once(')')
-        .and_then(|(_, rest)| rest.split_whitespace().nth(n - 3)?.parse().ok())
+    crate::procfs::stat_fields(&stat, [n])
+        .map(|[v]| v)
         .ok_or_else(|| std::io::Error::other(format!("/proc/{pid}/stat: no field {n}")))
 }
 

@@ -62,6 +62,7 @@ const CORE: &[&str] = &[
     "stats",
     "reaction",
     "replace",
+    "procfs",
 ];
 
 #[test]

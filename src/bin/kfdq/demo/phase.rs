@@ -186,7 +186,7 @@ impl<'a> PhaseRun<'a> {
         let budget = Duration::from_secs_f64(60.0 + 10.0 * f64::from(args.requests) / args.rate);
         let out = c.finish(budget)?;
         let end_us = monotonic_us();
-        let host_cpu = cpu::between(&cpu0, &cpu::sample(groups), (end_us - go_us) / 1e6);
+        let host_cpu = cpu::between(&cpu0, &cpu::sample(groups));
         let hp = lines::parse_hp(&out)
             .map_err(|e| CliError::Usage(format!("the latency client (HP): {e}")))?;
         self.note_runtime(&out);
@@ -268,9 +268,8 @@ pub(super) fn run_phase(env: &Env<'_>, phase: Phase, tag: &str) -> Result<PhaseR
         procs::pause(Duration::from_secs_f64(
             f64::from(env.args.requests) / env.args.rate,
         ))?;
-        let end = monotonic_us();
-        let host_cpu = cpu::between(&cpu0, &cpu::sample(&groups), (end - start) / 1e6);
-        ((start, end), None, host_cpu)
+        let host_cpu = cpu::between(&cpu0, &cpu::sample(&groups));
+        ((start, monotonic_us()), None, host_cpu)
     };
     let preempts = match (preempts0, env.emu.and_then(Emulator::preempts)) {
         (Some(a), Some(b)) => Some(b.saturating_sub(a)),
