@@ -356,7 +356,7 @@ pub fn render(r: &DemoReport) -> String {
 
 /// Whose host work the latency client shared the machine with: a line per phase.
 fn render_host_cpu(r: &DemoReport) -> String {
-    let cores = |v: Option<f64>| v.map_or_else(|| "-".into(), |c| format!("{c:.2}"));
+    let cores = |v: Option<f64>| opt(v, |c| format!("{c:.2}"));
     let mut out = String::from(
         "\nHost CPU in each window, cores of this machine (the batch job / kfdqd / kfd-emu; docs/demo.md, \"Host CPU\"):\n",
     );
